@@ -1,0 +1,196 @@
+"""Operators of a training step: what each one computes, on which shape, and how many FLOPs and bytes.
+
+FLOP counts follow the usual conventions: a GEMM is 2*m*n*k; flash attention forward is 4*b*h*s^2*d (two
+GEMMs; causal skips the fully masked key blocks); its backward is 2.5x the forward (five GEMMs, the score
+recomputation included: Dao 2023, FlashAttention-2, Sec. 3.1.2). Bytes are the fewest an op must move through
+HBM: each input read once, each output written once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+from workbench.precision import get_precision
+
+Phase = Literal["fwd", "bwd", "optimizer"]
+
+# Memory-bound operator classes the time model knows; each has its own achievable-bandwidth constant.
+MEMORY_BOUND_KINDS: tuple[str, ...] = (
+    "copy", "add", "gelu", "swiglu", "sum", "layernorm", "rmsnorm", "softmax", "cross_entropy", "rope",
+    "embedding", "optimizer", "permute", "relu", "silu", "mul",
+)
+
+ATTENTION_BLOCK = 128
+"""Query/key block of flash attention kernels: the granule of the causal mask (FlashAttention-2/3 use 128)."""
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """C[m, n] = A[m, k] @ B[k, n], ``groups`` independent GEMMs of that shape (grouped MoE experts)."""
+
+    m: int
+    n: int
+    k: int
+    groups: int = 1
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """Scaled-dot-product attention: q [batch, heads_q, seq, head_dim], k/v [batch, heads_kv, seq, head_dim]."""
+
+    batch: int
+    seq: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    causal: bool
+    pass_: Literal["fwd", "bwd", "fwd_bwd"] = "fwd"
+
+    def causal_fraction(self) -> float:
+        """Fraction of the score matrix a block-skipping causal kernel computes."""
+        if not self.causal:
+            return 1.0
+        blocks = math.ceil(self.seq / ATTENTION_BLOCK)
+        return (blocks + 1) / (2 * blocks)
+
+
+@dataclass(frozen=True)
+class RowsShape:
+    """An elementwise, normalization or reduction op over a [rows, cols] tensor (norms over cols)."""
+
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class FlatShape:
+    """A memory-bound op over ``elements`` items (optimizer, embedding rows)."""
+
+    elements: int
+
+
+Shape = Union[GemmShape, AttentionShape, RowsShape, FlatShape]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator of a step. ``count`` repeats it (e.g. once per layer) without listing it again."""
+
+    name: str
+    kind: str
+    """gemm, attention, or one of MEMORY_BOUND_KINDS."""
+    phase: Phase
+    shape: Shape
+    dtype: str
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    count: int = 1
+    layer: str = ""
+    """Which block the op belongs to (attention, mlp, head, embedding, optimizer...)."""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else math.inf
+
+    def describe_shape(self) -> str:
+        s = self.shape
+        if isinstance(s, GemmShape):
+            text = f"{s.m}x{s.n}x{s.k}"
+            return f"{s.groups} x {text}" if s.groups > 1 else text
+        if isinstance(s, AttentionShape):
+            return (f"b{s.batch} s{s.seq} hq{s.heads_q} hkv{s.heads_kv} d{s.head_dim}"
+                    f"{' causal' if s.causal else ''}")
+        if isinstance(s, RowsShape):
+            return f"{s.rows}x{s.cols}"
+        return f"{s.elements:,}"
+
+
+def nbytes(dtype: str) -> float:
+    return get_precision(dtype).bytes_per_element
+
+
+def output_dtype(dtype: str) -> str:
+    """What a GEMM writes: fp32 for fp32/tf32 inputs, bf16 for 8-bit and 4-bit inputs (scaled mm)."""
+    if dtype in ("fp32", "tf32", "fp64"):
+        return "fp32" if dtype != "fp64" else "fp64"
+    if dtype == "fp16":
+        return "fp16"
+    return "bf16"
+
+
+def gemm(name: str, m: int, n: int, k: int, dtype: str, *, phase: Phase = "fwd", groups: int = 1,
+         count: int = 1, layer: str = "") -> Op:
+    a = nbytes(dtype)
+    out = nbytes(output_dtype(dtype))
+    return Op(name, "gemm", phase, GemmShape(m, n, k, groups), dtype, flops=2.0 * m * n * k * groups,
+              bytes_read=(m * k + k * n) * a * groups, bytes_written=m * n * out * groups, count=count, layer=layer)
+
+
+def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, *, groups: int = 1, count: int = 1,
+                    layer: str = "") -> list[Op]:
+    """y[m, n] = x[m, k] W[k, n] and its two backward GEMMs: dgrad dx = dy W^T and wgrad dW = x^T dy."""
+    return [
+        gemm(f"{name}.fwd", m, n, k, dtype, groups=groups, count=count, layer=layer),
+        gemm(f"{name}.dgrad", m, k, n, dtype, phase="bwd", groups=groups, count=count, layer=layer),
+        gemm(f"{name}.wgrad", k, n, m, dtype, phase="bwd", groups=groups, count=count, layer=layer),
+    ]
+
+
+def attention(name: str, shape: AttentionShape, dtype: str, *, phase: Phase, count: int = 1, layer: str = "") -> Op:
+    """Flash attention forward or backward (``phase``), or both (``shape.pass_ == 'fwd_bwd'``)."""
+    s = shape
+    fwd_flops = 4.0 * s.batch * s.heads_q * s.seq * s.seq * s.head_dim * s.causal_fraction()
+    a = nbytes(dtype)
+    q = s.batch * s.heads_q * s.seq * s.head_dim * a
+    kv = 2 * s.batch * s.heads_kv * s.seq * s.head_dim * a
+    lse = s.batch * s.heads_q * s.seq * 4  # fp32 log-sum-exp saved for backward
+    fwd = (fwd_flops, q + kv, q + lse)  # reads q, k, v; writes o and lse
+    bwd = (2.5 * fwd_flops, 2 * q + kv + q + lse, q + kv)  # reads q, k, v, o, do, lse; writes dq, dk, dv
+    if s.pass_ == "fwd_bwd":
+        flops, read, written = (fwd[i] + bwd[i] for i in range(3))
+    else:
+        flops, read, written = fwd if phase == "fwd" else bwd
+    return Op(name, "attention", phase, shape, dtype, flops, read, written, count=count, layer=layer)
+
+
+# FLOPs per element of the memory-bound ops (rough operation counts; they only matter for the roofline plot).
+_FLOPS_PER_ELEMENT = {"copy": 0, "add": 1, "gelu": 8, "swiglu": 6, "sum": 1, "layernorm": 8, "rmsnorm": 5,
+                      "softmax": 5, "cross_entropy": 6, "rope": 3, "embedding": 1, "permute": 0, "optimizer": 12,
+                      "relu": 1, "silu": 5, "mul": 2}
+
+
+def memory_op(name: str, kind: str, shape: RowsShape | FlatShape, dtype: str, *, reads: float, writes: float,
+              phase: Phase = "fwd", count: int = 1, layer: str = "", extra_bytes: float = 0.0) -> Op:
+    """A memory-bound op that reads ``reads`` and writes ``writes`` tensors of the shape's size in ``dtype``."""
+    elements = shape.rows * shape.cols if isinstance(shape, RowsShape) else shape.elements
+    a = nbytes(dtype)
+    return Op(name, kind, phase, shape, dtype, flops=float(_FLOPS_PER_ELEMENT.get(kind, 1) * elements),
+              bytes_read=reads * elements * a + extra_bytes, bytes_written=writes * elements * a,
+              count=count, layer=layer)
+
+
+# The predict-ops row format: per op, how many full-size tensors it reads and writes.
+ROW_OP_TRAFFIC: dict[str, tuple[float, float]] = {
+    "copy": (1, 1),       # y.copy_(x)
+    "add": (2, 1),        # out = x + y
+    "gelu": (1, 1),       # out-of-place
+    "sum": (1, 0),        # all elements to one scalar
+    "layernorm": (1, 1),  # over the last dimension (weights and bias are a row each)
+    "rmsnorm": (1, 1),
+    "softmax": (1, 1),
+}
+
+
+def rows_op(kind: str, rows: int, cols: int, dtype: str, name: str | None = None) -> Op:
+    """One of the predict-ops memory-bound ops on [rows, cols]."""
+    reads, writes = ROW_OP_TRAFFIC[kind]
+    params = {"layernorm": 2, "rmsnorm": 1}.get(kind, 0) * cols * nbytes(dtype)
+    return memory_op(name or kind, kind, RowsShape(rows, cols), dtype, reads=reads, writes=writes, extra_bytes=params)

@@ -1,0 +1,87 @@
+"""Operators of one recommendation-model micro-batch on one GPU: DLRM-DCNv2 and HSTU.
+
+Embedding tables are sharded across the data-parallel GPUs (model parallel, TorchRec style), so each GPU does,
+on average, the lookups of a whole micro-batch; dense layers are replicated. Table weights are fp32, trained
+with row-wise Adagrad fused into the backward pass (FBGEMM's table-batched embedding kernels).
+"""
+
+from __future__ import annotations
+
+from workbench.config import TrainingConfig, activation_dtype
+from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attention, gemm_with_grads, memory_op
+from workbench.models import DLRMModel, HSTUModel
+
+TABLE_DTYPE = "fp32"
+SAMPLED_SOFTMAX_NEGATIVES = 512
+"""Negatives per position in HSTU's sampled-softmax loss (a guess; Zhai et al. 2024 sample in-batch negatives)."""
+
+
+def _embedding_ops(name: str, lookups: int, dim: int, pooled_rows: int, layer: str) -> list[Op]:
+    """Gather + sum-pool ``lookups`` rows of ``dim`` into ``pooled_rows`` outputs; backward fuses the update."""
+    gathered = FlatShape(lookups * dim)
+    pooled_fraction = pooled_rows / lookups
+    return [
+        memory_op(f"{name}.fwd", "embedding", gathered, TABLE_DTYPE, reads=1, writes=pooled_fraction, layer=layer),
+        # reads the pooled grad and the rows, writes rows back (weights + one row-wise Adagrad state each)
+        memory_op(f"{name}.bwd_update", "embedding", gathered, TABLE_DTYPE, reads=1 + pooled_fraction, writes=1,
+                  phase="bwd", layer=layer),
+    ]
+
+
+def _mlp(name: str, batch: int, widths: list[tuple[str, int, int]], cfg: TrainingConfig, layer: str) -> list[Op]:
+    act = activation_dtype(cfg.precision)
+    ops: list[Op] = []
+    for lname, d_in, d_out in widths:
+        ops += gemm_with_grads(f"{name}.{lname}", batch, d_out, d_in, cfg.precision, layer=layer)
+        ops += [memory_op(f"{name}.{lname}.relu.fwd", "relu", RowsShape(batch, d_out), act, reads=1, writes=1, layer=layer),
+                memory_op(f"{name}.{lname}.relu.bwd", "relu", RowsShape(batch, d_out), act, reads=2, writes=1,
+                          phase="bwd", layer=layer)]
+    return ops
+
+
+def dlrm_microbatch_ops(model: DLRMModel, cfg: TrainingConfig) -> list[Op]:
+    b = cfg.micro_batch
+    act = activation_dtype(cfg.precision)
+    lookups = b * sum(t.pooling for t in model.tables)
+    ops = _embedding_ops("embedding_bags", lookups, model.embedding_dim, b * len(model.tables), "embedding")
+    layers = model.mlp_layers()
+    ops += _mlp("bottom", b, [(n.split(".", 1)[1], i, o) for n, i, o in layers if n.startswith("bottom")], cfg, "bottom_mlp")
+    d = model.interaction_width
+    ops.append(memory_op("interaction.concat", "permute", RowsShape(b, d), act, reads=1, writes=1, layer="interaction"))
+    for i in range(model.cross_layers):
+        ops += gemm_with_grads(f"cross.{i}.down", b, model.cross_low_rank, d, cfg.precision, layer="interaction")
+        ops += gemm_with_grads(f"cross.{i}.up", b, d, model.cross_low_rank, cfg.precision, layer="interaction")
+        # x_{l+1} = x0 * (up + bias) + x_l
+        ops += [memory_op(f"cross.{i}.mix.fwd", "mul", RowsShape(b, d), act, reads=3, writes=1, layer="interaction"),
+                memory_op(f"cross.{i}.mix.bwd", "mul", RowsShape(b, d), act, reads=4, writes=3, phase="bwd", layer="interaction")]
+    ops += _mlp("top", b, [(n.split(".", 1)[1], i, o) for n, i, o in layers if n.startswith("top")], cfg, "top_mlp")
+    return ops
+
+
+def hstu_microbatch_ops(model: HSTUModel, cfg: TrainingConfig) -> list[Op]:
+    b, s, d = cfg.micro_batch, cfg.seq_len, model.embedding_dim
+    tokens = b * s
+    act = activation_dtype(cfg.precision)
+    n = model.num_layers
+    heads = model.num_heads
+    uvqk = heads * (2 * model.linear_dim + 2 * model.attention_dim)
+    ops = _embedding_ops("item_embedding", tokens, d, tokens, "embedding")
+
+    def rows(name: str, kind: str, cols: int, reads: float, writes: float, bwd_reads: float, bwd_writes: float) -> None:
+        ops.append(memory_op(f"{name}.fwd", kind, RowsShape(tokens, cols), act, reads=reads, writes=writes, count=n, layer="hstu"))
+        ops.append(memory_op(f"{name}.bwd", kind, RowsShape(tokens, cols), act, reads=bwd_reads, writes=bwd_writes,
+                             phase="bwd", count=n, layer="hstu"))
+
+    rows("input_norm", "layernorm", d, 1, 1, 2, 1)
+    ops += gemm_with_grads("uvqk", tokens, uvqk, d, cfg.precision, count=n, layer="hstu")
+    rows("uvqk_silu", "silu", uvqk, 1, 1, 2, 1)
+    # pointwise SiLU attention: QK^T over attention_dim, AV over linear_dim -> head_dim = their mean
+    shape = AttentionShape(b, s, heads, heads, (model.attention_dim + model.linear_dim) // 2, causal=True)
+    ops.append(attention("hstu_attention.fwd", shape, act, phase="fwd", count=n, layer="hstu"))
+    ops.append(attention("hstu_attention.bwd", shape, act, phase="bwd", count=n, layer="hstu"))
+    rows("output_norm", "layernorm", heads * model.linear_dim, 1, 1, 2, 1)
+    rows("gate", "mul", heads * model.linear_dim, 2, 1, 3, 2)
+    ops += gemm_with_grads("output", tokens, d, heads * model.linear_dim, cfg.precision, count=n, layer="hstu")
+    rows("residual", "add", d, 2, 1, 2, 1)
+    ops += gemm_with_grads("sampled_softmax", tokens, SAMPLED_SOFTMAX_NEGATIVES, d, cfg.precision, layer="loss")
+    return ops

@@ -1,0 +1,154 @@
+"""The operators of one transformer training micro-batch on one GPU (one pipeline stage, one tensor shard).
+
+Layout per block (Llama / GPT-2 / Mixtral), T = micro_batch x seq tokens, tensor-parallel shards marked /tp:
+
+    x -> norm -> qkv GEMM [T, h] x [h, (q + 2kv)/tp] -> rope -> flash attention -> o GEMM [T, q/tp] x [q/tp, h]
+      -> + x -> norm -> gate_up GEMM [T, h] x [h, 2f/tp] -> swiglu -> down GEMM [T, f/tp] x [f/tp, h] -> + x
+
+MoE blocks replace the FFN by a router GEMM, a token permutation and grouped expert GEMMs (top-k of E,
+balanced routing assumed). Backward has a dgrad and a wgrad GEMM per forward GEMM; activation checkpointing
+adds the recomputed forward ops to the backward phase.
+"""
+
+from __future__ import annotations
+
+import math
+
+from workbench.config import TrainingConfig, activation_dtype, attention_dtype
+from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attention, gemm_with_grads, memory_op
+from workbench.models import TransformerModel
+
+
+def _fp8_casts(name: str, ops: list[Op], act_dtype: str) -> list[Op]:
+    """Per-tensor fp8 GEMMs first cast their bf16 inputs (amax + scale + cast): read 2 bytes, write 1 per element."""
+    casts = []
+    for op in ops:
+        s = op.shape
+        inputs = s.groups * (s.m * s.k + s.k * s.n)
+        casts.append(memory_op(f"{op.name}.cast_fp8", "copy", FlatShape(inputs), act_dtype, reads=1, writes=0.5,
+                               phase=op.phase, count=op.count, layer=op.layer))
+    return casts
+
+
+def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int) -> tuple[list[Op], list[Op], list[Op]]:
+    """(forward, backward, recomputation) ops of ``layers`` identical blocks for one micro-batch."""
+    p = cfg.parallelism
+    b, s, h = cfg.micro_batch, cfg.seq_len, model.hidden_size
+    tokens = b * s
+    act = activation_dtype(cfg.precision)
+    gemm_dtype = cfg.precision
+    q, kv = model.q_size // p.tp, max(model.kv_size // p.tp, model.head_dim)
+    heads_q, heads_kv = model.num_heads // p.tp, max(model.num_kv_heads // p.tp, 1)
+    norm = model.norm
+    n = layers
+
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    recompute: list[Op] = []  # ops that selective checkpointing recomputes
+
+    def gemms(name: str, m: int, out: int, k: int, layer: str, groups: int = 1) -> None:
+        f, dg, wg = gemm_with_grads(name, m, out, k, gemm_dtype, groups=groups, count=n, layer=layer)
+        fwd.append(f)
+        bwd.extend([dg, wg])
+        if gemm_dtype in ("fp8", "mxfp8"):
+            casts = _fp8_casts(name, [f, dg], act)
+            fwd.append(casts[0])
+            bwd.append(casts[1])
+
+    def elementwise(name: str, kind: str, rows: int, cols: int, layer: str, reads: float, writes: float,
+                    bwd_reads: float, bwd_writes: float, recomputed: bool = True) -> None:
+        shape = RowsShape(rows, cols)
+        op = memory_op(f"{name}.fwd", kind, shape, act, reads=reads, writes=writes, count=n, layer=layer)
+        fwd.append(op)
+        bwd.append(memory_op(f"{name}.bwd", kind, shape, act, reads=bwd_reads, writes=bwd_writes, phase="bwd",
+                             count=n, layer=layer))
+        if recomputed:
+            recompute.append(op)
+
+    # attention block
+    elementwise("attn_norm", norm, tokens, h, "attention", 1, 1, 2, 1)
+    gemms("qkv", tokens, q + 2 * kv, h, "attention")
+    elementwise("rope", "rope", tokens, q + kv, "attention", 1, 1, 1, 1)
+    shape = AttentionShape(b, s, heads_q, heads_kv, model.head_dim, causal=True)
+    fwd.append(attention("attention.fwd", shape, attention_dtype(cfg.precision), phase="fwd", count=n, layer="attention"))
+    bwd.append(attention("attention.bwd", shape, attention_dtype(cfg.precision), phase="bwd", count=n, layer="attention"))
+    gemms("o_proj", tokens, h, q, "attention")
+    elementwise("attn_residual", "add", tokens, h, "attention", 2, 1, 2, 1, recomputed=False)
+
+    # feed-forward block
+    elementwise("ffn_norm", norm, tokens, h, "mlp", 1, 1, 2, 1)
+    ffn = model.ffn_hidden_size // p.tp
+    gated = model.ffn_activation == "swiglu"
+    if model.is_moe:
+        routed = tokens * model.experts_per_token
+        local_experts = model.num_experts // p.ep
+        per_expert = math.ceil(routed * p.ep / model.num_experts)
+        gemms("router", tokens, model.num_experts, h, "moe")
+        elementwise("dispatch", "permute", routed, h, "moe", 1, 1, 1, 1, recomputed=False)
+        gemms("experts.gate_up", per_expert, (2 if gated else 1) * ffn, h, "moe", groups=local_experts)
+        elementwise("experts.act", "swiglu" if gated else "gelu", routed, ffn, "moe",
+                    2 if gated else 1, 1, 3 if gated else 2, 2 if gated else 1)
+        gemms("experts.down", per_expert, h, ffn, "moe", groups=local_experts)
+        elementwise("combine", "permute", routed, h, "moe", 1, 1, 1, 1, recomputed=False)
+    else:
+        gemms("gate_up" if gated else "up", tokens, (2 if gated else 1) * ffn, h, "mlp")
+        if gated:
+            elementwise("swiglu", "swiglu", tokens, ffn, "mlp", 2, 1, 3, 2)
+        else:
+            elementwise("gelu", "gelu", tokens, ffn, "mlp", 1, 1, 2, 1)
+        gemms("down", tokens, h, ffn, "mlp")
+    elementwise("mlp_residual", "add", tokens, h, "mlp", 2, 1, 2, 1, recomputed=False)
+
+    if cfg.activation_checkpointing == "full":
+        recompute = list(fwd)
+    elif cfg.activation_checkpointing == "none":
+        recompute = []
+    recompute = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
+                    op.bytes_written, op.count, op.layer) for op in recompute]
+    return fwd, bwd, recompute
+
+
+def embedding_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
+    """Token-embedding gather (fwd) and its scatter-add into a zeroed gradient (bwd)."""
+    tokens, h = cfg.micro_batch * cfg.seq_len, model.hidden_size
+    act = activation_dtype(cfg.precision)
+    table_grad = model.vocab_size * h * 4 / cfg.parallelism.tp  # fp32 gradient buffer zeroed each micro-batch
+    return [
+        memory_op("embedding.gather", "embedding", FlatShape(tokens * h), act, reads=1, writes=1, layer="embedding"),
+        memory_op("embedding.scatter_add", "embedding", FlatShape(tokens * h), act, reads=1, writes=1,
+                  phase="bwd", layer="embedding", extra_bytes=table_grad),
+    ]
+
+
+def head_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
+    """Final norm, LM-head GEMM (vocab split over tp) and fused softmax cross-entropy, forward and backward."""
+    tokens, h = cfg.micro_batch * cfg.seq_len, model.hidden_size
+    act = activation_dtype(cfg.precision)
+    vocab = math.ceil(model.vocab_size / cfg.parallelism.tp)
+    ops = [
+        memory_op("final_norm.fwd", model.norm, RowsShape(tokens, h), act, reads=1, writes=1, layer="head"),
+        memory_op("final_norm.bwd", model.norm, RowsShape(tokens, h), act, reads=2, writes=1, phase="bwd", layer="head"),
+    ]
+    ops += gemm_with_grads("lm_head", tokens, vocab, h, cfg.precision, layer="head")
+    ops += [
+        memory_op("cross_entropy.fwd", "cross_entropy", RowsShape(tokens, vocab), act, reads=1, writes=0, layer="head"),
+        memory_op("cross_entropy.bwd", "cross_entropy", RowsShape(tokens, vocab), act, reads=1, writes=1,
+                  phase="bwd", layer="head"),
+    ]
+    return ops
+
+
+def transformer_microbatch_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
+    """Every op of one micro-batch on the busiest pipeline stage (its blocks plus embedding and head)."""
+    layers = math.ceil(model.num_layers / cfg.parallelism.pp)
+    fwd, bwd, recompute = block_ops(model, cfg, layers)
+    return embedding_ops(model, cfg) + fwd + head_ops(model, cfg) + bwd + recompute
+
+
+def model_flops_per_sample(model: TransformerModel, seq: int) -> float:
+    """Useful training FLOPs per sample (fwd + bwd, no recomputation): 6 x active params x tokens plus causal
+    attention (PaLM appendix B convention: 6 N T + 12 L h s T / 2 for causal)."""
+    matmul_params = model.num_active_params - model.vocab_size * model.hidden_size * (0 if model.tied_embeddings else 1)
+    dense = 6.0 * matmul_params * seq
+    attention_flops = 3 * 4.0 * model.num_layers * model.num_heads * model.head_dim * seq * seq * 0.5
+    return dense + attention_flops

@@ -1,0 +1,256 @@
+"""The GPU catalog: a typed, sourced spec per accelerator, loaded from ``specs/gpus/*.yaml``.
+
+Users add their own GPU as a YAML file or a dict with the same schema (``load_gpu``); the exemplar with
+every field explained is ``specs/gpus/h200-sxm.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from workbench.errors import SpecError, UnknownNameError
+from workbench.schema import Fields, check_number, load_yaml
+
+FigureKind = Literal["datasheet", "derived", "secondary", "measured", "estimate"]
+FIGURE_KINDS: tuple[str, ...] = ("datasheet", "derived", "secondary", "measured", "estimate")
+PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8")
+BLOCK_SCALED_FORMATS: tuple[str, ...] = ("mxfp8", "mxfp6", "mxfp4", "nvfp4")
+FP8_FORMATS: tuple[str, ...] = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz")
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number with where it came from."""
+
+    value: Any
+    source: str
+    """Citation text (resolved from the file's ``sources`` map)."""
+    kind: FigureKind
+    note: str = ""
+    how: str = ""
+    """For measured figures: who measured and how."""
+    uncertain: bool = False
+
+
+@dataclass(frozen=True)
+class GPU:
+    """An accelerator as the analytical model sees it. Rates are dense, decimal TFLOP/s and TB/s."""
+
+    name: str
+    display_name: str
+    vendor: Literal["nvidia", "amd"]
+    architecture: str
+    status: Literal["shipping", "announced"]
+    year: int
+    peak_dense_tflops: dict[str, Figure]
+    """Dense peak per precision key; a missing key means no hardware path."""
+    fp8_formats: tuple[str, ...]
+    block_scaled_formats: tuple[str, ...]
+    hbm_capacity_gb: Figure
+    hbm_bandwidth_tb_s: Figure
+    l2_cache_mb: Figure
+    last_level_cache_mb: Figure
+    compute_unit_kind: Literal["sm", "cu"]
+    compute_units: Figure
+    boost_clock_mhz: Figure
+    matrix_clock_mhz: Figure
+    shared_memory_kb: Figure
+    register_file_kb: Figure
+    warp_size: Figure
+    matrix_instruction_mnk: Figure
+    """value: {precision: (M, N, K)} smallest matrix-instruction step."""
+    scale_up_gb_s_per_direction: Figure
+    scale_up_domain_gpus: Figure
+    scale_out_gb_s_per_direction: Figure
+    tdp_w: Figure
+    measured: dict[str, Figure] = field(default_factory=dict)
+    """Public achievable ceilings: ``matmul_tflops.<precision>``, ``hbm_bandwidth_tb_s``."""
+    aliases: tuple[str, ...] = ()
+    origin: str = "<dict>"
+
+    # Derived, not stored (STYLE 3).
+    def peak_tflops(self, peak_key: str) -> float:
+        """Dense peak TFLOP/s for a precision key; ``KeyError`` when the GPU has no path for it."""
+        return float(self.peak_dense_tflops[peak_key].value)
+
+    def ridge_point(self, peak_key: str) -> float:
+        """Arithmetic intensity (FLOP/byte) where the compute roof meets the HBM roof."""
+        return self.peak_tflops(peak_key) / self.hbm_bandwidth_tb_s.value
+
+    @property
+    def is_uncertain(self) -> bool:
+        return self.status == "announced"
+
+    def figures(self) -> dict[str, Figure]:
+        """Every sourced figure, keyed by its dotted field name (for tables and audits)."""
+        out = {f"peak_dense_tflops.{k}": v for k, v in self.peak_dense_tflops.items()}
+        for name in ("hbm_capacity_gb", "hbm_bandwidth_tb_s", "l2_cache_mb", "last_level_cache_mb",
+                     "compute_units", "boost_clock_mhz", "matrix_clock_mhz", "shared_memory_kb",
+                     "register_file_kb", "warp_size", "matrix_instruction_mnk", "scale_up_gb_s_per_direction",
+                     "scale_up_domain_gpus", "scale_out_gb_s_per_direction", "tdp_w"):
+            out[name] = getattr(self, name)
+        out.update({f"measured.{k}": v for k, v in self.measured.items()})
+        return out
+
+
+def _figure(fields: Fields, key: str, sources: dict[str, str], *, check=None) -> Figure:
+    spec = fields.sub(key)
+    source_id = spec.string("source")
+    if source_id not in sources:
+        raise spec.error("source", source_id, f"an id from this file's sources ({', '.join(sources)})")
+    kind = spec.string("kind", FIGURE_KINDS)
+    value = spec.raw("value")
+    if check is None:
+        value = check_number(value, fields.origin, f"{spec.path}.value", above=0)
+    else:
+        value = check(spec, value)
+    if kind == "measured" and not spec.has("how"):
+        raise spec.error("how", None, "a description of who measured this and how (kind: measured)")
+    figure = Figure(
+        value=value,
+        source=sources[source_id],
+        kind=kind,
+        note=spec.string("note") if spec.has("note") else "",
+        how=spec.string("how") if spec.has("how") else "",
+        uncertain=spec.boolean("uncertain", default=False),
+    )
+    spec.finish()
+    return figure
+
+
+def _instruction_shapes(spec: Fields, value: object) -> dict[str, tuple[int, int, int]]:
+    if not isinstance(value, dict) or not value:
+        raise spec.error("value", value, "a mapping precision -> [M, N, K]")
+    shapes = {}
+    for precision, mnk in value.items():
+        if precision not in PEAK_KEYS:
+            raise spec.error(f"value.{precision}", mnk, f"a precision key from {', '.join(PEAK_KEYS)}")
+        if not (isinstance(mnk, list) and len(mnk) == 3 and all(isinstance(d, int) and d > 0 for d in mnk)):
+            raise spec.error(f"value.{precision}", mnk, "[M, N, K] positive integers")
+        shapes[precision] = tuple(mnk)
+    return shapes
+
+
+def gpu_from_dict(data: object, origin: str = "<dict>") -> GPU:
+    """Validate a GPU spec (parsed YAML or a hand-written dict) and build a ``GPU``."""
+    top = Fields(data, origin)
+    version = top.number("schema_version", integer=True)
+    if version != SCHEMA_VERSION:
+        raise top.error("schema_version", version, f"{SCHEMA_VERSION} (the only schema this version reads)")
+    raw_sources = top.raw("sources")
+    if not isinstance(raw_sources, dict) or not raw_sources or not all(isinstance(v, str) for v in raw_sources.values()):
+        raise top.error("sources", raw_sources, "a mapping of source id -> citation text")
+    sources = {str(k): v for k, v in raw_sources.items()}
+
+    peaks_spec = top.sub("peak_dense_tflops")
+    peaks = {key: _figure(peaks_spec, key, sources) for key in PEAK_KEYS if peaks_spec.has(key)}
+    peaks_spec.finish()
+    if "bf16" not in peaks and "fp16" not in peaks:
+        raise top.error("peak_dense_tflops", sorted(peaks), "at least a bf16 or fp16 entry")
+
+    memory = top.sub("memory")
+    units = top.sub("compute_units")
+    link = top.sub("interconnect")
+
+    def integer(spec: Fields, value: object) -> int:
+        return int(check_number(value, origin, f"{spec.path}.value", minimum=1, integer=True))
+
+    gpu = GPU(
+        name=top.string("name").lower(),
+        display_name=top.string("display_name"),
+        vendor=top.string("vendor", ("nvidia", "amd")),
+        architecture=top.string("architecture"),
+        status=top.string("status", ("shipping", "announced")),
+        year=int(top.number("year", integer=True, minimum=2000)),
+        peak_dense_tflops=peaks,
+        fp8_formats=top.string_list("fp8_formats", FP8_FORMATS),
+        block_scaled_formats=top.string_list("block_scaled_formats", BLOCK_SCALED_FORMATS),
+        hbm_capacity_gb=_figure(memory, "hbm_capacity_gb", sources),
+        hbm_bandwidth_tb_s=_figure(memory, "hbm_bandwidth_tb_s", sources),
+        l2_cache_mb=_figure(memory, "l2_cache_mb", sources),
+        last_level_cache_mb=_figure(memory, "last_level_cache_mb", sources),
+        compute_unit_kind=units.string("kind", ("sm", "cu")),
+        compute_units=_figure(units, "count", sources, check=integer),
+        boost_clock_mhz=_figure(units, "boost_clock_mhz", sources),
+        matrix_clock_mhz=_figure(units, "matrix_clock_mhz", sources),
+        shared_memory_kb=_figure(units, "shared_memory_kb", sources),
+        register_file_kb=_figure(units, "register_file_kb", sources),
+        warp_size=_figure(units, "warp_size", sources, check=integer),
+        matrix_instruction_mnk=_figure(units, "matrix_instruction_mnk", sources, check=_instruction_shapes),
+        scale_up_gb_s_per_direction=_figure(link, "scale_up_gb_s_per_direction", sources),
+        scale_up_domain_gpus=_figure(link, "scale_up_domain_gpus", sources, check=integer),
+        scale_out_gb_s_per_direction=_figure(link, "scale_out_gb_s_per_direction", sources),
+        tdp_w=_figure(top, "tdp_w", sources),
+        measured=_measured(top, sources),
+        aliases=tuple(a.lower() for a in top.string_list("aliases", default=[])),
+        origin=origin,
+    )
+    for spec in (memory, units, link):
+        spec.finish()
+    top.finish()
+    if "fp8" in peaks and not gpu.fp8_formats:
+        raise top.error("fp8_formats", [], "the fp8 formats the GPU runs (it has an fp8 peak)")
+    return gpu
+
+
+def _measured(top: Fields, sources: dict[str, str]) -> dict[str, Figure]:
+    spec = top.sub("measured", default={})
+    out: dict[str, Figure] = {}
+    if spec.has("matmul_tflops"):
+        matmul = spec.sub("matmul_tflops")
+        for key in PEAK_KEYS:
+            if matmul.has(key):
+                out[f"matmul_tflops.{key}"] = _figure(matmul, key, sources)
+        matmul.finish()
+    if spec.has("hbm_bandwidth_tb_s"):
+        out["hbm_bandwidth_tb_s"] = _figure(spec, "hbm_bandwidth_tb_s", sources)
+    spec.finish()
+    return out
+
+
+def load_gpu(spec: str | Path | dict) -> GPU:
+    """A GPU from a YAML file path or a dict, validated by the catalog's schema."""
+    if isinstance(spec, dict):
+        return gpu_from_dict(spec)
+    return gpu_from_dict(load_yaml(spec), str(spec))
+
+
+def _catalog_dir() -> Path:
+    return Path(str(resources.files("workbench.specs"))) / "gpus"
+
+
+@cache
+def _catalog() -> dict[str, GPU]:
+    gpus: dict[str, GPU] = {}
+    for path in sorted(_catalog_dir().glob("*.yaml")):
+        gpu = load_gpu(path)
+        if gpu.name != path.stem:
+            raise SpecError(str(path), "name", gpu.name, f"the file's stem {path.stem!r}")
+        gpus[gpu.name] = gpu
+    return gpus
+
+
+def _aliases() -> dict[str, str]:
+    return {alias: gpu.name for gpu in _catalog().values() for alias in gpu.aliases}
+
+
+def list_gpus() -> list[GPU]:
+    """Every catalog GPU, in file-name order."""
+    return list(_catalog().values())
+
+
+def get_gpu(name: str | GPU) -> GPU:
+    """A catalog GPU by exact name or alias (case-insensitive), e.g. ``get_gpu("mi355x")``."""
+    if isinstance(name, GPU):
+        return name
+    key = str(name).lower()
+    catalog = _catalog()
+    key = _aliases().get(key, key)
+    if key not in catalog:
+        raise UnknownNameError("GPU", name, list(catalog) + list(_aliases()))
+    return catalog[key]

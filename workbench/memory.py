@@ -1,0 +1,151 @@
+"""Peak HBM per GPU: parameters, gradients, optimizer states and activations, under DP/FSDP/TP/PP sharding and
+activation checkpointing none/selective/full; what fits, and the largest micro-batch that does.
+
+Mixed precision keeps fp32 master parameters, fp32 gradients (the reduce dtype) and two fp32 AdamW moments:
+16 bytes per parameter, sharded dp-ways under FSDP (ZeRO-3, Rajbhandari et al. 2020). FSDP also holds the
+bf16 parameters of the layers being gathered (current + prefetched). Activation bytes per block follow
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"), adapted to flash
+attention (no s^2 scores stored), GQA and gated FFNs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from workbench.config import TrainingConfig, activation_dtype
+from workbench.hardware import GPU
+from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
+from workbench.precision import get_precision
+
+GB = 1e9
+MASTER_STATE_BYTES = 16
+"""fp32 master weights (4) + fp32 gradients (4) + AdamW first and second moments (4 + 4)."""
+FRAMEWORK_OVERHEAD_GB = 2.0
+"""Guess, calibrate against torch.cuda.max_memory_reserved: CUDA context, library workspaces, allocator slack."""
+HEADROOM_FRACTION = 0.05
+"""Share of HBM kept free when deciding what fits (fragmentation); a guess."""
+GATHERED_LAYERS = 2
+"""FSDP keeps the current and one prefetched layer unsharded."""
+ROWWISE_ADAGRAD_BYTES_PER_ROW = 4
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU, by what holds them."""
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    workspace: float
+    capacity: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.workspace
+
+    @property
+    def usable(self) -> float:
+        return self.capacity * (1 - HEADROOM_FRACTION)
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.usable
+
+    def as_gb(self) -> dict[str, float]:
+        return {k: getattr(self, k) / GB for k in ("params", "grads", "optimizer", "activations", "workspace", "total", "capacity")}
+
+
+def _block_activation_elements(model: TransformerModel, mode: str) -> float:
+    """Saved activation elements per token of one block (already divided by nothing: caller shards)."""
+    h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
+    k = model.experts_per_token if model.is_moe else 1
+    gated = model.ffn_activation == "swiglu"
+    ffn_in = (2 if gated else 1) * f * k  # gate/up output: input of the activation's backward
+    ffn_act = f * k                        # activation output: input of the down GEMM
+    moe = h * k + model.num_experts * 2 if model.is_moe else 0  # dispatched tokens + fp32 router logits
+    if mode == "full":
+        return h
+    saved = 2 * h + (q + 2 * kv) + q + ffn_in + moe  # norm inputs, q/k/v, attention output, ffn inputs
+    if mode == "none":
+        saved += 2 * h + ffn_act  # norm outputs and activation output are kept instead of recomputed
+    return saved
+
+
+def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
+    p = cfg.parallelism
+    layers = math.ceil(model.num_layers / p.pp)
+    expert_params = 0
+    if model.is_moe:
+        branches = 3 if model.ffn_activation == "swiglu" else 2
+        expert_params = branches * model.hidden_size * model.ffn_hidden_size * model.num_experts
+    dense_layer = model.layer_params() - expert_params
+    local_params = layers * (dense_layer + expert_params / p.ep) / p.tp + model.embedding_params() / p.tp
+    shard = p.dp if p.sharding == "fsdp" else 1
+    state = local_params * MASTER_STATE_BYTES / shard
+    gathered = GATHERED_LAYERS * model.layer_params() / p.tp * 2 if p.sharding == "fsdp" and p.dp > 1 else 0.0
+    a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    tokens = cfg.micro_batch * cfg.seq_len
+    in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
+    per_block = _block_activation_elements(model, cfg.activation_checkpointing) * tokens * a / p.tp
+    recompute_peak = _block_activation_elements(model, "none") * tokens * a / p.tp if cfg.activation_checkpointing != "none" else 0
+    logits = tokens * math.ceil(model.vocab_size / p.tp) * (a + 4)  # bf16 logits + fp32 upcast in the loss
+    activations = in_flight * layers * per_block + recompute_peak + logits
+    return MemoryBreakdown(
+        params=4 * local_params / shard + gathered,
+        grads=4 * local_params / shard,
+        optimizer=8 * local_params / shard,
+        activations=activations,
+        workspace=FRAMEWORK_OVERHEAD_GB * GB,
+        capacity=gpu.hbm_capacity_gb.value * GB,
+    )
+
+
+def _recsys_memory(model: DLRMModel | HSTUModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
+    p = cfg.parallelism
+    a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    if isinstance(model, DLRMModel):
+        rows = sum(t.rows for t in model.tables)
+        widths = sum(o for _, _, o in model.mlp_layers())
+        activations = cfg.micro_batch * (2 * widths + 2 * model.interaction_width * model.cross_layers) * a
+    else:
+        rows = model.item_table_rows
+        heads_out = model.num_heads * model.linear_dim
+        uvqk = model.num_heads * (2 * model.linear_dim + 2 * model.attention_dim)
+        per_token = 2 * model.embedding_dim + 2 * uvqk + 3 * heads_out
+        activations = cfg.micro_batch * cfg.seq_len * (model.num_layers * per_token * a + model.embedding_dim * 4)
+    dense = model.dense_params  # replicated; tables are row-sharded over the dp GPUs, fp32
+    return MemoryBreakdown(
+        params=model.embedding_params * 4 / p.dp + 4 * dense,
+        grads=4 * dense,  # table gradients are fused into the update, never materialised
+        optimizer=rows * ROWWISE_ADAGRAD_BYTES_PER_ROW / p.dp + 8 * dense,
+        activations=activations,
+        workspace=FRAMEWORK_OVERHEAD_GB * GB,
+        capacity=gpu.hbm_capacity_gb.value * GB,
+    )
+
+
+def memory_breakdown(model: Model, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
+    """Peak bytes per GPU for a validated training config (``TrainingConfig.resolved``)."""
+    if isinstance(model, TransformerModel):
+        return _transformer_memory(model, cfg, gpu)
+    return _recsys_memory(model, cfg, gpu)
+
+
+def max_micro_batch(model: Model, cfg: TrainingConfig, gpu: GPU, limit: int = 1 << 20) -> int:
+    """The largest micro-batch that fits in HBM with headroom (0 if not even 1 does)."""
+    def fits(mb: int) -> bool:
+        trial = TrainingConfig(mb, cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing)
+        return memory_breakdown(model, trial, gpu).fits
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    high = min(high, limit + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low

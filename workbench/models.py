@@ -1,0 +1,378 @@
+"""The model catalog: typed model descriptions loaded from ``specs/models/*.yaml``.
+
+Three families: decoder-only transformers (dense or mixture-of-experts), DLRM (embedding tables + MLPs + a
+DCNv2 interaction) and HSTU-style generative recommenders. User models come from a YAML/dict with the same
+schema, or from a Hugging Face ``config.json`` parsed locally (``from_hf_config``; no network).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal, Union
+
+from workbench.errors import SpecError, UnknownNameError
+from workbench.schema import Fields, load_yaml
+
+
+@dataclass(frozen=True)
+class TransformerModel:
+    """A decoder-only transformer (Llama/GPT/Mixtral family)."""
+
+    name: str
+    display_name: str
+    source: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    """Key/value heads: equal to num_heads for MHA, fewer for GQA."""
+    ffn_hidden_size: int
+    """Width of one (expert) FFN: the gate/up projection's output per branch."""
+    ffn_activation: Literal["swiglu", "gelu"] = "swiglu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    tied_embeddings: bool = False
+    num_experts: int = 1
+    """Routed experts per MoE layer; 1 means a dense FFN."""
+    experts_per_token: int = 1
+    """Top-k routing."""
+    default_seq_len: int = 4096
+    head_dim: int = 0
+    """0 derives hidden_size / num_heads."""
+    kind: Literal["transformer"] = "transformer"
+
+    def __post_init__(self):
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer block (attention + FFN/experts + norms)."""
+        h = self.hidden_size
+        attention = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        branches = 3 if self.ffn_activation == "swiglu" else 2  # gate+up+down vs up+down
+        ffn = branches * h * self.ffn_hidden_size * self.num_experts
+        router = h * self.num_experts if self.is_moe else 0
+        norms = 2 * h * (2 if self.norm == "layernorm" else 1)
+        return attention + ffn + router + norms
+
+    def active_layer_params(self) -> int:
+        """Parameters one token touches in a block (top-k experts only)."""
+        branches = 3 if self.ffn_activation == "swiglu" else 2
+        inactive = branches * self.hidden_size * self.ffn_hidden_size * (self.num_experts - self.experts_per_token)
+        return self.layer_params() - inactive
+
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
+
+    @property
+    def num_params(self) -> int:
+        final_norm = self.hidden_size * (2 if self.norm == "layernorm" else 1)
+        return self.num_layers * self.layer_params() + self.embedding_params() + final_norm
+
+    @property
+    def num_active_params(self) -> int:
+        return self.num_params - self.num_layers * (self.layer_params() - self.active_layer_params())
+
+
+@dataclass(frozen=True)
+class EmbeddingTable:
+    rows: int
+    dim: int
+    pooling: int = 1
+    """Lookups per sample (multi-hot size), sum-pooled."""
+
+
+@dataclass(frozen=True)
+class DLRMModel:
+    """DLRM with a DCNv2 interaction (MLPerf DLRM-DCNv2)."""
+
+    name: str
+    display_name: str
+    source: str
+    num_dense_features: int
+    tables: tuple[EmbeddingTable, ...]
+    bottom_mlp: tuple[int, ...]
+    """Layer widths after the dense input, e.g. (512, 256, 128)."""
+    top_mlp: tuple[int, ...]
+    cross_layers: int
+    cross_low_rank: int
+    default_batch: int = 65536
+    kind: Literal["dlrm"] = "dlrm"
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.tables[0].dim
+
+    @property
+    def interaction_width(self) -> int:
+        """Concatenated bottom-MLP output and pooled embeddings: the DCN input."""
+        return self.bottom_mlp[-1] + sum(t.dim for t in self.tables)
+
+    def mlp_layers(self) -> list[tuple[str, int, int]]:
+        """(name, in, out) of every dense layer, DCN low-rank projections included."""
+        layers = []
+        widths = (self.num_dense_features, *self.bottom_mlp)
+        layers += [(f"bottom_mlp.{i}", a, b) for i, (a, b) in enumerate(zip(widths, widths[1:]))]
+        d = self.interaction_width
+        for i in range(self.cross_layers):
+            layers += [(f"cross.{i}.down", d, self.cross_low_rank), (f"cross.{i}.up", self.cross_low_rank, d)]
+        widths = (d, *self.top_mlp)
+        layers += [(f"top_mlp.{i}", a, b) for i, (a, b) in enumerate(zip(widths, widths[1:]))]
+        return layers
+
+    @property
+    def dense_params(self) -> int:
+        return sum(a * b + b for _, a, b in self.mlp_layers())
+
+    @property
+    def embedding_params(self) -> int:
+        return sum(t.rows * t.dim for t in self.tables)
+
+    @property
+    def num_params(self) -> int:
+        return self.dense_params + self.embedding_params
+
+
+@dataclass(frozen=True)
+class HSTUModel:
+    """HSTU-style generative recommender: item/action embeddings feeding a stack of HSTU blocks."""
+
+    name: str
+    display_name: str
+    source: str
+    item_table_rows: int
+    embedding_dim: int
+    """Equals the model width: item embeddings enter the blocks directly."""
+    num_layers: int
+    num_heads: int
+    attention_dim: int
+    """Per-head query/key width."""
+    linear_dim: int
+    """Per-head value/gating width."""
+    default_seq_len: int = 2048
+    default_batch: int = 64
+    kind: Literal["hstu"] = "hstu"
+
+    def layer_params(self) -> int:
+        d = self.embedding_dim
+        uvqk = d * self.num_heads * (2 * self.linear_dim + 2 * self.attention_dim)
+        out = self.num_heads * self.linear_dim * d
+        return uvqk + out + 2 * d
+
+    @property
+    def dense_params(self) -> int:
+        return self.num_layers * self.layer_params()
+
+    @property
+    def embedding_params(self) -> int:
+        return self.item_table_rows * self.embedding_dim
+
+    @property
+    def num_params(self) -> int:
+        return self.dense_params + self.embedding_params
+
+
+Model = Union[TransformerModel, DLRMModel, HSTUModel]
+MODEL_KINDS = ("transformer", "dlrm", "hstu")
+
+
+def _positive_int(f: Fields, key: str, default=None) -> int:
+    kwargs = {} if default is None else {"default": default}
+    return int(f.number(key, integer=True, minimum=1, **kwargs))
+
+
+def model_from_dict(data: object, origin: str = "<dict>") -> Model:
+    """Validate a model description (parsed YAML or a dict) and build the typed model."""
+    f = Fields(data, origin)
+    kind = f.string("kind", MODEL_KINDS)
+    common = dict(name=f.string("name").lower(), display_name=f.string("display_name"), source=f.string("source"))
+    if kind == "transformer":
+        if not f.has("head_dim") and f.has("hidden_size") and f.has("num_heads"):
+            hidden, heads = _positive_int(f, "hidden_size"), _positive_int(f, "num_heads")
+            if hidden % heads:
+                raise f.error("num_heads", heads, f"a divisor of hidden_size={hidden} (or give head_dim)")
+        model = TransformerModel(
+            **common,
+            vocab_size=_positive_int(f, "vocab_size"),
+            hidden_size=_positive_int(f, "hidden_size"),
+            num_layers=_positive_int(f, "num_layers"),
+            num_heads=_positive_int(f, "num_heads"),
+            num_kv_heads=_positive_int(f, "num_kv_heads"),
+            ffn_hidden_size=_positive_int(f, "ffn_hidden_size"),
+            ffn_activation=f.string("ffn_activation", ("swiglu", "gelu"), default="swiglu"),
+            norm=f.string("norm", ("rmsnorm", "layernorm"), default="rmsnorm"),
+            tied_embeddings=f.boolean("tied_embeddings", default=False),
+            num_experts=_positive_int(f, "num_experts", 1),
+            experts_per_token=_positive_int(f, "experts_per_token", 1),
+            default_seq_len=_positive_int(f, "default_seq_len", 4096),
+            head_dim=_positive_int(f, "head_dim", 0) if f.has("head_dim") else 0,
+        )
+        _check_transformer(model, origin)
+    elif kind == "dlrm":
+        tables_raw = f.raw("tables")
+        if not isinstance(tables_raw, dict):
+            raise f.error("tables", tables_raw, "a mapping with rows: [..], dim: N and pooling: [..]")
+        t = Fields(tables_raw, origin, "tables")
+        rows, pooling = t.raw("rows"), t.raw("pooling")
+        dim = _positive_int(t, "dim")
+        if not (isinstance(rows, list) and rows and all(isinstance(r, int) and r > 0 for r in rows)):
+            raise t.error("rows", rows, "a non-empty list of positive integers")
+        if not (isinstance(pooling, list) and len(pooling) == len(rows) and all(isinstance(p, int) and p > 0 for p in pooling)):
+            raise t.error("pooling", pooling, f"a list of {len(rows)} positive integers (one per table)")
+        t.finish()
+        model = DLRMModel(
+            **common,
+            num_dense_features=_positive_int(f, "num_dense_features"),
+            tables=tuple(EmbeddingTable(r, dim, p) for r, p in zip(rows, pooling)),
+            bottom_mlp=_widths(f, "bottom_mlp"),
+            top_mlp=_widths(f, "top_mlp"),
+            cross_layers=_positive_int(f, "cross_layers"),
+            cross_low_rank=_positive_int(f, "cross_low_rank"),
+            default_batch=_positive_int(f, "default_batch", 65536),
+        )
+    else:
+        model = HSTUModel(
+            **common,
+            item_table_rows=_positive_int(f, "item_table_rows"),
+            embedding_dim=_positive_int(f, "embedding_dim"),
+            num_layers=_positive_int(f, "num_layers"),
+            num_heads=_positive_int(f, "num_heads"),
+            attention_dim=_positive_int(f, "attention_dim"),
+            linear_dim=_positive_int(f, "linear_dim"),
+            default_seq_len=_positive_int(f, "default_seq_len", 2048),
+            default_batch=_positive_int(f, "default_batch", 64),
+        )
+    f.finish()
+    return model
+
+
+def _widths(f: Fields, key: str) -> tuple[int, ...]:
+    value = f.raw(key)
+    if not (isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value)):
+        raise f.error(key, value, "a non-empty list of positive layer widths")
+    return tuple(value)
+
+
+def _check_transformer(m: TransformerModel, origin: str) -> None:
+    if m.num_heads % m.num_kv_heads:
+        raise SpecError(origin, "num_kv_heads", m.num_kv_heads, f"a divisor of num_heads={m.num_heads}")
+    if m.experts_per_token > m.num_experts:
+        raise SpecError(origin, "experts_per_token", m.experts_per_token, f"at most num_experts={m.num_experts}")
+
+
+def load_model(spec: str | Path | dict) -> Model:
+    """A model from a YAML file path, a Hugging Face config.json path, or a dict."""
+    if isinstance(spec, dict):
+        return model_from_dict(spec)
+    path = Path(spec)
+    if path.suffix == ".json":
+        return from_hf_config(path)
+    return model_from_dict(load_yaml(path), str(path))
+
+
+_HF_ACTIVATIONS = {"silu": "swiglu", "swiglu": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
+
+
+def from_hf_config(config: str | Path | dict, name: str | None = None) -> TransformerModel:
+    """A transformer from a Hugging Face ``config.json`` (a path or its parsed dict), read locally.
+
+    Understands Llama/Mistral/Qwen-style (``hidden_size``, ``num_attention_heads``, ...), Mixtral-style MoE
+    (``num_local_experts``, ``num_experts_per_tok``) and GPT-2-style (``n_embd``, ``n_layer``, ``n_head``) keys.
+    """
+    origin = "<dict>"
+    if not isinstance(config, dict):
+        origin = str(config)
+        try:
+            config = json.loads(Path(config).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SpecError(origin, "<file>", "<unreadable>", f"a readable Hugging Face config.json ({exc})") from exc
+    if not isinstance(config, dict):
+        raise SpecError(origin, "<top>", config, "a JSON object")
+
+    def pick(*keys, default=None):
+        for key in keys:
+            if key in config:
+                return config[key]
+        if default is not None:
+            return default
+        raise SpecError(origin, " or ".join(keys), None, "a value (needed to build the model)")
+
+    hidden = pick("hidden_size", "n_embd", "d_model")
+    heads = pick("num_attention_heads", "n_head")
+    is_gpt2 = "n_embd" in config
+    experts = pick("num_local_experts", "n_routed_experts", "num_experts", default=1)
+    if is_gpt2:
+        ffn = config.get("n_inner") or 4 * hidden
+    elif experts > 1 and config.get("moe_intermediate_size"):
+        ffn = config["moe_intermediate_size"]
+    else:
+        ffn = pick("intermediate_size")
+    activation = _HF_ACTIVATIONS.get(str(pick("hidden_act", "activation_function", default="silu")), "swiglu")
+    model_name = name or str(config.get("_name_or_path") or config.get("model_type") or "hf-model").split("/")[-1].lower()
+    data = {
+        "kind": "transformer",
+        "name": model_name,
+        "display_name": f"{model_name} (from config.json)",
+        "source": f"Hugging Face config {origin}",
+        "vocab_size": pick("vocab_size"),
+        "hidden_size": hidden,
+        "num_layers": pick("num_hidden_layers", "n_layer"),
+        "num_heads": heads,
+        "num_kv_heads": pick("num_key_value_heads", default=heads),
+        "ffn_hidden_size": ffn,
+        "ffn_activation": "gelu" if is_gpt2 else activation,
+        "norm": "layernorm" if is_gpt2 or "layer_norm_epsilon" in config else "rmsnorm",
+        "tied_embeddings": bool(pick("tie_word_embeddings", default=is_gpt2)),
+        "num_experts": experts,
+        "experts_per_token": pick("num_experts_per_tok", default=1),
+        "default_seq_len": min(int(pick("max_position_embeddings", "n_positions", default=4096)), 8192),
+    }
+    if "head_dim" in config and config["head_dim"]:
+        data["head_dim"] = config["head_dim"]
+    return model_from_dict(data, origin)
+
+
+def _catalog_dir() -> Path:
+    return Path(str(resources.files("workbench.specs"))) / "models"
+
+
+@cache
+def _catalog() -> dict[str, Model]:
+    models = {}
+    for path in sorted(_catalog_dir().glob("*.yaml")):
+        model = load_model(path)
+        if model.name != path.stem:
+            raise SpecError(str(path), "name", model.name, f"the file's stem {path.stem!r}")
+        models[model.name] = model
+    return models
+
+
+def list_models() -> list[Model]:
+    return list(_catalog().values())
+
+
+def get_model(name: str | Model) -> Model:
+    """A catalog model by exact name (case-insensitive), e.g. ``get_model("llama3-70b")``."""
+    if isinstance(name, (TransformerModel, DLRMModel, HSTUModel)):
+        return name
+    catalog = _catalog()
+    key = str(name).lower()
+    if key not in catalog:
+        raise UnknownNameError("model", name, catalog)
+    return catalog[key]

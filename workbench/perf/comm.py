@@ -1,0 +1,51 @@
+"""Collectives by the alpha-beta model (Hockney 1994; ring algorithms as in Thakur, Rabenseifner, Gropp 2005):
+time = steps x alpha + bytes on the busiest link / (link bandwidth x link_efficiency).
+
+``size_bytes`` is always the full logical buffer (the gathered tensor, the reduced gradient). A group inside one
+scale-up domain (NVLink / xGMI) runs at the scale-up bandwidth per direction; a group that spans nodes is
+bottlenecked by each GPU's scale-out NIC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.hardware import GPU
+from workbench.perf.efficiency import Constants
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth_bytes_s: float
+    latency_s: float
+    name: str
+
+
+def group_link(gpu: GPU, constants: Constants, spans_nodes: bool) -> Link:
+    """The link a group's traffic is bounded by: scale-up inside a domain, the NIC across nodes."""
+    efficiency = constants["link_efficiency"]
+    if spans_nodes:
+        return Link(gpu.scale_out_gb_s_per_direction.value * 1e9 * efficiency,
+                    constants["scale_out_latency_us"] * 1e-6, "scale-out")
+    return Link(gpu.scale_up_gb_s_per_direction.value * 1e9 * efficiency,
+                constants["scale_up_latency_us"] * 1e-6, "scale-up")
+
+
+def collective_time(kind: Collective, size_bytes: float, group: int, link: Link) -> float:
+    """Seconds for one collective over ``group`` ranks; zero for a group of one."""
+    if group <= 1 or size_bytes <= 0:
+        return 0.0
+    n = group
+    if kind == "all_reduce":  # reduce-scatter then all-gather: 2(n-1) steps, 2(n-1)/n of the buffer per link
+        steps, traffic = 2 * (n - 1), 2 * (n - 1) / n * size_bytes
+    elif kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        steps, traffic = n - 1, (n - 1) / n * size_bytes
+    elif kind == "send_recv":
+        steps, traffic = 1, size_bytes
+    else:
+        raise ValueError(f"unknown collective {kind!r}; expected one of {', '.join(COLLECTIVES)}")
+    return steps * link.latency_s + traffic / link.bandwidth_bytes_s

@@ -1,0 +1,119 @@
+"""Efficiency constants of the time model: defaults from ``specs/efficiency.yaml``, per-GPU calibration profiles
+from ``specs/calibration/<gpu>.yaml``.
+
+A profile holds only fitted values; anything it lacks falls back to the defaults. ``Constants`` records where
+each value came from so the UI and reports can show "sourced", "guess" or "calibrated".
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from workbench.errors import SpecError, WorkbenchError
+from workbench.hardware import GPU
+from workbench.schema import Fields, check_number, load_yaml
+
+CALIBRATION_DIR_ENV = "WORKBENCH_CALIBRATION_DIR"
+"""Set it to read (and write) calibration profiles from another folder than the shipped specs/calibration."""
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Named model constants for one GPU, with each value's provenance (sourced, guess, calibrated)."""
+
+    values: dict[str, float]
+    provenance: dict[str, str] = field(default_factory=dict)
+    calibrated: bool = False
+
+    def __getitem__(self, name: str) -> float:
+        if name in self.values:
+            return self.values[name]
+        family, _, _ = name.partition(".")
+        default = f"{family}.default"
+        if default in self.values:
+            return self.values[default]
+        raise KeyError(f"no model constant {name!r} (known: {', '.join(sorted(self.values))})")
+
+    def with_values(self, updates: dict[str, float], provenance: str = "calibrated") -> Constants:
+        values = {**self.values, **updates}
+        prov = {**self.provenance, **{k: provenance for k in updates}}
+        return Constants(values, prov, calibrated=self.calibrated or provenance == "calibrated")
+
+
+def _specs_dir() -> Path:
+    return Path(str(resources.files("workbench.specs")))
+
+
+def calibration_dir() -> Path:
+    return Path(os.environ.get(CALIBRATION_DIR_ENV) or _specs_dir() / "calibration")
+
+
+def _read_constants(table: object, origin: str, path: str) -> tuple[dict[str, float], dict[str, str]]:
+    f = Fields(table, origin, path)
+    values, provenance = {}, {}
+    for name in list(f.data):
+        entry = f.sub(name)
+        values[name] = check_number(entry.raw("value"), origin, f"{entry.path}.value", above=0)
+        kind = entry.string("kind", ("sourced", "guess"))
+        provenance[name] = f"{kind}: {entry.string('source')}" if kind == "sourced" else f"guess: {entry.string('note', default='calibrate me')}"
+        entry.finish()
+    f.finish()
+    return values, provenance
+
+
+@cache
+def _defaults() -> tuple[dict, dict, dict]:
+    path = _specs_dir() / "efficiency.yaml"
+    top = Fields(load_yaml(path), str(path))
+    top.number("schema_version", integer=True)
+    values, provenance = _read_constants(top.raw("defaults"), str(path), "defaults")
+    archs = top.sub("architectures")
+    per_arch = {name: _read_constants(archs.raw(name), str(path), f"architectures.{name}") for name in list(archs.data)}
+    archs.finish()
+    top.finish()
+    return values, provenance, per_arch
+
+
+def default_constants(gpu: GPU) -> Constants:
+    """Spec-only constants for ``gpu``: the defaults overridden by its architecture's section."""
+    values, provenance, per_arch = _defaults()
+    arch_values, arch_prov = per_arch.get(gpu.architecture, ({}, {}))
+    return Constants({**values, **arch_values}, {**provenance, **arch_prov})
+
+
+def profile_path(gpu: GPU) -> Path:
+    return calibration_dir() / f"{gpu.name}.yaml"
+
+
+def load_profile(gpu: GPU, path: str | Path | None = None) -> dict[str, float]:
+    """Fitted constants of a calibration profile (``workbench calibrate`` writes them)."""
+    path = Path(path) if path else profile_path(gpu)
+    if not path.exists():
+        raise WorkbenchError(
+            f"no calibration profile for {gpu.name} at {path}; run `workbench calibrate RESULTS.csv --gpu {gpu.name}` "
+            f"first, or predict with calibrated=False"
+        )
+    top = Fields(load_yaml(path), str(path))
+    gpu_name = top.string("gpu")
+    if gpu_name != gpu.name:
+        raise SpecError(str(path), "gpu", gpu_name, f"{gpu.name!r} (the profile is for another GPU)")
+    constants = top.sub("constants")
+    known = set(_defaults()[0]) | {k for arch in _defaults()[2].values() for k in arch[0]}
+    values = {}
+    for name in list(constants.data):
+        if name not in known:
+            raise constants.error(name, constants.data[name], f"a constant of specs/efficiency.yaml ({', '.join(sorted(known))})")
+        values[name] = constants.number(name, above=0)
+    return values
+
+
+def constants_for(gpu: GPU, calibrated: bool = False) -> Constants:
+    """The constants a prediction uses: spec defaults, or the GPU's calibration profile over them."""
+    base = default_constants(gpu)
+    if not calibrated:
+        return base
+    return base.with_values(load_profile(gpu), "calibrated")

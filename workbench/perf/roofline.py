@@ -1,0 +1,32 @@
+"""The roofline bound of an op (Williams, Waterman, Patterson 2009): max(FLOPs / peak, bytes / bandwidth) at
+the datasheet peaks. No achievable-fraction or overhead enters it; every model prediction is at least this.
+"""
+
+from __future__ import annotations
+
+from workbench.graph.ops import Op
+from workbench.hardware import GPU
+from workbench.precision import get_precision
+
+
+def matrix_peak_key(op: Op) -> str:
+    return get_precision(op.dtype).peak_key
+
+
+def compute_peak_flops(op: Op, gpu: GPU) -> float:
+    """The roof an op's FLOPs run against: the matrix peak for GEMM/attention, fp32 vector math otherwise."""
+    key = matrix_peak_key(op) if op.kind in ("gemm", "attention") else "fp32"
+    return gpu.peak_tflops(key) * 1e12
+
+
+def roofline_time(op: Op, gpu: GPU) -> float:
+    """Seconds at the roofline bound (peak compute, peak HBM bandwidth)."""
+    compute = op.flops / compute_peak_flops(op, gpu)
+    memory = op.bytes / (gpu.hbm_bandwidth_tb_s.value * 1e12)
+    return max(compute, memory)
+
+
+def roofline_bound(op: Op, gpu: GPU) -> str:
+    compute = op.flops / compute_peak_flops(op, gpu)
+    memory = op.bytes / (gpu.hbm_bandwidth_tb_s.value * 1e12)
+    return "compute" if compute >= memory else "memory"
