@@ -255,7 +255,7 @@ DLRM_BATCHES = (2048, 65536)
 
 
 def dlrm_rows(dtype: str) -> list:
-    """fwd/dgrad/wgrad GEMMs of the DLRM MLPs at two batch sizes (40 rows).
+    """fwd/dgrad/wgrad GEMMs of the DLRM MLPs at two batch sizes (40 rows, 34 unique).
 
     The first bottom layer gets no dgrad: its input (dense features) needs no gradient.
     """
@@ -288,9 +288,20 @@ def random_rows(dtype: str, seed: int = SEED) -> list:
 
 
 def gemm_shape_rows(dtype: str) -> list:
-    """The full GEMM shape list (194 rows) in a fixed order."""
-    return (llama_gemm_rows(dtype) + square_rows(dtype) + skinny_rows(dtype)
+    """The full GEMM shape list (188 rows) in a fixed order.
+
+    Exact repeats within a shape_set are dropped (the DLRM bottom and top MLPs
+    both have a 512->256 layer); the same shape under two tags is kept.
+    """
+    rows = (llama_gemm_rows(dtype) + square_rows(dtype) + skinny_rows(dtype)
             + odd_rows(dtype) + dlrm_rows(dtype) + random_rows(dtype))
+    seen, unique = set(), []
+    for r in rows:
+        key = (r.m, r.n, r.k, r.shape_set)
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    return unique
 
 
 SUBSET_STRIDE = 4                    # other dtypes: every 4th shape of the bf16 list
@@ -909,6 +920,12 @@ def nvidia_smi_info() -> dict:
     return info
 
 
+# Environment variables that can change what the kernels do (TF32 overrides,
+# cuBLAS workspace / algorithm choices, visible devices, allocator settings).
+RELEVANT_ENV_PREFIXES = ("TORCH", "PYTORCH", "CUBLAS", "CUDNN", "NVIDIA_TF32",
+                         "CUDA_VISIBLE", "CUDA_LAUNCH", "CUDA_MODULE", "TRITON")
+
+
 def environment(device: torch.device, args: argparse.Namespace) -> dict:
     """Everything needed to interpret the numbers later."""
     env = {
@@ -923,8 +940,8 @@ def environment(device: torch.device, args: argparse.Namespace) -> dict:
         "do_bench": {"warmup_ms": DO_BENCH_WARMUP_MS, "rep_ms": DO_BENCH_REP_MS,
                      "return_mode": "median"},
         "cold_input_bytes": COLD_INPUT_BYTES,
-        "torch_env": {key: value for key, value in os.environ.items()
-                      if key.startswith(("TORCH", "CUDA", "NVIDIA", "CUBLAS"))},
+        "env_vars": {key: value for key, value in os.environ.items()
+                     if key.startswith(RELEVANT_ENV_PREFIXES)},
         "args": vars(args),
     }
     if device.type != "cuda":

@@ -141,49 +141,57 @@ def _optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
                      phase="optimizer", layer="optimizer")
 
 
-def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, mb_compute: float,
-                   mb_backward: float) -> list[CommPrediction]:
+def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float) -> list[CommPrediction]:
+    """Collectives of one step. Data-parallel traffic (FSDP gathers, gradient reductions) shares one window of
+    compute to hide behind, so it is hidden jointly: exposed = max(0, sum - comm_overlap x step compute), split
+    in proportion. Tensor-, expert- and pipeline-parallel traffic sits on the critical path and stays exposed."""
     p = cfg.parallelism
     accum = cfg.grad_accumulation
     domain = gpu.scale_up_domain_gpus.value
     act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
-    overlap = c["comm_overlap"]
     dp_spans = p.dp * p.tp > domain
-    comms: list[CommPrediction] = []
+    hidden: list[tuple[str, str, float, int, str, float]] = []
+    exposed: list[CommPrediction] = []
 
-    def add(name, kind, size, group, spans, times, window):
+    def add(name, kind, size, group, spans, times, overlappable):
         if group <= 1:
             return
         link = group_link(gpu, c, spans)
         total = collective_time(kind, size, group, link) * times
-        exposed = max(0.0, total - overlap * window)
-        comms.append(CommPrediction(name, kind, size, group, link.name, total, exposed))
+        if overlappable:
+            hidden.append((name, kind, size, group, link.name, total))
+        else:
+            exposed.append(CommPrediction(name, kind, size, group, link.name, total, total))
 
     if isinstance(model, TransformerModel):
         tokens = cfg.micro_batch * cfg.seq_len
         layers = math.ceil(model.num_layers / p.pp)
         local_params = model.num_params / (p.tp * p.pp)
         if p.sharding == "fsdp":
-            add("fsdp.all_gather_params", "all_gather", local_params * act_bytes, p.dp, dp_spans, 2 * accum, accum * mb_compute)
-            add("fsdp.reduce_scatter_grads", "reduce_scatter", local_params * 4, p.dp, dp_spans, 1, mb_backward)
+            add("fsdp.all_gather_params", "all_gather", local_params * act_bytes, p.dp, dp_spans, 2 * accum, True)
+            add("fsdp.reduce_scatter_grads", "reduce_scatter", local_params * 4, p.dp, dp_spans, 1, True)
         else:
-            add("ddp.all_reduce_grads", "all_reduce", local_params * 4, p.dp, dp_spans, 1, mb_backward)
+            add("ddp.all_reduce_grads", "all_reduce", local_params * 4, p.dp, dp_spans, 1, True)
         recompute_tp = 2 if cfg.activation_checkpointing == "full" else 0
         add("tp.all_reduce_activations", "all_reduce", tokens * model.hidden_size * act_bytes, p.tp, p.tp > domain,
-            (4 + recompute_tp) * layers * accum, 0.0)
+            (4 + recompute_tp) * layers * accum, False)
         if model.is_moe:
             routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
-            add("ep.all_to_all_tokens", "all_to_all", routed * p.ep, p.ep, p.ep * p.tp > domain, 4 * layers * accum, 0.0)
+            add("ep.all_to_all_tokens", "all_to_all", routed * p.ep, p.ep, p.ep * p.tp > domain, 4 * layers * accum, False)
         add("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp, p.pp,
-            p.gpus > domain, 2 * accum, 0.0)
+            p.gpus > domain, 2 * accum, False)
     else:
         if isinstance(model, DLRMModel):
             pooled = cfg.micro_batch * len(model.tables) * model.embedding_dim * act_bytes
         else:
             pooled = cfg.micro_batch * cfg.seq_len * model.embedding_dim * act_bytes
-        add("embedding.all_to_all", "all_to_all", pooled * p.dp, p.dp, p.dp > domain, 2 * accum, 0.0)
-        add("ddp.all_reduce_dense_grads", "all_reduce", model.dense_params * 4, p.dp, p.dp > domain, 1, mb_backward)
-    return comms
+        add("embedding.all_to_all", "all_to_all", pooled * p.dp, p.dp, p.dp > domain, 2 * accum, False)
+        add("ddp.all_reduce_dense_grads", "all_reduce", model.dense_params * 4, p.dp, p.dp > domain, 1, True)
+
+    total_hidden = sum(item[-1] for item in hidden)
+    left = max(0.0, total_hidden - c["comm_overlap"] * step_compute)
+    shared = [CommPrediction(*item, exposed_s=left * item[-1] / total_hidden) for item in hidden]
+    return shared + exposed
 
 
 def predict(
@@ -235,8 +243,7 @@ def predict(
     ops.append(OpPrediction(optimizer, t.time_s, t.roofline_s, "memory", 1))
 
     mb_compute = sum(o.time_s * o.op.count for o in ops if o.op.phase != "optimizer")
-    mb_backward = sum(o.time_s * o.op.count for o in ops if o.op.phase == "bwd")
-    comms = _communication(model, cfg, gpu, c, mb_compute, mb_backward)
+    comms = _communication(model, cfg, gpu, c, accum * mb_compute)
 
     p = cfg.parallelism
     optimizer_s = ops[-1].total_s

@@ -1,0 +1,62 @@
+import dataclasses
+
+import pytest
+
+from workbench.graph.ops import GemmShape
+from workbench.hardware import get_gpu
+from workbench.perf.efficiency import default_constants
+from workbench.perf.gemm import gemm_time
+
+H200 = get_gpu("h200")
+C = default_constants(H200)
+
+
+def _t(m, n, k, dtype="bf16", gpu=H200):
+    return gemm_time(GemmShape(m, n, k), dtype, gpu, C)
+
+
+def test_large_square_gemm_runs_near_the_achievable_fraction():
+    est = _t(8192, 8192, 8192)
+    achieved = 2 * 8192**3 / est.time_s / 1e12
+    assert 0.7 * 989.4 < achieved <= C["gemm_fraction.bf16"] * 989.4
+    assert est.bound == "compute" and est.wave_efficiency > 0.9
+
+
+def test_tail_wave_costs_a_whole_wave():
+    # 256x128 tiles: 132 tiles fill one wave exactly; one more row of tiles spills into a second wave.
+    one_wave = _t(256 * 12, 128 * 11, 4096)
+    spill = _t(256 * 12 + 256, 128 * 11, 4096)
+    assert spill.time_s > 1.5 * one_wave.time_s * (12 / 13)
+    assert spill.wave_efficiency < one_wave.wave_efficiency
+
+
+def test_padding_to_instruction_and_tile_granules():
+    aligned = _t(4096, 4096, 4096)
+    odd = _t(4097, 4096, 4096)  # one extra row: a row of padded tiles, absorbed here by the tail wave
+    assert odd.time_s >= aligned.time_s
+    assert odd.padding_efficiency < 1.0 == aligned.padding_efficiency
+    # K pads to the bf16 instruction's 16: K=4097 costs as much as K=4112
+    assert _t(4096, 4096, 4097).compute_s == pytest.approx(_t(4096, 4096, 4112).compute_s)
+
+
+def test_skinny_gemm_is_memory_bound_and_uses_split_k():
+    est = _t(16, 4096, 14336)
+    assert est.bound == "memory"
+    deep = _t(128, 128, 65536)
+    assert deep.split_k > 1
+
+
+def test_fp8_is_faster_than_bf16_on_hopper_and_fp32_slowest():
+    assert _t(8192, 8192, 8192, "fp8").time_s < _t(8192, 8192, 8192, "bf16").time_s < _t(8192, 8192, 8192, "tf32").time_s
+    assert _t(8192, 8192, 8192, "tf32").time_s < _t(8192, 8192, 8192, "fp32").time_s
+
+
+def test_amd_uses_its_own_tile_menu():
+    mi300x = get_gpu("mi300x")
+    est = gemm_time(GemmShape(8192, 8192, 8192), "bf16", mi300x, default_constants(mi300x))
+    assert est.tile in {(256, 256), (256, 128), (128, 256)}
+
+
+def test_more_bandwidth_helps_a_memory_bound_gemm():
+    faster = dataclasses.replace(H200, hbm_bandwidth_tb_s=dataclasses.replace(H200.hbm_bandwidth_tb_s, value=9.6))
+    assert _t(16, 8192, 8192, gpu=faster).time_s < _t(16, 8192, 8192).time_s

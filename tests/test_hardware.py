@@ -1,0 +1,103 @@
+import dataclasses
+
+import pytest
+
+from workbench.errors import SpecError, UnknownNameError
+from workbench.hardware import GPU, get_gpu, list_gpus, load_gpu
+
+REQUIRED = ["a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "b300", "gb200", "mi250x", "mi300x", "mi325x",
+            "mi350x", "mi355x", "mi455x"]
+
+
+def test_catalog_has_every_required_gpu():
+    assert sorted(g.name for g in list_gpus()) == sorted(REQUIRED)
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_every_figure_has_a_source_and_kind(name):
+    gpu = get_gpu(name)
+    for field, figure in gpu.figures().items():
+        assert figure.source.strip(), (name, field)
+        assert figure.kind in ("datasheet", "derived", "secondary", "measured", "estimate"), (name, field)
+        if figure.kind == "measured":
+            assert figure.how, (name, field)
+
+
+def test_announced_gpu_is_marked_uncertain():
+    mi455x = get_gpu("mi455x")
+    assert mi455x.status == "announced" and mi455x.is_uncertain
+    assert any(f.uncertain for f in mi455x.figures().values())
+
+
+def test_ridge_point_is_derived_from_peak_and_bandwidth():
+    h200 = get_gpu("h200")
+    assert h200.ridge_point("bf16") == pytest.approx(989.4 / 4.8)
+    assert get_gpu("h100-sxm").ridge_point("bf16") > h200.ridge_point("bf16")
+
+
+def test_missing_precision_means_no_hardware_path():
+    assert "tf32" not in get_gpu("mi355x").peak_dense_tflops  # CDNA4 dropped XF32
+    assert "fp8" not in get_gpu("a100").peak_dense_tflops
+    assert "fnuz" in "".join(get_gpu("mi300x").fp8_formats)
+
+
+def test_lookup_is_exact_with_aliases_and_case():
+    assert get_gpu("H200").name == "h200-sxm"
+    assert get_gpu("MI355X").name == "mi355x"
+    with pytest.raises(UnknownNameError) as err:
+        get_gpu("mi35x")
+    message = str(err.value)
+    assert "mi355x" in message and "Did you mean" in message and "Valid GPUs" in message
+    with pytest.raises(UnknownNameError):
+        get_gpu("h2")  # no substring matching
+
+
+def test_user_gpu_from_dict(h200_spec):
+    h200_spec.update(name="my-h200-lowclock", display_name="H200 at a lower clock")
+    h200_spec["peak_dense_tflops"]["bf16"]["value"] = 800
+    gpu = load_gpu(h200_spec)
+    assert isinstance(gpu, GPU) and gpu.peak_tflops("bf16") == 800
+
+
+def test_user_gpu_from_yaml_file(tmp_path, h200_spec):
+    import yaml
+
+    path = tmp_path / "mine.yaml"
+    h200_spec["name"] = "mine"
+    path.write_text(yaml.safe_dump(h200_spec))
+    assert load_gpu(path).name == "mine"
+
+
+@pytest.mark.parametrize("edit,field,expected", [
+    (lambda d: d["memory"].pop("hbm_bandwidth_tb_s"), "memory.hbm_bandwidth_tb_s", "required"),
+    (lambda d: d["memory"]["hbm_bandwidth_tb_s"].update(value=-4.8), "memory.hbm_bandwidth_tb_s.value", "> 0"),
+    (lambda d: d["memory"]["hbm_bandwidth_tb_s"].update(value="fast"), "memory.hbm_bandwidth_tb_s.value", "finite number"),
+    (lambda d: d["memory"].update(hbm_bandwith_tb_s=d["memory"]["hbm_bandwidth_tb_s"]), "memory.hbm_bandwith_tb_s", "no such field"),
+    (lambda d: d["peak_dense_tflops"]["bf16"].update(source="nowhere"), "peak_dense_tflops.bf16.source", "sources"),
+    (lambda d: d["peak_dense_tflops"]["bf16"].update(kind="rumour"), "peak_dense_tflops.bf16.kind", "datasheet"),
+    (lambda d: d.update(vendor="intel"), "vendor", "nvidia, amd"),
+    (lambda d: d.update(schema_version=2), "schema_version", "1"),
+    (lambda d: d["measured"]["matmul_tflops"]["fp8"].pop("how"), "measured.matmul_tflops.fp8.how", "who measured"),
+])
+def test_invalid_spec_names_file_field_value_and_expectation(tmp_path, h200_spec, edit, field, expected):
+    import yaml
+
+    edit(h200_spec)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(h200_spec))
+    with pytest.raises(SpecError) as err:
+        load_gpu(path)
+    message = str(err.value)
+    assert str(path) in message and field in message and expected in message
+
+
+def test_unparseable_yaml_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="bad.yaml"):
+        load_gpu(path)
+
+
+def test_gpu_is_immutable():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        get_gpu("h200").name = "x"

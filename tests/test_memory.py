@@ -1,0 +1,52 @@
+import pytest
+
+from workbench import Parallelism, TrainingConfig
+from workbench.hardware import get_gpu
+from workbench.memory import MASTER_STATE_BYTES, max_micro_batch, memory_breakdown
+from workbench.models import get_model
+
+H200 = get_gpu("h200")
+LLAMA8B = get_model("llama3-8b")
+
+
+def _mem(model=LLAMA8B, gpu=H200, **kw):
+    cfg = TrainingConfig(kw.pop("mb", 1), kw.pop("seq", 4096), **kw).resolved(model)
+    return memory_breakdown(model, cfg, gpu)
+
+
+def test_states_are_sixteen_bytes_per_parameter_unsharded():
+    m = _mem()
+    assert m.params + m.grads + m.optimizer == pytest.approx(LLAMA8B.num_params * MASTER_STATE_BYTES)
+
+
+def test_fsdp_shards_states_and_ddp_does_not():
+    fsdp = _mem(parallelism=Parallelism(dp=8))
+    ddp = _mem(parallelism=Parallelism(dp=8, sharding="ddp"))
+    assert fsdp.optimizer == pytest.approx(ddp.optimizer / 8)
+    assert fsdp.grads == pytest.approx(ddp.grads / 8)
+
+
+def test_tensor_parallel_shards_activations():
+    assert _mem(model=get_model("llama3-70b"), parallelism=Parallelism(tp=4)).activations < \
+        _mem(model=get_model("llama3-70b")).activations / 3
+
+
+def test_max_micro_batch_is_the_boundary():
+    cfg = TrainingConfig(1, 4096, parallelism=Parallelism(dp=8), activation_checkpointing="full").resolved(LLAMA8B)
+    best = max_micro_batch(LLAMA8B, cfg, H200)
+    assert best > 1
+    fits = lambda mb: memory_breakdown(LLAMA8B, TrainingConfig(mb, 4096, parallelism=cfg.parallelism,  # noqa: E731
+                                                                activation_checkpointing="full"), H200).fits
+    assert fits(best) and not fits(best + 1)
+
+
+def test_larger_hbm_fits_more():
+    cfg = TrainingConfig(1, 8192, parallelism=Parallelism(dp=8), activation_checkpointing="selective").resolved(LLAMA8B)
+    assert max_micro_batch(LLAMA8B, cfg, get_gpu("mi355x")) > max_micro_batch(LLAMA8B, cfg, get_gpu("b200"))
+
+
+def test_embedding_tables_fit_288_but_not_180_gb():
+    hstu = get_model("hstu-gr")
+    cfg = TrainingConfig(8, 2048).resolved(hstu)
+    assert memory_breakdown(hstu, cfg, get_gpu("mi355x")).fits
+    assert not memory_breakdown(hstu, cfg, get_gpu("b200")).fits

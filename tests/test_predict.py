@@ -1,0 +1,116 @@
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbench import Parallelism, TrainingConfig, predict
+from workbench.errors import SpecError
+from workbench.hardware import get_gpu, list_gpus
+from workbench.models import list_models
+from workbench.precision import UnsupportedPrecisionError
+
+
+@pytest.mark.parametrize("model", [m.name for m in list_models()])
+@pytest.mark.parametrize("gpu", ["h200-sxm", "mi355x", "b200", "a100-sxm-80gb"])
+def test_every_catalog_model_predicts_on_every_vendor(model, gpu):
+    p = predict(model, gpu, micro_batch=None if model in ("dlrm-dcnv2", "hstu-gr") else 1, seq_len=1024, gpus=8)
+    s = p.summary
+    assert math.isfinite(s.step_time_s) and s.step_time_s > 0
+    assert 0 < s.mfu < 1
+    parts = s.compute_bound_s + s.memory_bound_s + s.optimizer_s + s.communication_s + s.bubble_s
+    assert parts == pytest.approx(s.step_time_s)
+    frame = p.ops_frame()
+    assert {"name", "kind", "shape", "flops", "bytes", "arithmetic_intensity", "bound", "time_ms", "share"} <= set(frame)
+    assert frame["share"].sum() == pytest.approx(1.0)
+
+
+def test_tokens_per_second_and_mfu_are_consistent():
+    p = predict("llama3-8b", "h200", micro_batch=2, seq_len=4096)
+    s = p.summary
+    assert s.tokens_per_s == pytest.approx(2 * 4096 / s.step_time_s)
+    assert s.mfu == pytest.approx(s.model_flops_per_step / (s.step_time_s * 989.4e12))
+
+
+def test_gradient_accumulation_multiplies_compute_not_the_optimizer():
+    one = predict("llama3-8b", "h200", micro_batch=1, seq_len=2048).summary
+    four = predict("llama3-8b", "h200", micro_batch=1, seq_len=2048, global_batch=4).summary
+    assert four.compute_bound_s == pytest.approx(4 * one.compute_bound_s)
+    assert four.optimizer_s == pytest.approx(one.optimizer_s)
+
+
+def test_checkpointing_trades_time_for_memory():
+    runs = {ac: predict("llama3-8b", "h200", micro_batch=2, seq_len=4096, activation_checkpointing=ac).summary
+            for ac in ("none", "selective", "full")}
+    assert runs["none"].step_time_s < runs["selective"].step_time_s < runs["full"].step_time_s
+    assert runs["none"].memory.activations > runs["selective"].memory.activations > runs["full"].memory.activations
+
+
+def test_tensor_parallel_adds_exposed_communication():
+    cfg = TrainingConfig(1, 4096, parallelism=Parallelism(dp=2, tp=4))
+    p = predict("llama3-70b", "h200", cfg)
+    tp = [c for c in p.comms if c.name.startswith("tp.")]
+    assert tp and tp[0].exposed_s == tp[0].time_s > 0
+
+
+def test_fallback_precision_is_noted():
+    with pytest.raises(UnsupportedPrecisionError):
+        predict("llama3-8b", "mi355x", precision="tf32")
+    p = predict("llama3-8b", "mi355x", precision="tf32", allow_fallback=True)
+    assert p.precision.effective.name == "fp32" and any("no tf32 path" in n for n in p.notes)
+
+
+def test_fp8_training_is_faster_than_bf16_on_hopper():
+    bf16 = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096).summary.step_time_s
+    fp8 = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096, precision="fp8").summary.step_time_s
+    assert fp8 < bf16
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(micro_batch=0), "micro_batch"),
+    (dict(micro_batch=3, global_batch=16, gpus=2), "global_batch"),
+    (dict(micro_batch=1, seq_len=-5), "seq_len"),
+    (dict(micro_batch=1, activation_checkpointing="some"), "activation_checkpointing"),
+    (dict(micro_batch=1, precision="int8"), "precision"),
+])
+def test_invalid_configs_raise_clear_errors(kwargs, field):
+    with pytest.raises(SpecError, match=field):
+        predict("llama3-8b", "h200", **kwargs)
+
+
+@pytest.mark.parametrize("parallelism,field", [
+    (Parallelism(dp=1, tp=3), "parallelism.tp"),       # 64 heads not divisible by 3
+    (Parallelism(dp=3, ep=2), "parallelism.ep"),       # ep must divide dp
+    (Parallelism(dp=2, ep=2), "parallelism.ep"),       # dense model has no experts
+    (Parallelism(pp=200), "parallelism.pp"),
+])
+def test_invalid_parallelism(parallelism, field):
+    with pytest.raises(SpecError, match=field):
+        predict("llama3-70b", "h200", TrainingConfig(1, 2048, parallelism=parallelism))
+
+
+def test_moe_expert_parallel_adds_all_to_all():
+    p = predict("mixtral-8x7b", "h200", TrainingConfig(1, 4096, parallelism=Parallelism(dp=8, ep=8)))
+    assert any(c.collective == "all_to_all" and c.exposed_s > 0 for c in p.comms)
+
+
+def test_pipeline_bubble():
+    cfg = TrainingConfig(1, 4096, parallelism=Parallelism(dp=1, pp=4), global_batch=8)
+    s = predict("llama3-70b", "h200", cfg).summary
+    assert s.bubble_s > 0
+
+
+def _scaled(gpu, factor):
+    peaks = {k: dataclasses.replace(v, value=v.value * factor) for k, v in gpu.peak_dense_tflops.items()}
+    return dataclasses.replace(gpu, peak_dense_tflops=peaks)
+
+
+@settings(max_examples=25, deadline=None)
+@given(gpu_name=st.sampled_from([g.name for g in list_gpus()]), mb=st.integers(1, 8),
+       seq=st.sampled_from([512, 2048, 8192]), factor=st.floats(1.0, 4.0))
+def test_step_is_never_slower_with_more_flops(gpu_name, mb, seq, factor):
+    gpu = get_gpu(gpu_name)
+    base = predict("llama3-8b", gpu, micro_batch=mb, seq_len=seq, gpus=8).summary.step_time_s
+    faster = predict("llama3-8b", _scaled(gpu, factor), micro_batch=mb, seq_len=seq, gpus=8).summary.step_time_s
+    assert faster <= base * (1 + 1e-9)

@@ -1,0 +1,185 @@
+"""The ``workbench`` command: catalogs, predictions, batch predictions, calibration, and the notebook app."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from workbench.hardware import list_gpus
+
+    rows = []
+    for g in list_gpus():
+        peaks = g.peak_dense_tflops
+        rows.append({
+            "name": g.name, "gpu": g.display_name, "status": g.status,
+            "bf16_tflops": f"{peaks['bf16'].value:g}" if "bf16" in peaks else "-",
+            "fp8_tflops": f"{peaks['fp8'].value:g}" if "fp8" in peaks else "-",
+            "hbm_gb": f"{g.hbm_capacity_gb.value:g}", "hbm_tb_s": f"{g.hbm_bandwidth_tb_s.value:g}",
+            "ridge_bf16": f"{g.ridge_point('bf16'):.0f}" if "bf16" in peaks else "-",
+        })
+    print(_table(rows, list(rows[0])))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from workbench.models import list_models
+
+    rows = [{"name": m.name, "model": m.display_name, "kind": m.kind, "params_b": f"{m.num_params / 1e9:.2f}"}
+            for m in list_models()]
+    print(_table(rows, list(rows[0])))
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from workbench.config import Parallelism, TrainingConfig
+    from workbench.predict import predict
+
+    parallelism = Parallelism(dp=args.gpus // (args.tp * args.pp), tp=args.tp, pp=args.pp, ep=args.ep,
+                              sharding=args.sharding)
+    if parallelism.gpus != args.gpus:
+        raise WorkbenchError(f"--gpus {args.gpus} is not a multiple of --tp x --pp = {args.tp * args.pp}")
+    cfg = TrainingConfig(args.micro_batch, args.seq_len, args.precision, parallelism, args.checkpointing, args.global_batch)
+    p = predict(args.model, args.gpu, cfg, calibrated=args.calibrated, allow_fallback=args.allow_fallback)
+    s = p.summary
+    if args.json:
+        print(json.dumps({"model": p.model.name, "gpu": p.gpu.name, "precision": p.precision.effective.name,
+                          "config": {"micro_batch": p.config.micro_batch, "seq_len": p.config.seq_len,
+                                     "gpus": s.gpus, "activation_checkpointing": p.config.activation_checkpointing},
+                          "calibrated": p.calibrated, "model_version": p.model_version, "notes": p.notes,
+                          "summary": s.as_dict()}, indent=2))
+        return 0
+    frame = p.ops_frame().sort_values("total_ms", ascending=False)
+    print(f"{p.model.display_name} on {s.gpus} x {p.gpu.display_name}, {p.precision.effective.name}, "
+          f"micro-batch {p.config.micro_batch} x seq {p.config.seq_len}, AC {p.config.activation_checkpointing}"
+          f"{' (calibrated)' if p.calibrated else ' (spec only)'}")
+    for note in p.notes:
+        print(f"note: {note}")
+    m = s.memory.as_gb()
+    print(f"step {s.step_time_s * 1e3:.1f} ms | {s.tokens_per_s:,.0f} tokens/s | {s.samples_per_s:,.2f} samples/s | "
+          f"MFU {s.mfu:.1%}")
+    print(f"  compute-bound {s.compute_bound_s * 1e3:.1f} ms, memory-bound {s.memory_bound_s * 1e3:.1f} ms, "
+          f"optimizer {s.optimizer_s * 1e3:.1f} ms, exposed comm {s.communication_s * 1e3:.1f} ms, "
+          f"bubble {s.bubble_s * 1e3:.1f} ms")
+    print(f"  memory/GPU {m['total']:.1f} of {m['capacity']:.0f} GB (params {m['params']:.1f}, grads {m['grads']:.1f}, "
+          f"optimizer {m['optimizer']:.1f}, activations {m['activations']:.1f}); "
+          f"largest micro-batch that fits: {s.max_micro_batch}")
+    top = frame.head(args.top)[["name", "kind", "shape", "count", "bound", "time_ms", "total_ms", "share"]]
+    print(top.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return 0
+
+
+def cmd_predict_ops(args: argparse.Namespace) -> int:
+    from workbench.hardware import get_gpu
+    from workbench.perf.efficiency import constants_for
+    from workbench.rows import predict_rows
+
+    gpu = get_gpu(args.gpu)
+    text = sys.stdin.read() if args.csv == "-" else _read(args.csv)
+    sys.stdout.write(predict_rows(text, gpu, constants_for(gpu, args.calibrated)))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from workbench.calibration import calibrate, write_profile
+    from workbench.hardware import get_gpu
+    from workbench.rows import read_rows
+
+    gpu = get_gpu(args.gpu)
+    _, rows = read_rows(_read(args.csv))
+    result = calibrate(rows, gpu)
+    path = write_profile(result, args.out, source=str(args.csv))
+    print(f"fitted {len(result.fitted)} constants on {result.rows} rows -> {path}")
+    for key in result.mape_before:
+        print(f"  MAPE {key:<22} {result.mape_before[key]:6.1f}% -> {result.mape_after[key]:6.1f}%")
+    return 0
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from workbench.lab import launch
+
+    return launch(args.notebook, port=args.port, open_browser=not args.no_browser)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkbenchError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description="Hardware/model co-design workbench for AI training.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("gpus", help="list the GPU catalog").set_defaults(func=cmd_gpus)
+    sub.add_parser("models", help="list the model catalog").set_defaults(func=cmd_models)
+
+    p = sub.add_parser("predict", help="predict one training step")
+    p.add_argument("--model", required=True, help="catalog name, or a YAML / Hugging Face config.json path")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=0, help="0: the model's default")
+    p.add_argument("--global-batch", type=int, default=0, help="samples per step; 0: micro-batch x data-parallel ranks")
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--sharding", choices=["fsdp", "ddp"], default="fsdp")
+    p.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
+    p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
+    p.add_argument("--allow-fallback", action="store_true", help="model an unsupported precision as its documented fallback")
+    p.add_argument("--top", type=int, default=12, help="ops to list")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("predict-ops", help="add a predicted_ms column to an operator CSV")
+    p.add_argument("csv", help="CSV path, or - for standard input")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--calibrated", action="store_true")
+    p.set_defaults(func=cmd_predict_ops)
+
+    p = sub.add_parser("calibrate", help="fit the GPU's model constants to measured rows")
+    p.add_argument("csv", help="rows in the predict-ops format with a measured_ms column")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--out", help="profile path (default: specs/calibration/<gpu>.yaml)")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("lab", help="open the workbench notebook in JupyterLab")
+    p.add_argument("--notebook", default=None, help="default: notebooks/workbench.ipynb")
+    p.add_argument("--port", type=int, default=0, help="0: let Jupyter pick")
+    p.add_argument("--no-browser", action="store_true")
+    p.set_defaults(func=cmd_lab)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if getattr(args, "model", None) and Path(args.model).suffix in (".yaml", ".yml", ".json"):
+            from workbench.models import load_model
+
+            args.model = load_model(args.model)
+        return args.func(args)
+    except WorkbenchError as exc:
+        print(f"workbench: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
