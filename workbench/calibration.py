@@ -19,6 +19,7 @@ from workbench.graph.ops import Op
 from workbench.hardware import GPU
 from workbench.perf import op_time
 from workbench.perf.efficiency import Constants, default_constants, profile_path
+from workbench.perf.gemm import alignment_bytes, is_aligned
 from workbench.precision import get_precision
 from workbench.rows import op_class, row_to_op
 from workbench.schema import write_atomic
@@ -28,6 +29,11 @@ _BOUNDS = {
     "gemm_fraction": (0.05, 1.0),
     "gemm_memory_fraction": (0.05, 1.0),
     "gemm_launch_us": (0.5, 50.0),
+    "gemm_unaligned_efficiency": (0.02, 1.0),
+    "gemm_unaligned_memory_efficiency": (0.02, 1.0),
+    "gemm_fraction_unthrottled": (0.05, 1.0),
+    "gemm_power_time_constant_us": (0.1, 100000.0),
+    "gemm_unaligned_extra_us": (0.01, 50.0),
     "gemm_wave_overhead_us": (0.01, 20.0),
     "gemm_tile_intensity_saturation": (8.0, 256.0),
     "attention_fwd_fraction": (0.05, 1.0),
@@ -101,13 +107,23 @@ def _parameters(ops: Sequence[MeasuredOp]) -> list[tuple[str, Callable[[Measured
         params.append((f"gemm_fraction.{key}", lambda m, key=key: is_gemm(m) and get_precision(m.op.dtype).peak_key == key))
     if gemm_keys:
         params += [(name, is_gemm) for name in ("gemm_launch_us", "gemm_wave_overhead_us",
-                                                "gemm_tile_intensity_saturation", "gemm_memory_fraction")]
+                                                "gemm_tile_intensity_saturation", "gemm_memory_fraction",
+                                                "gemm_power_time_constant_us")]
+    for key in gemm_keys:
+        params.append((f"gemm_fraction_unthrottled.{key}",
+                       lambda m, key=key: is_gemm(m) and get_precision(m.op.dtype).peak_key == key))
+    if any(m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype) for m in ops):
+        unaligned = lambda m: m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype)  # noqa: E731
+        params += [(name, unaligned) for name in ("gemm_unaligned_memory_efficiency", "gemm_unaligned_extra_us")]
+        for b in sorted({alignment_bytes(m.op.shape, m.op.dtype) for m in ops if unaligned(m)}):
+            params.append((f"gemm_unaligned_efficiency.{b}b",
+                           lambda m, b=b: unaligned(m) and alignment_bytes(m.op.shape, m.op.dtype) == b))
     if any(m.op.kind == "attention" for m in ops):
         is_attention = lambda m: m.op.kind == "attention"  # noqa: E731
         params += [(n, is_attention) for n in ("attention_fwd_fraction", "attention_bwd_fraction", "attention_launch_us")]
-    memory_kinds = sorted({m.op.kind for m in ops if m.op.kind not in ("gemm", "attention")})
-    for kind in memory_kinds:
-        params.append((f"memory_fraction.{kind}", lambda m, kind=kind: m.op.kind == kind))
+    memory_kinds = sorted({(m.op.kind, m.op.dtype) for m in ops if m.op.kind not in ("gemm", "attention")})
+    for kind, dtype in memory_kinds:
+        params.append((f"memory_fraction.{kind}.{dtype}", lambda m, k=kind, d=dtype: (m.op.kind, m.op.dtype) == (k, d)))
     if memory_kinds:
         params.append(("memory_launch_us", lambda m: m.op.kind not in ("gemm", "attention")))
     return params

@@ -30,10 +30,14 @@ class Constants:
     calibrated: bool = False
 
     def __getitem__(self, name: str) -> float:
-        if name in self.values:
-            return self.values[name]
-        family, _, _ = name.partition(".")
-        default = f"{family}.default"
+        key = name
+        while True:  # memory_fraction.softmax.bf16 -> memory_fraction.softmax -> memory_fraction.default
+            if key in self.values:
+                return self.values[key]
+            if "." not in key:
+                break
+            key = key.rsplit(".", 1)[0]
+        default = f"{name.partition('.')[0]}.default"
         if default in self.values:
             return self.values[default]
         raise KeyError(f"no model constant {name!r} (known: {', '.join(sorted(self.values))})")
@@ -102,11 +106,11 @@ def load_profile(gpu: GPU, path: str | Path | None = None) -> dict[str, float]:
     if gpu_name != gpu.name:
         raise SpecError(str(path), "gpu", gpu_name, f"{gpu.name!r} (the profile is for another GPU)")
     constants = top.sub("constants")
-    known = set(_defaults()[0]) | {k for arch in _defaults()[2].values() for k in arch[0]}
+    families = {k.split(".")[0] for k in _defaults()[0]}
     values = {}
     for name in list(constants.data):
-        if name not in known:
-            raise constants.error(name, constants.data[name], f"a constant of specs/efficiency.yaml ({', '.join(sorted(known))})")
+        if name.split(".")[0] not in families:
+            raise constants.error(name, constants.data[name], f"a constant of specs/efficiency.yaml ({', '.join(sorted(families))})")
         values[name] = constants.number(name, above=0)
     return values
 

@@ -8,13 +8,23 @@ For each candidate library tile (tm x tn) and split-K factor s, the model
 3. prices one tile as its padded FLOPs at the per-unit achievable rate (``gemm_fraction``), scaled down for
    small tiles (less operand reuse per tile: ``gemm_tile_intensity_saturation``), plus a per-wave
    prologue/epilogue (``gemm_wave_overhead_us``),
-4. bounds the result below by the bytes the GEMM must move at ``gemm_memory_fraction`` of HBM bandwidth,
+4. slows the tensor-core path by ``gemm_unaligned_efficiency.<N>b`` when a leading dimension (k of row-major A,
+   n of B and C) is not a multiple of 16 bytes: TMA and the fast library kernels need 16-byte aligned rows
+   (CUDA Hopper tuning guide: TMA global strides must be multiples of 16 bytes), so the library falls back
+   to slower kernels (vector loads of only N = 8, 4, 2 or 1 bytes) with a higher fixed cost (``gemm_unaligned_extra_us``). Measured on the H200: an odd n
+   or k costs about 4x on large bf16 GEMMs and about 7 us more on small ones.
+5. bounds the result below by the bytes the GEMM must move at ``gemm_memory_fraction`` of HBM bandwidth,
 
-and keeps the fastest candidate, as a vendor library's heuristic would. A fixed ``gemm_launch_us`` is added.
+and keeps the fastest candidate (tile shape and split-K factor), as a vendor library's heuristic would.
+Under random data a large GEMM is power-limited (``gemm_fraction``); a tail wave that keeps only some units
+busy runs them faster, up to ``gemm_fraction_unthrottled`` (the clock limit), so wave quantization costs
+less than whole waves on a power-capped GPU. A matrix-vector product (m or n = 1) or an outer product (k = 1) is memory-bound. A fixed ``gemm_launch_us``
+is added.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -31,6 +41,7 @@ TILES: dict[str, tuple[tuple[int, int], ...]] = {
 }
 SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_SPLIT_K_DEPTH = 256
+ALIGNMENT_BYTES = 16
 """A split-K slice keeps at least this many K elements (smaller slices waste the pipeline)."""
 
 
@@ -41,6 +52,7 @@ class GemmEstimate:
     time_s: float
     tile: tuple[int, int]
     split_k: int
+    """K slices per output tile."""
     waves: int
     tiles: int
     wave_efficiency: float
@@ -57,51 +69,98 @@ def _round_up(x: int, granule: int) -> int:
     return -(-x // granule) * granule
 
 
+def alignment_bytes(shape: GemmShape, dtype: str) -> int:
+    """The byte alignment of the rows of A (k), B and C (n): the largest power of two, up to 16, that divides
+    both row lengths in bytes. GEMMs on the vector units (fp32/fp64) count as aligned: alignment does not
+    pick their kernel."""
+    precision = get_precision(dtype)
+    if precision.peak_key in ("fp32", "fp64"):
+        return ALIGNMENT_BYTES
+    alignment = ALIGNMENT_BYTES
+    for dim in (shape.k, shape.n):
+        row_bytes = int(dim * precision.bytes_per_element)
+        alignment = min(alignment, row_bytes & -row_bytes)  # lowest set bit = largest power-of-two divisor
+    return max(alignment, 1)
+
+
+def is_aligned(shape: GemmShape, dtype: str) -> bool:
+    """True when every leading dimension is a multiple of 16 bytes (the fast kernels' requirement)."""
+    return alignment_bytes(shape, dtype) >= ALIGNMENT_BYTES
+
+
 def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> GemmEstimate:
     """Predicted device time of ``groups`` GEMMs C[m, n] = A[m, k] @ B[k, n] in ``dtype``."""
     precision = get_precision(dtype)
+    m, n, k, groups = shape.m, shape.n, shape.k, shape.groups
     peak = gpu.peak_tflops(precision.peak_key) * 1e12
     units = gpu.compute_units.value
+    launch = constants["gemm_launch_us"] * 1e-6
+    bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"]
+    bytes_moved = groups * ((m * k + k * n) * nbytes(dtype) + m * n * nbytes(output_dtype(dtype)))
+    if min(m, n, k) == 1:
+        # matrix-vector (m or n = 1) or outer product (k = 1): libraries run a GEMV/elementwise kernel
+        # bound by moving the matrix, whatever the alignment
+        memory_s = bytes_moved / bandwidth
+        return GemmEstimate(memory_s + launch, (1, 1), 1, 1, 1, 1.0, 1.0, 0.0, memory_s, "memory")
+
     per_unit = peak * constants[f"gemm_fraction.{precision.peak_key}"] / units
+    # A partial wave draws less power, so its units clock higher, up to the unthrottled limit.
+    per_unit_max = max(per_unit, peak * constants[f"gemm_fraction_unthrottled.{precision.peak_key}"] / units)
+    alignment = alignment_bytes(shape, dtype)
+    if alignment < ALIGNMENT_BYTES:
+        slowdown = constants[f"gemm_unaligned_efficiency.{alignment}b"]
+        per_unit, per_unit_max = per_unit * slowdown, per_unit_max * slowdown
+        bandwidth *= constants["gemm_unaligned_memory_efficiency"]
+        launch += constants["gemm_unaligned_extra_us"] * 1e-6
+    memory_s = bytes_moved / bandwidth
     inst_m, inst_n, inst_k = gpu.matrix_instruction_mnk.value.get(precision.peak_key, (1, 1, 1))
-    m, n, k, groups = shape.m, shape.n, shape.k, shape.groups
     k_padded = _round_up(k, inst_k)
     saturation = constants["gemm_tile_intensity_saturation"]
     wave_overhead = constants["gemm_wave_overhead_us"] * 1e-6
 
-    bytes_moved = groups * ((m * k + k * n) * nbytes(dtype) + m * n * nbytes(output_dtype(dtype)))
-    bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"]
-    memory_s = bytes_moved / bandwidth
-
     best: GemmEstimate | None = None
+
+    def consider(tile_m, tile_n, split, tiles, waves, compute_s):
+        nonlocal best
+        time_s = max(compute_s, memory_s)
+        if best is None or time_s < best.time_s:
+            padded = math.ceil(m / tile_m) * tile_m * math.ceil(n / tile_n) * tile_n * k_padded
+            best = GemmEstimate(time_s, (tile_m, tile_n), split, waves, tiles, tiles / (waves * units),
+                                m * n * k / padded, compute_s, memory_s,
+                                "compute" if compute_s >= memory_s else "memory")
+
     for tm, tn in TILES[gpu.vendor]:
         tile_m, tile_n = _round_up(tm, inst_m), _round_up(tn, inst_n)
         output_tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * groups
-        tile_rate = per_unit * min(1.0, (tile_m * tile_n / (tile_m + tile_n)) / saturation)
+        tile_efficiency = min(1.0, (tile_m * tile_n / (tile_m + tile_n)) / saturation)
+
+        def waves_time(tiles: int, depth: int) -> float:
+            """Full waves at the power-limited rate, the tail wave at the rate its fewer units can reach."""
+            flops = 2.0 * tile_m * tile_n * depth
+            full, tail = divmod(tiles, units)
+            seconds = full * (flops / (per_unit * tile_efficiency) + wave_overhead)
+            if tail:
+                rate = min(per_unit_max, per_unit * units / tail) * tile_efficiency
+                seconds += flops / rate + wave_overhead
+            return seconds
+
         for split in SPLIT_K:
             if split > 1 and (output_tiles * split > 2 * units or k_padded / split < MIN_SPLIT_K_DEPTH):
                 break
             tiles = output_tiles * split
-            waves = math.ceil(tiles / units)
-            depth = _round_up(math.ceil(k_padded / split), inst_k)
-            tile_s = 2.0 * tile_m * tile_n * depth / tile_rate + wave_overhead
-            compute_s = waves * tile_s
+            compute_s = waves_time(tiles, _round_up(math.ceil(k_padded / split), inst_k))
             # split-K partial sums: fp32 [m, n] written and read back once per extra slice
-            reduce_s = (split - 1) * 2 * m * n * 4 * groups / bandwidth if split > 1 else 0.0
-            time_s = max(compute_s + reduce_s, memory_s)
-            if best is None or time_s < best.time_s:
-                best = GemmEstimate(
-                    time_s=time_s,
-                    tile=(tile_m, tile_n),
-                    split_k=split,
-                    waves=waves,
-                    tiles=tiles,
-                    wave_efficiency=tiles / (waves * units),
-                    padding_efficiency=(m * n * k) / (math.ceil(m / tile_m) * tile_m * math.ceil(n / tile_n) * tile_n * k_padded),
-                    compute_s=compute_s + reduce_s,
-                    memory_s=memory_s,
-                    bound="compute" if compute_s + reduce_s >= memory_s else "memory",
-                )
+            if split > 1:
+                compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth
+            consider(tile_m, tile_n, split, tiles, math.ceil(tiles / units), compute_s)
     assert best is not None
-    launch = constants["gemm_launch_us"] * 1e-6
-    return GemmEstimate(**{**best.__dict__, "time_s": best.time_s + launch})
+    # Short kernels finish before the power cap bites: their rate rises towards the unthrottled one
+    # with time constant gemm_power_time_constant_us (a power-management window; guess, calibrate).
+    tau = constants["gemm_power_time_constant_us"] * 1e-6
+    full = constants[f"gemm_fraction.{precision.peak_key}"]
+    boost = max(full, constants[f"gemm_fraction_unthrottled.{precision.peak_key}"])
+    fraction = full + (boost - full) * tau / (tau + best.compute_s)
+    compute_s = best.compute_s * full / fraction
+    time_s = max(compute_s, best.memory_s) + launch
+    return dataclasses.replace(best, time_s=time_s, compute_s=compute_s,
+                               bound="compute" if compute_s >= best.memory_s else "memory")
