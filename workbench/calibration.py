@@ -151,9 +151,10 @@ def calibrate(rows: Sequence[dict], gpu: GPU) -> Calibration:
     """Fit the constants that ``rows`` (with ``measured_ms``) inform, starting from the spec defaults."""
     ops = measured_ops(rows, gpu)
     start = default_constants(gpu)
-    values = dict(start.values)
+    params = _parameters(ops)
+    values = {**start.values, **{name: start[name] for name, _ in params}}  # per-dtype keys start at their fallback
     for _ in range(SWEEPS):
-        for name, affects in _parameters(ops):
+        for name, affects in params:
             subset = [m for m in ops if affects(m)]
 
             def objective(x: float, name=name, subset=subset) -> float:
@@ -162,9 +163,9 @@ def calibrate(rows: Sequence[dict], gpu: GPU) -> Calibration:
 
             low, high = _BOUNDS[name.split(".")[0]]
             best = _golden(objective, low, high)
-            if objective(best) < objective(values.get(name, start[name])):
+            if objective(best) < objective(values[name]):
                 values[name] = best
-    fitted = {name: round(values[name], 6) for name, _ in _parameters(ops)}
+    fitted = {name: round(values[name], 6) for name, _ in params}
     after = start.with_values(fitted)
     return Calibration(gpu, fitted, len(ops), mape_by_class(ops, gpu, start), mape_by_class(ops, gpu, after))
 

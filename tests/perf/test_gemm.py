@@ -35,8 +35,19 @@ def test_padding_to_instruction_and_tile_granules():
     odd = _t(4097, 4096, 4096)  # one extra row: a row of padded tiles, absorbed here by the tail wave
     assert odd.time_s >= aligned.time_s
     assert odd.padding_efficiency < 1.0 == aligned.padding_efficiency
-    # K pads to the bf16 instruction's 16: K=4097 costs as much as K=4112
-    assert _t(4096, 4096, 4097).compute_s == pytest.approx(_t(4096, 4096, 4112).compute_s)
+    # K pads to the bf16 instruction's 16: K=4104 (16-byte aligned rows) costs as much as K=4112
+    assert _t(4096, 4096, 4104).compute_s == pytest.approx(_t(4096, 4096, 4112).compute_s)
+
+
+def test_rows_not_16_byte_aligned_take_the_slow_path():
+    from workbench.graph.ops import GemmShape
+    from workbench.perf.gemm import alignment_bytes
+
+    assert alignment_bytes(GemmShape(64, 4096, 4096), "bf16") == 16
+    assert alignment_bytes(GemmShape(64, 4096, 4098), "bf16") == 4
+    assert alignment_bytes(GemmShape(64, 4097, 4096), "bf16") == 2
+    assert alignment_bytes(GemmShape(64, 4097, 4096), "fp32") == 16  # vector units: alignment does not matter
+    assert _t(4096, 4097, 4096).time_s > 2 * _t(4096, 4096, 4096).time_s
 
 
 def test_skinny_gemm_is_memory_bound_and_uses_split_k():

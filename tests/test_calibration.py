@@ -1,0 +1,84 @@
+import csv
+import io
+
+import pytest
+import yaml
+
+from workbench import predict
+from workbench.calibration import calibrate, write_profile
+from workbench.errors import WorkbenchError
+from workbench.hardware import get_gpu
+from workbench.perf.efficiency import CALIBRATION_DIR_ENV, constants_for, default_constants
+from workbench.rows import predict_rows
+
+H200 = get_gpu("h200")
+SHAPES = """op,m,n,k,batch,seq,heads_q,heads_kv,head_dim,causal,pass,rows,cols,dtype
+gemm,4096,4096,4096,,,,,,,,,,bf16
+gemm,8192,8192,8192,,,,,,,,,,bf16
+gemm,2048,14336,4096,,,,,,,,,,bf16
+gemm,16,8192,8192,,,,,,,,,,bf16
+gemm,1024,1024,1024,,,,,,,,,,bf16
+gemm,8192,1000,8192,,,,,,,,,,bf16
+attention,,,,1,8192,32,8,128,true,fwd,,,bf16
+attention,,,,4,2048,32,8,128,false,fwd,,,bf16
+attention,,,,1,8192,32,8,128,true,fwd_bwd,,,bf16
+copy,,,,,,,,,,,8192,8192,bf16
+copy,,,,,,,,,,,1024,1024,bf16
+softmax,,,,,,,,,,,8192,8192,bf16
+softmax,,,,,,,,,,,32768,8192,bf16
+"""
+
+
+def _measured_by(constants) -> list[dict]:
+    """Rows 'measured' on a GPU that behaves exactly like the model with other constants."""
+    rows = list(csv.DictReader(io.StringIO(predict_rows(SHAPES, H200, constants))))
+    for row in rows:
+        row["measured_ms"] = row.pop("predicted_ms")
+    return rows
+
+
+def test_calibration_recovers_a_known_gpu():
+    truth = default_constants(H200).with_values({"gemm_fraction.bf16": 0.62, "attention_fwd_fraction": 0.41,
+                                                 "memory_fraction.softmax.bf16": 0.3, "gemm_launch_us": 9.0})
+    result = calibrate(_measured_by(truth), H200)
+    assert result.mape_before["all"] > 10
+    assert result.mape_after["all"] < 2
+    assert result.fitted["gemm_fraction.bf16"] == pytest.approx(0.62, rel=0.05)
+    assert result.fitted["memory_fraction.softmax.bf16"] == pytest.approx(0.3, rel=0.05)
+
+
+def test_profile_round_trip_feeds_calibrated_predictions(tmp_path, monkeypatch):
+    monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
+    truth = default_constants(H200).with_values({"gemm_fraction.bf16": 0.5})
+    path = write_profile(calibrate(_measured_by(truth), H200))
+    assert path.startswith(str(tmp_path)) and yaml.safe_load(open(path))["gpu"] == "h200-sxm"
+    assert constants_for(H200, calibrated=True)["gemm_fraction.bf16"] == pytest.approx(0.5, rel=0.05)
+    spec = predict("llama3-8b", H200, micro_batch=1, seq_len=2048)
+    slow = predict("llama3-8b", H200, micro_batch=1, seq_len=2048, calibrated=True)
+    assert slow.calibrated and slow.summary.step_time_s > spec.summary.step_time_s
+    assert not list(tmp_path.glob(".*"))  # the atomic write left no temporary file
+
+
+def test_missing_profile_says_how_to_make_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
+    with pytest.raises(WorkbenchError, match="workbench calibrate"):
+        constants_for(get_gpu("mi355x"), calibrated=True)
+
+
+def test_profile_for_another_gpu_is_rejected(tmp_path, monkeypatch):
+    monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
+    (tmp_path / "mi300x.yaml").write_text(yaml.safe_dump({"gpu": "h200-sxm", "constants": {"gemm_launch_us": 3}}))
+    with pytest.raises(WorkbenchError, match="another GPU"):
+        constants_for(get_gpu("mi300x"), calibrated=True)
+
+
+def test_shipped_h200_profile_loads():
+    c = constants_for(H200, calibrated=True)
+    assert c.calibrated and 0.5 < c["gemm_fraction.bf16"] < 0.9
+
+
+@pytest.mark.parametrize("value,expected", [("", "no row has a measured_ms"), ("-1", "positive"), ("fast", "number")])
+def test_bad_measurements(value, expected):
+    rows = [{"op": "gemm", "m": "64", "n": "64", "k": "64", "dtype": "bf16", "measured_ms": value}]
+    with pytest.raises(WorkbenchError, match=expected):
+        calibrate(rows, H200)
