@@ -14,6 +14,7 @@ predictions) and model_eval.md (the tables printed here).
 from __future__ import annotations
 
 import argparse
+import os
 import csv
 import statistics
 from collections import defaultdict
@@ -112,7 +113,7 @@ def main() -> None:
     if args.write_profile:
         full = calibrate(rows, gpu)
         path = write_profile(full, source=str(args.csv))
-        report += [f"Profile fitted on all {full.rows} rows written to `{path}` "
+        report += [f"Profile fitted on all {full.rows} rows written to `{os.path.relpath(path)}` "
                    f"(in-sample MAPE {full.mape_after['all']:.1f}%).", ""]
 
     out_dir = args.csv.parent

@@ -32,6 +32,7 @@ _BOUNDS = {
     "gemm_unaligned_efficiency": (0.02, 1.0),
     "gemm_unaligned_memory_efficiency": (0.02, 1.0),
     "gemm_fraction_unthrottled": (0.05, 1.0),
+    "gemm_gemv_memory_fraction": (0.02, 1.0),
     "gemm_power_time_constant_us": (0.1, 100000.0),
     "gemm_unaligned_extra_us": (0.01, 50.0),
     "gemm_wave_overhead_us": (0.01, 20.0),
@@ -109,6 +110,9 @@ def _parameters(ops: Sequence[MeasuredOp]) -> list[tuple[str, Callable[[Measured
         params += [(name, is_gemm) for name in ("gemm_launch_us", "gemm_wave_overhead_us",
                                                 "gemm_tile_intensity_saturation", "gemm_memory_fraction",
                                                 "gemm_power_time_constant_us")]
+    if any(m.op.kind == "gemm" and min(m.op.shape.m, m.op.shape.n, m.op.shape.k) == 1 for m in ops):
+        params.append(("gemm_gemv_memory_fraction",
+                       lambda m: m.op.kind == "gemm" and min(m.op.shape.m, m.op.shape.n, m.op.shape.k) == 1))
     for key in gemm_keys:
         params.append((f"gemm_fraction_unthrottled.{key}",
                        lambda m, key=key: is_gemm(m) and get_precision(m.op.dtype).peak_key == key))

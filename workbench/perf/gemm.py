@@ -16,9 +16,11 @@ For each candidate library tile (tm x tn) and split-K factor s, the model
 5. bounds the result below by the bytes the GEMM must move at ``gemm_memory_fraction`` of HBM bandwidth,
 
 and keeps the fastest candidate (tile shape and split-K factor), as a vendor library's heuristic would.
+Split-K adds a reduction kernel (one more launch).
 Under random data a large GEMM is power-limited (``gemm_fraction``); a tail wave that keeps only some units
 busy runs them faster, up to ``gemm_fraction_unthrottled`` (the clock limit), so wave quantization costs
-less than whole waves on a power-capped GPU. A matrix-vector product (m or n = 1) or an outer product (k = 1) is memory-bound. A fixed ``gemm_launch_us``
+less than whole waves on a power-capped GPU. A matrix-vector product (m or n = 1) or an outer product (k = 1) is memory-bound
+(``gemm_gemv_memory_fraction``). A fixed ``gemm_launch_us``
 is added.
 """
 
@@ -99,8 +101,8 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     bytes_moved = groups * ((m * k + k * n) * nbytes(dtype) + m * n * nbytes(output_dtype(dtype)))
     if min(m, n, k) == 1:
         # matrix-vector (m or n = 1) or outer product (k = 1): libraries run a GEMV/elementwise kernel
-        # bound by moving the matrix, whatever the alignment
-        memory_s = bytes_moved / bandwidth
+        # bound by moving the matrix, whatever the alignment, at its own achievable bandwidth
+        memory_s = bytes_moved / (gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_gemv_memory_fraction"])
         return GemmEstimate(memory_s + launch, (1, 1), 1, 1, 1, 1.0, 1.0, 0.0, memory_s, "memory")
 
     per_unit = peak * constants[f"gemm_fraction.{precision.peak_key}"] / units
@@ -149,9 +151,9 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
                 break
             tiles = output_tiles * split
             compute_s = waves_time(tiles, _round_up(math.ceil(k_padded / split), inst_k))
-            # split-K partial sums: fp32 [m, n] written and read back once per extra slice
+            # split-K partial sums: fp32 [m, n] written and read back once per extra slice, by a second kernel
             if split > 1:
-                compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth
+                compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch
             consider(tile_m, tile_n, split, tiles, math.ceil(tiles / units), compute_s)
     assert best is not None
     # Short kernels finish before the power cap bites: their rate rises towards the unthrottled one
