@@ -110,7 +110,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_lab(args: argparse.Namespace) -> int:
     from workbench.lab import launch
 
-    return launch(args.notebook, port=args.port, open_browser=not args.no_browser)
+    return launch(args.notebook, port=args.port, open_browser=not args.no_browser, jupyter_args=args.jupyter_args)
 
 
 def _read(path: str) -> str:
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="profile path (default: specs/calibration/<gpu>.yaml)")
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("lab", help="open the workbench notebook in JupyterLab")
+    p = sub.add_parser("lab", help="open the workbench notebook in JupyterLab (other options go to jupyter lab)")
     p.add_argument("--notebook", default=None, help="default: notebooks/workbench.ipynb")
     p.add_argument("--port", type=int, default=0, help="0: let Jupyter pick")
     p.add_argument("--no-browser", action="store_true")
@@ -167,7 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.jupyter_args = extra
     try:
         if getattr(args, "model", None) and Path(args.model).suffix in (".yaml", ".yml", ".json"):
             from workbench.models import load_model

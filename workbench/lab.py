@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +24,9 @@ def find_notebook(notebook: str | None = None) -> Path:
                          f"run from the repository root or pass --notebook PATH")
 
 
-def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = True) -> int:
-    """Start JupyterLab with the notebook open; returns Jupyter's exit code."""
+def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = True,
+           jupyter_args: list[str] | None = None) -> int:
+    """Start JupyterLab with the notebook open; ``jupyter_args`` go to Jupyter unchanged. Returns its exit code."""
     if importlib.util.find_spec("jupyterlab") is None:
         raise WorkbenchError("JupyterLab is not installed: install the UI extras with "
                              "`pip install -e '.[lab]'` (./dev lab does this for you)")
@@ -36,5 +38,8 @@ def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = T
         command.append(f"--port={port}")
     if not open_browser:
         command.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root; Jupyter refuses without this
+        command.append("--allow-root")
+    command += jupyter_args or []
     print("starting:", " ".join(command), flush=True)
     return subprocess.call(command, cwd=root)
