@@ -1,0 +1,112 @@
+"""Kernel correctness, speed against the vendor baselines, and a GEMM config sweep, on the local GPU.
+
+    python benchmarks/bench_kernels.py --suite full --out DIR            # every kernel, default configs
+    python benchmarks/bench_kernels.py --tune-gemm --out DIR             # every config of the GEMM space on
+                                                                         # the Llama 3 shapes (bf16 and fp8)
+
+Writes DIR/kernels_<suite>.csv (one row per case: relative error vs the float64 reference, our time, the
+baseline's, TFLOP/s, GB/s, % of peak and of measured copy bandwidth, the model's prediction), DIR/gemm_sweep.csv
+(one row per shape x config) and DIR/environment.json. Needs a GPU; imports no UI package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+
+def environment() -> dict:
+    import torch
+    import triton
+
+    from workbench.bench import detect_gpu
+
+    gpu = detect_gpu()
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu": gpu.device_name, "catalog_gpu": gpu.catalog.name if gpu.catalog else None, "arch": gpu.arch,
+            "driver": gpu.driver, "torch": torch.__version__, "triton": triton.__version__,
+            "cuda": torch.version.cuda, "hip": torch.version.hip, "sm_count": props.multi_processor_count,
+            "python": platform.python_version(), "host": platform.node(),
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+
+
+def sweep_gemm(out: Path, limit_s: float) -> None:
+    """Time every config of the GEMM space on each Llama 3 bench shape (bf16, fp8); record failures too."""
+    import csv
+
+    import torch
+    from triton.testing import do_bench
+
+    from workbench.kernels import gemm
+
+    start = time.time()
+    cases = [c for c in gemm.bench_cases("full") if c.dtype in ("bf16", "fp8") and "model" in c.extra]
+    path = out / "gemm_sweep.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["dtype", "m", "n", "k", "config", "ms", "tflops", "baseline_ms", "error"])
+        for case in cases:
+            inputs = case.make_inputs("cuda")
+            baseline_ms = do_bench(lambda: case.baseline(*inputs), warmup=10, rep=40, return_mode="median")
+            dtype_bytes = 1 if case.dtype == "fp8" else 2
+            for config in gemm.config_space("cuda", dtype_bytes=dtype_bytes):
+                if time.time() - start > limit_s:
+                    print(f"sweep stopped at its {limit_s:.0f} s budget", flush=True)
+                    return
+                row = [case.dtype, case.row["m"], case.row["n"], case.row["k"], json.dumps(config, sort_keys=True)]
+                try:
+                    if case.dtype == "fp8":
+                        fn = lambda: gemm.scaled_matmul(*inputs, config=config)  # noqa: E731
+                    else:
+                        fn = lambda: gemm.matmul(*inputs, config=config)  # noqa: E731
+                    ms = do_bench(fn, warmup=10, rep=40, return_mode="median")
+                    writer.writerow(row + [f"{ms:.5f}", f"{case.flops / ms / 1e9:.1f}", f"{baseline_ms:.5f}", ""])
+                except Exception as exc:  # noqa: BLE001 - a config that fails to compile or run is data
+                    writer.writerow(row + ["", "", f"{baseline_ms:.5f}", f"{type(exc).__name__}: {exc}"[:200]])
+                    torch.cuda.empty_cache()
+            handle.flush()
+            print(f"swept {case.name} ({time.time() - start:.0f} s)", flush=True)
+            del inputs
+            torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=["quick", "full"], default=None)
+    parser.add_argument("--ops", default=None, help="comma-separated kernel modules (default: all)")
+    parser.add_argument("--tune-gemm", action="store_true")
+    parser.add_argument("--sweep-budget-s", type=float, default=300)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WORKBENCH_CACHE_DIR", str(args.out / "cache"))
+    (args.out / "environment.json").write_text(json.dumps(environment(), indent=2))
+
+    if args.suite:
+        from workbench.bench import run_suite
+
+        started = time.time()
+        ops = tuple(args.ops.split(",")) if args.ops else None
+        frame = run_suite(args.suite, ops, use_cache=False, progress=False, out=args.out / f"kernels_{args.suite}.csv")
+        print(f"suite {args.suite}: {len(frame)} cases in {time.time() - started:.0f} s; ceilings "
+              f"{ {k: round(v, 1) for k, v in frame.attrs.get('ceilings', {}).items()} }", flush=True)
+        columns = [c for c in ("module", "name", "dtype", "rel_err", "correct", "triton_ms", "baseline_ms",
+                               "speedup_vs_baseline", "achieved_tflops", "pct_of_copy_bw", "error") if c in frame]
+        print(frame[columns].to_string(index=False, max_colwidth=40), flush=True)
+    if args.tune_gemm:
+        try:
+            sweep_gemm(args.out, args.sweep_budget_s)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+
+
+if __name__ == "__main__":
+    main()

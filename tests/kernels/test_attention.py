@@ -1,0 +1,218 @@
+"""Flash attention (workbench/kernels/attention.py) against the float64 torch reference, on the Triton CPU
+interpreter: tiny shapes with sequence tails, causal and not, GQA, fp32/bf16/fp16; plus input checks, config
+space, FLOP counts and bench cases."""
+
+import pytest
+import torch
+
+from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels.attention import (
+    TOLERANCE, bench_cases, bytes_moved, config_space, flash_attention, flash_attention_bwd, flash_attention_fwd,
+    flops, reference_attention, reference_attention_grads,
+)
+from workbench.rows import row_to_op
+
+pytestmark = pytest.mark.skipif(not interpreting() and not torch.cuda.is_available(),
+                                reason="needs TRITON_INTERPRET=1 or a GPU")
+DEVICE = "cpu" if interpreting() else "cuda"
+
+# Tighter than the bench tolerances: at these sizes the errors are output rounding (bf16 ~3e-3, fp16 ~3e-4).
+TEST_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+TILES = {"16x16": (16, 16), "32x16": (32, 16), "16x32": (16, 32)}
+
+
+def _config(tiles: str) -> dict:
+    m, n = TILES[tiles]
+    return {"BLOCK_M": m, "BLOCK_N": n, "num_warps": 4, "num_stages": 1}
+
+
+def _error(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius error; absolute when the reference is ~0 (the gradients at S=1 vanish)."""
+    return ((ours.double() - ref).norm() / max(ref.norm().item(), 1.0)).item()
+
+
+def _inputs(b, hq, hkv, s, d, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn(b, h, s, d, generator=gen) for h in (hq, hkv, hkv, hq))
+    return tuple(t.to(DEVICE, dtype) for t in (q, k, v, do))
+
+
+def _reference_grads(q, k, v, do, causal, scale=None):
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    o64, lse64 = reference_attention(q64, k64, v64, causal, scale, return_lse=True)
+    grads = torch.autograd.grad(o64, (q64, k64, v64), do.double())
+    return o64.detach(), lse64.detach(), grads
+
+
+# (dtype, causal, b, hq, hkv, s, d, tiles): every S edge (1, a partial block, exact blocks, 100), both tile
+# orders (the causal loop splits differ), GQA groups of 1, 2 and 4.
+CASES = [
+    (torch.float32, False, 1, 2, 2, 17, 16, "16x16"),
+    (torch.float32, True, 1, 4, 1, 100, 32, "32x16"),
+    (torch.float32, True, 2, 4, 2, 64, 64, "16x32"),
+    (torch.float32, False, 1, 4, 2, 100, 64, "16x32"),
+    (torch.float32, True, 1, 2, 1, 1, 16, "16x16"),
+    (torch.float32, False, 1, 2, 2, 1, 32, "32x16"),
+    (torch.bfloat16, True, 1, 4, 2, 100, 32, "16x16"),
+    (torch.bfloat16, False, 2, 2, 2, 17, 64, "32x16"),
+    (torch.float16, True, 1, 4, 1, 64, 64, "16x32"),
+    (torch.float16, False, 1, 2, 1, 100, 16, "16x16"),
+]
+
+
+@pytest.mark.parametrize("dtype,causal,b,hq,hkv,s,d,tiles", CASES,
+                         ids=[f"{str(c[0])[6:]}-{'causal' if c[1] else 'full'}-b{c[2]}hq{c[3]}hkv{c[4]}s{c[5]}d{c[6]}"
+                              f"-{c[7]}" for c in CASES])
+def test_forward_and_backward_match_float64_reference(dtype, causal, b, hq, hkv, s, d, tiles):
+    q, k, v, do = _inputs(b, hq, hkv, s, d, dtype)
+    config = _config(tiles)
+    o, lse = flash_attention_fwd(q, k, v, causal, config=config)
+    dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, causal, config=config)
+    o64, lse64, (dq64, dk64, dv64) = _reference_grads(q, k, v, do, causal)
+    assert o.dtype == dtype and o.shape == q.shape and lse.dtype == torch.float32 and lse.shape == (b, hq, s)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+    tol = TEST_TOLERANCE[dtype]
+    errors = {name: _error(ours, ref) for name, ours, ref in
+              (("o", o, o64), ("lse", lse, lse64), ("dq", dq, dq64), ("dk", dk, dk64), ("dv", dv, dv64))}
+    assert all(e < tol for e in errors.values()), errors
+
+
+def test_autograd_function_with_strided_inputs_and_custom_scale():
+    """q/k/v as [B, S, H, D] views (SDPA's usual layout after a transpose), a non-default scale, .backward()."""
+    b, hq, hkv, s, d = 1, 4, 2, 33, 32
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(b, s, h, d, generator=gen).to(DEVICE).transpose(1, 2).requires_grad_()
+               for h in (hq, hkv, hkv))
+    do = torch.randn(b, hq, s, d, generator=gen).to(DEVICE)
+    scale = 0.3
+    o = flash_attention(q, k, v, causal=True, scale=scale)
+    o.backward(do)
+    o64, _, grads = _reference_grads(q, k, v, do, True, scale)
+    assert _error(o, o64) < 1e-5
+    for name, t, ref in zip("qkv", (q, k, v), grads):
+        assert _error(t.grad, ref) < 1e-5, name
+
+
+def test_default_config_is_the_first_interpreter_entry():
+    q, k, v, _ = _inputs(1, 2, 1, 20, 16, torch.float32)
+    o = flash_attention(q, k, v)
+    assert _error(o, reference_attention(q, k, v)) < 1e-5
+
+
+def test_reference_matches_sdpa_with_gqa():
+    q, k, v, _ = _inputs(2, 4, 2, 9, 16, torch.float64)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.allclose(reference_attention(q, k, v, causal=True), expected, atol=1e-12)
+
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_closed_form_reference_grads_match_autograd(causal):
+    """The bench's fwd_bwd reference (no autograd, chunked) against autograd of reference_attention."""
+    q, k, v, do = _inputs(2, 4, 2, 9, 16, torch.float64, seed=3)
+    o64, _, grads = _reference_grads(q, k, v, do, causal, 0.7)
+    ours = reference_attention_grads(q, k, v, do, causal, 0.7)
+    for a, b in zip(ours, (o64, *grads)):
+        assert torch.allclose(a, b, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- input checks
+def _t(*shape, dtype=torch.float32, device=DEVICE):
+    return torch.zeros(*shape, dtype=dtype, device=device)
+
+
+@pytest.mark.parametrize("q,k,v,kwargs,argument", [
+    (_t(2, 8, 16), _t(2, 8, 16), _t(2, 8, 16), {}, "q"),  # 3-D
+    (_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8), {}, "v"),  # v not like k
+    (_t(1, 2, 8, 16), _t(2, 2, 8, 16), _t(2, 2, 8, 16), {}, "k"),  # batch
+    (_t(1, 2, 8, 16), _t(1, 2, 9, 16), _t(1, 2, 9, 16), {}, "k"),  # seq
+    (_t(1, 2, 8, 16), _t(1, 2, 8, 32), _t(1, 2, 8, 32), {}, "k"),  # head_dim
+    (_t(1, 2, 8, 48), _t(1, 2, 8, 48), _t(1, 2, 8, 48), {}, "q"),  # unsupported head_dim
+    (_t(1, 4, 8, 16), _t(1, 3, 8, 16), _t(1, 3, 8, 16), {}, "k"),  # Hq % Hkv
+    (_t(1, 2, 8, 16, dtype=torch.float64),) * 3 + ({}, "q"),  # dtype
+    (_t(1, 2, 8, 16), _t(1, 2, 8, 16, dtype=torch.float16), _t(1, 2, 8, 16), {}, "k"),  # mixed dtypes
+    (_t(1, 2, 8, 16), _t(1, 2, 8, 16, device="meta"), _t(1, 2, 8, 16), {}, "device"),
+    (_t(1, 2, 8, 16),) * 3 + ({"causal": 1}, "causal"),
+    (_t(1, 2, 8, 16),) * 3 + ({"scale": -1.0}, "scale"),
+    (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16}}, "config"),
+    (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 24}}, "config"),
+])
+def test_bad_inputs_raise_naming_the_argument(q, k, v, kwargs, argument):
+    with pytest.raises(KernelInputError, match=rf"^{argument}\b"):
+        flash_attention(q, k, v, **kwargs)
+
+
+def test_backward_checks_its_extra_arguments():
+    q = _t(1, 2, 8, 16)
+    lse = torch.zeros(1, 2, 8)
+    with pytest.raises(KernelInputError, match=r"^do\b"):
+        flash_attention_bwd(_t(1, 2, 8, 32), q, q, q, q, lse)
+    with pytest.raises(KernelInputError, match=r"^lse\b"):
+        flash_attention_bwd(q, q, q, q, q, lse.double())
+
+
+# ---------------------------------------------------------------------------------------------- config space
+AMD_KEYS = {"waves_per_eu", "matrix_instr_nonkdim"}
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_config_space_per_backend(pass_, head_dim):
+    for name in ("cuda", "hip", "interpreter"):
+        space = config_space(name, pass_, head_dim)
+        assert space and len(space) == len({tuple(sorted(c.items())) for c in space})
+        for config in space:
+            assert {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"} <= config.keys()
+            assert (AMD_KEYS <= config.keys()) == (name == "hip"), (name, config)
+            assert not (config.keys() - AMD_KEYS - {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"})
+        if name == "hip":
+            assert {c["num_stages"] for c in space} == {1}
+
+
+def test_config_space_defaults():
+    assert config_space("cuda", "fwd", 128)[0] == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    assert config_space("interpreter")[0]["BLOCK_M"] == 16
+    fwd = config_space("cuda")
+    assert {c["BLOCK_M"] for c in fwd} == {64, 128} and {c["BLOCK_N"] for c in fwd} == {32, 64, 128}
+    assert {c["num_warps"] for c in fwd} == {4, 8} and {c["num_stages"] for c in fwd} == {2, 3, 4}
+    hip = config_space("hip")
+    assert {c["waves_per_eu"] for c in hip} == {0, 1, 2} and {c["matrix_instr_nonkdim"] for c in hip} == {16, 32}
+    with pytest.raises(KernelInputError, match="^backend"):
+        config_space("tpu")
+
+
+# ---------------------------------------------------------------------------------------------- counts, bench
+def test_flops_and_bytes():
+    b, hq, s, d = 2, 8, 1024, 128
+    fwd = 4 * b * hq * s * s * d
+    assert flops(b, hq, s, d, False, "fwd") == fwd
+    assert flops(b, hq, s, d, False, "bwd") == 2.5 * fwd
+    assert flops(b, hq, s, d, False, "fwd_bwd") == 3.5 * fwd
+    blocks = s // 128
+    assert flops(b, hq, s, d, True, "fwd") == pytest.approx(fwd * (blocks + 1) / (2 * blocks))
+    q = b * hq * s * d * 2
+    kv = 2 * b * 2 * s * d * 2
+    lse = b * hq * s * 4
+    assert bytes_moved(b, hq, 2, s, d, True, "fwd", "bf16") == q + kv + q + lse
+
+
+@pytest.mark.parametrize("suite,count", [("quick", 4), ("full", 16)])
+def test_bench_cases(suite, count):
+    cases = bench_cases(suite)
+    assert len(cases) == count
+    for case in cases:
+        row = case.row
+        assert row["batch"] * row["seq"] == 16384 and row["causal"] == "true" and row["dtype"] == "bf16"
+        assert (row["heads_q"], row["heads_kv"], row["head_dim"]) in ((32, 8, 128), (64, 8, 128))
+        op = row_to_op({key: str(value) for key, value in row.items()}, 0)
+        assert op.flops == pytest.approx(case.flops) and op.bytes == pytest.approx(case.bytes)
+        assert case.tolerance == TOLERANCE["bf16"]
+        inputs = case.make_inputs("meta")  # shapes only, no memory
+        assert inputs[0].shape == (row["batch"], row["heads_q"], row["seq"], row["head_dim"])
+        assert inputs[1].shape == (row["batch"], row["heads_kv"], row["seq"], row["head_dim"])
+        if row["pass"] == "fwd_bwd":
+            assert len(inputs) == 4 and all(t.requires_grad for t in inputs[:3]) and not inputs[3].requires_grad
+        else:
+            assert len(inputs) == 3
+    assert {c.row["pass"] for c in cases} == {"fwd", "fwd_bwd"}
+

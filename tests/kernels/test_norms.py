@@ -1,0 +1,219 @@
+"""Triton RMSNorm / LayerNorm, forward and backward, against float64 torch (CPU, Triton interpreter)."""
+
+import pytest
+import torch
+
+from workbench.kernels import norms
+from workbench.kernels._common import KernelInputError
+
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # relative Frobenius error
+IDS = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def make(shape, dtype, layer_norm: bool, seed: int = 0):
+    """x [*shape], weight and bias [cols], dy [*shape]; weights around 1 as trained norms have them."""
+    g = torch.Generator().manual_seed(seed)
+    cols = shape[-1]
+    x = torch.randn(shape, generator=g).to(dtype)
+    weight = (1 + 0.5 * torch.randn(cols, generator=g)).to(dtype)
+    bias = torch.randn(cols, generator=g).to(dtype) if layer_norm else None
+    dy = torch.randn(shape, generator=g).to(dtype)
+    return x, weight, bias, dy
+
+
+def run_ours(x, weight, bias, dy, config=None):
+    """y and the gradients (dx, dweight[, dbias]) from the Triton kernels."""
+    leaves = [t.clone().requires_grad_(True) for t in (x, weight) + ((bias,) if bias is not None else ())]
+    if bias is None:
+        y = norms.rms_norm(*leaves, config=config)
+    else:
+        y = norms.layer_norm(*leaves, config=config)
+    return (y, *torch.autograd.grad(y, leaves, dy))
+
+
+def run_reference(x, weight, bias, dy):
+    """y, the gradients, and the scales below which an error counts as cancellation: float64 autograd."""
+    leaves = [t.double().requires_grad_(True) for t in (x, weight) + ((bias,) if bias is not None else ())]
+    if bias is None:
+        y = norms.reference_rms_norm(*leaves)
+    else:
+        y = norms.reference_layer_norm(*leaves)
+    grads = torch.autograd.grad(y, leaves, dy.double())
+    # dx = rstd * (dy*w - projections of dy*w): when the projections cancel dy*w (one column, or x constant
+    # along the row) dx is tiny and fp32 keeps only its error relative to rstd*dy*w. dweight sums dy*xhat,
+    # whose size is that of dy (it is exactly 0 for LayerNorm on one column).
+    xd = x.double()
+    centred = xd - xd.mean(-1, keepdim=True) if bias is not None else xd
+    rstd = (centred.pow(2).mean(-1, keepdim=True) + 1e-5).rsqrt()
+    scales = [0.0, (dy.double() * weight.double() * rstd).norm().item(), dy.double().norm().item(), 0.0]
+    return (y.detach(), *grads), scales
+
+
+def rel_err(got, want, scale=0.0):
+    denominator = max(want.norm().item(), scale)
+    return (got.double() - want).norm().item() / denominator if denominator > 0 else got.double().norm().item()
+
+
+def assert_matches(shape, dtype, layer_norm, config=None, seed=0):
+    x, weight, bias, dy = make(shape, dtype, layer_norm, seed)
+    ours = run_ours(x, weight, bias, dy, config)
+    want, scales = run_reference(x, weight, bias, dy)
+    names = ("y", "dx", "dweight", "dbias")
+    for name, got, ref, scale, like in zip(names, ours, want, scales, (x, x, weight, bias)):
+        assert got.shape == like.shape and got.dtype == like.dtype, name
+        err = rel_err(got, ref, scale)
+        assert err < TOLERANCE[dtype], f"{name}: relative error {err:.2e} for {shape} {dtype} {config}"
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("cols", [1, 3, 17, 100, 1000])
+@pytest.mark.parametrize("rows", [1, 7, 33])
+def test_fp32_matches_float64_reference(rows, cols, layer_norm):
+    assert_matches((rows, cols), torch.float32, layer_norm, seed=rows * 10_000 + cols)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=IDS.get)
+@pytest.mark.parametrize("shape", [(1, 3), (7, 100), (33, 1000)], ids=str)
+def test_half_precisions_match_float64_reference(shape, dtype, layer_norm):
+    assert_matches(shape, dtype, layer_norm)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rmsnorm", "layernorm"])
+def test_leading_dimensions_are_flattened(layer_norm):
+    assert_matches((2, 5, 48), torch.bfloat16, layer_norm)
+    assert_matches((3, 1, 17), torch.float32, layer_norm)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("shape,block_n", [((7, 1000), 256), ((5, 17), 16), ((3, 33), 32)], ids=str)
+def test_column_loop_matches_reference(shape, block_n, layer_norm):
+    # BLOCK_N below the row width takes the looped path (several column tiles, a partial last one).
+    assert_matches(shape, torch.float32, layer_norm, config={"num_warps": 4, "BLOCK_N": block_n})
+    assert_matches(shape, torch.bfloat16, layer_norm, config={"num_warps": 4, "BLOCK_N": block_n})
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rmsnorm", "layernorm"])
+def test_rows_wider_than_the_register_tile_loop(layer_norm):
+    cols = norms.MAX_FWD_BLOCK_N + 27  # forward: two tiles; backward: three tiles of MAX_BWD_BLOCK_N
+    assert cols > norms.MAX_BWD_BLOCK_N
+    assert_matches((2, cols), torch.float32, layer_norm)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("rows_per_program", [2, 4])
+def test_several_rows_per_program(rows_per_program, layer_norm):
+    config = {"num_warps": 1, "ROWS_PER_PROGRAM": rows_per_program}
+    assert_matches((7, 100), torch.float32, layer_norm, config=config)  # 7 rows: a partial last tile of rows
+    assert_matches((3, 17), torch.float16, layer_norm, config=config)
+
+
+def test_strided_input_and_broadcast_gradient():
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(9, 80, generator=g).requires_grad_(True)
+    weight, bias = torch.randn(40, generator=g), torch.randn(40, generator=g)
+    y = norms.layer_norm(base[:, 10:50], weight, bias)  # rows 80 elements apart, not 40
+    y.sum().backward()  # dy arrives expanded from a scalar (stride 0)
+    ref_x = base.detach()[:, 10:50].double().requires_grad_(True)
+    ref = norms.reference_layer_norm(ref_x, weight, bias)
+    ref.sum().backward()
+    assert rel_err(y, ref.detach()) < 1e-5
+    assert rel_err(base.grad[:, 10:50], ref_x.grad) < 1e-5
+    assert torch.all(base.grad[:, :10] == 0) and torch.all(base.grad[:, 50:] == 0)
+
+
+def test_mixed_weight_dtype_and_empty_input():
+    x, _, _, dy = make((6, 24), torch.bfloat16, False)
+    weight = torch.randn(24, dtype=torch.float32).requires_grad_(True)
+    y = norms.rms_norm(x, weight)
+    assert y.dtype == torch.bfloat16
+    (dweight,) = torch.autograd.grad(y, weight, dy)
+    assert dweight.dtype == torch.float32
+    ref_w = weight.detach().double().requires_grad_(True)
+    (want,) = torch.autograd.grad(norms.reference_rms_norm(x, ref_w), ref_w, dy.double())
+    assert rel_err(dweight, want) < 1e-2
+    empty = torch.randn(0, 8, requires_grad=True)
+    w = torch.ones(8, requires_grad=True)
+    b = torch.zeros(8, requires_grad=True)
+    out = norms.layer_norm(empty, w, b)
+    assert out.shape == (0, 8)
+    dx, dw, db = torch.autograd.grad(out, (empty, w, b), torch.randn(0, 8))
+    assert dx.shape == (0, 8) and torch.all(dw == 0) and torch.all(db == 0)
+
+
+def test_bad_inputs_name_the_argument():
+    x, w = torch.randn(4, 8), torch.randn(8)
+    b = torch.randn(8)
+    cases = [
+        (lambda: norms.rms_norm(x.to(torch.int32), w), "x"),
+        (lambda: norms.rms_norm(x.double(), w), "x"),
+        (lambda: norms.rms_norm(torch.randn(4, 0), torch.randn(0)), "x"),
+        (lambda: norms.rms_norm([1.0], w), "x"),
+        (lambda: norms.rms_norm(x, torch.randn(7)), "weight"),
+        (lambda: norms.rms_norm(x, torch.randn(8, 1)), "weight"),
+        (lambda: norms.rms_norm(x, w.to(torch.int64)), "weight"),
+        (lambda: norms.rms_norm(x, w, eps=-1.0), "eps"),
+        (lambda: norms.rms_norm(x, w, eps=None), "eps"),
+        (lambda: norms.layer_norm(x, w, torch.randn(9)), "bias"),
+        (lambda: norms.layer_norm(x, w, None), "bias"),
+        (lambda: norms.layer_norm(x, torch.randn(8, device="meta"), b), "weight"),
+        (lambda: norms.rms_norm(x, w, config={"num_warps": 3}), "num_warps"),
+        (lambda: norms.rms_norm(x, w, config={"BLOCK": 64}), "config"),
+        (lambda: norms.layer_norm(x, w, b, config={"ROWS_PER_PROGRAM": 0}), "ROWS_PER_PROGRAM"),
+        (lambda: norms.config_space("tpu"), "backend"),
+        (lambda: norms.bench_cases("huge"), "suite"),
+    ]
+    for call, argument in cases:
+        with pytest.raises(KernelInputError, match=argument):
+            call()
+
+
+def test_config_space_per_backend():
+    for backend in ("cuda", "hip", "interpreter"):
+        space = norms.config_space(backend)
+        assert space, backend
+        assert {c["num_warps"] for c in space} == {1, 2, 4, 8, 16}
+        assert {c["ROWS_PER_PROGRAM"] for c in space} == {1, 2, 4}
+        assert all(("waves_per_eu" in c) == (backend == "hip") for c in space), backend
+        for cols in (1, 100, 4096, 8192, 100_000):
+            assert norms.default_config(cols, backend) in space
+    assert {c["waves_per_eu"] for c in norms.config_space("hip")} == {0, 1, 2}
+    # wider rows get more warps
+    warps = [norms.default_config(cols, "cuda")["num_warps"] for cols in (64, 1024, 4096, 8192)]
+    assert warps == sorted(warps) and warps[0] < warps[-1] == 16
+
+
+def test_flop_and_byte_counts():
+    rows, cols = 16384, 4096
+    n = rows * cols
+    assert norms.bytes_moved("rmsnorm", rows, cols, "bf16") == 2 * n * 2 + cols * 2 + rows * 4
+    assert norms.bytes_moved("layernorm", rows, cols, "fp32") == 2 * n * 4 + 2 * cols * 4 + 2 * rows * 4
+    for norm in ("rmsnorm", "layernorm"):
+        for count in (lambda p: norms.flops(norm, rows, cols, p), lambda p: norms.bytes_moved(norm, rows, cols, "bf16", p)):
+            assert count("fwd") > 0 and count("bwd") > count("fwd")
+            assert count("fwd_bwd") == count("fwd") + count("bwd")
+        assert norms.bytes_moved(norm, rows, cols, "bf16", "bwd") >= 3 * n * 2  # reads x, dy; writes dx
+
+
+def test_bench_cases_describe_the_rows():
+    quick, full = norms.bench_cases("quick"), norms.bench_cases("full")
+    assert len(quick) == 4 and len(full) == 12
+    assert {c.op for c in full} == {"rmsnorm", "layernorm", "rmsnorm_fwd_bwd", "layernorm_fwd_bwd"}
+    assert {(c.row["rows"], c.row["cols"]) for c in full} == {(16384, 4096), (8192, 8192), (32768, 8192)}
+    for case in full:
+        assert case.row == {"op": case.op, "rows": case.row["rows"], "cols": case.row["cols"], "dtype": "bf16"}
+        assert case.dtype == "bf16" and case.tolerance == 2e-2 and case.flops > 0 and case.bytes > 0
+
+
+@pytest.mark.parametrize("fwd_bwd", [False, True], ids=["fwd", "fwd_bwd"])
+@pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
+def test_bench_case_runs_small(norm, fwd_bwd):
+    torch.manual_seed(0)
+    case = norms.make_bench_case(norm, 6, 48, "bf16", fwd_bwd)
+    inputs = case.make_inputs("cpu")
+    want = case.reference(*inputs)
+    assert want.dtype == torch.float64
+    for fn in (case.run, case.baseline):
+        got = fn(*inputs)
+        assert got.shape == want.shape == (6, 48)
+        assert rel_err(got, want) < case.tolerance

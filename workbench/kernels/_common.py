@@ -1,0 +1,85 @@
+"""Conventions shared by the kernel files.
+
+Every kernel module ``workbench/kernels/<op>.py`` reads top to bottom as:
+
+1. the ``@triton.jit`` kernel(s), block shapes in the docstring, shapes in comments;
+2. the launch wrapper ``<op>(...)``: checks inputs (``check``), allocates, launches; ``config=None`` takes the
+   first entry of ``config_space(backend())``;
+3. ``reference_<op>(...)``: the torch reference (higher precision where it matters);
+4. ``config_space(backend) -> list[dict]``: meta-parameters plus ``num_warps``/``num_stages`` (NVIDIA), and on
+   AMD also ``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack`` where they apply;
+5. ``flops(...)`` / ``bytes_moved(...)``: the counts the benchmark turns into TFLOP/s and GB/s;
+6. ``bench_cases(suite) -> list[BenchCase]``: what ``workbench bench`` runs, next to the vendor baseline.
+
+Under ``TRITON_INTERPRET=1`` (set before importing a kernel module) the kernels run on CPU tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Backend = Literal["cuda", "hip", "interpreter"]
+
+
+class KernelInputError(ValueError):
+    """A kernel was called with inputs it does not accept; the message names the argument and what was expected."""
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels on the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def backend() -> Backend:
+    """The backend kernels compile for: the interpreter, CUDA (NVIDIA) or HIP (AMD ROCm builds of torch)."""
+    if interpreting():
+        return "interpreter"
+    import torch
+
+    return "hip" if torch.version.hip else "cuda"
+
+
+def check(condition: bool, argument: str, got: Any, expected: str) -> None:
+    if not condition:
+        raise KernelInputError(f"{argument}: got {got}, expected {expected}")
+
+
+def check_device(*tensors, names: tuple[str, ...]) -> None:
+    """All tensors on one device: a GPU, or the CPU under the interpreter."""
+    devices = {t.device for t in tensors}
+    check(len(devices) == 1, "device", ", ".join(f"{n} on {t.device}" for n, t in zip(names, tensors)),
+          "every tensor on the same device")
+    device = devices.pop()
+    if interpreting():
+        check(device.type == "cpu", names[0], f"a tensor on {device}", "CPU tensors under TRITON_INTERPRET=1")
+    else:
+        check(device.type == "cuda", names[0], f"a tensor on {device}", "GPU tensors (or set TRITON_INTERPRET=1 for the CPU)")
+
+
+@dataclass
+class BenchCase:
+    """One benchmark point: our kernel next to the vendor baseline on fresh random inputs."""
+
+    op: str
+    """The predict-ops op name this point maps to (gemm, attention, rmsnorm, ...), or the kernel's own name."""
+    name: str
+    """Human-readable shape label, e.g. 'llama3-8b qkv 8192x6144x4096'."""
+    dtype: str
+    row: dict
+    """The point in predict-ops row form (m/n/k, batch/seq/heads..., rows/cols), so the model can predict it."""
+    make_inputs: Callable[[str], tuple]
+    """device -> positional arguments (fresh random tensors, never zeros)."""
+    run: Callable[..., Any]
+    """Our Triton kernel on those arguments."""
+    baseline: Callable[..., Any]
+    """The vendor / torch baseline on the same arguments (torch.matmul, SDPA, F.rms_norm, ...)."""
+    reference: Callable[..., Any]
+    """High-precision reference for the correctness check."""
+    flops: float
+    bytes: float
+    tolerance: float
+    """Max relative error ||out - ref|| / ||ref|| accepted."""
+    extra: dict = field(default_factory=dict)

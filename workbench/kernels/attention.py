@@ -1,0 +1,652 @@
+"""Flash attention, forward and backward, with grouped-query attention (GQA) and an optional causal mask.
+
+Algorithm: FlashAttention-2 (Dao 2023, arXiv:2307.08691). Forward: one program per (query block, batch, query
+head) streams the key/value blocks of its kv head once, keeping a running row max and row sum in fp32 (online
+softmax, base-2 exponentials), and writes O and the natural-log log-sum-exp ``lse`` [B, Hq, S] (fp32).
+Backward (Sec. 3.1.2 of the paper), three launches:
+
+1. ``delta = rowsum(dO * O)`` [B, Hq, S] (fp32);
+2. dK, dV: one program per (key block, batch, kv head) holds its K, V tile and loops over the query blocks of
+   every query head of its GQA group, so the group sum happens in registers: no atomics, no fp32 buffers;
+3. dQ: one program per (query block, batch, query head) loops over the key blocks.
+
+Computing dQ in its own pass (Triton's fused-attention tutorial does it in a second loop) recomputes S = QK^T
+and dP = dO V^T: 7 GEMMs instead of the paper's 5, but deterministic and atomic-free. ``flops`` still counts
+the algorithmic 2.5x forward, so the backward's achieved TFLOP/s reads against the same work as
+FlashAttention-2's.
+
+Causal: query i sees keys 0..i; key blocks wholly above the diagonal are never visited. Every loop is split into
+blocks that need no mask (no per-element ``where``, unmasked loads) and the few on the diagonal or the sequence
+tail that do. Causal grids launch the longest query blocks first.
+
+Precision: tiles stay in the input dtype into tl.dot (fp32 accumulation); P and dS are rounded to it before
+their GEMMs, as in FlashAttention-2. fp32 inputs use IEEE fp32 dots (no TF32): a parity path, slow on the GPU.
+Under the interpreter bf16 tiles are upcast to fp32 first (its bf16 tl.dot is broken, triton issue #11584).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Literal
+
+import torch
+import triton
+import triton.language as tl
+
+from workbench.graph.ops import AttentionShape
+from workbench.graph.ops import attention as attention_op
+from workbench.kernels._common import BenchCase, backend, check, check_device, interpreting
+
+Pass = Literal["fwd", "bwd", "fwd_bwd"]
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_HEAD_DIMS = (16, 32, 64, 128, 256)
+_LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
+"""Relative Frobenius error against float64 accepted per input dtype (bench cases: O; fwd_bwd also dQ, dK, dV)."""
+
+
+# ----------------------------------------------------------------------------------------------------- forward
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, start, end, seq_len,
+               qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+    """Key blocks [start, end) of one query block. acc: [BLOCK_M, HEAD_DIM] fp32; l_i, m_i: [BLOCK_M] fp32."""
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_ptrs = k_base + offs_n[:, None] * stride_ks + offs_d[None, :]  # k: [BLOCK_N, HEAD_DIM]
+        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]  # v: [BLOCK_N, HEAD_DIM]
+        if MASKED:
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale  # s: [BLOCK_M, BLOCK_N], log2 units
+        if MASKED:
+            keep = offs_n[None, :] < seq_len
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            s = tl.where(keep, s, float("-inf"))
+        # The first block visited holds key 0 or a key below the query block, so m_new is finite for every row.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, D]; lse: [B, Hq, S] fp32
+                     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+                     stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
+                     seq_len, heads_q, group, qk_scale,
+                     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     UPCAST: tl.constexpr):
+    """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, acc [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM]."""
+    pid_m = tl.program_id(0)
+    if CAUSAL:  # the last query blocks do the most work: launch them first
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = (bh // heads_q).to(tl.int64)
+    h = (bh % heads_q).to(tl.int64)
+    h_kv = h // group
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < seq_len, other=0.0)  # q: [BLOCK_M, HEAD_DIM]
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_base = K + b * stride_kb + h_kv * stride_kh
+    v_base = V + b * stride_vb + h_kv * stride_vh
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # Key blocks every row of this query block sees in full, then the diagonal and tail blocks (masked).
+    if CAUSAL:
+        unmasked_end = (tl.minimum(start_m + 1, seq_len) // BLOCK_N) * BLOCK_N
+        end = tl.minimum(start_m + BLOCK_M, seq_len)
+    else:
+        unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
+        end = seq_len
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
+                               0, unmasked_end, seq_len, qk_scale, False, CAUSAL, BLOCK_N, UPCAST)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
+                               unmasked_end, end, seq_len, qk_scale, True, CAUSAL, BLOCK_N, UPCAST)
+
+    o = acc / l_i[:, None]
+    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
+    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=offs_m[:, None] < seq_len)
+    lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634  # back to natural log
+    tl.store(LSE + bh.to(tl.int64) * seq_len + offs_m, lse, mask=offs_m < seq_len)
+
+
+# ---------------------------------------------------------------------------------------------------- backward
+@triton.jit
+def _bwd_delta_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_os, stride_db, stride_dh, stride_ds,
+                      seq_len, heads_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Grid (cdiv(S, BLOCK_M), B * Hq): delta[b, h, m] = sum_d O * dO in fp32. Tiles [BLOCK_M, HEAD_DIM]."""
+    bh = tl.program_id(1)
+    b = (bh // heads_q).to(tl.int64)
+    h = (bh % heads_q).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m[:, None] < seq_len
+    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :], mask=rows)
+    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :], mask=rows)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + bh.to(tl.int64) * seq_len + offs_m, delta, mask=offs_m < seq_len)
+
+
+@triton.jit
+def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
+                start, end, seq_len, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                BLOCK_M: tl.constexpr, UPCAST: tl.constexpr):
+    """Query blocks [start, end) of one query head against a key block; tiles are transposed: [keys, queries]."""
+    for start_m in range(start, end, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q_ptrs = q_base + offs_m[:, None] * stride_qs + offs_d[None, :]  # q: [BLOCK_M, HEAD_DIM]
+        do_ptrs = do_base + offs_m[:, None] * stride_dos + offs_d[None, :]  # do: [BLOCK_M, HEAD_DIM]
+        if MASKED:
+            q = tl.load(q_ptrs, mask=offs_m[:, None] < seq_len, other=0.0)
+            do = tl.load(do_ptrs, mask=offs_m[:, None] < seq_len, other=0.0)
+            lse = tl.load(lse_base + offs_m, mask=offs_m < seq_len, other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=offs_m < seq_len, other=0.0)
+        else:
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+            lse = tl.load(lse_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        if UPCAST:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        s_t = tl.dot(k, tl.trans(q), input_precision="ieee")  # s_t: [BLOCK_N, BLOCK_M]
+        p_t = tl.math.exp2(s_t * qk_scale - lse[None, :] * 1.4426950408889634)
+        if MASKED:
+            keep = offs_m[None, :] < seq_len
+            if CAUSAL:
+                keep = keep & (offs_m[None, :] >= offs_n[:, None])
+            p_t = tl.where(keep, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
+        dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")  # dp_t: [BLOCK_N, BLOCK_M]
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision="ieee")
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,  # dk, dv shaped like k, v; lse, delta [B, Hq, S]
+                          stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+                          stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
+                          stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
+                          seq_len, heads_kv, group, sm_scale, qk_scale,
+                          CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+    """Grid (cdiv(S, BLOCK_N), B * Hkv). Tiles: k, v, dk, dv [BLOCK_N, HEAD_DIM]; q, do [BLOCK_M, HEAD_DIM]."""
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    b = (bh // heads_kv).to(tl.int64)
+    h_kv = (bh % heads_kv).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    keys = offs_n[:, None] < seq_len
+    k = tl.load(K + b * stride_kb + h_kv * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
+                mask=keys, other=0.0)
+    v = tl.load(V + b * stride_vb + h_kv * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :],
+                mask=keys, other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+
+    # Query blocks: [lo, diag_end) cross the diagonal (masked), [diag_end, full_end) are unmasked, the tail
+    # block [full_end, S) is masked. Key rows past S only pollute dk/dv rows that are never stored.
+    full_end = (seq_len // BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        diag_end = tl.maximum(lo, tl.minimum(tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M, full_end))
+        full_end = tl.maximum(diag_end, full_end)
+    else:
+        lo = 0
+        diag_end = 0
+    heads_q = heads_kv * group
+    for g in range(0, group):  # the query heads of this kv head: their dK, dV sum here
+        h = h_kv * group + g
+        q_base = Q + b * stride_qb + h * stride_qh
+        do_base = DO + b * stride_dob + h * stride_doh
+        lse_base = LSE + (b * heads_q + h) * seq_len
+        delta_base = DELTA + (b * heads_q + h) * seq_len
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
+                             offs_d, lo, diag_end, seq_len, qk_scale, True, CAUSAL, BLOCK_M, UPCAST)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
+                             offs_d, diag_end, full_end, seq_len, qk_scale, False, CAUSAL, BLOCK_M, UPCAST)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
+                             offs_d, full_end, seq_len, seq_len, qk_scale, True, CAUSAL, BLOCK_M, UPCAST)
+
+    dk = dk * sm_scale
+    tl.store(DK + b * stride_dkb + h_kv * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
+             dk.to(DK.dtype.element_ty), mask=keys)
+    tl.store(DV + b * stride_dvb + h_kv * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :],
+             dv.to(DV.dtype.element_ty), mask=keys)
+
+
+@triton.jit
+def _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, start, end, seq_len,
+              qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+    """Key blocks [start, end) of one query block. dq: [BLOCK_M, HEAD_DIM] fp32."""
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_ptrs = k_base + offs_n[:, None] * stride_ks + offs_d[None, :]  # k: [BLOCK_N, HEAD_DIM]
+        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]  # v: [BLOCK_N, HEAD_DIM]
+        if MASKED:
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")  # s: [BLOCK_M, BLOCK_N]
+        p = tl.math.exp2(s * qk_scale - lse[:, None] * 1.4426950408889634)
+        if MASKED:
+            keep = offs_n[None, :] < seq_len
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision="ieee")  # dp: [BLOCK_M, BLOCK_N]
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision="ieee")
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
+                        stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+                        stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
+                        stride_dqb, stride_dqh, stride_dqs,
+                        seq_len, heads_q, group, sm_scale, qk_scale,
+                        CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+    """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, do, dq [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM]."""
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = (bh // heads_q).to(tl.int64)
+    h = (bh % heads_q).to(tl.int64)
+    h_kv = h // group
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m[:, None] < seq_len
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
+                mask=rows, other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :],
+                 mask=rows, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    lse = tl.load(LSE + bh.to(tl.int64) * seq_len + offs_m, mask=offs_m < seq_len, other=0.0)
+    delta = tl.load(DELTA + bh.to(tl.int64) * seq_len + offs_m, mask=offs_m < seq_len, other=0.0)
+    k_base = K + b * stride_kb + h_kv * stride_kh
+    v_base = V + b * stride_vb + h_kv * stride_vh
+
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    if CAUSAL:  # same split as the forward pass
+        unmasked_end = (tl.minimum(start_m + 1, seq_len) // BLOCK_N) * BLOCK_N
+        end = tl.minimum(start_m + BLOCK_M, seq_len)
+    else:
+        unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
+        end = seq_len
+    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0, unmasked_end,
+                   seq_len, qk_scale, False, CAUSAL, BLOCK_N, UPCAST)
+    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, unmasked_end, end,
+                   seq_len, qk_scale, True, CAUSAL, BLOCK_N, UPCAST)
+    dq = dq * sm_scale
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :],
+             dq.to(DQ.dtype.element_ty), mask=rows)
+
+
+# ----------------------------------------------------------------------------------------------------- wrappers
+def _check_inputs(q, k, v, causal, scale) -> float:
+    """Raise KernelInputError naming the first bad argument; return the softmax scale (default 1/sqrt(D))."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
+        check(t.dim() == 4, name, f"shape {tuple(t.shape)}", "a 4-D tensor [batch, heads, seq, head_dim]")
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
+    check(v.shape == k.shape, "v", f"shape {tuple(v.shape)}", f"k's shape {tuple(k.shape)}")
+    check(k.shape[0] == b, "k", f"batch {k.shape[0]}", f"q's batch {b}")
+    check(k.shape[2] == s, "k", f"seq {k.shape[2]}", f"q's seq {s} (self-attention)")
+    check(k.shape[3] == d, "k", f"head_dim {k.shape[3]}", f"q's head_dim {d}")
+    check(d in _HEAD_DIMS, "q", f"head_dim {d}", f"one of {', '.join(map(str, _HEAD_DIMS))}")
+    check(min(b, hq, s, hkv) > 0, "q", f"shape {tuple(q.shape)} with k {tuple(k.shape)}", "no empty dimension")
+    check(hq % hkv == 0, "k", f"{hkv} heads", f"a divisor of q's {hq} heads (grouped-query attention)")
+    check(q.dtype in _DTYPES, "q", f"dtype {q.dtype}", "torch.bfloat16, torch.float16 or torch.float32")
+    for name, t in (("k", k), ("v", v)):
+        check(t.dtype == q.dtype, name, f"dtype {t.dtype}", f"q's dtype {q.dtype}")
+    check_device(q, k, v, names=("q", "k", "v"))
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    if scale is None:
+        return d ** -0.5
+    check(isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0, "scale", repr(scale),
+          "a positive finite float, or None for 1/sqrt(head_dim)")
+    return float(scale)
+
+
+def _resolve_config(config: dict | None, pass_: str, head_dim: int) -> dict:
+    if config is None:
+        return config_space(backend(), pass_, head_dim)[0]
+    check(isinstance(config, dict) and "BLOCK_M" in config and "BLOCK_N" in config, f"config ({pass_})",
+          repr(config), "a dict with BLOCK_M and BLOCK_N, e.g. an entry of config_space()")
+    for key in ("BLOCK_M", "BLOCK_N"):
+        value = config[key]
+        check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config ({pass_})",
+              f"{key}={value!r}", "a power of two >= 16 (tl.dot's smallest tile)")
+    return config
+
+
+def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
+    """The kernels index head_dim with stride 1 (coalesced tiles); other strides are passed as they are."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _upcast(t: torch.Tensor) -> bool:
+    """The interpreter's tl.dot on bf16 returns garbage (triton issue #11584): feed it fp32 tiles instead."""
+    return interpreting() and t.dtype == torch.bfloat16
+
+
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    """kernel[grid](*args, **kwargs) on the device of the first argument (Triton launches on the current one)."""
+    if args[0].is_cuda:
+        with torch.cuda.device(args[0].device):
+            kernel[grid](*args, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)
+
+
+def _forward(q, k, v, causal: bool, scale: float, config: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k, v = (_unit_last_stride(t) for t in (q, k, v))
+    b, hq, s, d = q.shape
+    o = torch.empty((b, hq, s, d), device=q.device, dtype=q.dtype)  # o: [B, Hq, S, D]
+    lse = torch.empty((b, hq, s), device=q.device, dtype=torch.float32)  # lse: [B, Hq, S]
+    blocks = {key: config[key] for key in ("BLOCK_M", "BLOCK_N")}
+    options = {key: value for key, value in config.items() if key not in blocks}
+    grid = (triton.cdiv(s, config["BLOCK_M"]), b * hq)
+    _launch(_attn_fwd_kernel, grid, q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *o.stride()[:3], s, hq, hq // k.shape[1], scale * _LOG2E, CAUSAL=causal, HEAD_DIM=d,
+            UPCAST=_upcast(q), **blocks, **options)
+    return o, lse
+
+
+def _backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict):
+    do, q, k, v, o = (_unit_last_stride(t) for t in (do, q, k, v, o))
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
+    block_q, block_k = config["BLOCK_M"], config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
+    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N")}
+    delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
+    dq = torch.empty((b, hq, s, d), device=q.device, dtype=q.dtype)
+    dk = torch.empty((b, hkv, s, d), device=q.device, dtype=k.dtype)
+    dv = torch.empty((b, hkv, s, d), device=q.device, dtype=v.dtype)
+    upcast = _upcast(q)
+    _launch(_bwd_delta_kernel, (triton.cdiv(s, block_k), b * hq), o, do, delta, *o.stride()[:3],
+            *do.stride()[:3], s, hq, HEAD_DIM=d, BLOCK_M=block_k)
+    _launch(_attn_bwd_dkdv_kernel, (triton.cdiv(s, block_k), b * hkv), q, k, v, do, lse, delta, dk, dv,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3],
+            *dv.stride()[:3], s, hkv, hq // hkv, scale, scale * _LOG2E, CAUSAL=causal, HEAD_DIM=d,
+            BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast, **options)
+    _launch(_attn_bwd_dq_kernel, (triton.cdiv(s, block_k), b * hq), q, k, v, do, lse, delta, dq,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+            s, hq, hq // hkv, scale, scale * _LOG2E, CAUSAL=causal, HEAD_DIM=d,
+            BLOCK_M=block_k, BLOCK_N=block_q, UPCAST=upcast, **options)
+    return dq, dk, dv
+
+
+def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """O [B, Hq, S, D] in q's dtype and lse [B, Hq, S] (fp32, natural log), without autograd."""
+    scale = _check_inputs(q, k, v, causal, scale)
+    return _forward(q, k, v, causal, scale, _resolve_config(config, "fwd", q.shape[-1]))
+
+
+def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse: torch.Tensor, causal: bool = False, scale: float | None = None,
+                        config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV from dO and the forward's O and lse. ``config`` keys: BLOCK_M = query tile and BLOCK_N = key
+    tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys)."""
+    scale = _check_inputs(q, k, v, causal, scale)
+    for name, t in (("do", do), ("o", o)):
+        check(isinstance(t, torch.Tensor) and t.shape == q.shape and t.dtype == q.dtype, name,
+              f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__,
+              f"q's shape {tuple(q.shape)} and dtype {q.dtype}")
+    check(isinstance(lse, torch.Tensor) and lse.shape == q.shape[:3] and lse.dtype == torch.float32
+          and lse.is_contiguous(), "lse", f"{tuple(lse.shape)} {lse.dtype}" if isinstance(lse, torch.Tensor)
+          else type(lse).__name__, f"a contiguous fp32 tensor of shape {tuple(q.shape[:3])}")
+    check_device(q, do, o, lse, names=("q", "do", "o", "lse"))
+    return _backward(do, q, k, v, o, lse, causal, scale, _resolve_config(config, "bwd", q.shape[-1]))
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, config, bwd_config):
+        q, k, v = (_unit_last_stride(t) for t in (q, k, v))  # saved as the kernels read them
+        o, lse = _forward(q, k, v, causal, scale, config)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale, ctx.bwd_config = causal, scale, bwd_config
+        return o
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bwd_config)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    scale: float | None = None, config: dict | None = None,
+                    bwd_config: dict | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale) v, differentiable. q: [B, Hq, S, D]; k, v: [B, Hkv, S, D] with Hq % Hkv == 0
+    (query head h reads kv head h // (Hq // Hkv)); causal masks key j > query i. ``config`` / ``bwd_config``
+    default to the first entry of ``config_space(backend(), "fwd" / "bwd", D)``."""
+    scale = _check_inputs(q, k, v, causal, scale)
+    config = _resolve_config(config, "fwd", q.shape[-1])
+    bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1])
+    return _FlashAttention.apply(q, k, v, causal, scale, config, bwd_config)
+
+
+# ---------------------------------------------------------------------------------------------------- reference
+_REFERENCE_SCORE_ELEMENTS = 1 << 28
+"""float64 scores per chunk of (batch, head) pairs (2 GiB), so a 70B-size reference fits next to the inputs."""
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None, return_lse: bool = False):
+    """Attention in float64 torch math (differentiable); kv heads repeated per query head for GQA.
+    Returns O [B, Hq, S, D] float64, and with ``return_lse`` also lse [B, Hq, S]."""
+    b, hq, s, d = q.shape
+    scale = d ** -0.5 if scale is None else scale
+    group = hq // k.shape[1]
+    q64 = q.double().flatten(0, 1)  # [B*Hq, S, D]
+    k64 = k.double().repeat_interleave(group, dim=1).flatten(0, 1)
+    v64 = v.double().repeat_interleave(group, dim=1).flatten(0, 1)
+    visible = torch.ones(s, s, dtype=torch.bool, device=q.device).tril() if causal else None
+    chunk = max(1, _REFERENCE_SCORE_ELEMENTS // (s * s))
+    outs, lses = [], []
+    for i in range(0, b * hq, chunk):
+        scores = q64[i:i + chunk] @ k64[i:i + chunk].transpose(-1, -2) * scale  # [chunk, S, S]
+        if causal:
+            scores = scores.masked_fill(~visible, float("-inf"))
+        outs.append(torch.softmax(scores, dim=-1) @ v64[i:i + chunk])
+        lses.append(torch.logsumexp(scores, dim=-1))
+    o = torch.cat(outs).view(b, hq, s, d)
+    return (o, torch.cat(lses).view(b, hq, s)) if return_lse else o
+
+
+def reference_attention_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
+                              causal: bool = False, scale: float | None = None) -> tuple[torch.Tensor, ...]:
+    """O, dQ, dK, dV in float64 by the closed form, chunked like ``reference_attention`` and without autograd
+    (whose saved scores would not fit at benchmark sizes): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)),
+    dQ = scale * dS K, dK = scale * dS^T Q; the query heads of a GQA group sum into their kv head."""
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
+    group = hq // hkv
+    scale = d ** -0.5 if scale is None else scale
+    with torch.no_grad():
+        q64, do64 = (t.double().flatten(0, 1) for t in (q, do))  # [B*Hq, S, D]
+        k64, v64 = (t.double().repeat_interleave(group, dim=1).flatten(0, 1) for t in (k, v))
+        o, dq, dk, dv = (torch.empty_like(q64) for _ in range(4))
+        visible = torch.ones(s, s, dtype=torch.bool, device=q.device).tril() if causal else None
+        chunk = max(1, _REFERENCE_SCORE_ELEMENTS // (s * s))
+        for i in range(0, b * hq, chunk):
+            c = slice(i, i + chunk)
+            scores = q64[c] @ k64[c].transpose(-1, -2) * scale  # [chunk, S, S]
+            if causal:
+                scores = scores.masked_fill(~visible, float("-inf"))
+            p = torch.softmax(scores, dim=-1)
+            del scores
+            o[c] = p @ v64[c]
+            dv[c] = p.transpose(-1, -2) @ do64[c]
+            ds = p * (do64[c] @ v64[c].transpose(-1, -2) - (do64[c] * o[c]).sum(-1, keepdim=True))
+            dq[c] = ds @ k64[c] * scale
+            dk[c] = ds.transpose(-1, -2) @ q64[c] * scale
+        kv_shape = (b, hkv, group, s, d)
+        return (o.view(b, hq, s, d), dq.view(b, hq, s, d), dk.view(kv_shape).sum(2), dv.view(kv_shape).sum(2))
+
+
+# ------------------------------------------------------------------------------------------------ config space
+# Default (first) entries per head_dim, as (BLOCK_M, BLOCK_N, num_warps, num_stages). Guesses, to calibrate by
+# timing config_space on the GPU. NVIDIA: FlashAttention-2's tiles (fwd 128 queries x 64 keys; bwd a small query
+# tile against a 128-key tile, as in Triton's fused-attention tutorial), picked among neighbours by compiling
+# for sm_90a ahead of time (bf16, 16-divisible strides): fwd d=128 uses 178 registers and no spills; bwd d=128
+# 32x128 spills 44 bytes in the dK/dV pass where 64x128 spills 372. AMD: ROCm's Triton flash attention for
+# MI300X (128x64, 4 warps, waves_per_eu 2, one stage for two fused GEMMs), matrix_instr_nonkdim 16.
+_NVIDIA_DEFAULTS = {
+    "fwd": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
+    "bwd": {64: (64, 128, 8, 2), 128: (32, 128, 8, 2), 256: (32, 64, 8, 2)},
+}
+_AMD_DEFAULTS = {
+    "fwd": {64: (128, 64, 4, 1), 128: (128, 64, 4, 1), 256: (64, 64, 4, 1)},
+    "bwd": {64: (64, 64, 4, 1), 128: (64, 64, 4, 1), 256: (32, 64, 4, 1)},
+}
+
+
+def config_space(backend: str, pass_: str = "fwd", head_dim: int = 128) -> list[dict]:
+    """Tiles x warps x stages for the forward (``pass_="fwd"``) or backward (``"bwd"``) pass; the first entry is
+    the default for ``head_dim``. Entries too large for a GPU's shared memory (large tiles at d=256) fail to
+    compile there: skip them when tuning. AMD entries add waves_per_eu and matrix_instr_nonkdim."""
+    check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
+    check(pass_ in ("fwd", "bwd"), "pass_", repr(pass_), "'fwd' or 'bwd'")
+    check(head_dim in _HEAD_DIMS, "head_dim", repr(head_dim), f"one of {', '.join(map(str, _HEAD_DIMS))}")
+    if backend == "interpreter":  # small tiles keep the CPU run short; both tile orders exercise the loop splits
+        return [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": 1, "num_stages": 1}
+                for m, n in ((16, 16), (32, 16), (16, 32))]
+    bucket = 64 if head_dim <= 64 else head_dim
+    if pass_ == "fwd":
+        tiles = list(itertools.product((64, 128), (32, 64, 128)))
+    else:  # dK/dV pass: a small query tile streams past a large key tile
+        tiles = list(itertools.product((32, 64), (64, 128)))
+    keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+    if backend == "cuda":
+        default = dict(zip(keys, _NVIDIA_DEFAULTS[pass_][bucket]))
+        stages = (2, 3, 4) if pass_ == "fwd" else (1, 2, 3)
+        space = [dict(zip(keys, (m, n, w, st))) for (m, n), w, st in itertools.product(tiles, (4, 8), stages)]
+    else:
+        default = {**dict(zip(keys, _AMD_DEFAULTS[pass_][bucket])), "waves_per_eu": 2 if pass_ == "fwd" else 1,
+                   "matrix_instr_nonkdim": 16}
+        space = [{**dict(zip(keys, (m, n, w, 1))), "waves_per_eu": e, "matrix_instr_nonkdim": kdim}
+                 for (m, n), w, e, kdim in itertools.product(tiles, (4, 8), (0, 1, 2), (16, 32))]
+    return [default] + [c for c in space if c != default]
+
+
+# ------------------------------------------------------------------------------------------------- FLOPs, bytes
+def _attention_op(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, pass_: Pass, dtype: str):
+    """The analytical model's op for this shape, so measured and predicted points count the same work."""
+    check(pass_ in ("fwd", "bwd", "fwd_bwd"), "pass_", repr(pass_), "'fwd', 'bwd' or 'fwd_bwd'")
+    shape = AttentionShape(b, s, hq, hkv, d, causal, "fwd_bwd" if pass_ == "fwd_bwd" else "fwd")
+    return attention_op("flash_attention", shape, dtype, phase="bwd" if pass_ == "bwd" else "fwd")
+
+
+def flops(b: int, hq: int, s: int, d: int, causal: bool, pass_: Pass = "fwd") -> float:
+    """Forward 4*b*hq*s^2*d (QK^T and PV), causal times (blocks + 1) / (2 * blocks) with 128-token blocks (the
+    diagonal blocks counted whole, as a block-skipping kernel computes them); backward 2.5x forward (five GEMMs,
+    FlashAttention-2 Sec. 3.1.2; this kernel's separate dQ pass does seven, not counted); fwd_bwd the sum."""
+    return _attention_op(b, hq, hq, s, d, causal, pass_, "bf16").flops
+
+
+def bytes_moved(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, pass_: Pass = "fwd",
+                dtype: str = "bf16") -> float:
+    """Fewest HBM bytes: fwd reads q, k, v and writes o, lse; bwd reads q, k, v, o, dO, lse (delta not counted)
+    and writes dq, dk, dv."""
+    return _attention_op(b, hq, hkv, s, d, causal, pass_, dtype).bytes
+
+
+# ---------------------------------------------------------------------------------------------------- benchmarks
+_LLAMA3 = (("llama3-8b", 32, 8, 128), ("llama3-70b", 64, 8, 128))  # name, heads_q, heads_kv, head_dim
+_TOKENS = 16384  # batch * seq of every case
+
+
+def bench_cases(suite: str) -> list[BenchCase]:
+    """Llama 3 8B and 70B attention (GQA, causal, bf16), B * S = 16384 tokens; quick: S 4096; full: S 2k-16k.
+    Each shape twice: forward, and forward + backward (pass fwd_bwd), next to torch SDPA (default backend)."""
+    check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
+    seqs = (4096,) if suite == "quick" else (2048, 4096, 8192, 16384)
+    return [_bench_case(model, hq, hkv, d, s, pass_) for model, hq, hkv, d in _LLAMA3 for s in seqs
+            for pass_ in ("fwd", "fwd_bwd")]
+
+
+def _bench_case(model: str, hq: int, hkv: int, d: int, s: int, pass_: Pass) -> BenchCase:
+    b = max(1, _TOKENS // s)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def make_inputs(device: str) -> tuple:
+        q = torch.randn(b, hq, s, d, device=device, dtype=torch.bfloat16)
+        k = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16)
+        v = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16)
+        if pass_ == "fwd":
+            return (q, k, v)
+        do = torch.randn(b, hq, s, d, device=device, dtype=torch.bfloat16)
+        return (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do)
+
+    if pass_ == "fwd":
+        def run(q, k, v):
+            return flash_attention(q, k, v, causal=True)
+
+        def baseline(q, k, v):
+            return sdpa(q, k, v, is_causal=True, enable_gqa=True)
+
+        def reference(q, k, v):
+            return reference_attention(q, k, v, causal=True)
+    else:
+        # Both return (O, dQ, dK, dV), so the check covers the gradients too; autograd.grad, not .backward(),
+        # so that repeated timing runs do not accumulate into q.grad.
+        def run(q, k, v, do):
+            o = flash_attention(q, k, v, causal=True)
+            return (o, *torch.autograd.grad(o, (q, k, v), do))
+
+        def baseline(q, k, v, do):
+            o = sdpa(q, k, v, is_causal=True, enable_gqa=True)
+            return (o, *torch.autograd.grad(o, (q, k, v), do))
+
+        def reference(q, k, v, do):
+            return reference_attention_grads(q, k, v, do, causal=True)
+
+    row = {"op": "attention", "batch": b, "seq": s, "heads_q": hq, "heads_kv": hkv, "head_dim": d,
+           "causal": "true", "pass": pass_, "dtype": "bf16"}
+    return BenchCase(op="attention", name=f"{model} attention {pass_} b{b} s{s} hq{hq} hkv{hkv} d{d} causal",
+                     dtype="bf16", row=row, make_inputs=make_inputs, run=run, baseline=baseline,
+                     reference=reference, flops=flops(b, hq, s, d, True, pass_),
+                     bytes=bytes_moved(b, hq, hkv, s, d, True, pass_, "bf16"), tolerance=TOLERANCE["bf16"],
+                     extra={"pass": pass_})
+

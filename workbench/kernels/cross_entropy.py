@@ -1,0 +1,286 @@
+"""Fused softmax + cross-entropy over large vocabularies (Llama 3: V = 128256).
+
+Forward: one program per row streams the row's logits once in ``BLOCK_V`` chunks, keeping a running max and a
+running sum of exponentials in fp32 (online log-sum-exp), and writes the row's loss and its log-sum-exp ``lse``.
+Backward: one more pass over the row using the saved ``lse``: ``dlogits = (softmax - onehot(target)) * grad``,
+written in the logits dtype, optionally into the logits buffer itself (``inplace_backward=True``).
+Neither pass materialises the [N, V] probabilities, which is where torch's log_softmax + nll_loss spends memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+import torch
+import triton
+import triton.language as tl
+
+from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device
+
+Reduction = Literal["mean", "sum", "none"]
+Pass = Literal["fwd", "bwd", "fwd_bwd"]
+
+_LOGIT_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_TARGET_DTYPES = (torch.int64, torch.int32)
+
+
+@triton.jit
+def _cross_entropy_fwd_kernel(
+    logits_ptr,  # [N, V], row stride `stride_row`, unit column stride
+    targets_ptr,  # [N] int
+    loss_ptr,  # [N] fp32 out
+    lse_ptr,  # [N] fp32 out (0 for ignored rows, which are never read)
+    V,
+    stride_row,
+    ignore_index,
+    BLOCK_V: tl.constexpr,
+):
+    """Program ``row`` owns one row; block [BLOCK_V] of logits per loop step, scalar fp32 max and sum."""
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    valid = target != ignore_index
+    # An ignored row (padding) reads nothing: its loop bound is 0.
+    v_end = tl.where(valid, V, 0)
+
+    running_max = -float("inf")
+    running_sum = 0.0
+    for start in range(0, v_end, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)  # x: [BLOCK_V]
+        new_max = tl.maximum(running_max, tl.max(x, axis=0))
+        # exp(-inf - finite) = 0 on the first step, so the empty initial sum drops out.
+        running_sum = running_sum * tl.exp(running_max - new_max) + tl.sum(tl.exp(x - new_max), axis=0)
+        running_max = new_max
+    lse = running_max + tl.log(tl.where(valid, running_sum, 1.0))  # ignored rows: no log(0)
+
+    target_logit = tl.load(row_ptr + target, mask=valid, other=0.0).to(tl.float32)
+    tl.store(loss_ptr + row, tl.where(valid, lse - target_logit, 0.0))
+    tl.store(lse_ptr + row, tl.where(valid, lse, 0.0))
+
+
+@triton.jit
+def _cross_entropy_bwd_kernel(
+    logits_ptr,  # [N, V]
+    dlogits_ptr,  # [N, V] out, same strides as logits (may alias logits_ptr)
+    targets_ptr,  # [N] int
+    lse_ptr,  # [N] fp32 from the forward
+    grad_ptr,  # [N] fp32 per-row upstream gradient (stride 0 for mean/sum: one shared scalar)
+    V,
+    stride_row,
+    grad_stride,
+    ignore_index,
+    BLOCK_V: tl.constexpr,
+):
+    """Program ``row`` owns one row; block [BLOCK_V]. Each chunk is read, then overwritten by its gradient."""
+    row = tl.program_id(0).to(tl.int64)
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    valid = target != ignore_index
+    grad = tl.load(grad_ptr + row * grad_stride).to(tl.float32)
+    lse = tl.load(lse_ptr + row)
+    row_in = logits_ptr + row * stride_row
+    row_out = dlogits_ptr + row * stride_row
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        in_row = cols < V
+        # Ignored rows skip the read (masked loads move no data) and write zeros.
+        x = tl.load(row_in + cols, mask=in_row & valid, other=0.0).to(tl.float32)  # x: [BLOCK_V]
+        probs = tl.exp(x - lse)
+        dx = (probs - tl.where(cols == target, 1.0, 0.0)) * grad
+        dx = tl.where(valid, dx, 0.0)
+        tl.store(row_out + cols, dx.to(dlogits_ptr.dtype.element_ty), mask=in_row)
+
+
+def _launch_options(config: dict) -> tuple[int, dict]:
+    """Split a config into BLOCK_V and the compiler options (num_warps, and waves_per_eu on AMD)."""
+    block_v = config.get("BLOCK_V")
+    check(isinstance(block_v, int) and block_v > 0 and block_v & (block_v - 1) == 0, "config['BLOCK_V']",
+          block_v, "a power of two")
+    options = {k: v for k, v in config.items() if k in ("num_warps", "num_stages", "waves_per_eu")}
+    unknown = set(config) - {"BLOCK_V", "num_warps", "num_stages", "waves_per_eu"}
+    check(not unknown, "config", sorted(unknown), "only BLOCK_V, num_warps, num_stages, waves_per_eu")
+    return block_v, options
+
+
+def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int,
+                          config: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row loss [N] and log-sum-exp [N], both fp32; ignored rows get loss 0. Inputs already checked."""
+    n, v = logits.shape
+    block_v, options = _launch_options(config)
+    loss = torch.empty(n, dtype=torch.float32, device=logits.device)
+    lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+    if n > 0:
+        _cross_entropy_fwd_kernel[(n,)](logits, targets, loss, lse, v, logits.stride(0), ignore_index,
+                                        BLOCK_V=block_v, **options)
+    return loss, lse
+
+
+def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, grad_rows: torch.Tensor,
+                           ignore_index: int, config: dict, inplace: bool = False) -> torch.Tensor:
+    """dlogits [N, V] in the logits dtype; ``grad_rows`` is [N] or [1] (broadcast) fp32. ``inplace`` reuses logits."""
+    n, v = logits.shape
+    block_v, options = _launch_options(config)
+    dlogits = logits if inplace else torch.empty_like(logits)
+    if n > 0:
+        grad_stride = grad_rows.stride(0) if grad_rows.numel() > 1 else 0
+        _cross_entropy_bwd_kernel[(n,)](logits, dlogits, targets, lse, grad_rows, v, logits.stride(0), grad_stride,
+                                        ignore_index, BLOCK_V=block_v, **options)
+    return dlogits
+
+
+class _CrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets, ignore_index, reduction, config, inplace_backward):
+        loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index, config)  # [N], [N]
+        # Counted on the device: no host sync. Mean over zero valid rows is 0/0 = nan, as in torch.
+        num_valid = (targets != ignore_index).sum()
+        ctx.save_for_backward(logits, targets, lse, num_valid)
+        ctx.ignore_index, ctx.reduction, ctx.config, ctx.inplace = ignore_index, reduction, config, inplace_backward
+        if reduction == "none":
+            return loss_rows
+        if reduction == "sum":
+            return loss_rows.sum()
+        return loss_rows.sum() / num_valid
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, targets, lse, num_valid = ctx.saved_tensors
+        if ctx.reduction == "none":
+            grad_rows = grad_out.float()  # [N]
+        elif ctx.reduction == "sum":
+            grad_rows = grad_out.float().reshape(1)
+        else:
+            # With no valid rows this is inf, but every row is ignored, so the kernel writes zeros (as torch does).
+            grad_rows = (grad_out.float() / num_valid).reshape(1)
+        dlogits = cross_entropy_backward(logits, targets, lse, grad_rows, ctx.ignore_index, ctx.config, ctx.inplace)
+        return dlogits, None, None, None, None, None
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
+                  reduction: Reduction = "mean", config: dict | None = None, *,
+                  inplace_backward: bool = False, check_targets: bool = True) -> torch.Tensor:
+    """Cross-entropy of ``logits`` [N, V] (fp32/bf16/fp16) against class ``targets`` [N] (int64 or int32).
+
+    Returns the fp32 loss: per row for ``reduction="none"`` (0 on ignored rows), else its sum, or its mean over
+    rows whose target is not ``ignore_index`` (nan when every row is ignored, as torch). Differentiable in
+    ``logits``; the gradient comes back in the logits dtype. ``inplace_backward=True`` writes the gradient into
+    the logits buffer (saves N x V memory; the logits values are gone after backward). ``check_targets=False``
+    skips the target range check, the one check that copies a value back from the GPU (a host sync).
+    """
+    check(isinstance(logits, torch.Tensor), "logits", type(logits).__name__, "a torch.Tensor")
+    check(isinstance(targets, torch.Tensor), "targets", type(targets).__name__, "a torch.Tensor")
+    check(logits.dim() == 2, "logits", f"shape {tuple(logits.shape)}", "a 2-D tensor [N, V]")
+    check(logits.dtype in _LOGIT_DTYPES, "logits", logits.dtype, "float32, bfloat16 or float16")
+    n, v = logits.shape
+    check(v >= 1, "logits", f"shape {tuple(logits.shape)}", "at least one class (V >= 1)")
+    check(targets.dim() == 1 and targets.shape[0] == n, "targets", f"shape {tuple(targets.shape)}",
+          f"a 1-D tensor of length N = {n}")
+    check(targets.dtype in _TARGET_DTYPES, "targets", targets.dtype, "int64 or int32 class indices")
+    check(isinstance(ignore_index, int), "ignore_index", repr(ignore_index), "an int")
+    check(reduction in ("mean", "sum", "none"), "reduction", repr(reduction), "'mean', 'sum' or 'none'")
+    check_device(logits, targets, names=("logits", "targets"))
+    if check_targets and n > 0:
+        bad = ((targets < 0) | (targets >= v)) & (targets != ignore_index)
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0, 0])
+            raise KernelInputError(f"targets: got {int(targets[first])} at row {first}, expected a class in "
+                                   f"[0, {v}) or ignore_index={ignore_index}")
+    if config is None:
+        config = config_space(backend())[0]
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    return _CrossEntropy.apply(logits, targets.contiguous(), ignore_index, reduction, config, inplace_backward)
+
+
+def reference_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
+                            reduction: Reduction = "mean") -> torch.Tensor:
+    """torch's cross-entropy on the same logits promoted to float64."""
+    return torch.nn.functional.cross_entropy(logits.detach().double(), targets.long(), ignore_index=ignore_index,
+                                             reduction=reduction)
+
+
+def reference_cross_entropy_grad(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
+                                 reduction: Reduction = "mean") -> torch.Tensor:
+    """d(mean/sum loss)/d logits in float64 (for "none", the gradient of the summed per-row losses)."""
+    x = logits.detach().double().requires_grad_(True)
+    loss = torch.nn.functional.cross_entropy(x, targets.long(), ignore_index=ignore_index, reduction=reduction)
+    (grad,) = torch.autograd.grad(loss.sum(), x)
+    return grad
+
+
+def config_space(backend: str) -> list[dict]:
+    """BLOCK_V x num_warps; AMD adds waves_per_eu. The first entry is the default (a guess: calibrate on the GPU)."""
+    check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
+    default = {"BLOCK_V": 4096, "num_warps": 8}
+    space = [{"BLOCK_V": b, "num_warps": w} for b, w in itertools.product((1024, 2048, 4096, 8192), (4, 8, 16))]
+    if backend == "hip":
+        # waves_per_eu 0 leaves occupancy to the compiler; 1-2 ask for fewer, fatter waves per SIMD.
+        default = {**default, "waves_per_eu": 0}
+        space = [{**c, "waves_per_eu": e} for c, e in itertools.product(space, (0, 1, 2))]
+    return [default] + [c for c in space if c != default]
+
+
+# Rough per-element operation counts (exp counted as one); they only place the point on the roofline.
+_FWD_FLOPS_PER_LOGIT = 4  # max, subtract, exp, add
+_BWD_FLOPS_PER_LOGIT = 4  # subtract lse, exp, subtract one-hot, multiply by grad
+
+
+def flops(rows: int, cols: int, pass_: Pass = "fwd") -> float:
+    per = {"fwd": _FWD_FLOPS_PER_LOGIT, "bwd": _BWD_FLOPS_PER_LOGIT,
+           "fwd_bwd": _FWD_FLOPS_PER_LOGIT + _BWD_FLOPS_PER_LOGIT}[pass_]
+    return float(per * rows * cols)
+
+
+def bytes_moved(rows: int, cols: int, dtype: str, pass_: Pass = "fwd") -> float:
+    """Forward reads the logits once; backward reads them once and writes dlogits once (+ per-row vectors)."""
+    a = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
+    logits = rows * cols * a
+    fwd = logits + rows * (8 + 4 + 4)  # targets int64 in, loss and lse fp32 out
+    bwd = 2 * logits + rows * (8 + 4 + 4)  # targets, lse, per-row grad in
+    return float({"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[pass_])
+
+
+def bench_cases(suite: str) -> list[BenchCase]:
+    """Llama 3 (V 128256) at 4k and 8k tokens, Llama 2 / Mistral (V 32000) at 16k tokens; bf16, fwd and fwd+bwd."""
+    check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
+    shapes = [(4096, 128256, "llama3 4k tokens")]
+    if suite == "full":
+        shapes += [(8192, 128256, "llama3 8k tokens"), (16384, 32000, "llama2 16k tokens")]
+    cases = []
+    for n, v, label in shapes:
+        for pass_ in ("fwd", "fwd_bwd"):
+            cases.append(_bench_case(n, v, label, pass_))
+    return cases
+
+
+def _bench_case(n: int, v: int, label: str, pass_: Pass) -> BenchCase:
+    op = "cross_entropy" if pass_ == "fwd" else "cross_entropy_fwd_bwd"
+
+    def make_inputs(device: str) -> tuple:
+        logits = torch.randn(n, v, device=device, dtype=torch.bfloat16) * 2.0
+        targets = torch.randint(0, v, (n,), device=device)
+        return (logits.requires_grad_(pass_ == "fwd_bwd"), targets)
+
+    if pass_ == "fwd":
+        # The target range check is a host sync; torch's kernel does not do one either.
+        def run(logits, targets):
+            return cross_entropy(logits, targets, check_targets=False)
+
+        def baseline(logits, targets):
+            return torch.nn.functional.cross_entropy(logits, targets)
+
+        reference, tolerance = reference_cross_entropy, 1e-3  # relative error of the mean loss
+    else:
+        def run(logits, targets):
+            return torch.autograd.grad(cross_entropy(logits, targets, check_targets=False), logits)[0]
+
+        def baseline(logits, targets):
+            return torch.autograd.grad(torch.nn.functional.cross_entropy(logits, targets), logits)[0]
+
+        reference, tolerance = reference_cross_entropy_grad, 2e-2  # relative Frobenius error of dlogits
+
+    return BenchCase(op=op, name=f"{label} cross-entropy {pass_} {n}x{v}", dtype="bf16",
+                     row={"op": op, "rows": n, "cols": v, "dtype": "bf16"}, make_inputs=make_inputs, run=run,
+                     baseline=baseline, reference=reference, flops=flops(n, v, pass_),
+                     bytes=bytes_moved(n, v, "bf16", pass_), tolerance=tolerance, extra={"pass": pass_})

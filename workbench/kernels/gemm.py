@@ -1,0 +1,469 @@
+"""Tiled GEMM: C[M, N] = act(A[M, K] @ B[K, N] (* scales) + bias[N]) in bf16, fp16, fp32 (IEEE or TF32) and fp8.
+
+One kernel serves every dtype: each program owns one [BLOCK_M, BLOCK_N] tile of C, walks K in BLOCK_K steps
+with an fp32 accumulator, and applies the epilogue (fp8 scales, bias, activation) before the single store.
+Programs are ordered in groups of GROUP_M tile rows (the "grouped ordering" of Triton's matmul tutorial), so
+consecutive programs share A row panels and B column panels in L2.
+
+fp8 follows ``torch._scaled_mm``: ``out = (A_fp8 * scale_a) @ (B_fp8 * scale_b) + bias`` in bf16, with scales
+either per tensor (scalars) or per row of A / per column of B.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import torch
+import triton
+import triton.language as tl
+
+from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device, interpreting
+from workbench.models import get_model
+
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
+"""Epilogue activations; gelu is the tanh approximation (``F.gelu(x, approximate="tanh")``)."""
+PRECISIONS = ("ieee", "tf32")
+"""fp32 matmul precision (``tl.dot`` input_precision); ignored for 16-bit and fp8 inputs."""
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+"""OCP e4m3 (NVIDIA sm_89+, AMD gfx950) and the MI300 (gfx942) e4m3fnuz variant."""
+MATMUL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_AMD_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+_BLOCK_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, scale_a_ptr, scale_b_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    SCALE_A: tl.constexpr, SCALE_B: tl.constexpr,
+    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr, MAX_IMPRECISE_ACC: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """One program computes C[pid_m*BLOCK_M : +BLOCK_M, pid_n*BLOCK_N : +BLOCK_N].
+
+    Per K step it loads an A tile [BLOCK_M, BLOCK_K] and a B tile [BLOCK_K, BLOCK_N] and accumulates their
+    product into acc [BLOCK_M, BLOCK_N] (fp32). SCALE_A / SCALE_B are "none", "tensor" (one fp32 scalar) or
+    "row" (scale_a [M], scale_b [N]). UPCAST turns the operand tiles into fp32 before the dot (the CPU
+    interpreter's bf16 dot is wrong). EVEN_K (K % BLOCK_K == 0) drops the K masks.
+    """
+    # Grouped ordering: program ids walk down GROUP_M tile rows before moving one tile column right.
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_group = GROUP_M * tiles_n
+    first_m = (pid // tiles_per_group) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)  # the last group may be short
+    pid_m = first_m + (pid % tiles_per_group) % rows_in_group
+    pid_n = (pid % tiles_per_group) // rows_in_group
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M] rows of A and C
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] columns of B and C
+    # Rows/columns past the edge wrap onto valid ones: the loads need no M/N mask, the store drops them.
+    rows_safe = rows % M
+    cols_safe = cols % N
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows_safe[:, None] * stride_am + ks[None, :] * stride_ak  # [BLOCK_M, BLOCK_K]
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols_safe[None, :] * stride_bn  # [BLOCK_K, BLOCK_N]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - step * BLOCK_K
+            a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=ks[:, None] < k_left, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    # Epilogue on the fp32 tile, in torch._scaled_mm's order: scales, bias, then the activation.
+    if SCALE_A == "tensor":
+        acc = acc * tl.load(scale_a_ptr)
+    elif SCALE_A == "row":
+        acc = acc * tl.load(scale_a_ptr + rows_safe)[:, None]
+    if SCALE_B == "tensor":
+        acc = acc * tl.load(scale_b_ptr)
+    elif SCALE_B == "row":
+        acc = acc * tl.load(scale_b_ptr + cols_safe)[None, :]
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + cols_safe).to(tl.float32)[None, :]
+    if ACTIVATION == "relu":
+        acc = tl.maximum(acc, 0.0)
+    elif ACTIVATION == "gelu":
+        # 0.5 x (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): no tanh needed.
+        acc = acc * tl.sigmoid(1.5957691216057308 * (acc + 0.044715 * acc * acc * acc))
+    elif ACTIVATION == "silu":
+        acc = acc * tl.sigmoid(acc)
+
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn  # [BLOCK_M, BLOCK_N]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
+           precision: str = "ieee", config: dict | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``act(a @ b + bias)`` for bf16, fp16 or fp32 a [M, K] and b [K, N] of any strides; returns [M, N] in
+    ``out_dtype`` (default: the input dtype). ``precision`` ("ieee" or "tf32") applies to fp32 inputs."""
+    _check_operands(a, b, "a", "b")
+    check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
+          f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul)")
+    check(b.dtype == a.dtype, "b.dtype", b.dtype, f"a's dtype {a.dtype}")
+    check(precision in PRECISIONS, "precision", repr(precision), f"one of {PRECISIONS}")
+    out_dtype = a.dtype if out_dtype is None else out_dtype
+    check(out_dtype in MATMUL_DTYPES, "out_dtype", out_dtype, f"one of {', '.join(map(str, MATMUL_DTYPES))}")
+    _check_epilogue(a, b, bias, activation, "a")
+    # fp32 takes the precision asked for; 16-bit inputs take the compiler default (the argument is ignored).
+    input_precision = precision if a.dtype == torch.float32 else None
+    if input_precision == "tf32" and backend() == "hip" and _amd_arch(a.device) == "gfx950":
+        input_precision = "bf16x3"  # CDNA4 dropped XF32; Triton emulates fp32 with three bf16 products
+    return _launch(a, b, out_dtype, config, bias=bias, activation=activation, input_precision=input_precision,
+                   upcast=interpreting() and a.dtype == torch.bfloat16)
+
+
+def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+                  bias: torch.Tensor | None = None, config: dict | None = None,
+                  use_fast_accum: bool = False) -> torch.Tensor:
+    """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16, as ``torch._scaled_mm(..., out_dtype=bf16)``.
+
+    Scales are fp32: one scalar each (per tensor), or scale_a [M] (or [M, 1]) per row of A and scale_b [N]
+    (or [1, N]) per column of B. ``use_fast_accum`` as in ``_scaled_mm``: on sm_90 the fp8 tensor cores then
+    accumulate the whole K in their reduced-precision accumulator; False adds each BLOCK_K partial into fp32.
+    """
+    _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8")
+    check(a_fp8.dtype in FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype, f"one of {', '.join(map(str, FP8_DTYPES))}")
+    check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
+    (m, _), n = a_fp8.shape, b_fp8.shape[1]
+    kinds = [_scale_kind(scale, name, rows, (rows, 1) if name == "scale_a" else (1, rows), a_fp8)
+             for scale, name, rows in ((scale_a, "scale_a", m), (scale_b, "scale_b", n))]
+    _check_epilogue(a_fp8, b_fp8, bias, "none", "a_fp8")
+    return _launch(a_fp8, b_fp8, torch.bfloat16, config, bias=bias, upcast=interpreting(),
+                   scale_a=(scale_a.reshape(-1).contiguous(), kinds[0]),  # scale_a: [1] or [M]
+                   scale_b=(scale_b.reshape(-1).contiguous(), kinds[1]),  # scale_b: [1] or [N]
+                   promote_every_block_k=not use_fast_accum)
+
+
+def _check_operands(a, b, a_name: str, b_name: str) -> None:
+    for t, name in ((a, a_name), (b, b_name)):
+        check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
+        check(t.dim() == 2, name, f"a {t.dim()}-D tensor of shape {tuple(t.shape)}", "a 2-D tensor")
+    check(a.shape[1] == b.shape[0], f"{b_name}.shape", tuple(b.shape),
+          f"[K, N] with K = {a.shape[1]} ({a_name} is {tuple(a.shape)})")
+    check_device(a, b, names=(a_name, b_name))
+    for t, name in ((a, a_name), (b, b_name)):  # the kernel's offsets are int32
+        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+        check(last < 2**31, name, f"a view reaching element {last}", "fewer than 2**31 elements from its start")
+
+
+def _check_epilogue(a, b, bias, activation: str, a_name: str) -> None:
+    check(activation in ACTIVATIONS, "activation", repr(activation), f"one of {ACTIVATIONS}")
+    if bias is not None:
+        n = b.shape[1]
+        check(isinstance(bias, torch.Tensor) and bias.shape == (n,), "bias",
+              tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__, f"a tensor of shape [{n}]")
+        check(bias.dtype.is_floating_point, "bias.dtype", bias.dtype, "a floating-point dtype")
+        check_device(a, bias, names=(a_name, "bias"))
+
+
+def _scale_kind(scale, name: str, rows: int, column_shape: tuple[int, int], a) -> str:
+    check(isinstance(scale, torch.Tensor), name, type(scale).__name__, "a torch.Tensor")
+    check(scale.dtype == torch.float32, f"{name}.dtype", scale.dtype, "torch.float32")
+    check_device(a, scale, names=("a_fp8", name))
+    if scale.numel() == 1 and scale.dim() <= 1:
+        return "tensor"
+    check(tuple(scale.shape) in ((rows,), column_shape), f"{name}.shape", tuple(scale.shape),
+          f"a scalar (per tensor), [{rows}] or {list(column_shape)} (per row)")
+    return "row"
+
+
+def _launch(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, activation: str = "none",
+            scale_a: tuple | None = None, scale_b: tuple | None = None, input_precision: str | None = None,
+            promote_every_block_k: bool = False, upcast: bool = False) -> torch.Tensor:
+    """Allocate C [M, N] and launch one program per output tile. scale_a/scale_b: (fp32 vector, kind) or None;
+    promote_every_block_k: fp8 partial products leave the tensor cores' accumulator every BLOCK_K (sm_90)."""
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.empty((m, n), dtype=out_dtype, device=a.device)  # c: [M, N] row-major
+    if m == 0 or n == 0:
+        return c
+    meta, launch = _resolve_config(config, a)
+    grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+    _gemm_kernel[grid](
+        a, b, c, bias if bias is not None else c,
+        scale_a[0] if scale_a else c, scale_b[0] if scale_b else c,
+        m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        HAS_BIAS=bias is not None, ACTIVATION=activation,
+        SCALE_A=scale_a[1] if scale_a else "none", SCALE_B=scale_b[1] if scale_b else "none",
+        UPCAST=upcast, INPUT_PRECISION=input_precision,
+        MAX_IMPRECISE_ACC=meta["BLOCK_K"] if promote_every_block_k else None,
+        EVEN_K=k % meta["BLOCK_K"] == 0, **meta, **launch,
+    )
+    return c
+
+
+def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
+    """Split a config into kernel meta-parameters and launch options (AMD-only keys only on hip)."""
+    kind = backend()
+    if config is None:
+        arch = _amd_arch(a.device) if kind == "hip" else "gfx942"
+        config = config_space(kind, arch=arch, dtype_bytes=a.element_size())[0]
+    missing = [key for key in (*_BLOCK_KEYS, "num_warps", "num_stages") if key not in config]
+    check(not missing, "config", f"a dict without {missing}", f"keys {_BLOCK_KEYS} + num_warps, num_stages")
+    for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        value = config[key]
+        check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config[{key!r}]", value,
+              "a power of two >= 16 (tl.dot's smallest tile)")
+    meta = {key: config[key] for key in _BLOCK_KEYS}
+    launch = {key: config[key] for key in ("num_warps", "num_stages")}
+    if kind == "hip":
+        launch.update({key: config[key] for key in _AMD_KEYS if key in config})
+    return meta, launch
+
+
+def _amd_arch(device: torch.device) -> str:
+    """'gfx942' (MI300X/MI325X) or 'gfx950' (MI350X/MI355X) from the device's gcnArchName."""
+    return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+
+
+def reference_matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+                     activation: str = "none") -> torch.Tensor:
+    """``act(a @ b + bias)`` in float64 (returns float64)."""
+    out = a.double() @ b.double()
+    if bias is not None:
+        out = out + bias.double()
+    return _reference_activation(out, activation)
+
+
+def reference_scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tensor,
+                            scale_b: torch.Tensor, *, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in float64 from the dequantised inputs."""
+    sa = scale_a.double().reshape(-1, 1) if scale_a.numel() > 1 else scale_a.double().reshape(())  # [M, 1] or scalar
+    sb = scale_b.double().reshape(1, -1) if scale_b.numel() > 1 else scale_b.double().reshape(())  # [1, N] or scalar
+    return reference_matmul(a_fp8.double() * sa, b_fp8.double() * sb, bias=bias)
+
+
+def _reference_activation(x: torch.Tensor, activation: str) -> torch.Tensor:
+    if activation == "relu":
+        return torch.relu(x)
+    if activation == "gelu":
+        return torch.nn.functional.gelu(x, approximate="tanh")
+    if activation == "silu":
+        return torch.nn.functional.silu(x)
+    if activation != "none":
+        raise KernelInputError(f"activation: got {activation!r}, expected one of {ACTIVATIONS}")
+    return x
+
+
+# Config space. Every pruning bound below that is not a hardware limit is a guess: calibrate it by timing the
+# whole space with ``workbench bench`` on the target GPU and widening the bound if a pruned config would win.
+BLOCK_MN = (64, 128, 256)
+BLOCK_K = (32, 64, 128)
+GROUP_M = 8
+ACCUMULATOR_REGS_PER_LANE = (64, 128)
+"""fp32 accumulator registers per lane, BLOCK_M*BLOCK_N / (num_warps * lanes): fewer leaves warps with too
+little work per K step, more leaves too few of the 255 (NVIDIA) / 512 (AMD, VGPR+AGPR) registers for operands
+and addresses and spills. A guess."""
+SM90_SHARED_BYTES = 227 * 1024
+"""Shared memory one block may use on compute capability 9.0 (H100/H200): CUDA C++ Programming Guide,
+"Technical Specifications per Compute Capability"."""
+NVIDIA_MIN_INFLIGHT_BYTES = 256
+"""num_stages * BLOCK_K * dtype bytes: the K bytes of each row the pipeline keeps in flight; shallower
+pipelines expose the HBM latency. A guess."""
+AMD_LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
+"""LDS per CU (and per workgroup): 64 KiB on CDNA3 (MI300X/MI325X), 160 KiB on CDNA4 (MI350X/MI355X), per
+AMD's CDNA3 ISA guide and CDNA4 whitepaper."""
+AMD_MIN_K_SLICE_BYTES = 128
+"""BLOCK_K * dtype bytes on AMD: with num_stages=2 only one K step is prefetched, so each step must be deep.
+A guess."""
+AMD_WAVES_PER_EU_2_MAX_ACC = 64
+"""waves_per_eu=2 caps a wave at 256 of the 512 registers per lane; only accumulators up to this many
+registers leave room for the operands. A guess."""
+
+
+def config_space(backend: str, *, arch: str = "gfx942", dtype_bytes: int = 2) -> list[dict]:
+    """Launch configs for ``backend`` ("cuda", "hip" or "interpreter"), the default (the wrapper's
+    ``config=None``) first. ``arch`` picks the AMD target ("gfx942" or "gfx950"); ``dtype_bytes`` is the operand
+    size (1 fp8, 2 bf16/fp16, 4 fp32), which sets the shared memory/LDS a config needs."""
+    check(dtype_bytes in (1, 2, 4), "dtype_bytes", dtype_bytes, "1 (fp8), 2 (bf16/fp16) or 4 (fp32)")
+    if backend == "interpreter":  # small tiles keep the CPU tests fast
+        return [dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=GROUP_M, num_warps=4, num_stages=1)]
+    if backend == "cuda":
+        return _nvidia_configs(dtype_bytes)
+    if backend == "hip":
+        check(arch in AMD_LDS_BYTES, "arch", repr(arch), f"one of {tuple(AMD_LDS_BYTES)}")
+        return _amd_configs(arch, dtype_bytes)
+    raise KernelInputError(f"backend: got {backend!r}, expected 'cuda', 'hip' or 'interpreter'")
+
+
+def _accumulator_fits(block_m: int, block_n: int, num_warps: int, lanes: int) -> bool:
+    low, high = ACCUMULATOR_REGS_PER_LANE
+    return low <= block_m * block_n // (num_warps * lanes) <= high
+
+
+def _nvidia_configs(dtype_bytes: int) -> list[dict]:
+    """sm_90: Triton keeps num_stages copies of the A and B tiles in shared memory (checked against
+    ``metadata.shared`` of sm_90 builds with triton 3.7.1)."""
+    configs = []
+    for bm, bn, bk, warps, stages in itertools.product(BLOCK_MN, BLOCK_MN, BLOCK_K, (4, 8), (3, 4, 5)):
+        shared = stages * (bm * bk + bk * bn) * dtype_bytes
+        if (shared <= SM90_SHARED_BYTES and stages * bk * dtype_bytes >= NVIDIA_MIN_INFLIGHT_BYTES
+                and _accumulator_fits(bm, bn, warps, lanes=32)):
+            configs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, num_warps=warps,
+                                num_stages=stages))
+    default = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128 // dtype_bytes, GROUP_M=GROUP_M, num_warps=8, num_stages=4)
+    return _default_first(configs, default)
+
+
+def _amd_configs(arch: str, dtype_bytes: int) -> list[dict]:
+    """CDNA3/CDNA4: num_stages=2 (ROCm's advice for a single GEMM). Triton's AMD pipeliner then keeps
+    num_stages - 1 = one copy of the A and B tiles in LDS (checked against ``metadata.shared`` of gfx942 and gfx950
+    builds with triton 3.7.1). kpack 2 only on gfx942: gfx950 accepts only 1."""
+    stages = 2
+    kpacks = (1, 2) if arch == "gfx942" else (1,)
+    configs = []
+    for bm, bn, bk, warps, waves, nonkdim, kpack in itertools.product(
+            BLOCK_MN, BLOCK_MN, BLOCK_K, (4, 8), (0, 2), (16, 32), kpacks):
+        lds = (stages - 1) * (bm * bk + bk * bn) * dtype_bytes
+        accumulator = bm * bn // (warps * 64)  # 64-lane wavefronts
+        if (lds <= AMD_LDS_BYTES[arch] and bk * dtype_bytes >= AMD_MIN_K_SLICE_BYTES
+                and _accumulator_fits(bm, bn, warps, lanes=64)
+                and (waves == 0 or accumulator <= AMD_WAVES_PER_EU_2_MAX_ACC)):
+            configs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, num_warps=warps,
+                                num_stages=stages, waves_per_eu=waves, matrix_instr_nonkdim=nonkdim, kpack=kpack))
+    default = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128 // dtype_bytes, GROUP_M=GROUP_M, num_warps=4,
+                   num_stages=stages, waves_per_eu=0, matrix_instr_nonkdim=16, kpack=kpacks[-1])
+    return _default_first(configs, default)
+
+
+def _default_first(configs: list[dict], default: dict) -> list[dict]:
+    assert default in configs, f"the default config {default} was pruned"
+    return [default] + [c for c in configs if c != default]
+
+
+DTYPE_BYTES = {"bf16": (2, 2), "fp16": (2, 2), "tf32": (4, 4), "fp32": (4, 4), "fp8": (1, 2)}
+"""(operand, output) bytes per element; fp8 GEMMs write bf16."""
+TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "tf32": 5e-3, "fp32": 1e-5, "fp8": 5e-2}
+"""Accepted relative Frobenius error ||out - ref|| / ||ref|| against the float64 reference."""
+
+
+def flops(m: int, n: int, k: int) -> float:
+    """Multiply-adds of C = A @ B, two FLOPs each (the epilogue's M*N work is left out)."""
+    return 2.0 * m * n * k
+
+
+def bytes_moved(m: int, n: int, k: int, dtype: str) -> float:
+    """A and B read once, C written once (the ideal HBM traffic; bias and scales are negligible)."""
+    check(dtype in DTYPE_BYTES, "dtype", repr(dtype), f"one of {tuple(DTYPE_BYTES)}")
+    operand, output = DTYPE_BYTES[dtype]
+    return float((m * k + k * n) * operand + m * n * output)
+
+
+TOKENS = 8192
+"""Tokens per GEMM in the Llama cases: one 8k-token microbatch (e.g. 1 x 8192 or 2 x 4096)."""
+
+
+def _llama_gemms(model_name: str) -> list[tuple[str, int, int]]:
+    """(layer, N, K) of one Llama block's projections, derived from the model catalog."""
+    model = get_model(model_name)
+    hidden = model.hidden_size
+    return [("qkv", model.q_size + 2 * model.kv_size, hidden), ("o", hidden, model.q_size),
+            ("gate_up", 2 * model.ffn_hidden_size, hidden), ("down", hidden, model.ffn_hidden_size)]
+
+
+def _case(name: str, dtype: str, m: int, n: int, k: int, make_inputs, run, baseline, reference,
+          **extra) -> BenchCase:
+    return BenchCase(op="gemm", name=f"{name} {m}x{n}x{k}", dtype=dtype,
+                     row={"op": "gemm", "m": m, "n": n, "k": k, "dtype": dtype}, make_inputs=make_inputs, run=run,
+                     baseline=baseline, reference=reference, flops=flops(m, n, k), bytes=bytes_moved(m, n, k, dtype),
+                     tolerance=TOLERANCE[dtype], extra=extra)
+
+
+def _dense_inputs(m: int, n: int, k: int, dtype: torch.dtype, bias: bool = False):
+    def make(device: str) -> tuple:
+        a = torch.randn(m, k, device=device, dtype=dtype)  # a: [M, K] row-major
+        b = torch.randn(k, n, device=device, dtype=dtype)  # b: [K, N] row-major
+        return (a, b, torch.randn(n, device=device, dtype=dtype)) if bias else (a, b)
+    return make
+
+
+def _fp8_inputs(m: int, n: int, k: int):
+    def make(device: str) -> tuple:
+        fp8 = _fp8_dtype(device)
+        a = torch.randn(m, k, device=device).to(fp8)  # a: [M, K] row-major
+        b = torch.randn(n, k, device=device).to(fp8).t()  # b: [K, N] column-major, as _scaled_mm requires
+        scale_a = torch.rand((), device=device) + 0.5  # per-tensor scales: fp32 scalars
+        scale_b = torch.rand((), device=device) + 0.5
+        return a, b, scale_a, scale_b
+    return make
+
+
+def _fp8_dtype(device: str) -> torch.dtype:
+    """e4m3fn, except e4m3fnuz on MI300-class GPUs (gfx942), whose hardware and _scaled_mm take only that."""
+    if torch.version.hip and _amd_arch(torch.device(device)) == "gfx942":
+        return torch.float8_e4m3fnuz
+    return torch.float8_e4m3fn
+
+
+def _torch_tf32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # cuBLAS may use TF32
+    try:
+        return torch.matmul(a, b)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def _torch_addmm_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.relu(torch.addmm(bias, a, b))
+
+
+def _torch_scaled_mm(a, b, scale_a, scale_b) -> torch.Tensor:
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+
+
+def _matmul_bias_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return matmul(a, b, bias=bias, activation="relu")
+
+
+def _reference_bias_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return reference_matmul(a, b, bias=bias, activation="relu")
+
+
+def bench_cases(suite: str = "quick") -> list[BenchCase]:
+    """quick: one case per kind (6); full: bf16 and fp8 on every Llama 3 8B/70B projection plus recsys, fp16
+    and tf32 cases (21). Llama GEMMs are M = TOKENS rows of activations times the weight [K, N]."""
+    check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
+    llama = {model: _llama_gemms(model) for model in ("llama3-8b", "llama3-70b")}
+    shapes = {(model, layer): (n, k) for model, gemms in llama.items() for layer, n, k in gemms}
+    m = TOKENS
+
+    def dense(model, layer, dtype_name):
+        n, k = shapes[model, layer]
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[dtype_name]
+        run = functools.partial(matmul, precision="tf32") if dtype_name == "tf32" else matmul
+        baseline = _torch_tf32_matmul if dtype_name == "tf32" else torch.matmul
+        return _case(f"{model} {layer}", dtype_name, m, n, k, _dense_inputs(m, n, k, dtype), run, baseline,
+                     reference_matmul, model=model, layer=layer)
+
+    def fp8(model, layer):
+        n, k = shapes[model, layer]
+        return _case(f"{model} {layer}", "fp8", m, n, k, _fp8_inputs(m, n, k), scaled_matmul, _torch_scaled_mm,
+                     reference_scaled_matmul, model=model, layer=layer, scaling="per-tensor", use_fast_accum=False)
+
+    rm, rn, rk = 65536, 1024, 1024  # a DLRM-style top-MLP layer over a 64k batch
+    recsys = _case("recsys mlp addmm+relu", "bf16", rm, rn, rk, _dense_inputs(rm, rn, rk, torch.bfloat16, bias=True),
+                   _matmul_bias_relu, _torch_addmm_relu,
+                   _reference_bias_relu, bias=True, activation="relu")
+    if suite == "quick":
+        return [dense("llama3-8b", "qkv", "bf16"), dense("llama3-70b", "down", "bf16"), recsys,
+                dense("llama3-8b", "o", "fp16"), dense("llama3-8b", "o", "tf32"), fp8("llama3-8b", "gate_up")]
+    return ([dense(model, layer, "bf16") for model, layer in shapes] + [recsys]
+            + [dense("llama3-8b", layer, "fp16") for layer in ("qkv", "o")]
+            + [dense("llama3-8b", layer, "tf32") for layer in ("o", "down")]
+            + [fp8(model, layer) for model, layer in shapes])
+

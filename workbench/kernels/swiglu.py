@@ -1,0 +1,398 @@
+"""Fused SwiGLU (Llama-style gated FFN activation) and tanh-GELU (GPT-2 MLP), forward and backward, in Triton.
+
+SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g)                          (Shazeer 2020, "GLU Variants")
+  gate and up [..., F] as two tensors, or one [..., 2F] tensor (gate first half, up second half), as a fused
+  gate_up projection writes it. The backward recomputes sigmoid(gate) instead of saving silu(gate):
+  dgate = dout * up * sigmoid(g) * (1 + g * (1 - sigmoid(g))),  dup = dout * silu(g).
+GELU (tanh approximation, as GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (Hendrycks & Gimpel 2016)
+  computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)), the same function without cancellation.
+
+All kernels work on 1-D blocks of BLOCK elements: of the flattened tensors, or, for a concatenated gate_up, of one
+row (grid rows x column blocks, which saves a per-element division by F). Math is fp32 whatever the storage
+dtype (bf16, fp16, fp32).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.autograd.function import once_differentiable
+
+from workbench.kernels._common import BenchCase, backend, check, check_device
+
+Pass = Literal["fwd", "bwd", "fwd_bwd"]
+
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+GELU_C = tl.constexpr(math.sqrt(2.0 / math.pi))
+GELU_CUBIC = tl.constexpr(0.044715)
+
+
+@triton.jit
+def _tile(n_cols, ROWS_ON_GRID: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's elements (row, first + lanes) of a [rows, n_cols] view of the output, and their mask.
+
+    ROWS_ON_GRID: grid (rows, cdiv(n_cols, BLOCK)); used for a gate_up [rows, 2F] whose gate and up halves are
+    strided rows (no per-element division by F). Otherwise grid (cdiv(n, BLOCK),) over contiguous tensors seen as
+    one row of n_cols = n elements. Offsets are a scalar (int64) base plus int32 lanes, to keep registers low.
+    """
+    if ROWS_ON_GRID:
+        row = tl.program_id(0).to(tl.int64)
+        first = tl.program_id(1) * BLOCK
+    else:
+        row = 0
+        first = tl.program_id(0).to(tl.int64) * BLOCK
+    lanes = tl.arange(0, BLOCK)
+    return row, first, lanes, lanes < n_cols - first
+
+
+@triton.jit
+def _swiglu_fwd_kernel(gate_ptr, up_ptr, out_ptr, n_cols, in_row_stride, out_row_stride,
+                       CONCAT: tl.constexpr, BLOCK: tl.constexpr):
+    """Block: [BLOCK] elements of one row of gate, up and out (see _tile; CONCAT: up_ptr = gate_ptr + F)."""
+    row, first, lanes, mask = _tile(n_cols, CONCAT, BLOCK)
+    in_base = row * in_row_stride + first
+    g = tl.load(gate_ptr + in_base + lanes, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(up_ptr + in_base + lanes, mask=mask, other=0.0).to(tl.float32)
+    out = g * tl.sigmoid(g) * u
+    tl.store(out_ptr + (row * out_row_stride + first) + lanes, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _swiglu_bwd_kernel(gate_ptr, up_ptr, dout_ptr, dgate_ptr, dup_ptr, n_cols, in_row_stride, out_row_stride,
+                       grad_row_stride, CONCAT: tl.constexpr, BLOCK: tl.constexpr):
+    """Block: [BLOCK] elements of one row of gate, up, dout, dgate, dup (see _tile); dout is laid out like out,
+    dgate/dup like gate/up but with rows grad_row_stride apart (CONCAT: dup_ptr = dgate_ptr + F)."""
+    row, first, lanes, mask = _tile(n_cols, CONCAT, BLOCK)
+    in_base = row * in_row_stride + first
+    g = tl.load(gate_ptr + in_base + lanes, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(up_ptr + in_base + lanes, mask=mask, other=0.0).to(tl.float32)
+    dout = tl.load(dout_ptr + (row * out_row_stride + first) + lanes, mask=mask, other=0.0).to(tl.float32)
+    sig = tl.sigmoid(g)
+    silu = g * sig
+    dgate = dout * u * sig * (1.0 + g * (1.0 - sig))
+    grad_base = row * grad_row_stride + first
+    tl.store(dgate_ptr + grad_base + lanes, dgate.to(dgate_ptr.dtype.element_ty), mask=mask)
+    tl.store(dup_ptr + grad_base + lanes, (dout * silu).to(dup_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gelu_fwd_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    """Block: [BLOCK] elements of x and out, flat and contiguous. 0.5 (1 + tanh(u)) = sigmoid(2u), which has no
+    cancellation for large negative x (1 + tanh(u) would lose every digit there)."""
+    _, first, lanes, mask = _tile(n_elements, False, BLOCK)
+    x = tl.load(x_ptr + first + lanes, mask=mask, other=0.0).to(tl.float32)
+    s = tl.sigmoid((x + x * x * x * GELU_CUBIC) * (2.0 * GELU_C))
+    tl.store(out_ptr + first + lanes, (x * s).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gelu_bwd_kernel(x_ptr, dout_ptr, dx_ptr, n_elements, BLOCK: tl.constexpr):
+    """Block: [BLOCK] elements of x, dout, dx. With s = sigmoid(2u), u = c (x + a x^3):
+    dx = dout * (s + 2 x s (1 - s) c (1 + 3 a x^2))."""
+    _, first, lanes, mask = _tile(n_elements, False, BLOCK)
+    x = tl.load(x_ptr + first + lanes, mask=mask, other=0.0).to(tl.float32)
+    dout = tl.load(dout_ptr + first + lanes, mask=mask, other=0.0).to(tl.float32)
+    s = tl.sigmoid((x + x * x * x * GELU_CUBIC) * (2.0 * GELU_C))
+    slope = s + 2.0 * x * s * (1.0 - s) * GELU_C * (1.0 + x * x * (3.0 * GELU_CUBIC))
+    tl.store(dx_ptr + first + lanes, (dout * slope).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------- #
+# Launch wrappers
+# --------------------------------------------------------------------------- #
+
+_CONFIG_KEYS = ("BLOCK", "num_warps", "waves_per_eu")
+
+
+def _resolve_config(config: dict | None) -> dict:
+    default = config_space(backend())[0]
+    if config is None:
+        return default
+    check(isinstance(config, dict), "config", type(config).__name__, "a dict from config_space() or None")
+    unknown = sorted(set(config) - set(_CONFIG_KEYS))
+    check(not unknown, "config", f"unknown keys {unknown}", f"keys among {', '.join(_CONFIG_KEYS)}")
+    config = {**default, **config}
+    for key in ("BLOCK", "num_warps"):
+        value = config[key]
+        check(isinstance(value, int) and value >= 1 and value & (value - 1) == 0, f"config[{key!r}]", value,
+              "a power of two")
+    return config
+
+
+def _launch(kernel, rows: int, n_cols: int, config: dict, *args, concat: bool | None = None) -> None:
+    """Launch over a [rows, n_cols] output: grid (rows, column blocks) for concat, else (blocks,) with rows 1."""
+    if rows * n_cols == 0:
+        return
+    options = {"num_warps": config["num_warps"]}
+    if backend() == "hip":
+        options["waves_per_eu"] = config.get("waves_per_eu", 0)
+    block = config["BLOCK"]
+    grid = (rows, triton.cdiv(n_cols, block)) if concat else (triton.cdiv(n_cols, block),)
+    constexprs = {} if concat is None else {"CONCAT": concat}
+    kernel[grid](*args, BLOCK=block, **constexprs, **options)
+
+
+def _split_rows(gate_up: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """[..., 2F] -> ([rows, 2F] with unit column stride, F)."""
+    rows2 = gate_up.reshape(-1, gate_up.shape[-1])
+    if rows2.stride(-1) != 1:
+        rows2 = rows2.contiguous()
+    return rows2, gate_up.shape[-1] // 2
+
+
+class _SwiGLUConcat(torch.autograd.Function):
+    """gate_up [..., 2F] -> out [..., F]; the gradient has gate_up's shape (dgate | dup)."""
+
+    @staticmethod
+    def forward(ctx, gate_up, config):
+        rows2, ffn = _split_rows(gate_up)
+        out = torch.empty((rows2.shape[0], ffn), dtype=gate_up.dtype, device=gate_up.device)
+        _launch(_swiglu_fwd_kernel, rows2.shape[0], ffn, config, rows2, rows2[:, ffn:], out, ffn, rows2.stride(0),
+                out.stride(0), concat=True)
+        ctx.save_for_backward(rows2)
+        ctx.config, ctx.shape = config, gate_up.shape
+        return out.view(*gate_up.shape[:-1], ffn)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        (rows2,) = ctx.saved_tensors
+        ffn = rows2.shape[1] // 2
+        dout = dout.reshape(-1, ffn).contiguous()  # [rows, F]
+        grad = torch.empty((rows2.shape[0], 2 * ffn), dtype=rows2.dtype, device=rows2.device)
+        _launch(_swiglu_bwd_kernel, rows2.shape[0], ffn, ctx.config, rows2, rows2[:, ffn:], dout, grad,
+                grad[:, ffn:], ffn, rows2.stride(0), ffn, grad.stride(0), concat=True)
+        return grad.view(ctx.shape), None
+
+
+class _SwiGLUPair(torch.autograd.Function):
+    """gate, up [..., F] -> out [..., F]; gradients dgate, dup."""
+
+    @staticmethod
+    def forward(ctx, gate, up, config):
+        gate, up = gate.contiguous(), up.contiguous()
+        out = torch.empty_like(gate)
+        n = gate.numel()
+        _launch(_swiglu_fwd_kernel, 1, n, config, gate, up, out, n, 0, 0, concat=False)
+        ctx.save_for_backward(gate, up)
+        ctx.config = config
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        gate, up = ctx.saved_tensors
+        dout = dout.contiguous()
+        dgate, dup = torch.empty_like(gate), torch.empty_like(up)
+        n = gate.numel()
+        _launch(_swiglu_bwd_kernel, 1, n, ctx.config, gate, up, dout, dgate, dup, n, 0, 0, 0, concat=False)
+        return dgate, dup, None
+
+
+class _GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, config):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        _launch(_gelu_fwd_kernel, 1, x.numel(), config, x, out, x.numel())
+        ctx.save_for_backward(x)
+        ctx.config = config
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        (x,) = ctx.saved_tensors
+        dx = torch.empty_like(x)
+        _launch(_gelu_bwd_kernel, 1, x.numel(), ctx.config, x, dout.contiguous(), dx, x.numel())
+        return dx, None
+
+
+def _check_tensor(t, name: str) -> None:
+    check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
+    check(t.dtype in DTYPES, name, f"dtype {t.dtype}", "bfloat16, float16 or float32")
+    check(t.dim() >= 1, name, "a 0-d tensor", "at least one dimension")
+
+
+def swiglu(gate_up_or_gate: torch.Tensor, up: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+    """silu(gate) * up. With up=None the first argument is gate_up [..., 2F] (gate = first F columns);
+    otherwise it is gate [..., F] and up has the same shape and dtype. Differentiable; output [..., F]."""
+    if up is None:
+        gate_up = gate_up_or_gate
+        _check_tensor(gate_up, "gate_up")
+        width = gate_up.shape[-1]
+        check(width % 2 == 0 and width > 0, "gate_up", f"last dimension {width}",
+              "an even width 2F (gate then up); pass up= to give gate and up separately")
+        check_device(gate_up, names=("gate_up",))
+        return _SwiGLUConcat.apply(gate_up, _resolve_config(config))
+    gate = gate_up_or_gate
+    _check_tensor(gate, "gate")
+    _check_tensor(up, "up")
+    check(up.shape == gate.shape, "up", f"shape {tuple(up.shape)}", f"gate's shape {tuple(gate.shape)}")
+    check(up.dtype == gate.dtype, "up", f"dtype {up.dtype}", f"gate's dtype {gate.dtype}")
+    check_device(gate, up, names=("gate", "up"))
+    return _SwiGLUPair.apply(gate, up, _resolve_config(config))
+
+
+def gelu(x: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """GELU with the tanh approximation (F.gelu(x, approximate="tanh")), elementwise; differentiable."""
+    _check_tensor(x, "x")
+    check_device(x, names=("x",))
+    return _GELU.apply(x, _resolve_config(config))
+
+
+# --------------------------------------------------------------------------- #
+# References (float64)
+# --------------------------------------------------------------------------- #
+
+def reference_swiglu(gate_up_or_gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """F.silu(gate) * up in float64 (same argument forms as swiglu)."""
+    if up is None:
+        gate, up = gate_up_or_gate.double().chunk(2, dim=-1)
+    else:
+        gate, up = gate_up_or_gate.double(), up.double()
+    return F.silu(gate) * up
+
+
+def reference_gelu(x: torch.Tensor) -> torch.Tensor:
+    """F.gelu(approximate="tanh") in float64."""
+    return F.gelu(x.double(), approximate="tanh")
+
+
+# --------------------------------------------------------------------------- #
+# Config space
+# --------------------------------------------------------------------------- #
+
+def config_space(backend: str) -> list[dict]:
+    """BLOCK x num_warps; on AMD (hip) also waves_per_eu (0 = no occupancy hint). The first entry is the default
+    (a guess: 4096 elements over 8 warps = 16 per thread, two 16-byte bf16 loads per tensor; calibrate with a
+    sweep)."""
+    check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
+    space = [{"BLOCK": block, "num_warps": warps} for block in (4096, 1024, 2048, 8192) for warps in (8, 4)]
+    if backend == "hip":
+        space = [{**c, "waves_per_eu": waves} for c in space for waves in (0, 1, 2)]
+    return space
+
+
+# --------------------------------------------------------------------------- #
+# FLOP and byte counts
+# --------------------------------------------------------------------------- #
+
+# Operations per output element counted from the kernel bodies (exp and division count one each): swiglu fwd
+# sigmoid 3 + 2 multiplies; bwd sigmoid 3, silu 1, dgate 6, dup 1; gelu fwd polynomial 5, tanh 5, outer 3;
+# bwd the forward's t plus 9 for the slope and 1 for dout.
+_FLOPS_PER_ELEMENT = {("swiglu", "fwd"): 5, ("swiglu", "bwd"): 11, ("gelu", "fwd"): 13, ("gelu", "bwd"): 20}
+# Full-size tensors read and written: swiglu fwd reads gate, up, writes out; bwd reads gate, up, dout, writes
+# dgate, dup. gelu fwd reads x, writes out; bwd reads x, dout, writes dx.
+_TENSORS_MOVED = {("swiglu", "fwd"): 3, ("swiglu", "bwd"): 5, ("gelu", "fwd"): 2, ("gelu", "bwd"): 3}
+
+
+def _phases(pass_: Pass) -> tuple[str, ...]:
+    return ("fwd", "bwd") if pass_ == "fwd_bwd" else (pass_,)
+
+
+def flops(op: Literal["swiglu", "gelu"], rows: int, cols: int, pass_: Pass = "fwd") -> float:
+    """FLOPs on [rows, cols] outputs (cols = F for swiglu)."""
+    return float(sum(_FLOPS_PER_ELEMENT[(op, p)] for p in _phases(pass_)) * rows * cols)
+
+
+def bytes_moved(op: Literal["swiglu", "gelu"], rows: int, cols: int, dtype: str, pass_: Pass = "fwd") -> float:
+    """Minimal DRAM bytes on [rows, cols] outputs in dtype (every tensor read or written once)."""
+    return float(sum(_TENSORS_MOVED[(op, p)] for p in _phases(pass_)) * rows * cols * ELEMENT_BYTES[dtype])
+
+
+# --------------------------------------------------------------------------- #
+# Benchmark cases
+# --------------------------------------------------------------------------- #
+
+TOLERANCE = {"bf16": 2e-2, "fp16": 2e-2, "fp32": 1e-5}
+# (label, tokens, F): Llama 3 8B and 70B FFN widths (intermediate_size 14336 / 28672) at 8192 tokens.
+BENCH_SHAPES = {"quick": [("llama3-8b", 8192, 14336)],
+                "full": [("llama3-8b", 8192, 14336), ("llama3-70b", 8192, 28672)]}
+
+
+def torch_swiglu(gate_up_or_gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+    """The torch baseline: F.silu(gate) * up (eager, two kernels)."""
+    if up is None:
+        gate, up = gate_up_or_gate.chunk(2, dim=-1)
+    else:
+        gate = gate_up_or_gate
+    return F.silu(gate) * up
+
+
+def torch_gelu(x: torch.Tensor) -> torch.Tensor:
+    """The torch baseline: F.gelu(x, approximate="tanh")."""
+    return F.gelu(x, approximate="tanh")
+
+
+def _fwd_bwd(fn, *inputs_and_dout):
+    """Forward, then the whole backward with a given dout (through autograd.grad, so repeated runs do not
+    accumulate into .grad); returns the first input's gradient, the output the benchmark checks."""
+    *inputs, dout = inputs_and_dout
+    return torch.autograd.grad(fn(*inputs), inputs, dout)[0]
+
+
+def make_bench_case(op: Literal["swiglu", "gelu"], rows: int, cols: int, dtype: str = "bf16", fwd_bwd: bool = False,
+                    concat: bool = False, label: str = "") -> BenchCase:
+    """One point on [rows, cols] outputs. Inputs: swiglu (gate, up) or (gate_up,) with concat; gelu (x,). fwd+bwd
+    adds dout and makes the inputs require grad; run/baseline/reference compute every input gradient and return
+    the first (dgate, dgate_up or dx; the unit tests check dup)."""
+    torch_dtype = TORCH_DTYPES[dtype]
+    ours, vendor, ref = {"swiglu": (swiglu, torch_swiglu, reference_swiglu),
+                         "gelu": (gelu, torch_gelu, reference_gelu)}[op]
+    if op == "gelu":
+        shapes = [(rows, cols)]
+    else:
+        shapes = [(rows, 2 * cols)] if concat else [(rows, cols), (rows, cols)]
+
+    def make_inputs(device: str) -> tuple:
+        inputs = [torch.randn(shape, dtype=torch_dtype, device=device) for shape in shapes]
+        if not fwd_bwd:
+            return tuple(inputs)
+        return (*(t.requires_grad_(True) for t in inputs), torch.randn(rows, cols, dtype=torch_dtype, device=device))
+
+    def reference(*inputs):
+        if not fwd_bwd:
+            return ref(*inputs)
+        *tensors, dout = inputs
+        return _fwd_bwd(ref, *(t.detach().double().requires_grad_(True) for t in tensors), dout.double())
+
+    pass_ = "fwd_bwd" if fwd_bwd else "fwd"
+    name = f"{op}_fwd_bwd" if fwd_bwd else op
+    output = ("dx" if op == "gelu" else "dgate_up" if concat else "dgate") if fwd_bwd else "out"
+    return BenchCase(
+        op=name,
+        name=" ".join(filter(None, [label, op, "gate_up" if concat else "", "fwd+bwd" if fwd_bwd else "fwd",
+                                    f"{rows}x{cols}"])),
+        dtype=dtype,
+        row={"op": name, "rows": rows, "cols": cols, "dtype": dtype},
+        make_inputs=make_inputs,
+        run=(lambda *inputs: _fwd_bwd(ours, *inputs)) if fwd_bwd else ours,
+        baseline=(lambda *inputs: _fwd_bwd(vendor, *inputs)) if fwd_bwd else vendor,
+        reference=reference,
+        flops=flops(op, rows, cols, pass_),
+        bytes=bytes_moved(op, rows, cols, dtype, pass_),
+        tolerance=TOLERANCE[dtype],
+        extra={"pass": pass_, "output": output, "layout": "gate_up" if concat else "separate"},
+    )
+
+
+def bench_cases(suite: str = "quick") -> list[BenchCase]:
+    """quick: Llama 3 8B FFN (8192 tokens), swiglu and gelu, fwd and fwd+bwd (4 cases); full: also 70B and the
+    concatenated gate_up layout for swiglu (12 cases)."""
+    check(suite in BENCH_SHAPES, "suite", suite, f"one of {', '.join(BENCH_SHAPES)}")
+    cases = []
+    for label, tokens, ffn in BENCH_SHAPES[suite]:
+        for fwd_bwd in (False, True):
+            cases.append(make_bench_case("swiglu", tokens, ffn, "bf16", fwd_bwd, label=label))
+            if suite == "full":
+                cases.append(make_bench_case("swiglu", tokens, ffn, "bf16", fwd_bwd, concat=True, label=label))
+            cases.append(make_bench_case("gelu", tokens, ffn, "bf16", fwd_bwd, label=label))
+    return cases
