@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench._data import specs_dir
 from workbench.errors import SpecError, UnknownNameError
 from workbench.schema import Fields, check_number, load_yaml
 
@@ -221,7 +221,7 @@ def load_gpu(spec: str | Path | dict) -> GPU:
 
 
 def _catalog_dir() -> Path:
-    return Path(str(resources.files("workbench.specs"))) / "gpus"
+    return specs_dir() / "gpus"
 
 
 @cache

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Literal, Union
 
+from workbench._data import specs_dir
 from workbench.errors import SpecError, UnknownNameError
 from workbench.schema import Fields, load_yaml
 
@@ -349,7 +349,7 @@ def from_hf_config(config: str | Path | dict, name: str | None = None) -> Transf
 
 
 def _catalog_dir() -> Path:
-    return Path(str(resources.files("workbench.specs"))) / "models"
+    return specs_dir() / "models"
 
 
 @cache

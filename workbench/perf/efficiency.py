@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
+from workbench._data import specs_dir
 from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import GPU
 from workbench.schema import Fields, check_number, load_yaml
@@ -49,7 +49,7 @@ class Constants:
 
 
 def _specs_dir() -> Path:
-    return Path(str(resources.files("workbench.specs")))
+    return specs_dir()
 
 
 def calibration_dir() -> Path:
