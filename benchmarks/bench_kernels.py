@@ -78,12 +78,72 @@ def sweep_gemm(out: Path, limit_s: float) -> None:
             torch.cuda.empty_cache()
 
 
+def sweep_configs(out: Path) -> None:
+    """Every config of the cross-entropy, embedding-bag and norm spaces on their largest forward bench case, and
+    fp8 GEMMs with fast accumulation against _scaled_mm(use_fast_accum=True)."""
+    import csv
+
+    import torch
+    from triton.testing import do_bench
+
+    from workbench.kernels import cross_entropy, embedding_bag, gemm, norms
+
+    def bench(fn):
+        return do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+    jobs = []
+    ce = [c for c in cross_entropy.bench_cases("full") if c.op == "cross_entropy"]
+    for case in ce[1:2]:  # 8192 x 128256
+        for config in cross_entropy.config_space("cuda"):
+            jobs.append(("cross_entropy", case, config,
+                         lambda x, cfg: cross_entropy.cross_entropy(*x, config=cfg, check_targets=False)))
+    for case in [c for c in embedding_bag.bench_cases("full") if c.op == "embedding_bag"]:
+        for config in embedding_bag.config_space("cuda"):
+            jobs.append(("embedding_bag", case, config,
+                         lambda x, cfg: embedding_bag.embedding_bag(*x, config=cfg, check_values=False)))
+    for case in [c for c in norms.bench_cases("full") if c.op == "rmsnorm"][-1:]:
+        for config in norms.config_space("cuda"):
+            jobs.append(("rmsnorm", case, config, lambda x, cfg: norms.rms_norm(*x, config=cfg)))
+    fp8 = [c for c in gemm.bench_cases("full") if c.dtype == "fp8"]
+    for case in fp8:
+        for config in gemm.config_space("cuda", dtype_bytes=1)[:12]:
+            jobs.append(("fp8_fast_accum", case, config,
+                         lambda x, cfg: gemm.scaled_matmul(*x, config=cfg, use_fast_accum=True)))
+
+    path = out / "config_sweep.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["kernel", "case", "config", "ms", "baseline_ms", "bytes", "flops", "error"])
+        inputs_for, baseline_for = {}, {}
+        for kernel, case, config, fn in jobs:
+            key = (kernel, case.name)
+            if key not in inputs_for:
+                inputs_for.clear()
+                torch.cuda.empty_cache()
+                inputs_for[key] = case.make_inputs("cuda")
+                base = case.baseline
+                if kernel == "fp8_fast_accum":
+                    base = lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,  # noqa: E731
+                                                                 use_fast_accum=True)
+                baseline_for[key] = bench(lambda: base(*inputs_for[key]))
+            x = inputs_for[key]
+            row = [kernel, case.name, json.dumps(config, sort_keys=True)]
+            try:
+                ms = bench(lambda: fn(x, config))
+                writer.writerow(row + [f"{ms:.5f}", f"{baseline_for[key]:.5f}", case.bytes, case.flops, ""])
+            except Exception as exc:  # noqa: BLE001 - a config that fails is data
+                writer.writerow(row + ["", f"{baseline_for[key]:.5f}", case.bytes, case.flops,
+                                      f"{type(exc).__name__}: {exc}"[:200]])
+        print(f"config sweep: {len(jobs)} runs -> {path}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", choices=["quick", "full"], default=None)
     parser.add_argument("--ops", default=None, help="comma-separated kernel modules (default: all)")
     parser.add_argument("--tune-gemm", action="store_true")
     parser.add_argument("--sweep-budget-s", type=float, default=300)
+    parser.add_argument("--sweep-configs", action="store_true", help="config sweeps of the memory-bound kernels, fp8 fast accumulation")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -101,6 +161,11 @@ def main() -> None:
         columns = [c for c in ("module", "name", "dtype", "rel_err", "correct", "triton_ms", "baseline_ms",
                                "speedup_vs_baseline", "achieved_tflops", "pct_of_copy_bw", "error") if c in frame]
         print(frame[columns].to_string(index=False, max_colwidth=40), flush=True)
+    if args.sweep_configs:
+        try:
+            sweep_configs(args.out)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
     if args.tune_gemm:
         try:
             sweep_gemm(args.out, args.sweep_budget_s)

@@ -197,8 +197,9 @@ def test_cuda_config_space_fits_sm90_shared_memory(dtype_bytes):
     assert all(_shared_bytes(c, dtype_bytes, c["num_stages"]) <= 227 * 1024 for c in configs)
     assert not any(key in c for c in configs for key in ("waves_per_eu", "matrix_instr_nonkdim", "kpack"))
     assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)
-    default = configs[0]
-    assert (default["BLOCK_M"], default["BLOCK_N"], default["BLOCK_K"] * dtype_bytes) == (128, 128, 128)
+    default = configs[0]  # the measured best single config on the H200 (gemm_sweep.csv)
+    expected = {1: (256, 128, 128), 2: (128, 256, 128), 4: (128, 128, 128)}[dtype_bytes]
+    assert (default["BLOCK_M"], default["BLOCK_N"], default["BLOCK_K"] * dtype_bytes) == expected
     assert default["num_warps"] == 8 and default["num_stages"] in (3, 4)
 
 
