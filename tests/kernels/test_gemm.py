@@ -233,7 +233,7 @@ def test_flops_and_bytes():
         bytes_moved(2, 3, 4, "int4")
 
 
-@pytest.mark.parametrize("suite,count", [("quick", 6), ("full", 21)])
+@pytest.mark.parametrize("suite,count", [("quick", 6), ("full", 29)])
 def test_bench_cases(suite, count):
     cases = bench_cases(suite)
     assert len(cases) == count and len({(c.name, c.dtype) for c in cases}) == count

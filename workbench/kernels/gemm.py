@@ -432,8 +432,8 @@ def _torch_addmm_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> t
     return torch.relu(torch.addmm(bias, a, b))
 
 
-def _torch_scaled_mm(a, b, scale_a, scale_b) -> torch.Tensor:
-    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+def _torch_scaled_mm(a, b, scale_a, scale_b, use_fast_accum: bool = False) -> torch.Tensor:
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=use_fast_accum)
 
 
 def _matmul_bias_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -446,7 +446,7 @@ def _reference_bias_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -
 
 def bench_cases(suite: str = "quick") -> list[BenchCase]:
     """quick: one case per kind (6); full: bf16 and fp8 on every Llama 3 8B/70B projection plus recsys, fp16
-    and tf32 cases (21). Llama GEMMs are M = TOKENS rows of activations times the weight [K, N]."""
+    and tf32 cases, fp8 with and without fast accumulation on both sides (29). Llama GEMMs are M = TOKENS rows of activations times the weight [K, N]."""
     check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
     llama = {model: _llama_gemms(model) for model in ("llama3-8b", "llama3-70b")}
     shapes = {(model, layer): (n, k) for model, gemms in llama.items() for layer, n, k in gemms}
@@ -460,10 +460,13 @@ def bench_cases(suite: str = "quick") -> list[BenchCase]:
         return _case(f"{model} {layer}", dtype_name, m, n, k, _dense_inputs(m, n, k, dtype), run, baseline,
                      reference_matmul, model=model, layer=layer)
 
-    def fp8(model, layer):
+    def fp8(model, layer, fast_accum=False):
         n, k = shapes[model, layer]
-        return _case(f"{model} {layer}", "fp8", m, n, k, _fp8_inputs(m, n, k), scaled_matmul, _torch_scaled_mm,
-                     reference_scaled_matmul, model=model, layer=layer, scaling="per-tensor", use_fast_accum=False)
+        run = functools.partial(scaled_matmul, use_fast_accum=fast_accum)
+        baseline = functools.partial(_torch_scaled_mm, use_fast_accum=fast_accum)
+        label = f"{model} {layer}{' fast-accum' if fast_accum else ''}"
+        return _case(label, "fp8", m, n, k, _fp8_inputs(m, n, k), run, baseline, reference_scaled_matmul,
+                     model=model, layer=layer, scaling="per-tensor", use_fast_accum=fast_accum)
 
     rm, rn, rk = 65536, 1024, 1024  # a DLRM-style top-MLP layer over a 64k batch
     recsys = _case("recsys mlp addmm+relu", "bf16", rm, rn, rk, _dense_inputs(rm, rn, rk, torch.bfloat16, bias=True),
@@ -475,5 +478,6 @@ def bench_cases(suite: str = "quick") -> list[BenchCase]:
     return ([dense(model, layer, "bf16") for model, layer in shapes] + [recsys]
             + [dense("llama3-8b", layer, "fp16") for layer in ("qkv", "o")]
             + [dense("llama3-8b", layer, "tf32") for layer in ("o", "down")]
-            + [fp8(model, layer) for model, layer in shapes])
+            + [fp8(model, layer) for model, layer in shapes]
+            + [fp8(model, layer, fast_accum=True) for model, layer in shapes])
 
