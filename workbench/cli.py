@@ -107,6 +107,70 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from workbench.bench import NoGPUError, run_suite
+
+    try:
+        frame = run_suite(args.suite, args.ops.split(",") if args.ops else None, use_cache=not args.no_cache,
+                          out=args.out)
+    except NoGPUError as exc:
+        print(f"workbench: {exc}", file=sys.stderr)
+        return 3
+    columns = [c for c in ("module", "name", "dtype", "correct", "triton_ms", "baseline_ms", "speedup_vs_baseline",
+                           "achieved_tflops", "achieved_gb_s", "measured_over_predicted", "error") if c in frame]
+    print(frame[columns].to_string(index=False, max_colwidth=48, float_format=lambda x: f"{x:.3f}"))
+    return 0
+
+
+def cmd_kernels_inspect(args: argparse.Namespace) -> int:
+    import importlib
+
+    from workbench.kernels.crosscompile import inspect_space
+
+    module = importlib.import_module(f"workbench.kernels.{args.kernel}")
+    targets = tuple(args.targets.split(","))
+    rows, flagged_all = [], []
+    for target in targets:
+        backend = "hip" if target.startswith("gfx") else "cuda"
+        kwargs = {"arch": target} if args.kernel == "gemm" and backend == "hip" else {}
+        if args.kernel == "gemm":
+            kwargs["dtype_bytes"] = {"fp8": 1, "tf32": 4, "fp32": 4}.get(args.dtype, 2)
+        space = module.config_space(backend, **kwargs)
+        configs = space if args.all else space[:1]
+        results, flagged = inspect_space(args.kernel, configs, (target,), args.dtype)
+        rows += results
+        flagged_all += flagged
+    if args.all and {"gfx942", "gfx950"} <= set(targets):  # configs that fit MI350X's LDS but not MI300X's
+        hip = [c for c in module.config_space("hip", **({"arch": "gfx950"} if args.kernel == "gemm" else {}))]
+        _, flagged_all = inspect_space(args.kernel, hip, ("gfx942", "gfx950"), args.dtype)
+    print(_table([{**{k: v for k, v in r.as_dict().items() if k not in ("kernel", "dtype")},
+                   "config": _short_config(r.config)} for r in rows],
+                 ["target", "shared_bytes", "registers", "sgprs", "spills", "occupancy", "fits", "config", "error"]))
+    for key in flagged_all:
+        print(f"fits gfx950 (160 KiB LDS) but not gfx942 (64 KiB): {key}")
+    return 0 if all(r.fits for r in rows) or args.all else 1
+
+
+def cmd_kernels_check(args: argparse.Namespace) -> int:
+    """Every kernel against its torch reference on the CPU, through the Triton interpreter (no GPU needed)."""
+    import os
+    import subprocess
+
+    tests = Path(__file__).resolve().parents[1] / "tests" / "kernels"
+    if not tests.is_dir():
+        raise WorkbenchError("the kernel tests ship with the source checkout (tests/kernels); clone the repository "
+                             "to run them")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    return subprocess.call([sys.executable, "-m", "pytest", str(tests), "-q", *(["-k", args.k] if args.k else [])],
+                           env=env)
+
+
+def _short_config(config: dict) -> str:
+    names = {"BLOCK_M": "M", "BLOCK_N": "N", "BLOCK_K": "K", "num_warps": "w", "num_stages": "s", "waves_per_eu": "wpe",
+             "matrix_instr_nonkdim": "nk", "kpack": "kp", "GROUP_M": "g"}
+    return " ".join(f"{names.get(k, k)}{v}" for k, v in config.items())
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from workbench.lab import launch
 
@@ -157,6 +221,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", required=True)
     p.add_argument("--out", help="profile path (default: specs/calibration/<gpu>.yaml)")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("bench", help="benchmark the Triton kernels on the local GPU against the vendor baselines")
+    p.add_argument("--suite", choices=["quick", "full"], default="quick")
+    p.add_argument("--ops", help="comma-separated kernels (gemm, attention, norms, swiglu, cross_entropy, embedding_bag)")
+    p.add_argument("--no-cache", action="store_true", help="measure again even if results are cached")
+    p.add_argument("--out", help="also write the results CSV here")
+    p.set_defaults(func=cmd_bench)
+
+    kernels = sub.add_parser("kernels", help="kernel tools that need no GPU").add_subparsers(dest="kernels_command",
+                                                                                            required=True)
+    p = kernels.add_parser("inspect", help="cross-compile kernel configs for AMD and NVIDIA targets on this CPU")
+    p.add_argument("--kernel", choices=["gemm", "attention"], default="gemm")
+    p.add_argument("--targets", default="gfx942,gfx950,sm_90", help="from gfx942, gfx950, sm_90, sm_100")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "tf32", "fp32"])
+    p.add_argument("--all", action="store_true", help="every config of the space, not only the default")
+    p.set_defaults(func=cmd_kernels_inspect)
+    p = kernels.add_parser("check", help="check every kernel against its reference on the CPU (Triton interpreter)")
+    p.add_argument("-k", help="pytest -k expression to select kernels, e.g. 'gemm or attention'")
+    p.set_defaults(func=cmd_kernels_check)
 
     p = sub.add_parser("lab", help="open the workbench notebook in JupyterLab (other options go to jupyter lab)")
     p.add_argument("--notebook", default=None, help="default: notebooks/workbench.ipynb")

@@ -21,10 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workbench.errors import WorkbenchError
+
 Backend = Literal["cuda", "hip", "interpreter"]
 
 
-class KernelInputError(ValueError):
+class KernelInputError(WorkbenchError):
     """A kernel was called with inputs it does not accept; the message names the argument and what was expected."""
 
 

@@ -1,0 +1,37 @@
+"""The benchmark harness on a machine without a GPU, and catalog matching of driver device names."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+from workbench.bench import NoGPUError, detect_gpu, match_catalog, run_suite  # noqa: E402
+from workbench.errors import WorkbenchError  # noqa: E402
+
+
+@pytest.mark.parametrize("device,name", [
+    ("NVIDIA H200", "h200-sxm"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+    ("NVIDIA B200", "b200"), ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI355X", "mi355x"),
+])
+def test_device_names_match_the_catalog(device, name):
+    assert match_catalog(device).name == name
+
+
+def test_unknown_device_matches_nothing():
+    assert match_catalog("NVIDIA GeForce RTX 4090") is None
+
+
+def test_no_gpu_says_so_and_offers_the_interpreter(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(NoGPUError, match="kernels check"):
+        detect_gpu()
+    with pytest.raises(NoGPUError):
+        run_suite("quick")
+
+
+def test_bad_suite_and_kernel_names():
+    with pytest.raises(WorkbenchError, match="quick, full"):
+        run_suite("huge")
+    with pytest.raises(WorkbenchError, match="gemm"):
+        run_suite("quick", ["conv2d"])
