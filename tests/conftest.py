@@ -1,4 +1,10 @@
 import copy
+import os
+
+# Kernel tests run on Triton's CPU interpreter. It must be chosen before any kernel module is imported (the
+# @triton.jit decorator reads it), so it is set here, in the first conftest pytest loads; tests that compile for
+# real GPUs (test_crosscompile.py) start their own interpreter with TRITON_INTERPRET=0.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import yaml
