@@ -44,6 +44,30 @@ def split_halves(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return first, second
 
 
+def independent_check(path: Path, gpu, fitted, spec) -> list[str]:
+    """MAPE on the vendor-baseline rows of a kernel benchmark run: other shapes, another day, never fitted on."""
+    from workbench.rows import read_rows, row_to_op
+
+    _, rows = read_rows(path.read_text())
+    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for index, row in enumerate(rows, start=1):
+        op = row_to_op(row, index, gpu)
+        measured = float(row["measured_ms"])
+        err = lambda c: abs(predicted_ms(op, gpu, c) - measured) / measured * 100  # noqa: E731
+        groups[op_class(row)].append((err(spec), err(fitted)))
+        if family(op_class(row)) != op_class(row):
+            groups[family(op_class(row)) + " (all)"].append((err(spec), err(fitted)))
+    lines = ["## Out of sample: the vendor baselines of the kernel benchmark run", "",
+             f"`{path}`: {len(rows)} rows (Llama 3 training GEMMs in bf16/fp16/tf32/fp8, SDPA, norms) timed in a "
+             "separate run, scored with the profile fitted on all rows above.", "",
+             "| class | rows | MAPE spec only | MAPE calibrated |", "|---|---|---|---|"]
+    for name in sorted(groups):
+        g = groups[name]
+        lines.append(f"| {name} | {len(g)} | {statistics.mean(e[0] for e in g):.1f}% | "
+                     f"{statistics.mean(e[1] for e in g):.1f}% |")
+    return lines + [""]
+
+
 def family(cls: str) -> str:
     return cls.split(".")[0]
 
@@ -53,6 +77,8 @@ def main() -> None:
     parser.add_argument("csv", type=Path)
     parser.add_argument("--gpu", default="h200")
     parser.add_argument("--write-profile", action="store_true", help="fit on all rows and write the GPU's profile")
+    parser.add_argument("--independent", type=Path, help="a `workbench bench` results CSV from another run: its "
+                        "vendor-baseline rows are scored with the profile fitted on all of CSV (out of sample)")
     args = parser.parse_args()
 
     gpu = get_gpu(args.gpu)
@@ -115,6 +141,9 @@ def main() -> None:
         path = write_profile(full, source=str(args.csv))
         report += [f"Profile fitted on all {full.rows} rows written to `{os.path.relpath(path)}` "
                    f"(in-sample MAPE {full.mape_after['all']:.1f}%).", ""]
+
+    if args.independent:
+        report += independent_check(args.independent, gpu, calibrate(rows, gpu).constants(), spec)
 
     out_dir = args.csv.parent
     with (out_dir / "model_eval.csv.tmp").open("w", newline="") as handle:

@@ -138,6 +138,17 @@ def _relative_error(out, ref) -> float:
     return worst
 
 
+def poison_allocator(nbytes: float) -> None:
+    """Fill the memory the next allocations will reuse with NaN: a kernel that leaves part of its output
+    unwritten then fails the correctness check instead of passing on stale values. (torch's caching allocator
+    hands a freed block to the next request that fits; a best effort, not a guarantee.)"""
+    import torch
+
+    elements = int(min(max(nbytes, 1 << 20), 8 << 30) // 4)
+    block = torch.full((elements,), float("nan"), device="cuda", dtype=torch.float32)
+    del block
+
+
 def measure_ceilings(gpu: LocalGPU) -> dict[str, float]:
     """Measured device-to-device copy bandwidth (GB/s, read + write) and large bf16 matmul rate (TFLOP/s)."""
     import torch
@@ -215,6 +226,7 @@ def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = No
         try:
             torch.manual_seed(0)
             inputs = case.make_inputs("cuda")
+            poison_allocator(case.bytes)
             row["rel_err"] = _relative_error(case.run(*inputs), case.reference(*inputs))
             row["correct"] = row["rel_err"] <= case.tolerance
             row["triton_ms"] = _do_bench(lambda: case.run(*inputs))

@@ -56,6 +56,13 @@ def _choice(row: dict, index: int, column: str, choices: Iterable[str]) -> str:
     return value
 
 
+def _plain(value: str) -> str:
+    """'8192.0' -> '8192' (pandas writes integer columns with gaps as floats), 'True' -> 'true'."""
+    if value.endswith(".0") and value[:-2].isdigit():
+        return value[:-2]
+    return value.lower() if value in ("True", "False") else value
+
+
 def row_to_op(row: dict, index: int, gpu: GPU | None = None) -> Op:
     """The op a CSV row describes; ``gpu`` (optional) checks that it runs the row's dtype."""
     kind = _choice(row, index, "op", ROW_OPS)
@@ -88,9 +95,22 @@ def predict_row_ms(op: Op, gpu: GPU, constants: Constants) -> float:
 
 
 def read_rows(text: str) -> tuple[list[str], list[dict]]:
-    """Parse CSV text into (header, rows); a missing ``op`` column is an error."""
+    """Parse CSV text into (header, rows); a missing ``op`` column is an error.
+
+    A ``workbench bench`` results CSV (columns ``row_op``, ``row_m``, ..., ``baseline_ms``) is read as the rows of
+    its vendor baselines, with ``measured_ms`` = ``baseline_ms``: what the model predicts is the vendor library.
+    Its cases that are not predict-ops ops (fused kernels, fwd+bwd passes of norms) are left out."""
     reader = csv.DictReader(io.StringIO(text))
     header = list(reader.fieldnames or [])
+    if "row_op" in header and "baseline_ms" in header:
+        rows = []
+        for row in reader:
+            converted = {k[4:]: _plain(v) for k, v in row.items() if k.startswith("row_") and v not in ("", None)}
+            if converted.get("op") in ROW_OPS and row.get("baseline_ms"):
+                converted["measured_ms"] = row["baseline_ms"]
+                rows.append(converted)
+        return ["op", "m", "n", "k", "batch", "seq", "heads_q", "heads_kv", "head_dim", "causal", "pass", "rows",
+                "cols", "dtype", "measured_ms"], rows
     if "op" not in header:
         raise WorkbenchError(f"the CSV needs an 'op' column (found columns: {', '.join(header) or 'none'})")
     return header, list(reader)
