@@ -82,3 +82,17 @@ def test_bad_measurements(value, expected):
     rows = [{"op": "gemm", "m": "64", "n": "64", "k": "64", "dtype": "bf16", "measured_ms": value}]
     with pytest.raises(WorkbenchError, match=expected):
         calibrate(rows, H200)
+
+
+def test_bench_results_csv_is_read_as_its_vendor_baselines():
+    from workbench.rows import read_rows
+
+    text = ("module,name,row_op,row_m,row_n,row_k,row_dtype,row_rows,row_cols,baseline_ms,triton_ms\n"
+            "gemm,qkv,gemm,8192.0,6144.0,4096.0,bf16,,,0.58,0.61\n"
+            "swiglu,fused,swiglu,,,,bf16,8192.0,14336.0,0.28,0.17\n"  # not a predict-ops op: left out
+            "norms,rms,rmsnorm,,,,bf16,32768.0,8192.0,0.40,0.26\n")
+    _, rows = read_rows(text)
+    assert [r["op"] for r in rows] == ["gemm", "rmsnorm"]
+    assert rows[0]["m"] == "8192" and rows[0]["measured_ms"] == "0.58"
+    result = calibrate(rows, H200)
+    assert result.rows == 2 and result.mape_after["all"] <= result.mape_before["all"]
