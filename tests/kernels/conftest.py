@@ -1,3 +1,12 @@
-"""Kernel tests run on the CPU through the Triton interpreter unless the environment says otherwise."""
+"""Kernel tests: on the CPU through Triton's interpreter (the root conftest sets TRITON_INTERPRET=1 unless it
+is set already), or on a GPU with TRITON_INTERPRET=0, where every tensor the tests create defaults to the GPU."""
 
-import os; os.environ.setdefault("TRITON_INTERPRET", "1")
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if os.environ["TRITON_INTERPRET"] in ("", "0"):
+    import torch
+
+    if torch.cuda.is_available():
+        torch.set_default_device("cuda")
