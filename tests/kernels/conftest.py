@@ -10,3 +10,11 @@ if os.environ["TRITON_INTERPRET"] in ("", "0"):
 
     if torch.cuda.is_available():
         torch.set_default_device("cuda")
+
+        # the tests draw inputs from explicit torch.Generator() objects: make those GPU generators too
+        _cpu_generator = torch.Generator
+
+        def _generator_on_default_device(device=None):
+            return _cpu_generator(device=device or "cuda")
+
+        torch.Generator = _generator_on_default_device
