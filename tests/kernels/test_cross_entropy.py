@@ -181,7 +181,7 @@ def test_bench_cases():
 @pytest.mark.parametrize("pass_", ["fwd", "fwd_bwd"])
 def test_bench_case_callables_on_a_small_shape(pass_):
     case = ce._bench_case(6, 1500, "tiny", pass_)
-    args = case.make_inputs("cpu")
+    args = case.make_inputs(str(torch.empty(0).device))  # the default device: CPU, or the GPU
     assert args[0].dtype == torch.bfloat16 and args[0].requires_grad == (pass_ == "fwd_bwd")
     want = case.reference(*args)
     assert rel_err(case.run(*args), want) < case.tolerance

@@ -165,7 +165,7 @@ def test_bench_case_callables_on_a_small_table(monkeypatch, pass_):
     monkeypatch.setattr(eb, "_DLRM_DIM", 40)
     monkeypatch.setattr(eb, "_DLRM_BATCH", 30)
     case = eb._bench_case(5, pass_)
-    args = case.make_inputs("cpu")
+    args = case.make_inputs(str(torch.empty(0).device))  # the default device: CPU, or the GPU
     weight, indices, offsets = args[:3]
     assert indices.shape == (150,) and offsets[-1] == 150
     assert torch.all(indices // 8 == (torch.arange(30) % 26).repeat_interleave(5))  # bag b reads table b % 26

@@ -210,7 +210,7 @@ def test_bench_cases_describe_the_rows():
 def test_bench_case_runs_small(norm, fwd_bwd):
     torch.manual_seed(0)
     case = norms.make_bench_case(norm, 6, 48, "bf16", fwd_bwd)
-    inputs = case.make_inputs("cpu")
+    inputs = case.make_inputs(str(torch.empty(0).device))  # the default device: CPU, or the GPU
     want = case.reference(*inputs)
     assert want.dtype == torch.float64
     for fn in (case.run, case.baseline):

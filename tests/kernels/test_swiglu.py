@@ -174,7 +174,7 @@ def test_bench_cases_describe_the_rows():
 def test_bench_case_runs_small(op, concat, fwd_bwd):
     torch.manual_seed(0)
     case = sw.make_bench_case(op, 6, 40, "bf16", fwd_bwd, concat=concat)
-    inputs = case.make_inputs("cpu")
+    inputs = case.make_inputs(str(torch.empty(0).device))  # the default device: CPU, or the GPU
     want = case.reference(*inputs)
     assert want.dtype == torch.float64
     for fn in (case.run, case.baseline):
