@@ -32,7 +32,6 @@ def main() -> None:
     runs = pd.read_csv(args.folder / "kernels_full.csv")
     env = json.loads((args.folder / "environment.json").read_text())
     ceiling = runs["ceiling_copy_gb_s"].iloc[0]
-    speed = runs.set_index("name")["speedup_vs_baseline"]
 
     def select(module, contains="", excludes=(), dtype=None):
         rows = runs[runs.module == module]

@@ -83,7 +83,6 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) 
     dense_layer = model.layer_params() - expert_params
     local_params = layers * (dense_layer + expert_params / p.ep) / p.tp + model.embedding_params() / p.tp
     shard = p.dp if p.sharding == "fsdp" else 1
-    state = local_params * MASTER_STATE_BYTES / shard
     gathered = GATHERED_LAYERS * model.layer_params() / p.tp * 2 if p.sharding == "fsdp" and p.dp > 1 else 0.0
     a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
     tokens = cfg.micro_batch * cfg.seq_len

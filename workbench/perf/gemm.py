@@ -90,6 +90,16 @@ def is_aligned(shape: GemmShape, dtype: str) -> bool:
     return alignment_bytes(shape, dtype) >= ALIGNMENT_BYTES
 
 
+def _waves_time(tile_flops: float, tiles: int, units: int, rate: float, rate_max: float, wave_overhead: float) -> float:
+    """Full waves at the power-limited per-unit ``rate``; a tail wave of fewer tiles runs its units faster, up to
+    ``rate_max`` (the power freed by idle units goes to the busy ones)."""
+    full, tail = divmod(tiles, units)
+    seconds = full * (tile_flops / rate + wave_overhead)
+    if tail:
+        seconds += tile_flops / min(rate_max, rate * units / tail) + wave_overhead
+    return seconds
+
+
 def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> GemmEstimate:
     """Predicted device time of ``groups`` GEMMs C[m, n] = A[m, k] @ B[k, n] in ``dtype``."""
     precision = get_precision(dtype)
@@ -136,21 +146,13 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
         output_tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * groups
         tile_efficiency = min(1.0, (tile_m * tile_n / (tile_m + tile_n)) / saturation)
 
-        def waves_time(tiles: int, depth: int) -> float:
-            """Full waves at the power-limited rate, the tail wave at the rate its fewer units can reach."""
-            flops = 2.0 * tile_m * tile_n * depth
-            full, tail = divmod(tiles, units)
-            seconds = full * (flops / (per_unit * tile_efficiency) + wave_overhead)
-            if tail:
-                rate = min(per_unit_max, per_unit * units / tail) * tile_efficiency
-                seconds += flops / rate + wave_overhead
-            return seconds
-
         for split in SPLIT_K:
             if split > 1 and (output_tiles * split > 2 * units or k_padded / split < MIN_SPLIT_K_DEPTH):
                 break
             tiles = output_tiles * split
-            compute_s = waves_time(tiles, _round_up(math.ceil(k_padded / split), inst_k))
+            depth = _round_up(math.ceil(k_padded / split), inst_k)
+            compute_s = _waves_time(2.0 * tile_m * tile_n * depth, tiles, units, per_unit * tile_efficiency,
+                                    per_unit_max * tile_efficiency, wave_overhead)
             # split-K partial sums: fp32 [m, n] written and read back once per extra slice, by a second kernel
             if split > 1:
                 compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch
