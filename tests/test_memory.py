@@ -50,3 +50,13 @@ def test_embedding_tables_fit_288_but_not_180_gb():
     cfg = TrainingConfig(8, 2048).resolved(hstu)
     assert memory_breakdown(hstu, cfg, get_gpu("mi355x")).fits
     assert not memory_breakdown(hstu, cfg, get_gpu("b200")).fits
+
+
+def test_expert_parallel_fsdp_shards_experts_dp_ways_and_ddp_ep_ways():
+    mixtral = get_model("mixtral-8x7b")
+    fsdp = TrainingConfig(1, 2048, parallelism=Parallelism(dp=8, ep=8)).resolved(mixtral)
+    ddp = TrainingConfig(1, 2048, parallelism=Parallelism(dp=8, ep=8, sharding="ddp")).resolved(mixtral)
+    experts = mixtral.num_layers * mixtral.expert_params_per_layer()
+    dense = mixtral.num_params - experts
+    assert memory_breakdown(mixtral, fsdp, H200).optimizer == pytest.approx(8 * mixtral.num_params / 8)
+    assert memory_breakdown(mixtral, ddp, H200).optimizer == pytest.approx(8 * (dense + experts / 8))

@@ -76,14 +76,9 @@ def _block_activation_elements(model: TransformerModel, mode: str) -> float:
 def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
     p = cfg.parallelism
     layers = math.ceil(model.num_layers / p.pp)
-    expert_params = 0
-    if model.is_moe:
-        branches = 3 if model.ffn_activation == "swiglu" else 2
-        expert_params = branches * model.hidden_size * model.ffn_hidden_size * model.num_experts
-    dense_layer = model.layer_params() - expert_params
-    local_params = layers * (dense_layer + expert_params / p.ep) / p.tp + model.embedding_params() / p.tp
-    shard = p.dp if p.sharding == "fsdp" else 1
-    gathered = GATHERED_LAYERS * model.layer_params() / p.tp * 2 if p.sharding == "fsdp" and p.dp > 1 else 0.0
+    fsdp = p.sharding == "fsdp"
+    per_gpu = model.params_per_gpu(p.tp, p.pp, p.dp, p.ep, sharded=fsdp)
+    gathered = GATHERED_LAYERS * model.layer_params() / p.tp * 2 if fsdp and p.dp > 1 else 0.0
     a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
     tokens = cfg.micro_batch * cfg.seq_len
     in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
@@ -92,9 +87,9 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) 
     logits = tokens * math.ceil(model.vocab_size / p.tp) * (a + 4)  # bf16 logits + fp32 upcast in the loss
     activations = in_flight * layers * per_block + recompute_peak + logits
     return MemoryBreakdown(
-        params=4 * local_params / shard + gathered,
-        grads=4 * local_params / shard,
-        optimizer=8 * local_params / shard,
+        params=4 * per_gpu + gathered,
+        grads=4 * per_gpu,
+        optimizer=8 * per_gpu,
         activations=activations,
         workspace=FRAMEWORK_OVERHEAD_GB * GB,
         capacity=gpu.hbm_capacity_gb.value * GB,

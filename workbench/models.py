@@ -71,6 +71,22 @@ class TransformerModel:
         norms = 2 * h * (2 if self.norm == "layernorm" else 1)
         return attention + ffn + router + norms
 
+    def expert_params_per_layer(self) -> int:
+        """Parameters of one layer's routed experts (0 for a dense model)."""
+        if not self.is_moe:
+            return 0
+        branches = 3 if self.ffn_activation == "swiglu" else 2
+        return branches * self.hidden_size * self.ffn_hidden_size * self.num_experts
+
+    def params_per_gpu(self, tp: int, pp: int, dp: int, ep: int, sharded: bool) -> float:
+        """Parameters one GPU holds (the busiest pipeline stage, embeddings included). Dense weights split
+        tp x pp ways and, when ``sharded`` (FSDP), dp ways; routed experts split ep ways by expert parallelism
+        and, under FSDP, over the rest of the dp group too, so dp ways in all."""
+        layers = -(-self.num_layers // pp)
+        experts = layers * self.expert_params_per_layer() / tp
+        dense = layers * (self.layer_params() - self.expert_params_per_layer()) / tp + self.embedding_params() / tp
+        return dense / (dp if sharded else 1) + experts / (dp if sharded else ep)
+
     def active_layer_params(self) -> int:
         """Parameters one token touches in a block (top-k experts only)."""
         branches = 3 if self.ffn_activation == "swiglu" else 2

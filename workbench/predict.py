@@ -133,8 +133,7 @@ def _optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
     """AdamW over the local dense parameters: read p, g, m, v (fp32), write p, m, v and the bf16 copy."""
     p = cfg.parallelism
     if isinstance(model, TransformerModel):
-        shard = p.dp if p.sharding == "fsdp" else 1
-        params = model.num_params / (p.tp * p.pp * shard)
+        params = model.params_per_gpu(p.tp, p.pp, p.dp, p.ep, sharded=p.sharding == "fsdp")
     else:
         params = model.dense_params  # tables update inside their backward kernel
     return memory_op("optimizer.adamw", "optimizer", FlatShape(max(1, int(params))), "fp32", reads=4, writes=3.5,
@@ -166,12 +165,20 @@ def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, st
     if isinstance(model, TransformerModel):
         tokens = cfg.micro_batch * cfg.seq_len
         layers = math.ceil(model.num_layers / p.pp)
-        local_params = model.num_params / (p.tp * p.pp)
+        # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
+        # only over the dp / ep ranks that hold the same experts
+        experts = layers * model.expert_params_per_layer() / p.tp
+        dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
+        expert_group = p.dp // p.ep
         if p.sharding == "fsdp":
-            add("fsdp.all_gather_params", "all_gather", local_params * act_bytes, p.dp, dp_spans, 2 * accum, True)
-            add("fsdp.reduce_scatter_grads", "reduce_scatter", local_params * 4, p.dp, dp_spans, 1, True)
+            add("fsdp.all_gather_params", "all_gather", dense * act_bytes, p.dp, dp_spans, 2 * accum, True)
+            add("fsdp.reduce_scatter_grads", "reduce_scatter", dense * 4, p.dp, dp_spans, 1, True)
+            add("fsdp.all_gather_experts", "all_gather", experts / p.ep * act_bytes, expert_group, dp_spans,
+                2 * accum, True)
+            add("fsdp.reduce_scatter_expert_grads", "reduce_scatter", experts / p.ep * 4, expert_group, dp_spans, 1, True)
         else:
-            add("ddp.all_reduce_grads", "all_reduce", local_params * 4, p.dp, dp_spans, 1, True)
+            add("ddp.all_reduce_grads", "all_reduce", dense * 4, p.dp, dp_spans, 1, True)
+            add("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, expert_group, dp_spans, 1, True)
         recompute_tp = 2 if cfg.activation_checkpointing == "full" else 0
         add("tp.all_reduce_activations", "all_reduce", tokens * model.hidden_size * act_bytes, p.tp, p.tp > domain,
             (4 + recompute_tp) * layers * accum, False)
