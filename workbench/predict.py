@@ -184,7 +184,7 @@ def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, st
             (4 + recompute_tp) * layers * accum, False)
         if model.is_moe:
             routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
-            add("ep.all_to_all_tokens", "all_to_all", routed * p.ep, p.ep, p.ep * p.tp > domain, 4 * layers * accum, False)
+            add("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain, 4 * layers * accum, False)
         add("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp, p.pp,
             p.gpus > domain, 2 * accum, False)
     else:
@@ -192,7 +192,7 @@ def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, st
             pooled = cfg.micro_batch * len(model.tables) * model.embedding_dim * act_bytes
         else:
             pooled = cfg.micro_batch * cfg.seq_len * model.embedding_dim * act_bytes
-        add("embedding.all_to_all", "all_to_all", pooled * p.dp, p.dp, p.dp > domain, 2 * accum, False)
+        add("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * accum, False)
         add("ddp.all_reduce_dense_grads", "all_reduce", model.dense_params * 4, p.dp, p.dp > domain, 1, True)
 
     total_hidden = sum(item[-1] for item in hidden)

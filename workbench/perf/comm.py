@@ -1,7 +1,8 @@
 """Collectives by the alpha-beta model (Hockney 1994; ring algorithms as in Thakur, Rabenseifner, Gropp 2005):
 time = steps x alpha + bytes on the busiest link / (link bandwidth x link_efficiency).
 
-``size_bytes`` is always the full logical buffer (the gathered tensor, the reduced gradient). A group inside one
+``size_bytes`` is the full logical buffer (the gathered tensor, the reduced gradient); for an all-to-all it is
+each rank's send buffer, of which (n-1)/n leaves the rank. A group inside one
 scale-up domain (NVLink / xGMI) runs at the scale-up bandwidth per direction; a group that spans nodes is
 bottlenecked by each GPU's scale-out NIC.
 """
