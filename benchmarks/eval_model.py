@@ -17,6 +17,7 @@ import argparse
 import os
 import csv
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -130,8 +131,8 @@ def main() -> None:
         verdict.append(f"| {fam} | {spec_cell} | {cal_cell} |")
 
     report = [f"# Analytical model vs measurements on {gpu.display_name}", "",
-              f"Data: `{args.csv}` ({len(results)} rows). Command: `python benchmarks/eval_model.py {args.csv} --gpu {args.gpu}"
-              f"{' --write-profile' if args.write_profile else ''}`.",
+              f"Data: `{args.csv}` ({len(results)} rows). Command: `python benchmarks/eval_model.py "
+              f"{' '.join(sys.argv[1:])}`.",
               "Calibrated errors are held out (2-fold: fitted on one half of the shapes, scored on the other).", "",
               "## Targets", "", *verdict, "", "## By family", "", *by_family, "", "## By class", "", *by_class, "",
               "## By class and shape set", "", *by_set, ""]
