@@ -235,6 +235,7 @@ def _catalog() -> dict[str, GPU]:
     return gpus
 
 
+@cache
 def _aliases() -> dict[str, str]:
     return {alias: gpu.name for gpu in _catalog().values() for alias in gpu.aliases}
 
