@@ -1,0 +1,160 @@
+"""Recipe schema: round trips, validation errors that name file/field/value/expected, safe YAML, atomic writes."""
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from workbench.config import Parallelism, TrainingConfig
+from workbench.errors import SpecError
+from workbench.recipe import (
+    SCHEMA_VERSION, Batch, KernelChoice, ModelChoice, ParallelismChoice, Recipe, Revision, Target, dumps,
+    load_recipe, loads, save_recipe,
+)
+from workbench.recipe.build import make_recipe, predict_recipe, recipe_model, training_config
+
+
+@pytest.fixture(scope="module")
+def recipe() -> Recipe:
+    cfg = TrainingConfig(2, 4096, parallelism=Parallelism(dp=8), global_batch=64)
+    revision = Revision("pad_vocab", "vocab_size", 128256, 128512, "multiple of 256", 1.01)
+    return make_recipe("llama3-8b", "h200", cfg, overrides={"num_layers": 4, "vocab_size": 128512},
+                       revisions=[revision])
+
+
+@pytest.fixture
+def data(recipe) -> dict:
+    return copy.deepcopy(recipe.to_dict())
+
+
+def test_to_dict_has_the_agreed_keys_in_order(recipe):
+    d = recipe.to_dict()
+    assert list(d) == ["schema_version", "workbench_version", "model_version", "target", "model", "precision", "batch",
+                       "activation_checkpointing", "parallelism", "compile", "kernels", "embeddings", "predicted"]
+    assert d["schema_version"] == SCHEMA_VERSION == 1
+    assert d["target"] == {"gpu": "h200-sxm", "gpus": 8}
+    assert d["batch"] == {"micro_batch": 2, "global_batch": 64, "grad_accumulation": 4, "seq_len": 4096}
+    assert d["parallelism"] == {"dp": 8, "sharding": "fsdp", "tp": 1, "pp": 1, "cp": 1, "ep": 1}
+    assert d["model"]["overrides"] == {"num_layers": 4, "vocab_size": 128512}
+    assert set(d["predicted"]) >= {"step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gb", "mfu",
+                                   "communication_s"}
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_round_trip_through_text_and_files(recipe, tmp_path, fmt):
+    assert loads(dumps(recipe, fmt)) == recipe
+    path = save_recipe(recipe, tmp_path / f"r.{fmt}", format=fmt)
+    assert load_recipe(path) == recipe
+    if fmt == "json":
+        json.loads(path.read_text())
+
+
+def test_yaml_header_names_target_and_predictions(recipe):
+    head = dumps(recipe).splitlines()[:2]
+    assert "8 x h200-sxm" in head[0] and "num_layers=4" in head[0]
+    assert "workbench-model" in head[1] and "tokens/s" in head[1]
+
+
+def test_predictions_are_the_models_for_the_revised_model(recipe):
+    assert recipe_model(recipe).num_layers == 4 and recipe_model(recipe).vocab_size == 128512
+    assert predict_recipe(recipe).summary.step_time_s == recipe.predicted.step_time_s
+    assert training_config(recipe).grad_accumulation == 4
+
+
+def test_never_overwrites_unless_asked(recipe, tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("keep me")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        save_recipe(recipe, path)
+    assert path.read_text() == "keep me"
+    save_recipe(recipe, path, overwrite=True)
+    assert load_recipe(path) == recipe
+    assert [p.name for p in tmp_path.iterdir()] == ["r.yaml"]  # no temporary left behind
+
+
+def _error(data, origin="r.yaml") -> SpecError:
+    with pytest.raises(SpecError) as info:
+        Recipe.from_dict(data, origin)
+    return info.value
+
+
+@pytest.mark.parametrize("edit, field, expected", [
+    (lambda d: d.update(schema_version=2), "schema_version", "1"),
+    (lambda d: d.update(colour="red"), "colour", "no such field"),
+    (lambda d: d["batch"].update(micro_batchs=3), "batch.micro_batchs", "no such field"),
+    (lambda d: d["target"].update(gpu="h900"), "target.gpu", "catalog GPU"),
+    (lambda d: d["target"].update(gpu="h200"), "target.gpu", "canonical"),
+    (lambda d: d["model"].update(name="llama9"), "model.name", "catalog model"),
+    (lambda d: d["model"]["overrides"].update(num_layer=2), "model.overrides.num_layer", "integer field"),
+    (lambda d: d["model"]["overrides"].update(num_layers=-2), "model.overrides.num_layers", ">= 1"),
+    (lambda d: d["batch"].update(global_batch=63), "batch.global_batch", "micro_batch x dp x grad_accumulation"),
+    (lambda d: d["batch"].update(micro_batch="2"), "batch.micro_batch", "an integer"),
+    (lambda d: d["parallelism"].update(tp=2), "parallelism", "target.gpus = 8"),
+    (lambda d: d["parallelism"].update(sharding="zero2"), "parallelism.sharding", "fsdp, ddp"),
+    (lambda d: d["activation_checkpointing"].update(mode="some"), "activation_checkpointing.mode", "none, selective"),
+    (lambda d: d["activation_checkpointing"].update(layers=[0, -1]), "activation_checkpointing.layers", "block indices"),
+    (lambda d: d["precision"].update(fp8="delayed"), "precision.fp8", "tensorwise"),
+    (lambda d: d["precision"].update(fp8="rowwise", compute_dtype="fp16"), "precision.compute_dtype", "bf16"),
+    (lambda d: d.update(compile="yes"), "compile", "true or false"),
+    (lambda d: d["predicted"].update(mfu=-1), "predicted.mfu", ">= 0"),
+    (lambda d: d.update(model_version=""), "model_version", "model version"),
+    (lambda d: d["model"]["revisions"][0].update(gain=2), "model.revisions[0].gain", "no such field"),
+    (lambda d: d.update(kernels=[{"op": "gemm", "shape": {"m": 1}, "dtype": "bf16", "choice": "triton",
+                                  "config": None, "predicted_ms": 1.0}]), "kernels[0].config", "Triton config"),
+    (lambda d: d.update(embeddings=[{"table": "t", "rows": 1, "dim": 8, "placement": "disk", "bytes": 32}]),
+     "embeddings[0].placement", "hbm, host, row_sharded"),
+])
+def test_bad_fields_are_rejected_with_file_field_value_and_expectation(data, edit, field, expected):
+    edit(data)
+    err = _error(data)
+    assert err.origin == "r.yaml" and err.field == field and expected in err.expected, str(err)
+    assert str(err).startswith(f"r.yaml: {field} = ")
+
+
+def test_missing_required_section_is_named(data):
+    del data["batch"]
+    assert _error(data).field == "batch"
+
+
+def test_load_names_the_file_and_rejects_python_tags(tmp_path, recipe):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(dumps(recipe).replace("schema_version: 1", "schema_version: 7"))
+    with pytest.raises(SpecError, match=r"bad.yaml: schema_version = 7: expected 1"):
+        load_recipe(bad)
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("!!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(SpecError, match="valid YAML"):
+        load_recipe(evil)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(SpecError, match="empty"):
+        load_recipe(empty)
+
+
+def test_kernels_and_minimal_hand_written_recipe_load():
+    text = """
+schema_version: 1
+target: {gpu: h100-sxm, gpus: 1}
+model: {name: gpt2-small}
+batch: {micro_batch: 8, global_batch: 16, grad_accumulation: 2, seq_len: 1024}
+kernels:
+- {op: gemm, shape: {m: 8192, n: 2304, k: 768}, dtype: bf16, choice: triton,
+   config: {BLOCK_M: 128, BLOCK_N: 128, BLOCK_K: 64, num_warps: 8, num_stages: 3}, predicted_ms: 0.05}
+- {op: gemm, shape: {m: 8192, n: 768, k: 768}, dtype: bf16, choice: vendor, config: null, predicted_ms: 0.02}
+"""
+    r = loads(text)
+    assert r.predicted is None and r.compile is True and r.parallelism == ParallelismChoice()
+    assert r.kernels[0] == KernelChoice("gemm", {"m": 8192, "n": 2304, "k": 768}, "bf16", "triton",
+                                        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8,
+                                         "num_stages": 3}, 0.05)
+    assert loads(dumps(r)) == r
+
+
+def test_constructor_validates_too():
+    with pytest.raises(SpecError, match="global_batch"):
+        Recipe(Target("h200-sxm", 2), ModelChoice("llama3-8b"), Batch(1, 3, 1, 4096), parallelism=ParallelismChoice(dp=2))
+
+
+def test_dump_is_plain_yaml(recipe):
+    assert yaml.safe_load(dumps(recipe))["model"]["revisions"][0]["name"] == "pad_vocab"

@@ -1,0 +1,133 @@
+"""Between recipes and the analytical model: the revised model, the ``TrainingConfig``, predictions, and back.
+
+    >>> recipe = make_recipe("llama3-8b", "h200", TrainingConfig(2, 4096, parallelism=Parallelism(dp=8)))
+    >>> predict_recipe(recipe).summary.tokens_per_s == recipe.predicted.tokens_per_s
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from workbench.config import Parallelism, TrainingConfig
+from workbench.errors import SpecError
+from workbench.hardware import GPU, get_gpu
+from workbench.memory import GB
+from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel, _check_transformer, get_model
+from workbench.predict import Prediction, predict
+from workbench.recipe.schema import (
+    ActivationCheckpointing,
+    Batch,
+    EmbeddingPlacement,
+    KernelChoice,
+    ModelChoice,
+    ParallelismChoice,
+    Predicted,
+    PrecisionPolicy,
+    Recipe,
+    Revision,
+    Target,
+)
+
+
+def revised_model(name: str | Model, overrides: Mapping[str, int]) -> Model:
+    """The catalog model with ``overrides`` applied (``head_dim`` stays as stored unless overridden)."""
+    base = get_model(name)
+    if not overrides:
+        return base
+    known = {f.name for f in dataclasses.fields(base)}
+    for key, value in overrides.items():
+        if key not in known:
+            raise SpecError(f"model {base.name}", f"overrides.{key}", value, f"a field of the model: {', '.join(sorted(known))}")
+    model = dataclasses.replace(base, **dict(overrides))
+    if isinstance(model, TransformerModel):
+        _check_transformer(model, f"model {base.name} with overrides {dict(overrides)}")
+    return model
+
+
+def recipe_model(recipe: Recipe) -> Model:
+    """The model a recipe trains: the catalog entry with ``model.overrides`` applied."""
+    return revised_model(recipe.model.name, recipe.model.overrides)
+
+
+def training_config(recipe: Recipe) -> TrainingConfig:
+    """The analytical model's view of the recipe; context parallelism (cp > 1) is not modelled and raises."""
+    p = recipe.parallelism
+    if p.cp != 1:
+        raise SpecError("recipe", "parallelism.cp", p.cp, "1 (the analytical model does not model context parallelism)")
+    return TrainingConfig(
+        micro_batch=recipe.batch.micro_batch,
+        seq_len=recipe.batch.seq_len,
+        precision=recipe.precision.workbench_precision,
+        parallelism=Parallelism(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, sharding=p.sharding),
+        activation_checkpointing=recipe.activation_checkpointing.mode,
+        global_batch=recipe.batch.global_batch,
+    )
+
+
+def predict_recipe(recipe: Recipe, *, calibrated: bool = False) -> Prediction:
+    """``workbench.predict`` for the recipe's revised model, target GPU and configuration."""
+    return predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), calibrated=calibrated)
+
+
+def predicted_from(prediction: Prediction) -> Predicted:
+    s = prediction.summary
+    return Predicted(step_time_s=s.step_time_s, tokens_per_s=s.tokens_per_s, samples_per_s=s.samples_per_s,
+                     peak_memory_gb=s.memory.total / GB, mfu=s.mfu, communication_s=s.communication_s,
+                     fits=s.memory.fits)
+
+
+def embedding_placements(model: Model, dp: int) -> tuple[EmbeddingPlacement, ...]:
+    """Where each recommendation table lives under the memory model: one GPU holds it whole in HBM; more shard
+    its rows over the data-parallel GPUs (fp32 rows; ``workbench.memory`` assumes the same)."""
+    placement = "hbm" if dp == 1 else "row_sharded"
+    if isinstance(model, DLRMModel):
+        return tuple(EmbeddingPlacement(f"table_{i}", t.rows, t.dim, placement, t.rows * t.dim * 4)
+                     for i, t in enumerate(model.tables))
+    if isinstance(model, HSTUModel):
+        return (EmbeddingPlacement("items", model.item_table_rows, model.embedding_dim, placement,
+                                   model.item_table_rows * model.embedding_dim * 4),)
+    return ()
+
+
+def make_recipe(
+    model: str | Model,
+    gpu: str | GPU,
+    config: TrainingConfig,
+    *,
+    overrides: Mapping[str, int] | None = None,
+    revisions: Sequence[Revision] = (),
+    compile: bool = True,
+    precision: PrecisionPolicy | None = None,
+    kernels: Sequence[KernelChoice] = (),
+    prediction: Prediction | None = None,
+    calibrated: bool = False,
+) -> Recipe:
+    """A recipe for catalog ``model`` (plus ``overrides``) on ``gpu``, predicted unless ``prediction`` is given.
+
+    ``config.precision`` names the modelled precision; ``precision`` refines the policy (fp8 recipe, dtypes).
+    """
+    name = model if isinstance(model, str) else model.name
+    overrides = dict(overrides or {})
+    revised = revised_model(name, overrides)
+    gpu = get_gpu(gpu)
+    cfg = config.resolved(revised)
+    if prediction is None:
+        prediction = predict(revised, gpu, cfg, calibrated=calibrated)
+    policy = precision or PrecisionPolicy.for_precision(cfg.precision)
+    if policy.workbench_precision != cfg.precision:
+        raise SpecError("make_recipe", "precision", policy, f"a policy modelled as {cfg.precision!r}")
+    p = cfg.parallelism
+    return Recipe(
+        target=Target(gpu.name, p.gpus),
+        model=ModelChoice(get_model(name).name, overrides, tuple(revisions)),
+        batch=Batch(cfg.micro_batch, cfg.samples_per_step, cfg.grad_accumulation, cfg.seq_len),
+        precision=policy,
+        activation_checkpointing=ActivationCheckpointing(cfg.activation_checkpointing, "all"),
+        parallelism=ParallelismChoice(dp=p.dp, sharding=p.sharding, tp=p.tp, pp=p.pp, cp=1, ep=p.ep),
+        compile=compile,
+        kernels=tuple(kernels),
+        embeddings=embedding_placements(revised, p.dp),
+        predicted=predicted_from(prediction),
+        model_version=prediction.model_version,
+    )

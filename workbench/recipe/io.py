@@ -1,0 +1,74 @@
+"""Reading and writing recipe files: YAML (safe loader only) and JSON, atomically, never overwriting unless asked.
+
+    >>> save_recipe(recipe, "llama3-8b-h200.yaml")
+    >>> load_recipe("llama3-8b-h200.yaml") == recipe
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from workbench.errors import MISSING, SpecError
+from workbench.recipe.schema import Recipe
+from workbench.schema import load_yaml, write_atomic
+
+RecipeFormat = Literal["yaml", "json", "torchtitan-toml", "torchtitan-args"]
+FORMATS: tuple[str, ...] = ("yaml", "json", "torchtitan-toml", "torchtitan-args")
+
+
+def header_lines(recipe: Recipe) -> list[str]:
+    """What the file is for and what the model predicts for it, as comment lines without the comment marker."""
+    lines = [f"workbench recipe (schema {recipe.schema_version}): {recipe.model.name}"
+             f"{' with ' + ', '.join(f'{k}={v}' for k, v in recipe.model.overrides.items()) if recipe.model.overrides else ''}"
+             f" on {recipe.target.gpus} x {recipe.target.gpu}"]
+    pred = recipe.predicted
+    if pred is not None:
+        lines.append(f"predicted by {recipe.model_version}: step {pred.step_time_s * 1e3:.1f} ms, "
+                     f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s, "
+                     f"peak memory {pred.peak_memory_gb:.1f} GB/GPU, MFU {pred.mfu:.1%}"
+                     f"{'' if pred.fits else ' -- DOES NOT FIT in HBM'}")
+    return lines
+
+
+def dumps(recipe: Recipe, format: RecipeFormat = "yaml") -> str:
+    """The recipe as text in ``format`` (yaml and torchtitan-toml carry a comment header)."""
+    if format == "yaml":
+        header = "".join(f"# {line}\n" for line in header_lines(recipe))
+        return header + yaml.safe_dump(recipe.to_dict(), sort_keys=False, default_flow_style=None, width=120)
+    if format == "json":
+        return json.dumps(recipe.to_dict(), indent=2) + "\n"
+    if format == "torchtitan-toml":
+        from workbench.recipe.torchtitan import to_torchtitan_toml
+
+        return to_torchtitan_toml(recipe)
+    if format == "torchtitan-args":
+        from workbench.recipe.torchtitan import to_torchtitan_args
+
+        return to_torchtitan_args(recipe)
+    raise SpecError("save_recipe", "format", format, f"one of {', '.join(FORMATS)}")
+
+
+def loads(text: str, origin: str = "<text>") -> Recipe:
+    """A recipe from YAML or JSON text (JSON is YAML; parsed with ``yaml.safe_load`` only)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(origin, "<file>", "<unparseable>", f"valid YAML or JSON ({exc})") from exc
+    return Recipe.from_dict(data, origin)
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and validate a recipe file (YAML or JSON); errors name the file, field, value and what was expected."""
+    data = load_yaml(path)
+    if data is None:
+        raise SpecError(str(path), "<file>", MISSING, "a recipe (the file is empty)")
+    return Recipe.from_dict(data, str(path))
+
+
+def save_recipe(recipe: Recipe, path: str | Path, *, format: RecipeFormat = "yaml", overwrite: bool = False) -> Path:
+    """Write ``recipe`` to ``path`` atomically; an existing file is kept unless ``overwrite``."""
+    return write_atomic(path, dumps(recipe, format), overwrite=overwrite)

@@ -1,0 +1,425 @@
+"""The recipe: one training setup for one target, typed and versioned, with the predictions that chose it.
+
+A recipe says what to run (model and its structural revisions, precision policy, batch, activation
+checkpointing, parallelism, compile, per-op kernels, embedding placement) on what (GPU type and count), and
+what the analytical model predicts for it (and which version of the model said so). It round-trips through
+plain dicts (``to_dict`` / ``from_dict``) in the key order of the YAML file:
+
+    schema_version: 1
+    target: {gpu: h200-sxm, gpus: 8}
+    model: {name: llama3-8b, overrides: {num_layers: 4}, revisions: []}
+    precision: {param_dtype: fp32, compute_dtype: bf16, reduce_dtype: fp32, fp8: none}
+    batch: {micro_batch: 2, global_batch: 64, grad_accumulation: 4, seq_len: 4096}
+    activation_checkpointing: {mode: none, layers: all}
+    parallelism: {dp: 8, sharding: fsdp, tp: 1, pp: 1, cp: 1, ep: 1}
+    ...
+
+``from_dict`` rejects unknown fields and unknown schema versions with the origin (file), field, value and what
+was expected; it checks names against the GPU and model catalogs and the batch and parallelism arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from workbench import __version__
+from workbench.errors import SpecError, UnknownNameError
+from workbench.schema import Fields
+
+SCHEMA_VERSION = 1
+"""The recipe format this code reads and writes; bump it (and keep a reader) when a key changes meaning."""
+
+Fp8Recipe = Literal["none", "tensorwise", "rowwise", "mxfp8"]
+FP8_RECIPES: tuple[str, ...] = ("none", "tensorwise", "rowwise", "mxfp8")
+"""none; torchao float8 scaling (tensorwise, rowwise); or OCP MX fp8 blocks of 32 (mxfp8)."""
+COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
+PARAM_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+CHECKPOINT_MODES: tuple[str, ...] = ("none", "selective", "full")
+SHARDINGS: tuple[str, ...] = ("fsdp", "ddp")
+KERNEL_CHOICES: tuple[str, ...] = ("triton", "vendor")
+PLACEMENTS: tuple[str, ...] = ("hbm", "host", "row_sharded")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The hardware the recipe is for."""
+
+    gpu: str
+    """Catalog name of the GPU type (``workbench.get_gpu``), canonical spelling, e.g. ``h200-sxm``."""
+    gpus: int
+    """GPUs in the job: dp x tp x pp x cp."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One structural change to the model (or a proposal for one), with what the model predicts it gains."""
+
+    name: str
+    """What kind of change, e.g. ``pad_vocab``, ``pad_ffn``, ``head_dim``."""
+    field: str
+    """The model field it changes (a key of ``ModelChoice.overrides`` when applied)."""
+    old: int
+    new: int
+    reason: str
+    predicted_gain: float
+    """Predicted step-time speed-up from this change alone: old step time / new step time (1.0 = none)."""
+    requires_retraining: bool = False
+    """True when the change alters the model's math (head_dim, GQA groups): its quality must be validated by
+    training, so it is a proposal, not applied silently. Padding vocabulary/FFN with unused rows is False."""
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model: a catalog entry plus the fields replaced by applied structural revisions."""
+
+    name: str
+    """Catalog name (``workbench.get_model``)."""
+    overrides: dict[str, int] = field(default_factory=dict)
+    """Model fields replaced, e.g. ``{num_layers: 4, vocab_size: 128512}``; {} runs the catalog model."""
+    revisions: tuple[Revision, ...] = ()
+    """Why each override is there (applied revisions), with predicted gains."""
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """Mixed precision as FSDP2/torchao see it."""
+
+    param_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Master weights and optimizer states (the memory model assumes fp32 masters)."""
+    compute_dtype: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"
+    """GEMM inputs and activations outside fp8 linears."""
+    reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Gradient reduction dtype."""
+    fp8: Fp8Recipe = "none"
+    """8-bit linears: none, torchao float8 tensorwise/rowwise scaling, or mxfp8."""
+
+    @property
+    def workbench_precision(self) -> str:
+        """The precision name ``workbench.predict`` models this policy with (``fp8`` for any fp8 recipe)."""
+        if self.fp8 == "none":
+            return self.compute_dtype
+        return "mxfp8" if self.fp8 == "mxfp8" else "fp8"
+
+    @staticmethod
+    def for_precision(name: str) -> PrecisionPolicy:
+        """The usual policy for a workbench precision name (``bf16``, ``fp8``, ``mxfp8``, ...)."""
+        if name == "fp8":
+            return PrecisionPolicy(fp8="rowwise")
+        if name == "mxfp8":
+            return PrecisionPolicy(fp8="mxfp8")
+        if name not in COMPUTE_DTYPES:
+            raise SpecError("precision", "precision", name, f"one of {', '.join(COMPUTE_DTYPES + ('fp8', 'mxfp8'))}")
+        return PrecisionPolicy(compute_dtype=name)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Samples per step: global_batch = micro_batch x dp x grad_accumulation."""
+
+    micro_batch: int
+    """Samples per GPU per forward/backward."""
+    global_batch: int
+    """Samples per optimizer step, all data-parallel ranks together."""
+    grad_accumulation: int
+    """Micro-batches per optimizer step on each rank."""
+    seq_len: int
+    """Tokens per sample (1 for DLRM)."""
+
+
+@dataclass(frozen=True)
+class ActivationCheckpointing:
+    mode: Literal["none", "selective", "full"] = "none"
+    layers: str | tuple[int, ...] = "all"
+    """``all``, or the indices of the checkpointed blocks (the model predicts per-layer lists as ``all``)."""
+
+
+@dataclass(frozen=True)
+class ParallelismChoice:
+    """Degrees of parallelism; GPUs = dp x tp x pp x cp. Experts shard ep-ways inside the dp group."""
+
+    dp: int = 1
+    sharding: Literal["fsdp", "ddp"] = "fsdp"
+    """fsdp shards parameters, gradients and optimizer states dp-ways (ZeRO-3); ddp replicates them."""
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    """Context parallelism (sequence split); the analytical model handles cp=1 only."""
+    ep: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """One op's kernel: a Triton config from ``workbench.select`` or the vendor library."""
+
+    op: str
+    """``gemm`` or ``attention``."""
+    shape: dict[str, int]
+    """gemm: {m, n, k}; attention: the selector's shape keys."""
+    dtype: str
+    choice: Literal["triton", "vendor"]
+    config: dict[str, Any] | None
+    """The Triton config (kernel meta-parameters); None for the vendor library."""
+    predicted_ms: float
+
+
+@dataclass(frozen=True)
+class EmbeddingPlacement:
+    """Where one recommendation-model embedding table lives."""
+
+    table: str
+    rows: int
+    dim: int
+    placement: Literal["hbm", "host", "row_sharded"]
+    """hbm: whole table on every GPU; row_sharded: rows split over the GPUs' HBM; host: CPU memory (UVM)."""
+    bytes: int
+    """Table bytes (fp32 rows), before sharding."""
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What the analytical model (``Recipe.model_version``) predicts for this recipe."""
+
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    peak_memory_gb: float
+    """Per GPU, framework overhead included."""
+    mfu: float
+    communication_s: float
+    """Exposed communication per step."""
+    fits: bool = True
+    """Whether peak memory fits the target's HBM with headroom; a direct port may not."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One training setup for one target, with predictions. See the module docstring for the file layout."""
+
+    target: Target
+    model: ModelChoice
+    batch: Batch
+    precision: PrecisionPolicy = field(default_factory=PrecisionPolicy)
+    activation_checkpointing: ActivationCheckpointing = field(default_factory=ActivationCheckpointing)
+    parallelism: ParallelismChoice = field(default_factory=ParallelismChoice)
+    compile: bool = True
+    """torch.compile the model."""
+    kernels: tuple[KernelChoice, ...] = ()
+    embeddings: tuple[EmbeddingPlacement, ...] = ()
+    predicted: Predicted | None = None
+    model_version: str = ""
+    """``workbench.predict.MODEL_VERSION`` of the model that made ``predicted``; empty without predictions."""
+    workbench_version: str = __version__
+    """The workbench package that wrote the recipe."""
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        validate(self, "<recipe>")
+
+    def to_dict(self) -> dict:
+        """Plain data in the file's key order (YAML/JSON-ready: lists, dicts, str, int, float, bool, None)."""
+        out: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "workbench_version": self.workbench_version,
+            "model_version": self.model_version,
+            "target": _plain(self.target),
+            "model": {"name": self.model.name, "overrides": dict(self.model.overrides),
+                      "revisions": [_plain(r) for r in self.model.revisions]},
+            "precision": _plain(self.precision),
+            "batch": _plain(self.batch),
+            "activation_checkpointing": {"mode": self.activation_checkpointing.mode,
+                                         "layers": _layers_out(self.activation_checkpointing.layers)},
+            "parallelism": _plain(self.parallelism),
+            "compile": self.compile,
+            "kernels": [_plain(k) for k in self.kernels],
+            "embeddings": [_plain(e) for e in self.embeddings],
+            "predicted": None if self.predicted is None else _plain(self.predicted),
+        }
+        return out
+
+    @staticmethod
+    def from_dict(data: object, origin: str = "<dict>") -> Recipe:
+        """Validate parsed YAML/JSON and build the recipe; a ``SpecError`` names origin, field, value, expected."""
+        return recipe_from_dict(data, origin)
+
+
+def _plain(obj: Any) -> dict:
+    out = {}
+    for name in obj.__dataclass_fields__:
+        value = getattr(obj, name)
+        out[name] = dict(value) if isinstance(value, dict) else value
+    return out
+
+
+def _layers_out(layers: str | tuple[int, ...]) -> str | list[int]:
+    return layers if isinstance(layers, str) else list(layers)
+
+
+def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
+    """``Recipe.from_dict``: read every section with typed accessors, then reject anything left over."""
+    f = Fields(data, origin)
+    version = f.raw("schema_version")
+    if version != SCHEMA_VERSION:
+        raise f.error("schema_version", version, f"{SCHEMA_VERSION} (this workbench reads recipe schema version "
+                                                   f"{SCHEMA_VERSION}; a newer file needs a newer workbench)")
+    workbench_version = f.raw("workbench_version", "") or "unknown"
+    model_version = f.raw("model_version", "") or ""
+    for key, value in (("workbench_version", workbench_version), ("model_version", model_version)):
+        if not isinstance(value, str):
+            raise f.error(key, value, "a version string")
+
+    t = f.sub("target")
+    target = Target(t.string("gpu"), _int(t, "gpus"))
+    t.finish()
+
+    m = f.sub("model")
+    overrides_raw = m.raw("overrides", {}) or {}
+    if not isinstance(overrides_raw, dict) or not all(isinstance(k, str) for k in overrides_raw):
+        raise m.error("overrides", overrides_raw, "a mapping of model field names to values")
+    ov = Fields(overrides_raw, origin, "model.overrides")
+    overrides = {key: _int(ov, key) for key in overrides_raw}
+    revisions = tuple(_revision(item, origin, f"model.revisions[{i}]")
+                      for i, item in enumerate(_list(m, "revisions")))
+    model = ModelChoice(m.string("name"), overrides, revisions)
+    m.finish()
+
+    p = f.sub("precision", default={})
+    precision = PrecisionPolicy(p.string("param_dtype", PARAM_DTYPES, default="fp32"),
+                                p.string("compute_dtype", COMPUTE_DTYPES, default="bf16"),
+                                p.string("reduce_dtype", REDUCE_DTYPES, default="fp32"),
+                                p.string("fp8", FP8_RECIPES, default="none"))
+    p.finish()
+
+    b = f.sub("batch")
+    batch = Batch(_int(b, "micro_batch"), _int(b, "global_batch"), _int(b, "grad_accumulation"), _int(b, "seq_len"))
+    b.finish()
+
+    a = f.sub("activation_checkpointing", default={})
+    layers = a.raw("layers", "all")
+    if layers != "all":
+        if not (isinstance(layers, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                 for x in layers)):
+            raise a.error("layers", layers, "all, or a list of block indices (non-negative integers)")
+        layers = tuple(layers)
+    ac = ActivationCheckpointing(a.string("mode", CHECKPOINT_MODES, default="none"), layers)
+    a.finish()
+
+    q = f.sub("parallelism", default={})
+    parallelism = ParallelismChoice(_int(q, "dp", 1), q.string("sharding", SHARDINGS, default="fsdp"),
+                                    _int(q, "tp", 1), _int(q, "pp", 1), _int(q, "cp", 1), _int(q, "ep", 1))
+    q.finish()
+
+    compile_ = f.boolean("compile", default=True)
+    kernels = tuple(_kernel(item, origin, f"kernels[{i}]") for i, item in enumerate(_list(f, "kernels")))
+    embeddings = tuple(_embedding(item, origin, f"embeddings[{i}]") for i, item in enumerate(_list(f, "embeddings")))
+    predicted = None
+    if f.raw("predicted", None) is not None:
+        d = f.sub("predicted")
+        predicted = Predicted(*(float(d.number(k, minimum=0)) for k in
+                                ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gb", "mfu",
+                                 "communication_s")), fits=d.boolean("fits", default=True))
+        d.finish()
+    f.finish()
+    try:
+        return Recipe(target, model, batch, precision, ac, parallelism, compile_, kernels, embeddings, predicted,
+                      model_version, workbench_version, version)
+    except SpecError as exc:  # name the file, not "<recipe>"
+        raise SpecError(origin, exc.field, exc.value, exc.expected) from None
+
+
+def _int(f: Fields, key: str, default: Any = None) -> int:
+    kwargs = {} if default is None else {"default": default}
+    return int(f.number(key, integer=True, minimum=1, **kwargs))
+
+
+def _list(f: Fields, key: str) -> list:
+    value = f.raw(key, [])
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise f.error(key, value, "a list (or [] for none)")
+    return value
+
+
+def _revision(data: object, origin: str, path: str) -> Revision:
+    r = Fields(data, origin, path)
+    out = Revision(r.string("name"), r.string("field"), int(r.number("old", integer=True, minimum=0)),
+                   int(r.number("new", integer=True, minimum=0)), r.string("reason"),
+                   float(r.number("predicted_gain", above=0)), r.boolean("requires_retraining", default=False))
+    r.finish()
+    return out
+
+
+def _kernel(data: object, origin: str, path: str) -> KernelChoice:
+    k = Fields(data, origin, path)
+    shape_raw = k.raw("shape")
+    if not isinstance(shape_raw, dict) or not shape_raw:
+        raise k.error("shape", shape_raw, "a mapping of dimension names to sizes, e.g. {m: 4096, n: 4096, k: 4096}")
+    s = Fields(shape_raw, origin, f"{path}.shape")
+    shape = {str(key): _int(s, key) for key in shape_raw}
+    choice = k.string("choice", KERNEL_CHOICES)
+    config = k.raw("config", None)
+    if config is not None and not (isinstance(config, dict) and all(isinstance(c, str) for c in config)):
+        raise k.error("config", config, "a mapping of kernel meta-parameters, or null for the vendor library")
+    if choice == "triton" and config is None:
+        raise k.error("config", config, "the Triton config (a mapping) when choice is triton")
+    out = KernelChoice(k.string("op"), shape, k.string("dtype"), choice, config,
+                       float(k.number("predicted_ms", minimum=0)))
+    k.finish()
+    return out
+
+
+def _embedding(data: object, origin: str, path: str) -> EmbeddingPlacement:
+    e = Fields(data, origin, path)
+    out = EmbeddingPlacement(e.string("table"), _int(e, "rows"), _int(e, "dim"), e.string("placement", PLACEMENTS),
+                             _int(e, "bytes"))
+    e.finish()
+    return out
+
+
+def validate(recipe: Recipe, origin: str) -> None:
+    """Check names against the catalogs and the batch/parallelism arithmetic; raise ``SpecError`` if wrong."""
+    from workbench.hardware import get_gpu
+    from workbench.models import get_model
+
+    if recipe.schema_version != SCHEMA_VERSION:
+        raise SpecError(origin, "schema_version", recipe.schema_version, str(SCHEMA_VERSION))
+    try:
+        gpu = get_gpu(recipe.target.gpu)
+    except UnknownNameError as exc:
+        raise SpecError(origin, "target.gpu", recipe.target.gpu, f"a catalog GPU ({exc})") from None
+    if gpu.name != recipe.target.gpu:
+        raise SpecError(origin, "target.gpu", recipe.target.gpu, f"the canonical catalog name {gpu.name!r}")
+    try:
+        model = get_model(recipe.model.name)
+    except UnknownNameError as exc:
+        raise SpecError(origin, "model.name", recipe.model.name, f"a catalog model ({exc})") from None
+    if model.name != recipe.model.name:
+        raise SpecError(origin, "model.name", recipe.model.name, f"the catalog name {model.name!r}")
+    known = [k for k in model.__dataclass_fields__ if isinstance(getattr(model, k), int)
+             and not isinstance(getattr(model, k), bool)]
+    for key, value in recipe.model.overrides.items():
+        if key not in known:
+            raise SpecError(origin, f"model.overrides.{key}", value,
+                            f"an integer field of {model.kind} model {model.name}: {', '.join(known)}")
+    p, b = recipe.parallelism, recipe.batch
+    if p.gpus != recipe.target.gpus:
+        raise SpecError(origin, "parallelism", f"dp={p.dp} x tp={p.tp} x pp={p.pp} x cp={p.cp} = {p.gpus}",
+                        f"target.gpus = {recipe.target.gpus}")
+    if b.global_batch != b.micro_batch * p.dp * b.grad_accumulation:
+        raise SpecError(origin, "batch.global_batch", b.global_batch,
+                        f"micro_batch x dp x grad_accumulation = {b.micro_batch} x {p.dp} x {b.grad_accumulation}"
+                        f" = {b.micro_batch * p.dp * b.grad_accumulation}")
+    if p.dp % p.ep:
+        raise SpecError(origin, "parallelism.ep", p.ep, f"a divisor of dp={p.dp}")
+    if recipe.precision.fp8 != "none" and recipe.precision.compute_dtype != "bf16":
+        raise SpecError(origin, "precision.compute_dtype", recipe.precision.compute_dtype,
+                        "bf16 when fp8 is on (fp8 linears keep bf16 for everything else)")
+    if recipe.predicted is not None and not recipe.model_version:
+        raise SpecError(origin, "model_version", recipe.model_version,
+                        "the workbench model version that made the predictions")
