@@ -1,0 +1,1 @@
+"""Cell texts of the workshop notebooks, one module per notebook; ``notebooks/_build.py`` writes them."""
