@@ -21,6 +21,7 @@ import nbformat
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = (
     "01_roofline_basics",
+    "02_gemm_shapes",
 )
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
