@@ -1,0 +1,122 @@
+"""A DLRM with a DCNv2 interaction (Naumov et al. 2019; Wang et al. 2021, "DCN V2"), built from a catalog
+``DLRMModel``, and the row-wise Adagrad its tables train with.
+
+Tables are fp32 and sum-pooled; their gradients are sparse (only the looked-up rows), and ``RowWiseAdagrad``
+keeps one fp32 accumulator per row, as FBGEMM's table-batched embeddings do and as ``workbench.memory``
+assumes. With the Triton ``embedding_bag`` kernel the gradient is dense instead (table-sized; the kernel's
+backward writes a full dweight), which costs a table's worth of memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workbench.models import DLRMModel
+from workbench.train.layers import KernelSet
+
+
+def _mlp(widths: tuple[int, ...], relu_last: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(a, b))
+        if relu_last or i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class CrossLayer(nn.Module):
+    """x_{l+1} = x0 * (U (V x_l) + b) + x_l with a rank-r factorisation U V."""
+
+    def __init__(self, width: int, rank: int):
+        super().__init__()
+        self.down = nn.Linear(width, rank, bias=False)
+        self.up = nn.Linear(rank, width)
+
+    def forward(self, x0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return x0 * self.up(self.down(x)) + x  # [B, D]
+
+
+class DLRM(nn.Module):
+    """(dense [B, F], bags: one (indices, offsets) per table) -> click logit [B]."""
+
+    def __init__(self, m: DLRMModel, kernels: KernelSet, max_table_rows: int | None = None):
+        super().__init__()
+        self.config, self.kernels = m, kernels
+        self.table_rows = tuple(min(t.rows, max_table_rows) if max_table_rows else t.rows for t in m.tables)
+        self.tables = nn.ParameterList([nn.Parameter(torch.empty(rows, t.dim)) for rows, t in zip(self.table_rows, m.tables)])
+        self.bottom = _mlp((m.num_dense_features, *m.bottom_mlp), relu_last=True)
+        self.cross = nn.ModuleList([CrossLayer(m.interaction_width, m.cross_low_rank) for _ in range(m.cross_layers)])
+        self.top = _mlp((m.interaction_width, *m.top_mlp), relu_last=False)
+
+    def init_weights(self) -> None:
+        """Tables uniform(+-1/sqrt(rows)) as the DLRM reference; linears torch's default (Kaiming uniform)."""
+        for rows, table in zip(self.table_rows, self.tables):
+            nn.init.uniform_(table, -1 / math.sqrt(rows), 1 / math.sqrt(rows))
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                module.reset_parameters()
+
+    def pooled(self, bags: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Sum-pooled embeddings, one [B, d] per table."""
+        if self.kernels.uses("embedding_bag") and (bags[0][0].is_cuda or _interpreting()):
+            from workbench.kernels.embedding_bag import embedding_bag
+
+            return [_triton_bag(embedding_bag, w, idx, off) for w, (idx, off) in zip(self.tables, bags)]
+        return [F.embedding_bag(idx, w, off, mode="sum", sparse=True, include_last_offset=True)
+                for w, (idx, off) in zip(self.tables, bags)]
+
+    def forward(self, dense: torch.Tensor, bags: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        x = self.bottom(dense)  # [B, bottom_mlp[-1]]
+        x0 = torch.cat([x, *(p.to(x.dtype) for p in self.pooled(bags))], dim=1)  # [B, D]
+        xl = x0
+        for layer in self.cross:
+            xl = layer(x0, xl)
+        return self.top(xl).squeeze(1).float()  # [B]
+
+    def loss(self, dense, bags, labels) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(self(dense, bags), labels)
+
+
+def _interpreting() -> bool:
+    from workbench.kernels._common import interpreting
+
+    return interpreting()
+
+
+@torch.compiler.disable
+def _triton_bag(embedding_bag, weight, indices, offsets):
+    return embedding_bag(weight, indices, offsets, check_values=False)
+
+
+class RowWiseAdagrad(torch.optim.Optimizer):
+    """Adagrad with one accumulator per table row (the mean squared gradient of the row):
+    state[r] += mean(g_r^2); w_r -= lr * g_r / (sqrt(state[r]) + eps). Sparse gradients touch only their rows."""
+
+    def __init__(self, params, lr: float = 0.01, eps: float = 1e-8):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "sum" not in state:
+                    state["sum"] = torch.zeros(p.shape[0], device=p.device, dtype=torch.float32)  # [rows]
+                acc = state["sum"]
+                grad = p.grad
+                if grad.is_sparse:
+                    grad = grad.coalesce()
+                    rows, values = grad.indices()[0], grad.values()  # [n], [n, d]
+                    acc.index_add_(0, rows, values.float().pow(2).mean(1))
+                    step = values / (acc[rows].sqrt() + group["eps"]).unsqueeze(1)
+                    p.index_add_(0, rows, step.to(p.dtype), alpha=-group["lr"])
+                else:
+                    acc.add_(grad.float().pow(2).mean(1))
+                    p.add_(grad / (acc.sqrt() + group["eps"]).unsqueeze(1), alpha=-group["lr"])
+        return None

@@ -1,0 +1,231 @@
+"""The training loop: warm up (compile), then time steps, track loss and peak memory, and report against the
+recipe's predictions.
+
+A step is one optimizer step: ``grad_accumulation`` micro-batches forward and backward, then the update --
+what ``workbench.predict`` calls a step. Each step's batches are prepared before its timer starts; the timer
+is host wall time between two ``torch.cuda.synchronize()`` calls, and the reported step time is the median of
+the timed (post warm-up) steps. Peak memory is tracked over the timed steps only (warm-up compiles and creates
+the optimizer states; both are there in steady state, so the peak includes them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+from workbench.models import DLRMModel
+from workbench.schema import write_atomic
+from workbench.train.build import Built, build_dlrm, build_transformer
+from workbench.train.data import RecsysBatches, TextBatches
+from workbench.train.parallel import World, init_world
+from workbench.train.spec import JobSpec, check_supported
+
+GB = 1e9
+PEAK_MEMORY_MEASURE = "max_memory_reserved"
+"""The measured peak compared with ``predicted.peak_memory_gb``: bytes the caching allocator holds from the
+device at its peak. The prediction is what must fit in HBM, allocator slack included (the memory model's
+FRAMEWORK_OVERHEAD_GB term), which is what reserved counts; max_memory_allocated (live tensors only) is
+reported too. Neither counts the CUDA context (~0.5 GB outside the allocator)."""
+
+
+@dataclass
+class RunOptions:
+    """How to run a recipe (what the recipe itself does not say)."""
+
+    steps: int = 20
+    """Timed steps, after the warm-up."""
+    warmup: int = 3
+    device: str = "auto"
+    data: Literal["text", "synthetic"] = "text"
+    """Transformers: the generated text corpus (a real loss curve) or uniform random tokens."""
+    lr: float | None = None
+    """Peak learning rate; None keeps the builder's default (AdamW 3e-4 transformer, 1e-3 DLRM dense)."""
+    seed: int = 0
+    max_table_rows: int | None = None
+    """Cap every DLRM table at this many rows (a smoke run on small hardware; the prediction then does not
+    describe the run, and the metrics say so)."""
+    log_every: int = 1
+    progress: bool = True
+
+
+@dataclass
+class RunResult:
+    spec: JobSpec
+    options: RunOptions
+    device: str
+    world_size: int
+    losses: list[float]
+    """One per step, warm-up included."""
+    step_times_s: list[float]
+    """Timed steps only."""
+    peak_allocated_gb: float | None
+    peak_reserved_gb: float | None
+    fp8_backend: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def step_time_s(self) -> float:
+        return statistics.median(self.step_times_s)
+
+    @property
+    def comparable(self) -> bool:
+        """Whether the recipe's predictions describe this run (a GPU, the full model)."""
+        return self.device != "cpu" and not self.options.max_table_rows
+
+    def measured(self) -> dict:
+        step = self.step_time_s
+        return {
+            "step_time_s": step,
+            "step_time_s_mean": statistics.fmean(self.step_times_s),
+            "step_time_s_min": min(self.step_times_s),
+            "tokens_per_s": self.spec.tokens_per_step / step,
+            "samples_per_s": self.spec.global_batch / step,
+            "peak_memory_gb": self.peak_reserved_gb,
+            "peak_memory_allocated_gb": self.peak_allocated_gb,
+            "peak_memory_reserved_gb": self.peak_reserved_gb,
+            "loss_first": self.losses[0],
+            "loss_last": self.losses[-1],
+        }
+
+    def metrics(self) -> dict:
+        """The metrics JSON: settings, measured vs predicted with relative errors (measured / predicted - 1)."""
+        s, measured = self.spec, self.measured()
+        errors = {}
+        for key in ("step_time_s", "tokens_per_s", "peak_memory_gb"):
+            predicted = s.predicted.get(key)
+            if predicted and measured.get(key) is not None:
+                errors[key] = measured[key] / predicted - 1
+        return {
+            "recipe": s.name, "model": s.model_name, "overrides": s.overrides,
+            "target": {"gpu": s.target_gpu, "gpus": s.target_gpus},
+            "device": self.device, "world_size": self.world_size, "torch": torch.__version__,
+            "settings": {
+                "micro_batch": s.micro_batch, "global_batch": s.global_batch, "grad_accumulation": s.grad_accumulation,
+                "seq_len": s.seq_len, "precision": {"param": s.param_dtype, "compute": s.compute_dtype,
+                                                    "reduce": s.reduce_dtype, "fp8": s.fp8},
+                "fp8_backend": self.fp8_backend, "activation_checkpointing": s.checkpointing,
+                "parallelism": {"dp": s.dp, "tp": s.tp, "sharding": s.sharding}, "compile": s.compile,
+                "triton_ops": sorted(s.triton_ops()), "data": self.options.data,
+                "max_table_rows": self.options.max_table_rows,
+            },
+            "steps": len(self.step_times_s), "warmup": self.options.warmup,
+            "peak_memory_measure": PEAK_MEMORY_MEASURE,
+            "comparable": self.comparable,
+            "measured": measured,
+            "predicted": s.predicted,
+            "relative_error": errors,
+            "losses": self.losses,
+            "step_times_s": self.step_times_s,
+            "notes": self.notes,
+        }
+
+    def write(self, path: str | Path) -> Path:
+        return write_atomic(path, json.dumps(self.metrics(), indent=2) + "\n")
+
+
+def _batches(spec: JobSpec, options: RunOptions, world: World):
+    """A function returning one micro-batch (a tuple of loss arguments) per call."""
+    seed = options.seed * 1000 + world.rank // spec.tp  # tp ranks of one dp group read the same data
+    if isinstance(spec.model, DLRMModel):
+        m = spec.model
+        rows = tuple(min(t.rows, options.max_table_rows) if options.max_table_rows else t.rows for t in m.tables)
+        source = RecsysBatches(spec.micro_batch, m.num_dense_features, rows, tuple(t.pooling for t in m.tables),
+                               world.device, seed)
+    else:
+        source = TextBatches(spec.micro_batch, spec.seq_len, world.device, seed, synthetic=options.data == "synthetic",
+                             vocab_size=min(256, spec.model.vocab_size))
+    return source.next
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(spec: JobSpec, options: RunOptions | None = None) -> RunResult:
+    """Run ``spec`` for ``warmup + steps`` optimizer steps in this process (one rank of a torchrun job, or alone)."""
+    options = options or RunOptions()
+    is_dlrm = isinstance(spec.model, DLRMModel)
+    world = init_world(options.device, need_group=not is_dlrm and (spec.sharding == "fsdp" or spec.tp > 1))
+    try:
+        check_supported(spec, world.world_size)
+        torch.manual_seed(options.seed)
+        built = build_dlrm(spec, world, options.max_table_rows) if is_dlrm else build_transformer(spec, world)
+        if options.lr is not None:
+            for group in built.optimizers[0].param_groups:
+                group["lr"] = options.lr
+        return _loop(spec, options, world, built)
+    finally:
+        if world.initialized_here:
+            dist.destroy_process_group()
+
+
+def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> RunResult:
+    next_batch = _batches(spec, options, world)
+    model, accum = built.model, spec.grad_accumulation
+    autocast = (torch.autocast(world.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
+                else contextlib.nullcontext())
+    losses, times = [], []
+    total = options.warmup + options.steps
+    cuda = world.device.type == "cuda"
+    for step in range(total):
+        if step == options.warmup and cuda:
+            _sync(world.device)
+            torch.cuda.reset_peak_memory_stats(world.device)
+        batches = [next_batch() for _ in range(accum)]
+        _sync(world.device)
+        start = time.perf_counter()
+        step_loss = torch.zeros((), device=world.device)
+        for i, batch in enumerate(batches):
+            last = i == accum - 1
+            if built.fsdp:
+                model.set_requires_gradient_sync(last)
+            sync = model.no_sync() if built.ddp and not last else contextlib.nullcontext()
+            with sync:
+                with autocast:
+                    loss = model.module.loss(*batch) if built.ddp else model.loss(*batch)
+                (loss / accum).backward()
+            step_loss += loss.detach() / accum
+        for optimizer in built.optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        _sync(world.device)
+        elapsed = time.perf_counter() - start
+        if world.world_size > 1:
+            dist.all_reduce(step_loss, op=dist.ReduceOp.SUM)
+            step_loss /= world.world_size
+        losses.append(float(step_loss))
+        if step >= options.warmup:
+            times.append(elapsed)
+        if options.progress and world.is_main and (step % options.log_every == 0 or step == total - 1):
+            _progress(spec, step, total, options.warmup, losses[-1], elapsed, world)
+    allocated = reserved = None
+    if cuda:
+        peaks = torch.tensor([torch.cuda.max_memory_allocated(world.device), torch.cuda.max_memory_reserved(world.device)],
+                             dtype=torch.float64, device=world.device)
+        if world.world_size > 1:
+            dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+        allocated, reserved = (float(v) / GB for v in peaks.tolist())
+    device = torch.cuda.get_device_name(world.device) if cuda else "cpu"
+    return RunResult(spec, options, device, world.world_size, losses, times, allocated, reserved, built.fp8_backend,
+                     built.notes)
+
+
+def _progress(spec: JobSpec, step: int, total: int, warmup: int, loss: float, elapsed: float, world: World) -> None:
+    phase = " (warm-up)" if step < warmup else ""
+    memory = ""
+    if world.device.type == "cuda":
+        memory = f"  mem {torch.cuda.max_memory_reserved(world.device) / GB:6.2f} GB"
+    rate = spec.tokens_per_step / elapsed
+    unit = "samples/s" if spec.seq_len == 1 else "tok/s"
+    print(f"[train] step {step + 1:>4}/{total}{phase:<10}  loss {loss:8.4f}  {elapsed:8.4f} s  {rate:12,.0f} {unit}"
+          f"{memory}", file=sys.stderr, flush=True)

@@ -1,0 +1,230 @@
+"""The job's building blocks with a switch between torch's kernels and the project's Triton kernels
+(``workbench.kernels``), and the fp8 linear.
+
+Which implementation runs is decided once, from the recipe, into a ``KernelSet``; the model modules call its
+methods. Triton calls are kept out of torch.compile graphs (``torch.compiler.disable``): the wrappers check
+their inputs on the host, which would break the graph anyway.
+
+fp8 (``Float8Linear``): dynamic scaling, e4m3 for every operand (weights, activations and gradients; the
+project's ``scaled_matmul`` takes e4m3 only, so gradients do not use e5m2 as torchao's default does), scales per
+tensor (``tensorwise``) or per row along the reduction dimension (``rowwise``), bf16 output. The three GEMMs of a
+linear (forward, dgrad, wgrad) each quantize their operands along their own reduction dimension. On a GPU the
+GEMM is ``workbench.kernels.gemm.scaled_matmul``; on a CPU without the Triton interpreter it is emulated
+(dequantize, then an fp32 matmul), which keeps fp8's rounding but not its speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+E4M3_MAX = 448.0
+"""Largest finite float8_e4m3fn value (OCP FP8 spec)."""
+
+
+def _interpreting() -> bool:
+    from workbench.kernels._common import interpreting
+
+    return interpreting()
+
+
+def _triton_usable(t: torch.Tensor) -> bool:
+    """Triton kernels run on GPU tensors, or on CPU tensors under TRITON_INTERPRET=1."""
+    return t.is_cuda or (t.device.type == "cpu" and _interpreting())
+
+
+@dataclass
+class KernelSet:
+    """Which ops run the project's Triton kernels, and the GEMM configs the recipe pinned per shape."""
+
+    triton: frozenset[str] = frozenset()
+    gemm_configs: dict[tuple, dict] = field(default_factory=dict)
+    attention_configs: dict[tuple, dict] = field(default_factory=dict)
+
+    def uses(self, op: str) -> bool:
+        return op in self.triton
+
+    def gemm_config(self, m: int, n: int, k: int) -> dict | None:
+        return self.gemm_configs.get((("k", k), ("m", m), ("n", n)))
+
+    # ---------------------------------------------------------------------------------------- elementwise ops
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x [..., h] -> [..., h] in x's dtype."""
+        weight = weight.to(x.dtype)
+        if self.uses("rmsnorm") and _triton_usable(x):
+            return _triton_rms_norm(x, weight, eps)
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+    def swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [..., 2f] (gate first) -> silu(gate) * up [..., f]."""
+        if self.uses("swiglu") and _triton_usable(gate_up):
+            return _triton_swiglu(gate_up)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean loss (fp32) of logits [N, V] against targets [N]."""
+        if self.uses("cross_entropy") and _triton_usable(logits):
+            return _triton_cross_entropy(logits, targets)
+        return F.cross_entropy(logits.float(), targets)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D]."""
+        if self.uses("attention") and _triton_usable(q):
+            return _triton_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+
+
+@torch.compiler.disable
+def _triton_rms_norm(x, weight, eps):
+    from workbench.kernels.norms import rms_norm
+
+    return rms_norm(x, weight, eps)
+
+
+@torch.compiler.disable
+def _triton_swiglu(gate_up):
+    from workbench.kernels.swiglu import swiglu
+
+    return swiglu(gate_up)
+
+
+@torch.compiler.disable
+def _triton_cross_entropy(logits, targets):
+    from workbench.kernels.cross_entropy import cross_entropy
+
+    return cross_entropy(logits, targets, check_targets=False)
+
+
+@torch.compiler.disable
+def _triton_attention(q, k, v):
+    from workbench.kernels.attention import flash_attention
+
+    return flash_attention(q, k, v, causal=True)
+
+
+# -------------------------------------------------------------------------------------------- Triton GEMM
+class _TritonLinearFunction(torch.autograd.Function):
+    """y = x @ w^T (+ b) with the project's GEMM for the forward, dgrad and wgrad products."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, kernels: KernelSet):  # x: [M, K], weight: [N, K], bias: [N] or None
+        from workbench.kernels.gemm import matmul
+
+        ctx.save_for_backward(x, weight)
+        ctx.kernels, ctx.has_bias = kernels, bias is not None
+        (m, k), n = x.shape, weight.shape[0]
+        return matmul(x, weight.t(), bias=bias, config=kernels.gemm_config(m, n, k))  # [M, N]
+
+    @staticmethod
+    def backward(ctx, dy):  # dy: [M, N]
+        from workbench.kernels.gemm import matmul
+
+        x, weight = ctx.saved_tensors
+        kernels = ctx.kernels
+        (m, k), n = x.shape, weight.shape[0]
+        dy = dy.to(x.dtype)
+        dx = matmul(dy, weight, config=kernels.gemm_config(m, k, n)) if ctx.needs_input_grad[0] else None  # [M, K]
+        dw = matmul(dy.t(), x, config=kernels.gemm_config(n, k, m)) if ctx.needs_input_grad[1] else None  # [N, K]
+        db = dy.float().sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None  # [N]
+        return dx, dw, db, None
+
+
+class TritonLinear(nn.Linear):
+    """``nn.Linear`` whose three GEMMs run the project's Triton kernel (in the autocast / input dtype)."""
+
+    kernels: KernelSet
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _triton_usable(x):
+            return super().forward(x)
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1]).to(dtype)  # [M, K]
+        bias = None if self.bias is None else self.bias.to(dtype)
+        y = _linear_triton(x2, self.weight.to(dtype), bias, self.kernels)
+        return y.reshape(*lead, self.out_features)
+
+
+@torch.compiler.disable
+def _linear_triton(x, weight, bias, kernels):
+    with torch.autocast(x.device.type, enabled=False):
+        return _TritonLinearFunction.apply(x, weight, bias, kernels)
+
+
+# ---------------------------------------------------------------------------------------------------- fp8
+def _fp8_dtype(device: torch.device) -> torch.dtype:
+    if device.type == "cuda" and torch.version.hip:
+        from workbench.kernels.gemm import _fp8_dtype as project_fp8
+
+        return project_fp8(str(device))
+    return torch.float8_e4m3fn
+
+
+def quantize_fp8(t: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t_fp8, inverse scale fp32): scaled so that the amax of each slice along ``dim`` (every element when
+    None: one scale per tensor) maps to the e4m3 maximum. Inverse scales keep ``dim`` as a size-1 axis."""
+    amax = t.abs().amax() if dim is None else t.abs().amax(dim=dim, keepdim=True)
+    scale = E4M3_MAX / amax.float().clamp(min=1e-12)
+    q = (t.float() * scale).clamp(-E4M3_MAX, E4M3_MAX).to(_fp8_dtype(t.device))
+    return q, scale.reciprocal()
+
+
+def fp8_matmul(a: torch.Tensor, b: torch.Tensor, rowwise: bool) -> torch.Tensor:
+    """a [M, K] @ b [K, N] through fp8 with dynamic scales (per tensor, or per row of a / column of b along K);
+    bf16 out [M, N]."""
+    a8, sa = quantize_fp8(a, 1 if rowwise else None)  # sa: [M, 1] or scalar
+    b8, sb = quantize_fp8(b, 0 if rowwise else None)  # sb: [1, N] or scalar
+    if _triton_usable(a):
+        from workbench.kernels.gemm import scaled_matmul
+
+        return scaled_matmul(a8, b8, sa, sb)
+    return ((a8.float() * sa) @ (b8.float() * sb)).to(torch.bfloat16)  # CPU emulation, same rounding
+
+
+class _Float8LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, rowwise: bool):  # x: [M, K] bf16, weight: [N, K] bf16
+        ctx.save_for_backward(x, weight)
+        ctx.rowwise = rowwise
+        return fp8_matmul(x, weight.t(), rowwise)  # [M, N]
+
+    @staticmethod
+    def backward(ctx, dy):  # dy: [M, N]
+        x, weight = ctx.saved_tensors
+        dx = fp8_matmul(dy, weight, ctx.rowwise).to(x.dtype) if ctx.needs_input_grad[0] else None  # [M, K]
+        dw = fp8_matmul(dy.t(), x, ctx.rowwise).to(weight.dtype) if ctx.needs_input_grad[1] else None  # [N, K]
+        return dx, dw, None
+
+
+class Float8Linear(nn.Linear):
+    """``nn.Linear`` (no bias) with fp8 forward, dgrad and wgrad GEMMs; inputs are cast to bf16 first."""
+
+    rowwise: bool = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # [M, K]
+        y = _linear_fp8(x2, self.weight.to(torch.bfloat16), self.rowwise)
+        return y.reshape(*lead, self.out_features)
+
+
+@torch.compiler.disable
+def _linear_fp8(x, weight, rowwise):
+    with torch.autocast(x.device.type, enabled=False):
+        return _Float8LinearFunction.apply(x, weight, rowwise)
+
+
+def swap_linear(linear: nn.Linear, cls: type[nn.Linear], **attributes) -> nn.Linear:
+    """A ``cls`` instance that shares ``linear``'s parameters (no copy)."""
+    new = cls.__new__(cls)
+    nn.Module.__init__(new)
+    new.in_features, new.out_features = linear.in_features, linear.out_features
+    new.register_parameter("weight", linear.weight)
+    new.register_parameter("bias", linear.bias)
+    for key, value in attributes.items():
+        setattr(new, key, value)
+    return new
