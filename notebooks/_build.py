@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve().parent
 NOTEBOOKS = (
     "01_roofline_basics",
     "02_gemm_shapes",
+    "04_memory_and_parallelism",
 )
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 

@@ -22,6 +22,7 @@ WORKSHOP = [p for p in NOTEBOOKS if p.name[:2].isdigit()]
 EXPECTED = {
     "01_roofline_basics.ipynb": ["PASS: mi355x has the highest bf16 ridge point", "memory-bound on MI355X"],
     "02_gemm_shapes.ipynb": ["PASS: 16 waves", "No GPU here", "odd shapes measured on H200"],
+    "04_memory_and_parallelism.ipynb": ["PASS: 32 B200s hold it", "best 8-GPU recipe on AMD Instinct MI350X"],
 }
 
 
