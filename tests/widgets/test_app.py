@@ -1,0 +1,133 @@
+"""The Workbench widget driven from Python: real ipywidgets, altair and core predictions, no browser."""
+
+import json
+
+import pytest
+
+from workbench.errors import WorkbenchError
+from widgets import Workbench
+
+LLAMA_8B_CONFIG = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "intermediate_size": 14336, "vocab_size": 128256, "hidden_act": "silu",
+                   "max_position_embeddings": 8192, "_name_or_path": "me/my-llama"}
+
+
+@pytest.fixture(scope="module")
+def wb():
+    return Workbench(model="llama3-8b", gpus=["b200", "mi350x"], seq_len=4096)
+
+
+def _gpus_in_roofline(wb):
+    spec = wb.views["roofline"].spec
+    values = next(iter(spec["datasets"].values()))
+    return {row["gpu"] for row in values if row.get("layer") == "op"}
+
+
+def test_state_round_trip_and_traitlets(wb):
+    wb.set(precision="fp8", gpus=["b200", "mi350x", "h200"])
+    assert wb.state["precision"] == wb.precision == "fp8"
+    assert wb.state["gpus"] == wb.gpus == ["b200", "mi350x", "h200-sxm"]
+    assert wb.controls.by_field["precision"].value == "fp8"
+    assert wb.controls.by_field["gpus"].value == ("b200", "mi350x", "h200-sxm")
+    wb.micro_batch = 2  # a traitlet assignment redraws like set()
+    assert wb.state["micro_batch"] == 2 and wb.comparison.state.micro_batch == 2
+    wb.set(precision="bf16", micro_batch=1, gpus=["b200", "mi350x"])
+
+
+def test_bad_input_from_python_raises_and_keeps_the_state(wb):
+    before = wb.state
+    with pytest.raises(WorkbenchError, match="precision"):
+        wb.precision = "fp7"
+    with pytest.raises(WorkbenchError, match="Did you mean"):
+        wb.set(gpus=["b20"])
+    assert wb.state == before and wb.precision == before["precision"]
+
+
+def test_controls_drive_the_state_and_the_roofline(wb):
+    assert _gpus_in_roofline(wb) == {"NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI350X"}
+    wb.controls.by_field["gpus"].value = ("b200", "mi355x")
+    assert wb.state["gpus"] == ["b200", "mi355x"]
+    assert _gpus_in_roofline(wb) == {"NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI355X"}
+    wb.controls.by_field["gpus"].value = ()  # nothing selected: refused, shown, control restored
+    assert "non-empty" in wb.status.value and wb.controls.by_field["gpus"].value == ("b200", "mi355x")
+    wb.set(gpus=["b200", "mi350x"])
+
+
+def test_clicking_a_point_shows_the_op(wb):
+    view = wb.views["roofline"]
+    # what the browser sends when a point is clicked (JupyterChart's selection store)
+    clicked = {"gpu": "AMD Instinct MI350X", "op": "down.wgrad"}
+    view._vl_selections = {"op": {"value": {"vlPoint": {"or": [clicked]}, "gpu": [clicked["gpu"]], "op": [clicked["op"]]},
+                                  "store": [{"unit": "child__column_AMD Instinct MI350X_layer_3", "fields": [],
+                                             "values": ["AMD Instinct MI350X", "down.wgrad"]}]}}
+    assert view.selections.op.value[0]["op"] == "down.wgrad"
+    assert wb.selected_op["op"] == "down.wgrad" and wb.selected_op["GPU"] == "AMD Instinct MI350X"
+    assert "down.wgrad" in wb.op_info.value
+
+
+def test_tabs_draw_when_opened(wb):
+    wb.set(tab="step time")
+    assert wb.tabs.selected_index == 1 and "tokens_per_s" in wb.step_table.value
+    assert "not available yet" in wb.advice.value or "co-designed" in wb.advice.value
+    wb.tabs.selected_index = 2  # clicking the Memory tab
+    assert wb.state["tab"] == "memory" and "max_micro_batch" in wb.memory_table.value
+    wb.set(tab="roofline")
+
+
+def test_kernels_tab_explains_why_it_is_disabled_without_a_gpu(wb):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    wb.set(tab="kernels")
+    assert "disabled" in wb.kernels.status.value and "no GPU found" in wb.kernels.status.value
+    assert wb.kernels.run_button.disabled
+    with pytest.raises(WorkbenchError, match="no chart yet"):
+        wb.save_chart("kernels", "k.png")
+    wb.set(tab="roofline")
+
+
+def test_save_chart_png_and_svg_without_overwriting(wb, tmp_path):
+    png = wb.save_chart("roofline", tmp_path / "roofline.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = wb.save_chart("memory", tmp_path / "memory.svg")
+    assert "<svg" in svg.read_text()[:500]
+    with pytest.raises(FileExistsError):
+        wb.save_chart("roofline", png)
+    with pytest.raises(ValueError, match=".png or .svg"):
+        wb.save_chart("roofline", tmp_path / "roofline.pdf")
+
+
+def test_recipe_export_writes_once_and_offers_a_download(wb, tmp_path):
+    from workbench.recipe import load_recipe
+
+    target = tmp_path / "r.yaml"
+    written = wb.export_recipe(target, gpu="mi350x")
+    recipe = load_recipe(written)
+    assert recipe.target.gpu == "mi350x" and recipe.target.gpus == wb.gpu_count
+    assert recipe.batch.seq_len == 4096 and recipe.predicted.tokens_per_s == pytest.approx(
+        wb.comparison.predictions["mi350x"].summary.tokens_per_s)
+    assert "download r.yaml" in wb.recipe.message.value and "data:text/plain" in wb.recipe.message.value
+    target.write_text("mine")
+    assert wb.export_recipe(target) is None and target.read_text() == "mine"
+    assert "exists" in wb.recipe.message.value
+    assert wb.export_recipe(target, overwrite=True) == target and target.read_text() != "mine"
+
+
+def test_a_pasted_hugging_face_config_becomes_the_model():
+    wb = Workbench(gpus=["h200"])
+    wb.model_input.text.value = json.dumps(LLAMA_8B_CONFIG)
+    wb.model_input.button.click()
+    assert wb.state["model"] == "my-llama" and "added" in wb.model_input.status.value
+    assert "my-llama" in [v for _, v in wb.controls.by_field["model"].options]
+    assert wb.comparison.predictions["h200-sxm"].model.num_layers == 32
+    wb.model_input.text.value = '{"hidden_size": 4096,'
+    wb.model_input.button.click()
+    assert "valid JSON" in wb.model_input.status.value and wb.state["model"] == "my-llama"
+    upload = {"name": "config.json", "content": memoryview(json.dumps({"hidden_size": 64}).encode())}
+    wb.model_input.add_upload([upload])
+    assert "config.json" in wb.model_input.status.value and "needed to build the model" in wb.model_input.status.value
+
+
+def test_text_representation_carries_the_prediction_summary(wb):
+    text = wb._repr_mimebundle_()["text/plain"]
+    assert "tokens_per_s=" in text and "b200" in text and "mi350x" in text

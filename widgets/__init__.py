@@ -1,0 +1,3 @@
+from widgets.app import Workbench
+
+__all__ = ['Workbench']

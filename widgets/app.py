@@ -1,0 +1,346 @@
+"""``Workbench()``: the notebook app. Controls on top, five tabs (Roofline, Step time, Memory, Kernels, Recipe).
+
+State is one ``WorkbenchState``, readable and settable from Python so a notebook, a test or a teacher can drive
+the app:
+
+    >>> wb = Workbench(model="llama3-70b", gpus=["b200", "mi350x"])
+    >>> wb.set(precision="fp8", gpus=["b200", "mi350x", "h200"])   # validated, one redraw
+    >>> wb.state["gpus"], wb.precision                               # a dict, and traitlets per field
+    >>> wb.show_op("b200", "gate_up.fwd")                            # what a click on a roofline point shows
+    >>> wb.save_chart("roofline", "roofline.svg")                    # PNG or SVG, offline (vl-convert)
+
+Only the active tab redraws on a change; the others redraw when opened. Charts are ``alt.JupyterChart``
+widgets with the JavaScript bundled offline (``JupyterChart.enable_offline``), so they render without a CDN
+in JupyterLab, Notebook 7 and VS Code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import html
+import time
+from functools import partial
+from pathlib import Path
+
+import altair as alt
+import ipywidgets as w
+import pandas as pd
+import traitlets
+
+from workbench.errors import WorkbenchError
+from workbench.hardware import get_gpu
+from workbench.models import Model
+from widgets import charts
+from widgets.advice import advice_section
+from widgets.controls import Controls, ModelInput
+from widgets.data import (
+    Comparison, Predictor, memory_by_checkpointing, op_detail, roofline_note, roofline_points, roofs,
+    step_breakdown, summary_table, summary_text,
+)
+from widgets.kernels_tab import KernelsPanel
+from widgets.recipe_tab import RecipePanel
+from widgets.state import TABS, WorkbenchState
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(WorkbenchState))
+CHART_TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels")
+_offline_enabled = False
+
+
+def _enable_offline() -> None:
+    """Bundle the Vega JavaScript into the JupyterChart widget (no CDN); done once per kernel."""
+    global _offline_enabled
+    if not _offline_enabled:
+        alt.JupyterChart.enable_offline()
+        _offline_enabled = True
+
+
+def _table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
+    shown = frame.copy()
+    for column, fmt in formats.items():
+        if column in shown:
+            shown[column] = shown[column].map(lambda v, fmt=fmt: "" if pd.isna(v) else format(v, fmt))
+    return shown.to_html(index=False, border=0, classes="wb-table", na_rep="")
+
+
+class Workbench(w.VBox):
+    """The co-design workbench widget; see the module docstring. Keyword arguments are ``WorkbenchState``
+    fields (model, gpus, precision, micro_batch, seq_len, gpu_count, checkpointing, calibrated, tab)."""
+
+    model = traitlets.Unicode()
+    gpus = traitlets.List(traitlets.Unicode())
+    precision = traitlets.Unicode()
+    micro_batch = traitlets.Int()
+    seq_len = traitlets.Int()
+    gpu_count = traitlets.Int()
+    checkpointing = traitlets.Unicode()
+    calibrated = traitlets.Bool()
+    tab = traitlets.Unicode()
+
+    def __init__(self, **state):
+        _enable_offline()
+        self._custom: dict[str, Model] = {}
+        self._state = WorkbenchState().replace(self._custom, **state)
+        self._predictor = Predictor()
+        self._muted = False
+        self._dirty: set[str] = set(TABS)
+        self.charts: dict[str, alt.TopLevelMixin] = {}
+        """The last chart drawn per tab (what ``save_chart`` writes)."""
+        self.comparison: Comparison | None = None
+        self.selected_op: dict | None = None
+        self.last_redraw_s = 0.0
+        """Seconds the last state change took to predict and redraw the active tab (benchmarks read it)."""
+
+        self.controls = Controls(self._state, self._custom)
+        self.model_input = ModelInput(self.add_model)
+        self.status = w.HTML()
+        self.status.add_class("wb-status")
+        self.views = {name: alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point()) for name in CHART_TABS}
+        for name, view in self.views.items():
+            view.add_class(f"wb-chart-{name.replace(' ', '-')}")
+        self.roofline_notes, self.op_info = w.HTML(), w.HTML("<i>Click a point to see its op.</i>")
+        self.op_info.add_class("wb-op-detail")
+        self.step_table, self.advice = w.HTML(), w.HTML()
+        self.step_table.add_class("wb-summary")
+        self.memory_table = w.HTML()
+        self.kernels = KernelsPanel(self._prediction_on, lambda: self.views["kernels"])
+        self.recipe = RecipePanel()
+        self.tabs = w.Tab(children=[
+            w.VBox([self.roofline_notes, self.views["roofline"], self.op_info]),
+            w.VBox([self.views["step time"], self.step_table, self.advice]),
+            w.VBox([self.views["memory"], self.memory_table]),
+            self.kernels.box,
+            self.recipe.box,
+        ], titles=[t.capitalize() for t in TABS])
+        self.save_format = w.Dropdown(options=list(charts.SAVE_FORMATS), value="png", layout=w.Layout(width="80px"))
+        self.save_button = w.Button(description="Save chart", icon="image")
+        self.save_link = w.HTML()
+        self.save_button.on_click(lambda _: self._save_from_button())
+
+        super().__init__(children=[self.controls.box, self.model_input.box, self.status, self.tabs,
+                                   w.HBox([self.save_format, self.save_button, self.save_link])])
+        self.add_class("wb-workbench")
+        for name, control in self.controls.by_field.items():
+            control.observe(partial(self._on_control, name), names="value")
+        self.tabs.observe(self._on_tab, names="selected_index")
+        self._apply(self._state, force=True)
+
+    # ------------------------------------------------------------------------------------------- state API
+
+    @property
+    def state(self) -> dict:
+        """The current state as plain values (``WorkbenchState.as_dict``)."""
+        return self._state.as_dict()
+
+    def set(self, **changes) -> Workbench:
+        """Change any state fields at once (validated; one redraw). Raises ``WorkbenchError`` on bad input."""
+        self._apply(self._state.replace(self._custom, **changes))
+        return self
+
+    def add_model(self, model: Model | dict | str | Path, name: str | None = None) -> str:
+        """Add a model from a Hugging Face config.json (path or dict) or a ``Model``, select it, return its name."""
+        if not isinstance(model, (dict, str, Path)):
+            built = model
+        else:
+            from workbench.models import from_hf_config
+
+            built = from_hf_config(model, name)
+        self._custom[built.name] = built
+        self._predictor = Predictor()  # a model of the same name may have changed
+        self.set(model=built.name)
+        return built.name
+
+    @contextlib.contextmanager
+    def _mute(self):
+        self._muted, was = True, self._muted
+        try:
+            yield
+        finally:
+            self._muted = was
+
+    def _apply(self, new: WorkbenchState, *, force: bool = False) -> None:
+        start = time.perf_counter()
+        old, self._state = self._state, new
+        with self._mute():
+            for name in FIELDS:
+                value = getattr(new, name)
+                setattr(self, name, list(value) if name == "gpus" else value)
+            self.controls.show(new, self._custom)
+            self.tabs.selected_index = TABS.index(new.tab)
+        if force or dataclasses.replace(old, tab=new.tab) != new:
+            self.comparison = self._predictor.compare(new, self._custom)
+            self._dirty = set(TABS)
+            self.status.value = "".join(f"<div style='color:#b00'>{html.escape(get_gpu(g).display_name)}: "
+                                        f"{html.escape(e)}</div>" for g, e in self.comparison.errors.items())
+        self._draw(new.tab)
+        self.last_redraw_s = time.perf_counter() - start
+
+    @traitlets.observe(*FIELDS)
+    def _on_trait(self, change) -> None:
+        if self._muted:
+            return
+        try:
+            self.set(**{change["name"]: change["new"]})
+        except Exception:
+            with self._mute():
+                setattr(self, change["name"], change["old"])
+            raise
+
+    def _on_control(self, name: str, change) -> None:
+        if self._muted:
+            return
+        try:
+            self.set(**{name: change["new"]})
+        except WorkbenchError as exc:
+            self.status.value = f"<span style='color:#b00'>{html.escape(str(exc))}</span>"
+            with self._mute():
+                self.controls.show(self._state, self._custom)
+
+    def _on_tab(self, change) -> None:
+        if not self._muted and change["new"] is not None:
+            self.set(tab=TABS[change["new"]])
+
+    def _prediction_on(self, gpu: str):
+        return self._predictor.one(self._custom.get(self._state.model) or self._state.model, gpu, self._state)
+
+    # ------------------------------------------------------------------------------------------- drawing
+
+    def _draw(self, tab: str) -> None:
+        if tab not in self._dirty:
+            return
+        self._dirty.discard(tab)
+        {"roofline": self._draw_roofline, "step time": self._draw_step, "memory": self._draw_memory,
+         "kernels": self._draw_kernels, "recipe": self._draw_recipe}[tab]()
+
+    def _names(self) -> list[str]:
+        return [p.gpu.display_name for p in self.comparison.predictions.values()]
+
+    def _draw_roofline(self) -> None:
+        predictions = list(self.comparison.predictions.values())
+        chart = charts.roofline_chart([roofline_points(p) for p in predictions], [roofs(p) for p in predictions],
+                                      self._names())
+        self._show("roofline", chart)
+        view = self.views["roofline"]
+        view.selections.observe(self._on_select, names=[charts.OP_SELECTION])
+        uncalibrated = [p.gpu.display_name for p in predictions if not p.calibrated]
+        notes = [roofline_note(p) for p in predictions]
+        if self._state.calibrated and uncalibrated:
+            notes.append(f"no calibration profile (spec constants): {', '.join(uncalibrated)}")
+        self.roofline_notes.value = "<br>".join(html.escape(n) for n in notes)
+        self.selected_op = None
+        self.op_info.value = "<i>Click a point to see its op (double-click clears).</i>"
+
+    def _on_select(self, change) -> None:
+        value = change["new"].value
+        if value:
+            self.show_op(value[0]["gpu"], value[0]["op"])
+
+    def show_op(self, gpu: str, op: str) -> dict:
+        """Show (and return) the model's detail for one op on one GPU (catalog or display name)."""
+        by_name = {key: p for name, p in self.comparison.predictions.items() for key in (name, p.gpu.display_name)}
+        if gpu not in by_name:
+            gpu = get_gpu(gpu).name  # an alias; an unknown name raises with suggestions
+        if gpu not in by_name:
+            raise WorkbenchError(f"no prediction for GPU {gpu!r}; shown: {', '.join(self.comparison.predictions)}")
+        detail = op_detail(by_name[gpu], op)
+        self.selected_op = detail
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>"
+                       for k, v in detail.items())
+        self.op_info.value = f"<table class='wb-op-table'>{rows}</table>"
+        return detail
+
+    def _draw_step(self) -> None:
+        self._show("step time", charts.step_chart(step_breakdown(self.comparison), self._names()))
+        table = summary_table(self.comparison)
+        self.step_table.value = _table(table, {"step_ms": ",.1f", "tokens_per_s": ",.0f", "samples_per_s": ",.2f",
+                                               "mfu": ".1%", "memory_gb": ",.1f", "hbm_gb": ",.0f"})
+        self.advice.value = advice_section(self._state, self.comparison)
+
+    def _draw_memory(self) -> None:
+        frames = [memory_by_checkpointing(p) for p in self.comparison.predictions.values()]
+        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        if frame.empty:
+            self.memory_table.value = "<i>no prediction</i>"
+            return
+        self._show("memory", charts.memory_chart(frame, self._names()))
+        modes = frame.drop_duplicates(["gpu", "mode"])[["gpu", "mode", "total_gb", "usable_gb", "fits", "max_micro_batch"]]
+        self.memory_table.value = _table(modes, {"total_gb": ",.1f", "usable_gb": ",.1f"})
+
+    def _draw_kernels(self) -> None:
+        if self.kernels.check() and self.kernels.results is not None:
+            self.kernels.show(self.kernels.results)
+            self.charts["kernels"] = self.kernels.chart
+
+    def _draw_recipe(self) -> None:
+        self.recipe.refresh(self._state, self.comparison.predictions)
+
+    def _show(self, tab: str, chart: alt.TopLevelMixin) -> None:
+        self.charts[tab] = chart
+        self.views[tab].chart = chart
+
+    # ------------------------------------------------------------------------------------------- files
+
+    def save_chart(self, name: str, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write a tab's chart (roofline, step time, memory, kernels) as PNG or SVG by the path's suffix,
+        offline through vl-convert; atomic, and an existing file is kept unless ``overwrite``."""
+        if name not in CHART_TABS:
+            raise WorkbenchError(f"no chart {name!r}; charts: {', '.join(CHART_TABS)}")
+        self._draw(name)
+        if name not in self.charts:
+            raise WorkbenchError(f"the {name} tab has no chart yet" + (" (run a benchmark first)" if name == "kernels" else ""))
+        return charts.save(self.charts[name], path, overwrite=overwrite)
+
+    def export_recipe(self, path: str | Path, *, gpu: str | None = None, format: str = "yaml",
+                      overwrite: bool = False) -> Path | None:
+        """What the Recipe tab's Export button does, from Python: write the recipe for ``gpu`` (default: the
+        first GPU) in ``format``; returns the path, or None with the reason in the tab's message."""
+        self._draw("recipe")
+        if gpu is not None:
+            self.recipe.gpu.value = get_gpu(gpu).name
+        self.recipe.format.value = format
+        return self.recipe.export(path, overwrite=overwrite)
+
+    def _save_from_button(self) -> None:
+        tab = self._state.tab
+        if tab not in CHART_TABS:
+            self.save_link.value = "<i>this tab has no chart</i>"
+            return
+        stem = f"{self._state.model}-{tab.replace(' ', '-')}"
+        n = 1
+        while (path := Path("charts") / f"{stem}-{n}.{self.save_format.value}").exists():
+            n += 1  # never overwrite an earlier save
+        try:
+            written = self.save_chart(tab, path)
+        except (WorkbenchError, OSError, ValueError) as exc:
+            self.save_link.value = f"<span style='color:#b00'>{html.escape(str(exc))}</span>"
+            return
+        self.save_link.value = f"saved <code>{html.escape(str(written))}</code> · " + _binary_link(written)
+
+    # ------------------------------------------------------------------------------------------- text
+
+    def summary(self) -> str:
+        """The prediction summary as text (also the widget's plain-text representation)."""
+        return summary_text(self.comparison)
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = self.summary()
+        return bundle
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _binary_link(path: Path) -> str:
+    import base64
+
+    mime = "image/svg+xml" if path.suffix == ".svg" else "image/png"
+    payload = base64.b64encode(path.read_bytes()).decode("ascii")
+    return (f"<a class='wb-download' download='{html.escape(path.name)}' href='data:{mime};base64,{payload}'>"
+            f"download {html.escape(path.name)}</a>")

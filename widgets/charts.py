@@ -1,0 +1,154 @@
+"""Altair charts of the workbench, built from ``widgets.data`` frames (they draw; they compute nothing).
+
+Every chart is a plain ``alt.Chart``/``LayerChart``/``FacetChart``: the widget shows it in an
+``alt.JupyterChart`` (offline), and ``save`` writes it as PNG or SVG through vl-convert, without a network.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+
+from widgets.data import MEMORY_PARTS, STEP_PARTS, intensity_range, roof_lines
+
+OP_SELECTION = "op"
+"""Name of the point selection on the roofline's op points (``JupyterChart.selections.op``)."""
+SAVE_FORMATS: tuple[str, ...] = ("png", "svg")
+FACET_WIDTH = 300
+CHART_HEIGHT = 280
+
+
+def _log(domain: tuple[float, float]) -> alt.Scale:
+    return alt.Scale(type="log", domain=list(domain))
+
+
+def _roofline_layers(frame: pd.DataFrame, x_range: tuple[float, float]) -> list[alt.Chart]:
+    """The layers shared by the predicted and the measured roofline: roofs, their labels, ridge points."""
+    x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
+    y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s (predicted achieved)")
+    roofs = alt.Chart(frame).transform_filter(alt.datum.layer == "roof").mark_line(color="#666", strokeWidth=1.5).encode(
+        x=x, y=y, detail=["roof:N", "source:N"], order="order:Q",
+        strokeDash=alt.StrokeDash("source:N", title="roofs", sort=["spec", "calibrated"],
+                                  scale=alt.Scale(domain=["spec", "calibrated"], range=[[1, 0], [6, 3]])),
+    )
+    labels = alt.Chart(frame).transform_filter((alt.datum.layer == "roof") & (alt.datum.order == 2)).mark_text(
+        align="right", dy=-6, fontSize=10, color="#444").encode(x=x, y=y, text="label:N")
+    ridges = alt.Chart(frame).transform_filter(alt.datum.layer == "ridge").mark_point(
+        shape="diamond", color="#444", filled=True, size=40).encode(
+        x=x, y=y, tooltip=[alt.Tooltip("label:N", title="ridge point"),
+                           alt.Tooltip("intensity:Q", title="FLOP/byte", format=".1f"),
+                           alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.0f")])
+    return [roofs, labels, ridges]
+
+
+def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.DataFrame]) -> tuple[pd.DataFrame, tuple[float, float]]:
+    """One long frame for a faceted roofline (a facet needs one data source): ``layer`` says which mark draws
+    each row (roof line vertices, ridge points, op points)."""
+    x_range = intensity_range(points, roof_frames)
+    roofs = pd.concat(list(roof_frames), ignore_index=True) if roof_frames else pd.DataFrame()
+    lines = roof_lines(roofs, x_range).assign(layer="roof") if not roofs.empty else pd.DataFrame()
+    if not lines.empty:
+        lines["label"] = lines["roof"] + lines["source"].map({"spec": "", "calibrated": " (calibrated)"})
+    ridges = roofs.rename(columns={"ridge": "intensity", "peak_tflops": "tflops"}).assign(layer="ridge") if not roofs.empty else roofs
+    if not ridges.empty:
+        ridges["label"] = ridges["roof"] + " (" + ridges["source"] + ")"
+    ops = pd.concat(list(points), ignore_index=True).rename(columns={"achieved_tflops": "tflops"}).assign(layer="op") if points else pd.DataFrame()
+    return pd.concat([lines, ridges, ops], ignore_index=True), x_range
+
+
+def roofline_chart(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.DataFrame], gpu_order: Sequence[str]) -> alt.FacetChart:
+    """Log-log roofline per GPU, side by side: spec (solid) and calibrated (dashed) roofs, ridge points, and
+    every op of the step as a point sized by its share of the step time and coloured by kind; clicking a
+    point selects it (selection ``op`` on fields gpu and op)."""
+    frame, x_range = roofline_frame(points, roof_frames)
+    select = alt.selection_point(name=OP_SELECTION, fields=["gpu", "op"], on="click", clear="dblclick")
+    x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
+    y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s (predicted achieved)")
+    ops = alt.Chart(frame).transform_filter(alt.datum.layer == "op").mark_circle(opacity=0.8, stroke="black").encode(
+        x=x, y=y,
+        size=alt.Size("share_pct:Q", title="% of step", scale=alt.Scale(range=[15, 900])),
+        color=alt.Color("kind:N", title="op kind"),
+        strokeWidth=alt.condition(select, alt.value(1.5), alt.value(0)),
+        tooltip=[alt.Tooltip("op:N"), alt.Tooltip("kind:N"), alt.Tooltip("shape:N"), alt.Tooltip("dtype:N"),
+                 alt.Tooltip("flops:Q", title="FLOPs", format=".3s"), alt.Tooltip("bytes:Q", title="bytes", format=".3s"),
+                 alt.Tooltip("intensity:Q", title="FLOP/byte", format=".1f"),
+                 alt.Tooltip("time_ms:Q", title="predicted ms (one)", format=".3f"),
+                 alt.Tooltip("executions:Q"), alt.Tooltip("total_ms:Q", title="ms per step", format=".2f"),
+                 alt.Tooltip("share_pct:Q", title="% of step", format=".1f"), alt.Tooltip("bound:N")],
+    ).add_params(select)
+    layered = alt.layer(*_roofline_layers(frame, x_range), ops, data=frame).properties(width=FACET_WIDTH, height=CHART_HEIGHT)
+    return layered.facet(column=alt.Column("gpu:N", title=None, sort=list(gpu_order)), data=frame)
+
+
+def measured_roofline_chart(points: pd.DataFrame, roof_frame: pd.DataFrame, measured: pd.DataFrame) -> alt.LayerChart:
+    """The predicted roofline of one GPU with benchmarked kernels overlaid (ours and the vendor's)."""
+    frame, x_range = roofline_frame([points, measured.rename(columns={"tflops": "achieved_tflops"})], [roof_frame])
+    frame.loc[frame["layer"] == "op", "layer"] = "op"
+    x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
+    y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s")
+    predicted = alt.Chart(frame).transform_filter((alt.datum.layer == "op") & alt.expr.isValid(alt.datum.share_pct)).mark_circle(
+        color="#bbb", size=30).encode(x=x, y=y, tooltip=["op:N", "shape:N"])
+    ran = alt.Chart(frame).transform_filter(alt.expr.isValid(alt.datum.kernel)).mark_point(filled=True, size=70).encode(
+        x=x, y=y, color=alt.Color("module:N", title="kernel"), shape=alt.Shape("kernel:N", title="measured"),
+        tooltip=["case:N", "module:N", "kernel:N", "dtype:N", alt.Tooltip("tflops:Q", format=",.1f")])
+    return alt.layer(*_roofline_layers(frame, x_range), predicted, ran, data=frame).properties(
+        width=2 * FACET_WIDTH, height=CHART_HEIGHT)
+
+
+def step_chart(breakdown: pd.DataFrame, gpu_order: Sequence[str]) -> alt.Chart:
+    """Stacked step time per GPU: compute-, memory-bound, exposed communication, optimizer, bubble."""
+    parts = [label for _, label in STEP_PARTS]
+    return alt.Chart(breakdown).mark_bar().encode(
+        y=alt.Y("gpu:N", title=None, sort=list(gpu_order)),
+        x=alt.X("ms:Q", title="predicted step time (ms)", stack="zero"),
+        color=alt.Color("part:N", title="time", sort=parts, scale=alt.Scale(domain=parts)),
+        order=alt.Order("order:Q"),
+        tooltip=["gpu:N", "part:N", alt.Tooltip("ms:Q", format=",.2f")],
+    ).properties(width=2 * FACET_WIDTH, height=40 * max(1, len(gpu_order)))
+
+
+def memory_chart(frame: pd.DataFrame, gpu_order: Sequence[str]) -> alt.FacetChart:
+    """Per GPU and activation-checkpointing mode: stacked GB per holder against the HBM capacity (red) and the
+    usable share (dashed), labelled with whether it fits and the largest micro-batch that does."""
+    modes = ["none", "selective", "full"]
+    x = alt.X("mode:N", title="activation checkpointing", sort=modes)
+    bars = alt.Chart(frame).mark_bar().encode(
+        x=x, y=alt.Y("gb:Q", title="GB per GPU", stack="zero"),
+        color=alt.Color("part:N", title="memory", sort=list(MEMORY_PARTS)),
+        order=alt.Order("part_order:Q"),
+        tooltip=["mode:N", "part:N", alt.Tooltip("gb:Q", format=",.1f"), alt.Tooltip("total_gb:Q", format=",.1f"),
+                 "max_micro_batch:Q"])
+    capacity = alt.Chart(frame).mark_rule(color="#d62728", strokeWidth=2).encode(
+        y="max(capacity_gb):Q", tooltip=[alt.Tooltip("max(capacity_gb):Q", title="HBM GB")])
+    usable = alt.Chart(frame).mark_rule(color="#d62728", strokeDash=[4, 3]).encode(
+        y="max(usable_gb):Q", tooltip=[alt.Tooltip("max(usable_gb):Q", title="usable GB (headroom kept)")])
+    labels = alt.Chart(frame).mark_text(dy=-8, fontSize=10).encode(
+        x=x, y="max(total_gb):Q", text="max(label):N")
+    return alt.layer(bars, capacity, usable, labels, data=frame).properties(width=200, height=CHART_HEIGHT).facet(
+        column=alt.Column("gpu:N", title=None, sort=list(gpu_order)), data=frame)
+
+
+def save(chart: alt.TopLevelMixin, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``chart`` as PNG or SVG (by the file suffix) through vl-convert, atomically; an existing file is
+    kept unless ``overwrite``."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in SAVE_FORMATS:
+        raise ValueError(f"cannot save a chart as {path.name!r}: expected a .png or .svg file name")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        chart.save(tmp, format=fmt)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

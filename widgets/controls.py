@@ -1,0 +1,124 @@
+"""The workbench's input widgets: one control per state field, and the Hugging Face config input.
+
+Controls only hold values; ``Workbench`` validates every change through ``WorkbenchState.replace``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import ipywidgets as w
+
+from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS
+from workbench.errors import SpecError, WorkbenchError
+from workbench.hardware import list_gpus
+from workbench.models import Model, from_hf_config, list_models
+from widgets.data import precision_label
+from widgets.state import WorkbenchState
+
+_WIDE = w.Layout(width="260px")
+_NARROW = w.Layout(width="180px")
+
+
+def model_options(custom: dict[str, Model]) -> list[tuple[str, str]]:
+    """(label, name) for the model dropdown: the catalog, then the user's models from config.json."""
+    catalog = [(f"{m.name} ({getattr(m, 'display_name', m.name)})", m.name) for m in list_models()]
+    return catalog + [(f"{name} (your config.json)", name) for name in custom]
+
+
+class Controls:
+    """One widget per ``WorkbenchState`` field (``by_field``), laid out in ``box``."""
+
+    def __init__(self, state: WorkbenchState, custom: dict[str, Model]):
+        style = {"description_width": "initial"}
+        self.by_field: dict[str, w.ValueWidget] = {
+            "model": w.Dropdown(options=model_options(custom), value=state.model, description="model", layout=_WIDE,
+                                style=style),
+            "gpus": w.SelectMultiple(options=[(g.display_name, g.name) for g in list_gpus()], value=state.gpus,
+                                     rows=6, description="GPUs", layout=w.Layout(width="300px"), style=style),
+            "precision": w.Dropdown(options=[(precision_label(p), p) for p in TRAINING_PRECISIONS],
+                                    value=state.precision, description="precision", layout=_NARROW, style=style),
+            "micro_batch": w.BoundedIntText(value=state.micro_batch, min=1, max=1 << 20, description="micro-batch",
+                                            layout=_NARROW, style=style),
+            "seq_len": w.BoundedIntText(value=state.seq_len, min=1, max=1 << 22, step=1024, description="sequence length",
+                                        layout=_NARROW, style=style),
+            "gpu_count": w.BoundedIntText(value=state.gpu_count, min=1, max=1 << 17, description="GPUs per job",
+                                          layout=_NARROW, style=style),
+            "checkpointing": w.Dropdown(options=list(CHECKPOINTING), value=state.checkpointing,
+                                        description="act. checkpointing", layout=_NARROW, style=style),
+            "calibrated": w.Checkbox(value=state.calibrated, description="calibrated where profiled", indent=False),
+        }
+        self.by_field["gpus"].add_class("wb-gpus")
+        self.by_field["precision"].add_class("wb-precision")
+        self.by_field["model"].add_class("wb-model")
+        c = self.by_field
+        self.box = w.HBox([
+            w.VBox([c["model"], c["precision"], c["checkpointing"], c["calibrated"]]),
+            c["gpus"],
+            w.VBox([c["micro_batch"], c["seq_len"], c["gpu_count"]]),
+        ])
+
+    def show(self, state: WorkbenchState, custom: dict[str, Model]) -> None:
+        """Put ``state``'s values into the controls (the caller mutes their observers meanwhile)."""
+        self.by_field["model"].options = model_options(custom)
+        for name, control in self.by_field.items():
+            value = getattr(state, name)
+            if control.value != value:
+                control.value = value
+
+
+def parse_config_text(text: str, origin: str = "pasted config.json") -> dict:
+    """A pasted or uploaded Hugging Face config.json as a dict; a JSON error names its line and column."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(origin, "<text>", f"line {exc.lineno} column {exc.colno}", f"valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise SpecError(origin, "<top>", type(data).__name__, "a JSON object like a Hugging Face config.json")
+    return data
+
+
+class ModelInput:
+    """Paste or upload a Hugging Face ``config.json`` and add it as a model (``workbench.models.from_hf_config``)."""
+
+    def __init__(self, on_model: Callable[[Model], None]):
+        self.on_model = on_model
+        self.text = w.Textarea(placeholder='{"hidden_size": 4096, "num_hidden_layers": 32, ...}',
+                               layout=w.Layout(width="420px", height="90px"))
+        self.upload = w.FileUpload(accept=".json", multiple=False, description="upload config.json")
+        self.name = w.Text(placeholder="name (optional)", layout=w.Layout(width="180px"))
+        self.button = w.Button(description="Add model", icon="plus")
+        self.status = w.HTML()
+        self.button.on_click(lambda _: self.add_text())
+        self.upload.observe(lambda change: self.add_upload(change["new"]), names="value")
+        self.box = w.Accordion([w.VBox([self.text, w.HBox([self.upload, self.name, self.button]), self.status])],
+                               titles=("Your model from a Hugging Face config.json",))
+        self.box.selected_index = None
+
+    def add_text(self) -> None:
+        self._add(lambda: from_hf_config(parse_config_text(self.text.value), self.name.value.strip() or None),
+                  "pasted config.json")
+
+    def add_upload(self, files) -> None:
+        if not files:
+            return
+        upload = files[0]
+        origin = upload.get("name", "uploaded file")
+        content = bytes(upload["content"]).decode("utf-8", errors="replace")
+        self._add(lambda: from_hf_config(parse_config_text(content, origin), self.name.value.strip() or None), origin)
+
+    def _add(self, build: Callable[[], Model], origin: str) -> None:
+        try:
+            model = build()
+            self.on_model(model)
+        except WorkbenchError as exc:
+            self.status.value = f"<span style='color:#b00'>{_escape(origin)}: {_escape(str(exc))}</span>"
+            return
+        self.status.value = f"added <b>{_escape(model.name)}</b> ({model.num_params / 1e9:.2f} B parameters)"
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

@@ -1,0 +1,142 @@
+"""The Recipe tab: preview the recipe for the current settings on one of the chosen GPUs, export it to a file
+(atomically, never overwriting unless asked) and offer it for download as a data-URI link (works offline).
+
+Recipes are built and written by ``workbench.recipe`` (``make_recipe``, ``dumps``, ``save_recipe``); this tab
+only collects the choices and shows the text.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Callable
+from pathlib import Path
+
+import ipywidgets as w
+
+from workbench.config import Parallelism, TrainingConfig
+from workbench.errors import WorkbenchError
+from workbench.predict import Prediction
+from widgets.state import WorkbenchState
+
+FORMATS: dict[str, str] = {"yaml": ".yaml", "json": ".json", "torchtitan-toml": ".toml"}
+"""Export formats offered, with their file suffixes (``workbench.recipe.FORMATS`` has these and more)."""
+
+
+def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None = None):
+    """The recipe for ``state``'s settings on ``gpu`` (FSDP over ``gpu_count`` GPUs), with its prediction."""
+    try:
+        from workbench.recipe import make_recipe
+    except ImportError:  # not re-exported yet by the package
+        from workbench.recipe.build import make_recipe
+
+    # a precision the GPU lacks was predicted as its fallback: the recipe records what was modelled
+    precision = prediction.precision.effective.name if prediction is not None else state.precision
+    config = TrainingConfig(state.micro_batch, state.seq_len, precision, Parallelism.data_parallel(state.gpu_count),
+                            state.checkpointing)
+    return make_recipe(state.model, gpu, config, prediction=prediction)
+
+
+def default_path(state: WorkbenchState, gpu: str, fmt: str) -> str:
+    return str(Path("recipes") / f"{state.model}-{gpu}-{state.gpu_count}x{FORMATS[fmt]}")
+
+
+def download_link(path: Path, text: str) -> str:
+    """An HTML link that downloads ``text`` as ``path.name`` from a data URI (no server round trip)."""
+    payload = base64.b64encode(text.encode("utf-8")).decode("ascii")
+    return (f"<a class='wb-download' download='{html.escape(path.name)}' "
+            f"href='data:text/plain;charset=utf-8;base64,{payload}'>download {html.escape(path.name)}</a>")
+
+
+class RecipePanel:
+    """``box`` is the tab's content; ``refresh(state, predictions)`` rebuilds the preview."""
+
+    def __init__(self):
+        self.gpu = w.Dropdown(description="target GPU")
+        self.format = w.Dropdown(options=list(FORMATS), value="yaml", description="format")
+        self.path = w.Text(description="file", layout=w.Layout(width="420px"))
+        self.overwrite = w.Checkbox(value=False, description="overwrite an existing file", indent=False)
+        self.export_button = w.Button(description="Export recipe", icon="download", button_style="primary")
+        self.export_button.add_class("wb-export")
+        self.preview = w.HTML()
+        self.message = w.HTML()
+        self.message.add_class("wb-export-message")
+        self.note = w.HTML()
+        self.box = w.VBox([self.note, w.HBox([self.gpu, self.format]), self.preview,
+                           w.HBox([self.path, self.overwrite, self.export_button]), self.message])
+        self.export_button.on_click(lambda _: self.export())
+        self.gpu.observe(lambda _: self._render(), names="value")
+        self.format.observe(lambda _: self._render(), names="value")
+        self.state: WorkbenchState | None = None
+        self.predictions: dict[str, Prediction] = {}
+        self.recipe = None
+        self.text = ""
+        self._path_edited = False
+        self.path.observe(self._on_path, names="value")
+        self._setting_path = False
+
+    def _on_path(self, change) -> None:
+        if not self._setting_path:
+            self._path_edited = True
+
+    def refresh(self, state: WorkbenchState, predictions: dict[str, Prediction]) -> None:
+        self.state, self.predictions = state, predictions
+        options = list(predictions)
+        if list(self.gpu.options) != options:
+            keep = self.gpu.value if self.gpu.value in options else (options[0] if options else None)
+            self.gpu.options = options
+            self.gpu.value = keep
+        self._render()
+
+    def _render(self) -> None:
+        if self.state is None or not self.gpu.value:
+            self.preview.value = "<i>no GPU with a prediction selected</i>"
+            return
+        try:
+            self.recipe = build_recipe(self.state, self.gpu.value, self.predictions.get(self.gpu.value))
+            from workbench.recipe import dumps
+
+            self.text = dumps(self.recipe, self.format.value)
+        except ImportError as exc:
+            self.recipe, self.text = None, ""
+            self.note.value = ("<b>Recipe export is not available:</b> this install's <code>workbench.recipe</code> "
+                               f"lacks what the tab needs ({html.escape(str(exc))}).")
+            self.preview.value = ""
+            self.export_button.disabled = True
+            return
+        except WorkbenchError as exc:
+            self.recipe, self.text = None, ""
+            self.preview.value = f"<span style='color:#b00'>no recipe: {html.escape(str(exc))}</span>"
+            self.export_button.disabled = True
+            return
+        self.export_button.disabled = False
+        self.note.value = ("Recipe for the <b>current settings</b> (FSDP over every GPU of the job), with the "
+                           "analytical model's prediction.")
+        self.preview.value = f"<pre class='wb-recipe-preview' style='max-height:320px;overflow:auto'>{html.escape(self.text)}</pre>"
+        if not self._path_edited:
+            self._setting_path = True
+            self.path.value = default_path(self.state, self.gpu.value, self.format.value)
+            self._setting_path = False
+
+    def export(self, path: str | Path | None = None, *, overwrite: bool | None = None) -> Path | None:
+        """Write the previewed recipe (``workbench.recipe.save_recipe``: atomic; an existing file is kept unless
+        ``overwrite``) and show a download link. Returns the path written, or None (the message says why)."""
+        if self.recipe is None:
+            self.message.value = "<span style='color:#b00'>nothing to export</span>"
+            return None
+        from workbench.recipe import save_recipe
+
+        target = Path(path or self.path.value)
+        try:
+            written = save_recipe(self.recipe, target, format=self.format.value,
+                                  overwrite=self.overwrite.value if overwrite is None else overwrite)
+        except FileExistsError as exc:
+            self.message.value = f"<span style='color:#b00'>{html.escape(str(exc))} (tick overwrite)</span>"
+            return None
+        except (WorkbenchError, OSError) as exc:
+            self.message.value = f"<span style='color:#b00'>could not write {html.escape(str(target))}: {html.escape(str(exc))}</span>"
+            return None
+        written = Path(written)
+        self.message.value = (f"wrote <code>{html.escape(str(written))}</code> · "
+                              f"{download_link(written, written.read_text(encoding='utf-8'))}")
+        return written

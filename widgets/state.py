@@ -1,0 +1,91 @@
+"""What the workbench shows, as one validated value: model, GPUs, precision, sizes, checkpointing, active tab.
+
+The widget keeps a ``WorkbenchState`` and redraws from it; ``Workbench.set(...)`` and the controls both go
+through ``WorkbenchState.replace`` so bad input fails the same way from Python and from the UI:
+
+    >>> state = WorkbenchState().replace(model="llama3-70b", gpus=["b200", "mi350x"], precision="fp8")
+    >>> state.as_dict()["gpus"]
+    ['b200', 'mi350x']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS
+from workbench.errors import SpecError, UnknownNameError
+from workbench.hardware import get_gpu
+from workbench.models import Model, get_model
+
+TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels", "recipe")
+"""The workbench's tabs, in display order."""
+
+ORIGIN = "workbench state"
+
+
+@dataclass(frozen=True)
+class WorkbenchState:
+    """Everything the charts depend on. Names are catalog names (``get_model`` / ``get_gpu``) or, for the
+    model, the name of a model the user added from a Hugging Face config (``Workbench.add_model``)."""
+
+    model: str = "llama3-8b"
+    gpus: tuple[str, ...] = ("h200-sxm", "b200", "mi350x")
+    """GPU types compared side by side (catalog names), at least one."""
+    precision: str = "bf16"
+    """GEMM compute precision (``workbench.config.TRAINING_PRECISIONS``)."""
+    micro_batch: int = 1
+    seq_len: int = 8192
+    gpu_count: int = 8
+    """GPUs of each type in the job, all FSDP data-parallel ranks."""
+    checkpointing: str = "none"
+    """Activation checkpointing for the step-time and roofline predictions (the Memory tab shows all three)."""
+    calibrated: bool = False
+    """Predict with a GPU's calibration profile where it has one (specs/calibration/<gpu>.yaml)."""
+    tab: str = "roofline"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (the GPU tuple as a list), the form ``Workbench.state`` returns."""
+        out = dataclasses.asdict(self)
+        out["gpus"] = list(self.gpus)
+        return out
+
+    def replace(self, custom_models: Mapping[str, Model] | None = None, **changes: Any) -> WorkbenchState:
+        """A new state with ``changes`` applied and checked; raises ``SpecError``/``UnknownNameError``."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            known = ", ".join(f.name for f in dataclasses.fields(self))
+            raise SpecError(ORIGIN, unknown[0], changes[unknown[0]], f"a state field ({known})")
+        if "gpus" in changes and isinstance(changes["gpus"], str):
+            changes["gpus"] = [changes["gpus"]]
+        return validate(dataclasses.replace(self, **changes), custom_models or {})
+
+
+def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> WorkbenchState:
+    """``state`` with names in canonical spelling, or the first error found."""
+    if state.model not in custom_models:
+        try:
+            model = get_model(state.model).name
+        except UnknownNameError as exc:
+            raise UnknownNameError("model", state.model, [*exc.valid, *custom_models]) from None
+    else:
+        model = state.model
+    gpus = state.gpus
+    if isinstance(gpus, (str, bytes)) or not isinstance(gpus, (list, tuple)) or not gpus:
+        raise SpecError(ORIGIN, "gpus", gpus, "a non-empty list of GPU names, e.g. ['b200', 'mi350x']")
+    canonical = tuple(dict.fromkeys(get_gpu(name).name for name in gpus))  # aliases resolved, order kept
+    if state.precision not in TRAINING_PRECISIONS:
+        raise SpecError(ORIGIN, "precision", state.precision, f"one of {', '.join(TRAINING_PRECISIONS)}")
+    for name in ("micro_batch", "seq_len", "gpu_count"):
+        value = getattr(state, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(ORIGIN, name, value, "a positive integer")
+    if state.checkpointing not in CHECKPOINTING:
+        raise SpecError(ORIGIN, "checkpointing", state.checkpointing, f"one of {', '.join(CHECKPOINTING)}")
+    if not isinstance(state.calibrated, bool):
+        raise SpecError(ORIGIN, "calibrated", state.calibrated, "true or false")
+    if state.tab not in TABS:
+        raise SpecError(ORIGIN, "tab", state.tab, f"one of {', '.join(TABS)}")
+    return dataclasses.replace(state, model=model, gpus=canonical)
