@@ -1,0 +1,85 @@
+"""Co-design advisor: direct port vs co-designed, gains from the core model, proposals never applied."""
+
+import math
+
+import pytest
+
+from workbench.predict import predict
+from workbench.recipe import loads, dumps
+from workbench.recipe.advisor import advise
+from workbench.recipe.build import predict_recipe, recipe_model, training_config
+
+
+@pytest.fixture(scope="module")
+def h200_proof():
+    """The lead's single-GPU H200 proof: a 4-layer Llama 3 8B optimised for H100, run on H200, vs co-designed."""
+    return advise("llama3-8b", "h100-sxm", "h200-sxm", 1, overrides={"num_layers": 4})
+
+
+def test_single_gpu_h200_codesign_uses_the_larger_memory(h200_proof):
+    a = h200_proof
+    port, co = a.direct_port, a.co_designed
+    assert a.source.target.gpu == "h100-sxm" and port.target.gpu == co.target.gpu == "h200-sxm"
+    assert port.model.overrides == co.model.overrides == {"num_layers": 4}
+    assert co.batch.micro_batch > port.batch.micro_batch  # fills 141 GB instead of 80 GB
+    assert co.predicted.peak_memory_gb > 80 > port.predicted.peak_memory_gb
+    assert co.predicted.fits and port.predicted.fits
+    assert a.gain > 1.01
+
+
+def test_predictions_are_the_core_models(h200_proof):
+    for recipe in (h200_proof.source, h200_proof.direct_port, h200_proof.co_designed):
+        assert predict_recipe(recipe).summary.tokens_per_s == pytest.approx(recipe.predicted.tokens_per_s, rel=1e-9)
+    # the direct port is the source's own configuration, only the GPU differs
+    assert training_config(h200_proof.direct_port) == training_config(h200_proof.source)
+
+
+def test_applied_gains_multiply_to_the_total(h200_proof):
+    applied = [i for i in h200_proof.revisions if i.applied]
+    assert {i.name for i in applied} >= {"micro-batch"}
+    assert math.prod(i.predicted_gain for i in applied) == pytest.approx(h200_proof.gain, rel=1e-9)
+
+
+def test_math_changing_proposals_are_marked_and_not_applied(h200_proof):
+    proposals = [i for i in h200_proof.revisions if i.kind == "proposal"]
+    assert proposals and all(i.requires_retraining and not i.applied for i in proposals)
+    assert {"head_dim", "gqa_groups"} & {i.name for i in proposals}
+    assert "num_kv_heads" not in h200_proof.co_designed.model.overrides
+
+
+def test_vocab_padding_is_applied_with_its_gain_and_used_by_predictions():
+    a = advise("gpt2-small", "h100-sxm", "mi300x", 8)
+    pad = next(i for i in a.revisions if i.name == "pad_vocab")
+    assert pad.applied and not pad.requires_retraining and pad.old == 50257 and pad.new % 64 == 0
+    assert pad.predicted_gain > 1.1  # an odd vocabulary misaligns the LM-head GEMM
+    co = a.co_designed
+    assert co.model.overrides["vocab_size"] == pad.new and co.model.revisions[0].name == "pad_vocab"
+    assert recipe_model(co).vocab_size == pad.new
+    assert predict(recipe_model(co), "mi300x", training_config(co)).summary.step_time_s == pytest.approx(
+        co.predicted.step_time_s, rel=1e-9)
+    assert loads(dumps(co)) == co
+
+
+def test_tensor_parallel_degree_follows_memory():
+    a = advise("llama3-70b", "a100-sxm-80gb", "mi355x", 16, global_batch=64)
+    assert a.direct_port.parallelism.tp > a.co_designed.parallelism.tp
+    layout = next(i for i in a.revisions if i.name.startswith("parallel layout"))
+    assert layout.predicted_gain > 1
+
+
+def test_no_direct_port_when_nothing_fits_the_source():
+    a = advise("hstu-gr", "b200", "mi350x", 1)
+    assert a.direct_port is None and a.gain is None and "no direct port" in a.notes[0]
+    placement = next(i for i in a.revisions if i.kind == "placement")
+    assert "2 x b200" == placement.old and "1 x mi350x" == placement.new
+    assert a.co_designed.embeddings and a.co_designed.embeddings[0].placement == "hbm"
+
+
+def test_widget_data(h200_proof):
+    frame = h200_proof.as_frame()
+    assert list(frame.columns) == ["setting", "direct_port", "co_designed"]
+    row = frame.set_index("setting").loc["micro-batch"]
+    assert row["co_designed"] > row["direct_port"]
+    data = h200_proof.as_dict()
+    assert data["gain"] == h200_proof.gain and data["co_designed"]["schema_version"] == 1
+    assert len(data["revisions"]) == len(h200_proof.revisions_frame())
