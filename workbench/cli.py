@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", help="pytest -k expression to select kernels, e.g. 'gemm or attention'")
     p.set_defaults(func=cmd_kernels_check)
 
+    from workbench.recipe.cli import add_parser as add_recipe_parser
+
+    add_recipe_parser(sub)
+
     p = sub.add_parser("lab", help="open the workbench notebook in JupyterLab (other options go to jupyter lab)")
     p.add_argument("--notebook", default=None, help="default: notebooks/workbench.ipynb")
     p.add_argument("--port", type=int, default=0, help="0: let Jupyter pick")

@@ -35,10 +35,12 @@ def revised_model(name: str | Model, overrides: Mapping[str, int]) -> Model:
     base = get_model(name)
     if not overrides:
         return base
-    known = {f.name for f in dataclasses.fields(base)}
+    known = [f.name for f in dataclasses.fields(base)
+             if isinstance(getattr(base, f.name), int) and not isinstance(getattr(base, f.name), bool)]
     for key, value in overrides.items():
-        if key not in known:
-            raise SpecError(f"model {base.name}", f"overrides.{key}", value, f"a field of the model: {', '.join(sorted(known))}")
+        if key not in known or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"model {base.name}", f"overrides.{key}", value,
+                            f"a positive integer for one of the model's integer fields: {', '.join(known)}")
     model = dataclasses.replace(base, **dict(overrides))
     if isinstance(model, TransformerModel):
         _check_transformer(model, f"model {base.name} with overrides {dict(overrides)}")

@@ -1,0 +1,51 @@
+"""``workbench recipe`` end to end through ``workbench.cli.main`` (in process)."""
+
+import json
+import tomllib
+
+from workbench.cli import main
+from workbench.recipe import load_recipe
+
+
+def test_best_recipe_to_yaml_and_no_overwrite(tmp_path, capsys):
+    out = tmp_path / "r.yaml"
+    assert main(["recipe", "--model", "gpt2-small", "--gpu", "h100", "--gpus", "2", "--out", str(out)]) == 0
+    recipe = load_recipe(out)
+    assert recipe.target.gpu == "h100-sxm" and recipe.target.gpus == 2 and recipe.predicted.fits
+    assert "configurations of gpt2-small" in capsys.readouterr().out
+    assert main(["recipe", "--model", "gpt2-small", "--gpu", "h100", "--out", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert load_recipe(out) == recipe
+    assert main(["recipe", "--model", "gpt2-small", "--gpu", "h100", "--out", str(out), "--force"]) == 0
+
+
+def test_port_writes_both_recipes_and_prints_the_comparison(tmp_path, capsys):
+    co, port = tmp_path / "co.yaml", tmp_path / "port.yaml"
+    assert main(["recipe", "--model", "llama3-8b", "--set", "num_layers=4", "--gpu", "h200", "--source-gpu", "h100",
+                 "--gpus", "1", "--out", str(co), "--port-out", str(port)]) == 0
+    text = capsys.readouterr().out
+    assert "direct_port" in text and "co_designed" in text and "predicted gain" in text
+    co_recipe, port_recipe = load_recipe(co), load_recipe(port)
+    assert co_recipe.model.overrides == port_recipe.model.overrides == {"num_layers": 4}
+    assert co_recipe.batch.micro_batch > port_recipe.batch.micro_batch
+    assert co_recipe.predicted.tokens_per_s > port_recipe.predicted.tokens_per_s
+
+
+def test_formats_to_stdout(capsys):
+    assert main(["recipe", "--model", "gpt2-small", "--gpu", "mi300x", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["gpu"] == "mi300x"
+    assert main(["recipe", "--model", "llama3-8b", "--gpu", "b200", "--gpus", "8", "--precision", "fp8",
+                 "--format", "torchtitan-toml"]) == 0
+    data = tomllib.loads(capsys.readouterr().out)
+    assert data["model"]["converters"] == ["quantize.linear.float8"]
+    assert data["parallelism"]["data_parallel_shard_degree"] * data["parallelism"]["tensor_parallel_degree"] \
+        * data["parallelism"]["pipeline_parallel_degree"] == 8
+
+
+def test_bad_input_is_a_clear_error(capsys):
+    assert main(["recipe", "--model", "llama3-8b", "--set", "layers=4", "--gpu", "h200"]) == 2
+    assert "overrides.layers" in capsys.readouterr().err
+    assert main(["recipe", "--model", "llama3-8b", "--set", "num_layers", "--gpu", "h200"]) == 2
+    assert "FIELD=INTEGER" in capsys.readouterr().err
+    assert main(["recipe", "--model", "llama3-405b", "--gpu", "a100-sxm-80gb"]) == 2
+    assert "no configuration" in capsys.readouterr().err

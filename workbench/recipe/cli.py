@@ -1,0 +1,108 @@
+"""``workbench recipe``: the best recipe for a model on N GPUs, or (``--source-gpu``) a port from another GPU with
+the co-design advice, written as YAML, JSON or torchtitan config.
+
+    workbench recipe --model llama3-8b --gpu h200 --gpus 8 --out llama3-8b-h200.yaml
+    workbench recipe --model llama3-8b --set num_layers=4 --gpu h200 --source-gpu h100 --gpus 1 \\
+        --out codesigned.yaml --port-out direct-port.yaml
+    workbench recipe --model llama3-70b --gpu mi355x --gpus 64 --format torchtitan-toml --out llama3-70b.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from workbench.errors import SpecError, WorkbenchError
+from workbench.recipe.io import FORMATS, dumps, save_recipe
+from workbench.recipe.schema import Recipe
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("recipe", help="the best training recipe for a model on N GPUs (or a co-designed port)")
+    p.add_argument("--model", required=True, help="catalog model name (recipes name catalog models; see --set)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
+                   help="replace a model field, e.g. --set num_layers=4 (repeatable)")
+    p.add_argument("--gpu", required=True, help="target GPU")
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--precision", default="bf16", help="bf16, fp8, mxfp8, ... (comma-separated to compare several)")
+    p.add_argument("--seq-len", type=int, default=0, help="0: the model's default")
+    p.add_argument("--global-batch", type=int, default=0, help="samples per step; 0: micro-batch x dp (no accumulation)")
+    p.add_argument("--source-gpu", help="port from this GPU: direct port vs co-designed, with the revisions")
+    p.add_argument("--out", help="write the (co-designed) recipe here; default: print it")
+    p.add_argument("--port-out", help="with --source-gpu: also write the direct-port recipe here")
+    p.add_argument("--format", choices=FORMATS, default="yaml")
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.add_argument("--top", type=int, default=5, help="candidates to list (without --source-gpu)")
+    p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
+    p.set_defaults(func=cmd_recipe)
+
+
+def _overrides(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise SpecError("--set", key or item, value or item, "FIELD=INTEGER, e.g. num_layers=4")
+        out[key.strip()] = int(value)
+    return out
+
+
+def _write(recipe: Recipe, path: str | None, fmt: str, force: bool) -> None:
+    if path is None:
+        sys.stdout.write(dumps(recipe, fmt))  # type: ignore[arg-type]
+        return
+    try:
+        written = save_recipe(recipe, path, format=fmt, overwrite=force)  # type: ignore[arg-type]
+    except FileExistsError as exc:
+        raise WorkbenchError(f"{path} exists; pass --force to replace it") from exc
+    print(f"wrote {written}", file=sys.stderr)
+
+
+def cmd_recipe(args: argparse.Namespace) -> int:
+    from workbench.recipe.advisor import advise
+    from workbench.recipe.build import make_recipe, revised_model
+    from workbench.recipe.search import search
+
+    if not isinstance(args.model, str):
+        raise SpecError("--model", "model", getattr(args.model, "name", args.model),
+                        "a catalog model name (a recipe names a catalog model; change fields with --set)")
+    overrides = _overrides(args.overrides)
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    report = sys.stderr if args.out is None else sys.stdout  # keep stdout clean when the recipe goes there
+    if args.source_gpu:
+        if args.port_out and args.port_out == args.out:
+            raise SpecError("--port-out", "port_out", args.port_out, "a different file than --out")
+        advice = advise(args.model, args.source_gpu, args.gpu, args.gpus, precisions[0], overrides=overrides,
+                        seq_len=args.seq_len, global_batch=args.global_batch,
+                        precisions=precisions if len(precisions) > 1 else None, calibrated=args.calibrated)
+        print(f"{advice.model} on {advice.gpus} x {advice.target_gpu}: direct port from {advice.source_gpu} vs "
+              f"co-designed", file=report)
+        print(advice.as_frame().to_string(index=False), file=report)
+        for note in advice.notes:
+            print(f"note: {note}", file=report)
+        if advice.gain is not None:
+            print(f"predicted gain of co-designing: x{advice.gain:.3f}", file=report)
+        frame = advice.revisions_frame()
+        if len(frame):
+            frame = frame[["kind", "name", "old", "new", "predicted_gain", "applied", "requires_retraining", "reason"]]
+            print(frame.to_string(index=False, max_colwidth=70, float_format=lambda x: f"{x:.4f}"), file=report)
+        if args.port_out:
+            if advice.direct_port is None:
+                raise WorkbenchError("no direct port to write: nothing fits the source GPU")
+            _write(advice.direct_port, args.port_out, args.format, args.force)
+        _write(advice.co_designed, args.out, args.format, args.force)
+        return 0
+
+    model = revised_model(args.model, overrides)
+    result = search(model, args.gpu, args.gpus, precisions=precisions, seq_len=args.seq_len,
+                    global_batch=args.global_batch, calibrated=args.calibrated)
+    best = result.best
+    frame = result.as_frame().head(args.top)
+    print(f"{len(result.candidates)} configurations of {args.model} on {args.gpus} x {result.gpu.name}, "
+          f"{len(result.ranked)} fit; the fastest {len(frame)}:", file=report)
+    columns = ["precision", "micro_batch", "global_batch", "activation_checkpointing", "sharding", "dp", "tp", "pp",
+               "ep", "step_time_ms", "tokens_per_s", "mfu", "peak_memory_gb"]
+    print(frame[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"), file=report)
+    recipe = make_recipe(args.model, result.gpu, best.config, overrides=overrides, calibrated=args.calibrated)
+    _write(recipe, args.out, args.format, args.force)
+    return 0
