@@ -23,6 +23,7 @@ NOTEBOOKS = (
     "01_roofline_basics",
     "02_gemm_shapes",
     "04_memory_and_parallelism",
+    "05_recsys_codesign",
 )
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
