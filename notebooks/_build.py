@@ -24,6 +24,7 @@ NOTEBOOKS = (
     "02_gemm_shapes",
     "04_memory_and_parallelism",
     "05_recsys_codesign",
+    "06_export_a_recipe",
 )
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
