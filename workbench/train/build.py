@@ -34,7 +34,7 @@ class Built:
 
 
 def kernel_set(spec: JobSpec) -> KernelSet:
-    return KernelSet(triton=spec.triton_ops(), gemm_configs=spec.kernel_configs("gemm"),
+    return KernelSet(triton=spec.triton_ops(), compile_loss=spec.compile, gemm_configs=spec.kernel_configs("gemm"),
                      attention_configs=spec.kernel_configs("attention"))
 
 

@@ -16,6 +16,7 @@ GEMM is ``workbench.kernels.gemm.scaled_matmul``; on a CPU without the Triton in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +42,9 @@ class KernelSet:
     """Which ops run the project's Triton kernels, and the GEMM configs the recipe pinned per shape."""
 
     triton: frozenset[str] = frozenset()
+    compile_loss: bool = False
+    """torch.compile the torch cross-entropy: Inductor fuses the fp32 upcast, log-softmax and its backward, so
+    only the bf16 logits and one bf16 gradient are ever held (eager holds fp32 log-probs and two fp32 grads)."""
     gemm_configs: dict[tuple, dict] = field(default_factory=dict)
     attention_configs: dict[tuple, dict] = field(default_factory=dict)
 
@@ -69,13 +73,24 @@ class KernelSet:
         """Mean loss (fp32) of logits [N, V] against targets [N]."""
         if self.uses("cross_entropy") and _triton_usable(logits):
             return _triton_cross_entropy(logits, targets)
-        return F.cross_entropy(logits.float(), targets)
+        if self.compile_loss:
+            return _compiled_cross_entropy()(logits, targets)
+        return _torch_cross_entropy(logits, targets)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal attention: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D]."""
         if self.uses("attention") and _triton_usable(q):
             return _triton_attention(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def _torch_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float(), targets)
+
+
+@cache
+def _compiled_cross_entropy():
+    return torch.compile(_torch_cross_entropy)
 
 
 @torch.compiler.disable
