@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve().parent
 NOTEBOOKS = (
     "01_roofline_basics",
     "02_gemm_shapes",
+    "03_kernel_selection",
     "04_memory_and_parallelism",
     "05_recsys_codesign",
     "06_export_a_recipe",
