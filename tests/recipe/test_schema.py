@@ -158,3 +158,13 @@ def test_constructor_validates_too():
 
 def test_dump_is_plain_yaml(recipe):
     assert yaml.safe_load(dumps(recipe))["model"]["revisions"][0]["name"] == "pad_vocab"
+
+
+def test_recipe_package_imports_no_ui_torch_or_pandas():
+    import subprocess
+    import sys
+
+    code = ("import sys, workbench.recipe; "
+            "print(sorted(m for m in ('pandas', 'torch', 'triton', 'ipywidgets', 'altair') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

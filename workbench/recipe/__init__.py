@@ -3,9 +3,14 @@
     >>> from workbench.recipe import load_recipe, save_recipe
     >>> recipe = load_recipe("llama3-8b-h200.yaml")
     >>> recipe.batch.micro_batch, recipe.parallelism.dp, recipe.predicted.tokens_per_s
+    >>> search("llama3-8b", "h200", 8).best                       # the fastest configuration that fits
+    >>> advise("llama3-8b", "h100", "h200", 1).as_frame()          # direct port vs co-designed
 """
 
+from workbench.recipe.advisor import Advice, AdviceItem, advise
+from workbench.recipe.build import make_recipe, predict_recipe, recipe_model, revised_model, training_config
 from workbench.recipe.io import FORMATS, dumps, load_recipe, loads, save_recipe
+from workbench.recipe.search import Candidate, FastEvaluator, SearchResult, search
 from workbench.recipe.schema import (
     SCHEMA_VERSION,
     ActivationCheckpointing,
@@ -22,6 +27,8 @@ from workbench.recipe.schema import (
 )
 
 __all__ = [
+    "Advice", "AdviceItem", "Candidate", "FastEvaluator", "SearchResult", "advise", "make_recipe", "predict_recipe",
+    "recipe_model", "revised_model", "search", "training_config",
     "FORMATS", "SCHEMA_VERSION", "ActivationCheckpointing", "Batch", "EmbeddingPlacement", "KernelChoice",
     "ModelChoice", "ParallelismChoice", "Predicted", "PrecisionPolicy", "Recipe", "Revision", "Target", "dumps",
     "load_recipe", "loads", "save_recipe",
