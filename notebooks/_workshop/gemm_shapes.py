@@ -54,7 +54,8 @@ square = square.assign(n=square.n.astype(int), source="measured (H200)")
 square["tflops"] = 2 * square.n.astype(float) ** 3 / (square.measured_ms * 1e-3) / 1e12
 square = square[["n", "source", "measured_ms", "tflops"]]  # charts take only finite numbers (no NaN columns)
 
-sizes = sorted({int(s) for s in (2 ** (x / 4) for x in range(32, 57, 2 if SMALL else 1))} | set(square.n))
+# quarter-octave steps, rounded to multiples of 64 (aligned rows: section 3 shows what odd sizes cost)
+sizes = sorted({64 * round(2 ** (x / 4) / 64) for x in range(32, 57, 2 if SMALL else 1)} | set(square.n))
 model = pd.DataFrame([{"n": n, "source": "model", "tflops": 2 * n**3 / predict_gemm(n, n, n).time_s / 1e12}
                       for n in sizes])
 
@@ -134,11 +135,13 @@ runs = runs[["name", "dtype", "triton_ms", "baseline_ms", "predicted_baseline_ms
 runs.round(3)
 '''),
         code('''
-alt.Chart(runs).mark_point(filled=True, size=70).encode(
+span = [runs[["baseline_ms", "predicted_baseline_ms"]].min().min(), runs[["baseline_ms", "predicted_baseline_ms"]].max().max()]
+diagonal = alt.Chart(pd.DataFrame({"ms": span})).mark_line(color="gray", strokeDash=[4, 4]).encode(x="ms:Q", y="ms:Q")
+dots = alt.Chart(runs).mark_point(filled=True, size=70).encode(
     x=alt.X("baseline_ms:Q", scale=alt.Scale(type="log"), title="vendor library, measured ms"),
     y=alt.Y("predicted_baseline_ms:Q", scale=alt.Scale(type="log"), title="model, predicted ms"),
-    color="dtype:N", tooltip=["name", "dtype", "baseline_ms", "predicted_baseline_ms", "triton_ms"],
-).properties(width=400, height=300, title=f"Model vs vendor GEMMs ({where}); on the diagonal = exact")
+    color="dtype:N", tooltip=["name", "dtype", "baseline_ms", "predicted_baseline_ms", "triton_ms"])
+(diagonal + dots).properties(width=400, height=300, title=f"Model vs vendor GEMMs ({where}); on the diagonal = exact")
 '''),
         md('''
 ## Exercise
