@@ -95,7 +95,9 @@ class Workbench(w.VBox):
         self.model_input = ModelInput(self.add_model)
         self.status = w.HTML()
         self.status.add_class("wb-status")
-        self.views = {name: alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point()) for name in CHART_TABS}
+        # SVG rather than canvas: marks stay in the DOM (crisp zoom, accessible, countable by the browser test)
+        self.views = {name: alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point(),
+                                             embed_options={"renderer": "svg", "actions": False}) for name in CHART_TABS}
         for name, view in self.views.items():
             view.add_class(f"wb-chart-{name.replace(' ', '-')}")
         self.roofline_notes, self.op_info = w.HTML(), w.HTML("<i>Click a point to see its op.</i>")
@@ -223,7 +225,7 @@ class Workbench(w.VBox):
         view = self.views["roofline"]
         view.selections.observe(self._on_select, names=[charts.OP_SELECTION])
         uncalibrated = [p.gpu.display_name for p in predictions if not p.calibrated]
-        notes = [roofline_note(p) for p in predictions]
+        notes = [note for p in predictions if (note := roofline_note(p))]
         if self._state.calibrated and uncalibrated:
             notes.append(f"no calibration profile (spec constants): {', '.join(uncalibrated)}")
         self.roofline_notes.value = "<br>".join(html.escape(n) for n in notes)

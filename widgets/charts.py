@@ -19,6 +19,12 @@ from widgets.data import MEMORY_PARTS, STEP_PARTS, intensity_range, roof_lines
 OP_SELECTION = "op"
 """Name of the point selection on the roofline's op points (``JupyterChart.selections.op``)."""
 SAVE_FORMATS: tuple[str, ...] = ("png", "svg")
+ROOFLINE_COLUMNS: tuple[str, ...] = (
+    "gpu", "layer", "roof", "source", "order", "label", "intensity", "tflops", "op", "kind", "shape", "dtype",
+    "flops", "bytes", "time_ms", "executions", "total_ms", "share_pct", "bound",  # predicted ops
+    "case", "module", "kernel",  # measured kernels
+)
+"""What the roofline charts encode or show in tooltips; other columns are not sent to the browser."""
 FACET_WIDTH = 300
 CHART_HEIGHT = 280
 
@@ -27,18 +33,21 @@ def _log(domain: tuple[float, float]) -> alt.Scale:
     return alt.Scale(type="log", domain=list(domain))
 
 
-def _roofline_layers(frame: pd.DataFrame, x_range: tuple[float, float]) -> list[alt.Chart]:
-    """The layers shared by the predicted and the measured roofline: roofs, their labels, ridge points."""
+def _roofline_layers(x_range: tuple[float, float]) -> list[alt.Chart]:
+    """The layers shared by the predicted and the measured roofline: roofs, their labels, ridge points (no data
+    of their own: the top-level chart carries one data set, converted once)."""
     x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
     y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s (predicted achieved)")
-    roofs = alt.Chart(frame).transform_filter(alt.datum.layer == "roof").mark_line(color="#666", strokeWidth=1.5).encode(
-        x=x, y=y, detail=["roof:N", "source:N"], order="order:Q",
+    roofs = alt.Chart().transform_filter(alt.datum.layer == "roof").mark_line(color="#666", strokeWidth=1.5).encode(
+        x=x, y=y, detail=[alt.Detail("roof:N"), alt.Detail("source:N")], order=alt.Order("order:Q"),
         strokeDash=alt.StrokeDash("source:N", title="roofs", sort=["spec", "calibrated"],
                                   scale=alt.Scale(domain=["spec", "calibrated"], range=[[1, 0], [6, 3]])),
     )
-    labels = alt.Chart(frame).transform_filter((alt.datum.layer == "roof") & (alt.datum.order == 2)).mark_text(
-        align="right", dy=-6, fontSize=10, color="#444").encode(x=x, y=y, text="label:N")
-    ridges = alt.Chart(frame).transform_filter(alt.datum.layer == "ridge").mark_point(
+    # spec roofs are labelled at their ridge point (left of the knee, where no op sits); calibrated ones are dashed
+    labels = alt.Chart().transform_filter((alt.datum.layer == "roof") & (alt.datum.order == 1)
+                                          & (alt.datum.source == "spec")).mark_text(
+        align="right", dx=-6, dy=-4, fontSize=10, color="#444").encode(x=x, y=y, text="label:N")
+    ridges = alt.Chart().transform_filter(alt.datum.layer == "ridge").mark_point(
         shape="diamond", color="#444", filled=True, size=40).encode(
         x=x, y=y, tooltip=[alt.Tooltip("label:N", title="ridge point"),
                            alt.Tooltip("intensity:Q", title="FLOP/byte", format=".1f"),
@@ -58,7 +67,8 @@ def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
     if not ridges.empty:
         ridges["label"] = ridges["roof"] + " (" + ridges["source"] + ")"
     ops = pd.concat(list(points), ignore_index=True).rename(columns={"achieved_tflops": "tflops"}).assign(layer="op") if points else pd.DataFrame()
-    return pd.concat([lines, ridges, ops], ignore_index=True), x_range
+    frame = pd.concat([lines, ridges, ops], ignore_index=True)
+    return frame[[c for c in ROOFLINE_COLUMNS if c in frame]], x_range
 
 
 def roofline_chart(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.DataFrame], gpu_order: Sequence[str]) -> alt.FacetChart:
@@ -69,11 +79,12 @@ def roofline_chart(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
     select = alt.selection_point(name=OP_SELECTION, fields=["gpu", "op"], on="click", clear="dblclick")
     x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
     y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s (predicted achieved)")
-    ops = alt.Chart(frame).transform_filter(alt.datum.layer == "op").mark_circle(opacity=0.8, stroke="black").encode(
+    ops = alt.Chart().transform_filter(alt.datum.layer == "op").mark_circle(opacity=0.8, stroke="black").encode(
         x=x, y=y,
         size=alt.Size("share_pct:Q", title="% of step", scale=alt.Scale(range=[15, 900])),
         color=alt.Color("kind:N", title="op kind"),
-        strokeWidth=alt.condition(select, alt.value(1.5), alt.value(0)),
+        # outline only the clicked point (an empty selection outlines none)
+        strokeWidth=alt.StrokeWidthValue(0, condition={"param": OP_SELECTION, "empty": False, "value": 2}),
         tooltip=[alt.Tooltip("op:N"), alt.Tooltip("kind:N"), alt.Tooltip("shape:N"), alt.Tooltip("dtype:N"),
                  alt.Tooltip("flops:Q", title="FLOPs", format=".3s"), alt.Tooltip("bytes:Q", title="bytes", format=".3s"),
                  alt.Tooltip("intensity:Q", title="FLOP/byte", format=".1f"),
@@ -81,7 +92,7 @@ def roofline_chart(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
                  alt.Tooltip("executions:Q"), alt.Tooltip("total_ms:Q", title="ms per step", format=".2f"),
                  alt.Tooltip("share_pct:Q", title="% of step", format=".1f"), alt.Tooltip("bound:N")],
     ).add_params(select)
-    layered = alt.layer(*_roofline_layers(frame, x_range), ops, data=frame).properties(width=FACET_WIDTH, height=CHART_HEIGHT)
+    layered = alt.layer(*_roofline_layers(x_range), ops).properties(width=FACET_WIDTH, height=CHART_HEIGHT)
     return layered.facet(column=alt.Column("gpu:N", title=None, sort=list(gpu_order)), data=frame)
 
 
@@ -91,12 +102,12 @@ def measured_roofline_chart(points: pd.DataFrame, roof_frame: pd.DataFrame, meas
     frame.loc[frame["layer"] == "op", "layer"] = "op"
     x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
     y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s")
-    predicted = alt.Chart(frame).transform_filter((alt.datum.layer == "op") & alt.expr.isValid(alt.datum.share_pct)).mark_circle(
+    predicted = alt.Chart().transform_filter((alt.datum.layer == "op") & alt.expr.isValid(alt.datum.share_pct)).mark_circle(
         color="#bbb", size=30).encode(x=x, y=y, tooltip=["op:N", "shape:N"])
-    ran = alt.Chart(frame).transform_filter(alt.expr.isValid(alt.datum.kernel)).mark_point(filled=True, size=70).encode(
+    ran = alt.Chart().transform_filter(alt.expr.isValid(alt.datum.kernel)).mark_point(filled=True, size=70).encode(
         x=x, y=y, color=alt.Color("module:N", title="kernel"), shape=alt.Shape("kernel:N", title="measured"),
         tooltip=["case:N", "module:N", "kernel:N", "dtype:N", alt.Tooltip("tflops:Q", format=",.1f")])
-    return alt.layer(*_roofline_layers(frame, x_range), predicted, ran, data=frame).properties(
+    return alt.layer(*_roofline_layers(x_range), predicted, ran, data=frame).properties(
         width=2 * FACET_WIDTH, height=CHART_HEIGHT)
 
 
@@ -117,19 +128,19 @@ def memory_chart(frame: pd.DataFrame, gpu_order: Sequence[str]) -> alt.FacetChar
     usable share (dashed), labelled with whether it fits and the largest micro-batch that does."""
     modes = ["none", "selective", "full"]
     x = alt.X("mode:N", title="activation checkpointing", sort=modes)
-    bars = alt.Chart(frame).mark_bar().encode(
+    bars = alt.Chart().mark_bar().encode(
         x=x, y=alt.Y("gb:Q", title="GB per GPU", stack="zero"),
         color=alt.Color("part:N", title="memory", sort=list(MEMORY_PARTS)),
         order=alt.Order("part_order:Q"),
         tooltip=["mode:N", "part:N", alt.Tooltip("gb:Q", format=",.1f"), alt.Tooltip("total_gb:Q", format=",.1f"),
                  "max_micro_batch:Q"])
-    capacity = alt.Chart(frame).mark_rule(color="#d62728", strokeWidth=2).encode(
+    capacity = alt.Chart().mark_rule(color="#d62728", strokeWidth=2).encode(
         y="max(capacity_gb):Q", tooltip=[alt.Tooltip("max(capacity_gb):Q", title="HBM GB")])
-    usable = alt.Chart(frame).mark_rule(color="#d62728", strokeDash=[4, 3]).encode(
+    usable = alt.Chart().mark_rule(color="#d62728", strokeDash=[4, 3]).encode(
         y="max(usable_gb):Q", tooltip=[alt.Tooltip("max(usable_gb):Q", title="usable GB (headroom kept)")])
-    labels = alt.Chart(frame).mark_text(dy=-8, fontSize=10).encode(
+    labels = alt.Chart().mark_text(dy=-8, fontSize=10).encode(
         x=x, y="max(total_gb):Q", text="max(label):N")
-    return alt.layer(bars, capacity, usable, labels, data=frame).properties(width=200, height=CHART_HEIGHT).facet(
+    return alt.layer(bars, capacity, usable, labels).properties(width=200, height=CHART_HEIGHT).facet(
         column=alt.Column("gpu:N", title=None, sort=list(gpu_order)), data=frame)
 
 

@@ -18,7 +18,7 @@ from widgets.data import precision_label
 from widgets.state import WorkbenchState
 
 _WIDE = w.Layout(width="260px")
-_NARROW = w.Layout(width="180px")
+_NARROW = w.Layout(width="220px")
 
 
 def model_options(custom: dict[str, Model]) -> list[tuple[str, str]]:

@@ -97,20 +97,22 @@ def roofline_points(prediction: Prediction) -> pd.DataFrame:
     log-log roofline and are left out; ``roofline_note`` says how much of the step they are."""
     frame = prediction.ops_frame()
     frame = frame[(frame["phase"] != "comm") & (frame["flops"] > 0)]
-    out = frame.rename(columns={"name": "op", "arithmetic_intensity": "intensity", "count": "executions"})
+    out = frame.rename(columns={"name": "op", "arithmetic_intensity": "intensity", "count": "executions",
+                                "layer": "block"})
     out.insert(0, "gpu", prediction.gpu.display_name)
     out["share_pct"] = out["share"] * 100
-    return out[["gpu", "op", "kind", "phase", "layer", "shape", "dtype", "executions", "flops", "bytes", "intensity",
+    return out[["gpu", "op", "kind", "phase", "block", "shape", "dtype", "executions", "flops", "bytes", "intensity",
                 "achieved_tflops", "time_ms", "total_ms", "share_pct", "bound"]].reset_index(drop=True)
 
 
 def roofline_note(prediction: Prediction) -> str:
-    """What the roofline chart cannot show for this prediction: communication time and precision fallbacks."""
+    """What the roofline chart cannot show for this prediction (exposed communication, precision fallbacks,
+    memory that does not fit), or "" when there is nothing to say."""
     s = prediction.summary
-    parts = [f"{prediction.gpu.display_name}: communication (not on the roofline) is "
-             f"{s.communication_s / s.step_time_s:.1%} of the step"]
+    parts = [f"exposed communication (not on the roofline) is {s.communication_s / s.step_time_s:.1%} of the step"
+             ] if s.communication_s > 0 else []
     parts += prediction.notes
-    return "; ".join(parts)
+    return f"{prediction.gpu.display_name}: {'; '.join(parts)}" if parts else ""
 
 
 def _roof_keys(prediction: Prediction) -> list[str]:

@@ -1,0 +1,174 @@
+"""The workbench notebook in a real browser: JupyterLab (localhost, random port, token) and headless Debian
+Chromium through playwright. Runs the notebook, changes the GPUs and the precision through the widgets, checks
+that the roofline re-rendered with the new points, exports a recipe through the button and reads the file.
+
+Screenshots go to test-artifacts/browser/. Without chromium or playwright the test skips, except in CI (the
+``CI`` environment variable set), where it fails: CI installs both (.ci/run, the test extra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-quic", "--no-first-run"]
+ROOFLINE_SVG = ".wb-chart-roofline svg"
+
+
+def _require_browser():
+    missing = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (test extra)")
+    if not CHROMIUM.exists():
+        missing.append(f"{CHROMIUM} (apt-get install chromium)")
+    if missing:
+        message = "real-browser test needs " + " and ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI must provide them (.ci/run)")
+        pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server over a scratch copy of the notebook (the export writes beside it, not in the repo)."""
+    root = tmp_path / "root"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / "workbench.ipynb", root / "notebooks" / "workbench.ipynb")
+    port, token = _free_port(), secrets.token_hex(16)
+    settings = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
+    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+               "--LabApp.expose_app_in_browser=True", "--allow-root"]
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()
+                assert time.time() < deadline, "JupyterLab did not answer within 90 s"
+                time.sleep(0.5)
+        yield base, token, root
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _chart_text(page) -> str:
+    return page.eval_on_selector(ROOFLINE_SVG, "svg => svg.textContent")
+
+
+def _point_labels(page) -> list[str]:
+    """aria-labels of the op points (vega's SVG renderer describes each mark item from its tooltip)."""
+    return page.eval_on_selector_all(f"{ROOFLINE_SVG} g.mark-symbol path",
+                                     "paths => paths.map(p => p.getAttribute('aria-label') || '')")
+
+
+def _wait_for(page, predicate, what: str, timeout_s: float = 60) -> float:
+    start = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - start > timeout_s:
+            page.screenshot(path=str(ARTIFACTS / "timeout.png"), full_page=True)
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        page.wait_for_timeout(20)
+    return time.perf_counter() - start
+
+
+def test_workbench_in_chromium(lab):
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    base, token, root = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    timings = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{base}/lab/tree/notebooks/workbench.ipynb?reset&token={token}")
+            page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
+                                   timeout=60_000)
+            # run-all before the kernel is up would queue nothing: wait for an idle kernel on the panel
+            page.wait_for_function("(() => { const w = window.jupyterapp.shell.currentWidget;"
+                                   " const k = w && w.sessionContext && w.sessionContext.session"
+                                   " && w.sessionContext.session.kernel; return k && k.status === 'idle'; })()",
+                                   timeout=90_000)
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            page.wait_for_selector(f"{ROOFLINE_SVG} g.mark-symbol path", timeout=120_000)
+            page.screenshot(path=str(ARTIFACTS / "1-start.png"), full_page=True)
+            start_text = _chart_text(page)
+            assert "NVIDIA H200 SXM 141GB" in start_text and "AMD Instinct MI350X" in start_text
+            assert "fp8 matrix" not in start_text
+            start_points = _point_labels(page)
+            assert start_points
+
+            # GPUs: B200 and MI355X instead of the defaults
+            page.select_option(".wb-gpus select", label=["NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI355X"])
+            timings["gpus_change_to_render_s"] = _wait_for(
+                page, lambda: "AMD Instinct MI355X" in _chart_text(page) and "H200" not in _chart_text(page),
+                "the roofline to show B200 and MI355X")
+            labels = _point_labels(page)
+            assert labels and labels != start_points
+            page.screenshot(path=str(ARTIFACTS / "2-gpus.png"), full_page=True)
+
+            # precision: fp8 brings fp8 matrix roofs and moves the GEMM points
+            page.select_option(".wb-precision select", label="fp8 (1 bytes)")
+            timings["precision_change_to_render_s"] = _wait_for(
+                page, lambda: "fp8 matrix" in _chart_text(page), "fp8 roofs on the roofline")
+            assert _point_labels(page) != labels
+            page.screenshot(path=str(ARTIFACTS / "3-fp8.png"), full_page=True)
+
+            # Recipe tab: export through the button, then read the file the kernel wrote
+            page.click(".wb-workbench .lm-TabBar-tab:has-text('Recipe')")
+            page.wait_for_selector(".wb-recipe-preview", timeout=30_000)
+            page.click("button.wb-export")
+            page.wait_for_selector(".wb-export-message a.wb-download", timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / "4-recipe.png"), full_page=True)
+            assert not errors, errors
+        finally:
+            browser.close()
+
+    from workbench.recipe import load_recipe
+
+    written = sorted((root / "notebooks" / "recipes").glob("*.yaml"))
+    assert [p.name for p in written] == ["llama3-8b-b200-8x.yaml"]
+    recipe = load_recipe(written[0])
+    assert recipe.target.gpu == "b200" and recipe.precision.workbench_precision == "fp8"
+    (ARTIFACTS / "timings.json").write_text(json.dumps(timings, indent=2))
