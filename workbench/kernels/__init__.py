@@ -1,4 +1,5 @@
 """Triton kernels, one per file, each with its launch wrapper, torch reference, per-backend config space and
-FLOP/byte counts (see ``_common`` for the shared conventions). Importing this package needs torch and triton;
-the core ``workbench`` never imports it.
+FLOP/byte counts (see ``_common`` for the shared conventions). The kernel modules need torch and triton;
+``spaces`` (the GEMM and attention config spaces) and ``_common`` are pure Python, so the kernel selector can rank
+configs on a machine without either.
 """

@@ -26,7 +26,6 @@ Under the interpreter bf16 tiles are upcast to fp32 first (its bf16 tl.dot is br
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Literal
 
@@ -37,11 +36,12 @@ import triton.language as tl
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
 from workbench.kernels._common import BenchCase, backend, check, check_device, interpreting
+from workbench.kernels.spaces import HEAD_DIMS
+from workbench.kernels.spaces import attention_config_space as config_space
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-_HEAD_DIMS = (16, 32, 64, 128, 256)
 _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
 """Relative Frobenius error against float64 accepted per input dtype (bench cases: O; fwd_bwd also dQ, dK, dV)."""
@@ -329,7 +329,7 @@ def _check_inputs(q, k, v, causal, scale) -> float:
     check(k.shape[0] == b, "k", f"batch {k.shape[0]}", f"q's batch {b}")
     check(k.shape[2] == s, "k", f"seq {k.shape[2]}", f"q's seq {s} (self-attention)")
     check(k.shape[3] == d, "k", f"head_dim {k.shape[3]}", f"q's head_dim {d}")
-    check(d in _HEAD_DIMS, "q", f"head_dim {d}", f"one of {', '.join(map(str, _HEAD_DIMS))}")
+    check(d in HEAD_DIMS, "q", f"head_dim {d}", f"one of {', '.join(map(str, HEAD_DIMS))}")
     check(min(b, hq, s, hkv) > 0, "q", f"shape {tuple(q.shape)} with k {tuple(k.shape)}", "no empty dimension")
     check(hq % hkv == 0, "k", f"{hkv} heads", f"a divisor of q's {hq} heads (grouped-query attention)")
     check(q.dtype in _DTYPES, "q", f"dtype {q.dtype}", "torch.bfloat16, torch.float16 or torch.float32")
@@ -523,52 +523,6 @@ def reference_attention_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             dk[c] = ds.transpose(-1, -2) @ q64[c] * scale
         kv_shape = (b, hkv, group, s, d)
         return (o.view(b, hq, s, d), dq.view(b, hq, s, d), dk.view(kv_shape).sum(2), dv.view(kv_shape).sum(2))
-
-
-# ------------------------------------------------------------------------------------------------ config space
-# Default (first) entries per head_dim, as (BLOCK_M, BLOCK_N, num_warps, num_stages). Guesses, to calibrate by
-# timing config_space on the GPU. NVIDIA: FlashAttention-2's tiles (fwd 128 queries x 64 keys; bwd a small query
-# tile against a 128-key tile, as in Triton's fused-attention tutorial), picked among neighbours by compiling
-# for sm_90a ahead of time (bf16, 16-divisible strides): fwd d=128 uses 178 registers and no spills; bwd d=128
-# 32x128 spills 44 bytes in the dK/dV pass where 64x128 spills 372. AMD: ROCm's Triton flash attention for
-# MI300X (128x64, waves_per_eu 2, one stage for two fused GEMMs), matrix_instr_nonkdim 16; at d=128 with 8 warps,
-# because `workbench kernels inspect --kernel attention` showed 4 warps spilling 46 VGPRs on gfx942.
-_NVIDIA_DEFAULTS = {
-    "fwd": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
-    "bwd": {64: (64, 128, 8, 2), 128: (32, 128, 8, 2), 256: (32, 64, 8, 2)},
-}
-_AMD_DEFAULTS = {
-    "fwd": {64: (128, 64, 4, 1), 128: (128, 64, 8, 1), 256: (64, 64, 4, 1)},
-    "bwd": {64: (64, 64, 4, 1), 128: (64, 64, 4, 1), 256: (32, 64, 4, 1)},
-}
-
-
-def config_space(backend: str, pass_: str = "fwd", head_dim: int = 128) -> list[dict]:
-    """Tiles x warps x stages for the forward (``pass_="fwd"``) or backward (``"bwd"``) pass; the first entry is
-    the default for ``head_dim``. Entries too large for a GPU's shared memory (large tiles at d=256) fail to
-    compile there: skip them when tuning. AMD entries add waves_per_eu and matrix_instr_nonkdim."""
-    check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
-    check(pass_ in ("fwd", "bwd"), "pass_", repr(pass_), "'fwd' or 'bwd'")
-    check(head_dim in _HEAD_DIMS, "head_dim", repr(head_dim), f"one of {', '.join(map(str, _HEAD_DIMS))}")
-    if backend == "interpreter":  # small tiles keep the CPU run short; both tile orders exercise the loop splits
-        return [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": 1, "num_stages": 1}
-                for m, n in ((16, 16), (32, 16), (16, 32))]
-    bucket = 64 if head_dim <= 64 else head_dim
-    if pass_ == "fwd":
-        tiles = list(itertools.product((64, 128), (32, 64, 128)))
-    else:  # dK/dV pass: a small query tile streams past a large key tile
-        tiles = list(itertools.product((32, 64), (64, 128)))
-    keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-    if backend == "cuda":
-        default = dict(zip(keys, _NVIDIA_DEFAULTS[pass_][bucket]))
-        stages = (2, 3, 4) if pass_ == "fwd" else (1, 2, 3)
-        space = [dict(zip(keys, (m, n, w, st))) for (m, n), w, st in itertools.product(tiles, (4, 8), stages)]
-    else:
-        default = {**dict(zip(keys, _AMD_DEFAULTS[pass_][bucket])), "waves_per_eu": 2 if pass_ == "fwd" else 1,
-                   "matrix_instr_nonkdim": 16}
-        space = [{**dict(zip(keys, (m, n, w, 1))), "waves_per_eu": e, "matrix_instr_nonkdim": kdim}
-                 for (m, n), w, e, kdim in itertools.product(tiles, (4, 8), (0, 1, 2), (16, 32))]
-    return [default] + [c for c in space if c != default]
 
 
 # ------------------------------------------------------------------------------------------------- FLOPs, bytes

@@ -12,13 +12,13 @@ either per tensor (scalars) or per row of A / per column of B.
 from __future__ import annotations
 
 import functools
-import itertools
 
 import torch
 import triton
 import triton.language as tl
 
 from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device, interpreting
+from workbench.kernels.spaces import gemm_config_space as config_space
 from workbench.models import get_model
 
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
@@ -257,102 +257,6 @@ def _reference_activation(x: torch.Tensor, activation: str) -> torch.Tensor:
     if activation != "none":
         raise KernelInputError(f"activation: got {activation!r}, expected one of {ACTIVATIONS}")
     return x
-
-
-# Config space. Every pruning bound below that is not a hardware limit is a guess: calibrate it by timing the
-# whole space with ``workbench bench`` on the target GPU and widening the bound if a pruned config would win.
-BLOCK_MN = (64, 128, 256)
-BLOCK_K = (32, 64, 128)
-GROUP_M = 8
-ACCUMULATOR_REGS_PER_LANE = (64, 128)
-"""fp32 accumulator registers per lane, BLOCK_M*BLOCK_N / (num_warps * lanes): fewer leaves warps with too
-little work per K step, more leaves too few of the 255 (NVIDIA) / 512 (AMD, VGPR+AGPR) registers for operands
-and addresses and spills. A guess."""
-SM90_SHARED_BYTES = 227 * 1024
-"""Shared memory one block may use on compute capability 9.0 (H100/H200): CUDA C++ Programming Guide,
-"Technical Specifications per Compute Capability"."""
-NVIDIA_MIN_INFLIGHT_BYTES = 256
-"""num_stages * BLOCK_K * dtype bytes: the K bytes of each row the pipeline keeps in flight; shallower
-pipelines expose the HBM latency. A guess."""
-AMD_LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
-"""LDS per CU (and per workgroup): 64 KiB on CDNA3 (MI300X/MI325X), 160 KiB on CDNA4 (MI350X/MI355X), per
-AMD's CDNA3 ISA guide and CDNA4 whitepaper."""
-AMD_MIN_K_SLICE_BYTES = 128
-"""BLOCK_K * dtype bytes on AMD: with num_stages=2 only one K step is prefetched, so each step must be deep.
-A guess."""
-AMD_WAVES_PER_EU_2_MAX_ACC = 64
-"""waves_per_eu=2 caps a wave at 256 of the 512 registers per lane; only accumulators up to this many
-registers leave room for the operands. A guess."""
-
-
-def config_space(backend: str, *, arch: str = "gfx942", dtype_bytes: int = 2) -> list[dict]:
-    """Launch configs for ``backend`` ("cuda", "hip" or "interpreter"), the default (the wrapper's
-    ``config=None``) first. ``arch`` picks the AMD target ("gfx942" or "gfx950"); ``dtype_bytes`` is the operand
-    size (1 fp8, 2 bf16/fp16, 4 fp32), which sets the shared memory/LDS a config needs."""
-    check(dtype_bytes in (1, 2, 4), "dtype_bytes", dtype_bytes, "1 (fp8), 2 (bf16/fp16) or 4 (fp32)")
-    if backend == "interpreter":  # small tiles keep the CPU tests fast
-        return [dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=GROUP_M, num_warps=4, num_stages=1)]
-    if backend == "cuda":
-        return _nvidia_configs(dtype_bytes)
-    if backend == "hip":
-        check(arch in AMD_LDS_BYTES, "arch", repr(arch), f"one of {tuple(AMD_LDS_BYTES)}")
-        return _amd_configs(arch, dtype_bytes)
-    raise KernelInputError(f"backend: got {backend!r}, expected 'cuda', 'hip' or 'interpreter'")
-
-
-def _accumulator_fits(block_m: int, block_n: int, num_warps: int, lanes: int) -> bool:
-    low, high = ACCUMULATOR_REGS_PER_LANE
-    return low <= block_m * block_n // (num_warps * lanes) <= high
-
-
-# The config=None choice on sm_90, per operand size: the best single config over the Llama 3 8B/70B
-# projections in benchmarks/results/h200/kernels/gemm_sweep.csv (bf16: 0.976 of cuBLAS, geometric mean;
-# fp8: 0.779 of _scaled_mm). tf32 was not swept.
-_NVIDIA_DEFAULTS = {
-    1: dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=GROUP_M, num_warps=8, num_stages=3),
-    2: dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=GROUP_M, num_warps=8, num_stages=4),
-    4: dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=GROUP_M, num_warps=8, num_stages=4),
-}
-
-
-def _nvidia_configs(dtype_bytes: int) -> list[dict]:
-    """sm_90: Triton keeps num_stages copies of the A and B tiles in shared memory (checked against
-    ``metadata.shared`` of sm_90 builds with triton 3.7.1)."""
-    configs = []
-    for bm, bn, bk, warps, stages in itertools.product(BLOCK_MN, BLOCK_MN, BLOCK_K, (4, 8), (3, 4, 5)):
-        shared = stages * (bm * bk + bk * bn) * dtype_bytes
-        if (shared <= SM90_SHARED_BYTES and stages * bk * dtype_bytes >= NVIDIA_MIN_INFLIGHT_BYTES
-                and _accumulator_fits(bm, bn, warps, lanes=32)):
-            configs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, num_warps=warps,
-                                num_stages=stages))
-    default = _NVIDIA_DEFAULTS[dtype_bytes]
-    return _default_first(configs, default)
-
-
-def _amd_configs(arch: str, dtype_bytes: int) -> list[dict]:
-    """CDNA3/CDNA4: num_stages=2 (ROCm's advice for a single GEMM). Triton's AMD pipeliner then keeps
-    num_stages - 1 = one copy of the A and B tiles in LDS (checked against ``metadata.shared`` of gfx942 and gfx950
-    builds with triton 3.7.1). kpack 2 only on gfx942: gfx950 accepts only 1."""
-    stages = 2
-    kpacks = (1, 2) if arch == "gfx942" else (1,)
-    configs = []
-    for bm, bn, bk, warps, waves, nonkdim, kpack in itertools.product(
-            BLOCK_MN, BLOCK_MN, BLOCK_K, (4, 8), (0, 2), (16, 32), kpacks):
-        lds = (stages - 1) * (bm * bk + bk * bn) * dtype_bytes
-        accumulator = bm * bn // (warps * 64)  # 64-lane wavefronts
-        if (lds <= AMD_LDS_BYTES[arch] and bk * dtype_bytes >= AMD_MIN_K_SLICE_BYTES
-                and _accumulator_fits(bm, bn, warps, lanes=64)
-                and (waves == 0 or accumulator <= AMD_WAVES_PER_EU_2_MAX_ACC)):
-            configs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, num_warps=warps,
-                                num_stages=stages, waves_per_eu=waves, matrix_instr_nonkdim=nonkdim, kpack=kpack))
-    default = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128 // dtype_bytes, GROUP_M=GROUP_M, num_warps=4,
-                   num_stages=stages, waves_per_eu=0, matrix_instr_nonkdim=16, kpack=kpacks[-1])
-    return _default_first(configs, default)
-
-
-def _default_first(configs: list[dict], default: dict) -> list[dict]:
-    assert default in configs, f"the default config {default} was pruned"
-    return [default] + [c for c in configs if c != default]
 
 
 DTYPE_BYTES = {"bf16": (2, 2), "fp16": (2, 2), "tf32": (4, 4), "fp32": (4, 4), "fp8": (1, 2)}
