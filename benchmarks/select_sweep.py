@@ -269,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="gemm-bf16,gemm-fp8,gemm-fp16,attention")
     parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting shapes after this long")
     parser.add_argument("--limit", type=int, default=0, help="at most this many shapes per part (0: all)")
+    parser.add_argument("--skip", type=Path, help="a select_sweep.csv whose (part, shape) pairs are done already")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     args = parser.parse_args(argv)
     import torch
@@ -276,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     gemms = select_shapes.gemm_shapes()
+    done_before = set()
+    if args.skip and args.skip.exists():
+        with args.skip.open() as handle:
+            done_before = {(row["part"], row["shape_id"]) for row in csv.DictReader(handle)}
     plan = []
     for part in args.parts.split(","):
         if part in GEMM_DTYPES:
@@ -288,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             parser.error(f"--parts: unknown part {part!r}; expected gemm-bf16, gemm-fp8, gemm-fp16, attention")
 
+    plan = [(part, dtype, [s for s in shapes if (part, s["id"]) not in done_before], configs)
+            for part, dtype, shapes, configs in plan]
     for part, dtype, shapes, configs in plan:  # compile everything first, in parallel
         if part == "attention":
             keys = {(s["heads_q"], s["heads_kv"], s["head_dim"], s["causal"]): s for s in shapes}
