@@ -13,6 +13,7 @@ fifth fitting candidate. One process, one thread (the interpreter is single-thre
 from __future__ import annotations
 
 import csv
+import os
 import platform
 import statistics
 import time
@@ -69,6 +70,7 @@ def run_case(name: str, gpu: str, gpus: int, global_batch: int, precisions: tupl
 
 
 def main() -> None:
+    load_before = os.getloadavg()[0]
     rows = [run_case(*case) for case in CASES]
     total = {"model": "ALL", "gpu": "", "gpus": "", "global_batch": "", "precisions": "",
              "candidates": sum(r["candidates"] for r in rows), "timed": sum(r["timed"] for r in rows),
@@ -81,7 +83,9 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("w", newline="") as handle:
         handle.write(f"# benchmarks/search_speed.py on {platform.processor() or platform.machine()}, "
-                     f"Python {platform.python_version()}, one core; target >= 10,000 candidates/s\n")
+                     f"Python {platform.python_version()}, one core; load average {load_before:.1f} before / "
+                     f"{os.getloadavg()[0]:.1f} after on {os.cpu_count()} cores (shared machine); "
+                     "target >= 10,000 candidates/s\n")
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

@@ -1,6 +1,6 @@
 """Search: every feasible training configuration of a model on N GPUs of one type, ranked by predicted throughput.
 
-Candidates span micro-batch (powers of two), activation checkpointing, FSDP vs DDP, tensor-parallel degree (inside
+Candidates span micro-batch (powers of two, and the largest that fits HBM), activation checkpointing, FSDP vs DDP, tensor-parallel degree (inside
 the scale-up domain), pipeline degree, expert-parallel degree for MoE models, and precisions when asked. A
 candidate is feasible when its peak memory fits HBM with the memory model's headroom
 (``workbench.memory.HEADROOM_FRACTION``).
@@ -282,17 +282,26 @@ def search(
 
 def _climb(ev: FastEvaluator, result: SearchResult, model: Model, p: Parallelism, precision: str, seq: int,
            ac: str, global_batch: int) -> None:
-    """Micro-batches 1, 2, 4, ... until memory no longer fits (memory grows with the micro-batch)."""
-    mb = 1
+    """Micro-batches 1, 2, 4, ... until memory no longer fits (memory grows with the micro-batch); then, without
+    a fixed global batch, the largest micro-batch between the last two powers of two that fits (fills HBM)."""
+    mb, fitted = 1, 0
     while mb <= MAX_MICRO_BATCH[model.kind]:
         if global_batch and global_batch % (mb * p.dp):
             if mb * p.dp > global_batch:
                 return
             mb *= 2
             continue
-        cfg = TrainingConfig(mb, seq, precision, p, ac, global_batch)  # valid by construction (layouts checked)
-        candidate = ev.evaluate(cfg, check_memory_first=True)
+        candidate = ev.evaluate(TrainingConfig(mb, seq, precision, p, ac, global_batch), check_memory_first=True)
         result.candidates.append(candidate)
         if not candidate.fits:
-            return
-        mb *= 2
+            break
+        fitted, mb = mb, mb * 2
+    if global_batch or not fitted or mb > MAX_MICRO_BATCH[model.kind]:
+        return
+    low, high = fitted, mb  # fits at low, not at high: bisect on memory alone
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if memory_breakdown(model, TrainingConfig(mid, seq, precision, p, ac), ev.gpu).fits \
+            else (low, mid)
+    if low > fitted:
+        result.candidates.append(ev.evaluate(TrainingConfig(low, seq, precision, p, ac, global_batch)))
