@@ -168,3 +168,21 @@ def test_recipe_package_imports_no_ui_torch_or_pandas():
             "print(sorted(m for m in ('pandas', 'torch', 'triton', 'ipywidgets', 'altair') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("edit, field, expected", [
+    (lambda d: (d["parallelism"].update(dp=1, tp=8), d["batch"].update(global_batch=8, grad_accumulation=4)),
+     "parallelism.tp", None),  # 8 divides llama3-8b's heads: valid, no error
+    (lambda d: (d["parallelism"].update(dp=1, tp=8), d["model"]["overrides"].update(num_heads=12, num_kv_heads=4),
+                d["batch"].update(global_batch=8)), "parallelism.tp", "divisor of num_heads=12"),
+    (lambda d: (d["parallelism"].update(dp=1, pp=8), d["batch"].update(global_batch=8, grad_accumulation=4)),
+     "parallelism.pp", "at most num_layers=4"),
+    (lambda d: d["model"]["overrides"].update(num_kv_heads=5), "model.overrides", "divisor of num_heads"),
+])
+def test_configuration_is_checked_against_the_revised_model(data, edit, field, expected):
+    edit(data)
+    if expected is None:
+        Recipe.from_dict(data, "r.yaml")
+        return
+    err = _error(data)
+    assert err.origin == "r.yaml" and err.field == field and expected in err.expected, str(err)

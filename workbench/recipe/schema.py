@@ -302,3 +302,24 @@ def validate(recipe: Recipe, origin: str) -> None:
     if recipe.predicted is not None and not recipe.model_version:
         raise SpecError(origin, "model_version", recipe.model_version,
                         "the workbench model version that made the predictions")
+    _check_against_model(recipe, origin)
+
+
+def _check_against_model(recipe: Recipe, origin: str) -> None:
+    """The revised model must be valid and the configuration must split it (tp divides heads, pp <= layers, ...):
+    the checks ``workbench.predict`` makes, reported against the recipe's file and fields."""
+    from workbench.recipe.build import revised_model, training_config
+
+    try:
+        model = revised_model(recipe.model.name, recipe.model.overrides)
+    except SpecError as exc:
+        raise SpecError(origin, f"model.{exc.field}" if exc.field.startswith("overrides") else "model.overrides",
+                        exc.value, exc.expected) from None
+    if recipe.parallelism.cp != 1:
+        return  # context parallelism is not modelled: nothing more to check against the model
+    try:
+        training_config(recipe).resolved(model)
+    except SpecError as exc:
+        field = {"micro_batch": "batch.micro_batch", "seq_len": "batch.seq_len", "global_batch": "batch.global_batch",
+                 "precision": "precision"}.get(exc.field, exc.field)
+        raise SpecError(origin, field, exc.value, exc.expected) from None
