@@ -94,3 +94,17 @@ def test_nothing_fits_says_so_and_bad_inputs_are_named():
     with pytest.raises(WorkbenchError, match="fp8"):
         search("llama3-8b", "a100-sxm-80gb", 1, precision="fp8")
     assert math.isinf(result.candidates[0].step_time_s)
+
+
+def test_leaders_get_the_largest_micro_batch_that_fits():
+    from workbench.recipe import revised_model
+
+    model = revised_model("llama3-8b", {"num_layers": 4})
+    result = search(model, "h200", 1)
+    best = result.best.config
+    assert best.micro_batch & (best.micro_batch - 1)  # not a power of two: filled up to the memory limit
+    bigger = TrainingConfig(best.micro_batch + 1, best.seq_len, best.precision, best.parallelism,
+                            best.activation_checkpointing)
+    assert not FastEvaluator(model, "h200").evaluate(bigger).fits
+    fixed = search(model, "h200", 1, global_batch=16)  # a fixed global batch keeps divisors of it only
+    assert all(16 % c.config.micro_batch == 0 for c in fixed.candidates)

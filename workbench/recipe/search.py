@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 MAX_MICRO_BATCH = {"transformer": 1024, "dlrm": 1 << 20, "hstu": 4096}
 """Largest micro-batch tried per model kind (powers of two up to it; memory stops the climb earlier)."""
+FILL_TOP = 8
+"""How many of the fastest settings also try the largest micro-batch that fits between powers of two (a policy)."""
 
 
 @dataclass(frozen=True)
@@ -277,14 +279,15 @@ def search(
                     continue  # one data-parallel rank: ddp and fsdp are the same run
                 for ac in ac_modes:
                     _climb(ev, result, model, p, prec, seq, ac, global_batch)
+    if not global_batch:
+        _fill_memory(ev, result, model)
     return result
 
 
 def _climb(ev: FastEvaluator, result: SearchResult, model: Model, p: Parallelism, precision: str, seq: int,
            ac: str, global_batch: int) -> None:
-    """Micro-batches 1, 2, 4, ... until memory no longer fits (memory grows with the micro-batch); then, without
-    a fixed global batch, the largest micro-batch between the last two powers of two that fits (fills HBM)."""
-    mb, fitted = 1, 0
+    """Micro-batches 1, 2, 4, ... until memory no longer fits (memory grows with the micro-batch)."""
+    mb = 1
     while mb <= MAX_MICRO_BATCH[model.kind]:
         if global_batch and global_batch % (mb * p.dp):
             if mb * p.dp > global_batch:
@@ -294,14 +297,35 @@ def _climb(ev: FastEvaluator, result: SearchResult, model: Model, p: Parallelism
         candidate = ev.evaluate(TrainingConfig(mb, seq, precision, p, ac, global_batch), check_memory_first=True)
         result.candidates.append(candidate)
         if not candidate.fits:
+            return
+        mb *= 2
+
+
+def _fill_memory(ev: FastEvaluator, result: SearchResult, model: Model) -> None:
+    """For the FILL_TOP fastest settings (layout, sharding, checkpointing, precision) whose power-of-two climb
+    stopped at memory, add the largest micro-batch that fits (bisected on the memory model alone): it fills HBM.
+    Only the leaders get one, since each new micro-batch costs a new op graph."""
+    largest: dict[tuple, int] = {}
+    stopped: set[tuple] = set()
+    for c in result.candidates:
+        key = (c.config.precision, c.config.parallelism, c.config.activation_checkpointing)
+        if c.fits:
+            largest[key] = max(largest.get(key, 0), c.config.micro_batch)
+        else:
+            stopped.add(key)
+    leaders: list[tuple] = []
+    for c in result.ranked:
+        key = (c.config.precision, c.config.parallelism, c.config.activation_checkpointing)
+        if key in stopped and key not in leaders and c.config.micro_batch == largest[key]:
+            leaders.append(key)
+        if len(leaders) == FILL_TOP:
             break
-        fitted, mb = mb, mb * 2
-    if global_batch or not fitted or mb > MAX_MICRO_BATCH[model.kind]:
-        return
-    low, high = fitted, mb  # fits at low, not at high: bisect on memory alone
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if memory_breakdown(model, TrainingConfig(mid, seq, precision, p, ac), ev.gpu).fits \
-            else (low, mid)
-    if low > fitted:
-        result.candidates.append(ev.evaluate(TrainingConfig(low, seq, precision, p, ac, global_batch)))
+    for precision, p, ac in leaders:
+        seq = result.ranked[0].config.seq_len
+        low, high = largest[(precision, p, ac)], 2 * largest[(precision, p, ac)]  # fits at low, not at high
+        while high - low > 1:
+            mid = (low + high) // 2
+            fits = memory_breakdown(model, TrainingConfig(mid, seq, precision, p, ac), ev.gpu).fits
+            low, high = (mid, high) if fits else (low, mid)
+        if low > largest[(precision, p, ac)]:
+            result.candidates.append(ev.evaluate(TrainingConfig(low, seq, precision, p, ac)))
