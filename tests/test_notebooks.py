@@ -60,7 +60,8 @@ def test_app_notebook_runs(path):
     notebook = nbformat.read(path, as_version=4)
     assert notebook.metadata.get("kernelspec"), "JupyterLab asks for a kernel without metadata.kernelspec"
     _client(notebook, path).execute()  # raises CellExecutionError on the first failing cell
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    errors = [o for c in notebook.cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
 
 
@@ -104,6 +105,7 @@ def test_committed_notebooks_are_what_build_writes():
     try:
         for name in build.NOTEBOOKS:
             committed = (NOTEBOOK_DIR / f"{name}.ipynb").read_text()
-            assert committed == nbformat.writes(build.build(name)) + "\n", f"{name}.ipynb differs from _build.py's output"
+            expected = nbformat.writes(build.build(name)) + "\n"
+            assert committed == expected, f"{name}.ipynb differs from what _build.py writes: rebuild it"
     finally:
         sys.path.remove(str(NOTEBOOK_DIR))

@@ -144,7 +144,8 @@ mine = load_recipe(my_recipe_path)
 asked = {"target.gpu": (mine.target.gpu, workbench.get_gpu("mi355x").name), "target.gpus": (mine.target.gpus, 8),
          "model.name": (mine.model.name, "llama3-8b"), "model.overrides": (dict(mine.model.overrides), {}),
          "batch.micro_batch": (mine.batch.micro_batch, 2), "batch.seq_len": (mine.batch.seq_len, 8192),
-         "batch.global_batch": (mine.batch.global_batch, 64), "batch.grad_accumulation": (mine.batch.grad_accumulation, 4),
+         "batch.global_batch": (mine.batch.global_batch, 64),
+         "batch.grad_accumulation": (mine.batch.grad_accumulation, 4),
          "activation_checkpointing.mode": (mine.activation_checkpointing.mode, "full"),
          "parallelism": ((mine.parallelism.dp, mine.parallelism.sharding, mine.parallelism.tp), (8, "fsdp", 1)),
          "precision.compute_dtype": (mine.precision.compute_dtype, "bf16")}

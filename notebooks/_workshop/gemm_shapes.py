@@ -83,7 +83,8 @@ for n in range(512, 8193, 256 if SMALL else 64):
     waves = math.ceil(tiles / units)
     estimate = predict_gemm(m, n, k)
     rows.append({"n": n, "fixed 256x128 tile: wave efficiency": tiles / (waves * units),
-                 "model (best tile): TFLOP/s / peak": 2 * m * n * k / estimate.time_s / 1e12 / H200.peak_tflops("bf16")})
+                 "model (best tile): TFLOP/s / peak":
+                     2 * m * n * k / estimate.time_s / 1e12 / H200.peak_tflops("bf16")})
 waves = pd.DataFrame(rows).melt("n", var_name="series", value_name="fraction")
 alt.Chart(waves).mark_line(point=True).encode(
     x=alt.X("n:Q", title=f"n (m = {m}, k = {k})"), y=alt.Y("fraction:Q", scale=alt.Scale(domain=[0, 1.05])),
@@ -135,7 +136,8 @@ runs = runs[["name", "dtype", "triton_ms", "baseline_ms", "predicted_baseline_ms
 runs.round(3)
 '''),
         code('''
-span = [runs[["baseline_ms", "predicted_baseline_ms"]].min().min(), runs[["baseline_ms", "predicted_baseline_ms"]].max().max()]
+times = runs[["baseline_ms", "predicted_baseline_ms"]]
+span = [times.min().min(), times.max().max()]
 diagonal = alt.Chart(pd.DataFrame({"ms": span})).mark_line(color="gray", strokeDash=[4, 4]).encode(x="ms:Q", y="ms:Q")
 dots = alt.Chart(runs).mark_point(filled=True, size=70).encode(
     x=alt.X("baseline_ms:Q", scale=alt.Scale(type="log"), title="vendor library, measured ms"),
