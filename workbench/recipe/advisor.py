@@ -163,10 +163,7 @@ def advise(
     else:
         notes.append(f"no configuration of {name} fits {gpus} x {source.display_name}: no direct port")
 
-    target_result = search(base, target, gpus, evaluator=target_eval, **kwargs)
-    if not target_result.ranked:
-        target_result.best  # raises: nothing fits the target either
-    first = target_result.best
+    first = search(base, target, gpus, evaluator=target_eval, **kwargs).best  # raises when nothing fits the target
 
     # Structural revisions that keep the model's function, applied when the model predicts a gain.
     revised_overrides = dict(base_overrides)
