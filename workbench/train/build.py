@@ -34,7 +34,7 @@ class Built:
 
 
 def kernel_set(spec: JobSpec) -> KernelSet:
-    return KernelSet(triton=spec.triton_ops(), compile_loss=spec.compile, gemm_configs=spec.kernel_configs("gemm"),
+    return KernelSet(triton=spec.triton_ops(), gemm_configs=spec.kernel_configs("gemm"),
                      attention_configs=spec.kernel_configs("attention"))
 
 
@@ -64,7 +64,11 @@ def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: 
         for block in model.blocks.values():
             for path in BLOCK_LINEARS:
                 _set(block, path, swap_linear(_get(block, path), Float8Linear, rowwise=spec.fp8 == "rowwise"))
-        return "workbench-triton" if world.device.type == "cuda" else "emulated"
+        if world.device.type == "cuda":
+            return "workbench-triton"
+        from workbench.kernels._common import interpreting
+
+        return "workbench-triton-interpreter" if interpreting() else "emulated"
     if kernels.uses("gemm"):
         for block in model.blocks.values():
             for path in BLOCK_LINEARS:

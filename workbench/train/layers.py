@@ -16,7 +16,6 @@ GEMM is ``workbench.kernels.gemm.scaled_matmul``; on a CPU without the Triton in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -42,9 +41,6 @@ class KernelSet:
     """Which ops run the project's Triton kernels, and the GEMM configs the recipe pinned per shape."""
 
     triton: frozenset[str] = frozenset()
-    compile_loss: bool = False
-    """torch.compile the torch cross-entropy: Inductor fuses the fp32 upcast, log-softmax and its backward, so
-    only the bf16 logits and one bf16 gradient are ever held (eager holds fp32 log-probs and two fp32 grads)."""
     gemm_configs: dict[tuple, dict] = field(default_factory=dict)
     attention_configs: dict[tuple, dict] = field(default_factory=dict)
 
@@ -73,9 +69,7 @@ class KernelSet:
         """Mean loss (fp32) of logits [N, V] against targets [N]."""
         if self.uses("cross_entropy") and _triton_usable(logits):
             return _triton_cross_entropy(logits, targets)
-        if self.compile_loss:
-            return _compiled_cross_entropy()(logits, targets)
-        return _torch_cross_entropy(logits, targets)
+        return ChunkedCrossEntropy.apply(logits, targets)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal attention: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D]."""
@@ -84,13 +78,40 @@ class KernelSet:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
 
 
-def _torch_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.float(), targets)
+CE_CHUNK_ELEMENTS = 1 << 28
+"""fp32 logits upcast per chunk of rows in ``ChunkedCrossEntropy`` (1 GiB): bounds the loss's extra memory."""
 
 
-@cache
-def _compiled_cross_entropy():
-    return torch.compile(_torch_cross_entropy)
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of logits [N, V] (any float dtype) with torch ops, computed in fp32 a chunk of rows at
+    a time: it keeps only the logits and the fp32 log-sum-exp [N] for backward, and the gradient comes back in
+    the logits dtype. ``F.cross_entropy(logits.float())`` would hold fp32 log-probabilities [N, V] and, in
+    backward, two more fp32 [N, V] tensors: 50 GB at 32k tokens x 128k vocabulary."""
+
+    @staticmethod
+    def forward(ctx, logits, targets):  # logits: [N, V], targets: [N]
+        n, v = logits.shape
+        rows = max(1, CE_CHUNK_ELEMENTS // v)
+        lse = torch.empty(n, device=logits.device, dtype=torch.float32)  # [N]
+        picked = logits.gather(1, targets[:, None]).squeeze(1).float()  # [N]
+        for start in range(0, n, rows):
+            lse[start:start + rows] = torch.logsumexp(logits[start:start + rows].float(), dim=1)
+        ctx.save_for_backward(logits, targets, lse)
+        return (lse - picked).mean()
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        logits, targets, lse = ctx.saved_tensors
+        n, v = logits.shape
+        rows = max(1, CE_CHUNK_ELEMENTS // v)
+        scale = grad_loss.float() / n
+        dlogits = torch.empty_like(logits)  # [N, V] in the logits dtype
+        for start in range(0, n, rows):
+            chunk = slice(start, start + rows)
+            probs = (logits[chunk].float() - lse[chunk, None]).exp_()  # softmax [rows, V]
+            probs.scatter_add_(1, targets[chunk, None], torch.full_like(probs[:, :1], -1.0))  # - one-hot
+            dlogits[chunk] = (probs * scale).to(logits.dtype)
+        return dlogits, None
 
 
 @torch.compiler.disable

@@ -1,0 +1,91 @@
+import pytest
+
+from workbench.errors import SpecError
+from workbench.models import get_model
+from workbench.recipe import load_recipe
+from workbench.recipe.build import make_recipe
+from workbench.config import Parallelism, TrainingConfig
+from workbench.train.spec import JobError, JobSpec, check_supported, load_job_spec
+
+
+def recipe_dict(**changes) -> dict:
+    data = make_recipe("llama3-8b", "h200-sxm", TrainingConfig(2, 128), overrides={"num_layers": 2}).to_dict()
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            data[section][field] = value
+        else:
+            data[section] = value
+    return data
+
+
+def test_reads_the_recipe_fields(tiny_recipe):
+    spec = load_job_spec(tiny_recipe("r", TrainingConfig(4, 64, activation_checkpointing="selective")))
+    assert spec.model.num_layers == 2 and spec.model.hidden_size == 64 and spec.model.head_dim == 16
+    assert (spec.micro_batch, spec.seq_len, spec.global_batch, spec.grad_accumulation) == (4, 64, 4, 1)
+    assert spec.checkpointing == "selective" and spec.checkpointed(1) and spec.fp8 == "none"
+    assert spec.predicted["step_time_s"] > 0 and spec.tokens_per_step == 256
+    check_supported(spec, world_size=1)
+
+
+def test_overrides_apply_as_the_predictions_did():
+    spec = JobSpec.from_dict(recipe_dict())
+    base = get_model("llama3-8b")
+    assert spec.model.num_layers == 2 and spec.model.hidden_size == base.hidden_size
+    assert spec.model.num_params < base.num_params
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("parallelism__pp", 2, "pipeline parallelism"),
+    ("parallelism__cp", 2, "context parallelism"),
+])
+def test_unsupported_parallelism_is_a_clear_error(key, value, words):
+    data = recipe_dict(**{key: value})
+    data["target"]["gpus"] = 2
+    spec = JobSpec.from_dict(data)
+    with pytest.raises(JobError, match=words):
+        check_supported(spec, world_size=2)
+
+
+def test_world_size_must_match_the_recipe():
+    spec = JobSpec.from_dict(recipe_dict(parallelism__dp=8, batch__global_batch=16, target__gpus=8))
+    with pytest.raises(JobError, match="torchrun --nproc_per_node 8"):
+        check_supported(spec, world_size=1)
+
+
+def test_dlrm_runs_on_one_gpu_only():
+    data = make_recipe("dlrm-dcnv2", "h200-sxm", TrainingConfig(64, parallelism=Parallelism(dp=2))).to_dict()
+    with pytest.raises(JobError, match="TorchRec"):
+        check_supported(JobSpec.from_dict(data), world_size=2)
+
+
+def test_moe_is_refused():
+    data = make_recipe("mixtral-8x7b", "h200-sxm", TrainingConfig(1, 128), overrides={"num_layers": 1}).to_dict()
+    with pytest.raises(JobError, match="mixture-of-experts"):
+        check_supported(JobSpec.from_dict(data), world_size=1)
+
+
+def test_bad_fields_name_the_field():
+    with pytest.raises(SpecError, match="batch.global_batch"):
+        JobSpec.from_dict(recipe_dict(batch__global_batch=7))
+    with pytest.raises(SpecError, match="schema_version"):
+        JobSpec.from_dict(recipe_dict(schema_version=2))
+    with pytest.raises(SpecError, match="activation_checkpointing.mode"):
+        JobSpec.from_dict(recipe_dict(activation_checkpointing={"mode": "some", "layers": "all"}))
+    with pytest.raises(SpecError, match="overrides.num_layerz"):
+        JobSpec.from_dict(recipe_dict(model={"name": "llama3-8b", "overrides": {"num_layerz": 2}}))
+
+
+def test_checkpoint_layers_outside_the_model():
+    spec = JobSpec.from_dict(recipe_dict(activation_checkpointing={"mode": "full", "layers": [0, 5]}))
+    with pytest.raises(JobError, match=r"\[5\]"):
+        check_supported(spec, world_size=1)
+
+
+def test_recipe_file_errors_come_from_the_recipe_loader(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("schema_version: 1\ntarget: {gpu: h200-sxm, gpus: 1}\n")
+    with pytest.raises(SpecError):
+        load_job_spec(path)
+    with pytest.raises(SpecError):
+        load_recipe(path)
