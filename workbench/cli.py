@@ -242,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_kernels_check)
 
     from workbench.recipe.cli import add_parser as add_recipe_parser
+    from workbench.select.cli import add_parsers as add_select_parsers
+
+    add_select_parsers(sub)
 
     add_recipe_parser(sub)
 

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from workbench.errors import WorkbenchError
 from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device, interpreting
 from workbench.kernels.spaces import gemm_config_space as config_space
 from workbench.models import get_model
@@ -191,7 +192,7 @@ def _launch(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, act
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)  # c: [M, N] row-major
     if m == 0 or n == 0:
         return c
-    meta, launch = _resolve_config(config, a)
+    meta, launch = _resolve_config(config, a, b)
     grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
     _gemm_kernel[grid](
         a, b, c, bias if bias is not None else c,
@@ -206,12 +207,11 @@ def _launch(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, act
     return c
 
 
-def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
+def _resolve_config(config: dict | None, a: torch.Tensor, b: torch.Tensor) -> tuple[dict, dict]:
     """Split a config into kernel meta-parameters and launch options (AMD-only keys only on hip)."""
     kind = backend()
     if config is None:
-        arch = _amd_arch(a.device) if kind == "hip" else "gfx942"
-        config = config_space(kind, arch=arch, dtype_bytes=a.element_size())[0]
+        config = _default_config(a, b, kind)
     missing = [key for key in (*_BLOCK_KEYS, "num_warps", "num_stages") if key not in config]
     check(not missing, "config", f"a dict without {missing}", f"keys {_BLOCK_KEYS} + num_warps, num_stages")
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
@@ -223,6 +223,43 @@ def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
     if kind == "hip":
         launch.update({key: config[key] for key in _AMD_KEYS if key in config})
     return meta, launch
+
+
+_SELECTED_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8",
+                    torch.float8_e4m3fnuz: "fp8"}
+
+
+def _default_config(a: torch.Tensor, b: torch.Tensor, kind: str) -> dict:
+    """``config=None``: the zero-warmup selector's pick for this shape, layout and GPU (``workbench.select``, no
+    benchmark, cached per shape); the static default of ``config_space`` when the GPU is not in the catalog, for
+    fp32 inputs, or under the interpreter."""
+    arch = _amd_arch(a.device) if kind == "hip" else "gfx942"
+    static = config_space(kind, arch=arch, dtype_bytes=a.element_size())[0]
+    dtype = _SELECTED_DTYPES.get(a.dtype)
+    if kind == "interpreter" or dtype is None:
+        return static
+    layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
+    (m, k), n = a.shape, b.shape[1]
+    return _selected_config(m, n, k, layout, dtype, _device_name(a.device.index or 0)) or static
+
+
+@functools.lru_cache(maxsize=16)
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+@functools.lru_cache(maxsize=4096)
+def _selected_config(m: int, n: int, k: int, layout: str, dtype: str, device_name: str) -> dict | None:
+    from workbench.bench import match_catalog
+    from workbench.select import select_config
+
+    gpu = match_catalog(device_name)
+    if gpu is None:
+        return None
+    try:
+        return select_config("gemm", {"m": m, "n": n, "k": k}, dtype, gpu, layout=layout).config
+    except WorkbenchError:  # e.g. an AMD architecture without a config space: keep the static default
+        return None
 
 
 def _amd_arch(device: torch.device) -> str:

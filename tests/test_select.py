@@ -1,0 +1,181 @@
+"""The zero-warmup kernel selector: ranking, profiles, fitting, tuning loop, autotune hook and CLI."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli import main
+from workbench.errors import WorkbenchError
+from workbench.hardware import get_gpu
+from workbench.kernels.spaces import gemm_config_space
+from workbench.select import autotune_pruner, rank_configs, select_config, vendor_choice
+from workbench.select import gemm as gemm_model
+from workbench.select.profile import fit, load_selection_profile, nnls, write_selection_profile
+from workbench.select.tune import tune
+
+LLAMA_QKV = {"m": 8192, "n": 6144, "k": 4096}
+
+
+def test_ranks_the_whole_space_fastest_first():
+    ranked = rank_configs("gemm", LLAMA_QKV, "bf16", "h200")
+    assert len(ranked) == len(gemm_config_space("cuda", dtype_bytes=2))
+    times = [c.time_s for c in ranked]
+    assert times == sorted(times) and all(t > 0 for t in times)
+    assert ranked[0].source == "calibrated"  # specs/calibration/h200-sxm-select.yaml
+    assert [c.config for c in rank_configs("gemm", LLAMA_QKV, "bf16", "h200", top_k=3)] == [c.config for c in ranked[:3]]
+
+
+def test_spec_model_without_a_profile_and_on_amd():
+    spec = select_config("gemm", LLAMA_QKV, "bf16", "h200", calibrated=False)
+    assert spec.source == "spec"
+    mi300 = rank_configs("gemm", LLAMA_QKV, "bf16", "mi300x")
+    assert mi300[0].source == "spec" and {"waves_per_eu", "matrix_instr_nonkdim", "kpack"} <= set(mi300[0].config)
+    assert all(c.config["kpack"] == 1 for c in rank_configs("gemm", LLAMA_QKV, "bf16", "mi355x"))  # gfx950 rule
+
+
+def test_wave_quantization_and_tile_size_follow_the_shape():
+    big = select_config("gemm", {"m": 16384, "n": 16384, "k": 8192}, "bf16", "h200", calibrated=False)
+    small = select_config("gemm", {"m": 256, "n": 256, "k": 8192}, "bf16", "h200", calibrated=False)
+    assert big.config["BLOCK_M"] * big.config["BLOCK_N"] >= 128 * 128
+    # a small GEMM takes smaller tiles, so that more of the 132 SMs get one
+    assert small.config["BLOCK_M"] * small.config["BLOCK_N"] < big.config["BLOCK_M"] * big.config["BLOCK_N"]
+    # a 132-SM H200: 133 tiles of 128x128 need two waves, 132 need one
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}
+    one = gemm_model.terms(config, 128 * 132, 128, 4096, "nn", 2, 132)
+    two = gemm_model.terms(config, 128 * 133, 128, 4096, "nn", 2, 132)
+    assert (one[2], two[2]) == (1, 2) and two[0] == 2 * one[0]
+
+
+def test_alignment_terms_name_the_operand():
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}
+    terms = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 4096, 4096, 4095, "nn", 2, 132)))
+    assert terms["k_steps_unaligned_a"] == terms["k_steps"] and terms["k_steps_ragged_k"] == terms["k_steps"]
+    assert terms["k_steps_unaligned_b"] == 0
+    terms = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 4095, 4096, 4096, "tn", 2, 132)))
+    assert terms["k_steps_unaligned_a_tn"] == terms["k_steps"] and terms["k_steps_ragged_m"] == terms["k_steps"]
+
+
+def test_configs_that_do_not_fit_shared_memory_are_dropped():
+    huge = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5}
+    fits = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+    ranked = rank_configs("gemm", LLAMA_QKV, "bf16", "h200", configs=[huge, fits])
+    assert [c.config for c in ranked] == [fits]
+
+
+def test_attention_ranking():
+    shape = {"batch": 2, "seq": 4096, "heads_q": 32, "heads_kv": 8, "head_dim": 128, "causal": True}
+    ranked = rank_configs("attention", shape, "bf16", "h200", calibrated=False)
+    assert ranked and ranked[0].time_s <= ranked[-1].time_s and ranked[0].tiles % 64 == 0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: rank_configs("conv", LLAMA_QKV, "bf16", "h200"), "op"),
+    (lambda: rank_configs("gemm", {"m": 1, "n": 2}, "bf16", "h200"), "missing k"),
+    (lambda: rank_configs("gemm", {"m": 0, "n": 2, "k": 3}, "bf16", "h200"), "shape['m']"),
+    (lambda: rank_configs("gemm", LLAMA_QKV, "bf16", "h200", layout="tt"), "layout"),
+    (lambda: rank_configs("gemm", LLAMA_QKV, "int4", "h200"), "int4"),
+    (lambda: rank_configs("gemm", LLAMA_QKV, "bf16", "h200", top_k=0), "top_k"),
+    (lambda: rank_configs("gemm", LLAMA_QKV, "bf16", "h2000"), "h200"),
+    (lambda: rank_configs("attention", {"batch": 1, "seq": 8, "heads_q": 3, "heads_kv": 2, "head_dim": 64},
+                          "bf16", "h200"), "multiple of heads_kv"),
+])
+def test_bad_input_is_named(call, message):
+    with pytest.raises(WorkbenchError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_nnls_and_fit_recover_known_coefficients():
+    x = nnls([[1, 0], [0, 1], [1, 1]], [1, -1, 0])
+    assert x[1] == 0 and x[0] == pytest.approx(0.5)
+    truth = {"a": (2e-6, 1e-7, 3e-6), "b": (1e-6, 0.0, 5e-6)}
+    samples = [(key, terms, sum(c * t for c, t in zip(coef, terms)))
+               for key, coef in truth.items() for terms in [(10, 3, 1), (40, 1, 1), (7, 9, 1), (100, 50, 1)]]
+    for key, coef in fit(samples).items():
+        assert coef == pytest.approx(truth[key], rel=1e-6, abs=1e-12)
+
+
+def test_profile_roundtrip_and_validation(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CALIBRATION_DIR", str(tmp_path))
+    gpu = get_gpu("mi300x")
+    space = gemm_config_space("hip", arch="gfx942", dtype_bytes=2)
+    configs = {gemm_model.config_key(c): [1e-6 * (i + 1)] + [0.0] * (len(gemm_model.TERMS) - 1)
+               for i, c in enumerate(space)}
+    path = write_selection_profile(gpu, {"gemm-2byte": {"terms": list(gemm_model.TERMS), "fitted_on": "test",
+                                                        "configs": configs}}, source="test")
+    assert load_selection_profile(gpu, "gemm", 2)[gemm_model.config_key(space[0])][0] == 1e-6
+    best = select_config("gemm", LLAMA_QKV, "bf16", gpu)
+    assert best.source == "calibrated" and best.config == space[0]  # cheapest per K step in this fake profile
+    path.write_text(path.read_text().replace("- 1.0e-06\n", "- -1.0\n", 1))
+    with pytest.raises(WorkbenchError, match="non-negative numbers"):
+        rank_configs("gemm", LLAMA_QKV, "bf16", gpu)
+
+
+def test_tuning_loop_finds_the_best_in_few_benchmarks():
+    ranked = rank_configs("gemm", LLAMA_QKV, "bf16", "h200")
+    # a "GPU" on which every config runs 20% slower than predicted, except one 5th-ranked config that is the best
+    target = ranked[4].config
+    truth = {gemm_model.config_key(c.config): c.time_s * 1.2 for c in ranked}
+    truth[gemm_model.config_key(target)] = ranked[0].time_s * 0.9
+    result = tune("gemm", LLAMA_QKV, "bf16", "h200", lambda c: truth[gemm_model.config_key(c)], patience=5)
+    assert result.best == target and result.benchmarks_to_reach(ranked[0].time_s * 0.9) <= 8
+    assert result.benchmarks < len(ranked)
+    with pytest.raises(WorkbenchError, match="patience"):
+        tune("gemm", LLAMA_QKV, "bf16", "h200", lambda c: 1.0, patience=0)
+
+
+def test_vendor_shim_picks_the_predicted_faster():
+    choice = vendor_choice(LLAMA_QKV, "bf16", "h200")
+    assert choice.choice in ("triton", "vendor")
+    assert (choice.choice == "vendor") == (choice.vendor_s < choice.triton_s)
+    assert (choice.config is None) == (choice.choice == "vendor")
+
+
+def test_autotune_pruner_keeps_the_top_k_in_rank_order():
+    triton = pytest.importorskip("triton")
+    space = gemm_config_space("cuda", dtype_bytes=2)
+    configs = [triton.Config({k: c[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
+                             num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in space]
+    prune = autotune_pruner("bf16", "h200", top_k=3)
+    kept = prune(configs, {"M": 8192, "N": 6144, "K": 4096, "stride_am": 4096, "stride_bk": 6144})
+    expected = rank_configs("gemm", LLAMA_QKV, "bf16", "h200", top_k=3)
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages) for c in kept] \
+        == [(e.config["BLOCK_M"], e.config["BLOCK_N"], e.config["BLOCK_K"], e.config["num_warps"],
+             e.config["num_stages"]) for e in expected]
+
+
+def test_cli_select_adds_a_config_per_row(tmp_path, capsys):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("op,m,n,k,dtype,layout,batch,seq,heads_q,heads_kv,head_dim,causal\n"
+                    "gemm,8192,6144,4096,bf16,nn,,,,,,\n"
+                    "attention,,,,bf16,,2,4096,32,8,128,true\n"
+                    "rmsnorm,,,,bf16,,,,,,,\n")
+    out = tmp_path / "chosen.csv"
+    assert main(["select", "--gpu", "h200", str(rows), "--out", str(out)]) == 0
+    chosen = list(csv.DictReader(out.open()))
+    assert chosen[0]["choice"] in ("triton", "vendor") and float(chosen[0]["selected_ms"]) > 0
+    assert json.loads(chosen[1]["config"])["BLOCK_M"] in (64, 128) and chosen[2]["config"] == ""
+
+
+def test_cli_select_fit_writes_a_profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CALIBRATION_DIR", str(tmp_path))
+    sweep = tmp_path / "sweep.csv"
+    space = gemm_config_space("cuda", dtype_bytes=1)
+    with sweep.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["part", "shape_id", "m", "n", "k", "layout", "kind", "config", "ms"])
+        writer.writeheader()
+        for i, (m, n, k) in enumerate([(4096, 4096, 4096), (1024, 8192, 2048), (8192, 1024, 512)]):
+            for j, config in enumerate(space):
+                writer.writerow(dict(part="gemm-fp8", shape_id=f"g{i}", m=m, n=n, k=k, layout="nt", kind="triton",
+                                     config=json.dumps(config), ms=0.01 * (1 + i) * (1 + j % 7)))
+    assert main(["select", "--gpu", "h200", "--fit", str(sweep)]) == 0
+    assert len(load_selection_profile(get_gpu("h200"), "gemm", 1)) == len(space)
+
+
+def test_cli_tune_without_a_gpu_says_what_to_do():
+    result = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", "--m", "64", "--n", "64", "--k", "64"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "GPU" in result.stderr + result.stdout and "Traceback" not in result.stderr
+

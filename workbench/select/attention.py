@@ -1,0 +1,50 @@
+"""The flash-attention forward kernel's time model per config: ``time = coefficients . terms(shape, config)``.
+
+The kernel runs one program per (query block, batch x head): ``ceil(S / BLOCK_M) * B * Hq`` programs, each
+walking key/value blocks of BLOCK_N (causal: only up to its diagonal, the longest programs launched first). The
+terms count, per SM/CU, the key/value steps on the critical path (total steps spread over the units, but never
+fewer than the longest program's), the programs, and the launch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from workbench.hardware import GPU
+from workbench.perf.efficiency import Constants
+from workbench.precision import get_precision
+
+TERMS = ("kv_steps", "kv_steps_x_fill", "programs_per_unit", "launch")
+SOFTMAX_COST = 0.5
+"""Online-softmax work (exp, max, rescale) per key/value step, relative to the two dots. A guess."""
+
+
+def _kv_steps(seq: int, block_m: int, block_n: int, causal: bool) -> tuple[int, int]:
+    """(total key/value steps of one head's query blocks, steps of the longest query block)."""
+    blocks = math.ceil(seq / block_m)
+    full = math.ceil(seq / block_n)
+    if not causal:
+        return blocks * full, full
+    total = sum(math.ceil(min(seq, (i + 1) * block_m) / block_n) for i in range(blocks))
+    return total, full
+
+
+def terms(config: dict, shape: dict, units: int) -> tuple[float, ...]:
+    """``shape``: batch, seq, heads_q, head_dim, causal (heads_kv does not change the work)."""
+    heads = shape["batch"] * shape["heads_q"]
+    per_head, longest = _kv_steps(shape["seq"], config["BLOCK_M"], config["BLOCK_N"], shape["causal"])
+    programs = math.ceil(shape["seq"] / config["BLOCK_M"]) * heads
+    steps = max(math.ceil(per_head * heads / units), longest)
+    fill = min(1.0, programs / units)
+    return (steps, steps * fill, math.ceil(programs / units), 1.0)
+
+
+def spec_coefficients(config: dict, shape: dict, gpu: GPU, dtype: str, constants: Constants) -> tuple[float, ...]:
+    precision = get_precision(dtype)
+    units = gpu.compute_units.value
+    d = shape["head_dim"]
+    rate = gpu.peak_tflops(precision.peak_key) * 1e12 * constants[f"gemm_fraction.{precision.peak_key}"] / units
+    dots = 4.0 * config["BLOCK_M"] * config["BLOCK_N"] * d / rate
+    loads = 2 * config["BLOCK_N"] * d * precision.bytes_per_element / (gpu.hbm_bandwidth_tb_s.value * 1e12 * 2.5 / units)
+    step = max(dots * (1 + SOFTMAX_COST), loads)
+    return (step, 0.0, config["num_stages"] * step, constants["gemm_launch_us"] * 1e-6)

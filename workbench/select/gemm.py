@@ -1,0 +1,130 @@
+"""The GEMM kernel's time model per config: ``time = coefficients . terms(shape, config)``.
+
+The terms are the microarchitecture's bookkeeping, computed exactly from the shape and the config:
+
+- output tiles ``ceil(M / BLOCK_M) * ceil(N / BLOCK_N)`` spread over the SMs/CUs: each unit runs
+  ``tiles_per_unit = ceil(tiles / units)`` of them one after another (wave quantization; the tail wave costs a
+  whole tile time), each walking ``k_steps = ceil(K / BLOCK_K)`` pipelined K steps;
+- ``fill``, the fraction of the units busy: a partial wave leaves each busy unit more L2/HBM bandwidth;
+- the layout (A transposed: ``tn``; B transposed: ``nt``), rows that are not 16-byte aligned (no vector loads:
+  Triton specialises a stride divisible by 16 elements), a K that is not a multiple of BLOCK_K (masked loads)
+  and M/N that are not multiples of 16 (Triton's divisibility hint).
+
+A config's coefficients say what each term costs in seconds. Calibrated coefficients are fitted per config from
+an exhaustive sweep on the GPU (``workbench.select.fit``); without them, ``spec_coefficients`` derives them from
+the GPU's catalog figures and the model's constants, with the guesses named below.
+"""
+
+from __future__ import annotations
+
+import math
+
+from workbench.hardware import GPU
+from workbench.perf.efficiency import Constants
+from workbench.precision import get_precision
+
+TERMS = ("k_steps", "k_steps_x_fill", "tiles_per_unit", "launch", "k_steps_tn", "k_steps_nt",
+         "k_steps_unaligned_a_tn", "k_steps_unaligned_a", "k_steps_unaligned_b_nt", "k_steps_unaligned_b",
+         "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n")
+"""The per-config terms, all counted per unit (SM/CU) along the critical path: ``k_steps`` is
+tiles_per_unit x ceil(K / BLOCK_K); the ``k_steps_*`` terms are k_steps where that condition holds."""
+LAYOUTS = ("nn", "nt", "tn")
+"""C = A @ B with A row-major (n) or transposed (t, column-major), then B likewise."""
+VECTOR_BYTES = 16
+"""Triton vectorises loads along a row only when the row stride is a multiple of 16 bytes (PTX ld.v4.b32)."""
+
+# Spec-only guesses (used for GPUs without a fitted selection profile, e.g. every AMD GPU here).
+L2_TO_HBM_BANDWIDTH = 2.5
+"""L2 bandwidth over HBM bandwidth, the rate at which K-step operand tiles reach the units. A guess (H100-class
+L2 is quoted at 2-3x HBM in microbenchmark papers); calibrate with `workbench select --fit`."""
+UNALIGNED_LOAD_SLOWDOWN = 8.0
+"""Operand loads without 16-byte vectors issue up to 8x the instructions (2-byte elements). A guess."""
+RAGGED_K_COST = 0.05
+"""Extra cost of masked K steps, as a fraction of a K step. A guess."""
+TILE_OVERHEAD_STEPS = 1.0
+"""Pipeline fill and epilogue per tile, in K-step times per pipeline stage. A guess."""
+AMD_NONKDIM32_COST = 1.05
+"""matrix_instr_nonkdim=32 vs 16 on CDNA: ROCm's MI300X guide says 16 is usually faster. The 5% is a guess."""
+AMD_WAVES_PER_EU_HIDE = 0.8
+"""waves_per_eu=2 hides this fraction of the per-tile overhead behind another workgroup. A guess."""
+AMD_XCDS = {"cdna3": 8, "cdna4": 8}
+"""Accelerator complex dies per package (MI300X/MI325X, MI350X/MI355X: 8 XCDs of 38 or 32 CUs, each with its own
+L2; AMD CDNA3 and CDNA4 white papers). Programs are dealt round-robin over XCDs, so neighbours share no L2."""
+
+
+def config_key(config: dict) -> str:
+    """A stable, readable name for a config: ``128x256x64 g8 w8 s4`` (+ AMD knobs)."""
+    key = (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} g{config.get('GROUP_M', 8)} "
+           f"w{config['num_warps']} s{config['num_stages']}")
+    for knob, tag in (("waves_per_eu", "wpe"), ("matrix_instr_nonkdim", "nk"), ("kpack", "kp")):
+        if knob in config:
+            key += f" {tag}{config[knob]}"
+    return key
+
+
+def _unaligned(elements: int, operand_bytes: int) -> bool:
+    return (elements * operand_bytes) % VECTOR_BYTES != 0
+
+
+def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int, units: int) -> tuple[float, ...]:
+    """The TERMS of one GEMM C[m, n] = A[m, k] @ B[k, n] under ``config`` on ``units`` SMs/CUs."""
+    tiles = math.ceil(m / config["BLOCK_M"]) * math.ceil(n / config["BLOCK_N"])
+    per_unit = math.ceil(tiles / units)
+    steps = per_unit * math.ceil(k / config["BLOCK_K"])
+    fill = min(1.0, tiles / units)
+    tn, nt = layout == "tn", layout == "nt"
+    # the row stride of each operand: A is [m, k] (stride k) or its transpose (stride m); B [k, n] or transposed
+    unaligned_a = _unaligned(m if tn else k, operand_bytes)
+    unaligned_b = _unaligned(k if nt else n, operand_bytes)
+    return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
+            steps * (unaligned_a and tn), steps * (unaligned_a and not tn),
+            steps * (unaligned_b and nt), steps * (unaligned_b and not nt),
+            steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0))
+
+
+def occupancy(config: dict, gpu: GPU, operand_bytes: int) -> int:
+    """Programs resident per SM/CU, from shared memory/LDS and registers (0: the config does not fit).
+
+    Shared memory per program: Triton keeps num_stages copies of the A and B tiles on NVIDIA and num_stages - 1
+    on AMD (checked against ``metadata.shared`` of sm_90/gfx942/gfx950 builds by ``workbench kernels inspect``).
+    Registers: the fp32 accumulator (BLOCK_M * BLOCK_N per program) plus the same again for operands and
+    addresses (a guess; ``workbench kernels inspect`` reports the real count per config).
+    """
+    stages = config["num_stages"] - (1 if gpu.vendor == "amd" else 0)
+    shared = max(1, stages) * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * operand_bytes
+    by_shared = int(gpu.shared_memory_kb.value * 1024 // shared)
+    registers = 2 * config["BLOCK_M"] * config["BLOCK_N"] * 4  # bytes: accumulator + operands (guess)
+    by_registers = int(gpu.register_file_kb.value * 1024 // registers)
+    return max(0, min(by_shared, by_registers, 4))
+
+
+def spec_coefficients(config: dict, gpu: GPU, dtype: str, constants: Constants) -> tuple[float, ...]:
+    """Coefficients for TERMS from catalog figures and the model's constants (no measurement of this kernel)."""
+    precision = get_precision(dtype)
+    operand_bytes = precision.bytes_per_element
+    units = gpu.compute_units.value
+    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    saturation = constants["gemm_tile_intensity_saturation"]
+    tile_efficiency = min(1.0, (bm * bn / (bm + bn)) / saturation)
+    rate = gpu.peak_tflops(precision.peak_key) * 1e12 * constants[f"gemm_fraction.{precision.peak_key}"] / units
+    l2_per_unit = gpu.hbm_bandwidth_tb_s.value * 1e12 * L2_TO_HBM_BANDWIDTH / units
+    if gpu.vendor == "amd":  # no L2 sharing across XCDs: each tile's operands come further
+        l2_per_unit /= 1.0 + 1.0 / AMD_XCDS.get(gpu.architecture, 8)
+    mma = 2.0 * bm * bn * bk / (rate * tile_efficiency)
+    load_a, load_b = bm * bk * operand_bytes / l2_per_unit, bn * bk * operand_bytes / l2_per_unit
+    step = max(mma, load_a + load_b)
+    overhead = TILE_OVERHEAD_STEPS * config["num_stages"] * step
+    if gpu.vendor == "amd":
+        step *= AMD_NONKDIM32_COST if config.get("matrix_instr_nonkdim") == 32 else 1.0
+        overhead *= AMD_WAVES_PER_EU_HIDE if config.get("waves_per_eu") == 2 else 1.0
+    slow = UNALIGNED_LOAD_SLOWDOWN - 1.0
+    return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0,
+            slow * load_a, slow * load_a, slow * load_b, slow * load_b, RAGGED_K_COST * step, 0.0, 0.0)
+
+
+def memory_floor_s(m: int, n: int, k: int, dtype: str, gpu: GPU, constants: Constants) -> float:
+    """No config beats moving A, B and C through HBM once at the achievable bandwidth."""
+    precision = get_precision(dtype)
+    out_bytes = 2 if precision.bytes_per_element <= 2 else precision.bytes_per_element
+    moved = (m * k + k * n) * precision.bytes_per_element + m * n * out_bytes
+    return moved / (gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"])

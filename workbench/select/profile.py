@@ -1,0 +1,181 @@
+"""Selection profiles: per-config coefficients fitted from an exhaustive config sweep on one GPU.
+
+A profile (``specs/calibration/<gpu>-select.yaml``) holds, per kernel and operand size, one coefficient list per
+config (in the order of the model's TERMS). ``fit`` computes them by non-negative least squares on relative
+error (each measured time weighs as 1/time), config by config; ``write_selection_profile`` writes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+from workbench.errors import SpecError, WorkbenchError
+from workbench.hardware import GPU, get_gpu
+from workbench.perf.efficiency import calibration_dir
+from workbench.schema import Fields, load_yaml, write_atomic
+
+SCHEMA_VERSION = 1
+
+
+def profile_path(gpu: GPU) -> Path:
+    return calibration_dir() / f"{gpu.name}-select.yaml"
+
+
+def section_name(op: str, operand_bytes: int) -> str:
+    return f"{op}-{operand_bytes}byte"
+
+
+@functools.lru_cache(maxsize=32)
+def _load(path: Path, mtime: float) -> dict:
+    top = Fields(load_yaml(path), str(path))
+    top.number("schema_version", integer=True)
+    top.string("gpu")
+    top.string("source")
+    sections = top.sub("kernels")
+    tables = {}
+    for name in list(sections.data):
+        section = sections.sub(name)
+        terms = section.string_list("terms")
+        section.string("fitted_on")
+        configs = section.sub("configs")
+        table = {}
+        for key in list(configs.data):
+            values = configs.raw(key)
+            if not isinstance(values, list) or len(values) != len(terms) or not all(
+                    isinstance(v, (int, float)) and v >= 0 for v in values):
+                raise SpecError(str(path), f"kernels.{name}.configs.{key}", values,
+                                f"{len(terms)} non-negative numbers (one per term: {', '.join(terms)})")
+            table[key] = tuple(float(v) for v in values)
+        configs.finish()
+        section.finish()
+        tables[name] = table
+    sections.finish()
+    top.finish()
+    return tables
+
+
+def load_selection_profile(gpu: GPU, op: str, operand_bytes: int, path: Path | None = None) -> dict | None:
+    """{config key: coefficients} for ``op`` at ``operand_bytes`` on ``gpu``, or None without a profile."""
+    path = path or profile_path(gpu)
+    if not path.exists():
+        return None
+    return _load(path, path.stat().st_mtime).get(section_name(op, operand_bytes))
+
+
+def nnls(rows: list[list[float]], targets: list[float], iterations: int = 200) -> list[float]:
+    """min ||A x - b|| subject to x >= 0 (Lawson and Hanson's active-set method, "Solving Least Squares
+    Problems", 1974, ch. 23)."""
+    import numpy as np
+
+    a, b = np.asarray(rows, float), np.asarray(targets, float)
+    x = np.zeros(a.shape[1])
+    passive = np.zeros(a.shape[1], bool)
+    for _ in range(iterations):
+        gradient = a.T @ (b - a @ x)
+        if passive.all() or (gradient[~passive] <= 1e-12 * max(1e-300, abs(gradient).max())).all():
+            break
+        passive[int(np.argmax(np.where(passive, -np.inf, gradient)))] = True
+        while True:
+            z = np.zeros_like(x)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            negative = passive & (z <= 0)
+            step = np.min(x[negative] / (x[negative] - z[negative]))
+            x = x + step * (z - x)
+            passive &= x > 1e-15
+            x[~passive] = 0.0
+    return [float(v) for v in x]
+
+
+def fit(samples: Iterable[tuple[str, tuple[float, ...], float]]) -> dict[str, list[float]]:
+    """Per config key, the coefficients that best predict its measured seconds from its terms.
+
+    samples: (config key, terms, measured seconds). Each row is scaled by 1/seconds, so the fit minimises
+    relative error (a 10 us GEMM counts as much as a 10 ms one)."""
+    by_config: dict[str, tuple[list, list]] = {}
+    for key, terms, seconds in samples:
+        if not (seconds > 0 and math.isfinite(seconds)):
+            continue
+        rows, targets = by_config.setdefault(key, ([], []))
+        rows.append([t / seconds for t in terms])
+        targets.append(1.0)
+    return {key: nnls(rows, targets) for key, (rows, targets) in by_config.items()}
+
+
+def write_selection_profile(gpu: str | GPU, sections: dict[str, dict], path: Path | None = None, *,
+                            source: str) -> Path:
+    """Write (atomically) a profile. sections: {section name: {"terms": [...], "fitted_on": str, "configs":
+    {key: coefficients}}}; an existing profile's other sections are kept."""
+    gpu = get_gpu(gpu)
+    path = Path(path) if path else profile_path(gpu)
+    existing = {}
+    if path.exists():
+        existing = yaml.safe_load(path.read_text()).get("kernels", {})
+    for name, section in sections.items():
+        if set(section) != {"terms", "fitted_on", "configs"}:
+            raise WorkbenchError(f"section {name}: got keys {sorted(section)}, expected terms, fitted_on, configs")
+    document = {"schema_version": SCHEMA_VERSION, "gpu": gpu.name, "source": source,
+                "kernels": {**existing, **sections}}
+    text = ("# Kernel-selection profile: per-config coefficients of workbench.select's time model, fitted by\n"
+            "# non-negative least squares on an exhaustive config sweep. Regenerate, do not edit by hand.\n"
+            + yaml.safe_dump(json.loads(json.dumps(document)), sort_keys=False, width=200))
+    write_atomic(path, text)
+    _load.cache_clear()
+    return path
+
+
+PART_SECTIONS = {"gemm-bf16": ("gemm", 2), "gemm-fp16": ("gemm", 2), "gemm-fp8": ("gemm", 1),
+                 "attention": ("attention", 2)}
+"""Which profile section a sweep part's timings fit (bf16 and fp16 share the 2-byte GEMM coefficients)."""
+
+
+def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
+    """Profile sections fitted from ``select_sweep.py`` CSVs (``keep(row) -> bool`` picks the rows to fit)."""
+    import csv
+
+    from workbench.select import attention as attention_model
+    from workbench.select import gemm as gemm_model
+
+    units = gpu.compute_units.value
+    samples: dict[str, list] = {}
+    shapes: dict[str, set] = {}
+    names = []
+    for path in paths:
+        names.append(Path(path).name)
+        with open(path, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                if row.get("kind") != "triton" or not row.get("ms") or row.get("part") not in PART_SECTIONS:
+                    continue
+                if keep is not None and not keep(row):
+                    continue
+                op, operand_bytes = PART_SECTIONS[row["part"]]
+                config = json.loads(row["config"])
+                if op == "gemm":
+                    terms = gemm_model.terms(config, int(row["m"]), int(row["n"]), int(row["k"]), row["layout"],
+                                             operand_bytes, units)
+                else:
+                    shape = {key: int(row[key]) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
+                    shape["causal"] = row["causal"] in ("True", "true", "1")
+                    terms = attention_model.terms(config, shape, units)
+                name = section_name(op, operand_bytes)
+                samples.setdefault(name, []).append((gemm_model.config_key(config), terms, float(row["ms"]) * 1e-3))
+                shapes.setdefault(name, set()).add((row["part"], row["shape_id"]))
+    if not samples:
+        raise WorkbenchError(f"no triton timings to fit in {', '.join(names)} (expected select_sweep.py CSVs)")
+    sections = {}
+    for name, rows in samples.items():
+        terms = gemm_model.TERMS if name.startswith("gemm") else attention_model.TERMS
+        sections[name] = {
+            "terms": list(terms),
+            "fitted_on": f"{len(shapes[name])} shapes, {len(rows)} timings from {', '.join(names)}",
+            "configs": {key: [float(f"{v:.6g}") for v in values] for key, values in fit(rows).items()},
+        }
+    return sections
