@@ -99,14 +99,22 @@ def _point_labels(page) -> list[str]:
                                      "paths => paths.map(p => p.getAttribute('aria-label') || '')")
 
 
-def _wait_for(page, predicate, what: str, timeout_s: float = 60) -> float:
+def _wait_for(page, predicate_js: str, what: str, timeout_s: float = 60) -> float:
+    """Seconds until ``predicate_js`` (evaluated in the page on every animation frame) holds."""
     start = time.perf_counter()
-    while not predicate():
-        if time.perf_counter() - start > timeout_s:
-            page.screenshot(path=str(ARTIFACTS / "timeout.png"), full_page=True)
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        page.wait_for_timeout(20)
+    try:
+        page.wait_for_function(predicate_js, polling="raf", timeout=timeout_s * 1000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "timeout.png"), full_page=True)
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}") from None
     return time.perf_counter() - start
+
+
+def _svg_has(text: str, absent: str = "") -> str:
+    check = f"svg.textContent.includes({json.dumps(text)})"
+    if absent:
+        check += f" && !svg.textContent.includes({json.dumps(absent)})"
+    return f"(() => {{ const svg = document.querySelector({json.dumps(ROOFLINE_SVG)}); return svg && {check}; }})()"
 
 
 def test_workbench_in_chromium(lab):
@@ -136,14 +144,21 @@ def test_workbench_in_chromium(lab):
             start_text = _chart_text(page)
             assert "NVIDIA H200 SXM 141GB" in start_text and "AMD Instinct MI350X" in start_text
             assert "fp8 matrix" not in start_text
-            start_points = _point_labels(page)
-            assert start_points
 
-            # GPUs: B200 and MI355X instead of the defaults
-            page.select_option(".wb-gpus select", label=["NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI355X"])
+            # the speed target's case: Llama 3 70B on three GPUs
+            page.select_option(".wb-model select", label="llama3-70b (Llama 3 70B)")
+            timings["model_change_to_render_s"] = _wait_for(  # 70B's gate_up is 2 x 28672 wide
+                page, f"[...document.querySelectorAll({json.dumps(ROOFLINE_SVG + ' g.mark-symbol path')})]"
+                      ".some(p => (p.getAttribute('aria-label') || '').includes('57344'))",
+                "the roofline to show Llama 3 70B")
+            start_points = _point_labels(page)
+            assert any("57344" in label for label in start_points)  # 70B gate_up: 2 x 28672 wide
+
+            # GPUs: MI355X instead of MI350X (three GPUs still)
+            page.select_option(".wb-gpus select", label=["NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI355X",
+                                                          "NVIDIA H200 SXM 141GB"])
             timings["gpus_change_to_render_s"] = _wait_for(
-                page, lambda: "AMD Instinct MI355X" in _chart_text(page) and "H200" not in _chart_text(page),
-                "the roofline to show B200 and MI355X")
+                page, _svg_has("AMD Instinct MI355X", absent="MI350X"), "the roofline to show B200, MI355X and H200")
             labels = _point_labels(page)
             assert labels and labels != start_points
             page.screenshot(path=str(ARTIFACTS / "2-gpus.png"), full_page=True)
@@ -151,9 +166,17 @@ def test_workbench_in_chromium(lab):
             # precision: fp8 brings fp8 matrix roofs and moves the GEMM points
             page.select_option(".wb-precision select", label="fp8 (1 bytes)")
             timings["precision_change_to_render_s"] = _wait_for(
-                page, lambda: "fp8 matrix" in _chart_text(page), "fp8 roofs on the roofline")
+                page, _svg_has("fp8 matrix"), "fp8 roofs on the roofline")
             assert _point_labels(page) != labels
             page.screenshot(path=str(ARTIFACTS / "3-fp8.png"), full_page=True)
+
+            # clicking a point shows that op's detail (the selection travels back to Python)
+            point = page.locator(f"{ROOFLINE_SVG} path[aria-label*='op: attention.bwd;']").first
+            point.click(force=True)
+            page.wait_for_function("document.querySelector('.wb-op-detail').textContent.includes('predicted time')",
+                                   timeout=30_000)
+            detail = page.inner_text(".wb-op-detail")
+            assert "attention" in detail and "NVIDIA B200" in detail, detail
 
             # Recipe tab: export through the button, then read the file the kernel wrote
             page.click(".wb-workbench .lm-TabBar-tab:has-text('Recipe')")
@@ -168,7 +191,8 @@ def test_workbench_in_chromium(lab):
     from workbench.recipe import load_recipe
 
     written = sorted((root / "notebooks" / "recipes").glob("*.yaml"))
-    assert [p.name for p in written] == ["llama3-8b-b200-8x.yaml"]
+    assert [p.name for p in written] == ["llama3-70b-b200-8x.yaml"]
     recipe = load_recipe(written[0])
-    assert recipe.target.gpu == "b200" and recipe.precision.workbench_precision == "fp8"
+    assert recipe.target.gpu == "b200" and recipe.model.name == "llama3-70b"
+    assert recipe.precision.workbench_precision == "fp8"
     (ARTIFACTS / "timings.json").write_text(json.dumps(timings, indent=2))

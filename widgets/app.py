@@ -39,6 +39,7 @@ from widgets.data import (
     step_breakdown, summary_table, summary_text,
 )
 from widgets.kernels_tab import KernelsPanel
+from widgets.live import LiveChart
 from widgets.recipe_tab import RecipePanel
 from widgets.state import TABS, WorkbenchState
 
@@ -84,8 +85,6 @@ class Workbench(w.VBox):
         self._predictor = Predictor()
         self._muted = False
         self._dirty: set[str] = set(TABS)
-        self.charts: dict[str, alt.TopLevelMixin] = {}
-        """The last chart drawn per tab (what ``save_chart`` writes)."""
         self.comparison: Comparison | None = None
         self.selected_op: dict | None = None
         self.last_redraw_s = 0.0
@@ -100,6 +99,10 @@ class Workbench(w.VBox):
                                              embed_options={"renderer": "svg", "actions": False}) for name in CHART_TABS}
         for name, view in self.views.items():
             view.add_class(f"wb-chart-{name.replace(' ', '-')}")
+        self.live = {"roofline": LiveChart(self.views["roofline"], charts.roofline_chart),
+                     "step time": LiveChart(self.views["step time"], charts.step_chart),
+                     "memory": LiveChart(self.views["memory"], charts.memory_chart)}
+        """The chart tabs drawn from data frames (see ``widgets.live``)."""
         self.roofline_notes, self.op_info = w.HTML(), w.HTML("<i>Click a point to see its op.</i>")
         self.op_info.add_class("wb-op-detail")
         self.step_table, self.advice = w.HTML(), w.HTML()
@@ -148,9 +151,13 @@ class Workbench(w.VBox):
 
             built = from_hf_config(model, name)
         self._custom[built.name] = built
-        self._predictor = Predictor()  # a model of the same name may have changed
+        self.clear_cache()  # a model of the same name may have changed
         self.set(model=built.name)
         return built.name
+
+    def clear_cache(self) -> None:
+        """Forget remembered predictions (the next change predicts every GPU again; benchmarks use it)."""
+        self._predictor = Predictor()
 
     @contextlib.contextmanager
     def _mute(self):
@@ -219,11 +226,11 @@ class Workbench(w.VBox):
 
     def _draw_roofline(self) -> None:
         predictions = list(self.comparison.predictions.values())
-        chart = charts.roofline_chart([roofline_points(p) for p in predictions], [roofs(p) for p in predictions],
-                                      self._names())
-        self._show("roofline", chart)
-        view = self.views["roofline"]
-        view.selections.observe(self._on_select, names=[charts.OP_SELECTION])
+        first = self.live["roofline"].frame is None
+        self.live["roofline"].show(charts.roofline_frame([roofline_points(p) for p in predictions],
+                                                         [roofs(p) for p in predictions], self._names()))
+        if first:  # the selection traits exist from the first chart on (the structure never changes)
+            self.views["roofline"].selections.observe(self._on_select, names=[charts.OP_SELECTION])
         uncalibrated = [p.gpu.display_name for p in predictions if not p.calibrated]
         notes = [note for p in predictions if (note := roofline_note(p))]
         if self._state.calibrated and uncalibrated:
@@ -252,33 +259,28 @@ class Workbench(w.VBox):
         return detail
 
     def _draw_step(self) -> None:
-        self._show("step time", charts.step_chart(step_breakdown(self.comparison), self._names()))
+        self.live["step time"].show(step_breakdown(self.comparison))
         table = summary_table(self.comparison)
         self.step_table.value = _table(table, {"step_ms": ",.1f", "tokens_per_s": ",.0f", "samples_per_s": ",.2f",
                                                "mfu": ".1%", "memory_gb": ",.1f", "hbm_gb": ",.0f"})
         self.advice.value = advice_section(self._state, self.comparison)
 
     def _draw_memory(self) -> None:
-        frames = [memory_by_checkpointing(p) for p in self.comparison.predictions.values()]
+        frames = [memory_by_checkpointing(p).assign(gpu_order=i) for i, p in enumerate(self.comparison.predictions.values())]
         frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         if frame.empty:
             self.memory_table.value = "<i>no prediction</i>"
             return
-        self._show("memory", charts.memory_chart(frame, self._names()))
+        self.live["memory"].show(frame)
         modes = frame.drop_duplicates(["gpu", "mode"])[["gpu", "mode", "total_gb", "usable_gb", "fits", "max_micro_batch"]]
         self.memory_table.value = _table(modes, {"total_gb": ",.1f", "usable_gb": ",.1f"})
 
     def _draw_kernels(self) -> None:
         if self.kernels.check() and self.kernels.results is not None:
             self.kernels.show(self.kernels.results)
-            self.charts["kernels"] = self.kernels.chart
 
     def _draw_recipe(self) -> None:
         self.recipe.refresh(self._state, self.comparison.predictions)
-
-    def _show(self, tab: str, chart: alt.TopLevelMixin) -> None:
-        self.charts[tab] = chart
-        self.views[tab].chart = chart
 
     # ------------------------------------------------------------------------------------------- files
 
@@ -288,9 +290,11 @@ class Workbench(w.VBox):
         if name not in CHART_TABS:
             raise WorkbenchError(f"no chart {name!r}; charts: {', '.join(CHART_TABS)}")
         self._draw(name)
-        if name not in self.charts:
+        chart = self.kernels.chart if name == "kernels" else (
+            self.live[name].chart() if self.live[name].frame is not None else None)
+        if chart is None:
             raise WorkbenchError(f"the {name} tab has no chart yet" + (" (run a benchmark first)" if name == "kernels" else ""))
-        return charts.save(self.charts[name], path, overwrite=overwrite)
+        return charts.save(chart, path, overwrite=overwrite)
 
     def export_recipe(self, path: str | Path, *, gpu: str | None = None, format: str = "yaml",
                       overwrite: bool = False) -> Path | None:

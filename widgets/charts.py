@@ -20,23 +20,25 @@ OP_SELECTION = "op"
 """Name of the point selection on the roofline's op points (``JupyterChart.selections.op``)."""
 SAVE_FORMATS: tuple[str, ...] = ("png", "svg")
 ROOFLINE_COLUMNS: tuple[str, ...] = (
-    "gpu", "layer", "roof", "source", "order", "label", "intensity", "tflops", "op", "kind", "shape", "dtype",
+    "gpu", "gpu_order", "layer", "roof", "source", "order", "label", "intensity", "tflops", "op", "kind", "shape", "dtype",
     "flops", "bytes", "time_ms", "executions", "total_ms", "share_pct", "bound",  # predicted ops
     "case", "module", "kernel",  # measured kernels
 )
 """What the roofline charts encode or show in tooltips; other columns are not sent to the browser."""
 FACET_WIDTH = 300
+_FACET = alt.Column("gpu:N", title=None, sort=alt.EncodingSortField("gpu_order", op="min"))
+"""One facet per GPU, in the order the user chose them (the frames' gpu_order column)."""
 CHART_HEIGHT = 280
 
 
-def _log(domain: tuple[float, float]) -> alt.Scale:
-    return alt.Scale(type="log", domain=list(domain))
+X_LOG = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOP/byte)")
+"""The roofline's x axis; its extent is the roof lines' (``intensity_range``), so no domain depends on data."""
 
 
-def _roofline_layers(x_range: tuple[float, float]) -> list[alt.Chart]:
+def _roofline_layers() -> list[alt.Chart]:
     """The layers shared by the predicted and the measured roofline: roofs, their labels, ridge points (no data
     of their own: the top-level chart carries one data set, converted once)."""
-    x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
+    x = X_LOG
     y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s (predicted achieved)")
     roofs = alt.Chart().transform_filter(alt.datum.layer == "roof").mark_line(color="#666", strokeWidth=1.5).encode(
         x=x, y=y, detail=[alt.Detail("roof:N"), alt.Detail("source:N")], order=alt.Order("order:Q"),
@@ -55,9 +57,10 @@ def _roofline_layers(x_range: tuple[float, float]) -> list[alt.Chart]:
     return [roofs, labels, ridges]
 
 
-def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.DataFrame]) -> tuple[pd.DataFrame, tuple[float, float]]:
+def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.DataFrame],
+                   gpu_order: Sequence[str] = ()) -> pd.DataFrame:
     """One long frame for a faceted roofline (a facet needs one data source): ``layer`` says which mark draws
-    each row (roof line vertices, ridge points, op points)."""
+    each row (roof line vertices, ridge points, op points); ``gpu_order`` orders the facets."""
     x_range = intensity_range(points, roof_frames)
     roofs = pd.concat(list(roof_frames), ignore_index=True) if roof_frames else pd.DataFrame()
     lines = roof_lines(roofs, x_range).assign(layer="roof") if not roofs.empty else pd.DataFrame()
@@ -68,16 +71,17 @@ def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
         ridges["label"] = ridges["roof"] + " (" + ridges["source"] + ")"
     ops = pd.concat(list(points), ignore_index=True).rename(columns={"achieved_tflops": "tflops"}).assign(layer="op") if points else pd.DataFrame()
     frame = pd.concat([lines, ridges, ops], ignore_index=True)
-    return frame[[c for c in ROOFLINE_COLUMNS if c in frame]], x_range
+    frame["gpu_order"] = frame["gpu"].map({name: i for i, name in enumerate(gpu_order)})
+    return frame[[c for c in ROOFLINE_COLUMNS if c in frame]]
 
 
-def roofline_chart(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.DataFrame], gpu_order: Sequence[str]) -> alt.FacetChart:
-    """Log-log roofline per GPU, side by side: spec (solid) and calibrated (dashed) roofs, ridge points, and
-    every op of the step as a point sized by its share of the step time and coloured by kind; clicking a
-    point selects it (selection ``op`` on fields gpu and op)."""
-    frame, x_range = roofline_frame(points, roof_frames)
+def roofline_chart(frame: pd.DataFrame) -> alt.FacetChart:
+    """Log-log roofline per GPU (``roofline_frame`` rows), side by side: spec (solid) and calibrated (dashed)
+    roofs, ridge points, and every op of the step as a point sized by its share of the step time and coloured
+    by kind; clicking a point selects it (selection ``op`` on fields gpu and op). The chart's structure does not
+    depend on the data (``LiveChart`` swaps only the data on redraw)."""
     select = alt.selection_point(name=OP_SELECTION, fields=["gpu", "op"], on="click", clear="dblclick")
-    x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
+    x = X_LOG
     y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s (predicted achieved)")
     ops = alt.Chart().transform_filter(alt.datum.layer == "op").mark_circle(opacity=0.8, stroke="black").encode(
         x=x, y=y,
@@ -92,38 +96,38 @@ def roofline_chart(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
                  alt.Tooltip("executions:Q"), alt.Tooltip("total_ms:Q", title="ms per step", format=".2f"),
                  alt.Tooltip("share_pct:Q", title="% of step", format=".1f"), alt.Tooltip("bound:N")],
     ).add_params(select)
-    layered = alt.layer(*_roofline_layers(x_range), ops).properties(width=FACET_WIDTH, height=CHART_HEIGHT)
-    return layered.facet(column=alt.Column("gpu:N", title=None, sort=list(gpu_order)), data=frame)
+    layered = alt.layer(*_roofline_layers(), ops).properties(width=FACET_WIDTH, height=CHART_HEIGHT)
+    return layered.facet(column=_FACET, data=frame)
 
 
 def measured_roofline_chart(points: pd.DataFrame, roof_frame: pd.DataFrame, measured: pd.DataFrame) -> alt.LayerChart:
     """The predicted roofline of one GPU with benchmarked kernels overlaid (ours and the vendor's)."""
-    frame, x_range = roofline_frame([points, measured.rename(columns={"tflops": "achieved_tflops"})], [roof_frame])
-    frame.loc[frame["layer"] == "op", "layer"] = "op"
-    x = alt.X("intensity:Q", scale=_log(x_range), title="arithmetic intensity (FLOP/byte)")
+    frame = roofline_frame([points, measured.rename(columns={"tflops": "achieved_tflops"})], [roof_frame])
+    x = X_LOG
     y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s")
     predicted = alt.Chart().transform_filter((alt.datum.layer == "op") & alt.expr.isValid(alt.datum.share_pct)).mark_circle(
         color="#bbb", size=30).encode(x=x, y=y, tooltip=["op:N", "shape:N"])
     ran = alt.Chart().transform_filter(alt.expr.isValid(alt.datum.kernel)).mark_point(filled=True, size=70).encode(
         x=x, y=y, color=alt.Color("module:N", title="kernel"), shape=alt.Shape("kernel:N", title="measured"),
         tooltip=["case:N", "module:N", "kernel:N", "dtype:N", alt.Tooltip("tflops:Q", format=",.1f")])
-    return alt.layer(*_roofline_layers(x_range), predicted, ran, data=frame).properties(
+    return alt.layer(*_roofline_layers(), predicted, ran, data=frame).properties(
         width=2 * FACET_WIDTH, height=CHART_HEIGHT)
 
 
-def step_chart(breakdown: pd.DataFrame, gpu_order: Sequence[str]) -> alt.Chart:
-    """Stacked step time per GPU: compute-, memory-bound, exposed communication, optimizer, bubble."""
+def step_chart(breakdown: pd.DataFrame) -> alt.Chart:
+    """Stacked step time per GPU (in ``gpu_order``): compute-, memory-bound, exposed communication, optimizer,
+    bubble."""
     parts = [label for _, label in STEP_PARTS]
     return alt.Chart(breakdown).mark_bar().encode(
-        y=alt.Y("gpu:N", title=None, sort=list(gpu_order)),
+        y=alt.Y("gpu:N", title=None, sort=alt.EncodingSortField("gpu_order", op="min")),
         x=alt.X("ms:Q", title="predicted step time (ms)", stack="zero"),
         color=alt.Color("part:N", title="time", sort=parts, scale=alt.Scale(domain=parts)),
         order=alt.Order("order:Q"),
         tooltip=["gpu:N", "part:N", alt.Tooltip("ms:Q", format=",.2f")],
-    ).properties(width=2 * FACET_WIDTH, height=40 * max(1, len(gpu_order)))
+    ).properties(width=2 * FACET_WIDTH, height=alt.Step(40))
 
 
-def memory_chart(frame: pd.DataFrame, gpu_order: Sequence[str]) -> alt.FacetChart:
+def memory_chart(frame: pd.DataFrame) -> alt.FacetChart:
     """Per GPU and activation-checkpointing mode: stacked GB per holder against the HBM capacity (red) and the
     usable share (dashed), labelled with whether it fits and the largest micro-batch that does."""
     modes = ["none", "selective", "full"]
@@ -141,7 +145,7 @@ def memory_chart(frame: pd.DataFrame, gpu_order: Sequence[str]) -> alt.FacetChar
     labels = alt.Chart().mark_text(dy=-8, fontSize=10).encode(
         x=x, y="max(total_gb):Q", text="max(label):N")
     return alt.layer(bars, capacity, usable, labels).properties(width=200, height=CHART_HEIGHT).facet(
-        column=alt.Column("gpu:N", title=None, sort=list(gpu_order)), data=frame)
+        column=_FACET, data=frame)
 
 
 def save(chart: alt.TopLevelMixin, path: str | Path, *, overwrite: bool = False) -> Path:

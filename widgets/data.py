@@ -188,13 +188,13 @@ def op_detail(prediction: Prediction, op_name: str) -> dict[str, object]:
 
 
 def step_breakdown(comparison: Comparison) -> pd.DataFrame:
-    """Per GPU, the step's stacked parts in ms (rows gpu, part, order, ms)."""
+    """Per GPU, the step's stacked parts in ms (rows gpu, gpu_order, part, order, ms)."""
     rows = []
-    for p in comparison.predictions.values():
+    for gpu_order, p in enumerate(comparison.predictions.values()):
         for order, (name, label) in enumerate(STEP_PARTS):
-            rows.append({"gpu": p.gpu.display_name, "part": label, "order": order,
+            rows.append({"gpu": p.gpu.display_name, "gpu_order": gpu_order, "part": label, "order": order,
                          "ms": getattr(p.summary, name) * 1e3})
-    return pd.DataFrame(rows, columns=["gpu", "part", "order", "ms"])
+    return pd.DataFrame(rows, columns=["gpu", "gpu_order", "part", "order", "ms"])
 
 
 def summary_table(comparison: Comparison) -> pd.DataFrame:

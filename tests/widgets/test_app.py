@@ -18,8 +18,9 @@ def wb():
 
 
 def _gpus_in_roofline(wb):
+    """The GPUs of the op points in the spec the browser gets (first draw: altair datasets; later: inline)."""
     spec = wb.views["roofline"].spec
-    values = next(iter(spec["datasets"].values()))
+    values = spec["data"]["values"] if "values" in spec["data"] else spec["datasets"][spec["data"]["name"]]
     return {row["gpu"] for row in values if row.get("layer") == "op"}
 
 
