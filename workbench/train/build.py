@@ -131,8 +131,8 @@ def build_dlrm(spec: JobSpec, world: World, max_table_rows: int | None) -> Built
         for layer in model.cross:
             layer.compile()
     cuda = world.device.type == "cuda"
-    dense = [p for name, p in model.named_parameters() if not name.startswith("tables.")]
+    dense = [p for name, p in model.named_parameters() if name != "weight"]
     optimizers = [torch.optim.AdamW(dense, lr=1e-3, fused=cuda, foreach=None if cuda else True),
-                  RowWiseAdagrad(list(model.tables), lr=0.05)]
+                  RowWiseAdagrad([model.weight], lr=0.05)]
     autocast = None if spec.compute_dtype == "fp32" else DTYPES[spec.compute_dtype]
     return Built(model, optimizers, autocast, False, False, "none", notes)

@@ -87,8 +87,10 @@ class TextBatches:
 
 @dataclass
 class RecsysBatches:
-    """Synthetic DLRM batches: dense features [B, F], per-table CSR bags and a click label with a learnable
-    rule (a logistic function of two dense features and the parity of the first table's index)."""
+    """Synthetic DLRM batches in the table-batched layout of ``dlrm.DLRM``: dense features [B, F], global row
+    indices of every table's lookups (table t's rows start at the sum of the earlier tables' rows) with CSR
+    offsets [T * B + 1] (bag t * B + b: sample b, table t; fixed pooling per table), and a click label with a
+    learnable rule (a logistic function of two dense features and the parity of table 0's first index)."""
 
     micro_batch: int
     num_dense: int
@@ -100,15 +102,17 @@ class RecsysBatches:
     def __post_init__(self):
         self._generator = torch.Generator(device=self.device).manual_seed(self.seed)
 
-    def next(self) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    def next(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         b, g, dev = self.micro_batch, self._generator, self.device
         dense = torch.randn(b, self.num_dense, generator=g, device=dev)  # [B, F]
-        bags = []
+        indices, starts, row_base, lookup_base = [], [], 0, 0
         for rows, pool in zip(self.table_rows, self.pooling):
-            indices = torch.randint(0, rows, (b * pool,), generator=g, device=dev)  # [B * pool], fixed bag size
-            offsets = torch.arange(0, b * pool + 1, pool, device=dev)  # [B + 1]
-            bags.append((indices, offsets))
-        first = bags[0][0][:: self.pooling[0]]  # first lookup of each sample: [B]
+            indices.append(torch.randint(0, rows, (b * pool,), generator=g, device=dev) + row_base)  # [B * pool]
+            starts.append(torch.arange(b, device=dev) * pool + lookup_base)  # [B] bag starts
+            row_base += rows
+            lookup_base += b * pool
+        first = indices[0][:: self.pooling[0]]  # table 0's first lookup of each sample: [B]
+        offsets = torch.cat([*starts, torch.tensor([lookup_base], device=dev)])  # [T * B + 1]
         logit = 2.0 * dense[:, 0] - 1.5 * dense[:, 1] + torch.where(first % 2 == 0, 1.0, -1.0)
         labels = (torch.rand(b, generator=g, device=dev) < torch.sigmoid(logit)).float()  # [B]
-        return dense, bags, labels
+        return dense, torch.cat(indices), offsets, labels

@@ -1,7 +1,7 @@
 """A DLRM with a DCNv2 interaction (Naumov et al. 2019; Wang et al. 2021, "DCN V2"), built from a catalog
 ``DLRMModel``, and the row-wise Adagrad its tables train with.
 
-Tables are fp32 and sum-pooled; their gradients are sparse (only the looked-up rows), and ``RowWiseAdagrad``
+Tables are fp32, stored as one table-batched parameter, and sum-pooled; their gradients are sparse (only the looked-up rows), and ``RowWiseAdagrad``
 keeps one fp32 accumulator per row, as FBGEMM's table-batched embeddings do and as ``workbench.memory``
 assumes. With the Triton ``embedding_bag`` kernel the gradient is dense instead (table-sized; the kernel's
 backward writes a full dweight), which costs a table's worth of memory.
@@ -41,44 +41,57 @@ class CrossLayer(nn.Module):
 
 
 class DLRM(nn.Module):
-    """(dense [B, F], bags: one (indices, offsets) per table) -> click logit [B]."""
+    """(dense [B, F], indices, offsets) -> click logit [B].
+
+    All tables live in one fp32 parameter [sum of rows, d] (as FBGEMM's table-batched embeddings): table t's
+    rows start at ``row_offsets[t]``, and one ``embedding_bag`` call pools every table's bags, table-major:
+    bag t * B + b is sample b's bag of table t (see ``data.RecsysBatches``)."""
 
     def __init__(self, m: DLRMModel, kernels: KernelSet, max_table_rows: int | None = None):
         super().__init__()
         self.config, self.kernels = m, kernels
-        self.table_rows = tuple(min(t.rows, max_table_rows) if max_table_rows else t.rows for t in m.tables)
-        self.tables = nn.ParameterList([nn.Parameter(torch.empty(rows, t.dim)) for rows, t in zip(self.table_rows, m.tables)])
+        self.table_rows = capped_rows(m, max_table_rows)
+        self.weight = nn.Parameter(torch.empty(sum(self.table_rows), m.embedding_dim))  # [sum rows, d]
         self.bottom = _mlp((m.num_dense_features, *m.bottom_mlp), relu_last=True)
         self.cross = nn.ModuleList([CrossLayer(m.interaction_width, m.cross_low_rank) for _ in range(m.cross_layers)])
         self.top = _mlp((m.interaction_width, *m.top_mlp), relu_last=False)
 
     def init_weights(self) -> None:
-        """Tables uniform(+-1/sqrt(rows)) as the DLRM reference; linears torch's default (Kaiming uniform)."""
-        for rows, table in zip(self.table_rows, self.tables):
-            nn.init.uniform_(table, -1 / math.sqrt(rows), 1 / math.sqrt(rows))
+        """Each table uniform(+-1/sqrt(rows)) as the DLRM reference; linears torch's default (Kaiming uniform)."""
+        start = 0
+        with torch.no_grad():
+            for rows in self.table_rows:
+                bound = 1 / math.sqrt(rows)
+                self.weight[start:start + rows].uniform_(-bound, bound)
+                start += rows
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 module.reset_parameters()
 
-    def pooled(self, bags: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-        """Sum-pooled embeddings, one [B, d] per table."""
-        if self.kernels.uses("embedding_bag") and (bags[0][0].is_cuda or _interpreting()):
+    def pooled(self, indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Sum-pooled bags [T * B, d] (fp32) from global row indices and CSR offsets [T * B + 1]."""
+        if self.kernels.uses("embedding_bag") and (indices.is_cuda or _interpreting()):
             from workbench.kernels.embedding_bag import embedding_bag
 
-            return [_triton_bag(embedding_bag, w, idx, off) for w, (idx, off) in zip(self.tables, bags)]
-        return [F.embedding_bag(idx, w, off, mode="sum", sparse=True, include_last_offset=True)
-                for w, (idx, off) in zip(self.tables, bags)]
+            return _triton_bag(embedding_bag, self.weight, indices, offsets)
+        return F.embedding_bag(indices, self.weight, offsets, mode="sum", sparse=True, include_last_offset=True)
 
-    def forward(self, dense: torch.Tensor, bags: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def forward(self, dense: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        b, t, d = dense.shape[0], len(self.table_rows), self.config.embedding_dim
         x = self.bottom(dense)  # [B, bottom_mlp[-1]]
-        x0 = torch.cat([x, *(p.to(x.dtype) for p in self.pooled(bags))], dim=1)  # [B, D]
+        pooled = self.pooled(indices, offsets).view(t, b, d).transpose(0, 1).reshape(b, t * d)  # [B, T d]
+        x0 = torch.cat([x, pooled.to(x.dtype)], dim=1)  # [B, D]
         xl = x0
         for layer in self.cross:
             xl = layer(x0, xl)
         return self.top(xl).squeeze(1).float()  # [B]
 
-    def loss(self, dense, bags, labels) -> torch.Tensor:
-        return F.binary_cross_entropy_with_logits(self(dense, bags), labels)
+    def loss(self, dense, indices, offsets, labels) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(self(dense, indices, offsets), labels)
+
+
+def capped_rows(m: DLRMModel, max_table_rows: int | None) -> tuple[int, ...]:
+    return tuple(min(t.rows, max_table_rows) if max_table_rows else t.rows for t in m.tables)
 
 
 def _interpreting() -> bool:

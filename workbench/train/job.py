@@ -26,6 +26,7 @@ from workbench.models import DLRMModel
 from workbench.schema import write_atomic
 from workbench.train.build import Built, build_dlrm, build_transformer
 from workbench.train.data import RecsysBatches, TextBatches
+from workbench.train.dlrm import capped_rows
 from workbench.train.parallel import World, init_world
 from workbench.train.spec import JobSpec, check_supported
 
@@ -137,9 +138,8 @@ def _batches(spec: JobSpec, options: RunOptions, world: World):
     seed = options.seed * 1000 + world.rank // spec.tp  # tp ranks of one dp group read the same data
     if isinstance(spec.model, DLRMModel):
         m = spec.model
-        rows = tuple(min(t.rows, options.max_table_rows) if options.max_table_rows else t.rows for t in m.tables)
-        source = RecsysBatches(spec.micro_batch, m.num_dense_features, rows, tuple(t.pooling for t in m.tables),
-                               world.device, seed)
+        source = RecsysBatches(spec.micro_batch, m.num_dense_features, capped_rows(m, options.max_table_rows),
+                               tuple(t.pooling for t in m.tables), world.device, seed)
     else:
         source = TextBatches(spec.micro_batch, spec.seq_len, world.device, seed, synthetic=options.data == "synthetic",
                              vocab_size=min(256, spec.model.vocab_size))

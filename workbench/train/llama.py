@@ -29,10 +29,13 @@ def rope_tables(seq_len: int, head_dim: int, device: torch.device | None = None)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, H, S, D] rotated pairwise (first half / second half of D, as Hugging Face Llama)."""
-    x1, x2 = x.float().chunk(2, dim=-1)  # [B, H, S, D/2] each
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    return out.to(x.dtype)
+    """x [B, H, S, D] rotated pairwise (first half / second half of D, as Hugging Face Llama), in x's dtype.
+
+    Products with the constant tables save only the tables for backward, so eager RoPE keeps no activation
+    beyond its output (an fp32 upcast here would hold an fp32 copy of q and k per layer)."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)  # [B, H, S, D/2] each (views)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
 class Attention(nn.Module):
@@ -52,7 +55,9 @@ class Attention(nn.Module):
         q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
         q = q.view(b, s, hq, d).transpose(1, 2)  # [B, hq, S, d]
         k = k.view(b, s, hkv, d).transpose(1, 2)  # [B, hkv, S, d]
-        v = v.view(b, s, hkv, d).transpose(1, 2)
+        # v copied out of qkv, so attention's saved q, k (rotated copies) and v free qkv for the allocator: the
+        # saved activations are then q + 2 kv + the output, as workbench.memory counts them
+        v = v.view(b, s, hkv, d).transpose(1, 2).contiguous()
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         o = self.kernels.attention(q, k, v)  # [B, hq, S, d]
         return self.wo(o.transpose(1, 2).reshape(b, s, hq * d))  # [B, S, h]
