@@ -1,7 +1,8 @@
 """Recipe search speed (issue #6: >= 10,000 candidates per second on one CPU core), and its agreement with predict().
 
 Each case searches one model on one GPU type and count with a *fresh* evaluator (cold caches: every op shape is
-timed for the first time; median of 5 such runs), then again with the warmed evaluator (a UI re-running a search after a slider move).
+timed for the first time; median of 5 such runs), then again with the warmed evaluator (a UI re-running a search
+after a slider move).
 "candidates" counts every configuration evaluated, the ones that do not fit included (memory is checked first, and
 the micro-batch climb stops at the first that does not fit); "timed" counts those that fit and got a full step
 prediction. The agreement column is the largest relative difference of step time against ``predict()`` on every

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from workbench.predict import predict
-from workbench.recipe import loads, dumps
+from workbench.recipe import dumps, loads
 from workbench.recipe.advisor import advise
 from workbench.recipe.build import predict_recipe, recipe_model, training_config
 

@@ -9,8 +9,18 @@ import yaml
 from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import SpecError
 from workbench.recipe import (
-    SCHEMA_VERSION, Batch, KernelChoice, ModelChoice, ParallelismChoice, Recipe, Revision, Target, dumps,
-    load_recipe, loads, save_recipe,
+    SCHEMA_VERSION,
+    Batch,
+    KernelChoice,
+    ModelChoice,
+    ParallelismChoice,
+    Recipe,
+    Revision,
+    Target,
+    dumps,
+    load_recipe,
+    loads,
+    save_recipe,
 )
 from workbench.recipe.build import make_recipe, predict_recipe, recipe_model, training_config
 

@@ -10,7 +10,6 @@
 from workbench.recipe.advisor import Advice, AdviceItem, advise
 from workbench.recipe.build import make_recipe, predict_recipe, recipe_model, revised_model, training_config
 from workbench.recipe.io import FORMATS, dumps, load_recipe, loads, save_recipe
-from workbench.recipe.search import Candidate, FastEvaluator, SearchResult, search
 from workbench.recipe.schema import (
     SCHEMA_VERSION,
     ActivationCheckpointing,
@@ -19,12 +18,13 @@ from workbench.recipe.schema import (
     KernelChoice,
     ModelChoice,
     ParallelismChoice,
-    Predicted,
     PrecisionPolicy,
+    Predicted,
     Recipe,
     Revision,
     Target,
 )
+from workbench.recipe.search import Candidate, FastEvaluator, SearchResult, search
 
 __all__ = [
     "Advice", "AdviceItem", "Candidate", "FastEvaluator", "SearchResult", "advise", "make_recipe", "predict_recipe",

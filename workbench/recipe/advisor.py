@@ -106,7 +106,8 @@ class Advice:
             return out
 
         port, codesigned = cells(self.direct_port), cells(self.co_designed)
-        return [{"setting": key, "direct_port": port.get(key), "co_designed": value} for key, value in codesigned.items()]
+        return [{"setting": key, "direct_port": port.get(key), "co_designed": value}
+                for key, value in codesigned.items()]
 
     def as_frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -157,9 +158,9 @@ def advise(
         source_recipe = make_recipe(name, source, best.config, overrides=base_overrides, calibrated=calibrated)
         port = make_recipe(name, target, best.config, overrides=base_overrides, calibrated=calibrated)
         if not port.predicted.fits:
+            usable = target.hbm_capacity_gb.value * (1 - HEADROOM_FRACTION)
             notes.append(f"the direct port does not fit the {target.display_name}: it needs "
-                         f"{port.predicted.peak_memory_gb:.1f} GB of {target.hbm_capacity_gb.value * (1 - HEADROOM_FRACTION):.1f}"
-                         f" GB usable per GPU")
+                         f"{port.predicted.peak_memory_gb:.1f} GB of {usable:.1f} GB usable per GPU")
     else:
         notes.append(f"no configuration of {name} fits {gpus} x {source.display_name}: no direct port")
 
@@ -261,7 +262,8 @@ def _recipe_steps(port: Recipe, final: TrainingConfig, ev: FastEvaluator, gpu: G
         ("parallel layout", "parallelism", lambda c: replace(c, parallelism=final.parallelism)),
         ("activation checkpointing", "activation_checkpointing",
          lambda c: replace(c, activation_checkpointing=final.activation_checkpointing)),
-        ("micro-batch", "micro_batch", lambda c: replace(c, micro_batch=final.micro_batch, global_batch=final.global_batch)),
+        ("micro-batch", "micro_batch",
+         lambda c: replace(c, micro_batch=final.micro_batch, global_batch=final.global_batch)),
     ]
     usable = gpu.hbm_capacity_gb.value * (1 - HEADROOM_FRACTION)
     before = ev.evaluate(current)
@@ -294,7 +296,8 @@ def _describe(cfg: TrainingConfig, field: str) -> str:
             "parallelism": f"dp{p.dp} {p.sharding} tp{p.tp} pp{p.pp} ep{p.ep}"}[field]
 
 
-def _proposals(name: str, model: Model, overrides: dict, gpu: GPU, best: Candidate, calibrated: bool) -> list[AdviceItem]:
+def _proposals(name: str, model: Model, overrides: dict, gpu: GPU, best: Candidate,
+               calibrated: bool) -> list[AdviceItem]:
     """Changes to the model's math, with predicted gains at the co-designed config: never applied."""
     if not isinstance(model, TransformerModel):
         return []

@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--precision", default="bf16", help="bf16, fp8, mxfp8, ... (comma-separated to compare several)")
     p.add_argument("--seq-len", type=int, default=0, help="0: the model's default")
-    p.add_argument("--global-batch", type=int, default=0, help="samples per step; 0: micro-batch x dp (no accumulation)")
+    p.add_argument("--global-batch", type=int, default=0,
+                   help="samples per step; 0: micro-batch x dp (no accumulation)")
     p.add_argument("--source-gpu", help="port from this GPU: direct port vs co-designed, with the revisions")
     p.add_argument("--out", help="write the (co-designed) recipe here; default: print it")
     p.add_argument("--port-out", help="with --source-gpu: also write the direct-port recipe here")

@@ -22,9 +22,9 @@ FORMATS: tuple[str, ...] = ("yaml", "json", "torchtitan-toml", "torchtitan-args"
 
 def header_lines(recipe: Recipe) -> list[str]:
     """What the file is for and what the model predicts for it, as comment lines without the comment marker."""
+    revised = ", ".join(f"{k}={v}" for k, v in recipe.model.overrides.items())
     lines = [f"workbench recipe (schema {recipe.schema_version}): {recipe.model.name}"
-             f"{' with ' + ', '.join(f'{k}={v}' for k, v in recipe.model.overrides.items()) if recipe.model.overrides else ''}"
-             f" on {recipe.target.gpus} x {recipe.target.gpu}"]
+             f"{' with ' + revised if revised else ''} on {recipe.target.gpus} x {recipe.target.gpu}"]
     pred = recipe.predicted
     if pred is not None:
         lines.append(f"predicted by {recipe.model_version}: step {pred.step_time_s * 1e3:.1f} ms, "

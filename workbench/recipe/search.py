@@ -1,8 +1,8 @@
 """Search: every feasible training configuration of a model on N GPUs of one type, ranked by predicted throughput.
 
-Candidates span micro-batch (powers of two, and the largest that fits HBM), activation checkpointing, FSDP vs DDP, tensor-parallel degree (inside
-the scale-up domain), pipeline degree, expert-parallel degree for MoE models, and precisions when asked. A
-candidate is feasible when its peak memory fits HBM with the memory model's headroom
+Candidates span micro-batch (powers of two, and the largest that fits HBM for the leaders), activation
+checkpointing, FSDP vs DDP, tensor-parallel degree (inside the scale-up domain), pipeline degree, expert-parallel
+degree for MoE models, and precisions when asked. A candidate is feasible when its peak memory fits HBM with the memory model's headroom
 (``workbench.memory.HEADROOM_FRACTION``).
 
 ``FastEvaluator`` gives the numbers ``workbench.predict`` gives (tested to 1e-9 relative) at a fraction of the
@@ -29,8 +29,8 @@ from workbench.memory import GB, memory_breakdown
 from workbench.models import Model, TransformerModel, get_model
 from workbench.perf import op_time
 from workbench.perf.efficiency import constants_for
-from workbench.predict import _communication, _microbatch_ops, _optimizer_op
 from workbench.precision import resolve_precision
+from workbench.predict import _communication, _microbatch_ops, _optimizer_op
 
 if TYPE_CHECKING:
     import pandas as pd

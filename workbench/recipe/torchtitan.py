@@ -106,10 +106,11 @@ def torchtitan_sections(recipe: Recipe) -> dict[str, dict]:
     if recipe.activation_checkpointing.mode == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if prec.fp8 in ("tensorwise", "rowwise"):
-        tensorwise = prec.fp8 == "tensorwise"  # the FSDP fp8 all-gather is recommended for tensorwise scaling only
+        # the FSDP fp8 all-gather (and its precomputed scales) is recommended for tensorwise scaling only
+        fsdp_fp8 = prec.fp8 == "tensorwise" and p.sharding == "fsdp"
         sections["quantize.linear.float8"] = {"recipe_name": prec.fp8, "filter_fqns": ["output"],
-                                              "enable_fsdp_float8_all_gather": tensorwise and p.sharding == "fsdp",
-                                              "precompute_float8_dynamic_scale_for_fsdp": tensorwise and p.sharding == "fsdp"}
+                                              "enable_fsdp_float8_all_gather": fsdp_fp8,
+                                              "precompute_float8_dynamic_scale_for_fsdp": fsdp_fp8}
     elif prec.fp8 == "mxfp8":
         sections["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
     return sections
