@@ -86,7 +86,8 @@ def main() -> None:
     ]
     if BROWSER_TIMINGS.exists():
         browser = json.loads(BROWSER_TIMINGS.read_text())
-        lines += ["In the browser (tests/test_browser.py, Llama 3 8B, JupyterLab + headless Chromium on the same machine, "
+        lines += ["In the browser (tests/test_browser.py: Llama 3 8B -> 70B, then GPU and precision changes on 70B with "
+                  "three GPUs; JupyterLab + headless Chromium on the same machine; "
                   "change in the widget to the new points in the roofline's SVG; includes Python, the widget "
                   "messages and Vega rendering):", ""]
         lines += [f"- {name}: {seconds * 1e3:.0f} ms" for name, seconds in browser.items()]

@@ -178,12 +178,24 @@ def test_workbench_in_chromium(lab):
             detail = page.inner_text(".wb-op-detail")
             assert "attention" in detail and "NVIDIA B200" in detail, detail
 
+            # the other chart tabs render too; the advisor's comparison runs from its button
+            page.click(".wb-workbench .lm-TabBar-tab:has-text('Step time')")
+            page.wait_for_selector(".wb-chart-step-time svg g.mark-rect path", timeout=30_000)
+            page.click("button:has-text('Compare direct port vs co-designed')")
+            page.wait_for_selector(".wb-advice h4", timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "4-step-time.png"), full_page=True)
+            page.click(".wb-workbench .lm-TabBar-tab:has-text('Memory')")
+            page.wait_for_selector(".wb-chart-memory svg g.mark-rect path", timeout=30_000)
+            assert "largest micro-batch" in page.eval_on_selector(".wb-chart-memory svg", "svg => svg.textContent") \
+                or "does not fit" in page.eval_on_selector(".wb-chart-memory svg", "svg => svg.textContent")
+            page.screenshot(path=str(ARTIFACTS / "5-memory.png"), full_page=True)
+
             # Recipe tab: export through the button, then read the file the kernel wrote
             page.click(".wb-workbench .lm-TabBar-tab:has-text('Recipe')")
             page.wait_for_selector(".wb-recipe-preview", timeout=30_000)
             page.click("button.wb-export")
             page.wait_for_selector(".wb-export-message a.wb-download", timeout=30_000)
-            page.screenshot(path=str(ARTIFACTS / "4-recipe.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / "6-recipe.png"), full_page=True)
             assert not errors, errors
         finally:
             browser.close()

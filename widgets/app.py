@@ -32,7 +32,7 @@ from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.models import Model
 from widgets import charts
-from widgets.advice import advice_section
+from widgets.advice import advice_chart, advice_frame, advice_html, advice_prompt, advise_all
 from widgets.controls import Controls, ModelInput
 from widgets.data import (
     Comparison, Predictor, memory_by_checkpointing, op_detail, roofline_note, roofline_points, roofs,
@@ -107,12 +107,23 @@ class Workbench(w.VBox):
         self.op_info.add_class("wb-op-detail")
         self.step_table, self.advice = w.HTML(), w.HTML()
         self.step_table.add_class("wb-summary")
+        self.advice.add_class("wb-advice")
+        self.advice_button = w.Button(description="Compare direct port vs co-designed", icon="exchange",
+                                      layout=w.Layout(width="300px"))
+        self.advice_button.on_click(lambda _: self.compare_port())
+        self.advice_prompt = w.HTML()
+        self.advice_view = alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point(),
+                                            embed_options={"renderer": "svg", "actions": False})
+        self.advice_view.layout.display = "none"
+        self.advices: dict[str, object] = {}
+        """Target GPU -> ``workbench.recipe.advisor.Advice`` (or why none) of the last comparison."""
         self.memory_table = w.HTML()
         self.kernels = KernelsPanel(self._prediction_on, lambda: self.views["kernels"])
         self.recipe = RecipePanel()
         self.tabs = w.Tab(children=[
             w.VBox([self.roofline_notes, self.views["roofline"], self.op_info]),
-            w.VBox([self.views["step time"], self.step_table, self.advice]),
+            w.VBox([self.views["step time"], self.step_table, w.HBox([self.advice_button, self.advice_prompt]),
+                    self.advice_view, self.advice]),
             w.VBox([self.views["memory"], self.memory_table]),
             self.kernels.box,
             self.recipe.box,
@@ -263,7 +274,24 @@ class Workbench(w.VBox):
         table = summary_table(self.comparison)
         self.step_table.value = _table(table, {"step_ms": ",.1f", "tokens_per_s": ",.0f", "samples_per_s": ",.2f",
                                                "mfu": ".1%", "memory_gb": ",.1f", "hbm_gb": ",.0f"})
-        self.advice.value = advice_section(self._state, self.comparison)
+        self.advice_prompt.value = advice_prompt(self._state)
+        self.advice_button.disabled = len(self._state.gpus) < 2
+        self.advices = {}
+        self.advice.value = ""
+        self.advice_view.layout.display = "none"
+
+    def compare_port(self) -> dict[str, object]:
+        """Run the advisor: the first GPU's best recipe ported to each other GPU vs the co-designed recipe there
+        (shown in the Step time tab); returns target GPU -> ``Advice`` or the reason there is none."""
+        start = time.perf_counter()
+        self.advices = advise_all(self._state, self._custom)
+        frame = advice_frame(self.advices)
+        if not frame.empty:
+            self.advice_view.chart = advice_chart(frame, self._state.gpus[0])
+            self.advice_view.layout.display = None
+        self.advice.value = (advice_html(self.advices, self._state.gpus[0])
+                             + f"<p><i>advisor: {time.perf_counter() - start:.2f} s</i></p>")
+        return self.advices
 
     def _draw_memory(self) -> None:
         frames = [memory_by_checkpointing(p).assign(gpu_order=i) for i, p in enumerate(self.comparison.predictions.values())]
@@ -297,12 +325,16 @@ class Workbench(w.VBox):
         return charts.save(chart, path, overwrite=overwrite)
 
     def export_recipe(self, path: str | Path, *, gpu: str | None = None, format: str = "yaml",
-                      overwrite: bool = False) -> Path | None:
+                      kind: str = "searched", overwrite: bool = False) -> Path | None:
         """What the Recipe tab's Export button does, from Python: write the recipe for ``gpu`` (default: the
-        first GPU) in ``format``; returns the path, or None with the reason in the tab's message."""
+        first GPU) in ``format``, the fastest that fits (``kind="searched"``) or the current settings
+        (``"current"``); returns the path, or None with the reason in the tab's message."""
         self._draw("recipe")
         if gpu is not None:
             self.recipe.gpu.value = get_gpu(gpu).name
+        if kind not in ("searched", "current"):
+            raise WorkbenchError(f"recipe kind {kind!r}: expected 'searched' or 'current'")
+        self.recipe.kind.value = kind
         self.recipe.format.value = format
         return self.recipe.export(path, overwrite=overwrite)
 

@@ -1,8 +1,9 @@
-"""The Recipe tab: preview the recipe for the current settings on one of the chosen GPUs, export it to a file
-(atomically, never overwriting unless asked) and offer it for download as a data-URI link (works offline).
+"""The Recipe tab: preview a recipe for one of the chosen GPUs (the fastest configuration that fits, found by
+``workbench.recipe.search``, or exactly the current settings), export it to a file (atomically, never
+overwriting unless asked) and offer it for download as a data-URI link (works offline).
 
-Recipes are built and written by ``workbench.recipe`` (``make_recipe``, ``dumps``, ``save_recipe``); this tab
-only collects the choices and shows the text.
+Recipes are searched, built and written by ``workbench.recipe`` (``search``, ``make_recipe``, ``dumps``,
+``save_recipe``); this tab only collects the choices and shows the text.
 """
 
 from __future__ import annotations
@@ -21,6 +22,19 @@ from widgets.state import WorkbenchState
 
 FORMATS: dict[str, str] = {"yaml": ".yaml", "json": ".json", "torchtitan-toml": ".toml"}
 """Export formats offered, with their file suffixes (``workbench.recipe.FORMATS`` has these and more)."""
+KINDS: dict[str, str] = {"fastest that fits": "searched", "current settings": "current"}
+"""Which recipe the tab shows: the search's best for the model, GPU, GPU count, precision and sequence length,
+or the workbench's settings as they are (FSDP over every GPU)."""
+
+
+def searched_recipe(state: WorkbenchState, gpu: str, precision: str):
+    """The fastest configuration that fits (``workbench.recipe.search``: micro-batch, checkpointing, FSDP/DDP,
+    TP, PP, EP) for ``state``'s model, GPU count and sequence length on ``gpu``, as a recipe."""
+    from workbench.recipe.build import make_recipe
+    from workbench.recipe.search import search
+
+    best = search(state.model, gpu, state.gpu_count, precision=precision, seq_len=state.seq_len).best
+    return make_recipe(state.model, gpu, best.config)
 
 
 def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None = None):
@@ -37,8 +51,9 @@ def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None 
     return make_recipe(state.model, gpu, config, prediction=prediction)
 
 
-def default_path(state: WorkbenchState, gpu: str, fmt: str) -> str:
-    return str(Path("recipes") / f"{state.model}-{gpu}-{state.gpu_count}x{FORMATS[fmt]}")
+def default_path(state: WorkbenchState, gpu: str, fmt: str, kind: str = "searched") -> str:
+    suffix = "" if kind == "searched" else "-current"
+    return str(Path("recipes") / f"{state.model}-{gpu}-{state.gpu_count}x{suffix}{FORMATS[fmt]}")
 
 
 def download_link(path: Path, text: str) -> str:
@@ -54,6 +69,7 @@ class RecipePanel:
     def __init__(self):
         self.gpu = w.Dropdown(description="target GPU")
         self.format = w.Dropdown(options=list(FORMATS), value="yaml", description="format")
+        self.kind = w.ToggleButtons(options=list(KINDS.items()), value="searched")
         self.path = w.Text(description="file", layout=w.Layout(width="420px"))
         self.overwrite = w.Checkbox(value=False, description="overwrite an existing file", indent=False)
         self.export_button = w.Button(description="Export recipe", icon="download", button_style="primary")
@@ -62,11 +78,12 @@ class RecipePanel:
         self.message = w.HTML()
         self.message.add_class("wb-export-message")
         self.note = w.HTML()
-        self.box = w.VBox([self.note, w.HBox([self.gpu, self.format]), self.preview,
+        self.box = w.VBox([self.note, self.kind, w.HBox([self.gpu, self.format]), self.preview,
                            w.HBox([self.path, self.overwrite, self.export_button]), self.message])
         self.export_button.on_click(lambda _: self.export())
         self.gpu.observe(lambda _: self._render(), names="value")
         self.format.observe(lambda _: self._render(), names="value")
+        self.kind.observe(lambda _: self._render(), names="value")
         self.state: WorkbenchState | None = None
         self.predictions: dict[str, Prediction] = {}
         self.recipe = None
@@ -93,7 +110,12 @@ class RecipePanel:
             self.preview.value = "<i>no GPU with a prediction selected</i>"
             return
         try:
-            self.recipe = build_recipe(self.state, self.gpu.value, self.predictions.get(self.gpu.value))
+            prediction = self.predictions.get(self.gpu.value)
+            if self.kind.value == "searched":
+                precision = prediction.precision.effective.name if prediction is not None else self.state.precision
+                self.recipe = searched_recipe(self.state, self.gpu.value, precision)
+            else:
+                self.recipe = build_recipe(self.state, self.gpu.value, prediction)
             from workbench.recipe import dumps
 
             self.text = dumps(self.recipe, self.format.value)
@@ -110,12 +132,15 @@ class RecipePanel:
             self.export_button.disabled = True
             return
         self.export_button.disabled = False
-        self.note.value = ("Recipe for the <b>current settings</b> (FSDP over every GPU of the job), with the "
+        self.note.value = ("The <b>fastest configuration that fits</b> for this model, GPU count, precision and "
+                           "sequence length (<code>workbench.recipe.search</code>), with the analytical model's "
+                           "prediction." if self.kind.value == "searched" else
+                           "Recipe for the <b>current settings</b> (FSDP over every GPU of the job), with the "
                            "analytical model's prediction.")
         self.preview.value = f"<pre class='wb-recipe-preview' style='max-height:320px;overflow:auto'>{html.escape(self.text)}</pre>"
         if not self._path_edited:
             self._setting_path = True
-            self.path.value = default_path(self.state, self.gpu.value, self.format.value)
+            self.path.value = default_path(self.state, self.gpu.value, self.format.value, self.kind.value)
             self._setting_path = False
 
     def export(self, path: str | Path | None = None, *, overwrite: bool | None = None) -> Path | None:

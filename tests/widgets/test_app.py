@@ -69,7 +69,14 @@ def test_clicking_a_point_shows_the_op(wb):
 def test_tabs_draw_when_opened(wb):
     wb.set(tab="step time")
     assert wb.tabs.selected_index == 1 and "tokens_per_s" in wb.step_table.value
-    assert "not available yet" in wb.advice.value or "co-designed" in wb.advice.value
+    assert "mi350x" in wb.advice_prompt.value and not wb.advice_button.disabled
+    wb.advice_button.click()
+    advice = wb.advices["mi350x"]  # the advisor's port from b200 to mi350x
+    assert advice.source_gpu == "b200" and advice.target_gpu == "mi350x" and advice.co_designed.predicted.fits
+    assert "co-designed" in wb.advice.value and wb.advice_view.spec is not None
+    wb.set(micro_batch=2)  # a change clears the comparison (it would be stale)
+    assert wb.advices == {} and wb.advice.value == ""
+    wb.set(micro_batch=1)
     wb.tabs.selected_index = 2  # clicking the Memory tab
     assert wb.state["tab"] == "memory" and "max_micro_batch" in wb.memory_table.value
     wb.set(tab="roofline")
@@ -102,16 +109,20 @@ def test_recipe_export_writes_once_and_offers_a_download(wb, tmp_path):
     from workbench.recipe import load_recipe
 
     target = tmp_path / "r.yaml"
-    written = wb.export_recipe(target, gpu="mi350x")
+    written = wb.export_recipe(target, gpu="mi350x", kind="current")
     recipe = load_recipe(written)
     assert recipe.target.gpu == "mi350x" and recipe.target.gpus == wb.gpu_count
     assert recipe.batch.seq_len == 4096 and recipe.predicted.tokens_per_s == pytest.approx(
         wb.comparison.predictions["mi350x"].summary.tokens_per_s)
-    assert "download r.yaml" in wb.recipe.message.value and "data:text/plain" in wb.recipe.message.value
+    searched = load_recipe(wb.export_recipe(tmp_path / "best.json", gpu="mi350x", format="json"))
+    assert searched.target == recipe.target and searched.batch.seq_len == 4096
+    assert searched.predicted.fits and searched.predicted.tokens_per_s >= recipe.predicted.tokens_per_s
+    assert "download best.json" in wb.recipe.message.value and "data:text/plain" in wb.recipe.message.value
     target.write_text("mine")
     assert wb.export_recipe(target) is None and target.read_text() == "mine"
     assert "exists" in wb.recipe.message.value
     assert wb.export_recipe(target, overwrite=True) == target and target.read_text() != "mine"
+    assert "download r.yaml" in wb.recipe.message.value
 
 
 def test_a_pasted_hugging_face_config_becomes_the_model():
