@@ -434,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="predict,port,fp8", help="comma-separated experiments to run")
     p.add_argument("--budget-s", type=float, default=BUDGET_S, help=f"whole-script time budget (default {BUDGET_S:.0f})")
     p.add_argument("--in-process", action="store_true", help="run recipes in this process (default with --quick)")
+    p.add_argument("--subprocess", action="store_true", help="run each recipe in its own process (default without --quick)")
     args = p.parse_args(argv)
     wanted = set(args.only.split(","))
     unknown = wanted - {"predict", "port", "fp8"}
@@ -445,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     runs = quick_runs(notes) if args.quick else full_runs(notes)
     runs = [r for r in runs if r.experiment in wanted]
-    rows = execute(runs, out, args.budget_s, in_process=args.in_process or args.quick)
+    rows = execute(runs, out, args.budget_s, in_process=args.in_process or (args.quick and not args.subprocess))
     command = "python benchmarks/train_proof.py " + " ".join(argv if argv is not None else sys.argv[1:])
     summary = write_outputs(out, rows, notes, command, time.monotonic() - start)
     print_table(summary)

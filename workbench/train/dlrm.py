@@ -124,11 +124,12 @@ class RowWiseAdagrad(torch.optim.Optimizer):
                 acc = state["sum"]
                 grad = p.grad
                 if grad.is_sparse:
-                    grad = grad.coalesce()
-                    rows, values = grad.indices()[0], grad.values()  # [n], [n, d]
-                    acc.index_add_(0, rows, values.float().pow(2).mean(1))
-                    step = values / (acc[rows].sqrt() + group["eps"]).unsqueeze(1)
-                    p.index_add_(0, rows, step.to(p.dtype), alpha=-group["lr"])
+                    grad = grad.coalesce()  # duplicate rows summed: [n] rows, [n, d] values
+                    p.grad = None  # frees the uncoalesced gradient (one row per lookup) before the update
+                    rows, values = grad.indices()[0], grad.values()
+                    acc.index_add_(0, rows, torch.linalg.vector_norm(values.float(), dim=1).square_() / values.shape[1])
+                    values.mul_((-group["lr"] / (acc[rows].sqrt() + group["eps"])).unsqueeze(1).to(values.dtype))
+                    p.index_add_(0, rows, values)  # in place on the coalesced values: no [n, d] temporary
                 else:
                     acc.add_(grad.float().pow(2).mean(1))
                     p.add_(grad / (acc.sqrt() + group["eps"]).unsqueeze(1), alpha=-group["lr"])
