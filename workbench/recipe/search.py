@@ -92,11 +92,14 @@ class FastEvaluator:
         self._peaks: dict[str, float] = {}
 
     def _time(self, op: Op, phase: str | None = None) -> tuple[float, str]:
-        """(time, bound) of one execution, cached by everything ``op_time`` reads; ``phase`` overrides op.phase."""
-        key = (op.kind, phase or op.phase, op.shape, op.dtype, op.flops, op.bytes_read, op.bytes_written)
+        """(time, bound) of one execution, cached by everything ``op_time`` reads; ``phase`` overrides op.phase.
+        Only attention's time depends on the phase (forward and backward rates), so only its key holds it."""
+        phase = phase or op.phase
+        key = (op.kind, phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
+               op.bytes_written)
         hit = self._op_times.get(key)
         if hit is None:
-            timed = op if phase is None or phase == op.phase else dataclasses.replace(op, phase=phase)
+            timed = op if phase == op.phase else dataclasses.replace(op, phase=phase)
             t = op_time(timed, self.gpu, self.constants)
             hit = self._op_times[key] = (t.time_s, t.bound)
         return hit
