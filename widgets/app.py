@@ -56,6 +56,21 @@ def _enable_offline() -> None:
         _offline_enabled = True
 
 
+_STYLE = """<style>
+.wb-table { border-collapse: collapse; font-size: 12px; margin: 6px 0; }
+.wb-table th, .wb-table td { padding: 2px 10px; text-align: right; vertical-align: top; }
+.wb-table th:first-child, .wb-table td:first-child { text-align: left; }
+.wb-table tr:nth-child(even) { background: #f4f4f4; }
+</style>"""
+
+
+def _chart_view() -> alt.JupyterChart:
+    """An empty chart widget. SVG rather than canvas: marks stay in the DOM (sharp when zoomed, accessible, and
+    countable by the browser test)."""
+    return alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point(),
+                            embed_options={"renderer": "svg", "actions": False})
+
+
 def _table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
     shown = frame.copy()
     for column, fmt in formats.items():
@@ -94,9 +109,7 @@ class Workbench(w.VBox):
         self.model_input = ModelInput(self.add_model)
         self.status = w.HTML()
         self.status.add_class("wb-status")
-        # SVG rather than canvas: marks stay in the DOM (crisp zoom, accessible, countable by the browser test)
-        self.views = {name: alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point(),
-                                             embed_options={"renderer": "svg", "actions": False}) for name in CHART_TABS}
+        self.views = {name: _chart_view() for name in CHART_TABS}
         for name, view in self.views.items():
             view.add_class(f"wb-chart-{name.replace(' ', '-')}")
         self.live = {"roofline": LiveChart(self.views["roofline"], charts.roofline_chart),
@@ -112,8 +125,7 @@ class Workbench(w.VBox):
                                       layout=w.Layout(width="300px"))
         self.advice_button.on_click(lambda _: self.compare_port())
         self.advice_prompt = w.HTML()
-        self.advice_view = alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point(),
-                                            embed_options={"renderer": "svg", "actions": False})
+        self.advice_view = _chart_view()
         self.advice_view.layout.display = "none"
         self.advices: dict[str, object] = {}
         """Target GPU -> ``workbench.recipe.advisor.Advice`` (or why none) of the last comparison."""
@@ -133,7 +145,7 @@ class Workbench(w.VBox):
         self.save_link = w.HTML()
         self.save_button.on_click(lambda _: self._save_from_button())
 
-        super().__init__(children=[self.controls.box, self.model_input.box, self.status, self.tabs,
+        super().__init__(children=[w.HTML(_STYLE), self.controls.box, self.model_input.box, self.status, self.tabs,
                                    w.HBox([self.save_format, self.save_button, self.save_link])])
         self.add_class("wb-workbench")
         for name, control in self.controls.by_field.items():

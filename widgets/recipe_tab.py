@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable
 from pathlib import Path
 
 import ipywidgets as w

@@ -143,3 +143,26 @@ def test_a_pasted_hugging_face_config_becomes_the_model():
 def test_text_representation_carries_the_prediction_summary(wb):
     text = wb._repr_mimebundle_()["text/plain"]
     assert "tokens_per_s=" in text and "b200" in text and "mi350x" in text
+
+
+def test_kernels_tab_draws_benchmark_rows_over_the_prediction(wb, tmp_path):
+    """The GPU path's drawing, with rows shaped like workbench.bench.run_suite's (no GPU needed to draw)."""
+    import pandas as pd
+
+    from workbench.bench import LocalGPU
+    from workbench.hardware import get_gpu
+
+    panel = wb.kernels
+    checked, local = panel.checked, panel.local
+    panel.checked, panel.local = True, LocalGPU("NVIDIA H200", "cuda", get_gpu("h200"), "570", "2.11", "3.6", "sm_90")
+    rows = pd.DataFrame([{"module": "gemm", "name": "gemm-bf16-4096", "dtype": "bf16", "flops": 2 * 4096**3,
+                          "bytes": 3 * 2 * 4096**2, "triton_ms": 0.21, "baseline_ms": 0.19, "error": ""}])
+    try:
+        panel.show(rows)
+        spec = panel.chart.to_dict()
+        values = spec["datasets"][spec["data"]["name"]]
+        assert {r["kernel"] for r in values if r.get("kernel")} == {"triton", "vendor"}
+        assert any(r.get("layer") == "op" and r.get("share_pct") for r in values)  # predicted ops underneath
+        assert wb.save_chart("kernels", tmp_path / "kernels.svg").read_text().count("<svg") >= 1
+    finally:
+        panel.checked, panel.local, panel.chart = checked, local, None

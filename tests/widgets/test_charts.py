@@ -3,7 +3,6 @@
 import pandas as pd
 import pytest
 
-import workbench
 from widgets import charts, data
 from widgets.live import LiveChart, records
 from widgets.state import WorkbenchState
