@@ -28,11 +28,9 @@ Writes ``recipes/``, ``metrics/``, ``logs/``, ``results.csv``, ``fp8_vs_bf16.csv
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import platform
-import statistics
+import signal
 import subprocess
 import sys
 import time
@@ -46,15 +44,12 @@ if str(REPO) not in sys.path:
 
 from workbench.config import TrainingConfig  # noqa: E402
 from workbench.recipe import Recipe, save_recipe  # noqa: E402
-from workbench.recipe.build import make_recipe, predict_recipe  # noqa: E402
+from workbench.recipe.build import make_recipe  # noqa: E402
 from workbench.recipe.schema import PrecisionPolicy  # noqa: E402
-from workbench.schema import write_atomic  # noqa: E402
 
-ERROR_TARGET = 0.10
-PORT_TARGET = 1.25
-FP8_TOLERANCE = 0.03
-"""Relative difference allowed between fp8 and bf16 25-step mean losses (a policy, not a measured bound)."""
-FP8_WINDOW, FP8_SKIP = 25, 50
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_proof_report import print_table, write_outputs  # noqa: E402
+
 BUDGET_S = 450.0
 """Whole-script time budget: 7.5 minutes, under the 8 the lead's device slot allows."""
 RESERVE_S = 10.0
@@ -176,7 +171,14 @@ def run_subprocess(run: Run, recipe_path: Path, metrics_path: Path, log_path: Pa
     with open(log_path, "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+        # its own session, so a timeout kills the run and the compile workers it started, not just the parent
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     if proc.returncode != 0:
         tail = log_path.read_text().strip().splitlines()[-5:]
         raise RuntimeError(f"exit code {proc.returncode}: " + " | ".join(tail))
@@ -191,8 +193,9 @@ def run_in_process(run: Run, recipe_path: Path, metrics_path: Path) -> None:
         raise RuntimeError(f"workbench.train exited with {code}")
 
 
-def execute(runs: list[Run], out: Path, budget_s: float, in_process: bool) -> list[dict]:
-    """Run each recipe within what is left of the budget; a failure is recorded and the next run goes on."""
+def execute(runs: list[Run], out: Path, budget_s: float, in_process: bool, after_each=None) -> list[dict]:
+    """Run each recipe within what is left of the budget; a failure is recorded and the next run goes on.
+    ``after_each(rows)`` is called after every run (the outputs are rewritten, so a killed script keeps them)."""
     start = time.monotonic()
     rows = []
     for sub in ("recipes", "metrics", "logs"):
@@ -225,206 +228,9 @@ def execute(runs: list[Run], out: Path, budget_s: float, in_process: bool) -> li
         print(f"[proof] {run.name}: {row['status']} in {row['wall_s']:.0f} s {row['error']}", flush=True)
         row["run"] = run
         rows.append(row)
+        if after_each is not None:
+            after_each(rows)
     return rows
-
-
-# ------------------------------------------------------------------------------------------------ analysis
-def _error(measured: float | None, predicted: float | None) -> float | None:
-    return None if not measured or not predicted else measured / predicted - 1
-
-
-def prediction_rows(rows: list[dict]) -> list[dict]:
-    """Predicted (spec-only and H200-calibrated) vs measured, one row per run counted in the table."""
-    out = []
-    for row in rows:
-        run = row.get("run")
-        if run is None or not run.in_table:
-            continue
-        recipe = run.recipe
-        b, ac = recipe.batch, recipe.activation_checkpointing.mode
-        entry = {"name": row["name"], "experiment": row["experiment"], "status": row["status"],
-                 "model": recipe.model.name + "".join(f" {k}={v}" for k, v in recipe.model.overrides.items()),
-                 "micro_batch": b.micro_batch, "seq_len": b.seq_len, "checkpointing": ac,
-                 "precision": recipe.precision.workbench_precision, "compile": recipe.compile, "error": row["error"]}
-        for label, calibrated in (("spec", False), ("calibrated", True)):
-            try:
-                s = predict_recipe(recipe, calibrated=calibrated).summary
-                entry[f"predicted_step_s_{label}"] = s.step_time_s
-                entry["predicted_memory_gb"] = s.memory.total / 1e9
-            except Exception as exc:
-                entry[f"predicted_step_s_{label}"] = None
-                entry["error"] += f" (no {label} prediction: {exc})"
-        m = row.get("metrics", {}).get("measured", {})
-        entry.update(measured_step_s=m.get("step_time_s"), measured_tokens_per_s=m.get("tokens_per_s"),
-                     measured_reserved_gb=m.get("peak_memory_reserved_gb"),
-                     measured_allocated_gb=m.get("peak_memory_allocated_gb"), wall_s=row.get("wall_s"))
-        for label in ("spec", "calibrated"):
-            entry[f"step_error_{label}"] = _error(entry["measured_step_s"], entry.get(f"predicted_step_s_{label}"))
-        entry["memory_error"] = _error(entry["measured_reserved_gb"], entry.get("predicted_memory_gb"))
-        entry["memory_error_allocated"] = _error(entry["measured_allocated_gb"], entry.get("predicted_memory_gb"))
-        out.append(entry)
-    return out
-
-
-def port_result(rows: list[dict]) -> dict:
-    by_name = {r["name"]: r for r in rows if r["experiment"] == "port"}
-    port, codesigned = by_name.get("port-h100-recipe"), by_name.get("codesigned-h200")
-    if not port or not codesigned:
-        return {"status": "not built"}
-    result = {"status": "incomplete", "target": PORT_TARGET}
-    for key, row in (("port", port), ("codesigned", codesigned)):
-        recipe = row["run"].recipe
-        result[key] = {"micro_batch": recipe.batch.micro_batch, "checkpointing": recipe.activation_checkpointing.mode,
-                       "overrides": dict(recipe.model.overrides), "precision": recipe.precision.workbench_precision,
-                       "predicted_tokens_per_s": recipe.predicted.tokens_per_s,
-                       "measured_tokens_per_s": row.get("metrics", {}).get("measured", {}).get("tokens_per_s"),
-                       "status": row["status"]}
-    result["predicted_ratio"] = result["codesigned"]["predicted_tokens_per_s"] / result["port"]["predicted_tokens_per_s"]
-    measured = (result["codesigned"]["measured_tokens_per_s"], result["port"]["measured_tokens_per_s"])
-    if all(measured):
-        result["measured_ratio"] = measured[0] / measured[1]
-        result["status"] = "met" if result["measured_ratio"] >= PORT_TARGET else "missed"
-    return result
-
-
-def fp8_result(rows: list[dict]) -> dict:
-    by_name = {r["name"]: r for r in rows if r["experiment"] == "fp8"}
-    curves = {k: by_name.get(f"small-{k}", {}).get("metrics", {}).get("losses") for k in ("bf16", "fp8")}
-    if not all(curves.values()):
-        return {"status": "incomplete", "tolerance": FP8_TOLERANCE}
-    bf16, fp8 = curves["bf16"], curves["fp8"]
-    n = min(len(bf16), len(fp8))
-    window, skip = max(1, min(FP8_WINDOW, n // 6)), min(FP8_SKIP, n // 3)
-    means = [(statistics.fmean(bf16[i:i + window]), statistics.fmean(fp8[i:i + window]))
-             for i in range(skip, n - window + 1, window)]
-    rel = [abs(f - b) / b for b, f in means]
-    result = {"tolerance": FP8_TOLERANCE, "window": window, "skip": skip, "steps": n,
-              "fp8_backend": by_name["small-fp8"]["metrics"]["settings"]["fp8_backend"],
-              "loss_first": [bf16[0], fp8[0]], "loss_final_mean": list(means[-1]) if means else None,
-              "max_relative_difference": max(rel) if rel else None, "final_relative_difference": rel[-1] if rel else None,
-              "bf16_step_s": by_name["small-bf16"]["metrics"]["measured"]["step_time_s"],
-              "fp8_step_s": by_name["small-fp8"]["metrics"]["measured"]["step_time_s"],
-              "curves": {"bf16": bf16[:n], "fp8": fp8[:n]}}
-    result["status"] = "agree" if rel and max(rel) <= FP8_TOLERANCE else "disagree"
-    return result
-
-
-def environment() -> dict:
-    env = {"python": platform.python_version(), "host": platform.node()}
-    try:
-        import torch
-
-        env["torch"] = torch.__version__
-        env["cuda"] = torch.version.cuda
-        env["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    except Exception as exc:  # report, do not die, before the runs
-        env["torch"] = f"unavailable: {exc}"
-    for name in ("triton", "torchao"):
-        try:
-            env[name] = __import__(name).__version__
-        except Exception:
-            env[name] = None
-    return env
-
-
-# ------------------------------------------------------------------------------------------------ output
-def _fmt(value, spec: str = ".3f", pct: bool = False) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.1%}" if pct else format(value, spec)
-
-
-def markdown(summary: dict) -> str:
-    env, table, port, fp8 = summary["environment"], summary["predictions"], summary["port"], summary["fp8"]
-    lines = [f"# Reference training job on {env.get('device')}: predicted vs measured", "",
-             f"Command: `{summary['command']}` ({summary['wall_s']:.0f} s). torch {env.get('torch')}, "
-             f"triton {env.get('triton')}, torchao {env.get('torchao') or 'not installed'}.", "",
-             "Step time: median of the timed steps (after warm-up and compilation), each bracketed by "
-             "`torch.cuda.synchronize()`. Peak memory: `torch.cuda.max_memory_reserved` over the timed steps "
-             "(the memory model's peak includes allocator slack; `max_memory_allocated` beside it), "
-             "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`. Error = measured / predicted - 1; "
-             f"target |error| <= {ERROR_TARGET:.0%}.", "",
-             "## 1. Predicted vs measured", "",
-             "| run | model | mb x seq | AC | precision | compile | predicted step (spec / calibrated) | measured step | "
-             "error (spec / calibrated) | predicted mem | reserved / allocated | mem error (reserved / allocated) | status |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in table:
-        lines.append(
-            f"| {r['name']} | {r['model']} | {r['micro_batch']} x {r['seq_len']} | {r['checkpointing']} | "
-            f"{r['precision']} | {r['compile']} | {_fmt(r.get('predicted_step_s_spec'), '.4f')} / "
-            f"{_fmt(r.get('predicted_step_s_calibrated'), '.4f')} s | {_fmt(r['measured_step_s'], '.4f')} s | "
-            f"{_fmt(r['step_error_spec'], pct=True)} / {_fmt(r['step_error_calibrated'], pct=True)} | "
-            f"{_fmt(r.get('predicted_memory_gb'), '.1f')} GB | {_fmt(r['measured_reserved_gb'], '.1f')} / "
-            f"{_fmt(r['measured_allocated_gb'], '.1f')} GB | {_fmt(r['memory_error'], pct=True)} / "
-            f"{_fmt(r['memory_error_allocated'], pct=True)} | {r['status']} {r['error']} |")
-    done = [r for r in table if r["measured_step_s"]]
-    for label in ("spec", "calibrated"):
-        within = sum(1 for r in done if r[f"step_error_{label}"] is not None and abs(r[f"step_error_{label}"]) <= ERROR_TARGET)
-        lines.append(f"\nStep time within {ERROR_TARGET:.0%} ({label} predictions): {within} of {len(done)} runs.")
-    within = sum(1 for r in done if r["memory_error"] is not None and abs(r["memory_error"]) <= ERROR_TARGET)
-    lines += [f"Peak memory (reserved) within {ERROR_TARGET:.0%}: {within} of {len(done)} runs.", "",
-              "## 2. Direct port vs co-designed (Llama 3 8B, 12 layers, 8k tokens; h100-sxm recipe vs h200-sxm recipe, both run on the H200)", ""]
-    if "port" in port:
-        for key in ("port", "codesigned"):
-            p = port[key]
-            lines.append(f"- {key}: micro-batch {p['micro_batch']}, checkpointing {p['checkpointing']}, overrides "
-                         f"{p['overrides']}, predicted {_fmt(p['predicted_tokens_per_s'], ',.0f')} tokens/s, measured "
-                         f"{_fmt(p['measured_tokens_per_s'], ',.0f')} tokens/s ({p['status']})")
-        lines.append(f"- tokens/s ratio: predicted {_fmt(port.get('predicted_ratio'), '.3f')}x, measured "
-                     f"{_fmt(port.get('measured_ratio'), '.3f')}x; target >= {PORT_TARGET}x: **{port['status']}**")
-    else:
-        lines.append(f"- {port['status']}")
-    lines += ["", "## 3. fp8 vs bf16 loss curves (byte-level Llama, ~45M parameters, generated text corpus)", ""]
-    if fp8.get("status") in ("agree", "disagree"):
-        lines += [f"- {fp8['steps']} steps each, same seed and data; fp8 backend: {fp8['fp8_backend']}",
-                  f"- first loss bf16 / fp8: {fp8['loss_first'][0]:.3f} / {fp8['loss_first'][1]:.3f}; final "
-                  f"{fp8['window']}-step mean: {fp8['loss_final_mean'][0]:.4f} / {fp8['loss_final_mean'][1]:.4f}",
-                  f"- largest relative difference of {fp8['window']}-step means after step {fp8['skip']}: "
-                  f"{fp8['max_relative_difference']:.2%} (final {fp8['final_relative_difference']:.2%}); tolerance "
-                  f"{FP8_TOLERANCE:.0%}: **{fp8['status']}**",
-                  f"- median step: bf16 {fp8['bf16_step_s'] * 1e3:.1f} ms, fp8 {fp8['fp8_step_s'] * 1e3:.1f} ms "
-                  "(eager; the fp8 path quantizes with separate torch ops around the Triton GEMM)"]
-    else:
-        lines.append(f"- {fp8.get('status')}")
-    lines += ["", "## Runs", "", "| run | status | wall s | error |", "|---|---|---|---|"]
-    lines += [f"| {r['name']} | {r['status']} | {_fmt(r.get('wall_s'), '.0f')} | {r['error']} |" for r in summary["runs"]]
-    if summary["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in summary["notes"]]
-    return "\n".join(lines) + "\n"
-
-
-def write_outputs(out: Path, rows: list[dict], notes: list[str], command: str, wall_s: float) -> dict:
-    table = prediction_rows(rows)
-    summary = {"command": command, "wall_s": wall_s, "environment": environment(), "notes": notes,
-               "predictions": table, "port": port_result(rows), "fp8": fp8_result(rows),
-               "runs": [{k: v for k, v in r.items() if k not in ("run", "metrics")} for r in rows]}
-    if table:
-        with open(out / "results.csv", "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
-    curves = summary["fp8"].get("curves")
-    if curves:
-        text = "step,loss_bf16,loss_fp8\n" + "".join(f"{i},{b:.6f},{f:.6f}\n" for i, (b, f) in
-                                                     enumerate(zip(curves["bf16"], curves["fp8"])))
-        write_atomic(out / "fp8_vs_bf16.csv", text)
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
-    write_atomic(out / "REPORT.md", markdown(summary))
-    return summary
-
-
-def print_table(summary: dict) -> None:
-    print(f"\n{'run':<36} {'pred step':>10} {'meas step':>10} {'err':>7} {'pred GB':>8} {'resv GB':>8} {'err':>7}")
-    for r in summary["predictions"]:
-        print(f"{r['name']:<36} {_fmt(r.get('predicted_step_s_calibrated'), '.4f'):>10} "
-              f"{_fmt(r['measured_step_s'], '.4f'):>10} {_fmt(r['step_error_calibrated'], pct=True):>7} "
-              f"{_fmt(r.get('predicted_memory_gb'), '.1f'):>8} {_fmt(r['measured_reserved_gb'], '.1f'):>8} "
-              f"{_fmt(r['memory_error'], pct=True):>7}  {r['status']}")
-    port, fp8 = summary["port"], summary["fp8"]
-    print(f"port vs co-designed: measured {_fmt(port.get('measured_ratio'), '.3f')}x "
-          f"(predicted {_fmt(port.get('predicted_ratio'), '.3f')}x, target {PORT_TARGET}x): {port['status']}")
-    print(f"fp8 vs bf16: max relative loss difference {_fmt(fp8.get('max_relative_difference'), '.2%')} "
-          f"(tolerance {FP8_TOLERANCE:.0%}): {fp8.get('status')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,8 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     runs = quick_runs(notes) if args.quick else full_runs(notes)
     runs = [r for r in runs if r.experiment in wanted]
-    rows = execute(runs, out, args.budget_s, in_process=args.in_process or (args.quick and not args.subprocess))
     command = "python benchmarks/train_proof.py " + " ".join(argv if argv is not None else sys.argv[1:])
+
+    def checkpoint(rows: list[dict]) -> None:
+        try:
+            write_outputs(out, rows, notes, command, time.monotonic() - start, final=False)
+        except Exception:  # a report bug must not stop the runs
+            traceback.print_exc()
+
+    rows = execute(runs, out, args.budget_s, in_process=args.in_process or (args.quick and not args.subprocess),
+                   after_each=checkpoint)
     summary = write_outputs(out, rows, notes, command, time.monotonic() - start)
     print_table(summary)
     print(f"[proof] wrote {out / 'REPORT.md'} in {time.monotonic() - start:.0f} s")

@@ -43,16 +43,16 @@ def test_activation_checkpointing_does_not_change_the_math(tiny_recipe):
 def test_fp8_tracks_bf16(tiny_recipe, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # fp8 emulated in torch: the interpreter's fp8 GEMM takes minutes
     curves = {}
-    for fp8 in ("none", "rowwise", "tensorwise"):
+    for fp8 in ("none", "rowwise"):  # tensorwise scaling: test_layers
         config = TrainingConfig(4, 64, precision="fp8" if fp8 != "none" else "bf16")
         policy = PrecisionPolicy(fp8=fp8) if fp8 != "none" else None
         spec = load_job_spec(tiny_recipe(fp8, config, precision=policy))
         result = train(spec, RunOptions(steps=10, warmup=0, progress=False, lr=3e-3))
         curves[fp8] = result.losses
         assert result.fp8_backend == ("emulated" if fp8 != "none" else "none")
-    for fp8 in ("rowwise", "tensorwise"):
-        assert curves[fp8][0] == pytest.approx(curves["none"][0], rel=0.01)
-        assert curves[fp8][-1] == pytest.approx(curves["none"][-1], rel=0.05)
+    assert curves["rowwise"][0] == pytest.approx(curves["none"][0], rel=0.01)
+    assert curves["rowwise"][-1] == pytest.approx(curves["none"][-1], rel=0.05)
+    assert curves["rowwise"][-1] < curves["rowwise"][0] - 0.5
 
 
 def test_gradient_accumulation_and_ddp(tiny_recipe, tmp_path):

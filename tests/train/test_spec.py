@@ -89,3 +89,9 @@ def test_recipe_file_errors_come_from_the_recipe_loader(tmp_path):
         load_job_spec(path)
     with pytest.raises(SpecError):
         load_recipe(path)
+
+
+def test_fp16_is_refused_for_want_of_loss_scaling():
+    data = recipe_dict(precision={"param_dtype": "fp32", "compute_dtype": "fp16", "reduce_dtype": "fp32", "fp8": "none"})
+    with pytest.raises(JobError, match="loss scaling"):
+        check_supported(JobSpec.from_dict(data), world_size=1)

@@ -76,11 +76,18 @@ def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: 
     return "none"
 
 
+def _matmul_precision(spec: JobSpec) -> None:
+    """fp32 matmuls on TF32 tensor cores when the recipe computes in tf32, IEEE fp32 otherwise."""
+    torch.backends.cuda.matmul.allow_tf32 = spec.compute_dtype == "tf32"
+    torch.backends.cudnn.allow_tf32 = spec.compute_dtype == "tf32"
+
+
 def build_transformer(spec: JobSpec, world: World) -> Built:
     kernels, notes = kernel_set(spec), []
     if spec.tp > 1 and (spec.fp8 != "none" or kernels.triton):
         raise JobError(f"recipe {spec.name!r}: tp = {spec.tp} with fp8 or Triton kernels: the reference job runs "
                        "those on whole (non-DTensor) weights only; use tp: 1 or vendor kernels")
+    _matmul_precision(spec)
     with torch.device("meta"):
         model = Llama(spec.model, kernels, spec.seq_len)
     if spec.param_dtype != "fp32":
@@ -106,7 +113,7 @@ def build_transformer(spec: JobSpec, world: World) -> Built:
     ddp = not fsdp and world.world_size > 1
     if ddp:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[world.device] if world.device.type == "cuda" else None)
-    autocast = None if fsdp or spec.compute_dtype == spec.param_dtype else DTYPES[spec.compute_dtype]
+    autocast = None if fsdp or DTYPES[spec.compute_dtype] == DTYPES[spec.param_dtype] else DTYPES[spec.compute_dtype]
     cuda = world.device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                                   fused=cuda, foreach=None if cuda else True)
@@ -118,6 +125,7 @@ def build_dlrm(spec: JobSpec, world: World, max_table_rows: int | None) -> Built
     if spec.checkpointing != "none":
         notes.append("activation checkpointing is not applied to DLRM (its activations are small)")
     assert isinstance(spec.model, DLRMModel)
+    _matmul_precision(spec)
     with torch.device(world.device):
         model = DLRM(spec.model, kernels, max_table_rows)
     model.init_weights()
@@ -134,5 +142,5 @@ def build_dlrm(spec: JobSpec, world: World, max_table_rows: int | None) -> Built
     dense = [p for name, p in model.named_parameters() if name != "weight"]
     optimizers = [torch.optim.AdamW(dense, lr=1e-3, fused=cuda, foreach=None if cuda else True),
                   RowWiseAdagrad([model.weight], lr=0.05)]
-    autocast = None if spec.compute_dtype == "fp32" else DTYPES[spec.compute_dtype]
+    autocast = None if DTYPES[spec.compute_dtype] == torch.float32 else DTYPES[spec.compute_dtype]
     return Built(model, optimizers, autocast, False, False, "none", notes)

@@ -14,7 +14,8 @@ from torch import nn
 
 from workbench.train.spec import JobError, JobSpec
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""torch dtypes of the recipe's precision names; tf32 is fp32 storage with TF32 matmuls (set by the builder)."""
 
 
 @dataclass
@@ -97,7 +98,7 @@ def apply_fsdp(model: nn.Module, mesh, spec: JobSpec) -> None:
     parameters gathered in the compute dtype, gradients reduced in the reduce dtype."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    compute = DTYPES[spec.compute_dtype] if spec.compute_dtype != spec.param_dtype else None
+    compute = DTYPES[spec.compute_dtype] if DTYPES[spec.compute_dtype] != DTYPES[spec.param_dtype] else None
     mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=DTYPES[spec.reduce_dtype])
     blocks = list(model.blocks.values())
     for i, block in enumerate(blocks):

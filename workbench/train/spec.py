@@ -16,8 +16,8 @@ from workbench.errors import SpecError, WorkbenchError
 from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
 from workbench.schema import Fields
 
-Dtype = Literal["fp32", "bf16", "fp16"]
-DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+Dtype = Literal["fp32", "tf32", "bf16", "fp16"]
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
 FP8_MODES: tuple[str, ...] = ("none", "tensorwise", "rowwise")
 CHECKPOINT_MODES: tuple[str, ...] = ("none", "selective", "full")
 TRITON_OPS: tuple[str, ...] = ("gemm", "attention", "rmsnorm", "swiglu", "cross_entropy", "embedding_bag")
@@ -192,6 +192,9 @@ def check_supported(spec: JobSpec, world_size: int) -> None:
     if spec.cp > 1:
         raise JobError(f"{where}: parallelism.cp = {spec.cp}: context parallelism is not in the reference job "
                        "(expected cp: 1)")
+    if "fp16" in (spec.param_dtype, spec.compute_dtype, spec.reduce_dtype):
+        raise JobError(f"{where}: precision fp16 needs loss scaling, which the reference job does not do "
+                       "(expected bf16, tf32 or fp32)")
     if isinstance(spec.model, HSTUModel):
         raise JobError(f"{where}: model {spec.model_name!r} is an HSTU recommender; the reference job trains "
                        "transformer (Llama-family) and DLRM models")
