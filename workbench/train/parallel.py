@@ -59,7 +59,8 @@ def init_world(device: str = "auto", need_group: bool = False) -> World:
 def checkpoint_block(block: nn.Module, mode: str) -> nn.Module:
     """Wrap a block for activation checkpointing: ``full`` recomputes the whole block in backward; ``selective``
     saves the outputs of GEMMs and attention and recomputes the rest (norms, SwiGLU, RoPE), torchtitan's op-level
-    selective checkpointing and the ``selective`` the workbench's memory model counts."""
+    selective checkpointing and the ``selective`` the workbench's memory model counts. The policy sees aten ops
+    only: GEMMs that run the project's Triton or fp8 kernels are recomputed in backward under ``selective``."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     if mode == "full":
