@@ -163,6 +163,7 @@ else:
 - States shard with FSDP; activations shrink with checkpointing, tensor parallelism or shorter micro-batches.
 - Going beyond one node to fit a model costs communication on the scale-out network; more HBM per GPU can
   keep the job inside a node and with less recomputation.
-- `workbench predict ... --checkpointing selective --tp 2` does the same from the command line.
+- `workbench predict ... --checkpointing selective --tp 2` does the same from the command line, and
+  `workbench recipe --model llama3-70b --gpu b200 --gpus 8 --seq-len 8192` searches every layout (notebook 6).
 '''),
     ]
