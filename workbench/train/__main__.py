@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         path = result.write(args.metrics)
         m, errors = result.metrics()["measured"], result.metrics()["relative_error"]
         summary = ", ".join(f"{k} {v:+.1%}" for k, v in errors.items()) or "no predictions in the recipe"
-        print(f"[train] {spec.name}: median step {m['step_time_s']:.4f} s, {m['tokens_per_s']:,.0f} tokens/s, "
+        rate = f"{m['tokens_per_s']:,.0f} tokens/s" if spec.seq_len > 1 else f"{m['samples_per_s']:,.0f} samples/s"
+        print(f"[train] {spec.name}: median step {m['step_time_s']:.4f} s, {rate}, "
               f"loss {m['loss_first']:.3f} -> {m['loss_last']:.3f}; vs predicted: {summary}; metrics: {path}")
     return 0
 

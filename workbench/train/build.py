@@ -141,6 +141,6 @@ def build_dlrm(spec: JobSpec, world: World, max_table_rows: int | None) -> Built
     cuda = world.device.type == "cuda"
     dense = [p for name, p in model.named_parameters() if name != "weight"]
     optimizers = [torch.optim.AdamW(dense, lr=1e-3, fused=cuda, foreach=None if cuda else True),
-                  RowWiseAdagrad([model.weight], lr=0.05)]
+                  RowWiseAdagrad([model.weight], lr=0.005)]
     autocast = None if DTYPES[spec.compute_dtype] == torch.float32 else DTYPES[spec.compute_dtype]
     return Built(model, optimizers, autocast, False, False, "none", notes)
