@@ -110,6 +110,15 @@ def load_yaml(path: str | Path) -> Any:
         raise SpecError(str(path), "<file>", "<unparseable>", f"valid YAML ({exc})") from exc
 
 
+def _file_mode(path: Path) -> int:
+    """The existing file's permissions, or 0666 less the process umask for a new file."""
+    if path.exists():
+        return path.stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomic(path: str | Path, text: str, *, overwrite: bool = True) -> Path:
     """Write ``text`` to ``path`` through a temporary file and a rename: readers never see half a file."""
     path = Path(path)
@@ -122,6 +131,7 @@ def write_atomic(path: str | Path, text: str, *, overwrite: bool = True) -> Path
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600: give the file the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -26,6 +26,7 @@ Under the interpreter bf16 tiles are upcast to fp32 first (its bf16 tl.dot is br
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -344,9 +345,18 @@ def _check_inputs(q, k, v, causal, scale) -> float:
     return float(scale)
 
 
-def _resolve_config(config: dict | None, pass_: str, head_dim: int) -> dict:
+def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Tensor | None = None,
+                    k: torch.Tensor | None = None, causal: bool = False) -> dict:
+    """An explicit config, checked; or for config=None the forward pass's zero-warmup pick for this shape on a
+    catalog GPU (``workbench.select``), else the static default of ``config_space``."""
     if config is None:
-        return config_space(backend(), pass_, head_dim)[0]
+        kind = backend()
+        static = config_space(kind, pass_, head_dim)[0]
+        if pass_ != "fwd" or q is None or kind == "interpreter" or q.dtype not in (torch.bfloat16, torch.float16):
+            return static
+        b, hq, s, d = q.shape
+        dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+        return _selected_config(b, s, hq, k.shape[1], d, causal, dtype, torch.cuda.get_device_name(q.device)) or static
     check(isinstance(config, dict) and "BLOCK_M" in config and "BLOCK_N" in config, f"config ({pass_})",
           repr(config), "a dict with BLOCK_M and BLOCK_N, e.g. an entry of config_space()")
     for key in ("BLOCK_M", "BLOCK_N"):
@@ -354,6 +364,22 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int) -> dict:
         check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config ({pass_})",
               f"{key}={value!r}", "a power of two >= 16 (tl.dot's smallest tile)")
     return config
+
+
+@functools.lru_cache(maxsize=1024)
+def _selected_config(b: int, s: int, hq: int, hkv: int, d: int, causal: bool, dtype: str, device_name: str):
+    from workbench.bench import match_catalog
+    from workbench.errors import WorkbenchError
+    from workbench.select import select_config
+
+    gpu = match_catalog(device_name)
+    if gpu is None:
+        return None
+    shape = dict(batch=b, seq=s, heads_q=hq, heads_kv=hkv, head_dim=d, causal=causal)
+    try:
+        return select_config("attention", shape, dtype, gpu).config
+    except WorkbenchError:
+        return None
 
 
 def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
@@ -417,7 +443,7 @@ def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
                         scale: float | None = None, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """O [B, Hq, S, D] in q's dtype and lse [B, Hq, S] (fp32, natural log), without autograd."""
     scale = _check_inputs(q, k, v, causal, scale)
-    return _forward(q, k, v, causal, scale, _resolve_config(config, "fwd", q.shape[-1]))
+    return _forward(q, k, v, causal, scale, _resolve_config(config, "fwd", q.shape[-1], q, k, causal))
 
 
 def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -461,7 +487,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     (query head h reads kv head h // (Hq // Hkv)); causal masks key j > query i. ``config`` / ``bwd_config``
     default to the first entry of ``config_space(backend(), "fwd" / "bwd", D)``."""
     scale = _check_inputs(q, k, v, causal, scale)
-    config = _resolve_config(config, "fwd", q.shape[-1])
+    config = _resolve_config(config, "fwd", q.shape[-1], q, k, causal)
     bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1])
     return _FlashAttention.apply(q, k, v, causal, scale, config, bwd_config)
 

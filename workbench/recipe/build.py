@@ -119,6 +119,11 @@ def make_recipe(
     policy = precision or PrecisionPolicy.for_precision(cfg.precision)
     if policy.workbench_precision != cfg.precision:
         raise SpecError("make_recipe", "precision", policy, f"a policy modelled as {cfg.precision!r}")
+    if not kernels:  # the zero-warmup selector's choice per GEMM/attention shape (Triton config or vendor)
+        from workbench.recipe.schema import KernelChoice
+        from workbench.select import kernel_choices
+
+        kernels = [KernelChoice(**entry) for entry in kernel_choices(prediction, calibrated=calibrated)]
     p = cfg.parallelism
     return Recipe(
         target=Target(gpu.name, p.gpus),

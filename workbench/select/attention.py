@@ -39,6 +39,21 @@ def terms(config: dict, shape: dict, units: int) -> tuple[float, ...]:
     return (steps, steps * fill, math.ceil(programs / units), 1.0)
 
 
+def shared_bytes(config: dict, head_dim: int, operand_bytes: int, vendor: str) -> int:
+    """The Q tile plus num_stages buffers of the K and V tiles (NVIDIA; matches the OutOfResources figures of
+    the H200 sweep, e.g. 294912 B for 128x128 tiles, 4 stages, d=128); AMD keeps one K/V buffer per stage - 1."""
+    stages = config["num_stages"] - (1 if vendor == "amd" else 0)
+    return (config["BLOCK_M"] + 2 * max(1, stages) * config["BLOCK_N"]) * head_dim * operand_bytes
+
+
+def occupancy(config: dict, head_dim: int, gpu: GPU, operand_bytes: int) -> int:
+    """Programs resident per SM/CU by shared memory/LDS (0: does not fit; one program's limit is 1 KB under
+    the unit's total on NVIDIA: CUDA reserves it per block)."""
+    shared = shared_bytes(config, head_dim, operand_bytes, gpu.vendor)
+    limit = gpu.shared_memory_kb.value * 1024 - (1024 if gpu.vendor == "nvidia" else 0)
+    return 0 if shared > limit else int(min(4, limit // shared))
+
+
 def spec_coefficients(config: dict, shape: dict, gpu: GPU, dtype: str, constants: Constants) -> tuple[float, ...]:
     precision = get_precision(dtype)
     units = gpu.compute_units.value

@@ -53,9 +53,12 @@ L2; AMD CDNA3 and CDNA4 white papers). Programs are dealt round-robin over XCDs,
 
 
 def config_key(config: dict) -> str:
-    """A stable, readable name for a config: ``128x256x64 g8 w8 s4`` (+ AMD knobs)."""
-    key = (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} g{config.get('GROUP_M', 8)} "
-           f"w{config['num_warps']} s{config['num_stages']}")
+    """A stable, readable name for a config: ``128x256x64 g8 w8 s4`` for a GEMM, ``128x64 w8 s3`` for
+    attention (+ the AMD knobs)."""
+    key = f"{config['BLOCK_M']}x{config['BLOCK_N']}"
+    if "BLOCK_K" in config:
+        key += f"x{config['BLOCK_K']} g{config.get('GROUP_M', 8)}"
+    key += f" w{config['num_warps']} s{config['num_stages']}"
     for knob, tag in (("waves_per_eu", "wpe"), ("matrix_instr_nonkdim", "nk"), ("kpack", "kp")):
         if knob in config:
             key += f" {tag}{config[knob]}"

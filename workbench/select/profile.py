@@ -27,8 +27,9 @@ def profile_path(gpu: GPU) -> Path:
     return calibration_dir() / f"{gpu.name}-select.yaml"
 
 
-def section_name(op: str, operand_bytes: int) -> str:
-    return f"{op}-{operand_bytes}byte"
+def section_name(op: str, operand_bytes: int, head_dim: int = 0) -> str:
+    """gemm-2byte, gemm-1byte, attention-2byte-d128 (attention costs depend on the head dimension)."""
+    return f"{op}-{operand_bytes}byte" + (f"-d{head_dim}" if op == "attention" else "")
 
 
 @functools.lru_cache(maxsize=32)
@@ -60,12 +61,13 @@ def _load(path: Path, mtime: float) -> dict:
     return tables
 
 
-def load_selection_profile(gpu: GPU, op: str, operand_bytes: int, path: Path | None = None) -> dict | None:
+def load_selection_profile(gpu: GPU, op: str, operand_bytes: int, path: Path | None = None, *,
+                           head_dim: int = 0) -> dict | None:
     """{config key: coefficients} for ``op`` at ``operand_bytes`` on ``gpu``, or None without a profile."""
     path = path or profile_path(gpu)
     if not path.exists():
         return None
-    return _load(path, path.stat().st_mtime).get(section_name(op, operand_bytes))
+    return _load(path, path.stat().st_mtime).get(section_name(op, operand_bytes, head_dim))
 
 
 def nnls(rows: list[list[float]], targets: list[float], iterations: int = 200) -> list[float]:
@@ -158,14 +160,15 @@ def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
                     continue
                 op, operand_bytes = PART_SECTIONS[row["part"]]
                 config = json.loads(row["config"])
+                head = int(float(row["head_dim"])) if op == "attention" else 0
                 if op == "gemm":
                     terms = gemm_model.terms(config, int(row["m"]), int(row["n"]), int(row["k"]), row["layout"],
                                              operand_bytes, units)
                 else:
-                    shape = {key: int(row[key]) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
+                    shape = {key: int(float(row[key])) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
                     shape["causal"] = row["causal"] in ("True", "true", "1")
                     terms = attention_model.terms(config, shape, units)
-                name = section_name(op, operand_bytes)
+                name = section_name(op, operand_bytes, head)
                 samples.setdefault(name, []).append((gemm_model.config_key(config), terms, float(row["ms"]) * 1e-3))
                 shapes.setdefault(name, set()).add((row["part"], row["shape_id"]))
     if not samples:
