@@ -16,7 +16,7 @@ Which config is fastest depends on the shape, the dtype and the GPU.
   shape. It finds the best, but costs a minute of warm-up per new shape and needs the GPU.
 - **Zero-warmup selection** picks a config *without running anything*. The simplest is one fixed default;
   `workbench.select` instead ranks the whole config space per shape with a model of tiles, waves, K steps,
-  alignment and occupancy, in about a millisecond, on any machine.
+  alignment and occupancy, in milliseconds, on any machine.
 
 This notebook scores both against an exhaustive H200 sweep committed in `benchmarks/results/h200/select/`:
 every config of the project's Triton GEMM on GEMM shapes from the catalog's models plus skinny, odd and random

@@ -98,10 +98,10 @@ points = alt.Chart(ops).mark_circle(size=60).encode(
 (roof + points).properties(width=520, height=320, title=f"{step.model.display_name} on {h200.gpu}: every op")
 '''),
         code('''
-share = ops.groupby("bound").total_ms.sum() / step.summary.step_time_s / 1e3
-print(f"step {step.summary.step_time_s * 1e3:.0f} ms; share of the step spent in compute-bound ops "
-      f"{share.get('compute', 0):.0%}, in memory-bound ops {share.get('memory', 0):.0%} "
-      "(the rest: exposed communication)")
+s = step.summary
+print(f"step {s.step_time_s * 1e3:.0f} ms: compute-bound ops {s.compute_bound_s / s.step_time_s:.0%}, "
+      f"memory-bound ops {s.memory_bound_s / s.step_time_s:.0%}, optimizer {s.optimizer_s / s.step_time_s:.0%}, "
+      f"exposed communication {s.communication_s / s.step_time_s:.0%}")
 '''),
         md('''
 ## GEMM intensity in one line
