@@ -189,7 +189,8 @@ def test_kernel_choices_fill_a_recipe():
     gemms = [e for e in entries if e["op"] == "gemm"]
     assert len({tuple(e["shape"].values()) for e in gemms}) == len(gemms) >= 6  # one entry per distinct shape
     assert all((e["config"] is None) == (e["choice"] == "vendor") and e["predicted_ms"] > 0 for e in entries)
-    assert any(e["op"] == "attention" and e["config"]["BLOCK_M"] in (64, 128) for e in entries)
+    attention = [e for e in entries if e["op"] == "attention"]
+    assert len(attention) == 1 and attention[0]["choice"] in ("triton", "vendor")
     assert kernel_choices(predict("llama3-8b", "a100", micro_batch=1, seq_len=4096))  # NVIDIA: same space
 
 

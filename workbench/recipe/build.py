@@ -104,10 +104,13 @@ def make_recipe(
     kernels: Sequence[KernelChoice] = (),
     prediction: Prediction | None = None,
     calibrated: bool = False,
+    select_kernels: bool = False,
 ) -> Recipe:
     """A recipe for catalog ``model`` (plus ``overrides``) on ``gpu``, predicted unless ``prediction`` is given.
 
     ``config.precision`` names the modelled precision; ``precision`` refines the policy (fp8 recipe, dtypes).
+    ``select_kernels`` records, per GEMM and attention shape, the Triton config ``workbench.select`` picks or the
+    vendor library (``kernel_choices``); without it ``kernels`` stays empty (every op on torch's kernels).
     """
     name = model if isinstance(model, str) else model.name
     overrides = dict(overrides or {})
@@ -119,7 +122,7 @@ def make_recipe(
     policy = precision or PrecisionPolicy.for_precision(cfg.precision)
     if policy.workbench_precision != cfg.precision:
         raise SpecError("make_recipe", "precision", policy, f"a policy modelled as {cfg.precision!r}")
-    if not kernels:  # the zero-warmup selector's choice per GEMM/attention shape (Triton config or vendor)
+    if select_kernels and not kernels:  # the zero-warmup selector's choice per GEMM/attention shape
         from workbench.recipe.schema import KernelChoice
         from workbench.select import kernel_choices
 

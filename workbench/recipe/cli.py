@@ -35,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.add_argument("--top", type=int, default=5, help="candidates to list (without --source-gpu)")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
+    p.add_argument("--select-kernels", action="store_true",
+                   help="record each GEMM/attention shape's kernel: a Triton config from workbench.select or the vendor")
     p.set_defaults(func=cmd_recipe)
 
 
@@ -104,6 +106,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     columns = ["precision", "micro_batch", "global_batch", "activation_checkpointing", "sharding", "dp", "tp", "pp",
                "ep", "step_time_ms", "tokens_per_s", "mfu", "peak_memory_gb"]
     print(frame[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"), file=report)
-    recipe = make_recipe(args.model, result.gpu, best.config, overrides=overrides, calibrated=args.calibrated)
+    recipe = make_recipe(args.model, result.gpu, best.config, overrides=overrides, calibrated=args.calibrated,
+                         select_kernels=args.select_kernels)
     _write(recipe, args.out, args.format, args.force)
     return 0

@@ -256,7 +256,8 @@ LAYOUT_OF_PHASE = {"fwd": "nn", "dgrad": "nt", "wgrad": "tn"}
 
 def kernel_choices(prediction, *, calibrated: bool = True) -> list[dict]:
     """Per distinct GEMM and attention shape of a predicted training step, the kernel to run: the selector's
-    Triton config or the vendor library (``vendor_choice``), as recipe ``kernels`` entries (op, shape, dtype,
+    Triton config or the vendor library (``vendor_choice``; for attention the step model's flash-attention
+    time), as recipe ``kernels`` entries (op, shape, dtype,
     choice, config, predicted_ms). A GEMM shape that occurs in several layouts keeps its first (forward) one."""
     from workbench.graph.ops import AttentionShape, GemmShape
     from workbench.kernels.spaces import HEAD_DIMS
@@ -288,6 +289,9 @@ def kernel_choices(prediction, *, calibrated: bool = True) -> list[dict]:
                 continue
             seen.add(key)
             best = select_config("attention", shape, op.dtype, gpu, calibrated=calibrated)
-            entries.append(dict(op="attention", shape=shape, dtype=op.dtype, choice="triton", config=best.config,
-                                predicted_ms=round(best.time_s * 1e3, 6)))
+            vendor_s = op_prediction.time_s  # the step model's flash-attention (vendor library) time
+            triton = best.time_s < vendor_s * (1 - VENDOR_MARGIN)
+            entries.append(dict(op="attention", shape=shape, dtype=op.dtype, choice="triton" if triton else "vendor",
+                                config=best.config if triton else None,
+                                predicted_ms=round(min(best.time_s, vendor_s) * 1e3, 6)))
     return entries
