@@ -320,7 +320,7 @@ class Workbench(w.VBox):
             self.kernels.show(self.kernels.results)
 
     def _draw_recipe(self) -> None:
-        self.recipe.refresh(self._state, self.comparison.predictions)
+        self.recipe.refresh(self._state, self.comparison.predictions, catalog_model=self._state.model not in self._custom)
 
     # ------------------------------------------------------------------------------------------- files
 

@@ -61,7 +61,9 @@ class Controls:
 
     def show(self, state: WorkbenchState, custom: dict[str, Model]) -> None:
         """Put ``state``'s values into the controls (the caller mutes their observers meanwhile)."""
-        self.by_field["model"].options = model_options(custom)
+        options = model_options(custom)
+        if list(self.by_field["model"].options) != options:
+            self.by_field["model"].options = options
         for name, control in self.by_field.items():
             value = getattr(state, name)
             if control.value != value:

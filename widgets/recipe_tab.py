@@ -84,6 +84,7 @@ class RecipePanel:
         self.format.observe(lambda _: self._render(), names="value")
         self.kind.observe(lambda _: self._render(), names="value")
         self.state: WorkbenchState | None = None
+        self.catalog_model = True
         self.predictions: dict[str, Prediction] = {}
         self.recipe = None
         self.text = ""
@@ -95,8 +96,10 @@ class RecipePanel:
         if not self._setting_path:
             self._path_edited = True
 
-    def refresh(self, state: WorkbenchState, predictions: dict[str, Prediction]) -> None:
-        self.state, self.predictions = state, predictions
+    def refresh(self, state: WorkbenchState, predictions: dict[str, Prediction], *, catalog_model: bool = True) -> None:
+        """Show the recipe for ``state``; ``catalog_model`` False (a model from a config.json) explains that
+        recipes name catalog models (their overrides are applied to the catalog entry)."""
+        self.state, self.predictions, self.catalog_model = state, predictions, catalog_model
         options = list(predictions)
         if list(self.gpu.options) != options:
             keep = self.gpu.value if self.gpu.value in options else (options[0] if options else None)
@@ -107,6 +110,12 @@ class RecipePanel:
     def _render(self) -> None:
         if self.state is None or not self.gpu.value:
             self.preview.value = "<i>no GPU with a prediction selected</i>"
+            return
+        if not self.catalog_model:
+            self.recipe, self.text = None, ""
+            self.preview.value = (f"<i>No recipe for {html.escape(self.state.model)}: recipes name a catalog model "
+                                  "(plus field overrides); add your model to specs/models/ to export one.</i>")
+            self.export_button.disabled = True
             return
         try:
             prediction = self.predictions.get(self.gpu.value)

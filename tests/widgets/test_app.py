@@ -132,6 +132,10 @@ def test_a_pasted_hugging_face_config_becomes_the_model():
     assert wb.state["model"] == "my-llama" and "added" in wb.model_input.status.value
     assert "my-llama" in [v for _, v in wb.controls.by_field["model"].options]
     assert wb.comparison.predictions["h200-sxm"].model.num_layers == 32
+    wb.set(tab="recipe")  # recipes name catalog models: the tab says so instead of failing
+    assert "catalog model" in wb.recipe.preview.value and wb.recipe.export_button.disabled
+    wb.set(tab="memory")
+    assert "max_micro_batch" in wb.memory_table.value
     wb.model_input.text.value = '{"hidden_size": 4096,'
     wb.model_input.button.click()
     assert "valid JSON" in wb.model_input.status.value and wb.state["model"] == "my-llama"
