@@ -20,7 +20,7 @@ from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB, max_micro_batch, memory_breakdown
 from workbench.models import Model, get_model
 from workbench.perf.efficiency import constants_for, profile_path
-from workbench.perf.roofline import matrix_peak_key
+from workbench.perf.roofline import achievable_roofs, matrix_peak_key
 from workbench.precision import get_precision
 from workbench.predict import Prediction, predict
 from widgets.state import WorkbenchState
@@ -135,10 +135,9 @@ def roofs(prediction: Prediction) -> pd.DataFrame:
         rows.append({"gpu": gpu.display_name, "roof": label, "source": "spec", "peak_tflops": gpu.peak_tflops(key),
                      "bandwidth_tb_s": bandwidth, "ridge": gpu.ridge_point(key)})
     if has_calibration(gpu):
-        c = constants_for(gpu, calibrated=True)
-        achieved_bw = bandwidth * c[f"memory_fraction.copy.{activation_dtype(prediction.precision.effective.name)}"]
-        for key in _roof_keys(prediction):
-            peak = gpu.peak_tflops(key) * c[f"gemm_fraction.{key}"]
+        peaks, achieved_bw = achievable_roofs(gpu, constants_for(gpu, calibrated=True), _roof_keys(prediction),
+                                              activation_dtype(prediction.precision.effective.name))
+        for key, peak in peaks.items():
             rows.append({"gpu": gpu.display_name, "roof": f"{key} {'vector' if key == 'fp32' else 'matrix'}",
                          "source": "calibrated", "peak_tflops": peak, "bandwidth_tb_s": achieved_bw,
                          "ridge": peak / achieved_bw})

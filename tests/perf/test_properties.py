@@ -51,3 +51,14 @@ def test_more_bandwidth_or_flops_is_never_slower(op, gpu_name, factor):
     base = op_time(op, gpu, c).time_s
     assert op_time(op, _scaled(gpu, bandwidth=factor), c).time_s <= base * (1 + 1e-12)
     assert op_time(op, _scaled(gpu, flops=factor), c).time_s <= base * (1 + 1e-12)
+
+
+def test_achievable_roofs_sit_under_the_datasheet():
+    from workbench.hardware import get_gpu
+    from workbench.perf.efficiency import constants_for
+    from workbench.perf.roofline import achievable_roofs
+
+    gpu = get_gpu("h200")
+    peaks, bandwidth = achievable_roofs(gpu, constants_for(gpu, calibrated=True), ["bf16", "fp8"], "bf16")
+    assert 0 < peaks["bf16"] < gpu.peak_tflops("bf16") and 0 < peaks["fp8"] < gpu.peak_tflops("fp8")
+    assert 0 < bandwidth < gpu.hbm_bandwidth_tb_s.value

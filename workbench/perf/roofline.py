@@ -30,3 +30,11 @@ def roofline_bound(op: Op, gpu: GPU) -> str:
     compute = op.flops / compute_peak_flops(op, gpu)
     memory = op.bytes / (gpu.hbm_bandwidth_tb_s.value * 1e12)
     return "compute" if compute >= memory else "memory"
+
+
+def achievable_roofs(gpu: GPU, constants, peak_keys, memory_dtype: str) -> tuple[dict[str, float], float]:
+    """({peak key: achievable TFLOP/s}, achievable HBM TB/s) under ``constants`` (e.g. a calibration profile's):
+    each peak times the large-GEMM fraction ``gemm_fraction.<key>``, the bandwidth times the copy kernel's
+    ``memory_fraction.copy.<dtype>``. The roofs that measured points should meet, below the datasheet's."""
+    peaks = {key: gpu.peak_tflops(key) * constants[f"gemm_fraction.{key}"] for key in peak_keys}
+    return peaks, gpu.hbm_bandwidth_tb_s.value * constants[f"memory_fraction.copy.{memory_dtype}"]
