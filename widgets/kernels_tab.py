@@ -20,6 +20,21 @@ from widgets import charts
 from widgets.data import measured_points, roofline_points, roofs
 
 
+def parse_gemm_shapes(text: str) -> list[dict]:
+    """"4096x4096x4096 bf16, 8192x1024x4096 fp8" -> [{m, n, k, dtype}, ...] (dtype bf16 when left out)."""
+    shapes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        size, _, dtype = item.partition(" ")
+        dims = size.lower().split("x")
+        if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise WorkbenchError(f"GEMM shape {item!r}: expected MxNxK with positive integers, e.g. 4096x4096x4096")
+        dtype = dtype.strip() or "bf16"
+        if dtype not in ("bf16", "fp16", "fp8"):
+            raise WorkbenchError(f"GEMM shape {item!r}: dtype {dtype!r}, expected bf16, fp16 or fp8")
+        shapes.append({"m": int(dims[0]), "n": int(dims[1]), "k": int(dims[2]), "dtype": dtype})
+    return shapes
+
+
 class KernelsPanel:
     """``box`` is the tab's content. ``predict_for(gpu_name)`` gives the current settings' prediction on the
     benchmarked GPU (for the predicted roofline under the measured points)."""
@@ -31,6 +46,8 @@ class KernelsPanel:
         self.ops = w.SelectMultiple(description="kernels", rows=6)
         self.suite = w.ToggleButtons(options=["quick", "full"], value="quick", description="suite")
         self.use_cache = w.Checkbox(value=True, description="reuse cached results", indent=False)
+        self.shapes = w.Text(description="GEMM shapes", placeholder="e.g. 4096x4096x4096 bf16, 8192x1024x4096 fp8 "
+                             "(empty: the suite's)", layout=w.Layout(width="480px"))
         self.run_button = w.Button(description="Run benchmark", icon="play", button_style="primary")
         self.output = w.Output()
         self.run_button.on_click(lambda _: self.run())
@@ -53,7 +70,7 @@ class KernelsPanel:
             self.status.value = (
                 "<div class='wb-kernels-disabled'><b>Live benchmarks are disabled on this machine.</b><br>"
                 f"{html.escape(str(exc))}</div>")
-            for control in (self.ops, self.suite, self.use_cache, self.run_button):
+            for control in (self.ops, self.suite, self.use_cache, self.shapes, self.run_button):
                 control.disabled = True
             self.box.children = [self.status]
             return False
@@ -62,8 +79,8 @@ class KernelsPanel:
                              f"{html.escape(self.local.arch)}): catalog GPU {html.escape(matched)}")
         self.ops.options = list(KERNEL_MODULES)
         self.ops.value = ("gemm", "attention")
-        self.box.children = [self.status, w.HBox([self.ops, w.VBox([self.suite, self.use_cache, self.run_button])]),
-                             self.output]
+        self.box.children = [self.status, w.HBox([self.ops, w.VBox([self.suite, self.use_cache, self.shapes,
+                                                                     self.run_button])]), self.output]
         return True
 
     def run(self) -> None:
@@ -75,9 +92,10 @@ class KernelsPanel:
         self.run_button.disabled = True
         self.output.clear_output()
         try:
+            shapes = parse_gemm_shapes(self.shapes.value)
             with self.output:  # run_suite's tqdm bar renders here
                 self.results = run_suite(self.suite.value, list(self.ops.value), use_cache=self.use_cache.value,
-                                         progress=True)
+                                         progress=True, gemm_shapes=shapes or None)
             self.show(self.results)
         except WorkbenchError as exc:
             self.status.value = f"<span style='color:#b00'>{html.escape(str(exc))}</span>"

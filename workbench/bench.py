@@ -109,8 +109,9 @@ def _driver_version() -> str:
         return ""
 
 
-def cache_path(gpu: LocalGPU, suite: str, ops: tuple[str, ...]) -> Path:
-    key = json.dumps([gpu.device_name, gpu.driver, gpu.torch_version, gpu.triton_version, suite, sorted(ops)])
+def cache_path(gpu: LocalGPU, suite: str, ops: tuple[str, ...], gemm_shapes: list[dict] | None = None) -> Path:
+    key = json.dumps([gpu.device_name, gpu.driver, gpu.torch_version, gpu.triton_version, suite, sorted(ops),
+                      gemm_shapes or []], sort_keys=True)
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     root = Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "codesign-workbench")
     return root / f"bench-{re.sub(r'[^A-Za-z0-9]+', '-', gpu.device_name)}-{suite}-{digest}.csv"
@@ -165,12 +166,14 @@ def measure_ceilings(gpu: LocalGPU) -> dict[str, float]:
     return {"copy_gb_s": 2 * n / copy_ms / 1e6, "matmul_bf16_tflops": 2 * 8192**3 / mm_ms / 1e9}
 
 
-def _cases(suite: str, ops: tuple[str, ...]):
-    """(module name, case or None, import error) for every requested kernel module."""
+def _cases(suite: str, ops: tuple[str, ...], gemm_shapes: list[dict] | None = None):
+    """(module name, case or None, import error) for every requested kernel module; ``gemm_shapes`` replaces the
+    GEMM module's suite by those shapes."""
     for name in ops:
         try:
             module = importlib.import_module(f"workbench.kernels.{name}")
-            for case in module.bench_cases(suite):
+            cases = module.shape_cases(gemm_shapes) if name == "gemm" and gemm_shapes else module.bench_cases(suite)
+            for case in cases:
                 yield name, case, ""
         except Exception as exc:  # a module that fails to import or build its cases is reported, not fatal
             yield name, None, f"{type(exc).__name__}: {exc}"
@@ -192,8 +195,10 @@ def _predicted_ms(row: dict, gpu: GPU | None) -> float:
 
 
 def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = None, *, use_cache: bool = True,
-              progress: bool = True, out: str | Path | None = None) -> pd.DataFrame:
-    """Benchmark the kernels of ``ops`` (default: all) on the local GPU; see the module docstring."""
+              progress: bool = True, out: str | Path | None = None,
+              gemm_shapes: list[dict] | None = None) -> pd.DataFrame:
+    """Benchmark the kernels of ``ops`` (default: all) on the local GPU; see the module docstring.
+    ``gemm_shapes`` ([{m, n, k, dtype}, ...]) benchmarks those GEMMs instead of the suite's."""
     import pandas as pd
 
     if suite not in SUITES:
@@ -203,14 +208,14 @@ def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = No
     if unknown:
         raise WorkbenchError(f"unknown kernel {unknown[0]!r}; expected some of {', '.join(KERNEL_MODULES)}")
     gpu = detect_gpu()
-    path = cache_path(gpu, suite, ops)
+    path = cache_path(gpu, suite, ops, gemm_shapes)
     if use_cache and path.exists():
         return pd.read_csv(path)
 
     import torch
 
     ceilings = measure_ceilings(gpu)
-    cases = list(_cases(suite, ops))
+    cases = list(_cases(suite, ops, gemm_shapes))
     bar = _progress(len(cases), progress)
     rows = []
     for module, case, import_error in cases:

@@ -250,3 +250,18 @@ def test_bench_cases(suite, count):
     if suite == "full":
         assert {"llama3-8b qkv 8192x6144x4096", "llama3-70b gate_up 8192x57344x8192",
                 "llama3-70b down 8192x8192x28672", "recsys mlp addmm+relu 65536x1024x1024"} <= names
+
+
+def test_shape_cases_build_user_gemms():
+    from workbench.kernels._common import KernelInputError as Bad
+
+    cases = gemm.shape_cases([{"m": 40, "n": 48, "k": 32, "dtype": "fp16"}])
+    case = cases[0]
+    assert case.row == {"op": "gemm", "m": 40, "n": 48, "k": 32, "dtype": "fp16"} and case.flops == 2 * 40 * 48 * 32
+    device = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
+    inputs = case.make_inputs(device)
+    out, ref = case.run(*inputs).double(), case.reference(*inputs)
+    assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) <= case.tolerance
+    for bad in ([{"m": 0, "n": 1, "k": 1}], [{"m": 8, "n": 8, "k": 8, "dtype": "int8"}], ["8x8x8"]):
+        with pytest.raises(Bad):
+            gemm.shape_cases(bad)

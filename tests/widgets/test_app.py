@@ -170,3 +170,14 @@ def test_kernels_tab_draws_benchmark_rows_over_the_prediction(wb, tmp_path):
         assert wb.save_chart("kernels", tmp_path / "kernels.svg").read_text().count("<svg") >= 1
     finally:
         panel.checked, panel.local, panel.chart = checked, local, None
+
+
+def test_kernels_tab_parses_gemm_shapes():
+    from widgets.kernels_tab import parse_gemm_shapes
+
+    assert parse_gemm_shapes("4096x1024x512, 8x16x32 fp8,") == [
+        {"m": 4096, "n": 1024, "k": 512, "dtype": "bf16"}, {"m": 8, "n": 16, "k": 32, "dtype": "fp8"}]
+    assert parse_gemm_shapes("") == []
+    for bad in ("4096x1024", "4096x1024x0", "1x2x3 int4"):
+        with pytest.raises(WorkbenchError, match="GEMM shape"):
+            parse_gemm_shapes(bad)

@@ -422,3 +422,23 @@ def bench_cases(suite: str = "quick") -> list[BenchCase]:
             + [fp8(model, layer) for model, layer in shapes]
             + [fp8(model, layer, fast_accum=True) for model, layer in shapes])
 
+
+
+def shape_cases(shapes: list[dict]) -> list[BenchCase]:
+    """Bench cases for user-chosen GEMMs: each a dict with m, n, k and dtype (bf16, fp16 or fp8), row-major
+    A [m, k] @ B [k, n] against torch.matmul / torch._scaled_mm."""
+    cases = []
+    for i, shape in enumerate(shapes):
+        check(isinstance(shape, dict), f"shapes[{i}]", type(shape).__name__, "a dict with m, n, k, dtype")
+        m, n, k = (shape.get(key) for key in ("m", "n", "k"))
+        dtype = shape.get("dtype", "bf16")
+        check(all(isinstance(v, int) and v > 0 for v in (m, n, k)), f"shapes[{i}]", shape, "positive integers m, n, k")
+        check(dtype in ("bf16", "fp16", "fp8"), f"shapes[{i}]['dtype']", repr(dtype), "'bf16', 'fp16' or 'fp8'")
+        if dtype == "fp8":
+            cases.append(_case("custom", "fp8", m, n, k, _fp8_inputs(m, n, k), scaled_matmul, _torch_scaled_mm,
+                               reference_scaled_matmul, scaling="per-tensor"))
+        else:
+            torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+            cases.append(_case("custom", dtype, m, n, k, _dense_inputs(m, n, k, torch_dtype), matmul, torch.matmul,
+                               reference_matmul))
+    return cases
