@@ -1,4 +1,4 @@
-"""Two processes under torchrun on gloo: FSDP2 over dp=2, and tensor parallelism tp=2."""
+"""Two processes under torchrun on gloo: FSDP2 over dp=2, tensor parallelism tp=2, DDP with accumulation."""
 
 import json
 import os
@@ -21,13 +21,17 @@ def torchrun(recipe: Path, metrics: Path, *args: str) -> subprocess.CompletedPro
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
 
 
-@pytest.mark.parametrize("layout", [Parallelism(dp=2), Parallelism(tp=2)], ids=["fsdp-dp2", "tp2"])
-def test_two_ranks(tiny_recipe, tmp_path, layout):
-    config = TrainingConfig(2, 64, parallelism=layout)
+@pytest.mark.parametrize("layout, accumulation", [(Parallelism(dp=2), 1), (Parallelism(tp=2), 1),
+                                                  (Parallelism(dp=2, sharding="ddp"), 2)],
+                         ids=["fsdp-dp2", "tp2", "ddp-dp2-accumulate2"])
+def test_two_ranks(tiny_recipe, tmp_path, layout, accumulation):
+    config = TrainingConfig(2, 64, parallelism=layout, global_batch=2 * layout.dp * accumulation)
     metrics = tmp_path / "metrics.json"
     proc = torchrun(tiny_recipe("two", config), metrics, "--steps", "12", "--warmup", "1", "--lr", "3e-3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads(metrics.read_text())
     assert m["world_size"] == 2 and m["settings"]["parallelism"]["dp"] == layout.dp
-    assert m["measured"]["tokens_per_s"] == pytest.approx(2 * layout.dp * 64 / m["measured"]["step_time_s"])
+    assert m["settings"]["grad_accumulation"] == accumulation
+    tokens = 2 * layout.dp * accumulation * 64
+    assert m["measured"]["tokens_per_s"] == pytest.approx(tokens / m["measured"]["step_time_s"])
     assert sum(m["losses"][-3:]) / 3 < sum(m["losses"][:3]) / 3 - 0.3, m["losses"]

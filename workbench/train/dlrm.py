@@ -41,7 +41,7 @@ class CrossLayer(nn.Module):
 
 
 class DLRM(nn.Module):
-    """(dense [B, F], indices, offsets) -> click logit [B].
+    """(dense [B, F], indices, offsets) -> click logit [B], or the loss given labels.
 
     All tables live in one fp32 parameter [sum of rows, d] (as FBGEMM's table-batched embeddings): table t's
     rows start at ``row_offsets[t]``, and one ``embedding_bag`` call pools every table's bags, table-major:
@@ -76,7 +76,13 @@ class DLRM(nn.Module):
             return _triton_bag(embedding_bag, self.weight, indices, offsets)
         return F.embedding_bag(indices, self.weight, offsets, mode="sum", sparse=True, include_last_offset=True)
 
-    def forward(self, dense: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def forward(self, dense: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Click logits [B]; with ``labels`` [B], the mean binary cross-entropy instead."""
+        logits = self.logits(dense, indices, offsets)
+        return logits if labels is None else F.binary_cross_entropy_with_logits(logits, labels)
+
+    def logits(self, dense: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         b, t, d = dense.shape[0], len(self.table_rows), self.config.embedding_dim
         x = self.bottom(dense)  # [B, bottom_mlp[-1]]
         pooled = self.pooled(indices, offsets).view(t, b, d).transpose(0, 1).reshape(b, t * d)  # [B, T d]
@@ -85,9 +91,6 @@ class DLRM(nn.Module):
         for layer in self.cross:
             xl = layer(x0, xl)
         return self.top(xl).squeeze(1).float()  # [B]
-
-    def loss(self, dense, indices, offsets, labels) -> torch.Tensor:
-        return F.binary_cross_entropy_with_logits(self(dense, indices, offsets), labels)
 
 
 def capped_rows(m: DLRMModel, max_table_rows: int | None) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ the optimizer states; both are there in steady state, so the peak includes them)
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import statistics
 import sys
@@ -163,7 +164,13 @@ def train(spec: JobSpec, options: RunOptions | None = None) -> RunResult:
         if options.lr is not None:
             for group in built.optimizers[0].param_groups:
                 group["lr"] = options.lr
-        return _loop(spec, options, world, built)
+        result = _loop(spec, options, world, built)
+        # free the model (DDP/FSDP/DTensor state holds the process group) before the group goes; then line up
+        del built
+        gc.collect()
+        if world.world_size > 1:
+            dist.barrier()
+        return result
     finally:
         if world.initialized_here:
             dist.destroy_process_group()
@@ -192,7 +199,7 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
             sync = model.no_sync() if built.ddp and not last else contextlib.nullcontext()
             with sync:
                 with autocast:
-                    loss = model.module.loss(*batch) if built.ddp else model.loss(*batch)
+                    loss = model(*batch)  # the loss: models compute it in forward given targets
                 (loss / accum).backward()
             step_loss += loss.detach() / accum
         for optimizer in built.optimizers:

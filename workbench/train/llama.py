@@ -89,7 +89,7 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    """Token ids [B, S] -> logits [B, S, V]; ``loss`` gives the mean next-token cross-entropy."""
+    """Token ids [B, S] -> logits [B, S, V], or the loss given targets."""
 
     def __init__(self, m: TransformerModel, kernels: KernelSet, seq_len: int):
         super().__init__()
@@ -126,9 +126,10 @@ class Llama(nn.Module):
             x = block(x, cos, sin)
         return self.kernels.rms_norm(x, self.norm, NORM_EPS)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.output(self.hidden(tokens))  # [B, S, V]
-
-    def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self(tokens)  # [B, S, V]
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, S, V]; with ``targets`` [B, S], the mean next-token loss instead (inside forward, so that
+        FSDP2 and DDP see the whole step through their forward hooks)."""
+        logits = self.output(self.hidden(tokens))  # [B, S, V]
+        if targets is None:
+            return logits
         return self.kernels.cross_entropy(logits.flatten(0, 1), targets.flatten())
