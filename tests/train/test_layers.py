@@ -78,3 +78,22 @@ def test_rowwise_adagrad_sparse_and_dense_agree():
     touched[indices] = True
     assert torch.equal(updated[0][~touched], initial[~touched])
     assert not torch.allclose(updated[0][touched], initial[touched])
+
+
+def test_rms_norm_and_swiglu_functions_match_torch():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 32, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(32, dtype=torch.float64, requires_grad=True)
+    ours = layers.RMSNormFunction.apply(x, weight, 1e-5)
+    ref = F.rms_norm(x, (32,), weight, 1e-5)
+    dy = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(ours, (x, weight), dy), torch.autograd.grad(ref, (x, weight), dy)):
+        assert relative_error(a, b) < 1e-6
+    assert relative_error(ours, ref) < 1e-6
+    gate_up = torch.randn(4, 2, 64, dtype=torch.float64, requires_grad=True)
+    ours = layers.SwiGLUFunction.apply(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    ref = F.silu(gate) * up
+    dout = torch.randn_like(ref)
+    assert relative_error(ours, ref) < 1e-12
+    assert relative_error(torch.autograd.grad(ours, gate_up, dout)[0], torch.autograd.grad(ref, gate_up, dout)[0]) < 1e-6

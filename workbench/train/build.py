@@ -34,8 +34,7 @@ class Built:
 
 
 def kernel_set(spec: JobSpec) -> KernelSet:
-    return KernelSet(triton=spec.triton_ops(), gemm_configs=spec.kernel_configs("gemm"),
-                     attention_configs=spec.kernel_configs("attention"))
+    return KernelSet(triton=spec.triton_ops(), gemm_configs=spec.kernel_configs("gemm"))
 
 
 def _get(module: nn.Module, path: str) -> nn.Module:

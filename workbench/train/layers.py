@@ -38,11 +38,12 @@ def _triton_usable(t: torch.Tensor) -> bool:
 
 @dataclass
 class KernelSet:
-    """Which ops run the project's Triton kernels, and the GEMM configs the recipe pinned per shape."""
+    """Which ops run the project's Triton kernels, and the GEMM configs the recipe pinned per shape (a GEMM
+    whose shape has none, and every other Triton op, takes its kernel's default config)."""
 
     triton: frozenset[str] = frozenset()
     gemm_configs: dict[tuple, dict] = field(default_factory=dict)
-    attention_configs: dict[tuple, dict] = field(default_factory=dict)
+    """Keyed by the shape's sorted items: ((k, K), (m, M), (n, N)) -> config."""
 
     def uses(self, op: str) -> bool:
         return op in self.triton
@@ -56,14 +57,13 @@ class KernelSet:
         weight = weight.to(x.dtype)
         if self.uses("rmsnorm") and _triton_usable(x):
             return _triton_rms_norm(x, weight, eps)
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        return RMSNormFunction.apply(x, weight, eps)
 
     def swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up [..., 2f] (gate first) -> silu(gate) * up [..., f]."""
         if self.uses("swiglu") and _triton_usable(gate_up):
             return _triton_swiglu(gate_up)
-        gate, up = gate_up.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return SwiGLUFunction.apply(gate_up)
 
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean loss (fp32) of logits [N, V] against targets [N]."""
@@ -76,6 +76,46 @@ class KernelSet:
         if self.uses("attention") and _triton_usable(q):
             return _triton_attention(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """RMSNorm with torch ops, fp32 inside, saving only x and the fp32 1/rms [rows] for backward (an eager
+    ``F.rms_norm`` decomposition saves fp32 copies of x and of the normalised x: four times the bytes)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps: float):  # x: [..., h], weight: [h]
+        rstd = torch.rsqrt(x.float().square().mean(-1, keepdim=True) + eps)  # [..., 1]
+        ctx.save_for_backward(x, weight, rstd)
+        return (x.float() * rstd * weight.float()).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        xhat = x.float() * rstd  # [..., h]
+        dy_w = dy.float() * weight.float()
+        dx = rstd * (dy_w - xhat * (dy_w * xhat).mean(-1, keepdim=True))
+        dw = (dy.float() * xhat).flatten(0, -2).sum(0) if ctx.needs_input_grad[1] else None
+        return dx.to(x.dtype), None if dw is None else dw.to(weight.dtype), None
+
+
+class SwiGLUFunction(torch.autograd.Function):
+    """silu(gate) * up from gate_up [..., 2f], saving only gate_up (eager ``F.silu(gate) * up`` also keeps the
+    silu output: one more [..., f] per layer)."""
+
+    @staticmethod
+    def forward(ctx, gate_up):
+        ctx.save_for_backward(gate_up)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up  # [..., f]
+
+    @staticmethod
+    def backward(ctx, dout):
+        (gate_up,) = ctx.saved_tensors
+        gate, up = gate_up.float().chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        dgate = dout.float() * up * sig * (1 + gate * (1 - sig))  # d silu(g) / dg = s (1 + g (1 - s))
+        dup = dout.float() * gate * sig
+        return torch.cat([dgate, dup], dim=-1).to(gate_up.dtype)
 
 
 CE_CHUNK_ELEMENTS = 1 << 28
