@@ -5,7 +5,8 @@ A step is one optimizer step: ``grad_accumulation`` micro-batches forward and ba
 what ``workbench.predict`` calls a step. Each step's batches are prepared before its timer starts; the timer
 is host wall time between two ``torch.cuda.synchronize()`` calls, and the reported step time is the median of
 the timed (post warm-up) steps. Peak memory is tracked over the timed steps only (warm-up compiles and creates
-the optimizer states; both are there in steady state, so the peak includes them).
+the optimizer states; both are there in steady state, so the peak includes them). The allocator's cache is
+emptied after warm-up, so the reserved peak is what the timed steps needed, not what compilation left behind.
 """
 
 from __future__ import annotations
@@ -187,6 +188,7 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
     for step in range(total):
         if step == options.warmup and cuda:
             _sync(world.device)
+            torch.cuda.empty_cache()  # drop what warm-up (compilation, autotuning) reserved beyond steady state
             torch.cuda.reset_peak_memory_stats(world.device)
         batches = [next_batch() for _ in range(accum)]
         _sync(world.device)
