@@ -95,3 +95,14 @@ def test_fp16_is_refused_for_want_of_loss_scaling():
     data = recipe_dict(precision={"param_dtype": "fp32", "compute_dtype": "fp16", "reduce_dtype": "fp32", "fp8": "none"})
     with pytest.raises(JobError, match="loss scaling"):
         check_supported(JobSpec.from_dict(data), world_size=1)
+
+
+def test_spec_checks_run_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, workbench.train, workbench.train.spec; "
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
