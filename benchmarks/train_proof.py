@@ -122,8 +122,6 @@ def full_runs(notes: list[str]) -> list[Run]:
         Run("predict", "llama1b-mb2-none-compiled", _recipe("llama3.2-1b", cfg(2, 4096)), steps=8, warmup=3,
             timeout_s=120),
         Run("predict", "dlrm-mb32k-compiled", _recipe("dlrm-dcnv2", cfg(32768)), steps=8, warmup=3, timeout_s=120),
-        # fp8 without checkpointing: selective checkpointing cannot save the fp8 GEMM's output (a Triton kernel,
-        # not an aten op), so it would recompute every fp8 GEMM
         Run("predict", "llama1b-mb4-fp8-eager",
             _recipe("llama3.2-1b", cfg(4, 4096, precision="fp8"), compile=False, fp8="rowwise"), steps=6, warmup=2,
             timeout_s=90),

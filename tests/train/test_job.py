@@ -88,3 +88,19 @@ def test_unsupported_recipe_fails_with_the_reason(tiny_recipe, tmp_path, capsys)
     assert main(["--recipe", str(path), "--metrics", str(tmp_path / "m.json")]) == 2
     assert "pipeline parallelism" in capsys.readouterr().err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_fp8_compiles_and_selective_checkpointing_saves_its_gemms(tiny_recipe, monkeypatch):
+    from workbench.train import layers
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    calls = []
+    real = layers.fp8_matmul
+    monkeypatch.setattr(layers, "fp8_matmul", lambda *args: calls.append(1) or real(*args))
+    config = TrainingConfig(4, 64, precision="fp8", activation_checkpointing="selective")
+    spec = load_job_spec(tiny_recipe("fp8sel", config, precision=PrecisionPolicy(fp8="rowwise")))
+    train(spec, RunOptions(steps=1, warmup=0, progress=False))
+    assert len(calls) == 2 * 4 * 3  # blocks x linears x (forward, dgrad, wgrad): no recomputed forward GEMM
+    compiled = load_job_spec(tiny_recipe("fp8c", config, precision=PrecisionPolicy(fp8="rowwise"), compile=True))
+    losses = train(compiled, RunOptions(steps=4, warmup=0, progress=False, lr=3e-3)).losses
+    assert losses[-1] < losses[0] - 0.3, losses

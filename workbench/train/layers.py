@@ -261,18 +261,30 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, rowwise: bool) -> torch.Tensor:
     return ((a8.float() * sa) @ (b8.float() * sb)).to(torch.bfloat16)  # CPU emulation, same rounding
 
 
+@torch.library.custom_op("workbench_train::fp8_matmul", mutates_args=())
+def fp8_matmul_op(a: torch.Tensor, b: torch.Tensor, rowwise: bool) -> torch.Tensor:
+    """``fp8_matmul`` as one opaque op: torch.compile keeps it whole (no graph break around the Triton launch)
+    and selective checkpointing can save its output (``parallel.checkpoint_block``)."""
+    return fp8_matmul(a, b, rowwise)
+
+
+@fp8_matmul_op.register_fake
+def _fp8_matmul_shape(a: torch.Tensor, b: torch.Tensor, rowwise: bool) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
+
+
 class _Float8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, rowwise: bool):  # x: [M, K] bf16, weight: [N, K] bf16
         ctx.save_for_backward(x, weight)
         ctx.rowwise = rowwise
-        return fp8_matmul(x, weight.t(), rowwise)  # [M, N]
+        return fp8_matmul_op(x, weight.t(), rowwise)  # [M, N]
 
     @staticmethod
     def backward(ctx, dy):  # dy: [M, N]
         x, weight = ctx.saved_tensors
-        dx = fp8_matmul(dy, weight, ctx.rowwise).to(x.dtype) if ctx.needs_input_grad[0] else None  # [M, K]
-        dw = fp8_matmul(dy.t(), x, ctx.rowwise).to(weight.dtype) if ctx.needs_input_grad[1] else None  # [N, K]
+        dx = fp8_matmul_op(dy, weight, ctx.rowwise).to(x.dtype) if ctx.needs_input_grad[0] else None  # [M, K]
+        dw = fp8_matmul_op(dy.t(), x, ctx.rowwise).to(weight.dtype) if ctx.needs_input_grad[1] else None  # [N, K]
         return dx, dw, None
 
 
@@ -288,7 +300,6 @@ class Float8Linear(nn.Linear):
         return y.reshape(*lead, self.out_features)
 
 
-@torch.compiler.disable
 def _linear_fp8(x, weight, rowwise):
     with torch.autocast(x.device.type, enabled=False):
         return _Float8LinearFunction.apply(x, weight, rowwise)

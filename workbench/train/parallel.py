@@ -58,9 +58,10 @@ def init_world(device: str = "auto", need_group: bool = False) -> World:
 
 def checkpoint_block(block: nn.Module, mode: str) -> nn.Module:
     """Wrap a block for activation checkpointing: ``full`` recomputes the whole block in backward; ``selective``
-    saves the outputs of GEMMs and attention and recomputes the rest (norms, SwiGLU, RoPE), torchtitan's op-level
-    selective checkpointing and the ``selective`` the workbench's memory model counts. The policy sees aten ops
-    only: GEMMs that run the project's Triton or fp8 kernels are recomputed in backward under ``selective``."""
+    saves the outputs of GEMMs (fp8 ones included) and attention and recomputes the rest (norms, SwiGLU, RoPE),
+    torchtitan's op-level selective checkpointing and the ``selective`` the workbench's memory model counts. The
+    policy sees ops only: the Triton bf16 GEMM and attention (autograd Functions around raw launches) are
+    recomputed in backward under ``selective``."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     if mode == "full":
@@ -73,6 +74,9 @@ def checkpoint_block(block: nn.Module, mode: str) -> nn.Module:
                  "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"):
         if hasattr(aten, name):
             save.add(getattr(aten, name).default)
+    from workbench.train.layers import fp8_matmul_op  # noqa: F401  (registers the op)
+
+    save.add(torch.ops.workbench_train.fp8_matmul.default)
 
     def policy(ctx, op, *args, **kwargs):
         return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
