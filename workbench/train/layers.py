@@ -254,6 +254,12 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, rowwise: bool) -> torch.Tensor:
     bf16 out [M, N]."""
     a8, sa = quantize_fp8(a, 1 if rowwise else None)  # sa: [M, 1] or scalar
     b8, sb = quantize_fp8(b, 0 if rowwise else None)  # sb: [1, N] or scalar
+    # Hopper's fp8 tensor-core instruction (wgmma) reads both operands K-major: A row-major, B column-major.
+    # dgrad (B = weight, row-major) and wgrad (A = dy^T, column-major) get that layout from a copy of the
+    # 1-byte operand (the H200 sweep timed fp8 only in this layout; other layouts are the suspected cause of the
+    # fp8 proof run's 6.5x over prediction).
+    a8 = a8.contiguous()  # [M, K], K contiguous
+    b8 = b8.t().contiguous().t()  # [K, N], K contiguous
     if _triton_usable(a):
         from workbench.kernels.gemm import scaled_matmul
 
