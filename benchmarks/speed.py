@@ -65,12 +65,21 @@ def main() -> None:
     cli = [sys.executable, "-m", "workbench.cli", "predict-ops", handle.name, "--gpu", "h200"]
     cli_s = median_seconds(lambda: subprocess.run(cli, check=True, capture_output=True), 5)
 
+    from workbench.select import rank_configs
+
+    rank_configs("gemm", {"m": 64, "n": 64, "k": 64}, "bf16", "h200")  # loads the selection profile once
+    shapes = iter([(m, 4096 + m % 7, 1000 + 3 * m) for m in range(1, 100000)])
+    select_s = median_seconds(lambda: rank_configs("gemm", dict(zip("mnk", next(shapes))), "bf16", "h200"), 1000)
+    select_amd_s = median_seconds(lambda: rank_configs("gemm", dict(zip("mnk", next(shapes))), "bf16", "mi355x"), 1000)
+
     results = [
         ("import workbench (fresh interpreter, minus bare interpreter start)", import_s - bare_s, 0.5),
         ("predict llama3-405b step, 1 x H200", predict_s, 0.020),
         ("predict llama3-405b step, 64 x MI355X (FSDP)", predict_8gpu_s, 0.020),
         ("predict-ops 1,000 rows, in process", rows_s, 1.0),
         ("workbench predict-ops 1,000 rows, whole CLI process", cli_s, 1.0),
+        ("rank the whole GEMM config space of one new shape, H200 (calibrated)", select_s, 0.001),
+        ("rank the whole GEMM config space of one new shape, MI355X (spec)", select_amd_s, 0.001),
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("w", newline="") as out:
