@@ -28,7 +28,7 @@ from workbench.hardware import get_gpu  # noqa: E402
 from workbench.perf.efficiency import profile_path  # noqa: E402
 from workbench.select import gemm as gemm_model  # noqa: E402
 from workbench.select import rank_configs, vendor_choice  # noqa: E402
-from workbench.select.profile import fit_sweeps, write_selection_profile  # noqa: E402
+from workbench.select.profile import fit_sweeps, sweep_layout, write_selection_profile  # noqa: E402
 from workbench.select.tune import tune  # noqa: E402
 
 GPU = "h200-sxm"
@@ -79,7 +79,7 @@ def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
         op = "attention" if part == "attention" else "gemm"
         dtype = DTYPE[part]
         shape = shape_of(row)
-        layout = row.layout if op == "gemm" else "nn"
+        layout = sweep_layout({"part": part, "layout": row.layout}) if op == "gemm" else "nn"
         measured = {gemm_model.config_key(json.loads(c)): s for c, s in zip(triton.config, triton.seconds)}
         started = time.perf_counter()
         ranked = rank_configs(op, shape, dtype, GPU, layout=layout, calibrated=calibrated)
@@ -150,7 +150,8 @@ def amd_check(frame: pd.DataFrame) -> list[dict]:
                 dtype = "fp8"
             else:
                 dtype = DTYPE[row.part]
-            pick = rank_configs(op, shape_of(row), dtype, gpu, layout=row.layout if op == "gemm" else "nn",
+            layout = sweep_layout({"part": row.part, "layout": row.layout}) if op == "gemm" else "nn"
+            pick = rank_configs(op, shape_of(row), dtype, gpu, layout=layout,
                                 top_k=1)[0]
             target = "gfx942" if gpu == "mi300x" else "gfx950"
             picks.setdefault((op, target, dtype, gemm_model.config_key(pick.config)), (pick.config, row.shape_id))

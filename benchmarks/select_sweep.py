@@ -53,7 +53,7 @@ def gemm_inputs(shape: dict, dtype: str, device: str, sets: int = 1) -> list[tup
             torch.randn(m, k, device=device, dtype=torch_dtype)  # a: [M, K]
         b = torch.randn(n, k, device=device, dtype=torch_dtype).t() if layout[1] == "t" else \
             torch.randn(k, n, device=device, dtype=torch_dtype)  # b: [K, N]
-        if dtype == "fp8":
+        if dtype == "fp8":  # as torch._scaled_mm takes them, whatever the layout: the sweep's fp8 rows are nt
             fp8 = torch.float8_e4m3fn
             a = a.contiguous().to(fp8)  # a: [M, K] row-major
             b = b.t().contiguous().to(fp8).t()  # b: [K, N] column-major, as _scaled_mm requires

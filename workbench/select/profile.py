@@ -139,6 +139,12 @@ PART_SECTIONS = {"gemm-bf16": ("gemm", 2), "gemm-fp16": ("gemm", 2), "gemm-fp8":
 """Which profile section a sweep part's timings fit (bf16 and fp16 share the 2-byte GEMM coefficients)."""
 
 
+def sweep_layout(row: dict) -> str:
+    """The operand layout a sweep row really ran: select_sweep.py feeds fp8 GEMMs as torch._scaled_mm takes them
+    (A row-major, B column-major: ``nt``) whatever layout the shape's phase names."""
+    return "nt" if row["part"] == "gemm-fp8" else row["layout"]
+
+
 def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
     """Profile sections fitted from ``select_sweep.py`` CSVs (``keep(row) -> bool`` picks the rows to fit)."""
     import csv
@@ -162,7 +168,7 @@ def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
                 config = json.loads(row["config"])
                 head = int(float(row["head_dim"])) if op == "attention" else 0
                 if op == "gemm":
-                    terms = gemm_model.terms(config, int(row["m"]), int(row["n"]), int(row["k"]), row["layout"],
+                    terms = gemm_model.terms(config, int(row["m"]), int(row["n"]), int(row["k"]), sweep_layout(row),
                                              operand_bytes, units)
                 else:
                     shape = {key: int(float(row[key])) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
