@@ -26,7 +26,6 @@ is added.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -130,41 +129,35 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     saturation = constants["gemm_tile_intensity_saturation"]
     wave_overhead = constants["gemm_wave_overhead_us"] * 1e-6
 
-    best: GemmEstimate | None = None
-
-    def consider(tile_m, tile_n, split, tiles, waves, compute_s):
-        nonlocal best
-        time_s = max(compute_s, memory_s)
-        if best is None or time_s < best.time_s:
-            padded = math.ceil(m / tile_m) * tile_m * math.ceil(n / tile_n) * tile_n * k_padded
-            best = GemmEstimate(time_s, (tile_m, tile_n), split, waves, tiles, tiles / (waves * units),
-                                m * n * k / padded, compute_s, memory_s,
-                                "compute" if compute_s >= memory_s else "memory")
-
+    best_time, best = math.inf, None  # (tile_m, tile_n, split, tiles, compute_s) of the fastest candidate
     for tm, tn in TILES[gpu.vendor]:
         tile_m, tile_n = _round_up(tm, inst_m), _round_up(tn, inst_n)
         output_tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * groups
         tile_efficiency = min(1.0, (tile_m * tile_n / (tile_m + tile_n)) / saturation)
+        rate, rate_max = per_unit * tile_efficiency, per_unit_max * tile_efficiency
 
         for split in SPLIT_K:
             if split > 1 and (output_tiles * split > 2 * units or k_padded / split < MIN_SPLIT_K_DEPTH):
                 break
             tiles = output_tiles * split
             depth = _round_up(math.ceil(k_padded / split), inst_k)
-            compute_s = _waves_time(2.0 * tile_m * tile_n * depth, tiles, units, per_unit * tile_efficiency,
-                                    per_unit_max * tile_efficiency, wave_overhead)
+            compute_s = _waves_time(2.0 * tile_m * tile_n * depth, tiles, units, rate, rate_max, wave_overhead)
             # split-K partial sums: fp32 [m, n] written and read back once per extra slice, by a second kernel
             if split > 1:
                 compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch
-            consider(tile_m, tile_n, split, tiles, math.ceil(tiles / units), compute_s)
-    assert best is not None
+            time_s = max(compute_s, memory_s)
+            if time_s < best_time:  # (the search is hot in recipe search: no estimate object per candidate)
+                best_time, best = time_s, (tile_m, tile_n, split, tiles, compute_s)
+    tile_m, tile_n, split, tiles, waves_s = best
     # Short kernels finish before the power cap bites: their rate rises towards the unthrottled one
     # with time constant gemm_power_time_constant_us (a power-management window; guess, calibrate).
     tau = constants["gemm_power_time_constant_us"] * 1e-6
     full = constants[f"gemm_fraction.{precision.peak_key}"]
     boost = max(full, constants[f"gemm_fraction_unthrottled.{precision.peak_key}"])
-    fraction = full + (boost - full) * tau / (tau + best.compute_s)
-    compute_s = best.compute_s * full / fraction
-    time_s = max(compute_s, best.memory_s) + launch
-    return dataclasses.replace(best, time_s=time_s, compute_s=compute_s,
-                               bound="compute" if compute_s >= best.memory_s else "memory")
+    fraction = full + (boost - full) * tau / (tau + waves_s)
+    compute_s = waves_s * full / fraction
+    waves = math.ceil(tiles / units)
+    padded = math.ceil(m / tile_m) * tile_m * math.ceil(n / tile_n) * tile_n * k_padded
+    return GemmEstimate(max(compute_s, memory_s) + launch, (tile_m, tile_n), split, waves, tiles,
+                        tiles / (waves * units), m * n * k / padded, compute_s, memory_s,
+                        "compute" if compute_s >= memory_s else "memory")
