@@ -59,6 +59,29 @@ def test_triton_linear_matches_torch_in_the_interpreter():
         assert relative_error(g, r) < 1e-5
 
 
+def test_triton_linear_gives_vendor_shapes_to_torch(monkeypatch):
+    """The recipe's per-shape shim: a GEMM shape marked vendor runs torch's matmul, the others Triton's."""
+    import workbench.kernels.gemm as gemm
+
+    calls = []
+    real = gemm.matmul
+    monkeypatch.setattr(gemm, "matmul", lambda a, b, **kw: calls.append((a.shape[0], b.shape[1], a.shape[1]))
+                        or real(a, b, **kw))
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(32, 48, bias=False)
+    # x: [16, 32]: forward 16x48x32 (vendor), dgrad 16x32x48 (Triton), wgrad 48x32x16 listed as 32x48x16 (vendor)
+    vendor = frozenset({(("k", 32), ("m", 16), ("n", 48)), (("k", 16), ("m", 32), ("n", 48))})
+    ours = swap_linear(linear, TritonLinear, kernels=KernelSet(triton=frozenset({"gemm"}), gemm_vendor=vendor))
+    x = torch.randn(16, 32, requires_grad=True)
+    y = ours(x)
+    grads = torch.autograd.grad(y.square().sum(), (x, linear.weight))
+    assert calls == [(16, 32, 48)]  # only the dgrad GEMM ran on Triton
+    ref = torch.autograd.grad(linear(x).square().sum(), (x, linear.weight))
+    assert relative_error(y, linear(x)) < 1e-5
+    for g, r in zip(grads, ref):
+        assert relative_error(g, r) < 1e-5
+
+
 def test_rowwise_adagrad_sparse_and_dense_agree():
     torch.manual_seed(0)
     initial = torch.randn(10, 4)

@@ -106,3 +106,12 @@ def test_spec_checks_run_without_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_selected_kernels_split_into_triton_configs_and_vendor_shapes():
+    recipe = make_recipe("llama3-8b", "h200", TrainingConfig(1, 4096), overrides={"num_layers": 2},
+                         select_kernels=True)
+    spec = JobSpec.from_dict(recipe.to_dict(), "test")
+    vendor, triton = spec.vendor_shapes("gemm"), spec.kernel_configs("gemm")
+    assert vendor and not vendor & set(triton)  # the shim sent some GEMM shapes to cuBLAS
+    assert len(vendor) + len(triton) == len([k for k in recipe.kernels if k.op == "gemm"])

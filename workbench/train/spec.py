@@ -90,6 +90,10 @@ class JobSpec:
         """Ops for which the recipe chose the project's Triton kernel."""
         return frozenset(k.op for k in self.kernels if k.choice == "triton")
 
+    def vendor_shapes(self, op: str) -> frozenset[tuple]:
+        """Shapes of ``op`` the recipe gave to the vendor library, keyed like ``kernel_configs``."""
+        return frozenset(tuple(sorted(k.shape.items())) for k in self.kernels if k.op == op and k.choice == "vendor")
+
     def kernel_configs(self, op: str) -> dict[tuple, dict]:
         """Triton configs the recipe pinned for ``op``, keyed by the shape's sorted (key, value) pairs."""
         return {tuple(sorted(k.shape.items())): k.config for k in self.kernels
