@@ -13,8 +13,8 @@ import random
 
 from workbench.config import Parallelism, TrainingConfig
 from workbench.predict import predict
+from workbench.select import LAYOUT_OF_PHASE
 
-LAYOUT_OF_PHASE = {"fwd": "nn", "dgrad": "nt", "wgrad": "tn"}
 MAX_GEMM_FLOPS = 2.5e12
 """Largest GEMM swept (about 4 ms at 600 TFLOP/s): the exhaustive sweep runs every config of every shape."""
 MIN_DIM = 16

@@ -132,6 +132,7 @@ def test_vendor_shim_picks_the_predicted_faster():
     # Triton must be predicted faster by the margin that covers the selector's own error
     assert (choice.choice == "triton") == (choice.triton_s < choice.vendor_s * (1 - VENDOR_MARGIN))
     assert (choice.config is None) == (choice.choice == "vendor")
+    assert choice.time_s == (choice.triton_s if choice.choice == "triton" else choice.vendor_s)
 
 
 def test_autotune_pruner_keeps_the_top_k_in_rank_order():
@@ -202,3 +203,12 @@ def test_amd_ranking_drops_configs_the_cross_compiled_cache_says_spill():
     assert spilling  # e.g. 256x256x64 w8 spills 36 VGPRs on gfx950 (specs/kernel_resources.yaml)
     ranked = {c.key for c in rank_configs("gemm", LLAMA_QKV, "bf16", "mi355x")}
     assert ranked and not ranked & spilling
+
+
+def test_kernels_without_a_config_take_the_pick_for_their_device():
+    from workbench.select import config_for_device
+
+    picked = config_for_device("gemm", LLAMA_QKV, "bf16", "NVIDIA H200")
+    assert picked == select_config("gemm", LLAMA_QKV, "bf16", "h200").config
+    assert config_for_device("gemm", LLAMA_QKV, "bf16", "NVIDIA H200") is picked  # cached per shape
+    assert config_for_device("gemm", LLAMA_QKV, "bf16", "Some Unknown GPU") is None  # static default then

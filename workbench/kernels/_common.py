@@ -16,6 +16,7 @@ Under ``TRITON_INTERPRET=1`` (set before importing a kernel module) the kernels 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,14 @@ def backend() -> Backend:
     import torch
 
     return "hip" if torch.version.hip else "cuda"
+
+
+@functools.lru_cache(maxsize=16)
+def device_name(index: int) -> str:
+    """``torch.cuda.get_device_name`` (asked once per device: kernels look it up on every config=None launch)."""
+    import torch
+
+    return torch.cuda.get_device_name(index)
 
 
 def check(condition: bool, argument: str, got: Any, expected: str) -> None:

@@ -26,7 +26,6 @@ Under the interpreter bf16 tiles are upcast to fp32 first (its bf16 tl.dot is br
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Literal
 
@@ -36,9 +35,10 @@ import triton.language as tl
 
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
-from workbench.kernels._common import BenchCase, backend, check, check_device, interpreting
+from workbench.kernels._common import BenchCase, backend, check, check_device, device_name, interpreting
 from workbench.kernels.spaces import HEAD_DIMS
 from workbench.kernels.spaces import attention_config_space as config_space
+from workbench.select import config_for_device
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
 
@@ -351,12 +351,13 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
     catalog GPU (``workbench.select``), else the static default of ``config_space``."""
     if config is None:
         kind = backend()
-        static = config_space(kind, pass_, head_dim)[0]
-        if pass_ != "fwd" or q is None or kind == "interpreter" or q.dtype not in (torch.bfloat16, torch.float16):
-            return static
-        b, hq, s, d = q.shape
-        dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-        return _selected_config(b, s, hq, k.shape[1], d, causal, dtype, torch.cuda.get_device_name(q.device)) or static
+        picked = None
+        if pass_ == "fwd" and q is not None and kind != "interpreter" and q.dtype in (torch.bfloat16, torch.float16):
+            b, hq, s, d = q.shape
+            shape = dict(batch=b, seq=s, heads_q=hq, heads_kv=k.shape[1], head_dim=d, causal=causal)
+            dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+            picked = config_for_device("attention", shape, dtype, device_name(q.device.index or 0))
+        return picked or config_space(kind, pass_, head_dim)[0]
     check(isinstance(config, dict) and "BLOCK_M" in config and "BLOCK_N" in config, f"config ({pass_})",
           repr(config), "a dict with BLOCK_M and BLOCK_N, e.g. an entry of config_space()")
     for key in ("BLOCK_M", "BLOCK_N"):
@@ -364,22 +365,6 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
         check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config ({pass_})",
               f"{key}={value!r}", "a power of two >= 16 (tl.dot's smallest tile)")
     return config
-
-
-@functools.lru_cache(maxsize=1024)
-def _selected_config(b: int, s: int, hq: int, hkv: int, d: int, causal: bool, dtype: str, device_name: str):
-    from workbench.bench import match_catalog
-    from workbench.errors import WorkbenchError
-    from workbench.select import select_config
-
-    gpu = match_catalog(device_name)
-    if gpu is None:
-        return None
-    shape = dict(batch=b, seq=s, heads_q=hq, heads_kv=hkv, head_dim=d, causal=causal)
-    try:
-        return select_config("attention", shape, dtype, gpu).config
-    except WorkbenchError:
-        return None
 
 
 def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:

@@ -17,10 +17,11 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.errors import WorkbenchError
-from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device, interpreting
+from workbench.kernels._common import (BenchCase, KernelInputError, backend, check, check_device, device_name,
+                                       interpreting)
 from workbench.kernels.spaces import gemm_config_space as config_space
 from workbench.models import get_model
+from workbench.select import config_for_device
 
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 """Epilogue activations; gelu is the tanh approximation (``F.gelu(x, approximate="tanh")``)."""
@@ -233,33 +234,17 @@ def _default_config(a: torch.Tensor, b: torch.Tensor, kind: str) -> dict:
     """``config=None``: the zero-warmup selector's pick for this shape, layout and GPU (``workbench.select``, no
     benchmark, cached per shape); the static default of ``config_space`` when the GPU is not in the catalog, for
     fp32 inputs, or under the interpreter."""
-    arch = _amd_arch(a.device) if kind == "hip" else "gfx942"
-    static = config_space(kind, arch=arch, dtype_bytes=a.element_size())[0]
     dtype = _SELECTED_DTYPES.get(a.dtype)
-    if kind == "interpreter" or dtype is None:
-        return static
-    layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
-    (m, k), n = a.shape, b.shape[1]
-    return _selected_config(m, n, k, layout, dtype, _device_name(a.device.index or 0)) or static
-
-
-@functools.lru_cache(maxsize=16)
-def _device_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)
-
-
-@functools.lru_cache(maxsize=4096)
-def _selected_config(m: int, n: int, k: int, layout: str, dtype: str, device_name: str) -> dict | None:
-    from workbench.bench import match_catalog
-    from workbench.select import select_config
-
-    gpu = match_catalog(device_name)
-    if gpu is None:
-        return None
-    try:
-        return select_config("gemm", {"m": m, "n": n, "k": k}, dtype, gpu, layout=layout).config
-    except WorkbenchError:  # e.g. an AMD architecture without a config space: keep the static default
-        return None
+    picked = None
+    if kind != "interpreter" and dtype is not None:
+        layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
+        (m, k), n = a.shape, b.shape[1]
+        picked = config_for_device("gemm", {"m": m, "n": n, "k": k}, dtype, device_name(a.device.index or 0),
+                                   layout=layout)
+    if picked is not None:
+        return picked
+    arch = _amd_arch(a.device) if kind == "hip" else "gfx942"
+    return config_space(kind, arch=arch, dtype_bytes=a.element_size())[0]
 
 
 def _amd_arch(device: torch.device) -> str:
@@ -421,7 +406,6 @@ def bench_cases(suite: str = "quick") -> list[BenchCase]:
             + [dense("llama3-8b", layer, "tf32") for layer in ("o", "down")]
             + [fp8(model, layer) for model, layer in shapes]
             + [fp8(model, layer, fast_accum=True) for model, layer in shapes])
-
 
 
 def shape_cases(shapes: list[dict]) -> list[BenchCase]:

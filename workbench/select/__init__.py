@@ -193,6 +193,26 @@ def select_config(op: str, shape: dict, dtype: str, gpu: str | GPU, **kwargs) ->
     return rank_configs(op, shape, dtype, gpu, top_k=1, **kwargs)[0]
 
 
+def config_for_device(op: str, shape: dict, dtype: str, device_name: str, *, layout: str = "nn") -> dict | None:
+    """The pick for a kernel launched without a config on the local GPU named ``device_name`` (as
+    ``torch.cuda.get_device_name`` says it), cached per shape; None when that GPU is not in the catalog or has
+    no config space here (the kernel then keeps its static default). Do not mutate the returned dict."""
+    return _config_for_device(op, tuple(sorted(shape.items())), dtype, layout, device_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _config_for_device(op: str, shape: tuple, dtype: str, layout: str, device_name: str) -> dict | None:
+    from workbench.bench import match_catalog
+
+    gpu = match_catalog(device_name)
+    if gpu is None:
+        return None
+    try:
+        return select_config(op, dict(shape), dtype, gpu, layout=layout).config
+    except WorkbenchError:
+        return None
+
+
 VENDOR_MARGIN = 0.10
 """Triton displaces the vendor library only when predicted at least this much faster: about the selector's
 held-out time error (11% mean on the H200). A guess; chosen after seeing the held-out shim figure, which is
@@ -200,8 +220,9 @@ therefore optimistic (benchmarks/results/h200/select/REPORT.md says so)."""
 
 
 @dataclass(frozen=True)
-class KernelChoice:
-    """Triton or the vendor library for one GEMM: the per-vendor shim's decision."""
+class ShimChoice:
+    """Triton or the vendor library for one GEMM: the per-vendor shim's decision (a recipe records it as a
+    ``workbench.recipe.schema.KernelChoice``)."""
 
     choice: str
     """"triton" or "vendor" (cuBLAS/hipBLASLt)."""
@@ -210,9 +231,14 @@ class KernelChoice:
     vendor_s: float
     source: str
 
+    @property
+    def time_s(self) -> float:
+        """Predicted time of the kernel chosen."""
+        return self.triton_s if self.choice == "triton" else self.vendor_s
+
 
 def vendor_choice(shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn",
-                  calibrated: bool = True) -> KernelChoice:
+                  calibrated: bool = True) -> ShimChoice:
     """Compare the best Triton config with the vendor library's predicted time (``workbench.perf.gemm``, the
     model validated against cuBLAS in ``benchmarks/results/h200/model_eval.md``): Triton when it is predicted
     faster by VENDOR_MARGIN, else the vendor library."""
@@ -221,13 +247,13 @@ def vendor_choice(shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn"
     from workbench.perf.gemm import gemm_time
 
     gpu = get_gpu(gpu)
-    calibrated = calibrated and profile_path(gpu).exists()  # the vendor model's profile (workbench calibrate)
     best = select_config("gemm", shape, dtype, gpu, layout=layout, calibrated=calibrated)
+    vendor_profile = calibrated and profile_path(gpu).exists()  # the vendor model's own profile (workbench calibrate)
     vendor = gemm_time(GemmShape(shape["m"], shape["n"], shape["k"]), dtype, gpu,
-                       constants_for(gpu, calibrated)).time_s
+                       constants_for(gpu, vendor_profile)).time_s
     if best.time_s >= vendor * (1 - VENDOR_MARGIN):
-        return KernelChoice("vendor", None, best.time_s, vendor, best.source)
-    return KernelChoice("triton", best.config, best.time_s, vendor, best.source)
+        return ShimChoice("vendor", None, best.time_s, vendor, best.source)
+    return ShimChoice("triton", best.config, best.time_s, vendor, best.source)
 
 
 def autotune_pruner(dtype: str, gpu: str | GPU, top_k: int = 3, calibrated: bool = True):
@@ -242,11 +268,10 @@ def autotune_pruner(dtype: str, gpu: str | GPU, top_k: int = 3, calibrated: bool
         as_dicts = [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} for c in configs]
         ranked = rank_configs("gemm", {"m": int(args["M"]), "n": int(args["N"]), "k": int(args["K"])}, dtype, gpu,
                               layout=layout, calibrated=calibrated, configs=as_dicts)
-        order = {gemm_model.config_key(c.config): i for i, c in enumerate(ranked)}
-        kept = sorted((c for c, d in zip(configs, as_dicts) if gemm_model.config_key(d) in order),
-                      key=lambda c: order[gemm_model.config_key({**c.kwargs, "num_warps": c.num_warps,
-                                                                 "num_stages": c.num_stages})])
-        return kept[:top_k] or list(configs[:1])
+        order = {c.key: i for i, c in enumerate(ranked)}
+        keyed = [(order[gemm_model.config_key(d)], c) for c, d in zip(configs, as_dicts)
+                 if gemm_model.config_key(d) in order]
+        return [c for _, c in sorted(keyed, key=lambda pair: pair[0])][:top_k] or list(configs[:1])
     return prune
 
 
@@ -279,7 +304,7 @@ def kernel_choices(prediction, *, calibrated: bool = True) -> list[dict]:
             layout = LAYOUT_OF_PHASE.get(op.name.rsplit(".", 1)[-1], "nn")
             choice = vendor_choice(shape, op.dtype, gpu, layout=layout, calibrated=calibrated)
             entries.append(dict(op="gemm", shape=shape, dtype=op.dtype, choice=choice.choice, config=choice.config,
-                                predicted_ms=round(min(choice.triton_s, choice.vendor_s) * 1e3, 6)))
+                                predicted_ms=round(choice.time_s * 1e3, 6)))
         elif isinstance(op.shape, AttentionShape) and op.dtype in ("bf16", "fp16") and op.shape.head_dim in HEAD_DIMS:
             s = op.shape
             shape = {"batch": s.batch, "seq": s.seq, "heads_q": s.heads_q, "heads_kv": s.heads_kv,
@@ -293,5 +318,5 @@ def kernel_choices(prediction, *, calibrated: bool = True) -> list[dict]:
             triton = best.time_s < vendor_s * (1 - VENDOR_MARGIN)
             entries.append(dict(op="attention", shape=shape, dtype=op.dtype, choice="triton" if triton else "vendor",
                                 config=best.config if triton else None,
-                                predicted_ms=round(min(best.time_s, vendor_s) * 1e3, 6)))
+                                predicted_ms=round((best.time_s if triton else vendor_s) * 1e3, 6)))
     return entries

@@ -52,7 +52,7 @@ def _gemm_row(row: dict, gpu, calibrated: bool) -> dict:
                            calibrated=calibrated)
     return {"choice": choice.choice, "config": json.dumps(choice.config, sort_keys=True) if choice.config else "",
             "triton_ms": f"{choice.triton_s * 1e3:.5g}", "vendor_ms": f"{choice.vendor_s * 1e3:.5g}",
-            "selected_ms": f"{min(choice.triton_s, choice.vendor_s) * 1e3:.5g}", "select_source": choice.source}
+            "selected_ms": f"{choice.time_s * 1e3:.5g}", "select_source": choice.source}
 
 
 def _attention_row(row: dict, gpu, calibrated: bool) -> dict:
