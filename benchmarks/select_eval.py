@@ -38,7 +38,15 @@ AUTOTUNE_S_PER_CONFIG = 0.125
 
 
 def load(paths: list[Path]) -> pd.DataFrame:
-    frame = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    """The sweeps' rows; a shape swept again in a later file (e.g. after a kernel change) replaces its earlier
+    rows, so each (part, shape) is measured with one kernel version."""
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        redone = set(zip(frame.part, frame.shape_id))
+        frames = [f[[pair not in redone for pair in zip(f.part, f.shape_id)]] for f in frames]
+        frames.append(frame)
+    frame = pd.concat(frames, ignore_index=True)
     frame["seconds"] = frame.ms / 1e3
     frame["held_out"] = split(frame)
     return frame

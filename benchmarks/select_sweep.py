@@ -179,12 +179,13 @@ def relative_error(out, ref) -> float:
 
 # ------------------------------------------------------------------------------------------ parallel compile
 def _proxy_size(size: int) -> int:
-    """A small size with the same Triton specialisation as ``size`` (divisible by 16 or not) and the same
-    divisibility by every BLOCK_K (32, 64, 128), so EVEN_K matches too."""
+    """A small size with the same Triton specialisation as ``size`` (divisible by 16 or not), the same
+    divisibility by every BLOCK_K (32, 64, 128), so EVEN_K matches too, and the same kernel hint
+    (``gemm.divisibility_hints``: the power of two up to 8 that divides it)."""
     for candidate in (128, 64, 32, 16):
         if size % candidate == 0:
             return candidate
-    return 17 if size % 2 else 18
+    return 16 + (size & -size)  # 17, 18, 20 or 24
 
 
 def _compile_gemm(job: tuple) -> str:
@@ -270,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting shapes after this long")
     parser.add_argument("--limit", type=int, default=0, help="at most this many shapes per part (0: all)")
     parser.add_argument("--skip", type=Path, help="a select_sweep.csv whose (part, shape) pairs are done already")
+    parser.add_argument("--shapes", default="", help="only these shape ids, comma-separated (e.g. g151,g165)")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     args = parser.parse_args(argv)
     import torch
@@ -293,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             parser.error(f"--parts: unknown part {part!r}; expected gemm-bf16, gemm-fp8, gemm-fp16, attention")
 
-    plan = [(part, dtype, [s for s in shapes if (part, s["id"]) not in done_before], configs)
-            for part, dtype, shapes, configs in plan]
+    only = set(filter(None, args.shapes.split(",")))
+    plan = [(part, dtype, [s for s in shapes if (part, s["id"]) not in done_before and (not only or s["id"] in only)],
+             configs) for part, dtype, shapes, configs in plan]
     for part, dtype, shapes, configs in plan:  # compile everything first, in parallel
         if part == "attention":
             keys = {(s["heads_q"], s["heads_kv"], s["head_dim"], s["causal"]): s for s in shapes}

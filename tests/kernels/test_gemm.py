@@ -67,6 +67,26 @@ def test_transposed_and_strided_inputs(layout, dtype):
     assert _error(matmul(a, b), reference_matmul(a, b)) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+def test_sizes_and_strides_divisible_by_8_not_16(layout):
+    # M, N, K and the leading strides are multiples of 8 but not 16: the kernel gets DIV_* hints (vector loads
+    # of 8 elements), including the wrap of edge rows/columns and the masked K tail of 40 over BLOCK_K=16.
+    (m, n, k), dtype = (24, 40, 56), torch.float32
+    a = _randn(k, m, dtype=dtype).t() if layout[0] == "t" else _randn(m, k, dtype=dtype)
+    b = _randn(n, k, dtype=dtype).t() if layout[1] == "t" else _randn(k, n, dtype=dtype)
+    hints = gemm.divisibility_hints(m, n, k, *a.stride(), *b.stride())
+    assert hints["DIV_M"] == hints["DIV_N"] == hints["DIV_K"] == 8
+    assert _error(matmul(a, b, config=SMALL_TILES), reference_matmul(a, b)) < TOLERANCE["fp32"]
+
+
+def test_divisibility_hints_cover_only_what_triton_misses():
+    hints = gemm.divisibility_hints(4096, 50257, 2008, 2008, 1, 1, 2008)
+    # 4096 is divisible by 16 and a unit stride is specialised already: no hint; 50257 is odd: none possible
+    assert hints == {"DIV_M": 1, "DIV_N": 1, "DIV_K": 8, "DIV_AM": 8, "DIV_AK": 1, "DIV_BK": 1, "DIV_BN": 8}
+    assert gemm.divisibility_hints(12, 6, 20, 20, 1, 6, 1)["DIV_M"] == 4
+    assert gemm.divisibility_hints(12, 6, 20, 20, 1, 6, 1)["DIV_N"] == 2
+
+
 @pytest.mark.parametrize("k", [29, 32])  # a K tail (masked loads) and K a multiple of BLOCK_K (EVEN_K)
 def test_grouped_ordering_covers_every_tile(k):
     # 16x16 tiles over 37x53: 3 x 4 tiles in groups of GROUP_M=2 tile rows; the last group is one row short.
