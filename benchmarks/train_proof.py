@@ -119,6 +119,9 @@ def full_runs(notes: list[str]) -> list[Run]:
         Run("fp8", "small-fp8", _recipe("llama3-8b", cfg(8, 1024, precision="fp8"), SMALL_LLAMA, compile=False,
                                         fp8="rowwise"),
             steps=300, warmup=0, timeout_s=120, args=["--lr", "6e-4", "--log-every", "50"], in_table=False),
+        # the same bf16 run with another seed (initialisation and batch order): the run-to-run noise band
+        Run("fp8", "small-bf16-seed1", _recipe("llama3-8b", fp8_cfg, SMALL_LLAMA, compile=False), steps=300, warmup=0,
+            timeout_s=90, args=["--lr", "6e-4", "--log-every", "50", "--seed", "1"], in_table=False),
         Run("predict", "llama1b-mb2-none-compiled", _recipe("llama3.2-1b", cfg(2, 4096)), steps=8, warmup=3,
             timeout_s=120),
         Run("predict", "dlrm-mb32k-compiled", _recipe("dlrm-dcnv2", cfg(32768)), steps=8, warmup=3, timeout_s=120),

@@ -20,6 +20,8 @@ def test_quick_proof_writes_every_output(tmp_path):
     assert all(r["measured_step_s"] > 0 and r["predicted_step_s_calibrated"] > 0 for r in summary["predictions"])
     assert summary["port"]["measured_ratio"] > 0
     assert summary["fp8"]["status"] in ("agree", "disagree") and summary["fp8"]["fp8_backend"] == "emulated"
+    assert summary["fp8"]["noise_status"] in ("within", "outside") and summary["fp8"]["seed_max_relative_difference"] > 0
+    assert (tmp_path / "fp8_vs_bf16.csv").read_text().splitlines()[0] == "step,loss_bf16,loss_fp8,loss_bf16_seed1"
     for name in ("REPORT.md", "results.csv", "fp8_vs_bf16.csv"):
         assert (tmp_path / name).stat().st_size > 0
     assert "port vs co-designed" in proc.stdout
