@@ -6,9 +6,12 @@ The terms are the microarchitecture's bookkeeping, computed exactly from the sha
   ``tiles_per_unit = ceil(tiles / units)`` of them one after another (wave quantization; the tail wave costs a
   whole tile time), each walking ``k_steps = ceil(K / BLOCK_K)`` pipelined K steps;
 - ``fill``, the fraction of the units busy: a partial wave leaves each busy unit more L2/HBM bandwidth;
-- the layout (A transposed: ``tn``; B transposed: ``nt``), rows that are not 16-byte aligned (no vector loads:
-  Triton specialises a stride divisible by 16 elements), a K that is not a multiple of BLOCK_K (masked loads)
-  and M/N that are not multiples of 16 (Triton's divisibility hint).
+- the layout (A transposed: ``tn``; B transposed: ``nt``), rows that are not 16-byte aligned (no vector loads;
+  the kernel passes strides divisible by 8, 4 or 2 elements as hints, so 16-byte rows get vector loads even
+  where Triton's own specialisation, divisible by 16 elements, misses them), a K that is not a multiple of
+  BLOCK_K (masked loads) and M/N that are not multiples of 16 (Triton's divisibility hint);
+- programs resident per unit (``occupancy``): their tiles overlap, so the waves over units x resident programs
+  bound the latency path.
 
 A config's coefficients say what each term costs in seconds. Calibrated coefficients are fitted per config from
 an exhaustive sweep on the GPU (``workbench.select.fit``); without them, ``spec_coefficients`` derives them from
@@ -25,9 +28,12 @@ from workbench.precision import get_precision
 
 TERMS = ("k_steps", "k_steps_x_fill", "tiles_per_unit", "launch", "k_steps_tn", "k_steps_nt",
          "k_steps_unaligned_a_tn", "k_steps_unaligned_a", "k_steps_unaligned_b_nt", "k_steps_unaligned_b",
-         "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n")
+         "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n", "wave_k_steps")
 """The per-config terms, all counted per unit (SM/CU) along the critical path: ``k_steps`` is
-tiles_per_unit x ceil(K / BLOCK_K); the ``k_steps_*`` terms are k_steps where that condition holds."""
+tiles_per_unit x ceil(K / BLOCK_K); the ``k_steps_*`` terms are k_steps where that condition holds;
+``wave_k_steps`` is ceil(tiles / (units x resident programs per unit)) x ceil(K / BLOCK_K), the latency-bound
+path when programs that share a unit overlap (a config that fits one more program per SM can finish a tail
+wave early)."""
 LAYOUTS = ("nn", "nt", "tn")
 """C = A @ B with A row-major (n) or transposed (t, column-major), then B likewise."""
 VECTOR_BYTES = 16
@@ -69,11 +75,15 @@ def _unaligned(elements: int, operand_bytes: int) -> bool:
     return (elements * operand_bytes) % VECTOR_BYTES != 0
 
 
-def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int, units: int) -> tuple[float, ...]:
-    """The TERMS of one GEMM C[m, n] = A[m, k] @ B[k, n] under ``config`` on ``units`` SMs/CUs."""
+def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int, units: int,
+          resident: int = 1) -> tuple[float, ...]:
+    """The TERMS of one GEMM C[m, n] = A[m, k] @ B[k, n] under ``config`` on ``units`` SMs/CUs with ``resident``
+    programs per unit."""
     tiles = math.ceil(m / config["BLOCK_M"]) * math.ceil(n / config["BLOCK_N"])
     per_unit = math.ceil(tiles / units)
-    steps = per_unit * math.ceil(k / config["BLOCK_K"])
+    tile_steps = math.ceil(k / config["BLOCK_K"])
+    steps = per_unit * tile_steps
+    waves = math.ceil(tiles / (units * max(1, resident)))
     fill = min(1.0, tiles / units)
     tn, nt = layout == "tn", layout == "nt"
     # the row stride of each operand: A is [m, k] (stride k) or its transpose (stride m); B [k, n] or transposed
@@ -82,7 +92,7 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
             steps * (unaligned_a and tn), steps * (unaligned_a and not tn),
             steps * (unaligned_b and nt), steps * (unaligned_b and not nt),
-            steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0))
+            steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0), waves * tile_steps)
 
 
 def occupancy(config: dict, gpu: GPU, operand_bytes: int) -> int:
@@ -122,7 +132,7 @@ def spec_coefficients(config: dict, gpu: GPU, dtype: str, constants: Constants) 
         overhead *= AMD_WAVES_PER_EU_HIDE if config.get("waves_per_eu") == 2 else 1.0
     slow = UNALIGNED_LOAD_SLOWDOWN - 1.0
     return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0,
-            slow * load_a, slow * load_a, slow * load_b, slow * load_b, RAGGED_K_COST * step, 0.0, 0.0)
+            slow * load_a, slow * load_a, slow * load_b, slow * load_b, RAGGED_K_COST * step, 0.0, 0.0, 0.0)
 
 
 def memory_floor_s(m: int, n: int, k: int, dtype: str, gpu: GPU, constants: Constants) -> float:

@@ -55,7 +55,7 @@ def _load(path: Path, mtime: float) -> dict:
             table[key] = tuple(float(v) for v in values)
         configs.finish()
         section.finish()
-        tables[name] = table
+        tables[name] = (tuple(terms), table)
     sections.finish()
     top.finish()
     return tables
@@ -67,7 +67,20 @@ def load_selection_profile(gpu: GPU, op: str, operand_bytes: int, path: Path | N
     path = path or profile_path(gpu)
     if not path.exists():
         return None
-    return _load(path, path.stat().st_mtime).get(section_name(op, operand_bytes, head_dim))
+    name = section_name(op, operand_bytes, head_dim)
+    terms, table = _load(path, path.stat().st_mtime).get(name, ((), None))
+    if table is not None and terms != _model_terms(op):
+        raise SpecError(str(path), f"kernels.{name}.terms", list(terms),
+                        f"the model's terms {list(_model_terms(op))} (the profile predates a model change: refit "
+                        "it with `workbench select --fit SWEEP.csv`)")
+    return table
+
+
+def _model_terms(op: str) -> tuple[str, ...]:
+    from workbench.select import attention as attention_model
+    from workbench.select import gemm as gemm_model
+
+    return gemm_model.TERMS if op == "gemm" else attention_model.TERMS
 
 
 def nnls(rows: list[list[float]], targets: list[float], iterations: int = 200) -> list[float]:
@@ -169,7 +182,7 @@ def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
                 head = int(float(row["head_dim"])) if op == "attention" else 0
                 if op == "gemm":
                     terms = gemm_model.terms(config, int(row["m"]), int(row["n"]), int(row["k"]), sweep_layout(row),
-                                             operand_bytes, units)
+                                             operand_bytes, units, gemm_model.occupancy(config, gpu, operand_bytes))
                 else:
                     shape = {key: int(float(row[key])) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
                     shape["causal"] = row["causal"] in ("True", "true", "1")
