@@ -1,0 +1,157 @@
+"""TMA persistent GEMM (workbench/kernels/gemm_tma.py) against the float64 torch reference, on the Triton CPU
+interpreter (or an sm_90+ GPU with TRITON_INTERPRET=0): edge tiles, more tiles than programs, both B layouts,
+host- and device-built descriptors, the split epilogue, fp8 scales and bias; plus the input checks, the config
+space and an sm_90 cross-compilation of the default configs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workbench.kernels import gemm_tma
+from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels.gemm import TOLERANCE, reference_matmul, reference_scaled_matmul
+from workbench.kernels.gemm_tma import (
+    SM90_SHARED_BYTES,
+    config_space,
+    matmul_tma,
+    scaled_matmul_tma,
+    shared_bytes,
+    supported,
+)
+
+DEVICE = "cpu" if interpreting() else "cuda"
+runs = pytest.mark.skipif(not supported(DEVICE if interpreting() or torch.cuda.is_available() else "cpu"),
+                          reason="needs triton >= 3.4 (tensor descriptors) and TRITON_INTERPRET=1 or an sm_90+ GPU")
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# 16 x 32 x 16 tiles and 3 programs: 37 x 40 has 3 x 2 = 6 tiles, so each program walks two (persistence)
+SMALL = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, EPILOGUE_SUBTILE=1, WARP_SPECIALIZE=False,
+             num_warps=4, num_stages=2, NUM_SMS=3)
+VARIANTS = {"host": {}, "host-subtile": {"EPILOGUE_SUBTILE": 2},
+            "device-ws": {"WARP_SPECIALIZE": True}, "device-ws-subtile": {"WARP_SPECIALIZE": True, "EPILOGUE_SUBTILE": 2}}
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _error(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((ours.double() - ref.to(ours.device)).norm() / ref.norm()).item()
+
+
+def _randn(*shape, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(*shape).to(DEVICE, dtype)
+
+
+def _fp8(*shape) -> torch.Tensor:
+    return torch.randn(*shape).to(DEVICE, torch.float8_e4m3fn)
+
+
+def _ones(*shape) -> torch.Tensor:
+    return torch.ones(shape, device=DEVICE)
+
+
+@runs
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("b_layout", ["row-major", "column-major"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_matches_reference(dtype, b_layout, variant):
+    m, n, k = 37, 40, 72  # edge tiles in M and N, a K tail (TMA zero-fills past K)
+    a = _randn(m, k, dtype=DTYPES[dtype])
+    b = _randn(n, k, dtype=DTYPES[dtype]).t() if b_layout == "column-major" else _randn(k, n, dtype=DTYPES[dtype])
+    out = matmul_tma(a, b, {**SMALL, **VARIANTS[variant]})
+    assert out.shape == (m, n) and out.dtype == DTYPES[dtype]
+    assert _error(out, reference_matmul(a, b)) < TOLERANCE[dtype]
+
+
+@runs
+def test_default_config_and_poisoned_out_buffer():
+    a, b = _randn(64, 48, dtype=torch.float16), _randn(48, 80, dtype=torch.float16)
+    out = torch.full((64, 80), float("nan"), dtype=torch.float16, device=DEVICE)
+    assert matmul_tma(a, b, out=out) is out
+    assert _error(out, reference_matmul(a, b)) < TOLERANCE["fp16"]
+
+
+@runs
+@pytest.mark.parametrize("variant", ["host", "device-ws-subtile"])
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_scaled_matmul_matches_reference(scaling, variant):
+    m, n, k = 37, 40, 80
+    a, b = _fp8(m, k), _fp8(n, k).t()  # b: [K, N] column-major, as torch._scaled_mm takes it
+    scale_a = torch.rand(() if scaling == "tensor" else (m, 1)).to(DEVICE) + 0.5
+    scale_b = torch.rand(() if scaling == "tensor" else (n,)).to(DEVICE) + 0.5
+    bias = _randn(n, dtype=torch.bfloat16)
+    out = scaled_matmul_tma(a, b, scale_a, scale_b, bias, {**SMALL, **VARIANTS[variant]})
+    assert out.dtype == torch.bfloat16
+    assert _error(out, reference_scaled_matmul(a, b, scale_a, scale_b, bias=bias)) < TOLERANCE["fp8"]
+
+
+@runs
+def test_empty_dimensions():
+    assert matmul_tma(_randn(0, 16, dtype=torch.float16), _randn(16, 8, dtype=torch.float16)).shape == (0, 8)
+    bias = _randn(16, dtype=torch.bfloat16)
+    out = scaled_matmul_tma(_fp8(4, 0), _fp8(16, 0).t(), _ones(), _ones(), bias)  # K = 0: the bias in every row
+    assert torch.equal(out, bias.expand(4, 16))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: matmul_tma(_randn(8, 8), _randn(8, 8)), "a.dtype"),  # fp32: gemm.matmul
+    (lambda: matmul_tma(_randn(8, 7, dtype=torch.float16), _randn(7, 8, dtype=torch.float16)), "16-byte aligned rows"),
+    (lambda: matmul_tma(_randn(16, 8, dtype=torch.float16).t(), _randn(16, 8, dtype=torch.float16)), "unit inner"),
+    (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(12, 16, dtype=torch.float16).t()), "multiple of 8"),
+    (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(16, 32, dtype=torch.float16)[:, ::2]),
+     "row-major or column-major"),
+    (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(8, 8, dtype=torch.float16)), "b.shape"),
+    (lambda: scaled_matmul_tma(_fp8(8, 16), _fp8(16, 16), _ones(), _ones()), "column-major"),
+    (lambda: scaled_matmul_tma(_fp8(8, 16), _fp8(16, 16).t(), _ones(3), _ones()), "scale_a.shape"),
+    (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(16, 8, dtype=torch.float16),
+                        {**SMALL, "BLOCK_K": 24}), "BLOCK_K"),
+    (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(16, 8, dtype=torch.float16),
+                        {"BLOCK_M": 64}), "config"),
+])
+def test_input_checks_name_the_problem(make, match):
+    with pytest.raises(KernelInputError, match=match):
+        make()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_config_space_fits_shared_memory(dtype):
+    space = config_space(dtype)
+    assert 8 <= len(space) <= 12
+    operand = 1 if dtype == "fp8" else 2
+    for c in space:
+        assert shared_bytes(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["EPILOGUE_SUBTILE"],
+                            operand) <= SM90_SHARED_BYTES
+        assert c["BLOCK_K"] * operand >= 128  # one 128-byte swizzle row per K step
+        assert not c["WARP_SPECIALIZE"] or c["num_warps"] == 4  # Triton's Hopper pass engages only at 4
+    with pytest.raises(KernelInputError, match="dtype"):
+        config_space("fp32")
+
+
+def test_default_configs_crosscompile_for_sm90():
+    pytest.importorskip("triton.backends.nvidia")
+    code = ("import json; from workbench.kernels import gemm_tma as g\n"
+            "cs = [(g.config_space(d)[0], d) for d in ('bf16', 'fp8')] + [(g.config_space('fp8')[5], 'fp8')]\n"
+            "print(json.dumps([g.crosscompile(c, d).as_dict() for c, d in cs]))")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    inspections = json.loads(result.stdout.strip().splitlines()[-1])
+    for r in inspections:
+        assert not r["error"] and r["fits"] and r["spills"] == 0, r
+        config = json.loads(r["config"])
+        estimate = shared_bytes(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"],
+                                config["EPILOGUE_SUBTILE"], 1 if r["dtype"] == "fp8" else 2)
+        assert 0 <= r["shared_bytes"] - estimate <= 1024, (r, estimate)  # plus mbarriers
+    assert inspections[-1]["occupancy"] == 12  # warp-specialized: a producer warpgroup joins the 4 warps
+
+
+def test_supported_is_false_without_a_hopper_gpu():
+    if interpreting():
+        assert supported("cpu") == (gemm_tma.TensorDescriptor is not None and gemm_tma.HAS_WARP_SPECIALIZE)
+    elif not torch.cuda.is_available():
+        assert not supported()

@@ -1,0 +1,444 @@
+"""Hopper GEMM: C[M, N] = A[M, K] @ B[K, N] in bf16/fp16, and the fp8 e4m3 ``torch._scaled_mm`` form, with
+TMA loads through tensor descriptors, persistent programs and (optionally) warp specialization.
+
+Why a second GEMM: ``gemm.py``'s kernel computes addresses per thread (``tl.load`` of pointer tiles) and
+launches one program per output tile. On sm_90 that leaves three Hopper features unused:
+
+- **TMA** (Tensor Memory Accelerator): one thread hands the copy engine a tile coordinate and a descriptor
+  (base, shape, strides, block shape), the tile lands swizzled in shared memory ready for ``wgmma``, and
+  out-of-bounds rows/columns are zero-filled (loads) or dropped (stores) by the hardware: no masks, no
+  address registers. The descriptors are built on the host (``TensorDescriptor.from_tensor``, Triton >= 3.4)
+  and passed as kernel arguments; the launcher encodes them (``cuTensorMapEncodeTiled``) at each launch.
+- **Persistent programs**: ``min(NUM_SMS, tiles)`` programs each walk tiles ``pid, pid + NUM_SMS, ...`` in
+  grouped order (GROUP_M tile rows per group, as ``gemm.py``, so concurrent tiles share A and B panels in L2).
+  ``tl.range(..., flatten=True)`` flattens the tile loop and the K loop into one software pipeline, so the TMA
+  loads of the next tile overlap the last ``wgmma``s and the epilogue of the current one.
+- **Warp specialization** (``tl.range(..., warp_specialize=True)``, WARP_SPECIALIZE=True): Triton's Hopper
+  pass splits the program into a producer warpgroup that issues the TMA loads and two consumer warpgroups
+  that each run ``wgmma`` on half of the tile's rows (registers rebalanced with ``setmaxnreg``), so the
+  launch's num_warps=4 becomes 12 warps. Seen with triton 3.7.1 sm_90 builds: the pass only engages with
+  num_warps=4 (with 8 it leaves the loop as it is), it fails on host-built descriptors (it halves the A block
+  and the host descriptor's block shape cannot follow), and it is not combined with ``flatten``. So a
+  WARP_SPECIALIZE config builds its descriptors on the device (``tl.make_tensor_descriptor``, which needs a
+  global-scratch allocator: the wrapper sets one with ``triton.set_allocator``) and does not flatten.
+
+The epilogue (fp8 scales, bias, the cast) runs on the fp32 accumulator; EPILOGUE_SUBTILE=2 stores it as two
+[BLOCK_M, BLOCK_N/2] halves so the store's shared-memory staging buffer is half as large, which leaves room
+for one more pipeline stage.
+
+TMA constraints (CUDA driver API, ``cuTensorMapEncodeTiled``): 16-byte aligned base addresses, 16-byte
+aligned outer strides, unit inner stride. So A must be row-major with K * elem_size % 16 == 0, B row-major
+([K, N], N * elem_size % 16 == 0) or column-major (``b = w.t()`` of a row-major w [N, K]), and C [M, N] needs
+N * 2 % 16 == 0. Inputs that break this raise ``KernelInputError``: use ``gemm.matmul`` / ``gemm.scaled_matmul``
+(any strides) for them. fp8 takes B column-major only (Hopper's fp8 ``wgmma`` reads both operands K-major,
+as ``torch._scaled_mm`` requires).
+
+Needs Triton >= 3.4 (host tensor descriptors; ``tl.range`` ``flatten``/``warp_specialize``) and sm_90+; see
+``supported``. Under ``TRITON_INTERPRET=1`` the kernel runs on CPU tensors (bf16 and fp8 operands are upcast
+to fp32 before the dot, as the interpreter's bf16 dot is wrong).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+import triton
+import triton.language as tl
+
+from workbench.kernels._common import check, check_device, interpreting
+from workbench.kernels.gemm import (  # noqa: F401
+    TOLERANCE,
+    bytes_moved,
+    flops,
+    reference_matmul,
+    reference_scaled_matmul,
+)
+
+try:  # host-side tensor descriptors: Triton >= 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton
+    TensorDescriptor = None
+
+HAS_WARP_SPECIALIZE = "warp_specialize" in inspect.signature(tl.range.__init__).parameters
+"""``tl.range(..., warp_specialize=...)`` exists (Triton >= 3.4)."""
+MATMUL_DTYPES = (torch.bfloat16, torch.float16)
+TMA_FP8_DTYPES = (torch.float8_e4m3fn,)
+"""OCP e4m3, the fp8 of sm_89+ tensor cores (gemm.py also takes MI300's e4m3fnuz, which NVIDIA has not)."""
+TMA_ALIGN_BYTES = 16
+"""Base address and outer-stride alignment TMA requires (CUDA driver API, cuTensorMapEncodeTiled)."""
+_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE", "num_warps",
+         "num_stages")
+
+
+@triton.jit
+def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """Grouped ordering: consecutive tiles walk down GROUP_M tile rows before moving one tile column right."""
+    tiles_per_group = GROUP_M * tiles_n
+    first_m = (tile // tiles_per_group) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)  # the last group may be short
+    pid_m = first_m + (tile % tiles_per_group) % rows_in_group
+    pid_n = (tile % tiles_per_group) // rows_in_group
+    return pid_m, pid_n
+
+
+@triton.jit
+def _gemm_tma_kernel(
+    a, b, c, bias_ptr, scale_a_ptr, scale_b_ptr,
+    M, N, K, stride_am, stride_b, stride_cm,
+    DEVICE_DESCRIPTORS: tl.constexpr, B_K_MAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, SCALE_A: tl.constexpr, SCALE_B: tl.constexpr,
+    UPCAST: tl.constexpr, MAX_IMPRECISE_ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    """Program p computes the output tiles p, p + NUM_SMS, p + 2 NUM_SMS, ... (grouped order).
+
+    a, b, c: host TensorDescriptors, or (DEVICE_DESCRIPTORS) pointers to A [M, K] (row stride stride_am),
+    B [K, N] (stride_b: its column stride when B_K_MAJOR, else its row stride) and C [M, N] (stride_cm).
+    Blocks: a_desc [BLOCK_M, BLOCK_K] of A [M, K]; b_desc [BLOCK_N, BLOCK_K] of B^T [N, K] when B_K_MAJOR
+    (B column-major), else [BLOCK_K, BLOCK_N] of B [K, N]; c_desc [BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE] of
+    C [M, N]. SCALE_A / SCALE_B: "none", "tensor" (one fp32 scalar) or "row" (scale_a [M], scale_b [N]).
+    MAX_IMPRECISE_ACC: None (fp8 accumulates all of K in the tensor cores' reduced-precision accumulator on
+    sm_90) or BLOCK_K (each BLOCK_K partial sum is added into fp32, as _scaled_mm's use_fast_accum=False).
+    """
+    if DEVICE_DESCRIPTORS:  # a, b, c are pointers: build the descriptors here (global scratch from set_allocator)
+        a_desc = tl.make_tensor_descriptor(a, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+        if B_K_MAJOR:  # B^T [N, K] row-major
+            b_desc = tl.make_tensor_descriptor(b, shape=[N, K], strides=[stride_b, 1],
+                                               block_shape=[BLOCK_N, BLOCK_K])
+        else:
+            b_desc = tl.make_tensor_descriptor(b, shape=[K, N], strides=[stride_b, 1],
+                                               block_shape=[BLOCK_K, BLOCK_N])
+        c_desc = tl.make_tensor_descriptor(c, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE])
+    else:  # a, b, c are host-built TensorDescriptors with these block shapes
+        a_desc = a
+        b_desc = b
+        c_desc = c
+    first_tile = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n
+    k_steps = tl.cdiv(K, BLOCK_K)
+
+    scale = 1.0  # per-tensor scales fold into one scalar, loaded once per program
+    if SCALE_A == "tensor":
+        scale = scale * tl.load(scale_a_ptr)
+    if SCALE_B == "tensor":
+        scale = scale * tl.load(scale_b_ptr)
+
+    # The epilogue recomputes its tile from its own counter rather than reusing the loop's pid_m/pid_n: with
+    # FLATTEN the pipeliner then need not keep prologue values alive across the flattened K loop.
+    stored_tile = first_tile - NUM_SMS
+    for tile in tl.range(first_tile, tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # acc: [BLOCK_M, BLOCK_N]
+        for step in range(k_steps):
+            off_k = step * BLOCK_K
+            a_tile = a_desc.load([off_m, off_k])  # [BLOCK_M, BLOCK_K], zero past M and K
+            if B_K_MAJOR:
+                b_tile = b_desc.load([off_n, off_k]).T  # [BLOCK_K, BLOCK_N], a view of the K-major tile
+            else:
+                b_tile = b_desc.load([off_k, off_n])  # [BLOCK_K, BLOCK_N]
+            if UPCAST:
+                a_tile = a_tile.to(tl.float32)
+                b_tile = b_tile.to(tl.float32)
+            acc = tl.dot(a_tile, b_tile, acc, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+
+        # Epilogue, in torch._scaled_mm's order: scales, then bias, then the cast.
+        stored_tile += NUM_SMS
+        pid_m, pid_n = _tile_coords(stored_tile, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        if SCALE_A == "tensor" or SCALE_B == "tensor":
+            acc = acc * scale
+        if SCALE_A == "row":
+            rows = off_m + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+            acc = acc * tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        if SCALE_B == "row" or HAS_BIAS:
+            cols = off_n + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+            if SCALE_B == "row":
+                acc = acc * tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)[None, :]
+            if HAS_BIAS:
+                acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        if EPILOGUE_SUBTILE == 2:
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            left, right = tl.split(halves)  # left, right: [BLOCK_M, BLOCK_N // 2]
+            c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+            c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+        else:
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))  # rows/columns past M, N are dropped
+
+
+def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: dict | None = None, *,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a @ b`` for bf16 or fp16 a [M, K] (row-major) and b [K, N] (row-major or column-major); returns C [M, N]
+    in the input dtype (written into ``out`` when given: a row-major [M, N] tensor of that dtype)."""
+    _check_operands(a, b, "a", "b", out)
+    check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
+          f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul_tma; fp32: gemm.matmul)")
+    check(b.dtype == a.dtype, "b.dtype", b.dtype, f"a's dtype {a.dtype}")
+    return _launch(a, b, a.dtype, config, out=out, upcast=interpreting() and a.dtype == torch.bfloat16)
+
+
+def scaled_matmul_tma(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                      bias: torch.Tensor | None = None, config: dict | None = None, *, use_fast_accum: bool = False,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16, as ``torch._scaled_mm(a, b, scale_a, scale_b,
+    bias, out_dtype=torch.bfloat16, use_fast_accum=...)``: a_fp8 [M, K] row-major, b_fp8 [K, N] column-major,
+    fp32 scales per tensor (scalars) or per row (scale_a [M] or [M, 1], scale_b [N] or [1, N]), bias [N]."""
+    _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
+    check(a_fp8.dtype in TMA_FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype,
+          f"one of {', '.join(map(str, TMA_FP8_DTYPES))} (e4m3fnuz: gemm.scaled_matmul)")
+    check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
+    check(b_fp8.stride(0) == 1 or b_fp8.shape[0] == 1, "b_fp8", f"strides {tuple(b_fp8.stride())}",
+          "column-major [K, N] (b = w.t() of a row-major w [N, K]), the layout fp8 wgmma and _scaled_mm take")
+    (m, _), n = a_fp8.shape, b_fp8.shape[1]
+    kind_a = _scale_kind(scale_a, "scale_a", m, (m, 1), a_fp8)
+    kind_b = _scale_kind(scale_b, "scale_b", n, (1, n), a_fp8)
+    if bias is not None:
+        check(isinstance(bias, torch.Tensor) and tuple(bias.shape) == (n,), "bias",
+              tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__, f"a tensor of shape [{n}]")
+        check(bias.dtype.is_floating_point, "bias.dtype", bias.dtype, "a floating-point dtype")
+        check_device(a_fp8, bias, names=("a_fp8", "bias"))
+    return _launch(a_fp8, b_fp8, torch.bfloat16, config, out=out, bias=bias, upcast=interpreting(),
+                   scale_a=(scale_a.reshape(-1).contiguous(), kind_a),  # scale_a: [1] or [M]
+                   scale_b=(scale_b.reshape(-1).contiguous(), kind_b),  # scale_b: [1] or [N]
+                   max_imprecise_acc=None if use_fast_accum else "block_k")
+
+
+def _check_operands(a, b, a_name: str, b_name: str, out) -> None:
+    for t, name in ((a, a_name), (b, b_name)):
+        check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
+        check(t.dim() == 2, name, f"a {t.dim()}-D tensor of shape {tuple(t.shape)}", "a 2-D tensor")
+    check(a.shape[1] == b.shape[0], f"{b_name}.shape", tuple(b.shape),
+          f"[K, N] with K = {a.shape[1]} ({a_name} is {tuple(a.shape)})")
+    check_device(a, b, names=(a_name, b_name))
+    (m, k), n = a.shape, b.shape[1]
+    size = a.element_size()
+    fallback = "(gemm.matmul / gemm.scaled_matmul take any strides)"
+    if m == 0 or n == 0 or k == 0:
+        return
+    check(a.stride(1) == 1 or k == 1, f"{a_name}.stride()", tuple(a.stride()),
+          f"a row-major [M, K] (unit stride along K): TMA needs a unit inner stride {fallback}")
+    check(_aligned(a.stride(0) * size) and _aligned(a.data_ptr()), a_name,
+          f"row stride {a.stride(0) * size} bytes at address {a.data_ptr():#x}",
+          f"16-byte aligned rows and base (K * {size} bytes a multiple of 16) for TMA {fallback}")
+    if b.stride(0) == 1 and n > 1:  # column-major: TMA reads b.T [N, K], row-major
+        outer, where = b.stride(1), "column"
+    else:
+        check(b.stride(1) == 1 or n == 1, f"{b_name}.stride()", tuple(b.stride()),
+              f"row-major or column-major [K, N] for TMA {fallback}")
+        outer, where = b.stride(0), "row"
+    check(_aligned(outer * size) and _aligned(b.data_ptr()), b_name,
+          f"{where} stride {outer * size} bytes at address {b.data_ptr():#x}",
+          f"16-byte aligned {where}s and base for TMA {fallback}")
+    check(_aligned(n * 2), "N", n, f"a multiple of 8: the output's rows ({n} x 2 bytes) must be 16-byte aligned "
+          f"for the TMA store {fallback}")
+    if out is not None:
+        check(isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and out.is_contiguous(), "out",
+              tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__,
+              f"a contiguous tensor of shape [{m}, {n}]")
+        check_device(a, out, names=(a_name, "out"))
+        check(_aligned(out.data_ptr()), "out", f"address {out.data_ptr():#x}", "16-byte aligned for TMA")
+
+
+def _aligned(value: int) -> bool:
+    return value % TMA_ALIGN_BYTES == 0
+
+
+def _scale_kind(scale, name: str, rows: int, column_shape: tuple[int, int], a) -> str:
+    check(isinstance(scale, torch.Tensor), name, type(scale).__name__, "a torch.Tensor")
+    check(scale.dtype == torch.float32, f"{name}.dtype", scale.dtype, "torch.float32")
+    check_device(a, scale, names=("a_fp8", name))
+    if scale.numel() == 1 and scale.dim() <= 1:
+        return "tensor"
+    check(tuple(scale.shape) in ((rows,), column_shape), f"{name}.shape", tuple(scale.shape),
+          f"a scalar (per tensor), [{rows}] or {list(column_shape)} (per row)")
+    return "row"
+
+
+def _launch(a, b, out_dtype: torch.dtype, config: dict | None, *, out=None, bias=None, scale_a=None, scale_b=None,
+            max_imprecise_acc: str | None = None, upcast: bool = False) -> torch.Tensor:
+    """Build the TMA descriptors for this config's block shapes and launch min(NUM_SMS, tiles) programs."""
+    (m, k), n = a.shape, b.shape[1]
+    check(out is None or out.dtype == out_dtype, "out.dtype", getattr(out, "dtype", None), str(out_dtype))
+    c = torch.empty((m, n), dtype=out_dtype, device=a.device) if out is None else out  # c: [M, N] row-major
+    if m == 0 or n == 0:
+        return c
+    if k == 0:  # TMA descriptors need every dimension >= 1; the product is the epilogue of a zero accumulator
+        c.zero_()
+        return c.add_(bias.to(out_dtype)) if bias is not None else c
+    check(TensorDescriptor is not None, "triton", triton.__version__, ">= 3.4 (triton.tools.tensor_descriptor)")
+    meta, launch = _resolve_config(config, a)
+    bm, bn, bk, subtile = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"], meta["EPILOGUE_SUBTILE"]
+    b_k_major = b.stride(0) == 1 and n > 1
+    device_descriptors = meta["WARP_SPECIALIZE"]  # see the module docstring
+    if device_descriptors:
+        _use_torch_allocator()
+        a_arg, b_arg, c_arg = a, b, c
+    else:
+        a_arg = TensorDescriptor.from_tensor(a, [bm, bk])
+        b_arg = (TensorDescriptor.from_tensor(b.t(), [bn, bk]) if b_k_major  # b.t(): [N, K] row-major
+                 else TensorDescriptor.from_tensor(b, [bk, bn]))
+        c_arg = TensorDescriptor.from_tensor(c, [bm, bn // subtile])
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    grid = (min(meta["NUM_SMS"], tiles),)
+    _gemm_tma_kernel[grid](
+        a_arg, b_arg, c_arg, bias if bias is not None else c,
+        scale_a[0] if scale_a else c, scale_b[0] if scale_b else c,
+        m, n, k, a.stride(0), b.stride(1) if b_k_major else b.stride(0), c.stride(0),
+        DEVICE_DESCRIPTORS=device_descriptors, B_K_MAJOR=b_k_major, HAS_BIAS=bias is not None,
+        SCALE_A=scale_a[1] if scale_a else "none", SCALE_B=scale_b[1] if scale_b else "none",
+        UPCAST=upcast, MAX_IMPRECISE_ACC=bk if max_imprecise_acc == "block_k" else None,
+        FLATTEN=not meta["WARP_SPECIALIZE"], **meta, **launch,
+    )
+    return c
+
+
+def _torch_allocator(size: int, alignment: int, stream):
+    """Global scratch for device-built descriptors (128 bytes per program), from torch's caching allocator."""
+    return torch.empty(size, dtype=torch.int8, device="cpu" if interpreting() else "cuda")
+
+
+def _use_torch_allocator() -> None:
+    """Make ``_torch_allocator`` Triton's allocator (process-wide, as ``triton.set_allocator`` is)."""
+    triton.set_allocator(_torch_allocator)
+
+
+def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
+    """Split a config into kernel meta-parameters (NUM_SMS filled in from the device) and launch options;
+    config=None takes the first (default) entry of ``config_space``."""
+    if config is None:
+        config = config_space("interpreter" if interpreting() else "fp8" if a.element_size() == 1 else "bf16")[0]
+    missing = [key for key in _KEYS if key not in config]
+    check(not missing, "config", f"a dict without {missing}", f"keys {_KEYS} (NUM_SMS optional)")
+    for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        value = config[key]
+        check(isinstance(value, int) and 16 <= value <= 256 and value & (value - 1) == 0, f"config[{key!r}]", value,
+              "a power of two in [16, 256] (tl.dot's smallest tile; TMA's largest box)")
+    check(config["EPILOGUE_SUBTILE"] in (1, 2), "config['EPILOGUE_SUBTILE']", config["EPILOGUE_SUBTILE"], "1 or 2")
+    check(not config["WARP_SPECIALIZE"] or HAS_WARP_SPECIALIZE, "config['WARP_SPECIALIZE']", True,
+          f"False: triton {triton.__version__} has no tl.range(warp_specialize=...)")
+    meta = {key: config[key] for key in _KEYS[:6]}
+    meta["NUM_SMS"] = config.get("NUM_SMS") or (4 if interpreting() else _sm_count(a.device.index or 0))
+    return meta, {key: config[key] for key in ("num_warps", "num_stages")}
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def supported(device: torch.device | str | None = None) -> bool:
+    """True when this kernel can run on ``device``: Triton has host tensor descriptors and ``tl.range``'s
+    warp_specialize (>= 3.4), and the device is an NVIDIA GPU of compute capability 9.0+ (or the CPU under
+    TRITON_INTERPRET=1)."""
+    if TensorDescriptor is None or not HAS_WARP_SPECIALIZE:
+        return False
+    if interpreting():
+        return device is None or torch.device(device).type == "cpu"
+    if torch.version.hip or not torch.cuda.is_available():
+        return False
+    device = torch.device("cuda") if device is None else torch.device(device)
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+# ------------------------------------------------------------------------------------------------ config space
+SM90_SHARED_BYTES = 227 * 1024
+"""Shared memory one block may use on compute capability 9.0 (CUDA C++ Programming Guide, "Technical
+Specifications per Compute Capability")."""
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, EPILOGUE_SUBTILE, WARP_SPECIALIZE) per operand size. The
+# tiles are the ones Hopper GEMMs use (CUTLASS's sm90 defaults, Triton's persistent-matmul tutorial): 128 x 256,
+# 256 x 128 and 128 x 128 output tiles over two consumer warpgroups (num_warps=8, or num_warps=4 plus Triton's
+# producer warpgroup when warp-specialized), BLOCK_K * elem_size = 128 bytes (one 128-byte swizzle row). The
+# stage counts fill the 227 KiB; which rows win is a guess to calibrate with benchmarks/tma_gemm_bench.py.
+_SM90_SPACE = {
+    2: [(128, 256, 64, 8, 3, 2, False), (128, 256, 64, 8, 4, 2, False), (256, 128, 64, 8, 3, 2, False),
+        (128, 128, 64, 8, 4, 1, False), (128, 128, 64, 4, 4, 1, False),
+        (128, 256, 64, 4, 3, 2, True), (128, 256, 64, 4, 4, 2, True), (256, 128, 64, 4, 3, 2, True),
+        (256, 128, 64, 4, 4, 2, True), (128, 128, 64, 4, 4, 1, True)],
+    1: [(256, 128, 128, 8, 3, 2, False), (256, 128, 128, 8, 4, 2, False), (128, 128, 128, 8, 4, 1, False),
+        (128, 128, 256, 8, 3, 1, False), (128, 128, 128, 4, 4, 1, False),
+        (256, 128, 128, 4, 3, 2, True), (256, 128, 128, 4, 4, 2, True), (128, 128, 128, 4, 5, 1, True),
+        (128, 128, 128, 4, 4, 1, True), (128, 128, 256, 4, 3, 1, True)],
+}
+# fp8 leaves out 128 x 256 tiles: promoting every BLOCK_K (use_fast_accum=False) keeps a second fp32 tile per
+# consumer warpgroup, and a 128 x 256 tile then spills (72-152 bytes per thread in triton 3.7.1 sm_90 builds).
+GROUP_M = 8
+
+
+def config_space(dtype: str) -> list[dict]:
+    """Launch configs for sm_90 and operand ``dtype`` ("bf16", "fp16" or "fp8"), the default first; "interpreter"
+    gives one small config for the CPU tests. NUM_SMS is left out: the wrapper takes the device's SM count."""
+    check(dtype in ("bf16", "fp16", "fp8", "interpreter"), "dtype", repr(dtype), "'bf16', 'fp16', 'fp8' or 'interpreter'")
+    if dtype == "interpreter":
+        return [dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, EPILOGUE_SUBTILE=1, WARP_SPECIALIZE=False,
+                     num_warps=4, num_stages=2)]
+    operand = 1 if dtype == "fp8" else 2
+    configs = []
+    for bm, bn, bk, warps, stages, subtile, ws in _SM90_SPACE[operand]:
+        if ws and not HAS_WARP_SPECIALIZE:
+            continue
+        if shared_bytes(bm, bn, bk, stages, subtile, operand) <= SM90_SHARED_BYTES:
+            configs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EPILOGUE_SUBTILE=subtile,
+                                WARP_SPECIALIZE=ws, num_warps=warps, num_stages=stages))
+    return configs
+
+
+def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, subtile: int, operand_bytes: int,
+                 out_bytes: int = 2) -> int:
+    """Estimated shared memory: num_stages copies of the A and B tiles plus the epilogue's store buffer
+    (checked against ``metadata.shared`` of sm_90 builds, see ``crosscompile_space``)."""
+    return stages * (block_m + block_n) * block_k * operand_bytes + block_m * block_n // subtile * out_bytes
+
+
+# ------------------------------------------------------------------------------------- cross-compilation check
+def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_k_major: bool = True,
+                 scaling: str = "tensor", bias: bool = False, fast_accum: bool = False, num_sms: int = 132):
+    """Compile one config for ``target`` on this machine (no GPU needed) and read shared memory, registers
+    and spills, as ``crosscompile.inspect_config`` does for ``gemm.py``. Returns an ``Inspection``; its
+    ``occupancy`` is the warps the compiled kernel launches (12 for a warp-specialized num_warps=4 config).
+    fp8 compiles with ``scaling`` ("tensor" or "row") scales, and promotes every BLOCK_K unless fast_accum."""
+    from triton.compiler import ASTSource
+
+    from workbench.kernels import crosscompile as xc
+
+    operand = "fp8e4nv" if dtype == "fp8" else dtype
+    out = "bf16" if dtype == "fp8" else dtype
+    bm, bn, bk, subtile = (config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPILOGUE_SUBTILE"))
+    device_descriptors = config["WARP_SPECIALIZE"]
+    if device_descriptors:
+        operands = {"a": f"*{operand}", "b": f"*{operand}", "c": f"*{out}"}
+    else:  # how the JIT spells a host TensorDescriptor argument: tensordesc<dtype[block shape]>
+        b_block = f"[{bn}, {bk}]" if b_k_major else f"[{bk}, {bn}]"
+        operands = {"a": f"tensordesc<{operand}[{bm}, {bk}]>", "b": f"tensordesc<{operand}{b_block}>",
+                    "c": f"tensordesc<{out}[{bm}, {bn // subtile}]>"}
+    signature = {**operands, "bias_ptr": f"*{out}", "scale_a_ptr": "*fp32", "scale_b_ptr": "*fp32",
+                 **{name: "i32" for name in ("M", "N", "K", "stride_am", "stride_b", "stride_cm")}}
+    scale = scaling if dtype == "fp8" else "none"
+    constexprs = dict(B_K_MAJOR=b_k_major, HAS_BIAS=bias, SCALE_A=scale, SCALE_B=scale, UPCAST=False,
+                      MAX_IMPRECISE_ACC=bk if dtype == "fp8" and not fast_accum else None, NUM_SMS=num_sms,
+                      DEVICE_DESCRIPTORS=device_descriptors, FLATTEN=not config["WARP_SPECIALIZE"],
+                      **{k: config[k] for k in _KEYS[:6]})
+    signature.update({name: "constexpr" for name in constexprs})
+    signature = {name: signature[name] for name in _gemm_tma_kernel.arg_names}
+    names = list(signature)
+    divisible = ["M", "N", "K", "stride_am", "stride_b", "stride_cm"] + (["a", "b", "c"] if device_descriptors else [])
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    base = xc.Inspection("gemm_tma", target, dtype, config)
+    options = {k: config[k] for k in ("num_warps", "num_stages")}
+    try:
+        compiled = triton.compile(ASTSource(_gemm_tma_kernel, signature, constexprs, attrs),
+                                  target=xc.TARGETS[target], options=options)
+    except Exception as exc:  # noqa: BLE001 - a config that does not compile is a result
+        return xc._replace(base, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
+    shared = int(compiled.metadata.shared)
+    registers, spill_bytes = xc._nvidia_resources(compiled.asm["cubin"])
+    return xc._replace(base, shared_bytes=shared, registers=registers, spills=spill_bytes,
+                       occupancy=int(compiled.metadata.num_warps),
+                       fits=shared <= xc.SHARED_LIMIT_BYTES[target] and spill_bytes == 0)
