@@ -19,7 +19,7 @@ from workbench.graph.ops import Op
 from workbench.hardware import GPU
 from workbench.perf import op_time
 from workbench.perf.efficiency import Constants, default_constants, profile_path
-from workbench.perf.gemm import alignment_bytes, is_aligned
+from workbench.perf.gemm import is_aligned, unaligned_width
 from workbench.precision import get_precision
 from workbench.rows import op_class, row_to_op
 from workbench.schema import write_atomic
@@ -36,6 +36,8 @@ _BOUNDS = {
     "gemm_power_time_constant_us": (0.1, 100000.0),
     "gemm_unaligned_extra_us": (0.01, 50.0),
     "gemm_wave_overhead_us": (0.01, 20.0),
+    "gemm_overlap_exponent": (1.0, 64.0),
+    "gemm_unaligned_width_exponent": (0.01, 1.0),
     "gemm_tile_intensity_saturation": (8.0, 256.0),
     "attention_fwd_fraction": (0.05, 1.0),
     "attention_bwd_fraction": (0.05, 1.0),
@@ -109,19 +111,19 @@ def _parameters(ops: Sequence[MeasuredOp]) -> list[tuple[str, Callable[[Measured
     if gemm_keys:
         params += [(name, is_gemm) for name in ("gemm_launch_us", "gemm_wave_overhead_us",
                                                 "gemm_tile_intensity_saturation", "gemm_memory_fraction",
-                                                "gemm_power_time_constant_us")]
+                                                "gemm_power_time_constant_us", "gemm_overlap_exponent")]
     if any(m.op.kind == "gemm" and min(m.op.shape.m, m.op.shape.n, m.op.shape.k) == 1 for m in ops):
         params.append(("gemm_gemv_memory_fraction",
                        lambda m: m.op.kind == "gemm" and min(m.op.shape.m, m.op.shape.n, m.op.shape.k) == 1))
     for key in gemm_keys:
-        params.append((f"gemm_fraction_unthrottled.{key}",
-                       lambda m, key=key: is_gemm(m) and get_precision(m.op.dtype).peak_key == key))
+        of_key = lambda m, key=key: is_gemm(m) and get_precision(m.op.dtype).peak_key == key  # noqa: E731
+        params.append((f"gemm_fraction_unthrottled.{key}", of_key))
     if any(m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype) for m in ops):
         unaligned = lambda m: m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype)  # noqa: E731
-        params += [(name, unaligned) for name in ("gemm_unaligned_memory_efficiency", "gemm_unaligned_extra_us")]
-        for b in sorted({alignment_bytes(m.op.shape, m.op.dtype) for m in ops if unaligned(m)}):
-            params.append((f"gemm_unaligned_efficiency.{b}b",
-                           lambda m, b=b: unaligned(m) and alignment_bytes(m.op.shape, m.op.dtype) == b))
+        params += [(name, unaligned) for name in ("gemm_unaligned_memory_efficiency", "gemm_unaligned_extra_us",
+                                                  "gemm_unaligned_efficiency")]
+        if len({unaligned_width(m.op.shape, m.op.dtype) for m in ops if unaligned(m)}) > 1:
+            params.append(("gemm_unaligned_width_exponent", unaligned))
     if any(m.op.kind == "attention" for m in ops):
         is_attention = lambda m: m.op.kind == "attention"  # noqa: E731
         params += [(n, is_attention) for n in ("attention_fwd_fraction", "attention_bwd_fraction", "attention_launch_us")]

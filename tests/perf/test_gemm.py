@@ -71,3 +71,19 @@ def test_amd_uses_its_own_tile_menu():
 def test_more_bandwidth_helps_a_memory_bound_gemm():
     faster = dataclasses.replace(H200, hbm_bandwidth_tb_s=dataclasses.replace(H200.hbm_bandwidth_tb_s, value=9.6))
     assert _t(16, 8192, 8192, gpu=faster).time_s < _t(16, 8192, 8192).time_s
+
+
+def test_unaligned_fallback_rate_depends_on_elements_per_load_not_element_size():
+    from workbench.perf.gemm import unaligned_width
+
+    # k = 4095: bf16 rows of 8190 bytes and tf32 rows of 16380 bytes are both 1 element aligned
+    assert unaligned_width(GemmShape(4096, 4096, 4095), "bf16") == unaligned_width(GemmShape(4096, 4096, 4095), "tf32") == 1
+    assert unaligned_width(GemmShape(4096, 4096, 4094), "bf16") == 2
+    bf16, tf32 = _t(4096, 4096, 4095, "bf16"), _t(4096, 4096, 4095, "tf32")
+    assert bf16.compute_s == pytest.approx(tf32.compute_s, rel=0.01)
+    assert _t(4096, 4096, 4094).compute_s < bf16.compute_s  # 2-element loads beat 1-element loads
+
+
+def test_memory_and_math_overlap_imperfectly_near_the_ridge_point():
+    est = _t(65536, 512, 256)  # about as many seconds of memory traffic as of math
+    assert est.time_s - C["gemm_launch_us"] * 1e-6 > max(est.compute_s, est.memory_s) * 1.05

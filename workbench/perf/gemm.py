@@ -8,12 +8,18 @@ For each candidate library tile (tm x tn) and split-K factor s, the model
 3. prices one tile as its padded FLOPs at the per-unit achievable rate (``gemm_fraction``), scaled down for
    small tiles (less operand reuse per tile: ``gemm_tile_intensity_saturation``), plus a per-wave
    prologue/epilogue (``gemm_wave_overhead_us``),
-4. slows the tensor-core path by ``gemm_unaligned_efficiency.<N>b`` when a leading dimension (k of row-major A,
-   n of B and C) is not a multiple of 16 bytes: TMA and the fast library kernels need 16-byte aligned rows
-   (CUDA Hopper tuning guide: TMA global strides must be multiples of 16 bytes), so the library falls back
-   to slower kernels (vector loads of only N = 8, 4, 2 or 1 bytes) with a higher fixed cost (``gemm_unaligned_extra_us``). Measured on the H200: an odd n
-   or k costs about 4x on large bf16 GEMMs and about 7 us more on small ones.
-5. bounds the result below by the bytes the GEMM must move at ``gemm_memory_fraction`` of HBM bandwidth,
+4. caps the rate at that of the fallback kernels when a leading dimension (k of row-major A, n of B and C) is
+   not a multiple of 16 bytes: TMA and the fast library kernels need 16-byte aligned rows (CUDA Hopper tuning
+   guide: TMA global strides must be multiples of 16 bytes), so the library falls back to kernels that load
+   only as many elements at a time as the rows' alignment allows. Those are bound by issuing loads, so their
+   FLOP rate depends on the elements per load, not on the element size (on the H200 an unaligned bf16, fp16
+   and tf32 GEMM of one shape take the same time): ``gemm_unaligned_efficiency`` of the 16-bit matrix peak
+   with 1-element loads, times (elements per load)^``gemm_unaligned_width_exponent``. They also move memory
+   slower (``gemm_unaligned_memory_efficiency``), cost more fixed time (``gemm_unaligned_extra_us``) and, not
+   being power-bound, gain nothing from the short-kernel boost below,
+5. adds the memory time, the bytes the GEMM must move at ``gemm_memory_fraction`` of HBM bandwidth, overlapped
+   imperfectly with the math: time = (compute^p + memory^p)^(1/p), p = ``gemm_overlap_exponent`` (a large p is
+   the roofline's max; the H200 fits p ~ 2.5, so GEMMs near the ridge point run slower than either roof),
 
 and keeps the fastest candidate (tile shape and split-K factor), as a vendor library's heuristic would.
 Split-K adds a reduction kernel (one more launch).
@@ -42,8 +48,8 @@ TILES: dict[str, tuple[tuple[int, int], ...]] = {
 }
 SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_SPLIT_K_DEPTH = 256
-ALIGNMENT_BYTES = 16
 """A split-K slice keeps at least this many K elements (smaller slices waste the pipeline)."""
+ALIGNMENT_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,11 @@ def alignment_bytes(shape: GemmShape, dtype: str) -> int:
     return max(alignment, 1)
 
 
+def unaligned_width(shape: GemmShape, dtype: str) -> int:
+    """Elements per load the fallback kernels can issue: the row alignment in elements (at least 1)."""
+    return max(1, int(alignment_bytes(shape, dtype) // get_precision(dtype).bytes_per_element))
+
+
 def is_aligned(shape: GemmShape, dtype: str) -> bool:
     """True when every leading dimension is a multiple of 16 bytes (the fast kernels' requirement)."""
     return alignment_bytes(shape, dtype) >= ALIGNMENT_BYTES
@@ -97,6 +108,13 @@ def _waves_time(tile_flops: float, tiles: int, units: int, rate: float, rate_max
     if tail:
         seconds += tile_flops / min(rate_max, rate * units / tail) + wave_overhead
     return seconds
+
+
+def _overlapped(compute_s: float, memory_s: float, exponent: float) -> float:
+    """Compute and memory time of one kernel, overlapped imperfectly: the ``exponent``-norm of the two (infinity
+    would be the roofline's max; 1 their sum)."""
+    high, low = max(compute_s, memory_s), min(compute_s, memory_s)
+    return high * (1.0 + (low / high) ** exponent) ** (1.0 / exponent) if high > 0 else 0.0
 
 
 def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> GemmEstimate:
@@ -118,9 +136,11 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     # A partial wave draws less power, so its units clock higher, up to the unthrottled limit.
     per_unit_max = max(per_unit, peak * constants[f"gemm_fraction_unthrottled.{precision.peak_key}"] / units)
     alignment = alignment_bytes(shape, dtype)
+    fallback = 0.0
     if alignment < ALIGNMENT_BYTES:
-        slowdown = constants[f"gemm_unaligned_efficiency.{alignment}b"]
-        per_unit, per_unit_max = per_unit * slowdown, per_unit_max * slowdown
+        width = unaligned_width(shape, dtype)
+        efficiency = min(1.0, constants["gemm_unaligned_efficiency"] * width ** constants["gemm_unaligned_width_exponent"])
+        fallback = peak * precision.bytes_per_element / 2 * efficiency / units
         bandwidth *= constants["gemm_unaligned_memory_efficiency"]
         launch += constants["gemm_unaligned_extra_us"] * 1e-6
     memory_s = bytes_moved / bandwidth
@@ -128,13 +148,16 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     k_padded = _round_up(k, inst_k)
     saturation = constants["gemm_tile_intensity_saturation"]
     wave_overhead = constants["gemm_wave_overhead_us"] * 1e-6
+    overlap = constants["gemm_overlap_exponent"]
 
     best_time, best = math.inf, None  # (tile_m, tile_n, split, tiles, compute_s) of the fastest candidate
     for tm, tn in TILES[gpu.vendor]:
         tile_m, tile_n = _round_up(tm, inst_m), _round_up(tn, inst_n)
         output_tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * groups
-        tile_efficiency = min(1.0, (tile_m * tile_n / (tile_m + tile_n)) / saturation)
-        rate, rate_max = per_unit * tile_efficiency, per_unit_max * tile_efficiency
+        intensity = tile_m * tile_n / (tile_m + tile_n) / saturation
+        rate, rate_max = per_unit * min(1.0, intensity), per_unit_max * min(1.0, intensity)
+        if fallback:
+            rate, rate_max = min(rate, fallback), min(rate_max, fallback)
 
         for split in SPLIT_K:
             if split > 1 and (output_tiles * split > 2 * units or k_padded / split < MIN_SPLIT_K_DEPTH):
@@ -145,7 +168,7 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
             # split-K partial sums: fp32 [m, n] written and read back once per extra slice, by a second kernel
             if split > 1:
                 compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch
-            time_s = max(compute_s, memory_s)
+            time_s = _overlapped(compute_s, memory_s, overlap)
             if time_s < best_time:  # (the search is hot in recipe search: no estimate object per candidate)
                 best_time, best = time_s, (tile_m, tile_n, split, tiles, compute_s)
     tile_m, tile_n, split, tiles, waves_s = best
@@ -153,11 +176,11 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     # with time constant gemm_power_time_constant_us (a power-management window; guess, calibrate).
     tau = constants["gemm_power_time_constant_us"] * 1e-6
     full = constants[f"gemm_fraction.{precision.peak_key}"]
-    boost = max(full, constants[f"gemm_fraction_unthrottled.{precision.peak_key}"])
+    boost = full if fallback else max(full, constants[f"gemm_fraction_unthrottled.{precision.peak_key}"])
     fraction = full + (boost - full) * tau / (tau + waves_s)
     compute_s = waves_s * full / fraction
     waves = math.ceil(tiles / units)
     padded = math.ceil(m / tile_m) * tile_m * math.ceil(n / tile_n) * tile_n * k_padded
-    return GemmEstimate(max(compute_s, memory_s) + launch, (tile_m, tile_n), split, waves, tiles,
+    return GemmEstimate(_overlapped(compute_s, memory_s, overlap) + launch, (tile_m, tile_n), split, waves, tiles,
                         tiles / (waves * units), m * n * k / padded, compute_s, memory_s,
                         "compute" if compute_s >= memory_s else "memory")
