@@ -52,6 +52,15 @@ def load(paths: list[Path]) -> pd.DataFrame:
     return frame
 
 
+def operand_alignment(row) -> str:
+    """"aligned", or which operands ("A", "B", "AB") have rows that are not 16-byte aligned."""
+    shape, size = json.loads(row.shape), 1 if row.part == "gemm-fp8" else 2
+    layout = sweep_layout({"part": row.part, "layout": row.layout})
+    a = (shape["m"] if layout == "tn" else shape["k"]) * size % 16 != 0
+    b = (shape["k"] if layout == "nt" else shape["n"]) * size % 16 != 0
+    return ("A" if a else "") + ("B" if b else "") or "aligned"
+
+
 def shape_of(row) -> dict:
     if row.part == "attention":
         return dict(batch=int(row.batch), seq=int(row.seq), heads_q=int(row.heads_q), heads_kv=int(row.heads_kv),
@@ -230,6 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "## Triton against the vendor library, per shape family (held out)", "",
               "Speed relative to cuBLAS / torch._scaled_mm / SDPA (1.0 = as fast; geometric means): the selector's "
               "pick, the exhaustive best config, and the static default.", "", markdown(versus)]
+    gemms = calibrated[calibrated.part != "attention"]
+    aligned = [operand_alignment(r) for r in gemms.itertuples()]
+    by_alignment = pd.DataFrame([dict(part=part, operands=kind, shapes=len(g), top1=geomean(g.top1),
+                                      top3=geomean(g.top3), worst_top1=g.top1.min(),
+                                      best_vs_vendor=geomean(g.vendor_s / g.best_s))
+                                 for (part, kind), g in gemms.assign(operands=aligned).groupby(["part", "operands"])])
+    lines += ["", "## By operand alignment (held out)", "",
+              "`aligned`: both operands' rows are 16-byte aligned (vector loads); `A`, `B`, `AB`: those operands' "
+              "rows are not (odd leading dimensions: the kernel loads them element by element).", "",
+              markdown(by_alignment)]
     worst = calibrated.sort_values("top1").head(8)[["part", "shape_id", "source", "shape", "layout", "top1", "top3",
                                                      "top1_config", "best_config"]]
     lines += ["", "## Worst held-out shapes (calibrated)", "", markdown(worst)]

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from workbench.cli import main
-from workbench.errors import WorkbenchError
+from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.kernels.spaces import gemm_config_space
 from workbench.select import VENDOR_MARGIN, autotune_pruner, kernel_choices, rank_configs, select_config, vendor_choice
@@ -52,10 +52,22 @@ def test_wave_quantization_and_tile_size_follow_the_shape():
 def test_alignment_terms_name_the_operand():
     config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}
     terms = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 4096, 4096, 4095, "nn", 2, 132)))
-    assert terms["k_steps_unaligned_a"] == terms["k_steps"] and terms["k_steps_ragged_k"] == terms["k_steps"]
-    assert terms["k_steps_unaligned_b"] == 0
+    # A's rows (stride K = 4095 bf16 elements) are unaligned: 128 x 64 element loads over 256 threads per K step
+    assert terms["loads_unaligned_a"] == terms["k_steps"] * 128 * 64 / 256
+    assert terms["k_steps_ragged_k"] == terms["k_steps"] and terms["loads_unaligned_b"] == 0
     terms = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 4095, 4096, 4096, "tn", 2, 132)))
-    assert terms["k_steps_unaligned_a_tn"] == terms["k_steps"] and terms["k_steps_ragged_m"] == terms["k_steps"]
+    assert terms["loads_unaligned_a_tn"] > 0 and terms["k_steps_ragged_m"] == terms["k_steps"]
+    # a stride of 2008 bf16 elements is 16-byte aligned: the kernel's divisibility hint gives it vector loads
+    terms = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 4096, 4096, 2008, "nt", 2, 132)))
+    assert terms["loads_unaligned_a"] == terms["loads_unaligned_b_nt"] == 0
+
+
+def test_wave_term_counts_waves_over_resident_programs():
+    config = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+    # 288 tiles on 132 SMs: three programs per SM run them in one wave, two per SM need two
+    three = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 3072, 768, 8192, "nt", 1, 132, resident=3)))
+    two = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 3072, 768, 8192, "nt", 1, 132, resident=2)))
+    assert (three["wave_k_steps"], two["wave_k_steps"]) == (64, 128) and three["k_steps"] == two["k_steps"]
 
 
 def test_configs_that_do_not_fit_shared_memory_are_dropped():
@@ -95,6 +107,26 @@ def test_nnls_and_fit_recover_known_coefficients():
                for key, coef in truth.items() for terms in [(10, 3, 1), (40, 1, 1), (7, 9, 1), (100, 50, 1)]]
     for key, coef in fit(samples).items():
         assert coef == pytest.approx(truth[key], rel=1e-6, abs=1e-12)
+
+
+def test_fit_shares_the_coefficient_of_shared_terms():
+    # two configs with their own cost per term 0 and one common cost per term 1, seen only on some rows
+    truth = {"a": (2e-6, 3e-8), "b": (1e-6, 3e-8)}
+    samples = [(key, terms, sum(c * t for c, t in zip(coef, terms)))
+               for key, coef in truth.items() for terms in [(10, 0), (40, 0), (7, 90), (100, 500)]]
+    for key, coef in fit(samples, shared=(1,)).items():
+        assert coef == pytest.approx(truth[key], rel=1e-3)
+
+
+def test_a_profile_fitted_for_other_terms_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CALIBRATION_DIR", str(tmp_path))
+    gpu = get_gpu("mi300x")
+    old_terms = list(gemm_model.TERMS[:-1])
+    write_selection_profile(gpu, {"gemm-2byte": {"terms": old_terms, "fitted_on": "test",
+                                                 "configs": {"64x64x32 g8 w4 s2": [1e-6] * len(old_terms)}}},
+                            source="test")
+    with pytest.raises(SpecError, match="refit"):
+        load_selection_profile(gpu, "gemm", 2)
 
 
 def test_profile_roundtrip_and_validation(tmp_path, monkeypatch):

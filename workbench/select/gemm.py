@@ -27,13 +27,18 @@ from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
 TERMS = ("k_steps", "k_steps_x_fill", "tiles_per_unit", "launch", "k_steps_tn", "k_steps_nt",
-         "k_steps_unaligned_a_tn", "k_steps_unaligned_a", "k_steps_unaligned_b_nt", "k_steps_unaligned_b",
+         "loads_unaligned_a_tn", "loads_unaligned_a", "loads_unaligned_b_nt", "loads_unaligned_b",
          "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n", "wave_k_steps")
 """The per-config terms, all counted per unit (SM/CU) along the critical path: ``k_steps`` is
 tiles_per_unit x ceil(K / BLOCK_K); the ``k_steps_*`` terms are k_steps where that condition holds;
 ``wave_k_steps`` is ceil(tiles / (units x resident programs per unit)) x ceil(K / BLOCK_K), the latency-bound
 path when programs that share a unit overlap (a config that fits one more program per SM can finish a tail
-wave early)."""
+wave early); ``loads_unaligned_*`` count, where an operand's rows are not 16-byte aligned, the element loads
+each thread issues for that operand's tiles (k_steps x tile elements / threads)."""
+SHARED_TERMS = ("loads_unaligned_a_tn", "loads_unaligned_a", "loads_unaligned_b_nt", "loads_unaligned_b")
+"""Terms whose coefficient is one constant for all configs (seconds per element load per thread): unaligned
+shapes are rare in a sweep, too rare to fit per config, and the physics (load issue rate) is the config's own
+count times a property of the GPU."""
 LAYOUTS = ("nn", "nt", "tn")
 """C = A @ B with A row-major (n) or transposed (t, column-major), then B likewise."""
 VECTOR_BYTES = 16
@@ -89,9 +94,12 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     # the row stride of each operand: A is [m, k] (stride k) or its transpose (stride m); B [k, n] or transposed
     unaligned_a = _unaligned(m if tn else k, operand_bytes)
     unaligned_b = _unaligned(k if nt else n, operand_bytes)
+    # unaligned tiles are loaded element by element: loads per thread per K step
+    threads = 32 * config["num_warps"]
+    loads_a = steps * config["BLOCK_M"] * config["BLOCK_K"] / threads if unaligned_a else 0.0
+    loads_b = steps * config["BLOCK_K"] * config["BLOCK_N"] / threads if unaligned_b else 0.0
     return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
-            steps * (unaligned_a and tn), steps * (unaligned_a and not tn),
-            steps * (unaligned_b and nt), steps * (unaligned_b and not nt),
+            loads_a * tn, loads_a * (not tn), loads_b * nt, loads_b * (not nt),
             steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0), waves * tile_steps)
 
 
@@ -130,9 +138,10 @@ def spec_coefficients(config: dict, gpu: GPU, dtype: str, constants: Constants) 
     if gpu.vendor == "amd":
         step *= AMD_NONKDIM32_COST if config.get("matrix_instr_nonkdim") == 32 else 1.0
         overhead *= AMD_WAVES_PER_EU_HIDE if config.get("waves_per_eu") == 2 else 1.0
-    slow = UNALIGNED_LOAD_SLOWDOWN - 1.0
+    # an unaligned operand's tile costs UNALIGNED_LOAD_SLOWDOWN times its vector load: per element load per thread
+    per_load = (UNALIGNED_LOAD_SLOWDOWN - 1.0) * operand_bytes * 32 * config["num_warps"] / l2_per_unit
     return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0,
-            slow * load_a, slow * load_a, slow * load_b, slow * load_b, RAGGED_K_COST * step, 0.0, 0.0, 0.0)
+            per_load, per_load, per_load, per_load, RAGGED_K_COST * step, 0.0, 0.0, 0.0)
 
 
 def memory_floor_s(m: int, n: int, k: int, dtype: str, gpu: GPU, constants: Constants) -> float:
