@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from workbench.config import Parallelism, TrainingConfig, activation_dtype
+from workbench.graph.execution import Execution
 from workbench.graph.ops import FlatShape, Op, memory_op
-from workbench.graph.recsys import dlrm_microbatch_ops, hstu_microbatch_ops
-from workbench.graph.transformer import model_flops_per_sample, transformer_microbatch_ops
+from workbench.graph.recsys import dlrm_job_embedding_ops, dlrm_microbatch_ops, hstu_microbatch_ops
+from workbench.graph.transformer import model_flops_per_sample, transformer_microbatch_ops, transformer_step_ops
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import MemoryBreakdown, memory_breakdown, max_micro_batch
 from workbench.models import DLRMModel, Model, TransformerModel, get_model
@@ -121,12 +122,23 @@ class Prediction:
         return pd.DataFrame(rows)
 
 
-def _microbatch_ops(model: Model, cfg: TrainingConfig) -> list[Op]:
+def _microbatch_ops(model: Model, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
     if isinstance(model, TransformerModel):
-        return transformer_microbatch_ops(model, cfg)
+        return transformer_microbatch_ops(model, cfg, execution)
     if isinstance(model, DLRMModel):
-        return dlrm_microbatch_ops(model, cfg)
+        return dlrm_microbatch_ops(model, cfg, execution)
     return hstu_microbatch_ops(model, cfg)
+
+
+def _step_ops(model: Model, cfg: TrainingConfig, execution: Execution | None) -> list[Op]:
+    """Ops that run once per step (the reference job's FSDP2 copies, its sparse table update)."""
+    if execution is None:
+        return []
+    if isinstance(model, TransformerModel):
+        return transformer_step_ops(model, cfg, execution)
+    if isinstance(model, DLRMModel) and "embedding_bag" not in execution.triton_ops:
+        return dlrm_job_embedding_ops(model, cfg)[1]
+    return []
 
 
 def _optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
@@ -215,10 +227,14 @@ def predict(
     calibrated: bool = False,
     allow_fallback: bool = False,
     constants: Constants | None = None,
+    execution: Execution | None = None,
 ) -> Prediction:
     """Predict one training step. Pass a ``TrainingConfig``, or the keyword shortcuts (``gpus`` become FSDP ranks).
 
     ``allow_fallback`` lets a precision the GPU lacks run as its documented fallback (noted in ``notes``).
+    ``execution``: predict what the reference job (``python -m workbench.train``) runs -- eager blocks unfused
+    when not compiled, its loss, FSDP2 copies, fp8 quantization and sparse table update
+    (``workbench.graph.execution``); None prices the fused step a compiled production stack runs.
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
@@ -242,20 +258,23 @@ def predict(
 
     accum = cfg.grad_accumulation
     ops: list[OpPrediction] = []
-    for op in _microbatch_ops(model, cfg):
+    for op in _microbatch_ops(model, cfg, execution):
         t = op_time(op, gpu, c)
         ops.append(OpPrediction(op, t.time_s, t.roofline_s, t.bound, op.count * accum))
+    mb_compute = sum(o.time_s * o.op.count for o in ops)
+    for op in _step_ops(model, cfg, execution):  # once per step, counts already per step
+        t = op_time(op, gpu, c)
+        ops.append(OpPrediction(op, t.time_s, t.roofline_s, t.bound, op.count))
     optimizer = _optimizer_op(model, cfg)
     t = op_time(optimizer, gpu, c)
     ops.append(OpPrediction(optimizer, t.time_s, t.roofline_s, "memory", 1))
 
-    mb_compute = sum(o.time_s * o.op.count for o in ops if o.op.phase != "optimizer")
     comms = _communication(model, cfg, gpu, c, accum * mb_compute)
 
     p = cfg.parallelism
-    optimizer_s = ops[-1].total_s
-    compute_bound_s = sum(o.total_s for o in ops[:-1] if o.bound == "compute")
-    memory_bound_s = sum(o.total_s for o in ops[:-1] if o.bound != "compute")
+    optimizer_s = sum(o.total_s for o in ops if o.op.phase == "optimizer")
+    compute_bound_s = sum(o.total_s for o in ops if o.bound == "compute" and o.op.phase != "optimizer")
+    memory_bound_s = sum(o.total_s for o in ops if o.bound != "compute" and o.op.phase != "optimizer")
     bubble_s = (p.pp - 1) * mb_compute if p.pp > 1 else 0.0
     comm_s = sum(cm.exposed_s for cm in comms)
     step = compute_bound_s + memory_bound_s + optimizer_s + bubble_s + comm_s

@@ -19,7 +19,7 @@ Phase = Literal["fwd", "bwd", "optimizer"]
 # Memory-bound operator classes the time model knows; each has its own achievable-bandwidth constant.
 MEMORY_BOUND_KINDS: tuple[str, ...] = (
     "copy", "add", "gelu", "swiglu", "sum", "layernorm", "rmsnorm", "softmax", "cross_entropy", "rope",
-    "embedding", "optimizer", "permute", "relu", "silu", "mul",
+    "embedding", "optimizer", "permute", "relu", "silu", "mul", "fsdp", "fp8_quantize",
 )
 
 ATTENTION_BLOCK = 128
@@ -164,7 +164,7 @@ def attention(name: str, shape: AttentionShape, dtype: str, *, phase: Phase, cou
 # FLOPs per element of the memory-bound ops (rough operation counts; they only matter for the roofline plot).
 _FLOPS_PER_ELEMENT = {"copy": 0, "add": 1, "gelu": 8, "swiglu": 6, "sum": 1, "layernorm": 8, "rmsnorm": 5,
                       "softmax": 5, "cross_entropy": 6, "rope": 3, "embedding": 1, "permute": 0, "optimizer": 12,
-                      "relu": 1, "silu": 5, "mul": 2}
+                      "relu": 1, "silu": 5, "mul": 2, "fsdp": 0, "fp8_quantize": 3}
 
 
 def memory_op(name: str, kind: str, shape: RowsShape | FlatShape, dtype: str, *, reads: float, writes: float,

@@ -7,7 +7,10 @@ with row-wise Adagrad fused into the backward pass (FBGEMM's table-batched embed
 
 from __future__ import annotations
 
+import math
+
 from workbench.config import TrainingConfig, activation_dtype
+from workbench.graph.execution import Execution, kernels
 from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attention, gemm_with_grads, memory_op
 from workbench.models import DLRMModel, HSTUModel
 
@@ -39,11 +42,49 @@ def _mlp(name: str, batch: int, widths: list[tuple[str, int, int]], cfg: Trainin
     return ops
 
 
-def dlrm_microbatch_ops(model: DLRMModel, cfg: TrainingConfig) -> list[Op]:
+def unique_rows(model: DLRMModel, batch: int) -> float:
+    """Expected distinct rows a micro-batch looks up, with uniform random indices (the job's ``RecsysBatches``):
+    per table rows x (1 - exp(-lookups / rows))."""
+    return sum(t.rows * -math.expm1(-batch * t.pooling / t.rows) for t in model.tables)
+
+
+def dlrm_job_embedding_ops(model: DLRMModel, cfg: TrainingConfig) -> tuple[list[Op], list[Op]]:
+    """The reference job's sparse path (``workbench/train/dlrm.py``), per micro-batch and per step.
+
+    Backward: ``F.embedding_bag(sparse=True)`` materialises one fp32 gradient row per lookup (index_select of
+    the pooled gradient). Optimizer (``RowWiseAdagrad.step``): ``coalesce`` (sort the lookups' row ids, gather
+    and sum duplicate rows), the rows' squared norms, the accumulator's index_add_ / gather / sqrt / scale on
+    [rows], the in-place scale of the values, and ``index_add_`` of the values into the table (read-modify-write
+    of each row). Around the interaction (eager, between the compiled dense layers): the pooled bags'
+    transpose + reshape copy and the cast to the dense dtype, and its cast back in backward."""
+    b, d = cfg.micro_batch, model.embedding_dim
+    lookups = b * sum(t.pooling for t in model.tables)
+    unique = unique_rows(model, b * cfg.grad_accumulation)
+    pooled = b * len(model.tables) * d
+    per_mb = kernels("embedding_bags.sparse_grad", "embedding", (("index_select", 4, 4, True),), lookups * d,
+                     phase="bwd", layer="embedding")
+    per_mb += kernels("interaction.pooled", "copy", (("transpose_reshape", 4, 4, False), ("to_bf16", 4, 2, True)),
+                      pooled, phase="fwd", layer="interaction")
+    per_mb += kernels("interaction.pooled_grad", "copy", (("to_fp32", 2, 4, True),), pooled, phase="bwd",
+                      layer="interaction")
+    opt = kernels("rowwise_adagrad.coalesce", "optimizer",
+                  (("sort_ids", 0, 0, True), ("gather_sorted", 4, 4, True), ("sum_duplicates", 4, 4, True)),
+                  lookups * cfg.grad_accumulation * d, phase="optimizer", layer="embedding", rows=lookups)
+    opt += kernels("rowwise_adagrad", "optimizer",
+                   (("row_norm", 4, 0, True), ("acc.index_add_", 0, 0, True), ("acc.gather", 0, 0, True),
+                    ("sqrt", 0, 0, True), ("add_eps", 0, 0, True), ("scale", 0, 0, True),
+                    ("values.mul_", 4, 4, False), ("table.index_add_", 8, 4, False)),
+                   int(unique) * d, phase="optimizer", layer="embedding", rows=int(unique))
+    return per_mb, opt
+
+
+def dlrm_microbatch_ops(model: DLRMModel, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
     b = cfg.micro_batch
     act = activation_dtype(cfg.precision)
     lookups = b * sum(t.pooling for t in model.tables)
     ops = _embedding_ops("embedding_bags", lookups, model.embedding_dim, b * len(model.tables), "embedding")
+    if execution is not None and "embedding_bag" not in execution.triton_ops:
+        ops = ops[:1] + dlrm_job_embedding_ops(model, cfg)[0]  # the update runs in the optimizer step
     layers = model.mlp_layers()
     ops += _mlp("bottom", b, [(n.split(".", 1)[1], i, o) for n, i, o in layers if n.startswith("bottom")], cfg, "bottom_mlp")
     d = model.interaction_width

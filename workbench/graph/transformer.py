@@ -15,6 +15,15 @@ from __future__ import annotations
 import math
 
 from workbench.config import TrainingConfig, activation_dtype, attention_dtype
+from workbench.graph.execution import (
+    Execution,
+    chunked_cross_entropy,
+    eager_rmsnorm,
+    eager_rope,
+    eager_swiglu,
+    fp8_linear_quantize,
+    fsdp_ops,
+)
 from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attention, gemm_with_grads, memory_op
 from workbench.models import TransformerModel
 
@@ -30,8 +39,12 @@ def _fp8_casts(name: str, ops: list[Op], act_dtype: str) -> list[Op]:
     return casts
 
 
-def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int) -> tuple[list[Op], list[Op], list[Op]]:
-    """(forward, backward, recomputation) ops of ``layers`` identical blocks for one micro-batch."""
+def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
+              execution: Execution | None = None) -> tuple[list[Op], list[Op], list[Op]]:
+    """(forward, backward, recomputation) ops of ``layers`` identical blocks for one micro-batch.
+
+    With an ``execution`` (the reference job), eager blocks get the job's unfused norm, SwiGLU and RoPE kernels
+    and fp8 GEMMs the job's quantize kernels for all three GEMMs' operands (``workbench.graph.execution``)."""
     p = cfg.parallelism
     b, s, h = cfg.micro_batch, cfg.seq_len, model.hidden_size
     tokens = b * s
@@ -50,7 +63,11 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int) -> tupl
         f, dg, wg = gemm_with_grads(name, m, out, k, gemm_dtype, groups=groups, count=n, layer=layer)
         fwd.append(f)
         bwd.extend([dg, wg])
-        if gemm_dtype in ("fp8", "mxfp8"):
+        if gemm_dtype in ("fp8", "mxfp8") and execution is not None and groups == 1:
+            quantize = fp8_linear_quantize(name, m, out, k, count=n, layer=layer)
+            fwd.extend(o for o in quantize if o.phase == "fwd")
+            bwd.extend(o for o in quantize if o.phase == "bwd")
+        elif gemm_dtype in ("fp8", "mxfp8"):
             casts = _fp8_casts(name, [f, dg], act)
             fwd.append(casts[0])
             bwd.append(casts[1])
@@ -65,10 +82,25 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int) -> tupl
         if recomputed:
             recompute.append(op)
 
+    def eager(pair: tuple[list[Op], list[Op]], recomputed: bool = True) -> None:
+        fwd.extend(pair[0])
+        bwd.extend(pair[1])
+        if recomputed:
+            recompute.extend(pair[0])
+
+    def norm_op(name: str, layer: str) -> None:
+        if execution is not None and execution.eager("rmsnorm") and norm == "rmsnorm":
+            eager(eager_rmsnorm(name, tokens, h, count=n, layer=layer))
+        else:
+            elementwise(name, norm, tokens, h, layer, 1, 1, 2, 1)
+
     # attention block
-    elementwise("attn_norm", norm, tokens, h, "attention", 1, 1, 2, 1)
+    norm_op("attn_norm", "attention")
     gemms("qkv", tokens, q + 2 * kv, h, "attention")
-    elementwise("rope", "rope", tokens, q + kv, "attention", 1, 1, 1, 1)
+    if execution is not None and not execution.compile:
+        eager(eager_rope("rope", tokens, q, kv, model.head_dim, s, count=n, layer="attention"))
+    else:
+        elementwise("rope", "rope", tokens, q + kv, "attention", 1, 1, 1, 1)
     shape = AttentionShape(b, s, heads_q, heads_kv, model.head_dim, causal=True)
     fwd.append(attention("attention.fwd", shape, attention_dtype(cfg.precision), phase="fwd", count=n, layer="attention"))
     bwd.append(attention("attention.bwd", shape, attention_dtype(cfg.precision), phase="bwd", count=n, layer="attention"))
@@ -76,7 +108,7 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int) -> tupl
     elementwise("attn_residual", "add", tokens, h, "attention", 2, 1, 2, 1, recomputed=False)
 
     # feed-forward block
-    elementwise("ffn_norm", norm, tokens, h, "mlp", 1, 1, 2, 1)
+    norm_op("ffn_norm", "mlp")
     ffn = model.ffn_hidden_size // p.tp
     gated = model.ffn_activation == "swiglu"
     if model.is_moe:
@@ -92,7 +124,9 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int) -> tupl
         elementwise("combine", "permute", routed, h, "moe", 1, 1, 1, 1, recomputed=False)
     else:
         gemms("gate_up" if gated else "up", tokens, (2 if gated else 1) * ffn, h, "mlp")
-        if gated:
+        if gated and execution is not None and execution.eager("swiglu"):
+            eager(eager_swiglu("swiglu", tokens, ffn, count=n, layer="mlp"))
+        elif gated:
             elementwise("swiglu", "swiglu", tokens, ffn, "mlp", 2, 1, 3, 2)
         else:
             elementwise("gelu", "gelu", tokens, ffn, "mlp", 1, 1, 2, 1)
@@ -104,7 +138,7 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int) -> tupl
     elif cfg.activation_checkpointing == "none":
         recompute = []
     recompute = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
-                    op.bytes_written, op.count, op.layer) for op in recompute]
+                    op.bytes_written, op.count, op.layer, op.extra) for op in recompute]
     return fwd, bwd, recompute
 
 
@@ -120,11 +154,29 @@ def embedding_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
     ]
 
 
-def head_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
-    """Final norm, LM-head GEMM (vocab split over tp) and fused softmax cross-entropy, forward and backward."""
+def head_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
+    """Final norm, LM-head GEMM (vocab split over tp) and fused softmax cross-entropy, forward and backward.
+
+    The reference job (``execution``) runs all three outside the compiled blocks: the final norm is its eager
+    RMSNorm, the head stays a bf16 linear under fp8 (only the blocks' linears are swapped), and the loss is
+    ``ChunkedCrossEntropy`` (fp32 per chunk) unless the recipe routes it to the Triton kernel."""
     tokens, h = cfg.micro_batch * cfg.seq_len, model.hidden_size
     act = activation_dtype(cfg.precision)
     vocab = math.ceil(model.vocab_size / cfg.parallelism.tp)
+    if execution is not None:
+        ops: list[Op] = []
+        if execution.fused("rmsnorm") or model.norm != "rmsnorm":
+            ops += head_ops(model, cfg)[:2]
+        else:
+            f, b = eager_rmsnorm("final_norm", tokens, h, count=1, layer="head")
+            ops += f + b
+        head_dtype = act if cfg.precision in ("fp8", "mxfp8") else cfg.precision
+        ops += gemm_with_grads("lm_head", tokens, vocab, h, head_dtype, layer="head")
+        if execution.fused("cross_entropy"):
+            ops += head_ops(model, cfg)[-2:]
+        else:
+            ops += chunked_cross_entropy(tokens, vocab)
+        return ops
     ops = [
         memory_op("final_norm.fwd", model.norm, RowsShape(tokens, h), act, reads=1, writes=1, layer="head"),
         memory_op("final_norm.bwd", model.norm, RowsShape(tokens, h), act, reads=2, writes=1, phase="bwd", layer="head"),
@@ -138,11 +190,25 @@ def head_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
     return ops
 
 
-def transformer_microbatch_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
+def transformer_microbatch_ops(model: TransformerModel, cfg: TrainingConfig,
+                               execution: Execution | None = None) -> list[Op]:
     """Every op of one micro-batch on the busiest pipeline stage (its blocks plus embedding and head)."""
     layers = math.ceil(model.num_layers / cfg.parallelism.pp)
-    fwd, bwd, recompute = block_ops(model, cfg, layers)
-    return embedding_ops(model, cfg) + fwd + head_ops(model, cfg) + bwd + recompute
+    fwd, bwd, recompute = block_ops(model, cfg, layers, execution)
+    return embedding_ops(model, cfg) + fwd + head_ops(model, cfg, execution) + bwd + recompute
+
+
+def transformer_step_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
+    """Ops that run once per step, not per micro-batch: with the reference job under FSDP2, its own
+    parameter and gradient copies (which run with any dp, one rank included; the collectives are in comm)."""
+    p = cfg.parallelism
+    if execution is None or p.sharding != "fsdp":
+        return []
+    layers = math.ceil(model.num_layers / p.pp)
+    block = model.layer_params() / p.tp  # unsharded (gathered) parameters of one block
+    root = model.embedding_params() / p.tp + model.hidden_size  # embedding, head, final norm
+    return fsdp_ops(block, root, layers, p.dp, units=layers + 1, params_per_unit=6,
+                    grad_accumulation=cfg.grad_accumulation)
 
 
 def model_flops_per_sample(model: TransformerModel, seq: int) -> float:

@@ -1,6 +1,7 @@
 """Memory-bound operators (elementwise, norms, softmax, reductions, optimizer, embedding): the bytes they must
 move at an achievable fraction of HBM bandwidth (one constant per op class, optionally per op class and dtype:
-``memory_fraction.softmax.bf16``), plus a fixed kernel cost.
+``memory_fraction.softmax.bf16``), plus a fixed kernel cost. Kernels on broadcast or strided operands (``op.extra["unvectorized"]``, the
+reference job's eager ops: ``workbench.graph.execution``) reach ``memory_unvectorized_efficiency`` of that.
 """
 
 from __future__ import annotations
@@ -12,5 +13,8 @@ from workbench.perf.efficiency import Constants
 
 def memory_bound_time(op: Op, gpu: GPU, constants: Constants) -> float:
     """Predicted seconds for one memory-bound op."""
-    bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants[f"memory_fraction.{op.kind}.{op.dtype}"]
+    kind = op.extra.get("bandwidth_kind", op.kind)  # an unfused kernel of a reported class (graph/execution.py)
+    bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants[f"memory_fraction.{kind}.{op.dtype}"]
+    if op.extra.get("unvectorized"):  # TensorIterator's non-vectorized path (broadcast / strided operand)
+        bandwidth *= constants["memory_unvectorized_efficiency"]
     return op.bytes / bandwidth + constants["memory_launch_us"] * 1e-6

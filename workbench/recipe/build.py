@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import SpecError
+from workbench.graph.execution import Execution
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB
 from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel, _check_transformer, get_model
@@ -67,9 +68,20 @@ def training_config(recipe: Recipe) -> TrainingConfig:
     )
 
 
+def recipe_execution(recipe: Recipe) -> Execution:
+    """How the reference job runs the recipe: its ``compile`` flag and the ops it routes to Triton kernels."""
+    return execution_for(recipe.compile, recipe.kernels)
+
+
+def execution_for(compile: bool, kernels: Sequence[KernelChoice]) -> Execution:
+    return Execution(compile=compile, triton_ops=frozenset(k.op for k in kernels if k.choice == "triton"))
+
+
 def predict_recipe(recipe: Recipe, *, calibrated: bool = False) -> Prediction:
-    """``workbench.predict`` for the recipe's revised model, target GPU and configuration."""
-    return predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), calibrated=calibrated)
+    """``workbench.predict`` for the recipe's revised model, target GPU and configuration, as the reference job
+    (``python -m workbench.train``) runs it: eager or compiled, with the recipe's Triton kernels."""
+    return predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), calibrated=calibrated,
+                   execution=recipe_execution(recipe))
 
 
 def predicted_from(prediction: Prediction) -> Predicted:
@@ -118,7 +130,7 @@ def make_recipe(
     gpu = get_gpu(gpu)
     cfg = config.resolved(revised)
     if prediction is None:
-        prediction = predict(revised, gpu, cfg, calibrated=calibrated)
+        prediction = predict(revised, gpu, cfg, calibrated=calibrated, execution=execution_for(compile, kernels))
     policy = precision or PrecisionPolicy.for_precision(cfg.precision)
     if policy.workbench_precision != cfg.precision:
         raise SpecError("make_recipe", "precision", policy, f"a policy modelled as {cfg.precision!r}")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from workbench.config import CHECKPOINTING, Parallelism, TrainingConfig
 from workbench.errors import SpecError, WorkbenchError
+from workbench.graph.execution import Execution
 from workbench.graph.ops import Op
 from workbench.graph.transformer import block_ops, embedding_ops, head_ops, model_flops_per_sample
 from workbench.hardware import GPU, get_gpu
@@ -30,7 +31,7 @@ from workbench.models import Model, TransformerModel, get_model
 from workbench.perf import op_time
 from workbench.perf.efficiency import constants_for
 from workbench.precision import resolve_precision
-from workbench.predict import _communication, _microbatch_ops, _optimizer_op
+from workbench.predict import _communication, _microbatch_ops, _optimizer_op, _step_ops
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -81,7 +82,10 @@ class _MicrobatchCost:
 class FastEvaluator:
     """``predict()``'s summary numbers for many configurations of one model on one GPU type, with caching."""
 
-    def __init__(self, model: str | Model, gpu: str | GPU, *, calibrated: bool = False):
+    def __init__(self, model: str | Model, gpu: str | GPU, *, calibrated: bool = False,
+                 execution: Execution | None = None):
+        self.execution = execution
+        """As ``predict(execution=...)``: the reference job's extra ops (None: the fused step)."""
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.constants = constants_for(self.gpu, calibrated)
@@ -96,7 +100,7 @@ class FastEvaluator:
         Only attention's time depends on the phase (forward and backward rates), so only its key holds it."""
         phase = phase or op.phase
         key = (op.kind, phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
-               op.bytes_written)
+               op.bytes_written, bool(op.extra.get("unvectorized")), op.extra.get("bandwidth_kind"))
         hit = self._op_times.get(key)
         if hit is None:
             timed = op if phase == op.phase else dataclasses.replace(op, phase=phase)
@@ -123,7 +127,7 @@ class FastEvaluator:
         if not isinstance(model, TransformerModel):
             key = (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing)
             if key not in self._microbatch:
-                self._microbatch[key] = self._sum(_microbatch_ops(model, cfg))
+                self._microbatch[key] = self._sum(_microbatch_ops(model, cfg, self.execution))
             return self._microbatch[key]
         key = (cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep)
         parts = self._microbatch.get(key)
@@ -142,17 +146,23 @@ class FastEvaluator:
         full checkpointing. Full recomputes the whole forward in the backward phase (as ``block_ops`` builds it), so
         one graph serves all three modes."""
         selective = TrainingConfig(cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.parallelism, "selective")
-        fwd, bwd, recompute = block_ops(self.model, selective, 1)
-        ends = self._sum(embedding_ops(self.model, cfg) + head_ops(self.model, cfg))
+        fwd, bwd, recompute = block_ops(self.model, selective, 1, self.execution)
+        ends = self._sum(embedding_ops(self.model, cfg) + head_ops(self.model, cfg, self.execution))
         full = self._sum(fwd, phase="bwd", useful=False)  # block_ops renames the forward ops into the bwd phase
         return ends, self._sum(fwd), self._sum(bwd), self._sum(recompute), full
 
     def _optimizer(self, cfg: TrainingConfig) -> tuple[float, float]:
-        """(time, FLOPs) of the AdamW update over the local parameters (they depend on the parallelism only)."""
-        hit = self._optimizers.get(cfg.parallelism)
+        """(time, FLOPs) of the AdamW update over the local parameters (they depend on the parallelism only), plus
+        the reference job's once-per-step ops (FSDP2 copies, the sparse table update) when ``execution`` is set."""
+        key = (cfg.parallelism, cfg.micro_batch, cfg.grad_accumulation) if self.execution else cfg.parallelism
+        hit = self._optimizers.get(key)
         if hit is None:
             op = _optimizer_op(self.model, cfg)
-            hit = self._optimizers[cfg.parallelism] = (op_time(op, self.gpu, self.constants).time_s, op.flops)
+            step_ops = _step_ops(self.model, cfg, self.execution)
+            time_s = op_time(op, self.gpu, self.constants).time_s + sum(
+                op_time(o, self.gpu, self.constants).time_s * o.count for o in step_ops)
+            flops = op.flops + sum(o.flops * o.count for o in step_ops)
+            hit = self._optimizers[key] = (time_s, flops)
         return hit
 
     def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False) -> Candidate:
@@ -261,13 +271,15 @@ def search(
     shardings: Sequence[str] = ("fsdp", "ddp"),
     calibrated: bool = False,
     evaluator: FastEvaluator | None = None,
+    execution: Execution | None = None,
 ) -> SearchResult:
-    """Enumerate and predict every configuration; ``global_batch`` (samples) fixed, or 0 for no accumulation."""
+    """Enumerate and predict every configuration; ``global_batch`` (samples) fixed, or 0 for no accumulation.
+    ``execution`` predicts the reference job (see ``predict``); ignored when ``evaluator`` is given."""
     model = get_model(model)
     gpu = get_gpu(gpu)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise SpecError("search", "gpus", gpus, "a positive integer")
-    ev = evaluator or FastEvaluator(model, gpu, calibrated=calibrated)
+    ev = evaluator or FastEvaluator(model, gpu, calibrated=calibrated, execution=execution)
     result = SearchResult(model, gpu, gpus)
     seq = seq_len or getattr(model, "default_seq_len", 1)
     ac_modes = tuple(checkpointing) if isinstance(model, TransformerModel) else ("none",)

@@ -1,0 +1,242 @@
+"""What the reference training job (``python -m workbench.train``) really executes, beyond the fused step.
+
+The step graphs (``transformer.py``, ``recsys.py``) price every memory-bound op as one fused kernel moving the
+fewest bytes. That is what a compiled production stack runs; the project's own job differs wherever its torch
+code runs outside ``torch.compile`` (``compile: false`` recipes, and the head, loss, FSDP2 and fp8 quantization
+in every recipe). Given an ``Execution``, the graphs emit instead the op sequence the job's torch code launches:
+one ``Op`` per CUDA kernel, with the bytes that kernel moves (per element of the tensor it walks), each paying
+the model's per-kernel fixed cost (``memory_launch_us``) and priced at the achievable bandwidth of what it is --
+a reduction (``memory_fraction.sum``) or a pointwise op (``memory_fraction.add``), not the fused op class it is
+reported under. Sources are the job's files, quoted per table below.
+
+Kernels that TensorIterator cannot vectorize (an operand broadcast, e.g. ``* rstd`` [T, 1], or a
+non-contiguous view, e.g. the halves of RoPE or SwiGLU's ``chunk``) are marked ``unvectorized``: PyTorch's CUDA
+``gpu_kernel`` takes the vectorized path only when every operand is contiguous (aten/src/ATen/native/cuda/
+CUDALoops.cuh, ``launch_vectorized_kernel``), and the slower ``elementwise_kernel`` path reaches
+``memory_unvectorized_efficiency`` of the bandwidth (a guess, calibrate me).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.graph.ops import FlatShape, Op, Phase
+
+TRITON_OPS: tuple[str, ...] = ("rmsnorm", "swiglu", "cross_entropy", "attention", "gemm", "embedding_bag")
+"""Ops a recipe can route to the project's Triton kernels (``kernels: [{op: ..., choice: triton}]``)."""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the reference job runs a recipe: which parts are compiled, which ops run the project's Triton kernels."""
+
+    compile: bool = True
+    """``torch.compile`` on each block (transformers) or each dense layer (DLRM); the rest runs eagerly."""
+    triton_ops: frozenset[str] = frozenset()
+    """Ops the recipe routes to the project's Triton kernels (one fused kernel each; see ``TRITON_OPS``)."""
+
+    def eager(self, op: str) -> bool:
+        """Whether ``op`` of a *block* runs as the job's unfused torch code."""
+        return not self.compile and op not in self.triton_ops
+
+    def fused(self, op: str) -> bool:
+        """Whether ``op`` *outside* the compiled blocks (head, loss) runs as one fused kernel."""
+        return op in self.triton_ops
+
+
+# A kernel of an unfused sequence: (name, bytes read, bytes written per element of the walked tensor,
+# vectorized). Element = the [rows, cols] tensor the sequence is about.
+Kernel = tuple[str, float, float, bool]
+
+# workbench/train/layers.py RMSNormFunction.forward, x bf16 [T, h]; the [T, 1] ops (+ eps, rsqrt) and the weight's
+# .float() are launch-only kernels (bytes / h ~ 0).
+RMSNORM_FWD: tuple[Kernel, ...] = (
+    ("x.float", 2, 4, True), ("square", 4, 4, True), ("mean", 4, 0, True), ("add_eps", 0, 0, True),
+    ("rsqrt", 0, 0, True), ("x.float", 2, 4, True), ("mul_rstd", 4, 4, False), ("weight.float", 0, 0, True),
+    ("mul_weight", 4, 4, False), ("to_bf16", 4, 2, True),
+)
+# RMSNormFunction.backward: xhat, dy_w, the row mean of dy_w * xhat, dx, dw = column sum of dy * xhat.
+RMSNORM_BWD: tuple[Kernel, ...] = (
+    ("x.float", 2, 4, True), ("xhat", 4, 4, False), ("dy.float", 2, 4, True), ("weight.float", 0, 0, True),
+    ("dy_w", 4, 4, False), ("dy_w_xhat", 8, 4, True), ("mean", 4, 0, True), ("xhat_mean", 4, 4, False),
+    ("sub", 8, 4, True), ("mul_rstd", 4, 4, False), ("dy.float", 2, 4, True), ("dy_xhat", 8, 4, True),
+    ("dw_sum", 4, 0, True), ("dw.to", 0, 0, True), ("dx.to_bf16", 4, 2, True),
+)
+# SwiGLUFunction, per element of the [T, f] output (gate_up is [T, 2f] bf16): forward silu(gate) * up on the
+# chunk views; backward in fp32 on gate_up.float() (8 B per output element written).
+SWIGLU_FWD: tuple[Kernel, ...] = (("silu", 2, 2, False), ("mul_up", 4, 2, False))
+SWIGLU_BWD: tuple[Kernel, ...] = (
+    ("gate_up.float", 4, 8, True), ("sigmoid", 4, 4, False), ("dout.float", 2, 4, True), ("dout_up", 8, 4, False),
+    ("mul_sig", 8, 4, True), ("one_minus_sig", 4, 4, True), ("gate_mul", 8, 4, False), ("one_plus", 4, 4, True),
+    ("dgate", 8, 4, True), ("dout.float", 2, 4, True), ("dout_gate", 8, 4, False), ("dup", 8, 4, True),
+    ("cat", 8, 8, True), ("to_bf16", 8, 4, True),
+)
+# workbench/train/llama.py apply_rope on q or k [B, H, S, D] bf16 (a transposed view of qkv), per element:
+# four products of half-size strided views with the [S, D/2] tables, a sub, an add, the cat.
+ROPE_FWD: tuple[Kernel, ...] = (
+    ("cos.to", 0, 0, True), ("sin.to", 0, 0, True), ("x1_cos", 1, 1, False), ("x2_sin", 1, 1, False),
+    ("sub", 2, 1, True), ("x2_cos", 1, 1, False), ("x1_sin", 1, 1, False), ("add", 2, 1, True), ("cat", 2, 2, True),
+)
+# autograd of the above: neg of the sub's second input, four products with the tables, two accumulating adds,
+# the chunk's backward (cat of the halves).
+ROPE_BWD: tuple[Kernel, ...] = (
+    ("neg", 1, 1, True), ("g_cos", 1, 1, False), ("g_sin", 1, 1, False), ("g2_cos", 1, 1, False),
+    ("g2_sin", 1, 1, False), ("acc_x1", 2, 1, True), ("acc_x2", 2, 1, True), ("cat", 2, 2, True),
+)
+# layers.py ChunkedCrossEntropy, per logit, logits bf16 [N, V]: forward per chunk logits.float() and
+# torch.logsumexp (amax, sub, exp, sum; log and add on [rows]); backward per chunk float, - lse, exp_,
+# scatter_add_ (launch only), * scale, .to(bf16), the copy into dlogits.
+CE_FWD: tuple[Kernel, ...] = (
+    ("logits.float", 2, 4, True), ("amax", 4, 0, True), ("sub_max", 4, 4, False), ("exp", 4, 4, True),
+    ("sum", 4, 0, True), ("log", 0, 0, True), ("add_max", 0, 0, True),
+)
+CE_BWD: tuple[Kernel, ...] = (
+    ("logits.float", 2, 4, True), ("sub_lse", 4, 4, False), ("exp_", 4, 4, True), ("scatter_add_", 0, 0, True),
+    ("mul_scale", 4, 4, True), ("to_bf16", 4, 2, True), ("copy_into_dlogits", 2, 2, True),
+)
+CE_CHUNK_ELEMENTS = 1 << 28
+"""layers.py ``CE_CHUNK_ELEMENTS``: logits rows per chunk = this // vocab."""
+
+# layers.py quantize_fp8 on a bf16 operand [M, K], per element: abs, amax along the scale's axis, t.float(),
+# * scale (broadcast), clamp, .to(e4m3); the [M, 1] ops on the amax (float, clamp, div, reciprocal) launch only.
+FP8_QUANTIZE: tuple[Kernel, ...] = (
+    ("abs", 2, 2, True), ("amax", 2, 0, True), ("amax.float", 0, 0, True), ("amax.clamp", 0, 0, True),
+    ("scale", 0, 0, True), ("t.float", 2, 4, True), ("mul_scale", 4, 4, False), ("clamp", 4, 4, True),
+    ("to_e4m3", 4, 1, True), ("reciprocal", 0, 0, True),
+)
+FP8_TRANSPOSE: tuple[Kernel, ...] = (("k_major_copy", 1, 1, False),)
+"""fp8_matmul's ``.contiguous()`` of a transposed 1-byte operand (dgrad's W, wgrad's dy^T and x)."""
+
+
+def kernels(prefix: str, kind: str, table: tuple[Kernel, ...], elements: int, *, phase: Phase, count: int = 1,
+            layer: str = "", dtype: str = "fp32", rows: int = 0) -> list[Op]:
+    """One ``Op`` per kernel of ``table`` over ``elements`` items; launch-only kernels walk ``rows`` items."""
+    ops = []
+    for name, read, write, vectorized in table:
+        n = elements if (read or write) else max(1, rows)
+        r, w = (read, write) if (read or write) else (4.0, 4.0)
+        # priced at the bandwidth of what the kernel is (a reduction or a pointwise op), reported under ``kind``
+        extra = {"bandwidth_kind": "sum" if r and not w else "add"}
+        if not vectorized:
+            extra["unvectorized"] = True
+        ops.append(Op(f"{prefix}.{name}", kind, phase, FlatShape(n), dtype, flops=float(n), bytes_read=r * n,
+                      bytes_written=w * n, count=count, layer=layer, extra=extra))
+    return ops
+
+
+def traffic(table: tuple[Kernel, ...]) -> float:
+    """Bytes per element of a kernel table (all its kernels)."""
+    return sum(r + w for _, r, w, _ in table)
+
+
+def eager_rmsnorm(prefix: str, rows: int, cols: int, *, count: int, layer: str) -> tuple[list[Op], list[Op]]:
+    e = rows * cols
+    return (kernels(f"{prefix}.fwd", "rmsnorm", RMSNORM_FWD, e, phase="fwd", count=count, layer=layer, rows=rows),
+            kernels(f"{prefix}.bwd", "rmsnorm", RMSNORM_BWD, e, phase="bwd", count=count, layer=layer, rows=rows))
+
+
+def eager_swiglu(prefix: str, rows: int, ffn: int, *, count: int, layer: str) -> tuple[list[Op], list[Op]]:
+    e = rows * ffn
+    return (kernels(f"{prefix}.fwd", "swiglu", SWIGLU_FWD, e, phase="fwd", count=count, layer=layer, dtype="bf16"),
+            kernels(f"{prefix}.bwd", "swiglu", SWIGLU_BWD, e, phase="bwd", count=count, layer=layer))
+
+
+def eager_rope(prefix: str, tokens: int, q: int, kv: int, head_dim: int, seq: int, *, count: int,
+               layer: str) -> tuple[list[Op], list[Op]]:
+    """RoPE of q and k, plus the job's ``v.contiguous()`` (fwd) and the split's backward: dq, dk, dv cat into
+    dqkv (bwd)."""
+    fwd, bwd = [], []
+    for name, width in (("q", q), ("k", kv)):
+        fwd += kernels(f"{prefix}.{name}.fwd", "rope", ROPE_FWD, tokens * width, phase="fwd", count=count,
+                       layer=layer, dtype="bf16", rows=seq * head_dim // 2)
+        bwd += kernels(f"{prefix}.{name}.bwd", "rope", ROPE_BWD, tokens * width, phase="bwd", count=count,
+                       layer=layer, dtype="bf16")
+    fwd += kernels("attention.v_contiguous", "copy", (("copy", 2, 2, False),), tokens * kv, phase="fwd",
+                   count=count, layer=layer, dtype="bf16")
+    bwd += kernels("attention.dqkv_cat", "copy", (("cat", 2, 2, True),), tokens * (q + 2 * kv), phase="bwd",
+                   count=count, layer=layer, dtype="bf16")
+    return fwd, bwd
+
+
+def chunked_cross_entropy(tokens: int, vocab: int, *, layer: str = "head") -> list[Op]:
+    """ChunkedCrossEntropy forward and backward, one op per kernel per chunk (chunks share a count)."""
+    rows = max(1, CE_CHUNK_ELEMENTS // vocab)
+    chunks, last = divmod(tokens, rows)
+    ops: list[Op] = []
+    for n_chunks, chunk_rows, tag in ((chunks, rows, ""), (1 if last else 0, last, ".last")):
+        if not n_chunks:
+            continue
+        e = chunk_rows * vocab
+        ops += kernels(f"cross_entropy{tag}.fwd", "cross_entropy", CE_FWD, e, phase="fwd", count=n_chunks,
+                       layer=layer, rows=chunk_rows)
+        ops += kernels(f"cross_entropy{tag}.bwd", "cross_entropy", CE_BWD, e, phase="bwd", count=n_chunks,
+                       layer=layer, rows=chunk_rows)
+    # the picked logits (gather + float) and the mean of lse - picked: launch-only
+    ops += kernels("cross_entropy.picked", "cross_entropy", (("gather", 0, 0, True), ("float", 0, 0, True),
+                                                            ("sub_mean", 0, 0, True)), tokens, phase="fwd",
+                   layer=layer, rows=tokens)
+    return ops
+
+
+def fp8_linear_quantize(name: str, m: int, n: int, k: int, *, count: int, layer: str) -> list[Op]:
+    """layers.py _Float8LinearFunction: y[m, n] = x[m, k] W^T with W [n, k]; each of the three GEMMs quantizes
+    both its operands (fwd: x, W; dgrad: dy, W; wgrad: dy^T, x) and copies the transposed ones K-major
+    (dgrad's W, wgrad's dy^T and x)."""
+    ops: list[Op] = []
+
+    def quantize(operand: str, elements: int, phase: Phase, transposed: bool) -> None:
+        ops.extend(kernels(f"{name}.{operand}.quantize_fp8", "fp8_quantize", FP8_QUANTIZE, elements, phase=phase,
+                           count=count, layer=layer, dtype="bf16", rows=max(1, elements // k)))
+        if transposed:
+            ops.extend(kernels(f"{name}.{operand}.quantize_fp8", "fp8_quantize", FP8_TRANSPOSE, elements,
+                               phase=phase, count=count, layer=layer, dtype="fp8"))
+
+    quantize("fwd.x", m * k, "fwd", False)
+    quantize("fwd.w", n * k, "fwd", False)
+    quantize("dgrad.dy", m * n, "bwd", False)
+    quantize("dgrad.w", n * k, "bwd", True)
+    quantize("wgrad.dy_t", m * n, "bwd", True)
+    quantize("wgrad.x", m * k, "bwd", True)
+    return ops
+
+
+# FSDP2 (torch.distributed.fsdp.fully_shard) with fp32 shards, bf16 compute, fp32 reduction, per parameter:
+# all-gather copy-in casts the fp32 shard into the bf16 all-gather buffer; copy-out splits the gathered buffer
+# into the parameters (DtoD memcpys); reduce-scatter's _chunk_cat casts the bf16 gradients into the fp32 input;
+# the reduce-scatter's output is copied into the sharded gradient. On one rank the NCCL calls themselves launch
+# nothing (the H200 profile of llama1b-mb2-none-compiled shows the casts, _chunk_cat and the memcpys, no NCCL).
+FSDP_ALL_GATHER: tuple[tuple[str, str, float, float], ...] = (
+    ("all_gather_copy_in", "fsdp", 4, 2), ("all_gather_copy_out", "copy", 2, 2))
+FSDP_REDUCE_SCATTER: tuple[tuple[str, str, float, float], ...] = (
+    ("reduce_scatter_chunk_cat", "fsdp", 2, 4), ("reduce_scatter_copy_out", "copy", 4, 4))
+
+
+def fsdp_ops(block_params: float, root_params: float, layers: int, dp: int, *, units: int, params_per_unit: int,
+             grad_accumulation: int = 1) -> list[Op]:
+    """FSDP2's own copies for ``layers`` sharded blocks plus the root (embedding, final norm, head).
+
+    Forward gathers every unit; backward gathers again every block but the last (``parallel.apply_fsdp``
+    keeps the last block and the root gathered); each unit reduce-scatters its gradients once per step. One op
+    per kernel kind, counted once per parameter tensor (``params_per_unit``) as the foreach copies launch."""
+    total = block_params * layers + root_params
+    regathered = block_params * max(0, layers - 1)
+    ops: list[Op] = []
+    for phase, params, per in (("fwd", total, grad_accumulation), ("bwd", regathered, grad_accumulation)):
+        if params <= 0:
+            continue
+        for name, kind, read, write in FSDP_ALL_GATHER:
+            shard = 1 / dp if name.endswith("copy_in") else 1.0
+            n = max(1, int(params * shard))
+            ops.append(Op(f"fsdp.{phase}.{name}", kind, phase, FlatShape(n), "bf16", 0.0, read * n, write * n,
+                          count=per, layer="fsdp"))
+    for name, kind, read, write in FSDP_REDUCE_SCATTER:
+        shard = 1 / dp if name.endswith("copy_out") else 1.0
+        n = max(1, int(total * shard))
+        ops.append(Op(f"fsdp.bwd.{name}", kind, "bwd", FlatShape(n), "fp32", 0.0, read * n, write * n,
+                      count=1, layer="fsdp"))
+    # the fixed cost of the per-parameter kernels beyond the one op above: launch-only ops
+    extra_launches = max(0, 2 * units * params_per_unit - len(ops))
+    if extra_launches:
+        ops.append(Op("fsdp.per_parameter_copies", "copy", "bwd", FlatShape(1), "bf16", 0.0, 0.0, 0.0,
+                      count=extra_launches, layer="fsdp"))
+    return ops
