@@ -13,7 +13,8 @@ Kernels that TensorIterator cannot vectorize (an operand broadcast, e.g. ``* rst
 non-contiguous view, e.g. the halves of RoPE or SwiGLU's ``chunk``) are marked ``unvectorized``: PyTorch's CUDA
 ``gpu_kernel`` takes the vectorized path only when every operand is contiguous (aten/src/ATen/native/cuda/
 CUDALoops.cuh, ``launch_vectorized_kernel``), and the slower ``elementwise_kernel`` path reaches
-``memory_unvectorized_efficiency`` of the bandwidth (a guess, calibrate me).
+``memory_unvectorized_efficiency`` of the bandwidth (a guess, calibrate me). Transposing copies of 1-byte
+operands (fp8's K-major copies) reach ``memory_transpose_efficiency``.
 """
 
 from __future__ import annotations
@@ -44,31 +45,34 @@ class Execution:
         return op in self.triton_ops
 
 
-# A kernel of an unfused sequence: (name, bytes read, bytes written per element of the walked tensor,
-# vectorized). Element = the [rows, cols] tensor the sequence is about.
-Kernel = tuple[str, float, float, bool]
+# A kernel of an unfused sequence: (name, bytes read, bytes written per element of the walked tensor, path).
+# Element = the [rows, cols] tensor the sequence is about. Path: True = TensorIterator's vectorized kernel;
+# False = its non-vectorized one (a broadcast or strided operand, or an upcast: the H200 profiles show every
+# bf16 -> fp32 ``.float()`` as ``unrolled_elementwise_kernel<direct_copy_kernel_cuda>`` and the fp32 -> bf16
+# casts as the vectorized ``bfloat16_copy_kernel``); "transpose" = a copy that transposes (a strided walk).
+Kernel = tuple[str, float, float, "bool | str"]
 
 # workbench/train/layers.py RMSNormFunction.forward, x bf16 [T, h]; the [T, 1] ops (+ eps, rsqrt) and the weight's
 # .float() are launch-only kernels (bytes / h ~ 0).
 RMSNORM_FWD: tuple[Kernel, ...] = (
-    ("x.float", 2, 4, True), ("square", 4, 4, True), ("mean", 4, 0, True), ("add_eps", 0, 0, True),
-    ("rsqrt", 0, 0, True), ("x.float", 2, 4, True), ("mul_rstd", 4, 4, False), ("weight.float", 0, 0, True),
+    ("x.float", 2, 4, False), ("square", 4, 4, True), ("mean", 4, 0, True), ("add_eps", 0, 0, True),
+    ("rsqrt", 0, 0, True), ("x.float", 2, 4, False), ("mul_rstd", 4, 4, False), ("weight.float", 0, 0, True),
     ("mul_weight", 4, 4, False), ("to_bf16", 4, 2, True),
 )
 # RMSNormFunction.backward: xhat, dy_w, the row mean of dy_w * xhat, dx, dw = column sum of dy * xhat.
 RMSNORM_BWD: tuple[Kernel, ...] = (
-    ("x.float", 2, 4, True), ("xhat", 4, 4, False), ("dy.float", 2, 4, True), ("weight.float", 0, 0, True),
+    ("x.float", 2, 4, False), ("xhat", 4, 4, False), ("dy.float", 2, 4, False), ("weight.float", 0, 0, True),
     ("dy_w", 4, 4, False), ("dy_w_xhat", 8, 4, True), ("mean", 4, 0, True), ("xhat_mean", 4, 4, False),
-    ("sub", 8, 4, True), ("mul_rstd", 4, 4, False), ("dy.float", 2, 4, True), ("dy_xhat", 8, 4, True),
+    ("sub", 8, 4, True), ("mul_rstd", 4, 4, False), ("dy.float", 2, 4, False), ("dy_xhat", 8, 4, True),
     ("dw_sum", 4, 0, True), ("dw.to", 0, 0, True), ("dx.to_bf16", 4, 2, True),
 )
 # SwiGLUFunction, per element of the [T, f] output (gate_up is [T, 2f] bf16): forward silu(gate) * up on the
 # chunk views; backward in fp32 on gate_up.float() (8 B per output element written).
 SWIGLU_FWD: tuple[Kernel, ...] = (("silu", 2, 2, False), ("mul_up", 4, 2, False))
 SWIGLU_BWD: tuple[Kernel, ...] = (
-    ("gate_up.float", 4, 8, True), ("sigmoid", 4, 4, False), ("dout.float", 2, 4, True), ("dout_up", 8, 4, False),
+    ("gate_up.float", 4, 8, False), ("sigmoid", 4, 4, False), ("dout.float", 2, 4, False), ("dout_up", 8, 4, False),
     ("mul_sig", 8, 4, True), ("one_minus_sig", 4, 4, True), ("gate_mul", 8, 4, False), ("one_plus", 4, 4, True),
-    ("dgate", 8, 4, True), ("dout.float", 2, 4, True), ("dout_gate", 8, 4, False), ("dup", 8, 4, True),
+    ("dgate", 8, 4, True), ("dout.float", 2, 4, False), ("dout_gate", 8, 4, False), ("dup", 8, 4, True),
     ("cat", 8, 8, True), ("to_bf16", 8, 4, True),
 )
 # workbench/train/llama.py apply_rope on q or k [B, H, S, D] bf16 (a transposed view of qkv), per element:
@@ -87,11 +91,11 @@ ROPE_BWD: tuple[Kernel, ...] = (
 # torch.logsumexp (amax, sub, exp, sum; log and add on [rows]); backward per chunk float, - lse, exp_,
 # scatter_add_ (launch only), * scale, .to(bf16), the copy into dlogits.
 CE_FWD: tuple[Kernel, ...] = (
-    ("logits.float", 2, 4, True), ("amax", 4, 0, True), ("sub_max", 4, 4, False), ("exp", 4, 4, True),
+    ("logits.float", 2, 4, False), ("amax", 4, 0, True), ("sub_max", 4, 4, False), ("exp", 4, 4, True),
     ("sum", 4, 0, True), ("log", 0, 0, True), ("add_max", 0, 0, True),
 )
 CE_BWD: tuple[Kernel, ...] = (
-    ("logits.float", 2, 4, True), ("sub_lse", 4, 4, False), ("exp_", 4, 4, True), ("scatter_add_", 0, 0, True),
+    ("logits.float", 2, 4, False), ("sub_lse", 4, 4, False), ("exp_", 4, 4, True), ("scatter_add_", 0, 0, True),
     ("mul_scale", 4, 4, True), ("to_bf16", 4, 2, True), ("copy_into_dlogits", 2, 2, True),
 )
 CE_CHUNK_ELEMENTS = 1 << 28
@@ -101,10 +105,10 @@ CE_CHUNK_ELEMENTS = 1 << 28
 # * scale (broadcast), clamp, .to(e4m3); the [M, 1] ops on the amax (float, clamp, div, reciprocal) launch only.
 FP8_QUANTIZE: tuple[Kernel, ...] = (
     ("abs", 2, 2, True), ("amax", 2, 0, True), ("amax.float", 0, 0, True), ("amax.clamp", 0, 0, True),
-    ("scale", 0, 0, True), ("t.float", 2, 4, True), ("mul_scale", 4, 4, False), ("clamp", 4, 4, True),
+    ("scale", 0, 0, True), ("t.float", 2, 4, False), ("mul_scale", 4, 4, False), ("clamp", 4, 4, True),
     ("to_e4m3", 4, 1, True), ("reciprocal", 0, 0, True),
 )
-FP8_TRANSPOSE: tuple[Kernel, ...] = (("k_major_copy", 1, 1, False),)
+FP8_TRANSPOSE: tuple[Kernel, ...] = (("k_major_copy", 1, 1, "transpose"),)
 """fp8_matmul's ``.contiguous()`` of a transposed 1-byte operand (dgrad's W, wgrad's dy^T and x)."""
 
 
@@ -117,7 +121,9 @@ def kernels(prefix: str, kind: str, table: tuple[Kernel, ...], elements: int, *,
         r, w = (read, write) if (read or write) else (4.0, 4.0)
         # priced at the bandwidth of what the kernel is (a reduction or a pointwise op), reported under ``kind``
         extra = {"bandwidth_kind": "sum" if r and not w else "add"}
-        if not vectorized:
+        if vectorized == "transpose":
+            extra["transpose"] = True
+        elif not vectorized:
             extra["unvectorized"] = True
         ops.append(Op(f"{prefix}.{name}", kind, phase, FlatShape(n), dtype, flops=float(n), bytes_read=r * n,
                       bytes_written=w * n, count=count, layer=layer, extra=extra))
@@ -232,8 +238,9 @@ def fsdp_ops(block_params: float, root_params: float, layers: int, dp: int, *, u
     for name, kind, read, write in FSDP_REDUCE_SCATTER:
         shard = 1 / dp if name.endswith("copy_out") else 1.0
         n = max(1, int(total * shard))
+        upcast = {"unvectorized": True} if name.endswith("chunk_cat") else {}  # bf16 -> fp32, as .float()
         ops.append(Op(f"fsdp.bwd.{name}", kind, "bwd", FlatShape(n), "fp32", 0.0, read * n, write * n,
-                      count=1, layer="fsdp"))
+                      count=1, layer="fsdp", extra=upcast))
     # the fixed cost of the per-parameter kernels beyond the one op above: launch-only ops
     extra_launches = max(0, 2 * units * params_per_unit - len(ops))
     if extra_launches:

@@ -15,6 +15,9 @@ from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attent
 from workbench.models import DLRMModel, HSTUModel
 
 TABLE_DTYPE = "fp32"
+COALESCE_SORT_KERNELS = 25
+"""Kernels of ``coalesce``'s cub merge sort of the row ids per step (H200 profile of dlrm-mb32k-compiled: 1 block
+sort + 12 partition + 12 merge kernels); launch-bound."""
 SAMPLED_SOFTMAX_NEGATIVES = 512
 """Negatives per position in HSTU's sampled-softmax loss (a guess; Zhai et al. 2024 sample in-batch negatives)."""
 
@@ -61,15 +64,20 @@ def dlrm_job_embedding_ops(model: DLRMModel, cfg: TrainingConfig) -> tuple[list[
     lookups = b * sum(t.pooling for t in model.tables)
     unique = unique_rows(model, b * cfg.grad_accumulation)
     pooled = b * len(model.tables) * d
-    per_mb = kernels("embedding_bags.sparse_grad", "embedding", (("index_select", 4, 4, True),), lookups * d,
+    # row gathers / scatters of random 512-B rows: TensorIterator-free index kernels, priced as unvectorized
+    per_mb = kernels("embedding_bags.sparse_grad", "embedding", (("index_select", 4, 4, False),), lookups * d,
                      phase="bwd", layer="embedding")
     per_mb += kernels("interaction.pooled", "copy", (("transpose_reshape", 4, 4, False), ("to_bf16", 4, 2, True)),
                       pooled, phase="fwd", layer="interaction")
-    per_mb += kernels("interaction.pooled_grad", "copy", (("to_fp32", 2, 4, True),), pooled, phase="bwd",
+    per_mb += kernels("interaction.pooled_grad", "copy", (("to_fp32", 2, 4, False),), pooled, phase="bwd",
                       layer="interaction")
-    opt = kernels("rowwise_adagrad.coalesce", "optimizer",
-                  (("sort_ids", 0, 0, True), ("gather_sorted", 4, 4, True), ("sum_duplicates", 4, 4, True)),
+    # coalesce: a cub merge sort of the row ids (~25 small kernels on the H200 profile), then one kernel that
+    # gathers the values in sorted order and sums the duplicates
+    sort = tuple((f"sort_ids.{i}", 0, 0, True) for i in range(COALESCE_SORT_KERNELS))
+    opt = kernels("rowwise_adagrad.coalesce", "optimizer", (*sort, ("coalesce_values", 4, 0, False)),
                   lookups * cfg.grad_accumulation * d, phase="optimizer", layer="embedding", rows=lookups)
+    opt += kernels("rowwise_adagrad.coalesce", "optimizer", (("coalesced_rows", 0, 4, False),), int(unique) * d,
+                   phase="optimizer", layer="embedding")
     opt += kernels("rowwise_adagrad", "optimizer",
                    (("row_norm", 4, 0, True), ("acc.index_add_", 0, 0, True), ("acc.gather", 0, 0, True),
                     ("sqrt", 0, 0, True), ("add_eps", 0, 0, True), ("scale", 0, 0, True),

@@ -17,4 +17,6 @@ def memory_bound_time(op: Op, gpu: GPU, constants: Constants) -> float:
     bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants[f"memory_fraction.{kind}.{op.dtype}"]
     if op.extra.get("unvectorized"):  # TensorIterator's non-vectorized path (broadcast / strided operand)
         bandwidth *= constants["memory_unvectorized_efficiency"]
+    elif op.extra.get("transpose"):  # a copy that transposes: one side walked with a stride
+        bandwidth *= constants["memory_transpose_efficiency"]
     return op.bytes / bandwidth + constants["memory_launch_us"] * 1e-6

@@ -100,7 +100,8 @@ class FastEvaluator:
         Only attention's time depends on the phase (forward and backward rates), so only its key holds it."""
         phase = phase or op.phase
         key = (op.kind, phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
-               op.bytes_written, bool(op.extra.get("unvectorized")), op.extra.get("bandwidth_kind"))
+               op.bytes_written, bool(op.extra.get("unvectorized")), bool(op.extra.get("transpose")),
+               op.extra.get("bandwidth_kind"))
         hit = self._op_times.get(key)
         if hit is None:
             timed = op if phase == op.phase else dataclasses.replace(op, phase=phase)
