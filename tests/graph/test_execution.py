@@ -90,3 +90,18 @@ def test_dlrm_job_updates_tables_in_the_optimizer_step():
     assert adagrad and all(o.op.phase == "optimizer" for o in adagrad)
     assert job.summary.optimizer_s > 10 * fused.summary.optimizer_s
     assert job.summary.step_time_s > fused.summary.step_time_s
+
+
+def test_unvectorized_and_transposing_kernels_run_slower():
+    from workbench.graph.execution import kernels
+    from workbench.hardware import get_gpu
+    from workbench.perf import op_time
+    from workbench.perf.efficiency import constants_for
+
+    gpu = get_gpu("h200")
+    c = constants_for(gpu)
+    e = 1 << 26
+    vec, unvec, transpose = (kernels("x", "copy", (("k", 2, 2, path),), e, phase="fwd", dtype="bf16")[0]
+                             for path in (True, False, "transpose"))
+    t = [op_time(o, gpu, c).time_s for o in (vec, unvec, transpose)]
+    assert t[0] < t[1] < t[2]
