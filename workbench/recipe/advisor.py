@@ -159,8 +159,8 @@ def advise(
     source_recipe = port = None
     if source_result.ranked:
         best = source_result.best
-        source_recipe = make_recipe(name, source, best.config, overrides=base_overrides, calibrated=calibrated)
-        port = make_recipe(name, target, best.config, overrides=base_overrides, calibrated=calibrated)
+        source_recipe = make_recipe(name, source, best.config, overrides=base_overrides, calibrated=calibrated, job=True)
+        port = make_recipe(name, target, best.config, overrides=base_overrides, calibrated=calibrated, job=True)
         if not port.predicted.fits:
             usable = target.hbm_capacity_gb.value * (1 - HEADROOM_FRACTION)
             notes.append(f"the direct port does not fit the {target.display_name}: it needs "
@@ -183,7 +183,7 @@ def advise(
     revisions = [Revision(i.name, i.field, int(i.old), int(i.new), i.reason, i.predicted_gain)  # type: ignore[arg-type]
                  for i in model_items if i.applied]
     co_designed = make_recipe(name, target, final.config, overrides=revised_overrides, revisions=revisions,
-                              calibrated=calibrated)
+                              calibrated=calibrated, job=True)
 
     if port is not None:
         items = _chain_model_gains(items, name, base_overrides, port, target, calibrated)

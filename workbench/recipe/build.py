@@ -1,7 +1,11 @@
 """Between recipes and the analytical model: the revised model, the ``TrainingConfig``, predictions, and back.
 
-    >>> recipe = make_recipe("llama3-8b", "h200", TrainingConfig(2, 4096, parallelism=Parallelism(dp=8)))
+    >>> recipe = make_recipe("llama3-8b", "h200", TrainingConfig(2, 4096, parallelism=Parallelism(dp=8)), job=True)
     >>> predict_recipe(recipe).summary.tokens_per_s == recipe.predicted.tokens_per_s
+
+``predict_recipe`` predicts what the reference job (``python -m workbench.train``) runs for the recipe (its
+``compile`` flag and Triton kernels: ``workbench.graph.execution``); ``make_recipe`` records that prediction with
+``job=True``, else the fused step a compiled production stack runs (``predict()``'s default, what ``search`` ranks).
 """
 
 from __future__ import annotations
@@ -117,12 +121,14 @@ def make_recipe(
     prediction: Prediction | None = None,
     calibrated: bool = False,
     select_kernels: bool = False,
+    job: bool = False,
 ) -> Recipe:
     """A recipe for catalog ``model`` (plus ``overrides``) on ``gpu``, predicted unless ``prediction`` is given.
 
     ``config.precision`` names the modelled precision; ``precision`` refines the policy (fp8 recipe, dtypes).
     ``select_kernels`` records, per GEMM and attention shape, the Triton config ``workbench.select`` picks or the
     vendor library (``kernel_choices``); without it ``kernels`` stays empty (every op on torch's kernels).
+    ``job`` records the reference job's prediction (as ``predict_recipe`` makes it) instead of the fused step's.
     """
     name = model if isinstance(model, str) else model.name
     overrides = dict(overrides or {})
@@ -130,7 +136,8 @@ def make_recipe(
     gpu = get_gpu(gpu)
     cfg = config.resolved(revised)
     if prediction is None:
-        prediction = predict(revised, gpu, cfg, calibrated=calibrated, execution=execution_for(compile, kernels))
+        execution = execution_for(compile, kernels) if job else None
+        prediction = predict(revised, gpu, cfg, calibrated=calibrated, execution=execution)
     policy = precision or PrecisionPolicy.for_precision(cfg.precision)
     if policy.workbench_precision != cfg.precision:
         raise SpecError("make_recipe", "precision", policy, f"a policy modelled as {cfg.precision!r}")
