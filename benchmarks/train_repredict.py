@@ -5,9 +5,9 @@
 
 No GPU: the recipes (``benchmarks/results/h200/train/recipes/``), the measured step times and memory
 (``results.csv``) and the per-class profile (``profile/<run>_classes.csv``) are committed. Per run: the prediction
-recorded when the proof ran ("old", calibrated), the current ``predict_recipe`` (spec and calibrated constants;
-it predicts what the reference job runs: eager or compiled, its loss, FSDP2 copies, fp8 quantization, DLRM's
-sparse update, see ``workbench.graph.execution``), the measured step, the errors and whether they are within the
+recorded when the proof ran ("old", calibrated), the current ``predict_recipe(job=True)`` (spec and calibrated
+constants; what the reference job runs: eager or compiled, its loss, FSDP2 copies, fp8 quantization, DLRM's sparse
+update, see ``workbench.graph.execution``), the measured step, the errors and whether they are within the
 issue #6 target (10%). Per class: the profile's measured ms per step beside the current calibrated prediction.
 """
 
@@ -68,8 +68,8 @@ def repredict() -> tuple[list[dict], list[dict]]:
         name = row["name"]
         recipe = load_recipe(TRAIN / "recipes" / f"{name}.yaml")
         measured = float(row["measured_step_s"])
-        spec = predict_recipe(recipe, calibrated=False)
-        cal = predict_recipe(recipe, calibrated=True)
+        spec = predict_recipe(recipe, calibrated=False, job=True)
+        cal = predict_recipe(recipe, calibrated=True, job=True)
         old = float(row["predicted_step_s_calibrated"])
         runs.append({
             "run": name, "compile": recipe.compile, "precision": row["precision"],
@@ -111,7 +111,7 @@ def report(runs: list[dict], classes: list[dict]) -> str:
         "",
         "`python benchmarks/train_repredict.py` (no GPU). Measured: `results.csv` (median timed step). Old: the "
         "calibrated prediction recorded when the proof ran (fused step, `compile` ignored). New: "
-        "`predict_recipe(recipe)` today, which predicts what the reference job runs (`workbench.graph.execution`: "
+        "`predict_recipe(recipe, job=True)` today, which predicts what the reference job runs (`workbench.graph.execution`: "
         "eager blocks unfused, the chunked fp32 loss and final norm outside the compiled blocks, FSDP2's copies on "
         "one GPU, fp8 quantize kernels for all three GEMMs, DLRM's sparse gradient + RowWiseAdagrad). Error = "
         "predicted / measured - 1.",

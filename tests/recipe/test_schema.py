@@ -68,10 +68,11 @@ def test_yaml_header_names_target_and_predictions(recipe):
 
 def test_predictions_are_the_models_for_the_revised_model(recipe):
     assert recipe_model(recipe).num_layers == 4 and recipe_model(recipe).vocab_size == 128512
-    # make_recipe records the fused step; predict_recipe the reference job, which job=True records
+    assert predict_recipe(recipe).summary.step_time_s == recipe.predicted.step_time_s
+    # job=True: the reference job's prediction, on both sides
     job = make_recipe("llama3-8b", "h200", training_config(recipe), overrides=recipe.model.overrides, job=True)
-    assert predict_recipe(recipe).summary.step_time_s == job.predicted.step_time_s
-    assert predict_recipe(recipe).summary.step_time_s > recipe.predicted.step_time_s
+    assert predict_recipe(recipe, job=True).summary.step_time_s == job.predicted.step_time_s
+    assert job.predicted.step_time_s > recipe.predicted.step_time_s
     assert training_config(recipe).grad_accumulation == 4
 
 

@@ -26,13 +26,9 @@ from workbench.errors import SpecError
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB, HEADROOM_FRACTION
 from workbench.models import Model, TransformerModel, get_model
-from workbench.graph.execution import Execution
 from workbench.recipe.build import make_recipe, revised_model
 from workbench.recipe.schema import Recipe, Revision
 from workbench.recipe.search import Candidate, FastEvaluator, search
-
-JOB = Execution(compile=True)
-"""The advisor's recipes run compiled (``make_recipe``'s default): every prediction here is the reference job's."""
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -153,14 +149,14 @@ def advise(
     kwargs = dict(precision=precision, precisions=precisions, seq_len=seq_len, global_batch=global_batch)
     notes: list[str] = []
     items: list[AdviceItem] = []
-    target_eval = FastEvaluator(base, target, calibrated=calibrated, execution=JOB)
+    target_eval = FastEvaluator(base, target, calibrated=calibrated)
 
-    source_result = search(base, source, gpus, calibrated=calibrated, execution=JOB, **kwargs)
+    source_result = search(base, source, gpus, calibrated=calibrated, **kwargs)
     source_recipe = port = None
     if source_result.ranked:
         best = source_result.best
-        source_recipe = make_recipe(name, source, best.config, overrides=base_overrides, calibrated=calibrated, job=True)
-        port = make_recipe(name, target, best.config, overrides=base_overrides, calibrated=calibrated, job=True)
+        source_recipe = make_recipe(name, source, best.config, overrides=base_overrides, calibrated=calibrated)
+        port = make_recipe(name, target, best.config, overrides=base_overrides, calibrated=calibrated)
         if not port.predicted.fits:
             usable = target.hbm_capacity_gb.value * (1 - HEADROOM_FRACTION)
             notes.append(f"the direct port does not fit the {target.display_name}: it needs "
@@ -178,12 +174,12 @@ def advise(
             revised_overrides[item.field] = int(item.new)  # type: ignore[arg-type]
     items += model_items
     final_model = revised_model(name, revised_overrides)
-    final_eval = target_eval if final_model == base else FastEvaluator(final_model, target, calibrated=calibrated, execution=JOB)
+    final_eval = target_eval if final_model == base else FastEvaluator(final_model, target, calibrated=calibrated)
     final = search(final_model, target, gpus, evaluator=final_eval, **kwargs).best if final_model != base else first
     revisions = [Revision(i.name, i.field, int(i.old), int(i.new), i.reason, i.predicted_gain)  # type: ignore[arg-type]
                  for i in model_items if i.applied]
     co_designed = make_recipe(name, target, final.config, overrides=revised_overrides, revisions=revisions,
-                              calibrated=calibrated, job=True)
+                              calibrated=calibrated)
 
     if port is not None:
         items = _chain_model_gains(items, name, base_overrides, port, target, calibrated)
@@ -201,7 +197,7 @@ def _gain(model: Model, gpu: GPU, cfg: TrainingConfig, calibrated: bool, referen
         resolved = cfg.resolved(model)
     except SpecError:
         return math.nan, False
-    c = FastEvaluator(model, gpu, calibrated=calibrated, execution=JOB).evaluate(resolved)
+    c = FastEvaluator(model, gpu, calibrated=calibrated).evaluate(resolved)
     return c.tokens_per_s / reference, c.fits
 
 
@@ -354,14 +350,14 @@ def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibra
     def fewest(gpu: GPU) -> int:
         for dp in (1, 2, 4, 8, 16, 32, 64, 128, 256):
             trial = TrainingConfig(1, cfg.seq_len, cfg.precision, Parallelism(dp=dp, sharding="ddp"))
-            if FastEvaluator(model, gpu, calibrated=calibrated, execution=JOB).evaluate(trial.resolved(model)).fits:
+            if FastEvaluator(model, gpu, calibrated=calibrated).evaluate(trial.resolved(model)).fits:
                 return dp
         return 0
 
     need_source, need_target = fewest(source), fewest(target)
     gain = 1.0
     if need_source and need_target and need_target < need_source:
-        ev = FastEvaluator(model, target, calibrated=calibrated, execution=JOB)
+        ev = FastEvaluator(model, target, calibrated=calibrated)
         per_gpu = []
         for dp in (need_target, need_source):
             best = search(model, target, dp, precision=cfg.precision, evaluator=ev).best

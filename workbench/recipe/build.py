@@ -1,11 +1,11 @@
 """Between recipes and the analytical model: the revised model, the ``TrainingConfig``, predictions, and back.
 
-    >>> recipe = make_recipe("llama3-8b", "h200", TrainingConfig(2, 4096, parallelism=Parallelism(dp=8)), job=True)
+    >>> recipe = make_recipe("llama3-8b", "h200", TrainingConfig(2, 4096, parallelism=Parallelism(dp=8)))
     >>> predict_recipe(recipe).summary.tokens_per_s == recipe.predicted.tokens_per_s
 
-``predict_recipe`` predicts what the reference job (``python -m workbench.train``) runs for the recipe (its
-``compile`` flag and Triton kernels: ``workbench.graph.execution``); ``make_recipe`` records that prediction with
-``job=True``, else the fused step a compiled production stack runs (``predict()``'s default, what ``search`` ranks).
+With ``job=True`` both predict what the reference job (``python -m workbench.train``) runs for the recipe (its
+``compile`` flag and Triton kernels: ``workbench.graph.execution``); by default, the fused step a compiled
+production stack runs (``predict()``'s default, what ``search`` ranks).
 """
 
 from __future__ import annotations
@@ -81,11 +81,13 @@ def execution_for(compile: bool, kernels: Sequence[KernelChoice]) -> Execution:
     return Execution(compile=compile, triton_ops=frozenset(k.op for k in kernels if k.choice == "triton"))
 
 
-def predict_recipe(recipe: Recipe, *, calibrated: bool = False) -> Prediction:
-    """``workbench.predict`` for the recipe's revised model, target GPU and configuration, as the reference job
-    (``python -m workbench.train``) runs it: eager or compiled, with the recipe's Triton kernels."""
+def predict_recipe(recipe: Recipe, *, calibrated: bool = False, job: bool = False) -> Prediction:
+    """``workbench.predict`` for the recipe's revised model, target GPU and configuration. ``job``: as the
+    reference job (``python -m workbench.train``) runs it -- eager or compiled per the recipe's ``compile``, with
+    its Triton kernels, its loss, FSDP2 copies, fp8 quantization (``workbench.graph.execution``); else the fused
+    step (what ``make_recipe`` records by default and ``search`` ranks)."""
     return predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), calibrated=calibrated,
-                   execution=recipe_execution(recipe))
+                   execution=recipe_execution(recipe) if job else None)
 
 
 def predicted_from(prediction: Prediction) -> Predicted:
