@@ -17,8 +17,8 @@ Python frames too on eager runs, which is how RoPE's ops are found). Writes, und
 - ``<run>_trace.json.gz``: the chrome trace (chrome://tracing or ui.perfetto.dev);
 - ``<run>_summary.json``; and for all runs ``classes.csv`` (long form) and ``REPORT.md``.
 
-The prediction is ``workbench.recipe.build.predict_recipe(recipe, calibrated=True)``, the one the recipe file
-records (``predicted.step_time_s``). Each run is its own process (``--in-process`` runs them here), so an OOM or a
+The prediction is ``workbench.recipe.build.predict_recipe(recipe, calibrated=True, job=True)``: the step as the
+reference job runs it (eager or compiled, its loss, FSDP2 copies, fp8 quantization). Each run is its own process (``--in-process`` runs them here), so an OOM or a
 hung compile costs that run only; ``--budget-s`` skips what would not finish in time.
 """
 
@@ -133,7 +133,7 @@ def profile_recipe(recipe_path: Path, out: Path, name: str, *, steps: int = 3, t
     busy_ms = busy_us(events) / steps / 1e3
     kernel_ms = sum(e.duration_us for e in events) / steps / 1e3
     recipe = load_recipe(recipe_path)
-    prediction = predict_recipe(recipe, calibrated=True)
+    prediction = predict_recipe(recipe, calibrated=True, job=True)
     predicted_step_ms = prediction.summary.step_time_s * 1e3
     _write_csv(out / f"{name}_kernels.csv", kernel_rows(events, steps))
     classes = class_rows(measured_by_class(events, steps), predicted_by_class(prediction), wall_ms=wall_ms,
@@ -246,7 +246,7 @@ def write_report(out: Path, results: list[dict], command: str) -> None:
              ("Per step, in ms. Measured: kernel time per class over the profiled steps (torch.profiler, CUDA "
              "activity); busy = union of kernel intervals; wall = median of the unprofiled timed steps; "
              "idle gap = wall - busy (host-bound time: launches, Python, eager dispatch, syncs). Predicted: "
-             "`predict_recipe(recipe, calibrated=True)` per op, summed per class."), ""]
+             "`predict_recipe(recipe, calibrated=True, job=True)` per op (the reference job as it runs), summed per class."), ""]
     for r in results:
         if r.get("status") != "ok":
             lines += [f"## {r['run']}: {r.get('status')}", "", f"{r.get('error', '')}", ""]

@@ -38,7 +38,7 @@ def prediction_rows(rows: list[dict]) -> list[dict]:
                  "precision": recipe.precision.workbench_precision, "compile": recipe.compile, "error": row["error"]}
         for label, calibrated in (("spec", False), ("calibrated", True)):
             try:
-                s = predict_recipe(recipe, calibrated=calibrated).summary
+                s = predict_recipe(recipe, calibrated=calibrated, job=True).summary
                 entry[f"predicted_step_s_{label}"] = s.step_time_s
                 entry["predicted_memory_gb"] = s.memory.total / 1e9
             except Exception as exc:
