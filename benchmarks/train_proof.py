@@ -22,7 +22,7 @@ One invocation runs three experiments, each run a recipe through ``python -m wor
    ``FP8_TOLERANCE`` (relative) and the final 25-step means by at most the same.
 
 Writes ``recipes/``, ``metrics/``, ``logs/``, ``results.csv``, ``fp8_vs_bf16.csv``, ``summary.json`` and
-``REPORT.md`` under ``--out``, and prints a short table. ``--only predict,port,fp8`` picks experiments.
+``REPORT.md`` under ``--out``, and prints a short table. ``--only predict,port,fp8,holdout`` picks experiments.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Run:
     """One recipe to run, and how."""
 
     experiment: str
-    """predict, port or fp8."""
+    """predict, port, fp8 or holdout (recipes the job model was not built from)."""
     name: str
     recipe: Recipe
     steps: int
@@ -133,6 +133,16 @@ def full_runs(notes: list[str]) -> list[Run]:
             steps=6, warmup=2, timeout_s=90),
         Run("predict", "llama1b-mb8-full-eager",
             _recipe("llama3.2-1b", cfg(8, 4096, activation_checkpointing="full"), compile=False), steps=5, warmup=2,
+            timeout_s=90),
+        # Hold-out recipes: not among the runs whose kernel profiles shaped the job model (workbench.graph.execution)
+        Run("holdout", "holdout-llama1b-mb4-selective-eager",
+            _recipe("llama3.2-1b", cfg(4, 4096, activation_checkpointing="selective"), compile=False), steps=5,
+            warmup=2, timeout_s=90),
+        Run("holdout", "holdout-llama8b-4l-mb1-compiled",
+            _recipe("llama3-8b", cfg(1, 8192), {"num_layers": 4}), steps=6, warmup=3, timeout_s=120),
+        Run("holdout", "holdout-llama1b-mb2-fp8-compiled",
+            _recipe("llama3.2-1b", cfg(2, 4096, precision="fp8"), fp8="rowwise"), steps=6, warmup=3, timeout_s=120),
+        Run("holdout", "holdout-dlrm-mb16k-eager", _recipe("dlrm-dcnv2", cfg(16384), compile=False), steps=8, warmup=2,
             timeout_s=90),
     ]
     return runs
@@ -240,16 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quick", action="store_true", help="tiny models on the CPU: tests the script in seconds")
-    p.add_argument("--only", default="predict,port,fp8", help="comma-separated experiments to run")
+    p.add_argument("--only", default="predict,port,fp8,holdout", help="comma-separated experiments to run")
     p.add_argument("--budget-s", type=float, default=BUDGET_S, help=f"whole-script time budget (default {BUDGET_S:.0f})")
     p.add_argument("--in-process", action="store_true", help="run recipes in this process (default with --quick)")
     p.add_argument("--subprocess", action="store_true", help="run each recipe in its own process (default without --quick)")
     p.add_argument("--dry-run", action="store_true", help="write the recipes and print the plan; run nothing")
     args = p.parse_args(argv)
     wanted = set(args.only.split(","))
-    unknown = wanted - {"predict", "port", "fp8"}
+    unknown = wanted - {"predict", "port", "fp8", "holdout"}
     if unknown:
-        p.error(f"--only: unknown experiments {sorted(unknown)}; expected predict, port, fp8")
+        p.error(f"--only: unknown experiments {sorted(unknown)}; expected predict, port, fp8, holdout")
     start = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -164,6 +164,10 @@ def markdown(summary: dict) -> str:
     for label in ("spec", "calibrated"):
         within = sum(1 for r in done if r[f"step_error_{label}"] is not None and abs(r[f"step_error_{label}"]) <= ERROR_TARGET)
         lines.append(f"\nStep time within {ERROR_TARGET:.0%} ({label} predictions): {within} of {len(done)} runs.")
+        held = [r for r in done if r["experiment"] == "holdout"]
+        if held:
+            ok = sum(1 for r in held if r[f"step_error_{label}"] is not None and abs(r[f"step_error_{label}"]) <= ERROR_TARGET)
+            lines.append(f"Of them, hold-out recipes (not used to build the job model): {ok} of {len(held)}.")
     within = sum(1 for r in done if r["memory_error"] is not None and abs(r["memory_error"]) <= ERROR_TARGET)
     lines += [f"Peak memory (reserved) within {ERROR_TARGET:.0%}: {within} of {len(done)} runs.", "",
               "## 2. Direct port vs co-designed (Llama 3 8B, 12 layers, 8k tokens; h100-sxm recipe vs h200-sxm recipe, both run on the H200)", ""]
