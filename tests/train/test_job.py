@@ -29,6 +29,9 @@ def test_loss_falls_on_the_text_corpus_and_metrics_compare_with_the_recipe(tiny_
     assert m["relative_error"]["step_time_s"] == pytest.approx(
         m["measured"]["step_time_s"] / m["predicted"]["step_time_s"] - 1)
     assert m["comparable"] is False and m["device"] == "cpu" and m["settings"]["parallelism"]["sharding"] == "fsdp"
+    # the step as this job runs it, predicted at run time beside the recipe's recorded (fused-step) prediction
+    assert m["predicted_job"]["step_time_s"] > 0 and m["relative_error_job"]["step_time_s"] == pytest.approx(
+        m["measured"]["step_time_s"] / m["predicted_job"]["step_time_s"] - 1)
 
 
 def test_activation_checkpointing_does_not_change_the_math(tiny_recipe):

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --{name.replace('_', '-')} = {value}: expected a positive number", file=sys.stderr)
             return 2
     try:
-        from workbench.train.job import RunOptions, train
+        from workbench.train.job import RunOptions, job_prediction, train
         from workbench.train.spec import load_job_spec
 
         spec = load_job_spec(args.recipe)
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                              seed=args.seed, max_table_rows=args.max_table_rows, log_every=args.log_every,
                              progress=not args.quiet)
         result = train(spec, options)
+        result.predicted_job = job_prediction(args.recipe)
     except WorkbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -50,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if int(os.environ.get("RANK", "0")) == 0:
         path = result.write(args.metrics)
-        m, errors = result.metrics()["measured"], result.metrics()["relative_error"]
+        metrics = result.metrics()
+        m, errors, job_errors = metrics["measured"], metrics["relative_error"], metrics["relative_error_job"]
         summary = ", ".join(f"{k} {v:+.1%}" for k, v in errors.items()) or "no predictions in the recipe"
+        if job_errors:
+            summary += "; vs this job's predicted step: " + ", ".join(f"{k} {v:+.1%}" for k, v in job_errors.items())
         rate = f"{m['tokens_per_s']:,.0f} tokens/s" if spec.seq_len > 1 else f"{m['samples_per_s']:,.0f} samples/s"
         print(f"[train] {spec.name}: median step {m['step_time_s']:.4f} s, {rate}, "
               f"loss {m['loss_first']:.3f} -> {m['loss_last']:.3f}; vs predicted: {summary}; metrics: {path}")

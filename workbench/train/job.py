@@ -74,6 +74,8 @@ class RunResult:
     peak_reserved_gb: float | None
     fp8_backend: str
     notes: list[str] = field(default_factory=list)
+    predicted_job: dict = field(default_factory=dict)
+    """The step as this job runs it, predicted at run time (``job_prediction``); {} when not available."""
 
     @property
     def step_time_s(self) -> float:
@@ -102,11 +104,7 @@ class RunResult:
     def metrics(self) -> dict:
         """The metrics JSON: settings, measured vs predicted with relative errors (measured / predicted - 1)."""
         s, measured = self.spec, self.measured()
-        errors = {}
-        for key in ("step_time_s", "tokens_per_s", "peak_memory_gb"):
-            predicted = s.predicted.get(key)
-            if predicted and measured.get(key) is not None:
-                errors[key] = measured[key] / predicted - 1
+        errors = _relative_errors(measured, s.predicted)
         return {
             "recipe": s.name, "model": s.model_name, "overrides": s.overrides,
             "target": {"gpu": s.target_gpu, "gpus": s.target_gpus},
@@ -126,6 +124,8 @@ class RunResult:
             "measured": measured,
             "predicted": s.predicted,
             "relative_error": errors,
+            "predicted_job": self.predicted_job,
+            "relative_error_job": _relative_errors(measured, self.predicted_job),
             "losses": self.losses,
             "step_times_s": self.step_times_s,
             "notes": self.notes,
@@ -238,3 +238,26 @@ def _progress(spec: JobSpec, step: int, total: int, warmup: int, loss: float, el
     unit = "samples/s" if spec.seq_len == 1 else "tok/s"
     print(f"[train] step {step + 1:>4}/{total}{phase:<10}  loss {loss:8.4f}  {elapsed:8.4f} s  {rate:12,.0f} {unit}"
           f"{memory}", file=sys.stderr, flush=True)
+
+
+def _relative_errors(measured: dict, predicted: dict) -> dict:
+    """measured / predicted - 1 for step time, tokens/s and peak memory, where both are known."""
+    return {key: measured[key] / predicted[key] - 1 for key in ("step_time_s", "tokens_per_s", "peak_memory_gb")
+            if predicted.get(key) and measured.get(key) is not None}
+
+
+def job_prediction(recipe_path: str | Path) -> dict:
+    """The step as this job runs the recipe (eager or compiled, its loss, FSDP2 copies, fp8 quantization:
+    ``predict_recipe(recipe, calibrated=True, job=True)``), made now; a recipe records the fused step that search
+    ranks, which an eager run is not. {} when the recipe's model or GPU is not in the catalog."""
+    from dataclasses import asdict
+
+    from workbench.errors import WorkbenchError
+    from workbench.recipe import load_recipe
+    from workbench.recipe.build import predict_recipe, predicted_from
+
+    try:
+        prediction = predict_recipe(load_recipe(recipe_path), calibrated=True, job=True)
+    except WorkbenchError:
+        return {}
+    return {**asdict(predicted_from(prediction)), "calibrated": prediction.calibrated}
