@@ -11,7 +11,8 @@ from workbench.cli import main
 from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.kernels.spaces import gemm_config_space
-from workbench.select import VENDOR_MARGIN, autotune_pruner, kernel_choices, rank_configs, select_config, vendor_choice
+from workbench.select import (VENDOR_MARGIN, autotune_pruner, kernel_choices, rank_configs, select_config, shortlist,
+                              vendor_choice)
 from workbench.select import gemm as gemm_model
 from workbench.select.profile import fit, load_selection_profile, nnls, write_selection_profile
 from workbench.select.tune import tune
@@ -244,3 +245,11 @@ def test_kernels_without_a_config_take_the_pick_for_their_device():
     assert picked == select_config("gemm", LLAMA_QKV, "bf16", "h200").config
     assert config_for_device("gemm", LLAMA_QKV, "bf16", "NVIDIA H200") is picked  # cached per shape
     assert config_for_device("gemm", LLAMA_QKV, "bf16", "Some Unknown GPU") is None  # static default then
+
+
+def test_shortlist_spreads_over_tiles():
+    ranked = rank_configs("gemm", {"m": 4096, "n": 4096, "k": 4096}, "bf16", "h200")
+    three = shortlist(ranked, 3)
+    tiles = {(c.config["BLOCK_M"], c.config["BLOCK_N"], c.config["BLOCK_K"]) for c in three}
+    assert three[0] == ranked[0] and len(tiles) == 3
+    assert shortlist(ranked[:2], 3) == ranked[:2]  # fewer candidates than asked: all of them

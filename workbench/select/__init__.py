@@ -188,6 +188,20 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
     return candidates[:top_k] if top_k else candidates
 
 
+def shortlist(candidates: list[Candidate], k: int) -> list[Candidate]:
+    """The ``k`` candidates to benchmark: best predicted first, then the next best of tiles not yet listed (configs
+    that differ only in stages, warps or grouping tend to run alike, so the model's errors hit them together), then
+    the rest in predicted order."""
+    tile = lambda c: tuple(c.config.get(key) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))  # noqa: E731
+    picked, tiles = [], set()
+    for candidate in candidates:
+        if len(picked) < k and tile(candidate) not in tiles:
+            picked.append(candidate)
+            tiles.add(tile(candidate))
+    picked += [c for c in candidates if c not in picked][: k - len(picked)]
+    return picked
+
+
 def select_config(op: str, shape: dict, dtype: str, gpu: str | GPU, **kwargs) -> Candidate:
     """The predicted-fastest config (top-1 of ``rank_configs``)."""
     return rank_configs(op, shape, dtype, gpu, top_k=1, **kwargs)[0]
