@@ -50,6 +50,7 @@ import triton.language as tl
 from workbench.kernels._common import check, check_device, interpreting
 from workbench.kernels.gemm import (  # noqa: F401
     TOLERANCE,
+    _scale_kind,
     bytes_moved,
     flops,
     reference_matmul,
@@ -248,17 +249,6 @@ def _check_operands(a, b, a_name: str, b_name: str, out) -> None:
 
 def _aligned(value: int) -> bool:
     return value % TMA_ALIGN_BYTES == 0
-
-
-def _scale_kind(scale, name: str, rows: int, column_shape: tuple[int, int], a) -> str:
-    check(isinstance(scale, torch.Tensor), name, type(scale).__name__, "a torch.Tensor")
-    check(scale.dtype == torch.float32, f"{name}.dtype", scale.dtype, "torch.float32")
-    check_device(a, scale, names=("a_fp8", name))
-    if scale.numel() == 1 and scale.dim() <= 1:
-        return "tensor"
-    check(tuple(scale.shape) in ((rows,), column_shape), f"{name}.shape", tuple(scale.shape),
-          f"a scalar (per tensor), [{rows}] or {list(column_shape)} (per row)")
-    return "row"
 
 
 def _launch(a, b, out_dtype: torch.dtype, config: dict | None, *, out=None, bias=None, scale_a=None, scale_b=None,
