@@ -154,41 +154,24 @@ def profile_recipe(recipe_path: Path, out: Path, name: str, *, steps: int = 3, t
 
 
 def _step_function(spec, built, world, next_batch, record_function):
-    """One optimizer step exactly as ``workbench.train.job._loop`` runs it (batches made before the clock
-    starts, forward under the builder's autocast, FSDP / DDP gradient sync on the last micro-batch, every
-    optimizer stepped and zeroed), with record_function ranges naming the phases; returns its wall seconds."""
+    """One optimizer step as ``workbench.train.job._loop`` runs it (``job.train_step``: batches made before the
+    clock starts, phases named train.forward / train.backward / train.optimizer), inside a ``train.step#i``
+    range; returns its wall seconds."""
     import torch
 
-    model, accum = built.model, spec.grad_accumulation
-    cuda = world.device.type == "cuda"
+    from workbench.train.job import train_step
 
-    def autocast():
-        if built.autocast_dtype:
-            return torch.autocast(world.device.type, dtype=built.autocast_dtype)
-        return contextlib.nullcontext()
+    cuda = world.device.type == "cuda"
+    autocast = (torch.autocast(world.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
+                else contextlib.nullcontext())
 
     def step(index: int) -> float:
-        batches = [next_batch() for _ in range(accum)]
+        batches = [next_batch() for _ in range(spec.grad_accumulation)]
         if cuda:
             torch.cuda.synchronize(world.device)
         start = time.perf_counter()
         with record_function(f"train.step#{index}"):
-            step_loss = torch.zeros((), device=world.device)
-            for i, batch in enumerate(batches):
-                last = i == accum - 1
-                if built.fsdp:
-                    model.set_requires_gradient_sync(last)
-                sync = model.no_sync() if built.ddp and not last else contextlib.nullcontext()
-                with sync:
-                    with record_function("train.forward"), autocast():
-                        loss = model(*batch)
-                    with record_function("train.backward"):
-                        (loss / accum).backward()
-                step_loss += loss.detach() / accum
-            with record_function("train.optimizer"):
-                for optimizer in built.optimizers:
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+            train_step(built, batches, autocast, world.device)
         if cuda:
             torch.cuda.synchronize(world.device)
         return time.perf_counter() - start

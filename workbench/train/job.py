@@ -179,7 +179,7 @@ def train(spec: JobSpec, options: RunOptions | None = None) -> RunResult:
 
 def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> RunResult:
     next_batch = _batches(spec, options, world)
-    model, accum = built.model, spec.grad_accumulation
+    accum = spec.grad_accumulation
     autocast = (torch.autocast(world.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                 else contextlib.nullcontext())
     losses, times = [], []
@@ -193,20 +193,7 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
         batches = [next_batch() for _ in range(accum)]
         _sync(world.device)
         start = time.perf_counter()
-        step_loss = torch.zeros((), device=world.device)
-        for i, batch in enumerate(batches):
-            last = i == accum - 1
-            if built.fsdp:
-                model.set_requires_gradient_sync(last)
-            sync = model.no_sync() if built.ddp and not last else contextlib.nullcontext()
-            with sync:
-                with autocast:
-                    loss = model(*batch)  # the loss: models compute it in forward given targets
-                (loss / accum).backward()
-            step_loss += loss.detach() / accum
-        for optimizer in built.optimizers:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        step_loss = train_step(built, batches, autocast, world.device)
         _sync(world.device)
         elapsed = time.perf_counter() - start
         if world.world_size > 1:
@@ -227,6 +214,33 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
     device = torch.cuda.get_device_name(world.device) if cuda else "cpu"
     return RunResult(spec, options, device, world.world_size, losses, times, allocated, reserved, built.fp8_backend,
                      built.notes)
+
+
+def train_step(built: Built, batches: list, autocast, device: torch.device) -> torch.Tensor:
+    """One optimizer step over ``batches`` (its micro-batches): forward under ``autocast`` (a reusable context
+    manager), backward, FSDP / DDP gradient sync on the last micro-batch only, every optimizer stepped and
+    zeroed. Returns the mean loss (on the device, not synchronised). The phases are named for torch.profiler
+    (``train.forward``, ``train.backward``, ``train.optimizer``; ``benchmarks/train_profile.py`` reads them)."""
+    from torch.profiler import record_function
+
+    model, accum = built.model, len(batches)
+    step_loss = torch.zeros((), device=device)
+    for i, batch in enumerate(batches):
+        last = i == accum - 1
+        if built.fsdp:
+            model.set_requires_gradient_sync(last)
+        sync = model.no_sync() if built.ddp and not last else contextlib.nullcontext()
+        with sync:
+            with record_function("train.forward"), autocast:
+                loss = model(*batch)  # the loss: models compute it in forward given targets
+            with record_function("train.backward"):
+                (loss / accum).backward()
+        step_loss += loss.detach() / accum
+    with record_function("train.optimizer"):
+        for optimizer in built.optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return step_loss
 
 
 def _progress(spec: JobSpec, step: int, total: int, warmup: int, loss: float, elapsed: float, world: World) -> None:
