@@ -37,19 +37,44 @@ AUTOTUNE_S_PER_CONFIG = 0.125
 """triton.testing.do_bench's defaults (25 ms warm-up + 100 ms of repeats) per config, as triton.autotune runs it."""
 
 
-def load(paths: list[Path]) -> pd.DataFrame:
+def load(paths: list[Path], padded_since: Path | None = None) -> pd.DataFrame:
     """The sweeps' rows; a shape swept again in a later file (e.g. after a kernel change) replaces its earlier
-    rows, so each (part, shape) is measured with one kernel version."""
+    rows, so each (part, shape) is measured with one kernel version. ``padded_since``: the first sweep made since
+    the GEMM wrapper pads unaligned operands (``gemm.pad_unaligned``); earlier files' rows of shapes it pads
+    measured another kernel and are dropped (the held-out split is made before, so it does not move)."""
     frames = []
     for path in paths:
         frame = pd.read_csv(path)
         redone = set(zip(frame.part, frame.shape_id))
         frames = [f[[pair not in redone for pair in zip(f.part, f.shape_id)]] for f in frames]
         frames.append(frame)
+    stale = paths.index(padded_since) if padded_since is not None else 0  # files before it: unpadded kernel
+    everything = pd.concat(frames, ignore_index=True)
+    held = {pair for pair, h in zip(zip(everything.part, everything.shape_id), split(everything)) if h}
+    frames = [f[[not pads(row) for row in f.itertuples()]] if i < stale else f for i, f in enumerate(frames)]
     frame = pd.concat(frames, ignore_index=True)
+    frame.attrs["dropped_shapes"] = len(set(zip(everything.part, everything.shape_id))
+                                         - set(zip(frame.part, frame.shape_id)))
     frame["seconds"] = frame.ms / 1e3
-    frame["held_out"] = split(frame)
+    frame["held_out"] = [(p, s) in held for p, s in zip(frame.part, frame.shape_id)]
     return frame
+
+
+def pads(row) -> bool:
+    """Whether the GEMM wrapper pads this sweep row's operands (``workbench.select.gemm.padding``)."""
+    if row.part == "attention":
+        return False
+    size = 1 if row.part == "gemm-fp8" else 2
+    layout = sweep_layout({"part": row.part, "layout": row.layout})
+    m, n, k = int(row.m), int(row.n), int(row.k)
+    return gemm_model.padding(m, n, k, layout, size) != (m, n, k)
+
+
+def fit_rows(frame: pd.DataFrame, gpu) -> dict:
+    """Profile sections fitted on ``frame``'s rows (written to a scratch CSV for ``fit_sweeps``)."""
+    scratch = Path(tempfile.mkdtemp(prefix="select-fit-")) / "rows.csv"
+    frame.drop(columns=["seconds", "held_out"]).to_csv(scratch, index=False)
+    return fit_sweeps([scratch], gpu)
 
 
 def operand_alignment(row) -> str:
@@ -75,12 +100,6 @@ def split(frame: pd.DataFrame) -> pd.Series:
         ids = sorted(group.shape_id.unique())
         held[group.index] = group.shape_id.isin(set(ids[1::2]))
     return held
-
-
-def fit_sections(paths: list[Path], frame: pd.DataFrame, gpu) -> dict:
-    """Profile sections fitted on the non-held-out shapes only."""
-    fitted = {(r.part, r.shape_id) for r in frame[~frame.held_out].itertuples()}
-    return fit_sweeps(paths, gpu, keep=lambda row: (row["part"], row["shape_id"]) in fitted)
 
 
 def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
@@ -189,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-profile", action="store_true",
                         help="also write specs/calibration/h200-sxm-select.yaml, fitted on every shape")
     parser.add_argument("--amd-check", action="store_true", help="cross-compile the AMD picks (needs triton)")
+    parser.add_argument("--padded-since", type=Path,
+                        help="the first sweep file measured with gemm.pad_unaligned (earlier rows of padded shapes "
+                             "are dropped)")
     args = parser.parse_args(argv)
-    frame = load(args.sweeps)
+    frame = load(args.sweeps, args.padded_since)
     out_dir = args.sweeps[0].parent
     gpu = get_gpu(GPU)
     # Score with a profile fitted on the fit half only, in a scratch calibration directory (with the GPU's
@@ -198,12 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="select-eval-"))
     shutil.copy(profile_path(gpu), scratch / profile_path(gpu).name)
     os.environ["WORKBENCH_CALIBRATION_DIR"] = str(scratch)
-    write_selection_profile(gpu, fit_sections(args.sweeps, frame, gpu), source="select_eval.py: fit half")
+    write_selection_profile(gpu, fit_rows(frame[~frame.held_out], gpu), source="select_eval.py: fit half")
     calibrated = score(frame, calibrated=True)
     spec = score(frame, calibrated=False)
     del os.environ["WORKBENCH_CALIBRATION_DIR"]
     if args.write_profile:  # what users get: fitted on every measured shape
-        path = write_selection_profile(gpu, fit_sweeps(args.sweeps, gpu),
+        path = write_selection_profile(gpu, fit_rows(frame, gpu),
                                        source="benchmarks/select_eval.py --write-profile (all measured shapes)")
         print("wrote", path)
     calibrated.to_csv(out_dir / "select_eval.csv", index=False)
@@ -227,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
               "(torch._scaled_mm's layout), so fp8 is fitted and scored as `nt`. The model-guided tuning loop "
               "(`workbench.select.tune`) replays the measured sweep as its benchmark; NVIDIA's nvMatmulHeuristics "
               "needs about 8 benchmarks for ~99%. The vendor shim's 10% margin (`VENDOR_MARGIN`) was chosen after "
-              "seeing these held-out results, so the shim figure below is optimistic.", ""]
+              "seeing these held-out results, so the shim figure below is optimistic."
+              + (f" Since `--padded-since` the GEMM wrapper pads unaligned operands; {frame.attrs['dropped_shapes']} "
+                 "fit-half shapes it pads were only measured before that and are left out of the fit."
+                 if frame.attrs.get("dropped_shapes") else ""), ""]
     for part, group in calibrated.groupby("part"):
         exhaustive = group.configs.sum() * AUTOTUNE_S_PER_CONFIG
         lines.append(f"- {part}: exhaustive autotuning of {len(group)} shapes x {group.configs.median():.0f} configs "
@@ -247,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                                       best_vs_vendor=geomean(g.vendor_s / g.best_s))
                                  for (part, kind), g in gemms.assign(operands=aligned).groupby(["part", "operands"])])
     lines += ["", "## By operand alignment (held out)", "",
-              "`aligned`: both operands' rows are 16-byte aligned (vector loads); `A`, `B`, `AB`: those operands' "
-              "rows are not (odd leading dimensions: the kernel loads them element by element).", "",
+              "`aligned`: both operands' rows are 16-byte aligned; `A`, `B`, `AB`: those operands' rows are not "
+              "(odd leading dimensions), so the GEMM wrapper copies them into padded buffers (`gemm.pad_unaligned`; "
+              "the copies are in the measured times).", "",
               markdown(by_alignment)]
     worst = calibrated.sort_values("top1").head(8)[["part", "shape_id", "source", "shape", "layout", "top1", "top3",
                                                      "top1_config", "best_config"]]

@@ -179,13 +179,15 @@ def relative_error(out, ref) -> float:
 
 # ------------------------------------------------------------------------------------------ parallel compile
 def _proxy_size(size: int) -> int:
-    """A small size with the same Triton specialisation as ``size`` (divisible by 16 or not), the same
-    divisibility by every BLOCK_K (32, 64, 128), so EVEN_K matches too, and the same kernel hint
-    (``gemm.divisibility_hints``: the power of two up to 8 that divides it)."""
-    for candidate in (128, 64, 32, 16):
-        if size % candidate == 0:
-            return candidate
-    return 16 + (size & -size)  # 17, 18, 20 or 24
+    """A small size that the kernel specialises exactly like ``size``: the same power of two up to 8 dividing it
+    (Triton's divisibility by 16, the kernel's DIV_* hints), and, once rounded up to 16 bytes of bf16 (the
+    padding of ``gemm.pad_unaligned``), the same divisibility by 16 and by every BLOCK_K (32, 64, 128), so
+    EVEN_K matches too: p - size elements below three times the largest power of two (up to 128) dividing
+    p = size rounded up to 8 (three times, so that no proxy is 1, which Triton specialises apart)."""
+    if size == 1:
+        return 1
+    padded = -(-size // 8) * 8
+    return 3 * min(padded & -padded, 128) - (padded - size)
 
 
 def _compile_gemm(job: tuple) -> str:

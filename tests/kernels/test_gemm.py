@@ -79,6 +79,29 @@ def test_sizes_and_strides_divisible_by_8_not_16(layout):
     assert _error(matmul(a, b, config=SMALL_TILES), reference_matmul(a, b)) < TOLERANCE["fp32"]
 
 
+def test_unaligned_operands_are_padded_to_16_bytes():
+    a, b = _randn(37, 29, dtype=torch.bfloat16), _randn(53, 29, dtype=torch.bfloat16).t()  # K = 29: both rows odd
+    pa, pb = gemm.pad_unaligned(a, b)
+    assert pa.shape == (37, 32) and pb.shape == (32, 53) and pa.stride() == (32, 1) and pb.stride() == (1, 32)
+    assert torch.equal(pa[:, :29], a) and not pa[:, 29:].any() and not pb[29:].any()  # zero K padding
+    a_t = _randn(29, 37, dtype=torch.bfloat16).t()  # column-major A: its stride is M = 37
+    pa, pb = gemm.pad_unaligned(a_t, _randn(29, 48, dtype=torch.bfloat16))
+    assert pa.shape == (40, 29) and pa.stride() == (1, 40) and pb.shape == (29, 48)  # M padded, K left alone
+    strided = _randn(37, 58, dtype=torch.bfloat16)[:, ::2]  # neither stride is 1: left as it is
+    assert gemm.pad_unaligned(strided, _randn(29, 53, dtype=torch.bfloat16))[0] is strided
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+def test_padded_operands_give_the_product_with_bias_and_row_scales(layout):
+    (m, n, k) = (37, 53, 29)
+    a = _randn(k, m).t() if layout[0] == "t" else _randn(m, k)
+    b = _randn(n, k).t() if layout[1] == "t" else _randn(k, n)
+    a, b = a.to(torch.float16), b.to(torch.float16)  # 2-byte rows of 29, 37 or 53 elements: all padded
+    bias = _randn(n)
+    out = matmul(a, b, bias=bias, activation="relu", config=SMALL_TILES)
+    assert _error(out, reference_matmul(a, b, bias=bias, activation="relu")) < TOLERANCE["fp16"]
+
+
 def test_divisibility_hints_cover_only_what_triton_misses():
     hints = gemm.divisibility_hints(4096, 50257, 2008, 2008, 1, 1, 2008)
     # 4096 is divisible by 16 and a unit stride is specialised already: no hint; 50257 is odd: none possible

@@ -73,7 +73,8 @@ def _gemm_source(config: dict, dtype: str, target: str):
     out = "bf16" if dtype == "fp8" else _TRITON_DTYPE[dtype]
     signature = {"a_ptr": f"*{operand}", "b_ptr": f"*{operand}", "c_ptr": f"*{out}", "bias_ptr": f"*{out}",
                  "scale_a_ptr": "*fp32", "scale_b_ptr": "*fp32"}
-    signature.update({name: "i32" for name in ("M", "N", "K", "stride_am", "stride_bk", "stride_cm")})
+    signature.update({name: "i32" for name in ("M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk",
+                                               "stride_cm")})
     scale = "tensor" if dtype == "fp8" else "none"
     precision = {"tf32": "tf32" if target != "gfx950" else "bf16x3", "fp32": "ieee"}.get(dtype)
     # Row-major operands: Triton specialises the unit inner strides to constants at run time, so do we here
@@ -84,7 +85,7 @@ def _gemm_source(config: dict, dtype: str, target: str):
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _gemm_kernel.arg_names}  # the kernel's parameter order
     # sizes and outer strides divisible by 16, as Triton specialises them at run time
-    divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"]
+    divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk", "stride_cm"]
     return _gemm_kernel, signature, constexprs, divisible
 
 

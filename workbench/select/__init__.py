@@ -173,9 +173,10 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
     if op == "gemm":
         m, n, k = shape["m"], shape["n"], shape["k"]
         floor = gemm_model.memory_floor_s(m, n, k, dtype, gpu, _constants(gpu))
+        copies = gemm_model.padding_s(m, n, k, layout, operand_bytes, gpu, _constants(gpu))
         for config, coef, occupancy in zip(fitting, coefficients, [r for r in resident if r]):
             t = gemm_model.terms(config, m, n, k, layout, operand_bytes, units, occupancy)
-            time_s = max(floor, sum(c * x for c, x in zip(coef, t)))
+            time_s = copies + max(floor, sum(c * x for c, x in zip(coef, t)))
             tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
             candidates.append(Candidate(config, time_s, tiles, int(t[2]), occupancy, source))
     else:

@@ -6,10 +6,11 @@ The terms are the microarchitecture's bookkeeping, computed exactly from the sha
   ``tiles_per_unit = ceil(tiles / units)`` of them one after another (wave quantization; the tail wave costs a
   whole tile time), each walking ``k_steps = ceil(K / BLOCK_K)`` pipelined K steps;
 - ``fill``, the fraction of the units busy: a partial wave leaves each busy unit more L2/HBM bandwidth;
-- the layout (A transposed: ``tn``; B transposed: ``nt``), rows that are not 16-byte aligned (no vector loads;
-  the kernel passes strides divisible by 8, 4 or 2 elements as hints, so 16-byte rows get vector loads even
-  where Triton's own specialisation, divisible by 16 elements, misses them), a K that is not a multiple of
-  BLOCK_K (masked loads) and M/N that are not multiples of 16 (Triton's divisibility hint);
+- the layout (A transposed: ``tn``; B transposed: ``nt``), a K that is not a multiple of BLOCK_K (masked
+  loads) and M/N that are not multiples of 16 (Triton's divisibility hint). Every operand row the kernel loads is
+  16-byte aligned: it passes strides divisible by 8, 4 or 2 elements as hints (Triton's own specialisation only
+  knows "divisible by 16") and copies operands whose rows are not aligned into padded buffers (``padding``;
+  the copy is a cost outside the configs, ``padding_bytes``);
 - programs resident per unit (``occupancy``): their tiles overlap, so the waves over units x resident programs
   bound the latency path.
 
@@ -27,18 +28,12 @@ from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
 TERMS = ("k_steps", "k_steps_x_fill", "tiles_per_unit", "launch", "k_steps_tn", "k_steps_nt",
-         "loads_unaligned_a_tn", "loads_unaligned_a", "loads_unaligned_b_nt", "loads_unaligned_b",
          "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n", "wave_k_steps")
 """The per-config terms, all counted per unit (SM/CU) along the critical path: ``k_steps`` is
 tiles_per_unit x ceil(K / BLOCK_K); the ``k_steps_*`` terms are k_steps where that condition holds;
 ``wave_k_steps`` is ceil(tiles / (units x resident programs per unit)) x ceil(K / BLOCK_K), the latency-bound
 path when programs that share a unit overlap (a config that fits one more program per SM can finish a tail
-wave early); ``loads_unaligned_*`` count, where an operand's rows are not 16-byte aligned, the element loads
-each thread issues for that operand's tiles (k_steps x tile elements / threads)."""
-SHARED_TERMS = ("loads_unaligned_a_tn", "loads_unaligned_a", "loads_unaligned_b_nt", "loads_unaligned_b")
-"""Terms whose coefficient is one constant for all configs (seconds per element load per thread): unaligned
-shapes are rare in a sweep, too rare to fit per config, and the physics (load issue rate) is the config's own
-count times a property of the GPU."""
+wave early). K is the kernel's: padded to 16 bytes where ``gemm.pad_unaligned`` pads it."""
 LAYOUTS = ("nn", "nt", "tn")
 """C = A @ B with A row-major (n) or transposed (t, column-major), then B likewise."""
 VECTOR_BYTES = 16
@@ -48,8 +43,6 @@ VECTOR_BYTES = 16
 L2_TO_HBM_BANDWIDTH = 2.5
 """L2 bandwidth over HBM bandwidth, the rate at which K-step operand tiles reach the units. A guess (H100-class
 L2 is quoted at 2-3x HBM in microbenchmark papers); calibrate with `workbench select --fit`."""
-UNALIGNED_LOAD_SLOWDOWN = 8.0
-"""Operand loads without 16-byte vectors issue up to 8x the instructions (2-byte elements). A guess."""
 RAGGED_K_COST = 0.05
 """Extra cost of masked K steps, as a fraction of a K step. A guess."""
 TILE_OVERHEAD_STEPS = 1.0
@@ -80,10 +73,36 @@ def _unaligned(elements: int, operand_bytes: int) -> bool:
     return (elements * operand_bytes) % VECTOR_BYTES != 0
 
 
+def padding(m: int, n: int, k: int, layout: str, operand_bytes: int) -> tuple[int, int, int]:
+    """(M_LOAD, N_LOAD, K) as the kernel sees them after ``workbench.kernels.gemm.pad_unaligned``: an operand
+    whose rows are not 16-byte aligned is copied into a padded buffer (K padded in both operands, M of a
+    column-major A, N of a row-major B), so every operand row gets vector loads."""
+    step = max(1, VECTOR_BYTES // operand_bytes)
+    up = lambda size: -(-size // step) * step  # noqa: E731
+    tn, nt = layout == "tn", layout == "nt"
+    pad_k = (not tn and _unaligned(k, operand_bytes)) or (nt and _unaligned(k, operand_bytes))
+    pad_m = tn and _unaligned(m, operand_bytes)
+    pad_n = not nt and _unaligned(n, operand_bytes)
+    return up(m) if pad_m else m, up(n) if pad_n else n, up(k) if pad_k else k
+
+
+def padding_bytes(m: int, n: int, k: int, layout: str, operand_bytes: int) -> int:
+    """Bytes the padding copies move (each padded operand read once and its padded buffer written twice: the
+    zero fill and the copy); 0 when nothing is padded."""
+    m_load, n_load, k_load = padding(m, n, k, layout, operand_bytes)
+    moved = 0
+    if k_load != k or m_load != m:
+        moved += (m * k + 2 * m_load * k_load) * operand_bytes
+    if k_load != k or n_load != n:
+        moved += (k * n + 2 * k_load * n_load) * operand_bytes
+    return moved
+
+
 def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int, units: int,
           resident: int = 1) -> tuple[float, ...]:
     """The TERMS of one GEMM C[m, n] = A[m, k] @ B[k, n] under ``config`` on ``units`` SMs/CUs with ``resident``
     programs per unit."""
+    k = padding(m, n, k, layout, operand_bytes)[2]
     tiles = math.ceil(m / config["BLOCK_M"]) * math.ceil(n / config["BLOCK_N"])
     per_unit = math.ceil(tiles / units)
     tile_steps = math.ceil(k / config["BLOCK_K"])
@@ -91,15 +110,7 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     waves = math.ceil(tiles / (units * max(1, resident)))
     fill = min(1.0, tiles / units)
     tn, nt = layout == "tn", layout == "nt"
-    # the row stride of each operand: A is [m, k] (stride k) or its transpose (stride m); B [k, n] or transposed
-    unaligned_a = _unaligned(m if tn else k, operand_bytes)
-    unaligned_b = _unaligned(k if nt else n, operand_bytes)
-    # unaligned tiles are loaded element by element: loads per thread per K step
-    threads = 32 * config["num_warps"]
-    loads_a = steps * config["BLOCK_M"] * config["BLOCK_K"] / threads if unaligned_a else 0.0
-    loads_b = steps * config["BLOCK_K"] * config["BLOCK_N"] / threads if unaligned_b else 0.0
     return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
-            loads_a * tn, loads_a * (not tn), loads_b * nt, loads_b * (not nt),
             steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0), waves * tile_steps)
 
 
@@ -138,10 +149,14 @@ def spec_coefficients(config: dict, gpu: GPU, dtype: str, constants: Constants) 
     if gpu.vendor == "amd":
         step *= AMD_NONKDIM32_COST if config.get("matrix_instr_nonkdim") == 32 else 1.0
         overhead *= AMD_WAVES_PER_EU_HIDE if config.get("waves_per_eu") == 2 else 1.0
-    # an unaligned operand's tile costs UNALIGNED_LOAD_SLOWDOWN times its vector load: per element load per thread
-    per_load = (UNALIGNED_LOAD_SLOWDOWN - 1.0) * operand_bytes * 32 * config["num_warps"] / l2_per_unit
-    return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0,
-            per_load, per_load, per_load, per_load, RAGGED_K_COST * step, 0.0, 0.0, 0.0)
+    return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0, RAGGED_K_COST * step, 0.0, 0.0, 0.0)
+
+
+def padding_s(m: int, n: int, k: int, layout: str, operand_bytes: int, gpu: GPU, constants: Constants) -> float:
+    """The padding copies' time (``padding_bytes`` at the achievable HBM bandwidth): the same for every config,
+    added to each candidate's time (and taken off measured times before a fit)."""
+    moved = padding_bytes(m, n, k, layout, operand_bytes)
+    return moved / (gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"]) if moved else 0.0
 
 
 def memory_floor_s(m: int, n: int, k: int, dtype: str, gpu: GPU, constants: Constants) -> float:

@@ -110,45 +110,19 @@ def nnls(rows: list[list[float]], targets: list[float], iterations: int = 200) -
     return [float(v) for v in x]
 
 
-def fit(samples: Iterable[tuple[str, tuple[float, ...], float]], shared: tuple[int, ...] = (),
-        rounds: int = 6) -> dict[str, list[float]]:
+def fit(samples: Iterable[tuple[str, tuple[float, ...], float]]) -> dict[str, list[float]]:
     """Per config key, the coefficients that best predict its measured seconds from its terms.
 
     samples: (config key, terms, measured seconds). Each row is scaled by 1/seconds, so the fit minimises
-    relative error (a 10 us GEMM counts as much as a 10 ms one). ``shared``: indices of terms whose coefficient
-    is one value for every config; it is fitted by alternating least squares with the per-config ones (first
-    the per-config terms on rows without shared terms, then the shared ones on what is left, ``rounds`` times)."""
-    import numpy as np
-
+    relative error (a 10 us GEMM counts as much as a 10 ms one)."""
     by_config: dict[str, tuple[list, list]] = {}
     for key, terms, seconds in samples:
         if not (seconds > 0 and math.isfinite(seconds)):
             continue
-        by_config.setdefault(key, ([], []))[0].append([t / seconds for t in terms])
-    if not shared:
-        return {key: nnls(rows, [1.0] * len(rows)) for key, (rows, _) in by_config.items()}
-    scaled = {key: np.asarray(rows, float) for key, (rows, _) in by_config.items()}  # [samples, terms]
-    width = next(iter(scaled.values())).shape[1]
-    own = [i for i in range(width) if i not in shared]
-    common = np.zeros(len(shared))
-    per_config: dict[str, np.ndarray] = {}
-    for round_ in range(rounds):
-        for key, x in scaled.items():
-            rows = x if round_ else x[~x[:, shared].any(axis=1)]  # round 0: rows the shared terms do not touch
-            rows = rows if len(rows) else x
-            per_config[key] = np.asarray(nnls(rows[:, own], 1.0 - rows[:, shared] @ common))
-        touched = [(x[x[:, shared].any(axis=1)], key) for key, x in scaled.items()]
-        design = np.vstack([x[:, shared] for x, _ in touched])
-        if not len(design):
-            break
-        residual = np.concatenate([1.0 - x[:, own] @ per_config[key] for x, key in touched])
-        common = np.asarray(nnls(design, residual))
-    out = {}
-    for key, coefficients in per_config.items():
-        full = np.zeros(width)
-        full[own], full[list(shared)] = coefficients, common
-        out[key] = [float(v) for v in full]
-    return out
+        rows, targets = by_config.setdefault(key, ([], []))
+        rows.append([t / seconds for t in terms])
+        targets.append(1.0)
+    return {key: nnls(rows, targets) for key, (rows, targets) in by_config.items()}
 
 
 def write_selection_profile(gpu: str | GPU, sections: dict[str, dict], path: Path | None = None, *,
@@ -191,7 +165,10 @@ def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
     from workbench.select import attention as attention_model
     from workbench.select import gemm as gemm_model
 
+    from workbench.perf.efficiency import default_constants
+
     units = gpu.compute_units.value
+    constants = default_constants(gpu)
     samples: dict[str, list] = {}
     shapes: dict[str, set] = {}
     names = []
@@ -206,25 +183,29 @@ def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
                 op, operand_bytes = PART_SECTIONS[row["part"]]
                 config = json.loads(row["config"])
                 head = int(float(row["head_dim"])) if op == "attention" else 0
+                seconds = float(row["ms"]) * 1e-3
                 if op == "gemm":
-                    terms = gemm_model.terms(config, int(row["m"]), int(row["n"]), int(row["k"]), sweep_layout(row),
-                                             operand_bytes, units, gemm_model.occupancy(config, gpu, operand_bytes))
+                    m, n, k = (int(float(row[key])) for key in ("m", "n", "k"))
+                    layout = sweep_layout(row)
+                    terms = gemm_model.terms(config, m, n, k, layout, operand_bytes, units,
+                                             gemm_model.occupancy(config, gpu, operand_bytes))
+                    # the kernel's own time: the padding copies the wrapper makes are not the config's
+                    seconds -= gemm_model.padding_s(m, n, k, layout, operand_bytes, gpu, constants)
                 else:
                     shape = {key: int(float(row[key])) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
                     shape["causal"] = row["causal"] in ("True", "true", "1")
                     terms = attention_model.terms(config, shape, units)
                 name = section_name(op, operand_bytes, head)
-                samples.setdefault(name, []).append((gemm_model.config_key(config), terms, float(row["ms"]) * 1e-3))
+                samples.setdefault(name, []).append((gemm_model.config_key(config), terms, seconds))
                 shapes.setdefault(name, set()).add((row["part"], row["shape_id"]))
     if not samples:
         raise WorkbenchError(f"no triton timings to fit in {', '.join(names)} (expected select_sweep.py CSVs)")
     sections = {}
     for name, rows in samples.items():
         terms = gemm_model.TERMS if name.startswith("gemm") else attention_model.TERMS
-        shared = tuple(terms.index(t) for t in gemm_model.SHARED_TERMS) if name.startswith("gemm") else ()
         sections[name] = {
             "terms": list(terms),
             "fitted_on": f"{len(shapes[name])} shapes, {len(rows)} timings from {', '.join(names)}",
-            "configs": {key: [float(f"{v:.6g}") for v in values] for key, values in fit(rows, shared).items()},
+            "configs": {key: [float(f"{v:.6g}") for v in values] for key, values in fit(rows).items()},
         }
     return sections
