@@ -28,53 +28,14 @@ from workbench.hardware import get_gpu  # noqa: E402
 from workbench.perf.efficiency import profile_path  # noqa: E402
 from workbench.select import gemm as gemm_model  # noqa: E402
 from workbench.select import rank_configs, shortlist, vendor_choice  # noqa: E402
-from workbench.select.profile import fit_sweeps, sweep_layout, write_selection_profile  # noqa: E402
+from workbench.select.profile import sweep_layout, write_selection_profile  # noqa: E402
+from workbench.select.sweeps import fit_frame, load_sweeps  # noqa: E402
 from workbench.select.tune import tune  # noqa: E402
 
 GPU = "h200-sxm"
 DTYPE = {"gemm-bf16": "bf16", "gemm-fp16": "fp16", "gemm-fp8": "fp8", "attention": "bf16"}
 AUTOTUNE_S_PER_CONFIG = 0.125
 """triton.testing.do_bench's defaults (25 ms warm-up + 100 ms of repeats) per config, as triton.autotune runs it."""
-
-
-def load(paths: list[Path], padded_since: Path | None = None) -> pd.DataFrame:
-    """The sweeps' rows; a shape swept again in a later file (e.g. after a kernel change) replaces its earlier
-    rows, so each (part, shape) is measured with one kernel version. ``padded_since``: the first sweep made since
-    the GEMM wrapper pads unaligned operands (``gemm.pad_unaligned``); earlier files' rows of shapes it pads
-    measured another kernel and are dropped (the held-out split is made before, so it does not move)."""
-    frames = []
-    for path in paths:
-        frame = pd.read_csv(path)
-        redone = set(zip(frame.part, frame.shape_id))
-        frames = [f[[pair not in redone for pair in zip(f.part, f.shape_id)]] for f in frames]
-        frames.append(frame)
-    stale = paths.index(padded_since) if padded_since is not None else 0  # files before it: unpadded kernel
-    everything = pd.concat(frames, ignore_index=True)
-    held = {pair for pair, h in zip(zip(everything.part, everything.shape_id), split(everything)) if h}
-    frames = [f[[not pads(row) for row in f.itertuples()]] if i < stale else f for i, f in enumerate(frames)]
-    frame = pd.concat(frames, ignore_index=True)
-    frame.attrs["dropped_shapes"] = len(set(zip(everything.part, everything.shape_id))
-                                         - set(zip(frame.part, frame.shape_id)))
-    frame["seconds"] = frame.ms / 1e3
-    frame["held_out"] = [(p, s) in held for p, s in zip(frame.part, frame.shape_id)]
-    return frame
-
-
-def pads(row) -> bool:
-    """Whether the GEMM wrapper pads this sweep row's operands (``workbench.select.gemm.padding``)."""
-    if row.part == "attention":
-        return False
-    size = 1 if row.part == "gemm-fp8" else 2
-    layout = sweep_layout({"part": row.part, "layout": row.layout})
-    m, n, k = int(row.m), int(row.n), int(row.k)
-    return gemm_model.padding(m, n, k, layout, size) != (m, n, k)
-
-
-def fit_rows(frame: pd.DataFrame, gpu) -> dict:
-    """Profile sections fitted on ``frame``'s rows (written to a scratch CSV for ``fit_sweeps``)."""
-    scratch = Path(tempfile.mkdtemp(prefix="select-fit-")) / "rows.csv"
-    frame.drop(columns=["seconds", "held_out"]).to_csv(scratch, index=False)
-    return fit_sweeps([scratch], gpu)
 
 
 def operand_alignment(row) -> str:
@@ -91,15 +52,6 @@ def shape_of(row) -> dict:
         return dict(batch=int(row.batch), seq=int(row.seq), heads_q=int(row.heads_q), heads_kv=int(row.heads_kv),
                     head_dim=int(row.head_dim), causal=bool(row.causal))
     return dict(m=int(row.m), n=int(row.n), k=int(row.k))
-
-
-def split(frame: pd.DataFrame) -> pd.Series:
-    """True for held-out rows: per part, every other shape in sweep order (the fit takes the rest)."""
-    held = pd.Series(False, index=frame.index)
-    for part, group in frame.groupby("part"):
-        ids = sorted(group.shape_id.unique())
-        held[group.index] = group.shape_id.isin(set(ids[1::2]))
-    return held
 
 
 def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
@@ -212,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the first sweep file measured with gemm.pad_unaligned (earlier rows of padded shapes "
                              "are dropped)")
     args = parser.parse_args(argv)
-    frame = load(args.sweeps, args.padded_since)
+    frame = load_sweeps(args.sweeps, args.padded_since)
     out_dir = args.sweeps[0].parent
     gpu = get_gpu(GPU)
     # Score with a profile fitted on the fit half only, in a scratch calibration directory (with the GPU's
@@ -220,12 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="select-eval-"))
     shutil.copy(profile_path(gpu), scratch / profile_path(gpu).name)
     os.environ["WORKBENCH_CALIBRATION_DIR"] = str(scratch)
-    write_selection_profile(gpu, fit_rows(frame[~frame.held_out], gpu), source="select_eval.py: fit half")
+    write_selection_profile(gpu, fit_frame(frame[~frame.held_out], gpu, "the fit half of the sweeps"),
+                            source="select_eval.py: fit half")
     calibrated = score(frame, calibrated=True)
     spec = score(frame, calibrated=False)
     del os.environ["WORKBENCH_CALIBRATION_DIR"]
     if args.write_profile:  # what users get: fitted on every measured shape
-        path = write_selection_profile(gpu, fit_rows(frame, gpu),
+        path = write_selection_profile(gpu, fit_frame(frame, gpu, ", ".join(p.name for p in args.sweeps)),
                                        source="benchmarks/select_eval.py --write-profile (all measured shapes)")
         print("wrote", path)
     calibrated.to_csv(out_dir / "select_eval.csv", index=False)

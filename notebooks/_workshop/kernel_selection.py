@@ -37,26 +37,25 @@ from workbench.kernels.spaces import gemm_config_space
 from workbench.select import gemm as gemm_select
 from workbench.hardware import get_gpu
 from workbench.select import rank_configs
-from workbench.select.profile import fit_sweeps, write_selection_profile
+from workbench.select.profile import write_selection_profile
+from workbench.select.sweeps import fit_frame, load_sweeps
 
 REPO = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "benchmarks" / "results").is_dir())
 SELECT = REPO / "benchmarks" / "results" / "h200" / "select"
-sweep = pd.concat([pd.read_csv(SELECT / name) for name in ("select_sweep.csv", "select_sweep_run2.csv")])
+# Four sweep runs: later ones re-measured shapes after kernel changes (divisibility hints, padded copies of
+# unaligned operands); load_sweeps keeps one kernel version per shape and holds out every other shape.
+runs = [SELECT / name for name in ("select_sweep.csv", "select_sweep_run2.csv", "select_sweep_run3.csv",
+                                   "select_sweep_run4.csv")]
+sweep = load_sweeps(runs, padded_since=runs[-1])
 sweep = sweep[sweep.part.str.startswith("gemm") & sweep.error.isna()].copy()
 sweep["family"] = sweep.source.str.split(" ").str[0]  # llama3-8b, gpt2-small, ..., skinny, odd, log-uniform
 sweep["config_key"] = [gemm_select.config_key(json.loads(c)) if k == "triton" else "vendor"
                        for c, k in zip(sweep.config, sweep.kind)]
-# Score honestly: hold out every other shape of each part (the split of benchmarks/select_eval.py) and rank
-# with a profile fitted on the others only, written to a scratch calibration directory. (The shipped profile,
-# specs/calibration/h200-sxm-select.yaml, was fitted on every measured shape.)
-held_out = set()
-for part, group in sweep.groupby("part"):
-    held_out |= {(part, shape_id) for shape_id in sorted(group.shape_id.unique())[1::2]}
-sweep["held_out"] = [(p, s) in held_out for p, s in zip(sweep.part, sweep.shape_id)]
+held_out = set(zip(sweep[sweep.held_out].part, sweep[sweep.held_out].shape_id))
+# Score honestly: rank with a profile fitted on the other shapes only, written to a scratch calibration
+# directory. (The shipped profile, specs/calibration/h200-sxm-select.yaml, was fitted on every measured shape.)
 os.environ["WORKBENCH_CALIBRATION_DIR"] = tempfile.mkdtemp(prefix="notebook3-")
-write_selection_profile("h200-sxm", fit_sweeps([SELECT / "select_sweep.csv", SELECT / "select_sweep_run2.csv"],
-                                               get_gpu("h200-sxm"),
-                                               keep=lambda row: (row["part"], row["shape_id"]) not in held_out),
+write_selection_profile("h200-sxm", fit_frame(sweep[~sweep.held_out], get_gpu("h200-sxm"), "the fit half"),
                         source="notebook 3: the fit half")
 print(f"{len(sweep)} timed runs on {sweep.groupby(['part', 'shape_id']).ngroups} GEMM shapes "
       f"({', '.join(sorted(sweep.part.unique()))}); {len(held_out)} shapes held out from the selector's fit")

@@ -162,50 +162,60 @@ def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
     """Profile sections fitted from ``select_sweep.py`` CSVs (``keep(row) -> bool`` picks the rows to fit)."""
     import csv
 
+    rows, names = [], []
+    for path in paths:
+        names.append(Path(path).name)
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows += [row for row in csv.DictReader(handle) if keep is None or keep(row)]
+    return fit_rows(rows, gpu, ", ".join(names))
+
+
+def fit_rows(rows: Iterable[dict], gpu: GPU, source: str) -> dict[str, dict]:
+    """Profile sections fitted from sweep rows (dicts with select_sweep.py's fields; ``source`` names them)."""
+    from workbench.perf.efficiency import default_constants
     from workbench.select import attention as attention_model
     from workbench.select import gemm as gemm_model
-
-    from workbench.perf.efficiency import default_constants
 
     units = gpu.compute_units.value
     constants = default_constants(gpu)
     samples: dict[str, list] = {}
     shapes: dict[str, set] = {}
-    names = []
-    for path in paths:
-        names.append(Path(path).name)
-        with open(path, newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                if row.get("kind") != "triton" or not row.get("ms") or row.get("part") not in PART_SECTIONS:
-                    continue
-                if keep is not None and not keep(row):
-                    continue
-                op, operand_bytes = PART_SECTIONS[row["part"]]
-                config = json.loads(row["config"])
-                head = int(float(row["head_dim"])) if op == "attention" else 0
-                seconds = float(row["ms"]) * 1e-3
-                if op == "gemm":
-                    m, n, k = (int(float(row[key])) for key in ("m", "n", "k"))
-                    layout = sweep_layout(row)
-                    terms = gemm_model.terms(config, m, n, k, layout, operand_bytes, units,
-                                             gemm_model.occupancy(config, gpu, operand_bytes))
-                    # the kernel's own time: the padding copies the wrapper makes are not the config's
-                    seconds -= gemm_model.padding_s(m, n, k, layout, operand_bytes, gpu, constants)
-                else:
-                    shape = {key: int(float(row[key])) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
-                    shape["causal"] = row["causal"] in ("True", "true", "1")
-                    terms = attention_model.terms(config, shape, units)
-                name = section_name(op, operand_bytes, head)
-                samples.setdefault(name, []).append((gemm_model.config_key(config), terms, seconds))
-                shapes.setdefault(name, set()).add((row["part"], row["shape_id"]))
+    for row in rows:
+        if row.get("kind") != "triton" or row.get("part") not in PART_SECTIONS or not _timed(row.get("ms")):
+            continue
+        op, operand_bytes = PART_SECTIONS[row["part"]]
+        config = json.loads(row["config"])
+        head = int(float(row["head_dim"])) if op == "attention" else 0
+        seconds = float(row["ms"]) * 1e-3
+        if op == "gemm":
+            m, n, k = (int(float(row[key])) for key in ("m", "n", "k"))
+            layout = sweep_layout(row)
+            terms = gemm_model.terms(config, m, n, k, layout, operand_bytes, units,
+                                     gemm_model.occupancy(config, gpu, operand_bytes))
+            # the kernel's own time: the padding copies the wrapper makes are not the config's
+            seconds -= gemm_model.padding_s(m, n, k, layout, operand_bytes, gpu, constants)
+        else:
+            shape = {key: int(float(row[key])) for key in ("batch", "seq", "heads_q", "heads_kv", "head_dim")}
+            shape["causal"] = str(row["causal"]) in ("True", "true", "1")
+            terms = attention_model.terms(config, shape, units)
+        name = section_name(op, operand_bytes, head)
+        samples.setdefault(name, []).append((gemm_model.config_key(config), terms, seconds))
+        shapes.setdefault(name, set()).add((row["part"], row["shape_id"]))
     if not samples:
-        raise WorkbenchError(f"no triton timings to fit in {', '.join(names)} (expected select_sweep.py CSVs)")
+        raise WorkbenchError(f"no triton timings to fit in {source} (expected select_sweep.py rows)")
     sections = {}
-    for name, rows in samples.items():
+    for name, timed in samples.items():
         terms = gemm_model.TERMS if name.startswith("gemm") else attention_model.TERMS
         sections[name] = {
             "terms": list(terms),
-            "fitted_on": f"{len(shapes[name])} shapes, {len(rows)} timings from {', '.join(names)}",
-            "configs": {key: [float(f"{v:.6g}") for v in values] for key, values in fit(rows).items()},
+            "fitted_on": f"{len(shapes[name])} shapes, {len(timed)} timings from {source}",
+            "configs": {key: [float(f"{v:.6g}") for v in values] for key, values in fit(timed).items()},
         }
     return sections
+
+
+def _timed(ms) -> bool:
+    try:
+        return math.isfinite(float(ms)) and float(ms) > 0
+    except (TypeError, ValueError):
+        return False
