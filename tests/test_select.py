@@ -248,3 +248,20 @@ def test_shortlist_spreads_over_tiles():
     tiles = {(c.config["BLOCK_M"], c.config["BLOCK_N"], c.config["BLOCK_K"]) for c in three}
     assert three[0] == ranked[0] and len(tiles) == 3
     assert shortlist(ranked[:2], 3) == ranked[:2]  # fewer candidates than asked: all of them
+
+
+def test_load_sweeps_keeps_one_kernel_version_per_shape(tmp_path):
+    from workbench.select.sweeps import load_sweeps
+
+    fields = "part,shape_id,source,dtype,m,n,k,layout,kind,config,is_default,ms,error\n"
+    row = "gemm-bf16,{id},odd,bf16,{m},64,{k},nn,vendor,,0,{ms},\n"
+    old = tmp_path / "old.csv"
+    old.write_text(fields + row.format(id="g1", m=64, k=64, ms=1) + row.format(id="g2", m=64, k=63, ms=2)
+                   + row.format(id="g3", m=64, k=64, ms=3) + row.format(id="g4", m=64, k=63, ms=4))
+    new = tmp_path / "new.csv"
+    new.write_text(fields + row.format(id="g3", m=64, k=64, ms=30) + row.format(id="g4", m=64, k=63, ms=40))
+    frame = load_sweeps([old, new], padded_since=new)
+    # g3 and g4 re-measured: the new rows replace the old; g2 (K = 63 is padded) was only measured before padding
+    assert dict(zip(frame.shape_id, frame.ms)) == {"g1": 1, "g3": 30, "g4": 40}
+    assert frame.attrs["dropped_shapes"] == 1
+    assert dict(zip(frame.shape_id, frame.held_out)) == {"g1": False, "g3": False, "g4": True}  # split of g1..g4
