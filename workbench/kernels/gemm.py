@@ -135,7 +135,9 @@ def _gemm_kernel(
 def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
            precision: str = "ieee", config: dict | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``act(a @ b + bias)`` for bf16, fp16 or fp32 a [M, K] and b [K, N] of any strides; returns [M, N] in
-    ``out_dtype`` (default: the input dtype). ``precision`` ("ieee" or "tf32") applies to fp32 inputs."""
+    ``out_dtype`` (default: the input dtype). ``precision`` ("ieee" or "tf32") applies to fp32 inputs.
+    A row- or column-major operand whose rows are not 16-byte aligned is first copied into a padded buffer
+    (``pad_unaligned``: one extra pass and that buffer's memory, for loads 2-5x faster)."""
     _check_operands(a, b, "a", "b")
     check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
           f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul)")
