@@ -78,6 +78,10 @@ def test_user_gpu_from_yaml_file(tmp_path, h200_spec):
     (lambda d: d.update(vendor="intel"), "vendor", "nvidia, amd"),
     (lambda d: d.update(schema_version=2), "schema_version", "1"),
     (lambda d: d["measured"]["matmul_tflops"]["fp8"].pop("how"), "measured.matmul_tflops.fp8.how", "who measured"),
+    (lambda d: d["compute_units"]["matrix_k_major_only"].update(value=["tf32", "fp12"]),
+     "compute_units.matrix_k_major_only.value", "precision keys from"),
+    (lambda d: d["compute_units"]["matrix_k_major_only"].update(value="tf32"),
+     "compute_units.matrix_k_major_only.value", "a list of precision keys"),
 ])
 def test_invalid_spec_names_file_field_value_and_expectation(tmp_path, h200_spec, edit, field, expected):
     import yaml
@@ -101,3 +105,11 @@ def test_unparseable_yaml_names_the_file(tmp_path):
 def test_gpu_is_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         get_gpu("h200").name = "x"
+
+
+def test_k_major_only_precisions_are_optional_and_sourced(h200_spec):
+    h200 = get_gpu("h200")
+    assert h200.reads_k_major_only("tf32") and h200.reads_k_major_only("fp8") and not h200.reads_k_major_only("bf16")
+    assert "PTX" in h200.matrix_k_major_only.source
+    del h200_spec["compute_units"]["matrix_k_major_only"]
+    assert not load_gpu(h200_spec).reads_k_major_only("tf32")  # no document: no restriction assumed

@@ -19,7 +19,7 @@ from workbench.graph.ops import Op
 from workbench.hardware import GPU
 from workbench.perf import op_time
 from workbench.perf.efficiency import Constants, default_constants, profile_path
-from workbench.perf.gemm import is_aligned, unaligned_width
+from workbench.perf.gemm import is_aligned, needs_layout_fixup, unaligned_width
 from workbench.precision import get_precision
 from workbench.rows import op_class, row_to_op
 from workbench.schema import write_atomic
@@ -36,6 +36,7 @@ _BOUNDS = {
     "gemm_power_time_constant_us": (0.1, 100000.0),
     "gemm_unaligned_extra_us": (0.01, 50.0),
     "gemm_wave_overhead_us": (0.01, 20.0),
+    "gemm_layout_wave_overhead_us": (0.01, 100.0),
     "gemm_overlap_exponent": (1.0, 64.0),
     "gemm_unaligned_width_exponent": (0.01, 1.0),
     "gemm_tile_intensity_saturation": (8.0, 256.0),
@@ -101,7 +102,7 @@ def mape_by_class(ops: Sequence[MeasuredOp], gpu: GPU, constants: Constants) -> 
     return {k: sum(v) / len(v) for k, v in sorted(errors.items())}
 
 
-def _parameters(ops: Sequence[MeasuredOp]) -> list[tuple[str, Callable[[MeasuredOp], bool]]]:
+def _parameters(ops: Sequence[MeasuredOp], gpu: GPU) -> list[tuple[str, Callable[[MeasuredOp], bool]]]:
     """Constants the rows inform, each with the rows it affects."""
     params: list[tuple[str, Callable[[MeasuredOp], bool]]] = []
     gemm_keys = sorted({get_precision(m.op.dtype).peak_key for m in ops if m.op.kind == "gemm"})
@@ -118,6 +119,10 @@ def _parameters(ops: Sequence[MeasuredOp]) -> list[tuple[str, Callable[[Measured
     for key in gemm_keys:
         of_key = lambda m, key=key: is_gemm(m) and get_precision(m.op.dtype).peak_key == key  # noqa: E731
         params.append((f"gemm_fraction_unthrottled.{key}", of_key))
+    for key in sorted({get_precision(m.op.dtype).peak_key for m in ops
+                       if m.op.kind == "gemm" and needs_layout_fixup(m.op.dtype, gpu)}):
+        params.append((f"gemm_layout_wave_overhead_us.{key}", lambda m, key=key: is_gemm(m)
+                       and get_precision(m.op.dtype).peak_key == key and needs_layout_fixup(m.op.dtype, gpu)))
     if any(m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype) for m in ops):
         unaligned = lambda m: m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype)  # noqa: E731
         params += [(name, unaligned) for name in ("gemm_unaligned_memory_efficiency", "gemm_unaligned_extra_us",
@@ -157,7 +162,7 @@ def calibrate(rows: Sequence[dict], gpu: GPU) -> Calibration:
     """Fit the constants that ``rows`` (with ``measured_ms``) inform, starting from the spec defaults."""
     ops = measured_ops(rows, gpu)
     start = default_constants(gpu)
-    params = _parameters(ops)
+    params = _parameters(ops, gpu)
     values = {**start.values, **{name: start[name] for name, _ in params}}  # per-dtype keys start at their fallback
     for _ in range(SWEEPS):
         for name, affects in params:

@@ -70,6 +70,9 @@ class GPU:
     tdp_w: Figure
     measured: dict[str, Figure] = field(default_factory=dict)
     """Public achievable ceilings: ``matmul_tflops.<precision>``, ``hbm_bandwidth_tb_s``."""
+    matrix_k_major_only: Figure | None = None
+    """value: the precisions whose matrix instruction reads A and B from shared memory only K-major (no
+    transposed operand); None when no document says so for this GPU."""
     aliases: tuple[str, ...] = ()
     origin: str = "<dict>"
 
@@ -81,6 +84,10 @@ class GPU:
     def ridge_point(self, peak_key: str) -> float:
         """Arithmetic intensity (FLOP/byte) where the compute roof meets the HBM roof."""
         return self.peak_tflops(peak_key) / self.hbm_bandwidth_tb_s.value
+
+    def reads_k_major_only(self, peak_key: str) -> bool:
+        """True when the matrix instruction for ``peak_key`` cannot read a transposed (M/N-major) operand."""
+        return self.matrix_k_major_only is not None and peak_key in self.matrix_k_major_only.value
 
     @property
     def is_uncertain(self) -> bool:
@@ -94,6 +101,8 @@ class GPU:
                      "register_file_kb", "warp_size", "matrix_instruction_mnk", "scale_up_gb_s_per_direction",
                      "scale_up_domain_gpus", "scale_out_gb_s_per_direction", "tdp_w"):
             out[name] = getattr(self, name)
+        if self.matrix_k_major_only is not None:
+            out["matrix_k_major_only"] = self.matrix_k_major_only
         out.update({f"measured.{k}": v for k, v in self.measured.items()})
         return out
 
@@ -134,6 +143,15 @@ def _instruction_shapes(spec: Fields, value: object) -> dict[str, tuple[int, int
             raise spec.error(f"value.{precision}", mnk, "[M, N, K] positive integers")
         shapes[precision] = tuple(mnk)
     return shapes
+
+
+def _precision_keys(spec: Fields, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(key, str) for key in value):
+        raise spec.error("value", value, "a list of precision keys")
+    for key in value:
+        if key not in PEAK_KEYS:
+            raise spec.error("value", value, f"precision keys from {', '.join(PEAK_KEYS)} (got {key!r})")
+    return tuple(value)
 
 
 def gpu_from_dict(data: object, origin: str = "<dict>") -> GPU:
@@ -182,6 +200,8 @@ def gpu_from_dict(data: object, origin: str = "<dict>") -> GPU:
         register_file_kb=_figure(units, "register_file_kb", sources),
         warp_size=_figure(units, "warp_size", sources, check=integer),
         matrix_instruction_mnk=_figure(units, "matrix_instruction_mnk", sources, check=_instruction_shapes),
+        matrix_k_major_only=(_figure(units, "matrix_k_major_only", sources, check=_precision_keys)
+                             if units.has("matrix_k_major_only") else None),
         scale_up_gb_s_per_direction=_figure(link, "scale_up_gb_s_per_direction", sources),
         scale_up_domain_gpus=_figure(link, "scale_up_domain_gpus", sources, check=integer),
         scale_out_gb_s_per_direction=_figure(link, "scale_out_gb_s_per_direction", sources),

@@ -87,3 +87,17 @@ def test_unaligned_fallback_rate_depends_on_elements_per_load_not_element_size()
 def test_memory_and_math_overlap_imperfectly_near_the_ridge_point():
     est = _t(65536, 512, 256)  # about as many seconds of memory traffic as of math
     assert est.time_s - C["gemm_launch_us"] * 1e-6 > max(est.compute_s, est.memory_s) * 1.05
+
+
+def test_row_major_b_costs_a_layout_fixup_per_wave_where_the_instruction_reads_only_k_major():
+    # Hopper's wgmma transposes only 16-bit operands: tf32 with torch.matmul's row-major B pays per wave;
+    # fp8 (torch._scaled_mm takes B column-major) and bf16 do not.
+    no_fixup = C.with_values({"gemm_layout_wave_overhead_us.default": 0.0})
+    shape = GemmShape(8192, 8192, 2048)
+    est = gemm_time(shape, "tf32", H200, C)
+    extra = est.time_s - gemm_time(shape, "tf32", H200, no_fixup).time_s
+    assert extra > 0.5 * est.waves * C["gemm_layout_wave_overhead_us.tf32"] * 1e-6
+    for dtype in ("bf16", "fp8"):
+        assert gemm_time(shape, dtype, H200, C).time_s == gemm_time(shape, dtype, H200, no_fixup).time_s
+    b200 = get_gpu("b200")  # no K-major-only document in its catalog entry: no fix-up
+    assert gemm_time(shape, "tf32", b200, C).time_s == gemm_time(shape, "tf32", b200, no_fixup).time_s

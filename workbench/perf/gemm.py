@@ -17,7 +17,11 @@ For each candidate library tile (tm x tn) and split-K factor s, the model
    with 1-element loads, times (elements per load)^``gemm_unaligned_width_exponent``. They also move memory
    slower (``gemm_unaligned_memory_efficiency``), cost more fixed time (``gemm_unaligned_extra_us``) and, not
    being power-bound, gain nothing from the short-kernel boost below,
-5. adds the memory time, the bytes the GEMM must move at ``gemm_memory_fraction`` of HBM bandwidth, overlapped
+5. adds, per wave, ``gemm_layout_wave_overhead_us.<precision>`` when B is row-major (N-major, as torch.matmul
+   passes it) but the GPU's matrix instruction reads that precision only K-major (``GPU.matrix_k_major_only``:
+   Hopper's wgmma transposes only 16-bit operands, PTX ISA): the library fixes the layout up tile by tile
+   (on the H200 a large tf32 GEMM with a short K runs ~10 us per wave slower than its bf16 rate predicts),
+6. adds the memory time, the bytes the GEMM must move at ``gemm_memory_fraction`` of HBM bandwidth, overlapped
    imperfectly with the math: time = (compute^p + memory^p)^(1/p), p = ``gemm_overlap_exponent`` (a large p is
    the roofline's max; the H200 fits p ~ 2.5, so GEMMs near the ridge point run slower than either roof),
 
@@ -50,6 +54,9 @@ SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_SPLIT_K_DEPTH = 256
 """A split-K slice keeps at least this many K elements (smaller slices waste the pipeline)."""
 ALIGNMENT_BYTES = 16
+B_K_MAJOR_PRECISIONS = frozenset({"fp8"})
+"""Precisions the framework calls with B already K-major (column-major): torch._scaled_mm requires it for fp8;
+torch.matmul passes a row-major (N-major) B."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,13 @@ def is_aligned(shape: GemmShape, dtype: str) -> bool:
     return alignment_bytes(shape, dtype) >= ALIGNMENT_BYTES
 
 
+def needs_layout_fixup(dtype: str, gpu: GPU) -> bool:
+    """True when the GEMM's row-major (N-major) B must be read by a matrix instruction that takes only K-major
+    operands in ``dtype`` on ``gpu``."""
+    key = get_precision(dtype).peak_key
+    return key not in B_K_MAJOR_PRECISIONS and gpu.reads_k_major_only(key)
+
+
 def _waves_time(tile_flops: float, tiles: int, units: int, rate: float, rate_max: float, wave_overhead: float) -> float:
     """Full waves at the power-limited per-unit ``rate``; a tail wave of fewer tiles runs its units faster, up to
     ``rate_max`` (the power freed by idle units goes to the busy ones)."""
@@ -148,6 +162,8 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     k_padded = _round_up(k, inst_k)
     saturation = constants["gemm_tile_intensity_saturation"]
     wave_overhead = constants["gemm_wave_overhead_us"] * 1e-6
+    if needs_layout_fixup(dtype, gpu) and not fallback:
+        wave_overhead += constants[f"gemm_layout_wave_overhead_us.{precision.peak_key}"] * 1e-6
     overlap = constants["gemm_overlap_exponent"]
 
     best_time, best = math.inf, None  # (tile_m, tile_n, split, tiles, compute_s) of the fastest candidate
