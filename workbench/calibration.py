@@ -36,6 +36,7 @@ _BOUNDS = {
     "gemm_power_time_constant_us": (0.1, 100000.0),
     "gemm_unaligned_extra_us": (0.01, 50.0),
     "gemm_wave_overhead_us": (0.01, 20.0),
+    "gemm_tail_wave_softening": (0.001, 1.0),
     "gemm_layout_wave_overhead_us": (0.01, 100.0),
     "gemm_overlap_exponent": (1.0, 64.0),
     "gemm_unaligned_width_exponent": (0.01, 1.0),
@@ -112,7 +113,8 @@ def _parameters(ops: Sequence[MeasuredOp], gpu: GPU) -> list[tuple[str, Callable
     if gemm_keys:
         params += [(name, is_gemm) for name in ("gemm_launch_us", "gemm_wave_overhead_us",
                                                 "gemm_tile_intensity_saturation", "gemm_memory_fraction",
-                                                "gemm_power_time_constant_us", "gemm_overlap_exponent")]
+                                                "gemm_power_time_constant_us", "gemm_overlap_exponent",
+                                                "gemm_tail_wave_softening")]
     if any(m.op.kind == "gemm" and min(m.op.shape.m, m.op.shape.n, m.op.shape.k) == 1 for m in ops):
         params.append(("gemm_gemv_memory_fraction",
                        lambda m: m.op.kind == "gemm" and min(m.op.shape.m, m.op.shape.n, m.op.shape.k) == 1))

@@ -101,3 +101,14 @@ def test_row_major_b_costs_a_layout_fixup_per_wave_where_the_instruction_reads_o
         assert gemm_time(shape, dtype, H200, C).time_s == gemm_time(shape, dtype, H200, no_fixup).time_s
     b200 = get_gpu("b200")  # no K-major-only document in its catalog entry: no fix-up
     assert gemm_time(shape, "tf32", b200, C).time_s == gemm_time(shape, "tf32", b200, no_fixup).time_s
+
+
+def test_tail_wave_softening_spreads_the_tail_over_every_unit():
+    # 132 tiles of 256x128 fill one wave; 143 leave 11 tiles in a tail wave. Stream-K-like softening (1) prices
+    # the tail as its share of the units; the spec default (~0) as a whole wave.
+    spread = C.with_values({"gemm_tail_wave_softening": 1.0})
+    one_wave = _t(256 * 12, 128 * 11, 4096)
+    spill_whole = _t(256 * 13, 128 * 11, 4096)
+    spill_spread = gemm_time(GemmShape(256 * 13, 128 * 11, 4096), "bf16", H200, spread)
+    assert spill_spread.time_s < spill_whole.time_s
+    assert spill_spread.time_s < 1.25 * one_wave.time_s * (13 / 12)

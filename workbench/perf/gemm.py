@@ -29,7 +29,8 @@ and keeps the fastest candidate (tile shape and split-K factor), as a vendor lib
 Split-K adds a reduction kernel (one more launch).
 Under random data a large GEMM is power-limited (``gemm_fraction``); a tail wave that keeps only some units
 busy runs them faster, up to ``gemm_fraction_unthrottled`` (the clock limit), so wave quantization costs
-less than whole waves on a power-capped GPU. A matrix-vector product (m or n = 1) or an outer product (k = 1) is memory-bound
+less than whole waves on a power-capped GPU; libraries that split the tail tiles over every unit (stream-K)
+recover part of the rest (``gemm_tail_wave_softening``: ~0 whole tail waves, 1 perfectly spread). A matrix-vector product (m or n = 1) or an outer product (k = 1) is memory-bound
 (``gemm_gemv_memory_fraction``). A fixed ``gemm_launch_us``
 is added.
 """
@@ -114,13 +115,17 @@ def needs_layout_fixup(dtype: str, gpu: GPU) -> bool:
     return key not in B_K_MAJOR_PRECISIONS and gpu.reads_k_major_only(key)
 
 
-def _waves_time(tile_flops: float, tiles: int, units: int, rate: float, rate_max: float, wave_overhead: float) -> float:
+def _waves_time(tile_flops: float, tiles: int, units: int, rate: float, rate_max: float, wave_overhead: float,
+                softening: float = 0.0) -> float:
     """Full waves at the power-limited per-unit ``rate``; a tail wave of fewer tiles runs its units faster, up to
-    ``rate_max`` (the power freed by idle units goes to the busy ones)."""
+    ``rate_max`` (the power freed by idle units goes to the busy ones). ``softening`` moves the tail wave's cost
+    from a whole wave (0) towards its work spread evenly over every unit (1: stream-K)."""
     full, tail = divmod(tiles, units)
     seconds = full * (tile_flops / rate + wave_overhead)
     if tail:
-        seconds += tile_flops / min(rate_max, rate * units / tail) + wave_overhead
+        whole = tile_flops / min(rate_max, rate * units / tail)
+        spread = tail * tile_flops / (units * rate)
+        seconds += whole - softening * max(0.0, whole - spread) + wave_overhead
     return seconds
 
 
@@ -165,6 +170,7 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     if needs_layout_fixup(dtype, gpu) and not fallback:
         wave_overhead += constants[f"gemm_layout_wave_overhead_us.{precision.peak_key}"] * 1e-6
     overlap = constants["gemm_overlap_exponent"]
+    softening = constants["gemm_tail_wave_softening"]
 
     best_time, best = math.inf, None  # (tile_m, tile_n, split, tiles, compute_s) of the fastest candidate
     for tm, tn in TILES[gpu.vendor]:
@@ -180,7 +186,8 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
                 break
             tiles = output_tiles * split
             depth = _round_up(math.ceil(k_padded / split), inst_k)
-            compute_s = _waves_time(2.0 * tile_m * tile_n * depth, tiles, units, rate, rate_max, wave_overhead)
+            compute_s = _waves_time(2.0 * tile_m * tile_n * depth, tiles, units, rate, rate_max, wave_overhead,
+                                    softening)
             # split-K partial sums: fp32 [m, n] written and read back once per extra slice, by a second kernel
             if split > 1:
                 compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch
