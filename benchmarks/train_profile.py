@@ -30,9 +30,7 @@ import csv
 import gc
 import gzip
 import json
-import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -54,6 +52,7 @@ from train_profile_classes import (  # noqa: E402
     predicted_by_class,
     read_trace,
 )
+from train_proof import run_logged  # noqa: E402
 
 RECIPES = REPO / "benchmarks" / "results" / "h200" / "train" / "recipes"
 """The recipes the H200 proof ran (``train_proof.py`` wrote them; their predictions are calibrated)."""
@@ -202,24 +201,6 @@ def _worker_command(args, recipe: Path, name: str) -> list[str]:
     return cmd
 
 
-def _run_subprocess(cmd: list[str], log: Path, timeout_s: float) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    with open(log, "w") as f:
-        f.write(" ".join(cmd) + "\n")
-        f.flush()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the run's own session: its compile workers go too
-            proc.wait()
-            raise
-    if proc.returncode != 0:
-        tail = log.read_text().strip().splitlines()[-5:]
-        raise RuntimeError(f"exit code {proc.returncode}: " + " | ".join(tail))
-
-
 def write_report(out: Path, results: list[dict], command: str) -> None:
     """``classes.csv`` (run, class, measured, predicted: long form) and ``REPORT.md`` (one table per run)."""
     long_rows = [{"run": r["run"], **c} for r in results if r.get("status") == "ok" for c in r["classes"]]
@@ -302,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                                          warmup=args.warmup, device=args.device, stack=args.stack,
                                          max_table_rows=args.max_table_rows)
             else:
-                _run_subprocess(_worker_command(args, recipe, name), args.out / f"{name}.log",
+                run_logged(_worker_command(args, recipe, name), args.out / f"{name}.log",
                                 min(RUN_TIMEOUT_S, left))
                 summary = json.loads((args.out / f"{name}_summary.json").read_text())
             results.append({**summary, "status": "ok"})

@@ -179,12 +179,17 @@ def quick_runs(notes: list[str]) -> list[Run]:
 def run_subprocess(run: Run, recipe_path: Path, metrics_path: Path, log_path: Path, timeout_s: float) -> None:
     cmd = [sys.executable, "-m", "workbench.train", "--recipe", str(recipe_path), "--metrics", str(metrics_path),
            "--steps", str(run.steps), "--warmup", str(run.warmup), *run.args]
+    run_logged(cmd, log_path, timeout_s)
+
+
+def run_logged(cmd: list[str], log_path: Path, timeout_s: float) -> None:
+    """Run ``cmd`` from the repository root with its output in ``log_path``, in its own session, so a timeout
+    kills it and the compile workers it started, not just the parent; a non-zero exit raises with the log's tail."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with open(log_path, "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
-        # its own session, so a timeout kills the run and the compile workers it started, not just the parent
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)

@@ -177,15 +177,20 @@ def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tenso
 
 
 def _check_operands(a, b, a_name: str, b_name: str) -> None:
+    check_pair(a, b, a_name, b_name)
+    for t, name in ((a, a_name), (b, b_name)):  # the kernel's offsets are int32
+        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+        check(last < 2**31, name, f"a view reaching element {last}", "fewer than 2**31 elements from its start")
+
+
+def check_pair(a, b, a_name: str, b_name: str) -> None:
+    """a [M, K] and b [K, N]: 2-D tensors that multiply, on one device."""
     for t, name in ((a, a_name), (b, b_name)):
         check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
         check(t.dim() == 2, name, f"a {t.dim()}-D tensor of shape {tuple(t.shape)}", "a 2-D tensor")
     check(a.shape[1] == b.shape[0], f"{b_name}.shape", tuple(b.shape),
           f"[K, N] with K = {a.shape[1]} ({a_name} is {tuple(a.shape)})")
     check_device(a, b, names=(a_name, b_name))
-    for t, name in ((a, a_name), (b, b_name)):  # the kernel's offsets are int32
-        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-        check(last < 2**31, name, f"a view reaching element {last}", "fewer than 2**31 elements from its start")
 
 
 def _check_epilogue(a, b, bias, activation: str, a_name: str) -> None:

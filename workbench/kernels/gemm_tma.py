@@ -52,6 +52,7 @@ from workbench.kernels.gemm import (  # noqa: F401
     TOLERANCE,
     _scale_kind,
     bytes_moved,
+    check_pair,
     flops,
     reference_matmul,
     reference_scaled_matmul,
@@ -212,12 +213,7 @@ def scaled_matmul_tma(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.T
 
 
 def _check_operands(a, b, a_name: str, b_name: str, out) -> None:
-    for t, name in ((a, a_name), (b, b_name)):
-        check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
-        check(t.dim() == 2, name, f"a {t.dim()}-D tensor of shape {tuple(t.shape)}", "a 2-D tensor")
-    check(a.shape[1] == b.shape[0], f"{b_name}.shape", tuple(b.shape),
-          f"[K, N] with K = {a.shape[1]} ({a_name} is {tuple(a.shape)})")
-    check_device(a, b, names=(a_name, b_name))
+    check_pair(a, b, a_name, b_name)
     (m, k), n = a.shape, b.shape[1]
     size = a.element_size()
     fallback = "(gemm.matmul / gemm.scaled_matmul take any strides)"
