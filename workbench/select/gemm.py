@@ -80,7 +80,7 @@ def padding(m: int, n: int, k: int, layout: str, operand_bytes: int) -> tuple[in
     step = max(1, VECTOR_BYTES // operand_bytes)
     up = lambda size: -(-size // step) * step  # noqa: E731
     tn, nt = layout == "tn", layout == "nt"
-    pad_k = (not tn and _unaligned(k, operand_bytes)) or (nt and _unaligned(k, operand_bytes))
+    pad_k = not tn and _unaligned(k, operand_bytes)  # K is A's row stride (nn, nt) and B's too (nt)
     pad_m = tn and _unaligned(m, operand_bytes)
     pad_n = not nt and _unaligned(n, operand_bytes)
     return up(m) if pad_m else m, up(n) if pad_n else n, up(k) if pad_k else k
