@@ -3,9 +3,9 @@
     python benchmarks/select_eval.py benchmarks/results/h200/select/select_sweep*.csv --write-profile \
         [--amd-check]
 
-Shapes are split by their position in ``select_shapes`` (even: fit, odd: held out); the profile is fitted on
-the fit half only and every figure below is on the held-out half. fp16 is scored with the 2-byte (bf16-fitted)
-coefficients: no fp16 timing is used in any fit. Writes select_eval.csv and REPORT.md beside the first input.
+Shapes are split by their position in ``select_shapes`` (even: fit, odd: held out; a GEMM shape is held out in
+every dtype or in none); the profile is fitted on the fit half only and every figure below is on the held-out
+half. fp16 is scored with the 2-byte coefficients, fitted on the bf16 and fp16 timings of the fit half. Writes select_eval.csv and REPORT.md beside the first input.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
         select_s = time.perf_counter() - started
         keys = [c.key for c in ranked if c.key in measured]
         best = min(measured.values())
-        default = triton[triton.is_default == 1].seconds
+        default = triton[(triton.is_default == 1) & (triton.kernel == "triton")].seconds  # gemm.py's static default
         record = dict(part=part, shape_id=shape_id, source=row.source, shape=json.dumps(shape), layout=layout,
                       best_s=best, top1_s=measured[keys[0]],
                       top3_s=min(measured[c.key] for c in shortlist([c for c in ranked if c.key in measured], 3)),
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Zero-warmup kernel selection on the H200: held-out results\n",
              f"Command: `python benchmarks/{Path(__file__).name} {' '.join(map(str, argv or sys.argv[1:]))}`\n",
              "Ratios are best_time / chosen_time (1.0 = the exhaustive best), geometric means over held-out "
-             "shapes (every other shape of each part, in sweep order); top3 is the best measured of the selector's shortlist of three (`workbench.select.shortlist`: the top pick, then the best-predicted configs of other tiles); `default` is the kernel's static default config; `vendor_vs_best` is best Triton "
+             "shapes (every other GEMM shape id, the same in every dtype, and every other attention shape); top3 is the best measured of the selector's shortlist of three (`workbench.select.shortlist`: the top pick, then the best-predicted configs of other tiles); `default` is the kernel's static default config; `vendor_vs_best` is best Triton "
              "time / vendor time (> 1: the vendor library is faster). tune_to_99: benchmarks the model-guided "
              "tuning loop needed to reach 99% of the exhaustive best.\n",
              markdown(table), "", "## Against the issue's targets (calibrated, held out)", "",
@@ -199,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{mark(r.worst_top1 >= 0.85, r.worst_top1)} | {mark(r.select_ms_median < 1, r.select_ms_median)} ms |")
     lines += ["", "Notes: selection times come from this run on a shared 2-core CPU (`benchmarks/speed.py` measures "
               "0.4 ms per shape on an idle one). The fp8 sweep ran every shape with A row-major and B column-major "
-              "(torch._scaled_mm's layout), so fp8 is fitted and scored as `nt`. The model-guided tuning loop "
+              "(torch._scaled_mm's layout), so fp8 is fitted and scored as `nt`. On Hopper the fp8 space also holds the "
+              "persistent TMA kernel's configs (`gemm_tma.py`, swept with `select_sweep.py --tma`): fp8's best, "
+              "picks and default count both kernels (the default is gemm.py's). The model-guided tuning loop "
               "(`workbench.select.tune`) replays the measured sweep as its benchmark; NVIDIA's nvMatmulHeuristics "
               "needs about 8 benchmarks for ~99%. The vendor shim's 10% margin (`VENDOR_MARGIN`) was chosen after "
               "seeing these held-out results, so the shim figure below is optimistic."

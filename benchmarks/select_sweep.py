@@ -11,7 +11,8 @@ BLOCK_K), so the sweep itself reads them from Triton's disk cache.
     python3 benchmarks/select_sweep.py --out DIR --parts gemm-bf16,gemm-fp8,gemm-fp16 --budget-s 500
 
 Writes DIR/select_sweep.csv (one row per shape x config, plus one ``vendor`` row per shape), appending after each
-shape, so a run cut short keeps what it measured.
+shape, so a run cut short keeps what it measured. ``--tma`` sweeps the Hopper TMA kernel's fp8 configs instead
+(``workbench.select.sweeps.load_sweeps`` merges them with gemm.py's rows of the same shapes).
 """
 
 from __future__ import annotations
@@ -275,9 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=Path, help="a select_sweep.csv whose (part, shape) pairs are done already")
     parser.add_argument("--shapes", default="", help="only these shape ids, comma-separated (e.g. g151,g165)")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    parser.add_argument("--tma", action="store_true",
+                        help="gemm-fp8: sweep the TMA kernel's configs (gemm_tma.py, Hopper) instead of gemm.py's, "
+                             "on the shapes TMA takes")
     args = parser.parse_args(argv)
     import torch
-    from workbench.kernels import attention, gemm
+    from workbench.kernels import attention, gemm, spaces
 
     started = time.perf_counter()
     gemms = select_shapes.gemm_shapes()
@@ -291,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
             dtype = GEMM_DTYPES[part]
             shapes = gemms if dtype == "bf16" else select_shapes.low_precision_subset(gemms)
             configs = gemm.config_space("cuda", dtype_bytes=1 if dtype == "fp8" else 2)
+            if args.tma:
+                if dtype != "fp8":
+                    parser.error(f"--tma: only the gemm-fp8 part has TMA configs in the selector's space, not {part}")
+                configs = spaces.tma_config_space(1, warp_specialize=False)  # as workbench.select ranks them
+                shapes = [s for s in shapes if spaces.tma_eligible(s["m"], s["n"], s["k"], "nt", 1)]
             plan.append((part, dtype, shapes[: args.limit or None], configs))
         elif part == "attention":
             plan.append((part, "bf16", select_shapes.attention_shapes()[: args.limit or None], None))

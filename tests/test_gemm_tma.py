@@ -85,7 +85,7 @@ def test_scaled_matmul_matches_reference(scaling, variant):
     scale_a = torch.rand(() if scaling == "tensor" else (m, 1)).to(DEVICE) + 0.5
     scale_b = torch.rand(() if scaling == "tensor" else (n,)).to(DEVICE) + 0.5
     bias = _randn(n, dtype=torch.bfloat16)
-    out = scaled_matmul_tma(a, b, scale_a, scale_b, bias, {**SMALL, **VARIANTS[variant]})
+    out = scaled_matmul_tma(a, b, scale_a, scale_b, bias, {**SMALL, "BLOCK_K": 32, **VARIANTS[variant]})
     assert out.dtype == torch.bfloat16
     assert _error(out, reference_scaled_matmul(a, b, scale_a, scale_b, bias=bias)) < TOLERANCE["fp8"]
 
@@ -108,6 +108,7 @@ def test_empty_dimensions():
     (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(8, 8, dtype=torch.float16)), "b.shape"),
     (lambda: scaled_matmul_tma(_fp8(8, 16), _fp8(16, 16), _ones(), _ones()), "column-major"),
     (lambda: scaled_matmul_tma(_fp8(8, 16), _fp8(16, 16).t(), _ones(3), _ones()), "scale_a.shape"),
+    (lambda: scaled_matmul_tma(_fp8(8, 32), _fp8(16, 32).t(), _ones(), _ones(), None, SMALL), "at least 32"),
     (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(16, 8, dtype=torch.float16),
                         {**SMALL, "BLOCK_K": 24}), "BLOCK_K"),
     (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(16, 8, dtype=torch.float16),

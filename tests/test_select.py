@@ -265,3 +265,40 @@ def test_load_sweeps_keeps_one_kernel_version_per_shape(tmp_path):
     assert dict(zip(frame.shape_id, frame.ms)) == {"g1": 1, "g3": 30, "g4": 40}
     assert frame.attrs["dropped_shapes"] == 1
     assert dict(zip(frame.shape_id, frame.held_out)) == {"g1": False, "g3": False, "g4": True}  # split of g1..g4
+
+
+def test_hopper_fp8_space_adds_the_tma_kernel_where_its_operands_fit():
+    from workbench.kernels.spaces import is_tma, tma_eligible
+
+    def tma_keys(shape, gpu, layout):
+        return {c.key for c in rank_configs("gemm", shape, "fp8", gpu, layout=layout, calibrated=False) if is_tma(c.config)}
+
+    assert tma_keys(LLAMA_QKV, "h200", "nt") == {"tma 256x128x128 g8 w8 s3 sub2", "tma 256x128x128 g8 w8 s4 sub2",
+                                                 "tma 128x128x128 g8 w8 s4 sub1", "tma 128x128x256 g8 w8 s3 sub1",
+                                                 "tma 128x128x128 g8 w4 s4 sub1"}  # no warp-specialized ones
+    assert not tma_keys(LLAMA_QKV, "h200", "nn")  # fp8 wgmma reads B K-major: nt only
+    assert not tma_keys({"m": 8192, "n": 6144, "k": 4100}, "h200", "nt")  # K rows not 16-byte aligned
+    assert not tma_keys(LLAMA_QKV, "b200", "nt")
+    with pytest.raises(WorkbenchError, match="a100-sxm-80gb has no fp8 matrix path"):
+        rank_configs("gemm", LLAMA_QKV, "fp8", "a100")
+    assert not {c.key for c in rank_configs("gemm", LLAMA_QKV, "bf16", "h200", layout="nt") if is_tma(c.config)}
+    assert tma_eligible(64, 8, 16, "nn", 2) and not tma_eligible(64, 4, 16, "nn", 2)  # bf16 output rows: N % 8
+    assert not tma_eligible(64, 64, 64, "tn", 2)  # A must be row-major
+
+
+def test_load_sweeps_merges_a_tma_sweep_with_the_gemm_rows(tmp_path):
+    from workbench.select.sweeps import load_sweeps
+
+    fields = "part,shape_id,source,dtype,m,n,k,layout,kind,config,is_default,ms,error\n"
+    gemm_config = json.dumps({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4,
+                              "num_stages": 3}).replace('"', '""')
+    tma_config = json.dumps({"KERNEL": "tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                             "EPILOGUE_SUBTILE": 1, "WARP_SPECIALIZE": False, "num_warps": 8,
+                             "num_stages": 4}).replace('"', '""')
+    line = 'gemm-fp8,g1,llm,fp8,64,64,64,nt,{kind},"{config}",0,{ms},\n'
+    first = tmp_path / "first.csv"
+    first.write_text(fields + line.format(kind="triton", config=gemm_config, ms=2) + line.format(kind="vendor", config="", ms=1))
+    tma = tmp_path / "tma.csv"
+    tma.write_text(fields + line.format(kind="triton", config=tma_config, ms=3) + line.format(kind="vendor", config="", ms=1.1))
+    frame = load_sweeps([first, tma])
+    assert sorted(zip(frame.kernel, frame.ms)) == [("tma", 3), ("triton", 2), ("vendor", 1.1)]

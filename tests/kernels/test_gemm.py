@@ -308,3 +308,21 @@ def test_shape_cases_build_user_gemms():
     for bad in ([{"m": 0, "n": 1, "k": 1}], [{"m": 8, "n": 8, "k": 8, "dtype": "int8"}], ["8x8x8"]):
         with pytest.raises(Bad):
             gemm.shape_cases(bad)
+
+
+def test_a_tma_config_runs_the_tma_kernel():
+    from workbench.kernels import gemm_tma
+
+    if not gemm_tma.supported(DEVICE if interpreting() else "cuda"):
+        pytest.skip("needs triton >= 3.4 (tensor descriptors) and TRITON_INTERPRET=1 or an sm_90+ GPU")
+    config = gemm_tma.config_space("interpreter")[0]
+    a = torch.randn(40, 32).to(DEVICE, torch.float8_e4m3fn)
+    b = torch.randn(48, 32).to(DEVICE, torch.float8_e4m3fn).t()  # column-major [K, N]
+    scale_a, scale_b = torch.tensor(0.5, device=DEVICE), torch.tensor(2.0, device=DEVICE)
+    ours = gemm.scaled_matmul(a, b, scale_a, scale_b, config=config)
+    ref = reference_scaled_matmul(a, b, scale_a, scale_b)
+    assert ((ours.double() - ref.to(ours.device)).norm() / ref.norm()).item() < TOLERANCE["fp8"]
+    x, w = torch.randn(40, 32).to(DEVICE, torch.float16), torch.randn(32, 48).to(DEVICE, torch.float16)
+    assert torch.allclose(gemm.matmul(x, w, config=config).float(), (x.float() @ w.float()), atol=1e-2, rtol=1e-2)
+    with pytest.raises(KernelInputError, match="TMA config"):
+        gemm.matmul(x, w, config=config, activation="relu")

@@ -7,6 +7,9 @@ consecutive programs share A row panels and B column panels in L2.
 
 fp8 follows ``torch._scaled_mm``: ``out = (A_fp8 * scale_a) @ (B_fp8 * scale_b) + bias`` in bf16, with scales
 either per tensor (scalars) or per row of A / per column of B.
+
+A config with ``KERNEL="tma"`` runs Hopper's persistent TMA GEMM instead (``gemm_tma.py``); with ``config=None``
+the selector picks one for fp8 on Hopper when the operands suit TMA (``workbench.select``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import triton.language as tl
 from workbench.kernels._common import (BenchCase, KernelInputError, backend, check, check_device, device_name,
                                        interpreting)
 from workbench.kernels.spaces import gemm_config_space as config_space
+from workbench.kernels.spaces import is_tma
 from workbench.models import get_model
 from workbench.select import config_for_device
 
@@ -150,6 +154,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     input_precision = precision if a.dtype == torch.float32 else None
     if input_precision == "tf32" and backend() == "hip" and _amd_arch(a.device) == "gfx950":
         input_precision = "bf16x3"  # CDNA4 dropped XF32; Triton emulates fp32 with three bf16 products
+    if is_tma(config):
+        check(bias is None and activation == "none" and out_dtype == a.dtype, "config", "a TMA config (KERNEL='tma')",
+              "a gemm.py config: the TMA kernel has no bias, activation or other output dtype for bf16/fp16")
+        from workbench.kernels import gemm_tma  # imports this module
+        return gemm_tma.matmul_tma(a, b, config)
     return _launch(a, b, out_dtype, config, bias=bias, activation=activation, input_precision=input_precision,
                    upcast=interpreting() and a.dtype == torch.bfloat16)
 
@@ -170,6 +179,10 @@ def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tenso
     kinds = [_scale_kind(scale, name, rows, (rows, 1) if name == "scale_a" else (1, rows), a_fp8)
              for scale, name, rows in ((scale_a, "scale_a", m), (scale_b, "scale_b", n))]
     _check_epilogue(a_fp8, b_fp8, bias, "none", "a_fp8")
+    config = _default_config(a_fp8, b_fp8, backend()) if config is None else config
+    if is_tma(config):  # the selector's pick on Hopper for TMA-aligned operands (``spaces.tma_eligible``)
+        from workbench.kernels import gemm_tma  # imports this module
+        return gemm_tma.scaled_matmul_tma(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum=use_fast_accum)
     return _launch(a_fp8, b_fp8, torch.bfloat16, config, bias=bias, upcast=interpreting(),
                    scale_a=(scale_a.reshape(-1).contiguous(), kinds[0]),  # scale_a: [1] or [M]
                    scale_b=(scale_b.reshape(-1).contiguous(), kinds[1]),  # scale_b: [1] or [N]

@@ -47,6 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
+from workbench.kernels import spaces
 from workbench.kernels._common import check, check_device, interpreting
 from workbench.kernels.gemm import (  # noqa: F401
     TOLERANCE,
@@ -198,6 +199,9 @@ def scaled_matmul_tma(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.T
     check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
     check(b_fp8.stride(0) == 1 or b_fp8.shape[0] == 1, "b_fp8", f"strides {tuple(b_fp8.stride())}",
           "column-major [K, N] (b = w.t() of a row-major w [N, K]), the layout fp8 wgmma and _scaled_mm take")
+    if config is not None and "BLOCK_K" in config:
+        check(config["BLOCK_K"] >= 32, "config['BLOCK_K']", config["BLOCK_K"],
+              "at least 32 for fp8 (sm_90's fp8 wgmma takes K in steps of 32)")
     (m, _), n = a_fp8.shape, b_fp8.shape[1]
     kind_a = _scale_kind(scale_a, "scale_a", m, (m, 1), a_fp8)
     kind_b = _scale_kind(scale_b, "scale_b", n, (1, n), a_fp8)
@@ -334,57 +338,20 @@ def supported(device: torch.device | str | None = None) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ config space
-SM90_SHARED_BYTES = 227 * 1024
-"""Shared memory one block may use on compute capability 9.0 (CUDA C++ Programming Guide, "Technical
-Specifications per Compute Capability")."""
-
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, EPILOGUE_SUBTILE, WARP_SPECIALIZE) per operand size. The
-# tiles are the ones Hopper GEMMs use (CUTLASS's sm90 defaults, Triton's persistent-matmul tutorial): 128 x 256,
-# 256 x 128 and 128 x 128 output tiles over two consumer warpgroups (num_warps=8, or num_warps=4 plus Triton's
-# producer warpgroup when warp-specialized), BLOCK_K * elem_size = 128 bytes (one 128-byte swizzle row). The
-# stage counts fill the 227 KiB; which rows win is a guess to calibrate with benchmarks/tma_gemm_bench.py.
-_SM90_SPACE = {
-    2: [(128, 256, 64, 8, 3, 2, False), (128, 256, 64, 8, 4, 2, False), (256, 128, 64, 8, 3, 2, False),
-        (128, 128, 64, 8, 4, 1, False), (128, 128, 64, 4, 4, 1, False),
-        (128, 256, 64, 4, 3, 2, True), (128, 256, 64, 4, 4, 2, True), (256, 128, 64, 4, 3, 2, True),
-        (256, 128, 64, 4, 4, 2, True), (128, 128, 64, 4, 4, 1, True)],
-    1: [(256, 128, 128, 8, 3, 2, False), (256, 128, 128, 8, 4, 2, False), (128, 128, 128, 8, 4, 1, False),
-        (128, 128, 256, 8, 3, 1, False), (128, 128, 128, 4, 4, 1, False),
-        (256, 128, 128, 4, 3, 2, True), (256, 128, 128, 4, 4, 2, True),
-        (128, 128, 128, 4, 4, 1, True), (128, 128, 256, 4, 3, 1, True)],
-}
-# The first entry of each list is the default: the best single config over the 12 Llama 3 shapes of
-# benchmarks/tma_gemm_bench.py on the H200 (benchmarks/results/h200/kernels/tma/SUMMARY.md). There, under
-# triton 3.6, the warp-specialized 128x256 and 256x128 configs failed to compile ("PassManager::run failed"; they
-# stay for triton 3.7) and fp8 128x128x128 w4 s5 ws returned non-finite results, so it was dropped.
-# fp8 leaves out 128 x 256 tiles: promoting every BLOCK_K (use_fast_accum=False) keeps a second fp32 tile per
-# consumer warpgroup, and a 128 x 256 tile then spills (72-152 bytes per thread in triton 3.7.1 sm_90 builds).
-GROUP_M = 8
+SM90_SHARED_BYTES = spaces.SM90_SHARED_BYTES
+GROUP_M = spaces.GROUP_M
+shared_bytes = spaces.tma_shared_bytes
 
 
 def config_space(dtype: str) -> list[dict]:
-    """Launch configs for sm_90 and operand ``dtype`` ("bf16", "fp16" or "fp8"), the default first; "interpreter"
-    gives one small config for the CPU tests. NUM_SMS is left out: the wrapper takes the device's SM count."""
+    """Launch configs for sm_90 and operand ``dtype`` ("bf16", "fp16" or "fp8"), the default first
+    (``spaces.TMA_SM90_SPACE`` says where they come from); "interpreter" gives one small config for the CPU
+    tests. NUM_SMS is left out: the wrapper takes the device's SM count."""
     check(dtype in ("bf16", "fp16", "fp8", "interpreter"), "dtype", repr(dtype), "'bf16', 'fp16', 'fp8' or 'interpreter'")
     if dtype == "interpreter":
-        return [dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, EPILOGUE_SUBTILE=1, WARP_SPECIALIZE=False,
-                     num_warps=4, num_stages=2)]
-    operand = 1 if dtype == "fp8" else 2
-    configs = []
-    for bm, bn, bk, warps, stages, subtile, ws in _SM90_SPACE[operand]:
-        if ws and not HAS_WARP_SPECIALIZE:
-            continue
-        if shared_bytes(bm, bn, bk, stages, subtile, operand) <= SM90_SHARED_BYTES:
-            configs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EPILOGUE_SUBTILE=subtile,
-                                WARP_SPECIALIZE=ws, num_warps=warps, num_stages=stages))
-    return configs
-
-
-def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, subtile: int, operand_bytes: int,
-                 out_bytes: int = 2) -> int:
-    """Estimated shared memory: num_stages copies of the A and B tiles plus the epilogue's store buffer
-    (checked against ``metadata.shared`` of sm_90 builds, see ``crosscompile_space``)."""
-    return stages * (block_m + block_n) * block_k * operand_bytes + block_m * block_n // subtile * out_bytes
+        return [dict(KERNEL=spaces.TMA_KERNEL, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, EPILOGUE_SUBTILE=1,
+                     WARP_SPECIALIZE=False, num_warps=4, num_stages=2)]
+    return spaces.tma_config_space(1 if dtype == "fp8" else 2, warp_specialize=HAS_WARP_SPECIALIZE)
 
 
 # ------------------------------------------------------------------------------------- cross-compilation check

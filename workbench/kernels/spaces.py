@@ -111,6 +111,70 @@ def _default_first(configs: list[dict], default: dict) -> list[dict]:
     return [default] + [c for c in configs if c != default]
 
 
+# ------------------------------------------------------------------------------------------ Hopper TMA GEMM
+TMA_KERNEL = "tma"
+"""The ``KERNEL`` key of a config for ``gemm_tma.py`` (persistent TMA GEMM, sm_90); gemm.py's configs have none."""
+TMA_SM90_SPACE = {
+    2: [(128, 256, 64, 8, 3, 2, False), (128, 256, 64, 8, 4, 2, False), (256, 128, 64, 8, 3, 2, False),
+        (128, 128, 64, 8, 4, 1, False), (128, 128, 64, 4, 4, 1, False),
+        (128, 256, 64, 4, 3, 2, True), (128, 256, 64, 4, 4, 2, True), (256, 128, 64, 4, 3, 2, True),
+        (256, 128, 64, 4, 4, 2, True), (128, 128, 64, 4, 4, 1, True)],
+    1: [(256, 128, 128, 8, 3, 2, False), (256, 128, 128, 8, 4, 2, False), (128, 128, 128, 8, 4, 1, False),
+        (128, 128, 256, 8, 3, 1, False), (128, 128, 128, 4, 4, 1, False),
+        (256, 128, 128, 4, 3, 2, True), (256, 128, 128, 4, 4, 2, True),
+        (128, 128, 128, 4, 4, 1, True), (128, 128, 256, 4, 3, 1, True)],
+}
+"""(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, EPILOGUE_SUBTILE, WARP_SPECIALIZE) per operand size. The
+tiles are the ones Hopper GEMMs use (CUTLASS's sm90 defaults, Triton's persistent-matmul tutorial): 128 x 256,
+256 x 128 and 128 x 128 output tiles over two consumer warpgroups (num_warps=8, or num_warps=4 plus Triton's
+producer warpgroup when warp-specialized), BLOCK_K * elem_size = 128 bytes (one 128-byte swizzle row). The
+stage counts fill the 227 KiB. The first entry of each list is the default: the best single config over the 12
+Llama 3 shapes of benchmarks/tma_gemm_bench.py on the H200 (benchmarks/results/h200/kernels/tma/SUMMARY.md).
+There, under triton 3.6, the warp-specialized 128x256 and 256x128 configs failed to compile ("PassManager::run
+failed"; they stay for triton 3.7) and fp8 128x128x128 w4 s5 ws returned non-finite results, so it was dropped.
+fp8 leaves out 128 x 256 tiles: promoting every BLOCK_K (use_fast_accum=False) keeps a second fp32 tile per
+consumer warpgroup, and a 128 x 256 tile then spills (72-152 bytes per thread in triton 3.7.1 sm_90 builds)."""
+TMA_OPERAND_ALIGN_BYTES = 16
+"""TMA needs 16-byte aligned base addresses and outer strides (CUDA driver API, cuTensorMapEncodeTiled)."""
+
+
+def tma_config_space(dtype_bytes: int, *, warp_specialize: bool = True) -> list[dict]:
+    """``gemm_tma.py``'s sm_90 configs for operands of ``dtype_bytes`` (1 fp8, 2 bf16/fp16), the default first;
+    ``warp_specialize=False`` leaves out the warp-specialized ones (they need Triton's Hopper warp
+    specialization, which triton 3.6 fails to compile for the larger tiles)."""
+    check(dtype_bytes in TMA_SM90_SPACE, "dtype_bytes", dtype_bytes, "1 (fp8) or 2 (bf16/fp16)")
+    configs = []
+    for bm, bn, bk, warps, stages, subtile, ws in TMA_SM90_SPACE[dtype_bytes]:
+        if (ws and not warp_specialize) or tma_shared_bytes(bm, bn, bk, stages, subtile, dtype_bytes) > SM90_SHARED_BYTES:
+            continue
+        configs.append(dict(KERNEL=TMA_KERNEL, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M,
+                            EPILOGUE_SUBTILE=subtile, WARP_SPECIALIZE=ws, num_warps=warps, num_stages=stages))
+    return configs
+
+
+def tma_shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, subtile: int, operand_bytes: int,
+                     out_bytes: int = 2) -> int:
+    """Estimated shared memory of a TMA config: num_stages copies of the A and B tiles plus the epilogue's store
+    buffer (checked against ``metadata.shared`` of sm_90 builds, see ``gemm_tma.crosscompile``)."""
+    return stages * (block_m + block_n) * block_k * operand_bytes + block_m * block_n // subtile * out_bytes
+
+
+def tma_eligible(m: int, n: int, k: int, layout: str, operand_bytes: int) -> bool:
+    """Whether ``gemm_tma.py`` takes C[m, n] = A[m, k] @ B[k, n] in ``layout`` (A row-major; B row-major, or
+    column-major for "nt"; fp8 only "nt", the K-major layout of fp8 wgmma): every operand's rows and the bf16
+    output's rows 16-byte aligned."""
+    aligned = lambda elements, size: elements * size % TMA_OPERAND_ALIGN_BYTES == 0  # noqa: E731
+    if layout not in (("nt",) if operand_bytes == 1 else ("nn", "nt")):
+        return False
+    b_rows = k if layout == "nt" else n  # B's outer stride: K (column-major) or N (row-major)
+    return aligned(k, operand_bytes) and aligned(b_rows, operand_bytes) and aligned(n, 2)
+
+
+def is_tma(config: dict | None) -> bool:
+    """True for a ``gemm_tma.py`` config."""
+    return bool(config) and config.get("KERNEL") == TMA_KERNEL
+
+
 # ------------------------------------------------------------------------------------------------- attention
 # ------------------------------------------------------------------------------------------------ config space
 # Default (first) entries per head_dim, as (BLOCK_M, BLOCK_N, num_warps, num_stages). Guesses, to calibrate by

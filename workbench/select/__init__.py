@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from workbench.errors import WorkbenchError
 from workbench.hardware import GPU, get_gpu
-from workbench.kernels.spaces import attention_config_space, gemm_config_space
+from workbench.kernels.spaces import attention_config_space, gemm_config_space, is_tma, tma_config_space, tma_eligible
 from workbench.perf.efficiency import Constants, default_constants
 from workbench.precision import get_precision
 from workbench.select import attention as attention_model
@@ -79,10 +79,21 @@ def backend_of(gpu: GPU) -> tuple[str, str]:
     return "hip", AMD_ARCH[gpu.architecture]
 
 
+TMA_ARCHITECTURES = ("hopper",)
+"""Where the fp8 GEMM space also holds ``gemm_tma.py``'s persistent TMA configs (sm_90; Blackwell's sm_100 builds
+were never run here)."""
+
+
 @functools.lru_cache(maxsize=64)
-def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int) -> tuple[dict, ...]:
+def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int, tma: bool = False) -> tuple[dict, ...]:
+    """The configs to rank. ``tma``: add the TMA kernel's fp8 configs, leaving out the warp-specialized ones
+    (triton 3.6 fails to compile the larger ones; measured only without them); gemm.py's fp8 reaches 0.78 of
+    torch._scaled_mm on the H200, the TMA kernel 0.86 (benchmarks/results/h200/kernels/tma/SUMMARY.md)."""
     if op == "gemm":
-        return tuple(gemm_config_space(backend, arch=arch or "gfx942", dtype_bytes=operand_bytes))
+        space = gemm_config_space(backend, arch=arch or "gfx942", dtype_bytes=operand_bytes)
+        if tma and operand_bytes == 1:
+            space += tma_config_space(operand_bytes, warp_specialize=False)
+        return tuple(space)
     return tuple(attention_config_space(backend, "fwd", head_dim))
 
 
@@ -152,6 +163,9 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
     precision = get_precision(dtype)  # raises on an unknown dtype, listing the valid ones
     if op == "gemm" and dtype not in GEMM_DTYPES:
         raise WorkbenchError(f"dtype: got {dtype!r}, expected one of {GEMM_DTYPES} for the GEMM kernel")
+    if op == "gemm" and precision.peak_key not in gpu.peak_dense_tflops:
+        raise WorkbenchError(f"dtype: {gpu.name} has no {dtype} matrix path (its catalog lists "
+                             f"{', '.join(gpu.peak_dense_tflops)}); expected one of those")
     if op == "attention" and dtype not in ("bf16", "fp16"):
         raise WorkbenchError(f"dtype: got {dtype!r}, expected 'bf16' or 'fp16' for the attention kernel")
     if layout not in gemm_model.LAYOUTS:
@@ -162,7 +176,11 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
     operand_bytes = max(1, int(precision.bytes_per_element))
     # on AMD, the cross-compiled cache says which configs spill registers or overflow LDS
     compiled = compiled_resources(op, arch, operand_bytes, shape.get("head_dim", 0)) if arch else {}
-    space = configs if configs is not None else _space(op, backend, arch, operand_bytes, shape.get("head_dim", 0))
+    space = configs if configs is not None else _space(op, backend, arch, operand_bytes, shape.get("head_dim", 0),
+                                                       gpu.architecture in TMA_ARCHITECTURES)
+    if op == "gemm":  # the TMA kernel only takes 16-byte aligned rows in its layouts
+        space = [c for c in space if not is_tma(c) or tma_eligible(shape["m"], shape["n"], shape["k"], layout,
+                                                                   operand_bytes)]
     resident = [_resident(op, c, gpu, operand_bytes, shape, compiled) for c in space]
     fitting = [c for c, r in zip(space, resident) if r]
     if not fitting:

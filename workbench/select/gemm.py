@@ -24,16 +24,19 @@ from __future__ import annotations
 import math
 
 from workbench.hardware import GPU
+from workbench.kernels.spaces import is_tma, tma_shared_bytes
 from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
 TERMS = ("k_steps", "k_steps_x_fill", "tiles_per_unit", "launch", "k_steps_tn", "k_steps_nt",
-         "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n", "wave_k_steps")
+         "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n", "wave_k_steps", "tiles_unaligned_c")
 """The per-config terms, all counted per unit (SM/CU) along the critical path: ``k_steps`` is
 tiles_per_unit x ceil(K / BLOCK_K); the ``k_steps_*`` terms are k_steps where that condition holds;
 ``wave_k_steps`` is ceil(tiles / (units x resident programs per unit)) x ceil(K / BLOCK_K), the latency-bound
 path when programs that share a unit overlap (a config that fits one more program per SM can finish a tail
-wave early). K is the kernel's: padded to 16 bytes where ``gemm.pad_unaligned`` pads it."""
+wave early); ``tiles_unaligned_c`` is tiles_per_unit where the output's rows are not 16-byte aligned (N x output
+bytes), so each tile's epilogue stores element by element. K is the kernel's: padded to 16 bytes where
+``gemm.pad_unaligned`` pads it."""
 LAYOUTS = ("nn", "nt", "tn")
 """C = A @ B with A row-major (n) or transposed (t, column-major), then B likewise."""
 VECTOR_BYTES = 16
@@ -47,6 +50,9 @@ RAGGED_K_COST = 0.05
 """Extra cost of masked K steps, as a fraction of a K step. A guess."""
 TILE_OVERHEAD_STEPS = 1.0
 """Pipeline fill and epilogue per tile, in K-step times per pipeline stage. A guess."""
+UNALIGNED_STORE_STEPS = 1.0
+"""Extra time per tile, in K-step times, when the output's rows are not 16-byte aligned and the epilogue stores
+element by element. A guess (on the H200 the fitted cost flips 128x256 vs 256x128 picks on such shapes)."""
 AMD_NONKDIM32_COST = 1.05
 """matrix_instr_nonkdim=32 vs 16 on CDNA: ROCm's MI300X guide says 16 is usually faster. The 5% is a guess."""
 AMD_WAVES_PER_EU_HIDE = 0.8
@@ -58,11 +64,13 @@ L2; AMD CDNA3 and CDNA4 white papers). Programs are dealt round-robin over XCDs,
 
 def config_key(config: dict) -> str:
     """A stable, readable name for a config: ``128x256x64 g8 w8 s4`` for a GEMM, ``128x64 w8 s3`` for
-    attention (+ the AMD knobs)."""
+    attention (+ the AMD knobs), ``tma 256x128x128 g8 w8 s3 sub2`` for the TMA GEMM."""
     key = f"{config['BLOCK_M']}x{config['BLOCK_N']}"
     if "BLOCK_K" in config:
         key += f"x{config['BLOCK_K']} g{config.get('GROUP_M', 8)}"
     key += f" w{config['num_warps']} s{config['num_stages']}"
+    if is_tma(config):
+        key = f"tma {key} sub{config['EPILOGUE_SUBTILE']}" + (" ws" if config["WARP_SPECIALIZE"] else "")
     for knob, tag in (("waves_per_eu", "wpe"), ("matrix_instr_nonkdim", "nk"), ("kpack", "kp")):
         if knob in config:
             key += f" {tag}{config[knob]}"
@@ -110,8 +118,10 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     waves = math.ceil(tiles / (units * max(1, resident)))
     fill = min(1.0, tiles / units)
     tn, nt = layout == "tn", layout == "nt"
+    out_bytes = max(2, operand_bytes)  # fp8 writes bf16
     return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
-            steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0), waves * tile_steps)
+            steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0), waves * tile_steps,
+            per_unit * _unaligned(n, out_bytes))
 
 
 def occupancy(config: dict, gpu: GPU, operand_bytes: int) -> int:
@@ -122,6 +132,10 @@ def occupancy(config: dict, gpu: GPU, operand_bytes: int) -> int:
     Registers: the fp32 accumulator (BLOCK_M * BLOCK_N per program) plus the same again for operands and
     addresses (a guess; ``workbench kernels inspect`` reports the real count per config).
     """
+    if is_tma(config):  # persistent: one program per SM walks its tiles
+        shared = tma_shared_bytes(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"],
+                                  config["EPILOGUE_SUBTILE"], operand_bytes)
+        return int(shared <= gpu.shared_memory_kb.value * 1024)
     stages = config["num_stages"] - (1 if gpu.vendor == "amd" else 0)
     shared = max(1, stages) * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * operand_bytes
     by_shared = int(gpu.shared_memory_kb.value * 1024 // shared)
@@ -149,7 +163,8 @@ def spec_coefficients(config: dict, gpu: GPU, dtype: str, constants: Constants) 
     if gpu.vendor == "amd":
         step *= AMD_NONKDIM32_COST if config.get("matrix_instr_nonkdim") == 32 else 1.0
         overhead *= AMD_WAVES_PER_EU_HIDE if config.get("waves_per_eu") == 2 else 1.0
-    return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0, RAGGED_K_COST * step, 0.0, 0.0, 0.0)
+    return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0, RAGGED_K_COST * step, 0.0, 0.0, 0.0,
+            UNALIGNED_STORE_STEPS * step)
 
 
 def padding_s(m: int, n: int, k: int, layout: str, operand_bytes: int, gpu: GPU, constants: Constants) -> float:

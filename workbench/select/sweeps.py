@@ -6,11 +6,13 @@ Needs pandas (the lab extra); ``workbench.select`` itself does not import this m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from workbench.hardware import GPU
+from workbench.kernels.spaces import is_tma
 from workbench.select import gemm as gemm_model
 from workbench.select.profile import fit_rows, sweep_layout
 
@@ -18,22 +20,26 @@ from workbench.select.profile import fit_rows, sweep_layout
 def load_sweeps(paths: list[Path], padded_since: Path | None = None) -> pd.DataFrame:
     """The sweeps' rows with ``seconds`` and ``held_out`` columns.
 
-    A shape swept again in a later file (after a kernel change) replaces its earlier rows. ``padded_since``: the
+    A shape swept again in a later file (after a kernel change) replaces its earlier rows of the same kernel
+    (``kernel_of``: gemm.py, the TMA kernel, or the vendor library), so a sweep of one kernel's configs adds to the
+    other's rows. ``padded_since``: the
     first sweep made since the GEMM wrapper pads unaligned operands (``workbench.kernels.gemm.pad_unaligned``);
     earlier files' rows of shapes it pads measured another kernel and are dropped (``attrs["dropped_shapes"]``
-    counts them). Held out: every other shape of each part in id order, decided before anything is dropped.
+    counts them). Held out: every other shape in id order, a GEMM shape in every dtype or in none
+(``_held_out_ids``), decided before anything is dropped.
     """
     paths = [Path(p) for p in paths]
     frames: list[pd.DataFrame] = []
     for path in paths:
         frame = pd.read_csv(path)
-        redone = set(zip(frame.part, frame.shape_id))
-        frames = [f[[pair not in redone for pair in zip(f.part, f.shape_id)]] for f in frames]
+        frame["kernel"] = [kernel_of(kind, config) for kind, config in zip(frame.kind, frame.config)]
+        redone = set(zip(frame.part, frame.shape_id, frame.kernel))
+        frames = [f[[key not in redone for key in zip(f.part, f.shape_id, f.kernel)]] for f in frames]
         frames.append(frame)
     everything = pd.concat(frames, ignore_index=True)
     held = set()
     for part, group in everything.groupby("part"):
-        held |= {(part, shape_id) for shape_id in sorted(group.shape_id.unique())[1::2]}
+        held |= {(part, shape_id) for shape_id in _held_out_ids(everything, part)}
     stale = paths.index(Path(padded_since)) if padded_since is not None else 0  # files before it: unpadded kernel
     frames = [f[[not padded(row) for row in f.itertuples()]] if i < stale else f for i, f in enumerate(frames)]
     frame = pd.concat(frames, ignore_index=True)
@@ -42,6 +48,26 @@ def load_sweeps(paths: list[Path], padded_since: Path | None = None) -> pd.DataF
     frame["seconds"] = frame.ms / 1e3
     frame["held_out"] = [(p, s) in held for p, s in zip(frame.part, frame.shape_id)]
     return frame
+
+
+def _held_out_ids(frame: pd.DataFrame, part: str) -> set[str]:
+    """Every other shape id of ``part``. GEMM parts share shape ids (fp16 and fp8 sweep a subset of the bf16
+    shapes) and bf16 and fp16 fit the same 2-byte coefficients, so a GEMM shape is held out in every part or in
+    none: the shapes of the subset alternate among themselves, and so do the bf16-only ones."""
+    ids = sorted(frame[frame.part == part].shape_id.unique())
+    if part == "attention":
+        return set(ids[1::2])
+    subset = set(frame[frame.part.isin(["gemm-fp16", "gemm-fp8"])].shape_id)
+    bf16 = set(frame[frame.part == "gemm-bf16"].shape_id)
+    held = set(sorted(subset)[1::2]) | set(sorted(bf16 - subset)[1::2])
+    return held & set(ids)
+
+
+def kernel_of(kind: str, config) -> str:
+    """"vendor", "tma" (``gemm_tma.py``) or "triton" (gemm.py, the attention kernel) for a sweep row."""
+    if kind != "triton":
+        return str(kind)
+    return "tma" if isinstance(config, str) and is_tma(json.loads(config)) else "triton"
 
 
 def padded(row) -> bool:
@@ -56,4 +82,5 @@ def padded(row) -> bool:
 
 def fit_frame(frame: pd.DataFrame, gpu: GPU, source: str) -> dict[str, dict]:
     """Selection-profile sections fitted on ``frame``'s rows (``load_sweeps`` rows, or a subset)."""
-    return fit_rows(frame.drop(columns=["seconds", "held_out"], errors="ignore").to_dict("records"), gpu, source)
+    return fit_rows(frame.drop(columns=["seconds", "held_out", "kernel"], errors="ignore").to_dict("records"), gpu,
+                    source)
