@@ -74,7 +74,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in runs.iterrows():
-        lines.append(f"| {r.module} | {r['name']} | {r.dtype} | {r.rel_err:.1e} | {r.triton_ms:.3f} | "
+        lines.append(f"| {r.module} | {r['name']} | {r['dtype']} | {r.rel_err:.1e} | {r.triton_ms:.3f} | "
                      f"{r.baseline_ms:.3f} | {r.speedup_vs_baseline:.2f} | {r.achieved_tflops:.0f} | "
                      f"{r.pct_of_copy_bw:.0f} |")
     sweep_path = args.folder / "gemm_sweep.csv"
