@@ -37,16 +37,17 @@ from workbench.kernels.spaces import gemm_config_space
 from workbench.select import gemm as gemm_select
 from workbench.hardware import get_gpu
 from workbench.select import rank_configs
-from workbench.select.profile import write_selection_profile
+from workbench.select.profile import sweep_layout, write_selection_profile
 from workbench.select.sweeps import fit_frame, load_sweeps
 
 REPO = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "benchmarks" / "results").is_dir())
 SELECT = REPO / "benchmarks" / "results" / "h200" / "select"
-# Four sweep runs: later ones re-measured shapes after kernel changes (divisibility hints, padded copies of
-# unaligned operands); load_sweeps keeps one kernel version per shape and holds out every other shape.
+# Six sweep runs: later ones re-measured shapes after kernel changes (divisibility hints, padded copies of
+# unaligned operands from run 4 on) or added the Hopper TMA kernel's fp8 configs (run 6); load_sweeps keeps one
+# version of each kernel per shape and holds out every other shape.
 runs = [SELECT / name for name in ("select_sweep.csv", "select_sweep_run2.csv", "select_sweep_run3.csv",
-                                   "select_sweep_run4.csv")]
-sweep = load_sweeps(runs, padded_since=runs[-1])
+                                   "select_sweep_run4.csv", "select_sweep_run5.csv", "select_sweep_run6_tma.csv")]
+sweep = load_sweeps(runs, padded_since=runs[3])
 sweep = sweep[sweep.part.str.startswith("gemm") & sweep.error.isna()].copy()
 sweep["family"] = sweep.source.str.split(" ").str[0]  # llama3-8b, gpt2-small, ..., skinny, odd, log-uniform
 sweep["config_key"] = [gemm_select.config_key(json.loads(c)) if k == "triton" else "vendor"
@@ -85,7 +86,7 @@ keys = ["part", "shape_id"]
 shapes = triton.groupby(keys).agg(family=("family", "first"), dtype=("dtype", "first"), m=("m", "first"),
                                   n=("n", "first"), k=("k", "first"), layout=("layout", "first"),
                                   held_out=("held_out", "first"), best_ms=("ms", "min"), worst_ms=("ms", "max"))
-shapes["default_ms"] = triton[triton.is_default == 1].set_index(keys).ms
+shapes["default_ms"] = triton[(triton.is_default == 1) & (triton.kernel == "triton")].set_index(keys).ms  # gemm.py's
 shapes["vendor_ms"] = sweep[sweep.kind == "vendor"].set_index(keys).ms
 shapes = shapes.reset_index()
 shapes["default_share"] = shapes.best_ms / shapes.default_ms
@@ -144,7 +145,7 @@ rows, started = [], time.perf_counter()
 for s in shapes[shapes.held_out].itertuples():
     times = measured_ms[s.part, s.shape_id]  # config key -> measured ms
     ranked = [c.key for c in rank_configs("gemm", {"m": int(s.m), "n": int(s.n), "k": int(s.k)}, s.dtype,
-                                          "h200-sxm", layout=s.layout) if c.key in times.index]
+                                          "h200-sxm", layout=sweep_layout(s._asdict())) if c.key in times.index]
     rows.append({"part": s.part, "family": s.family, "best_ms": s.best_ms, "default_ms": s.default_ms,
                  "vendor_ms": s.vendor_ms,
                  **{f"top{k}_ms": times[ranked[:k]].min() for k in range(1, K_MAX + 1)}})
