@@ -7,6 +7,13 @@ rows (``--write-profile``).
 
     python benchmarks/eval_model.py benchmarks/results/h200/measured_ops.csv --gpu h200 --write-profile
 
+Timing noise between runs (an fp8 GEMM of a few microseconds measured 7 us in one run and 14 us in the next) is
+averaged out with ``--repeat``: more runs of (some of) the same rows, each row then measured as the median of its
+runs.
+
+    python benchmarks/eval_model.py benchmarks/results/h200/measured_ops.csv --gpu h200 \
+        --repeat benchmarks/results/h200/repeats/fp8_1.csv --repeat benchmarks/results/h200/repeats/fp8_2.csv
+
 Writes next to the CSV: model_eval.csv (one row per measurement: measured, spec-only and held-out calibrated
 predictions) and model_eval.md (the tables printed here).
 """
@@ -29,6 +36,28 @@ from workbench.schema import write_atomic
 
 TARGETS = {"gemm": (12.0, 6.0), "attention": (None, 10.0), "memory": (None, 10.0)}
 """Issue targets, percent MAPE: (spec only, calibrated)."""
+
+
+ROW_KEY = ("op", "m", "n", "k", "batch", "seq", "heads_q", "heads_kv", "head_dim", "causal", "pass", "rows", "cols",
+           "dtype")
+"""The columns that name a measured row's operator: rows of two runs with equal values are the same measurement."""
+
+
+def merge_repeats(rows: list[dict], repeats: list[list[dict]]) -> list[dict]:
+    """``rows`` with each ``measured_ms`` replaced by the median over the runs that measured that row (the rows
+    themselves and each run in ``repeats``); rows no repeat measured keep their value."""
+    runs: dict[tuple, list[float]] = defaultdict(list)
+    for run in repeats:
+        for row in run:
+            if (row.get("measured_ms") or "").strip():
+                runs[tuple(row.get(c, "") for c in ROW_KEY)].append(float(row["measured_ms"]))
+    merged = []
+    for row in rows:
+        others = runs.get(tuple(row.get(c, "") for c in ROW_KEY))
+        if others:
+            row = {**row, "measured_ms": f"{statistics.median([float(row['measured_ms']), *others]):.6g}"}
+        merged.append(row)
+    return merged
 
 
 def split_halves(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -80,10 +109,14 @@ def main() -> None:
     parser.add_argument("--write-profile", action="store_true", help="fit on all rows and write the GPU's profile")
     parser.add_argument("--independent", type=Path, help="a `workbench bench` results CSV from another run: its "
                         "vendor-baseline rows are scored with the profile fitted on all of CSV (out of sample)")
+    parser.add_argument("--repeat", type=Path, action="append", default=[],
+                        help="another run of (some of) the rows of CSV (same columns); each row's measured_ms becomes "
+                        "the median over its runs (repeatable)")
     args = parser.parse_args()
 
     gpu = get_gpu(args.gpu)
     rows = [r for r in csv.DictReader(args.csv.open()) if (r.get("measured_ms") or "").strip()]
+    rows = merge_repeats(rows, [list(csv.DictReader(path.open())) for path in args.repeat])
     spec = default_constants(gpu)
     half_a, half_b = split_halves(rows)
     fitted_a, fitted_b = calibrate(half_a, gpu).constants(), calibrate(half_b, gpu).constants()
@@ -131,7 +164,9 @@ def main() -> None:
         verdict.append(f"| {fam} | {spec_cell} | {cal_cell} |")
 
     report = [f"# Analytical model vs measurements on {gpu.display_name}", "",
-              f"Data: `{args.csv}` ({len(results)} rows). Command: `python benchmarks/eval_model.py "
+              f"Data: `{args.csv}` ({len(results)} rows"
+              f"{f'; a row that the {len(args.repeat)} repeat runs also measured counts as the median of its runs' if args.repeat else ''}). "
+              "Command: `python benchmarks/eval_model.py "
               f"{' '.join(sys.argv[1:])}`.",
               "Calibrated errors are held out (2-fold: fitted on one half of the shapes, scored on the other).", "",
               "## Targets", "", *verdict, "", "## By family", "", *by_family, "", "## By class", "", *by_class, "",
@@ -139,7 +174,8 @@ def main() -> None:
 
     if args.write_profile:
         full = calibrate(rows, gpu)
-        path = write_profile(full, source=str(args.csv))
+        source = " + ".join(str(p) for p in (args.csv, *args.repeat)) + (" (median per row)" if args.repeat else "")
+        path = write_profile(full, source=source)
         report += [f"Profile fitted on all {full.rows} rows written to `{os.path.relpath(path)}` "
                    f"(in-sample MAPE {full.mape_after['all']:.1f}%).", ""]
 

@@ -11,6 +11,7 @@ import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
@@ -184,8 +185,14 @@ def calibrate(rows: Sequence[dict], gpu: GPU) -> Calibration:
 
 
 def write_profile(result: Calibration, path=None, *, source: str = "", overwrite: bool = True) -> str:
-    """Write the fitted constants as ``specs/calibration/<gpu>.yaml`` (or ``path``), atomically."""
-    path = path or profile_path(result.gpu)
+    """Write the fitted constants as ``specs/calibration/<gpu>.yaml`` (or ``path``), atomically. Constants of an
+    existing profile that this fit does not set (e.g. the communication constants ``benchmarks/comm_sweep.py``
+    fits) are kept, and listed under ``kept_from_previous``."""
+    path = Path(path or profile_path(result.gpu))
+    previous = {}
+    if path.exists() and overwrite:
+        previous = (yaml.safe_load(path.read_text()) or {}).get("constants") or {}
+    kept = {key: value for key, value in previous.items() if key not in result.fitted}
     document = {
         "gpu": result.gpu.name,
         "fitted_on": source or "measured rows",
@@ -193,8 +200,10 @@ def write_profile(result: Calibration, path=None, *, source: str = "", overwrite
         "date": dt.date.today().isoformat(),
         "mape_percent_before": {k: round(v, 2) for k, v in result.mape_before.items()},
         "mape_percent_after": {k: round(v, 2) for k, v in result.mape_after.items()},
-        "constants": result.fitted,
+        "constants": {**result.fitted, **kept},
     }
+    if kept:
+        document["kept_from_previous"] = sorted(kept)
     header = (f"# Calibration profile for {result.gpu.display_name}: constants fitted by `workbench calibrate`.\n"
               "# Predictions use it with calibrated=True (CLI: --calibrated). Errors are on the fitting rows.\n")
     write_atomic(path, header + yaml.safe_dump(document, sort_keys=False), overwrite=overwrite)
