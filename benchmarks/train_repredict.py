@@ -2,6 +2,7 @@
 
     python benchmarks/train_repredict.py                 # writes REPREDICT.md + REPREDICT.csv + REPREDICT_classes.csv
     python benchmarks/train_repredict.py --out /tmp/r    # elsewhere
+    python benchmarks/train_repredict.py --run benchmarks/results/h200/train/job_model_run   # another proof run
 
 No GPU: the recipes (``benchmarks/results/h200/train/recipes/``), the measured step times and memory
 (``results.csv``) and the per-class profile (``profile/<run>_classes.csv``) are committed. Per run: the prediction
@@ -60,13 +61,14 @@ def measured_classes(run: str) -> dict[str, float]:
     return {r["class"]: float(r["measured_ms"]) for r in csv.DictReader(path.open())}
 
 
-def repredict() -> tuple[list[dict], list[dict]]:
+def repredict(run_dir: Path = TRAIN) -> tuple[list[dict], list[dict]]:
+    """Per run of ``run_dir`` (a ``train_proof.py`` output: ``results.csv`` and ``recipes/``), and per class."""
     runs, classes = [], []
-    for row in csv.DictReader((TRAIN / "results.csv").open()):
+    for row in csv.DictReader((run_dir / "results.csv").open()):
         if row["status"] != "ok":
             continue
         name = row["name"]
-        recipe = load_recipe(TRAIN / "recipes" / f"{name}.yaml")
+        recipe = load_recipe(run_dir / "recipes" / f"{name}.yaml")
         measured = float(row["measured_step_s"])
         spec = predict_recipe(recipe, calibrated=False, job=True)
         cal = predict_recipe(recipe, calibrated=True, job=True)
@@ -152,9 +154,11 @@ def report(runs: list[dict], classes: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=TRAIN)
+    parser.add_argument("--run", type=Path, default=TRAIN, help="a train_proof.py output folder (results.csv, recipes/)")
+    parser.add_argument("--out", type=Path, help="where to write (default: --run)")
     args = parser.parse_args(argv)
-    runs, classes = repredict()
+    args.out = args.out or args.run
+    runs, classes = repredict(args.run)
     args.out.mkdir(parents=True, exist_ok=True)
     _write_csv(args.out / "REPREDICT.csv", runs)
     _write_csv(args.out / "REPREDICT_classes.csv", classes)
