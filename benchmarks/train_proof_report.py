@@ -15,7 +15,8 @@ from workbench.schema import write_atomic
 ERROR_TARGET = 0.10
 PORT_TARGET = 1.25
 FP8_TOLERANCE = 0.03
-"""Relative difference allowed between fp8 and bf16 25-step mean losses (a policy, not a measured bound)."""
+"""Relative difference allowed between fp8 and bf16 25-step mean losses (a policy, not a measured bound): the
+original criterion, still reported; the verdict is the bf16 seed-to-seed band (``fp8_result``)."""
 FP8_WINDOW, FP8_SKIP = 25, 50
 
 
@@ -77,38 +78,101 @@ def port_result(rows: list[dict]) -> dict:
     return result
 
 
+FP8_CURVES = ("bf16", "fp8", "bf16-seed1", "fp8-seed1", "fp8-emulated")
+"""The fp8 experiment's runs (``small-<name>``): bf16 and fp8 at seeds 0 and 1 (initialisation and batch order),
+and fp8 at seed 0 with its GEMMs emulated in fp32 (same rounding, no fp8 kernel)."""
+FP8_PROGRESS_LEVELS = (0.25, 0.5, 0.75, 0.9)
+"""Fractions of bf16's loss drop (first to final window mean) at which steps-to-loss are compared."""
+
+
+def window_means(curve: list[float], window: int, skip: int, n: int) -> list[float]:
+    """Means of consecutive ``window``-step blocks of curve[skip:n]."""
+    return [statistics.fmean(curve[i:i + window]) for i in range(skip, n - window + 1, window)]
+
+
+def relative_differences(reference: list[float], curve: list[float], window: int, skip: int, n: int) -> list[float]:
+    """(curve - reference) / reference per window mean, signed: > 0 where ``curve`` is behind (higher loss)."""
+    return [(c - r) / r for r, c in zip(window_means(reference, window, skip, n), window_means(curve, window, skip, n))]
+
+
+def steps_to_loss(curve: list[float], level: float, window: int) -> int | None:
+    """First step at which the trailing ``window``-step mean is at or below ``level``; None if never."""
+    for end in range(window, len(curve) + 1):
+        if statistics.fmean(curve[end - window:end]) <= level:
+            return end - 1
+    return None
+
+
+def step_lags(reference: list[float], curve: list[float], window: int, n: int) -> list[float | None]:
+    """steps_to_loss(curve) / steps_to_loss(reference) - 1 at each FP8_PROGRESS_LEVELS fraction of the
+    reference's drop (first to last window mean): > 0 where ``curve`` needs more steps (time-to-quality)."""
+    first, last = statistics.fmean(reference[:window]), statistics.fmean(reference[n - window:n])
+    lags = []
+    for fraction in FP8_PROGRESS_LEVELS:
+        level = first - fraction * (first - last)
+        ref, got = steps_to_loss(reference[:n], level, window), steps_to_loss(curve[:n], level, window)
+        lags.append(None if ref is None or got is None or ref == 0 else got / ref - 1)
+    return lags
+
+
+def _compare(reference: list[float], curve: list[float], window: int, skip: int, n: int) -> dict:
+    rel = relative_differences(reference, curve, window, skip, n)
+    final = (statistics.fmean(reference[n - window:n]), statistics.fmean(curve[n - window:n]))
+    lags = [lag for lag in step_lags(reference, curve, window, n) if lag is not None]
+    return {"max_relative_difference": max(map(abs, rel)) if rel else None,
+            "mean_signed_difference": statistics.fmean(rel) if rel else None,
+            "final_relative_difference": final[1] / final[0] - 1, "loss_final_mean": list(final),
+            "step_lags": step_lags(reference, curve, window, n),
+            "max_step_lag": max(lags, key=abs) if lags else None}
+
+
 def fp8_result(rows: list[dict]) -> dict:
-    """fp8 against bf16, by 25-step mean losses after the first steps. Two criteria, both reported: the fixed
-    policy (every mean within FP8_TOLERANCE of bf16's) and the noise band (fp8's largest difference from bf16 no
-    larger than that of bf16 with another seed: fp8 then changes the curve less than a reseed does)."""
+    """fp8 against bf16, by ``window``-step mean losses after the first ``skip`` steps, each fp8 run against the
+    bf16 run of its own seed (same initialisation and data). Criteria, all reported:
+
+    - policy (the original one, kept): every window mean of fp8 within FP8_TOLERANCE of bf16's (seed 0);
+    - noise band (the verdict): at every seed, fp8's largest difference from bf16 (over every window, the final
+      one included) is no larger than bf16's own seed-to-seed difference (bf16 seed 1 against seed 0). A fixed
+      relative tolerance on window means is a statement about the slope of the curve as much as about
+      precision: where the loss falls fast, a shift of a few steps is tens of percent, and at a loss of 0.25
+      batch noise alone is a few percent, so bf16 against itself with another seed fails it (H200, 300 steps:
+      6.0% largest, 3.6% on the final window);
+    - steps-to-loss (time-to-quality): how many more steps fp8 needs to reach 25/50/75/90% of bf16's loss drop;
+    - the emulated-GEMM fp8 run (same rounding, fp32 matmuls) against bf16: near fp8 means the numerics, near
+      bf16 means the fp8 kernel."""
     by_name = {r["name"]: r for r in rows if r["experiment"] == "fp8"}
-    curves = {k: by_name.get(f"small-{k}", {}).get("metrics", {}).get("losses") for k in ("bf16", "fp8", "bf16-seed1")}
+    curves = {k: by_name.get(f"small-{k}", {}).get("metrics", {}).get("losses") for k in FP8_CURVES}
     if not (curves["bf16"] and curves["fp8"]):
         return {"status": "incomplete", "tolerance": FP8_TOLERANCE}
-    bf16, fp8, reseeded = curves["bf16"], curves["fp8"], curves["bf16-seed1"]
-    n = min(len(c) for c in (bf16, fp8, reseeded) if c)
+    n = min(len(c) for c in curves.values() if c)
     window, skip = max(1, min(FP8_WINDOW, n // 6)), min(FP8_SKIP, n // 3)
-
-    def relative_differences(curve: list[float]) -> list[float]:
-        means = [(statistics.fmean(bf16[i:i + window]), statistics.fmean(curve[i:i + window]))
-                 for i in range(skip, n - window + 1, window)]
-        return [abs(c - b) / b for b, c in means]
-
-    rel = relative_differences(fp8)
-    final_means = (statistics.fmean(bf16[n - window:n]), statistics.fmean(fp8[n - window:n]))
+    bf16 = curves["bf16"]
+    seed0 = _compare(bf16, curves["fp8"], window, skip, n)
     result = {"tolerance": FP8_TOLERANCE, "window": window, "skip": skip, "steps": n,
               "fp8_backend": by_name["small-fp8"]["metrics"]["settings"]["fp8_backend"],
-              "loss_first": [bf16[0], fp8[0]], "loss_final_mean": list(final_means),
-              "max_relative_difference": max(rel) if rel else None, "final_relative_difference": rel[-1] if rel else None,
+              "loss_first": [bf16[0], curves["fp8"][0]], "loss_final_mean": seed0["loss_final_mean"],
+              "max_relative_difference": seed0["max_relative_difference"],
+              "final_relative_difference": seed0["final_relative_difference"],
+              "comparisons": {"fp8 vs bf16 (seed 0)": seed0},
               "bf16_step_s": by_name["small-bf16"]["metrics"]["measured"]["step_time_s"],
               "fp8_step_s": by_name["small-fp8"]["metrics"]["measured"]["step_time_s"],
-              "curves": {"bf16": bf16[:n], "fp8": fp8[:n]}}
-    result["status"] = "agree" if rel and max(rel) <= FP8_TOLERANCE else "disagree"
-    if reseeded:
-        noise = relative_differences(reseeded)
-        result["curves"]["bf16_seed1"] = reseeded[:n]
-        result["seed_max_relative_difference"] = max(noise) if noise else None
-        result["noise_status"] = "within" if rel and noise and max(rel) <= max(noise) else "outside"
+              "curves": {k.replace("-", "_"): c[:n] for k, c in curves.items() if c}}
+    rel = seed0["max_relative_difference"]
+    result["policy_status"] = "agree" if rel is not None and rel <= FP8_TOLERANCE else "disagree"
+    pairs = {"fp8 vs bf16 (seed 1)": ("bf16-seed1", "fp8-seed1"), "bf16 seed 1 vs bf16 seed 0": ("bf16", "bf16-seed1"),
+             "fp8 emulated vs bf16 (seed 0)": ("bf16", "fp8-emulated")}
+    for label, (ref, other) in pairs.items():
+        if curves[ref] and curves[other]:
+            result["comparisons"][label] = _compare(curves[ref], curves[other], window, skip, n)
+    band = result["comparisons"].get("bf16 seed 1 vs bf16 seed 0", {}).get("max_relative_difference")
+    result["seed_max_relative_difference"] = band
+    fp8_pairs = [c for label, c in result["comparisons"].items() if label.startswith("fp8 vs")]
+    if band is None:
+        result["status"] = result["noise_status"] = "incomplete"
+        return result
+    within = all(c["max_relative_difference"] is not None and c["max_relative_difference"] <= band for c in fp8_pairs)
+    result["noise_status"] = "within" if within else "outside"
+    result["status"] = "agree" if within else "disagree"
     return result
 
 
@@ -183,17 +247,28 @@ def markdown(summary: dict) -> str:
         lines.append(f"- {port['status']}")
     lines += ["", "## 3. fp8 vs bf16 loss curves (byte-level Llama, ~45M parameters, generated text corpus)", ""]
     if fp8.get("status") in ("agree", "disagree"):
-        lines += [f"- {fp8['steps']} steps each, same seed and data; fp8 backend: {fp8['fp8_backend']}",
+        lines += [f"- {fp8['steps']} steps each; each fp8 run against the bf16 run of its seed (same initialisation "
+                  f"and data); fp8 backend: {fp8['fp8_backend']}; {fp8['window']}-step means after step {fp8['skip']}",
                   f"- first loss bf16 / fp8: {fp8['loss_first'][0]:.3f} / {fp8['loss_first'][1]:.3f}; final "
                   f"{fp8['window']}-step mean: {fp8['loss_final_mean'][0]:.4f} / {fp8['loss_final_mean'][1]:.4f}",
-                  f"- largest relative difference of {fp8['window']}-step means after step {fp8['skip']}: "
-                  f"{fp8['max_relative_difference']:.2%} (final {fp8['final_relative_difference']:.2%}); tolerance "
-                  f"{FP8_TOLERANCE:.0%}: **{fp8['status']}**",
-                  *([f"- noise band: bf16 with another seed differs from bf16 by up to "
-                     f"{fp8['seed_max_relative_difference']:.2%}; fp8 ({fp8['max_relative_difference']:.2%}) is "
-                     f"**{fp8['noise_status']}** that band"] if fp8.get("seed_max_relative_difference") is not None
-                    else []),
-                  f"- median step: bf16 {fp8['bf16_step_s'] * 1e3:.1f} ms, fp8 {fp8['fp8_step_s'] * 1e3:.1f} ms "
+                  f"- original policy, every window mean within {FP8_TOLERANCE:.0%} (seed 0): largest difference "
+                  f"{fp8['max_relative_difference']:.2%}: **{fp8['policy_status']}**",
+                  f"- verdict (noise band): fp8's largest difference from bf16, at every seed, no larger than bf16's "
+                  f"own seed-to-seed difference ({_fmt(fp8.get('seed_max_relative_difference'), '.2%')}): "
+                  f"**{fp8['status']}** (fp8 **{fp8.get('noise_status')}** the band)", "",
+                  "The fixed tolerance is kept and reported, but it is not the verdict: where the loss falls fast, a "
+                  "shift of a few steps moves a window mean by tens of percent, and near the end batch noise alone "
+                  "is a few percent, so bf16 against itself with another seed can fail it. A precision change is "
+                  "judged against that run-to-run band instead, at two seeds, and by how many more steps it needs "
+                  "to reach the same loss (step lag; the band's own lags say how much of that is noise).", "",
+                  "| comparison | largest abs. difference | mean signed difference (> 0: behind) | final | "
+                  "step lag at 25/50/75/90% of bf16's drop |", "|---|---|---|---|---|"]
+        for label, c in fp8["comparisons"].items():
+            lags = " / ".join(_fmt(v, pct=True) for v in c["step_lags"])
+            lines.append(f"| {label} | {_fmt(c['max_relative_difference'], '.2%')} | "
+                         f"{_fmt(c['mean_signed_difference'], pct=True)} | {_fmt(c['final_relative_difference'], pct=True)} "
+                         f"| {lags} |")
+        lines += ["", f"- median step: bf16 {fp8['bf16_step_s'] * 1e3:.1f} ms, fp8 {fp8['fp8_step_s'] * 1e3:.1f} ms "
                   "(eager; the fp8 path quantizes with separate torch ops around the Triton GEMM)"]
     else:
         lines.append(f"- {fp8.get('status')}")
@@ -220,7 +295,7 @@ def write_outputs(out: Path, rows: list[dict], notes: list[str], command: str, w
             writer.writerows(table)
     curves = summary["fp8"].get("curves")
     if curves:
-        names = [key for key in ("bf16", "fp8", "bf16_seed1") if key in curves]
+        names = [key.replace("-", "_") for key in FP8_CURVES if key.replace("-", "_") in curves]
         text = ",".join(["step", *(f"loss_{key}" for key in names)]) + "\n" + "".join(
             ",".join([str(i), *(f"{v:.6f}" for v in values)]) + "\n"
             for i, values in enumerate(zip(*(curves[key] for key in names))))
@@ -241,4 +316,5 @@ def print_table(summary: dict) -> None:
     print(f"port vs co-designed: measured {_fmt(port.get('measured_ratio'), '.3f')}x "
           f"(predicted {_fmt(port.get('predicted_ratio'), '.3f')}x, target {PORT_TARGET}x): {port['status']}")
     print(f"fp8 vs bf16: max relative loss difference {_fmt(fp8.get('max_relative_difference'), '.2%')} "
-          f"(tolerance {FP8_TOLERANCE:.0%}): {fp8.get('status')}")
+          f"(policy {FP8_TOLERANCE:.0%}: {fp8.get('policy_status')}), bf16 seed band "
+          f"{_fmt(fp8.get('seed_max_relative_difference'), '.2%')}: {fp8.get('status')}")

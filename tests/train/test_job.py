@@ -58,6 +58,15 @@ def test_fp8_tracks_bf16(tiny_recipe, monkeypatch):
     assert curves["rowwise"][-1] < curves["rowwise"][0] - 0.5
 
 
+def test_fp8_emulate_runs_the_emulated_gemm_where_the_triton_one_would_run(tiny_recipe, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # without --fp8-emulate: the interpreter's Triton fp8 GEMM
+    config = TrainingConfig(4, 64, precision="fp8")
+    recipe = tiny_recipe("fp8emu", config, precision=PrecisionPolicy(fp8="rowwise"))
+    m = run(recipe, tmp_path, "--steps", "2", "--warmup", "0", "--fp8-emulate", "--seed", "3")
+    assert m["settings"]["fp8_backend"] == "emulated" and m["settings"]["seed"] == 3
+    assert any("--fp8-emulate" in note for note in m["notes"])
+
+
 def test_gradient_accumulation_and_ddp(tiny_recipe, tmp_path):
     config = TrainingConfig(2, 64, parallelism=Parallelism(sharding="ddp"), global_batch=4)
     m = run(tiny_recipe("ddp", config), tmp_path, "--steps", "2", "--warmup", "0")

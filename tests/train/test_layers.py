@@ -31,6 +31,66 @@ def test_fp8_scales_map_amax_to_the_e4m3_maximum():
     assert torch.allclose(q.float() * inverse, t, rtol=0.07)
 
 
+def _fp8_linear_grads(x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor):
+    """(y, dx, dw) of a rowwise Float8Linear and of a float64 reference."""
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.weight.data.copy_(weight)
+    fp8 = swap_linear(linear, layers.Float8Linear, rowwise=True)
+    xq = x.clone().requires_grad_()
+    y = fp8(xq)
+    y.backward(dy)
+    xr, wr = x.double().requires_grad_(), weight.double().requires_grad_()
+    yr = xr @ wr.t()
+    yr.backward(dy.double())
+    return (y, xq.grad, linear.weight.grad), (yr, xr.grad, wr.grad)
+
+
+@pytest.mark.parametrize("gemm", ["forward", "dgrad", "wgrad"])
+def test_fp8_linear_scales_each_gemm_along_its_own_reduction_dimension(gemm):
+    """Rowwise fp8 gives each row of A and column of B its own scale along the GEMM's K (hidden in the forward,
+    output features in dgrad, tokens in wgrad). An outlier 1e6 times larger than the rest along A's rows or B's
+    columns is then harmless, but would flush the other values of a scale taken along the wrong axis to zero
+    (e4m3 spans ~2e5): forward -- one token of x; dgrad -- one token of dy; wgrad -- one output feature of dy and
+    one input feature of x."""
+    torch.manual_seed(0)
+    x, dy, weight = torch.randn(64, 32), torch.randn(64, 48), torch.randn(48, 32) * 0.1
+    token, out_feature, in_feature = 7, 5, 3
+    if gemm == "forward":
+        x[token] *= 1e6
+    elif gemm == "dgrad":
+        dy[token] *= 1e6
+    else:
+        dy[:, out_feature] *= 1e6
+        x[:, in_feature] *= 1e6
+    (y, dx, dw), (yr, dxr, dwr) = _fp8_linear_grads(x, dy, weight)
+    rows = [m for m in range(64) if m != token]
+    if gemm == "forward":
+        assert relative_error(y[rows], yr[rows]) < 0.06
+    elif gemm == "dgrad":
+        assert relative_error(dx[rows], dxr[rows]) < 0.06
+    else:
+        outs, ins = [n for n in range(48) if n != out_feature], [k for k in range(32) if k != in_feature]
+        assert relative_error(dw[outs][:, ins], dwr[outs][:, ins]) < 0.06
+
+
+def test_fp8_emulate_skips_the_triton_gemm_even_where_it_could_run(monkeypatch):
+    from workbench.kernels import gemm
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the Triton GEMM is usable on this CPU tensor now
+    calls = []
+    monkeypatch.setattr(gemm, "scaled_matmul", lambda *args, **kw: calls.append(1) or torch.zeros(
+        args[0].shape[0], args[1].shape[1], dtype=torch.bfloat16))
+    torch.manual_seed(0)
+    a, b = torch.randn(16, 32), torch.randn(32, 8)
+    emulated = fp8_matmul(a, b, True, emulate=True)
+    assert not calls and relative_error(emulated, a @ b) < 0.06
+    fp8_matmul(a, b, True)
+    assert len(calls) == 1
+    linear = swap_linear(torch.nn.Linear(32, 8, bias=False), layers.Float8Linear, rowwise=True, emulate=True)
+    linear(a.requires_grad_()).sum().backward()  # forward, dgrad and wgrad
+    assert len(calls) == 1
+
+
 def test_chunked_cross_entropy_matches_torch(monkeypatch):
     monkeypatch.setattr(layers, "CE_CHUNK_ELEMENTS", 1000)  # several chunks
     torch.manual_seed(0)
@@ -61,7 +121,7 @@ def test_triton_linear_matches_torch_in_the_interpreter():
 
 def test_triton_linear_gives_vendor_shapes_to_torch(monkeypatch):
     """The recipe's per-shape shim: a GEMM shape marked vendor runs torch's matmul, the others Triton's."""
-    import workbench.kernels.gemm as gemm
+    from workbench.kernels import gemm
 
     calls = []
     real = gemm.matmul

@@ -24,6 +24,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default="train_metrics.json", help="where to write the metrics JSON")
     p.add_argument("--log-every", type=int, default=1)
     p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    p.add_argument("--fp8-emulate", action="store_true",
+                   help="fp8 recipes: emulate the fp8 GEMMs in fp32 with the same rounding (a numerics check)")
     return p
 
 
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_job_spec(args.recipe)
         options = RunOptions(steps=args.steps, warmup=args.warmup, device=args.device, data=args.data, lr=args.lr,
                              seed=args.seed, max_table_rows=args.max_table_rows, log_every=args.log_every,
-                             progress=not args.quiet)
+                             progress=not args.quiet, fp8_emulate=args.fp8_emulate)
         result = train(spec, options)
         result.predicted_job = job_prediction(args.recipe)
     except WorkbenchError as exc:

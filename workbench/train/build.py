@@ -49,10 +49,12 @@ def _set(module: nn.Module, path: str, new: nn.Module) -> None:
     setattr(_get(module, parent) if parent else module, name, new)
 
 
-def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: World, notes: list[str]) -> str:
-    """fp8 (torchao where it imports, else the project's fp8 GEMM) or Triton GEMMs in the blocks' linears."""
+def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: World, notes: list[str],
+                        fp8_emulate: bool = False) -> str:
+    """fp8 (torchao where it imports, else the project's fp8 GEMM; the project's fp32 emulation of it when
+    ``fp8_emulate``) or Triton GEMMs in the blocks' linears. Embedding, output head and norms stay out of fp8."""
     if spec.fp8 != "none":
-        if world.device.type == "cuda":
+        if world.device.type == "cuda" and not fp8_emulate:
             try:
                 from torchao.float8 import Float8LinearConfig, convert_to_float8_training
             except ImportError:
@@ -63,7 +65,11 @@ def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: 
                 return "torchao"
         for block in model.blocks.values():
             for path in BLOCK_LINEARS:
-                _set(block, path, swap_linear(_get(block, path), Float8Linear, rowwise=spec.fp8 == "rowwise"))
+                _set(block, path, swap_linear(_get(block, path), Float8Linear, rowwise=spec.fp8 == "rowwise",
+                                              emulate=fp8_emulate))
+        if fp8_emulate:
+            notes.append("fp8 emulated (dequantize + fp32 matmul, same rounding as the fp8 GEMM): --fp8-emulate")
+            return "emulated"
         if world.device.type == "cuda":
             return "workbench-triton"
         from workbench.kernels._common import interpreting
@@ -82,7 +88,7 @@ def _matmul_precision(spec: JobSpec) -> None:
     torch.backends.cudnn.allow_tf32 = spec.compute_dtype == "tf32"
 
 
-def build_transformer(spec: JobSpec, world: World) -> Built:
+def build_transformer(spec: JobSpec, world: World, fp8_emulate: bool = False) -> Built:
     kernels, notes = kernel_set(spec), []
     if spec.tp > 1 and (spec.fp8 != "none" or kernels.triton):
         raise JobError(f"recipe {spec.name!r}: tp = {spec.tp} with fp8 or Triton kernels: the reference job runs "
@@ -92,7 +98,7 @@ def build_transformer(spec: JobSpec, world: World) -> Built:
         model = Llama(spec.model, kernels, spec.seq_len)
     if spec.param_dtype != "fp32":
         model.to(DTYPES[spec.param_dtype])
-    fp8_backend = _swap_block_linears(model, spec, kernels, world, notes)
+    fp8_backend = _swap_block_linears(model, spec, kernels, world, notes, fp8_emulate)
     fsdp = spec.sharding == "fsdp"
     dp_mesh = tp_mesh = None
     if fsdp or spec.tp > 1:

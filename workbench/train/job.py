@@ -58,6 +58,9 @@ class RunOptions:
     describe the run, and the metrics say so)."""
     log_every: int = 1
     progress: bool = True
+    fp8_emulate: bool = False
+    """fp8 recipes: emulate the fp8 GEMMs in fp32 (same rounding) instead of running the fp8 kernel; separates the
+    kernel from the numerics in a convergence check (slower, and the step time then is not the recipe's)."""
 
 
 @dataclass
@@ -115,7 +118,8 @@ class RunResult:
                                                     "reduce": s.reduce_dtype, "fp8": s.fp8},
                 "fp8_backend": self.fp8_backend, "activation_checkpointing": s.checkpointing,
                 "parallelism": {"dp": s.dp, "tp": s.tp, "sharding": s.sharding}, "compile": s.compile,
-                "triton_ops": sorted(s.triton_ops()), "data": self.options.data,
+                "triton_ops": sorted(s.triton_ops()), "data": self.options.data, "seed": self.options.seed,
+                "lr": self.options.lr,
                 "max_table_rows": self.options.max_table_rows,
             },
             "steps": len(self.step_times_s), "warmup": self.options.warmup,
@@ -161,7 +165,7 @@ def train(spec: JobSpec, options: RunOptions | None = None) -> RunResult:
     try:
         check_supported(spec, world.world_size)
         torch.manual_seed(options.seed)
-        built = build_dlrm(spec, world, options.max_table_rows) if is_dlrm else build_transformer(spec, world)
+        built = build_dlrm(spec, world, options.max_table_rows) if is_dlrm else build_transformer(spec, world, options.fp8_emulate)
         if options.lr is not None:
             for group in built.optimizers[0].param_groups:
                 group["lr"] = options.lr
