@@ -136,7 +136,7 @@ def _step_ops(model: Model, cfg: TrainingConfig, execution: Execution | None) ->
         return []
     if isinstance(model, TransformerModel):
         return transformer_step_ops(model, cfg, execution)
-    if isinstance(model, DLRMModel) and "embedding_bag" not in execution.triton_ops:
+    if isinstance(model, DLRMModel):
         return dlrm_job_embedding_ops(model, cfg)[1]
     return []
 

@@ -92,6 +92,29 @@ def test_dlrm_job_updates_tables_in_the_optimizer_step():
     assert job.summary.step_time_s > fused.summary.step_time_s
 
 
+def test_eager_dlrm_runs_the_cross_layers_unfused_with_autocast_casts():
+    from workbench.models import get_model
+
+    m = get_model("dlrm-dcnv2")
+    cfg = TrainingConfig(16384, precision="bf16", parallelism=Parallelism(dp=1, sharding="ddp"))
+    compiled = predict(m, "h200", cfg, execution=Execution(compile=True))
+    eager = predict(m, "h200", cfg, execution=Execution(compile=False))
+    names = [o.op.name for o in eager.ops]
+    # x_l read by the next down projection and its + x (1 add each), x0 also by every layer's product
+    assert sum(n.startswith("interaction.grad_accumulate") for n in names) == 2 * m.cross_layers
+    assert not any(n.startswith("interaction.x0_grad") for n in names)
+    # autocast: every weight and bias cast to bf16 in forward and its gradient back in backward
+    params = 2 * len(m.mlp_layers()) - m.cross_layers  # CrossLayer.down has no bias
+    assert sum(n.endswith(".autocast.to_bf16") for n in names) == params
+    assert sum(".grad_to_fp32" in n for n in names) == params
+    assert not any("autocast" in o.op.name for o in compiled.ops)
+    assert any(o.op.name.startswith("interaction.x0_grad") for o in compiled.ops)
+    for p in (compiled, eager):  # both: the loss and the MLPs' bias gradients (the cross layers' in eager's bwd)
+        assert any(o.op.name.startswith("loss.") for o in p.ops)
+        assert any(o.op.name == "top_mlp.0.bias_grad.column_sum" for o in p.ops)
+    assert eager.summary.step_time_s > compiled.summary.step_time_s
+
+
 def test_unvectorized_and_transposing_kernels_run_slower():
     from workbench.graph.execution import kernels
     from workbench.hardware import get_gpu

@@ -49,7 +49,8 @@ class Execution:
 # Element = the [rows, cols] tensor the sequence is about. Path: True = TensorIterator's vectorized kernel;
 # False = its non-vectorized one (a broadcast or strided operand, or an upcast: the H200 profiles show every
 # bf16 -> fp32 ``.float()`` as ``unrolled_elementwise_kernel<direct_copy_kernel_cuda>`` and the fp32 -> bf16
-# casts as the vectorized ``bfloat16_copy_kernel``); "transpose" = a copy that transposes (a strided walk).
+# casts as the vectorized ``bfloat16_copy_kernel``); "transpose" = a copy that transposes (a strided walk);
+# "gather" = reads (or writes) rows at random positions: embedding rows, priced at ``memory_gather_efficiency``.
 Kernel = tuple[str, float, float, "bool | str"]
 
 # workbench/train/layers.py RMSNormFunction.forward, x bf16 [T, h]; the [T, 1] ops (+ eps, rsqrt) and the weight's
@@ -113,8 +114,10 @@ FP8_TRANSPOSE: tuple[Kernel, ...] = (("k_major_copy", 1, 1, "transpose"),)
 
 
 def kernels(prefix: str, kind: str, table: tuple[Kernel, ...], elements: int, *, phase: Phase, count: int = 1,
-            layer: str = "", dtype: str = "fp32", rows: int = 0) -> list[Op]:
-    """One ``Op`` per kernel of ``table`` over ``elements`` items; launch-only kernels walk ``rows`` items."""
+            layer: str = "", dtype: str = "fp32", rows: int = 0, gather: str = "torch") -> list[Op]:
+    """One ``Op`` per kernel of ``table`` over ``elements`` items; launch-only kernels walk ``rows`` items.
+    ``gather``: whose kernel does the "gather" entries (``memory_gather_efficiency.torch``, ``.triton``, or a
+    kernel of its own: ``.triton.rowwise_adagrad``)."""
     ops = []
     for name, read, write, vectorized in table:
         n = elements if (read or write) else max(1, rows)
@@ -123,6 +126,8 @@ def kernels(prefix: str, kind: str, table: tuple[Kernel, ...], elements: int, *,
         extra = {"bandwidth_kind": "sum" if r and not w else "add"}
         if vectorized == "transpose":
             extra["transpose"] = True
+        elif vectorized == "gather":
+            extra["gather"] = gather
         elif not vectorized:
             extra["unvectorized"] = True
         ops.append(Op(f"{prefix}.{name}", kind, phase, FlatShape(n), dtype, flops=float(n), bytes_read=r * n,

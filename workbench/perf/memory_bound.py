@@ -1,7 +1,8 @@
 """Memory-bound operators (elementwise, norms, softmax, reductions, optimizer, embedding): the bytes they must
 move at an achievable fraction of HBM bandwidth (one constant per op class, optionally per op class and dtype:
 ``memory_fraction.softmax.bf16``), plus a fixed kernel cost. Kernels on broadcast or strided operands (``op.extra["unvectorized"]``, the
-reference job's eager ops: ``workbench.graph.execution``) reach ``memory_unvectorized_efficiency`` of that.
+reference job's eager ops: ``workbench.graph.execution``) reach ``memory_unvectorized_efficiency`` of that; random row
+gathers and scatters (``op.extra["gather"]``: the job's embedding lookups and table update) ``memory_gather_efficiency``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from workbench.perf.efficiency import Constants
 
 
 def memory_bound_time(op: Op, gpu: GPU, constants: Constants) -> float:
-    """Predicted seconds for one memory-bound op."""
+    """Predicted seconds for one memory-bound op (an op marked ``host_idle``: the GPU idle its constant names)."""
+    if op.extra.get("host_idle"):
+        return constants[op.extra["host_idle"]] * 1e-6
     kind = op.extra.get("bandwidth_kind", op.kind)  # an unfused kernel of a reported class (graph/execution.py)
     bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants[f"memory_fraction.{kind}.{op.dtype}"]
     if op.extra.get("unvectorized"):  # TensorIterator's non-vectorized path (broadcast / strided operand)
         bandwidth *= constants["memory_unvectorized_efficiency"]
     elif op.extra.get("transpose"):  # a copy that transposes: one side walked with a stride
         bandwidth *= constants["memory_transpose_efficiency"]
+    elif op.extra.get("gather"):  # rows at random positions (embedding lookups and their updates)
+        bandwidth *= constants[f"memory_gather_efficiency.{op.extra['gather']}"]  # .torch / .triton kernels
     return op.bytes / bandwidth + constants["memory_launch_us"] * 1e-6
