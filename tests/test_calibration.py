@@ -62,11 +62,13 @@ def test_profile_round_trip_feeds_calibrated_predictions(tmp_path, monkeypatch):
 def test_a_refit_keeps_the_constants_it_does_not_fit(tmp_path, monkeypatch):
     monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
     (tmp_path / "h200-sxm.yaml").write_text(yaml.safe_dump(
-        {"gpu": "h200-sxm", "constants": {"link_efficiency": 0.66, "gemm_fraction.bf16": 0.9}}))
+        {"gpu": "h200-sxm", "constants": {"link_efficiency": 0.66, "gemm_fraction.bf16": 0.9},
+         "notes": {"link_efficiency": "comm_sweep.py on 2 GPUs", "gemm_fraction.bf16": "an older fit"}}))
     truth = default_constants(H200).with_values({"gemm_fraction.bf16": 0.5})
     path = write_profile(calibrate(_measured_by(truth), H200))
     document = yaml.safe_load(open(path))
     assert document["kept_from_previous"] == ["link_efficiency"]  # a communication constant comm_sweep.py fitted
+    assert document["notes"] == {"link_efficiency": "comm_sweep.py on 2 GPUs"}  # the refit key's note goes
     assert constants_for(H200, calibrated=True)["link_efficiency"] == 0.66
     assert constants_for(H200, calibrated=True)["gemm_fraction.bf16"] == pytest.approx(0.5, rel=0.05)  # refit
 

@@ -187,12 +187,13 @@ def calibrate(rows: Sequence[dict], gpu: GPU) -> Calibration:
 def write_profile(result: Calibration, path=None, *, source: str = "", overwrite: bool = True) -> str:
     """Write the fitted constants as ``specs/calibration/<gpu>.yaml`` (or ``path``), atomically. Constants of an
     existing profile that this fit does not set (e.g. the communication constants ``benchmarks/comm_sweep.py``
-    fits) are kept, and listed under ``kept_from_previous``."""
+    fits) are kept, listed under ``kept_from_previous``, with their ``notes`` (where each came from)."""
     path = Path(path or profile_path(result.gpu))
     previous = {}
     if path.exists() and overwrite:
-        previous = (yaml.safe_load(path.read_text()) or {}).get("constants") or {}
-    kept = {key: value for key, value in previous.items() if key not in result.fitted}
+        previous = yaml.safe_load(path.read_text()) or {}
+    kept = {key: value for key, value in (previous.get("constants") or {}).items() if key not in result.fitted}
+    notes = {key: note for key, note in (previous.get("notes") or {}).items() if key in kept}
     document = {
         "gpu": result.gpu.name,
         "fitted_on": source or "measured rows",
@@ -204,6 +205,8 @@ def write_profile(result: Calibration, path=None, *, source: str = "", overwrite
     }
     if kept:
         document["kept_from_previous"] = sorted(kept)
+    if notes:
+        document["notes"] = notes  # where a kept constant came from
     header = (f"# Calibration profile for {result.gpu.display_name}: constants fitted by `workbench calibrate`.\n"
               "# Predictions use it with calibrated=True (CLI: --calibrated). Errors are on the fitting rows.\n")
     write_atomic(path, header + yaml.safe_dump(document, sort_keys=False), overwrite=overwrite)
