@@ -143,8 +143,11 @@ def test_default_configs_crosscompile_for_sm90():
     assert result.returncode == 0, result.stderr[-2000:]
     inspections = json.loads(result.stdout.strip().splitlines()[-1])
     for r in inspections:
-        assert not r["error"] and r["fits"] and r["spills"] == 0, r
         config = json.loads(r["config"])
+        if config["WARP_SPECIALIZE"] and _triton_older_than(3, 7):  # triton 3.6 (the H200 machine's) fails these
+            assert "PassManager::run failed" in r["error"], r  # (spaces.TMA_SM90_SPACE); the selector skips them
+            continue
+        assert not r["error"] and r["fits"] and r["spills"] == 0, r
         estimate = shared_bytes(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"],
                                 config["EPILOGUE_SUBTILE"], 1 if r["dtype"] == "fp8" else 2)
         assert 0 <= r["shared_bytes"] - estimate <= 1024, (r, estimate)  # plus mbarriers
@@ -156,3 +159,9 @@ def test_supported_is_false_without_a_hopper_gpu():
         assert supported("cpu") == (gemm_tma.TensorDescriptor is not None and gemm_tma.HAS_WARP_SPECIALIZE)
     elif not torch.cuda.is_available():
         assert not supported()
+
+
+def _triton_older_than(major: int, minor: int) -> bool:
+    import triton
+
+    return tuple(int(part) for part in triton.__version__.split(".")[:2]) < (major, minor)
