@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Zero-warmup kernel selection on the H200: held-out results\n",
              f"Command: `python benchmarks/{Path(__file__).name} {' '.join(map(str, argv or sys.argv[1:]))}`\n",
              "Ratios are best_time / chosen_time (1.0 = the exhaustive best), geometric means over held-out "
-             "shapes (every other GEMM shape id, the same in every dtype, and every other attention shape); top3 is the best measured of the selector's shortlist of three (`workbench.select.shortlist`: the top pick, then the best-predicted configs of other tiles); `default` is the kernel's static default config; `vendor_vs_best` is best Triton "
+             "shapes (every other GEMM shape id, the same in every dtype, and every other attention shape); top3 is the best measured of the selector's shortlist of three (`workbench.select.shortlist`: the top pick, then the best-predicted configs of another tile, warp count or kernel); `default` is the kernel's static default config; `vendor_vs_best` is best Triton "
              "time / vendor time (> 1: the vendor library is faster). tune_to_99: benchmarks the model-guided "
              "tuning loop needed to reach 99% of the exhaustive best.\n",
              markdown(table), "", "## Against the issue's targets (calibrated, held out)", "",
