@@ -129,15 +129,20 @@ def report(runs: list[dict], classes: list[dict]) -> str:
         "(`dlrm_fused_update/`), and its eager pieces were priced after seeing the 16k eager run. No constant was "
         "fitted to a step time. Not modelled: the host idle gap of the other runs.",
         "",
-        "| run | compile | measured ms | old ms (err) | new spec ms (err) | new calibrated ms (err) | within 10% |",
-        "|---|---|---|---|---|---|---|",
+        "| run | compile | measured ms | old ms (err) | new spec ms (err) | new calibrated ms (err) | within 10% "
+        "| peak memory: measured reserved / predicted GB (err) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
+        memory_error = r["predicted_memory_gb"] / r["measured_reserved_gb"] - 1
         lines.append(
             f"| {r['run']} | {r['compile']} | {r['measured_ms']:.1f} | {r['old_calibrated_ms']:.1f} "
             f"({r['old_error']:+.1%}) | {r['new_spec_ms']:.1f} ({r['new_spec_error']:+.1%}) | "
             f"{r['new_calibrated_ms']:.1f} ({r['new_error']:+.1%}) | "
-            f"{'yes' if r['within_10pct_new'] else 'no'} (was {'yes' if r['within_10pct_old'] else 'no'}) |")
+            f"{'yes' if r['within_10pct_new'] else 'no'} (was {'yes' if r['within_10pct_old'] else 'no'}) | "
+            f"{r['measured_reserved_gb']:.1f} / {r['predicted_memory_gb']:.1f} ({memory_error:+.1%}) |")
+    memory_ok = sum(abs(r["predicted_memory_gb"] / r["measured_reserved_gb"] - 1) <= TARGET for r in runs)
+    lines += ["", f"Peak memory within 10% of the measured `max_memory_reserved`: **{memory_ok} of {len(runs)}**."]
     lines += ["", "## Per operator class, ms per step: profile (measured) vs the current calibrated prediction", "",
               "Classes as `benchmarks/train_profile_classes.py` assigns kernels; the model's FSDP2 copy-outs and "
               "copies are `copy_cast` (the profile sees them as DtoD memcpys). `idle_gap` (wall - device busy) has "

@@ -2,7 +2,14 @@ import pytest
 
 from workbench import Parallelism, TrainingConfig
 from workbench.hardware import get_gpu
-from workbench.memory import MASTER_STATE_BYTES, max_micro_batch, memory_breakdown
+from workbench.memory import (
+    LOSS_CHUNK_ELEMENTS,
+    LOSS_CHUNKS_LIVE,
+    MASTER_STATE_BYTES,
+    _block_activation_elements,
+    max_micro_batch,
+    memory_breakdown,
+)
 from workbench.models import get_model
 
 H200 = get_gpu("h200")
@@ -15,8 +22,24 @@ def _mem(model=LLAMA8B, gpu=H200, **kw):
 
 
 def test_states_are_sixteen_bytes_per_parameter_unsharded():
-    m = _mem()
+    m = _mem(parallelism=Parallelism(sharding="ddp"))
     assert m.params + m.grads + m.optimizer == pytest.approx(LLAMA8B.num_params * MASTER_STATE_BYTES)
+
+
+def test_fsdp_on_one_gpu_adds_bf16_copies_of_two_layers_and_the_root():
+    fsdp, ddp = _mem(), _mem(parallelism=Parallelism(sharding="ddp"))
+    copies = 2 * (2 * LLAMA8B.layer_params() + LLAMA8B.embedding_params())
+    assert fsdp.params - ddp.params == pytest.approx(copies)
+
+
+def test_full_checkpointing_holds_block_inputs_and_the_loss_peak_not_the_recompute_too():
+    m = _mem(mb=8, activation_checkpointing="full")
+    tokens, a = 8 * 4096, 2
+    logits = tokens * LLAMA8B.vocab_size
+    loss = 2 * a * logits + 4 * LOSS_CHUNKS_LIVE * LOSS_CHUNK_ELEMENTS  # logits + their gradient + fp32 chunks
+    inputs = LLAMA8B.num_layers * LLAMA8B.hidden_size * tokens * a
+    assert _block_activation_elements(LLAMA8B, "none") * tokens * a < loss
+    assert m.activations == pytest.approx(inputs + loss)
 
 
 def test_fsdp_shards_states_and_ddp_does_not():

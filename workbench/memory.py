@@ -3,9 +3,12 @@ activation checkpointing none/selective/full; what fits, and the largest micro-b
 
 Mixed precision keeps fp32 master parameters, fp32 gradients (the reduce dtype) and two fp32 AdamW moments:
 16 bytes per parameter, sharded dp-ways under FSDP (ZeRO-3, Rajbhandari et al. 2020). FSDP also holds the
-bf16 parameters of the layers being gathered (current + prefetched). Activation bytes per block follow
-Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"), adapted to flash
-attention (no s^2 scores stored), GQA and gated FFNs.
+bf16 parameters of the layers being gathered (current + prefetched) and of the root group (embeddings, output
+head), which FSDP2 keeps gathered from forward to backward; it makes these copies on one GPU too. The loss is the
+job's chunked cross-entropy (``workbench.train.layers.ChunkedCrossEntropy``): its backward holds the logits, their
+gradient and a few fp32 chunks, never fp32 logits whole; it peaks before any block's backward (or recompute)
+runs. Activation bytes per block follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models"), adapted to flash attention (no s^2 scores stored), GQA and gated FFNs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ HEADROOM_FRACTION = 0.05
 """Share of HBM kept free when deciding what fits (fragmentation); a guess."""
 GATHERED_LAYERS = 2
 """FSDP keeps the current and one prefetched layer unsharded."""
+LOSS_CHUNK_ELEMENTS = 1 << 28
+"""fp32 logits per chunk of rows in the job's loss (``workbench.train.layers.CE_CHUNK_ELEMENTS``; not imported: the
+memory model does not import torch)."""
+LOSS_CHUNKS_LIVE = 3
+"""fp32 chunks live at once in that loss's backward: the previous chunk's probabilities while the next chunk's
+upcast and its difference from the log-sum-exp are made (``ChunkedCrossEntropy.backward``); counted from the code,
+an upper bound (one chunk only: 2.5)."""
 ROWWISE_ADAGRAD_BYTES_PER_ROW = 4
 
 
@@ -78,14 +88,19 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) 
     layers = math.ceil(model.num_layers / p.pp)
     fsdp = p.sharding == "fsdp"
     per_gpu = model.params_per_gpu(p.tp, p.pp, p.dp, p.ep, sharded=fsdp)
-    gathered = GATHERED_LAYERS * model.layer_params() / p.tp * 2 if fsdp and p.dp > 1 else 0.0
+    # FSDP2 gathers a bf16 copy even on one GPU; the root group (embeddings, output head) stays gathered from
+    # its forward to the end of backward (fully_shard does not reshard the root after forward)
+    gathered = (GATHERED_LAYERS * model.layer_params() + model.embedding_params()) / p.tp * 2 if fsdp else 0
     a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
     tokens = cfg.micro_batch * cfg.seq_len
     in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
     per_block = _block_activation_elements(model, cfg.activation_checkpointing) * tokens * a / p.tp
     recompute_peak = _block_activation_elements(model, "none") * tokens * a / p.tp if cfg.activation_checkpointing != "none" else 0
-    logits = tokens * math.ceil(model.vocab_size / p.tp) * (a + 4)  # bf16 logits + fp32 upcast in the loss
-    activations = in_flight * layers * per_block + recompute_peak + logits
+    logits = tokens * math.ceil(model.vocab_size / p.tp)
+    # the loss's backward holds the saved logits, their gradient (both in the activation dtype) and fp32 chunks
+    loss_peak = 2 * a * logits + 4 * LOSS_CHUNKS_LIVE * min(logits, LOSS_CHUNK_ELEMENTS)
+    # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
+    activations = in_flight * layers * per_block + max(recompute_peak, loss_peak)
     return MemoryBreakdown(
         params=4 * per_gpu + gathered,
         grads=4 * per_gpu,

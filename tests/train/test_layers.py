@@ -104,6 +104,12 @@ def test_chunked_cross_entropy_matches_torch(monkeypatch):
     assert relative_error(grad, ref_grad) < 1e-5
 
 
+def test_memory_model_counts_the_loss_chunk_this_loss_uses():
+    from workbench.memory import LOSS_CHUNK_ELEMENTS
+
+    assert LOSS_CHUNK_ELEMENTS == layers.CE_CHUNK_ELEMENTS
+
+
 def test_triton_linear_matches_torch_in_the_interpreter():
     torch.manual_seed(0)
     linear = torch.nn.Linear(32, 48, bias=True)
