@@ -92,6 +92,14 @@ def test_dlrm_job_updates_tables_in_the_optimizer_step():
     assert job.summary.step_time_s > fused.summary.step_time_s
 
 
+def test_dlrm_job_looks_up_each_bag_once_with_either_kernel():
+    cfg = TrainingConfig(32768, precision="bf16", parallelism=Parallelism(dp=1, sharding="ddp"))
+    for triton_ops, efficiency in ((frozenset(), "torch"), (frozenset({"embedding_bag"}), "triton")):
+        job = predict("dlrm-dcnv2", "h200", cfg, execution=Execution(triton_ops=triton_ops))
+        lookups = [o.op for o in job.ops if o.op.phase == "fwd" and o.op.kind == "embedding"]
+        assert [op.extra.get("gather") for op in lookups] == [efficiency]
+
+
 def test_eager_dlrm_runs_the_cross_layers_unfused_with_autocast_casts():
     from workbench.models import get_model
 

@@ -183,10 +183,10 @@ def dlrm_microbatch_ops(model: DLRMModel, cfg: TrainingConfig, execution: Execut
     b = cfg.micro_batch
     act = activation_dtype(cfg.precision)
     lookups = b * sum(t.pooling for t in model.tables)
-    ops = _embedding_ops("embedding_bags", lookups, model.embedding_dim, b * len(model.tables), "embedding")
-    if execution is not None:  # the job: the update runs in the optimizer step
-        triton_forward = "embedding_bag" in execution.triton_ops
-        ops = ops[:1] * triton_forward + dlrm_job_embedding_ops(model, cfg, triton_forward)[0]
+    if execution is None:
+        ops = _embedding_ops("embedding_bags", lookups, model.embedding_dim, b * len(model.tables), "embedding")
+    else:  # the job: its lookups (torch's or the Triton kernel), the update in the optimizer step
+        ops = dlrm_job_embedding_ops(model, cfg, "embedding_bag" in execution.triton_ops)[0]
     eager = execution is not None and not execution.compile
     layers = model.mlp_layers()
     # the job's dense features need no gradient: no dgrad for the first bottom layer
