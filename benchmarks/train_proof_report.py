@@ -118,12 +118,12 @@ def step_lags(reference: list[float], curve: list[float], window: int, n: int) -
 def _compare(reference: list[float], curve: list[float], window: int, skip: int, n: int) -> dict:
     rel = relative_differences(reference, curve, window, skip, n)
     final = (statistics.fmean(reference[n - window:n]), statistics.fmean(curve[n - window:n]))
-    lags = [lag for lag in step_lags(reference, curve, window, n) if lag is not None]
+    all_lags = step_lags(reference, curve, window, n)
+    lags = [lag for lag in all_lags if lag is not None]
     return {"max_relative_difference": max(map(abs, rel)) if rel else None,
             "mean_signed_difference": statistics.fmean(rel) if rel else None,
             "final_relative_difference": final[1] / final[0] - 1, "loss_final_mean": list(final),
-            "step_lags": step_lags(reference, curve, window, n),
-            "max_step_lag": max(lags, key=abs) if lags else None}
+            "step_lags": all_lags, "max_step_lag": max(lags, key=abs) if lags else None}
 
 
 def fp8_result(rows: list[dict]) -> dict:
