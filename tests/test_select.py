@@ -67,6 +67,24 @@ def test_unaligned_operands_are_priced_padded():
     assert ranked[0].time_s > aligned[0].time_s  # the copies are in the predicted time
 
 
+def test_scalar_stores_follow_tritons_divisibility_of_n():
+    config = {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 8, "num_stages": 5}
+
+    def terms(m, n, k, layout="nn", cfg=config):
+        return dict(zip(gemm_model.TERMS, gemm_model.terms(cfg, m, n, k, layout, 2, 132)))
+    # N = 5000: C's rows are 16-byte aligned, but Triton only knows "N divisible by 16": element-wise stores
+    assert terms(3000, 5000, 784)["tiles_unaligned_c"] == terms(3000, 5000, 784)["tiles_per_unit"] > 0
+    assert terms(3000, 5008, 784)["tiles_unaligned_c"] == 0
+    assert terms(3000, 2999, 784, "nt")["tiles_unaligned_c"] > 0  # in every layout: C is always row-major
+    # a ragged M (or N) leaves the K loop's terms as they are: the padded kernel's loads wrap, unmasked
+    ragged, even = terms(1999, 3001, 4096), terms(2048, 3008, 4096)
+    assert {key: ragged[key] for key in gemm_model.TERMS if key.startswith("k_steps")} == \
+        {key: even[key] for key in gemm_model.TERMS if key.startswith("k_steps")}
+    # the TMA kernel stores through a descriptor: no masked element-wise epilogue
+    tma = {**config, "KERNEL": "tma", "EPILOGUE_SUBTILE": 1, "WARP_SPECIALIZE": False}
+    assert terms(3000, 5000, 768, "nt", tma)["tiles_unaligned_c"] == 0
+
+
 def test_wave_term_counts_waves_over_resident_programs():
     config = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
     # 288 tiles on 132 SMs: three programs per SM run them in one wave, two per SM need two
@@ -302,3 +320,56 @@ def test_load_sweeps_merges_a_tma_sweep_with_the_gemm_rows(tmp_path):
     tma.write_text(fields + line.format(kind="triton", config=tma_config, ms=3) + line.format(kind="vendor", config="", ms=1.1))
     frame = load_sweeps([first, tma])
     assert sorted(zip(frame.kernel, frame.ms)) == [("tma", 3), ("triton", 2), ("vendor", 1.1)]
+
+
+def test_fit_only_shapes_leave_the_held_out_split_unchanged():
+    pd = pytest.importorskip("pandas")
+    from workbench.select.sweeps import FIT_ONLY_PREFIX, _held_out_ids
+
+    ids = ["g000", "g001", "g002", "g003"]
+    frame = pd.DataFrame({"part": "gemm-bf16", "shape_id": ids})
+    extra = pd.DataFrame({"part": "gemm-bf16", "shape_id": [f"{FIT_ONLY_PREFIX}odd1", f"{FIT_ONLY_PREFIX}odd2"]})
+    # "fit-..." sorts before "g...": counted in the alternation, it would flip every shape's side
+    assert _held_out_ids(frame, "gemm-bf16") == _held_out_ids(pd.concat([frame, extra]), "gemm-bf16") == {"g001", "g003"}
+
+
+
+_STORE_PROBE = """
+import json, sys
+import triton
+from triton.compiler import ASTSource
+from workbench.kernels.crosscompile import TARGETS, _gemm_source
+from workbench.kernels.gemm import divisibility_hints
+config = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+m, k, out = 3008, 768, {}
+for n in (5000, 5008, 2999):
+    n_load = n + (-n) % 8  # as the wrapper runs it: a row-major B padded to 16-byte rows
+    fn, signature, constexprs, _ = _gemm_source(config, "bf16", "sm_90")
+    sizes = {"M": m, "N": n, "K": k, "M_LOAD": m, "N_LOAD": n_load, "stride_am": k, "stride_bk": n_load,
+             "stride_cm": n}
+    constexprs = {**constexprs, **divisibility_hints(m, n_load, k, k, 1, n_load, 1)}
+    names = list(signature)
+    divisible = ["a_ptr", "b_ptr", "c_ptr"] + [name for name, value in sizes.items() if value % 16 == 0]
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    ptx = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGETS["sm_90"],
+                         options={"num_warps": 4, "num_stages": 2}).asm["ptx"]
+    out[n] = ["st.global.b16" in ptx, "st.global.v4.b32" in ptx]
+print(json.dumps(out))
+"""
+
+
+def test_store_vectorisation_matches_the_model_on_sm90():
+    """STORE_VECTOR_N: the sm_90 build stores C element by element exactly when tiles_unaligned_c says so
+    (compiled in a fresh interpreter with TRITON_INTERPRET=0, as test_crosscompile.py does)."""
+    pytest.importorskip("triton")
+    import os
+
+    result = subprocess.run([sys.executable, "-c", _STORE_PROBE], env={**os.environ, "TRITON_INTERPRET": "0"},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    stores = json.loads(result.stdout.strip().splitlines()[-1])
+    config = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
+    for n, (scalar, vector) in stores.items():
+        terms = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 3008, int(n), 768, "nn", 2, 132)))
+        assert (scalar, vector) == ((terms["tiles_unaligned_c"] > 0), not terms["tiles_unaligned_c"]), (n, stores)
+    assert stores["5000"] == [True, False] and stores["5008"] == [False, True]

@@ -6,11 +6,12 @@ The terms are the microarchitecture's bookkeeping, computed exactly from the sha
   ``tiles_per_unit = ceil(tiles / units)`` of them one after another (wave quantization; the tail wave costs a
   whole tile time), each walking ``k_steps = ceil(K / BLOCK_K)`` pipelined K steps;
 - ``fill``, the fraction of the units busy: a partial wave leaves each busy unit more L2/HBM bandwidth;
-- the layout (A transposed: ``tn``; B transposed: ``nt``), a K that is not a multiple of BLOCK_K (masked
-  loads) and M/N that are not multiples of 16 (Triton's divisibility hint). Every operand row the kernel loads is
-  16-byte aligned: it passes strides divisible by 8, 4 or 2 elements as hints (Triton's own specialisation only
-  knows "divisible by 16") and copies operands whose rows are not aligned into padded buffers (``padding``;
-  the copy is a cost outside the configs, ``padding_bytes``);
+- the layout (A transposed: ``tn``; B transposed: ``nt``) and a K that is not a multiple of BLOCK_K (masked
+  loads). Every operand row the kernel loads is 16-byte aligned: it passes strides divisible by 8, 4 or 2
+  elements as hints (Triton's own specialisation only knows "divisible by 16") and copies operands whose rows are
+  not aligned into padded buffers (``padding``; the copy is a cost outside the configs, ``padding_bytes``). So an
+  M or N that is not a multiple of 16 leaves the K loop as it is (the same 16-byte ``cp.async`` loads in the
+  sm_90 PTX); it only costs in the epilogue, when N is not (``tiles_unaligned_c``);
 - programs resident per unit (``occupancy``): their tiles overlap, so the waves over units x resident programs
   bound the latency path.
 
@@ -29,14 +30,25 @@ from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
 TERMS = ("k_steps", "k_steps_x_fill", "tiles_per_unit", "launch", "k_steps_tn", "k_steps_nt",
-         "k_steps_ragged_k", "k_steps_ragged_m", "k_steps_ragged_n", "wave_k_steps", "tiles_unaligned_c")
+         "k_steps_ragged_k", "wave_k_steps", "tiles_unaligned_c")
 """The per-config terms, all counted per unit (SM/CU) along the critical path: ``k_steps`` is
 tiles_per_unit x ceil(K / BLOCK_K); the ``k_steps_*`` terms are k_steps where that condition holds;
 ``wave_k_steps`` is ceil(tiles / (units x resident programs per unit)) x ceil(K / BLOCK_K), the latency-bound
 path when programs that share a unit overlap (a config that fits one more program per SM can finish a tail
-wave early); ``tiles_unaligned_c`` is tiles_per_unit where the output's rows are not 16-byte aligned (N x output
-bytes), so each tile's epilogue stores element by element. K is the kernel's: padded to 16 bytes where
-``gemm.pad_unaligned`` pads it."""
+wave early); ``tiles_unaligned_c`` is tiles_per_unit where N is not a multiple of 16 (``STORE_VECTOR_N``), so
+each tile's epilogue stores element by element. K is the kernel's: padded to 16 bytes where ``gemm.pad_unaligned``
+pads it.
+
+Until 2026-11 the model also had ``k_steps_ragged_m``/``k_steps_ragged_n`` (k_steps where M or N is not a multiple
+of 16), a per-K-step cost from before the kernel padded its operands and wrapped its loads; the padded kernel's K
+loop does not depend on them (sm_90 PTX), and their per-config fits (on a few odd shapes each) decided the
+held-out picks of 1999x2999x3999 and 3000x5000x777 wrongly (benchmarks/results/h200/select/REPORT.md)."""
+STORE_VECTOR_N = 16
+"""The kernel's C store ``c_ptr + rows * stride_cm + cols`` under the mask ``cols < N`` is vectorised only when
+Triton knows N (the mask's bound and, for a contiguous C, the row stride) divisible by 16, its integer
+specialisation: with N = 5000 (rows 16-byte aligned, but 5000 % 16 = 8) the sm_90 PTX stores element by element
+(``st.global.b16``) exactly as with N = 2999, and with N = 5008 in 16-byte vectors (``st.global.v4.b32``);
+checked with ``workbench.kernels.crosscompile``'s sm_90 build. M does not matter (its mask runs across rows)."""
 LAYOUTS = ("nn", "nt", "tn")
 """C = A @ B with A row-major (n) or transposed (t, column-major), then B likewise."""
 VECTOR_BYTES = 16
@@ -51,8 +63,8 @@ RAGGED_K_COST = 0.05
 TILE_OVERHEAD_STEPS = 1.0
 """Pipeline fill and epilogue per tile, in K-step times per pipeline stage. A guess."""
 UNALIGNED_STORE_STEPS = 1.0
-"""Extra time per tile, in K-step times, when the output's rows are not 16-byte aligned and the epilogue stores
-element by element. A guess (on the H200 the fitted cost flips 128x256 vs 256x128 picks on such shapes)."""
+"""Extra time per tile, in K-step times, when N is not a multiple of 16 and the epilogue stores element by
+element. A guess (on the H200 the fitted cost flips 128x256 vs 256x128 picks on such shapes)."""
 AMD_NONKDIM32_COST = 1.05
 """matrix_instr_nonkdim=32 vs 16 on CDNA: ROCm's MI300X guide says 16 is usually faster. The 5% is a guess."""
 AMD_WAVES_PER_EU_HIDE = 0.8
@@ -118,10 +130,9 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     waves = math.ceil(tiles / (units * max(1, resident)))
     fill = min(1.0, tiles / units)
     tn, nt = layout == "tn", layout == "nt"
-    out_bytes = max(2, operand_bytes)  # fp8 writes bf16
+    scalar_store = n % STORE_VECTOR_N != 0 and not is_tma(config)  # TMA stores through a descriptor, no mask
     return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
-            steps * (k % config["BLOCK_K"] != 0), steps * (m % 16 != 0), steps * (n % 16 != 0), waves * tile_steps,
-            per_unit * _unaligned(n, out_bytes))
+            steps * (k % config["BLOCK_K"] != 0), waves * tile_steps, per_unit * scalar_store)
 
 
 def occupancy(config: dict, gpu: GPU, operand_bytes: int) -> int:
@@ -163,7 +174,7 @@ def spec_coefficients(config: dict, gpu: GPU, dtype: str, constants: Constants) 
     if gpu.vendor == "amd":
         step *= AMD_NONKDIM32_COST if config.get("matrix_instr_nonkdim") == 32 else 1.0
         overhead *= AMD_WAVES_PER_EU_HIDE if config.get("waves_per_eu") == 2 else 1.0
-    return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0, RAGGED_K_COST * step, 0.0, 0.0, 0.0,
+    return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0, RAGGED_K_COST * step, 0.0,
             UNALIGNED_STORE_STEPS * step)
 
 

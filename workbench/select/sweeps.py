@@ -50,10 +50,17 @@ def load_sweeps(paths: list[Path], padded_since: Path | None = None) -> pd.DataF
     return frame
 
 
+FIT_ONLY_PREFIX = "fit-"
+"""Shape ids that ``benchmarks/select_resweep.py`` adds to the fit half only (``fit-odd1``, ...): they never enter
+the held-out alternation, so the split of the ``select_shapes`` ids stays as it was."""
+
+
 def _held_out_ids(frame: pd.DataFrame, part: str) -> set[str]:
     """Every other shape id of ``part``. GEMM parts share shape ids (fp16 and fp8 sweep a subset of the bf16
     shapes) and bf16 and fp16 fit the same 2-byte coefficients, so a GEMM shape is held out in every part or in
-    none: the shapes of the subset alternate among themselves, and so do the bf16-only ones."""
+    none: the shapes of the subset alternate among themselves, and so do the bf16-only ones. Ids that start with
+    FIT_ONLY_PREFIX are always fitted."""
+    frame = frame[~frame.shape_id.astype(str).str.startswith(FIT_ONLY_PREFIX)]
     ids = sorted(frame[frame.part == part].shape_id.unique())
     if part == "attention":
         return set(ids[1::2])
