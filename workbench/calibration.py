@@ -36,6 +36,7 @@ _BOUNDS = {
     "gemm_gemv_memory_fraction": (0.02, 1.0),
     "gemm_power_time_constant_us": (0.1, 100000.0),
     "gemm_unaligned_extra_us": (0.01, 50.0),
+    "gemm_unaligned_wave_overhead_us": (0.01, 50.0),
     "gemm_wave_overhead_us": (0.01, 20.0),
     "gemm_tail_wave_softening": (0.001, 1.0),
     "gemm_layout_wave_overhead_us": (0.01, 100.0),
@@ -129,7 +130,7 @@ def _parameters(ops: Sequence[MeasuredOp], gpu: GPU) -> list[tuple[str, Callable
     if any(m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype) for m in ops):
         unaligned = lambda m: m.op.kind == "gemm" and not is_aligned(m.op.shape, m.op.dtype)  # noqa: E731
         params += [(name, unaligned) for name in ("gemm_unaligned_memory_efficiency", "gemm_unaligned_extra_us",
-                                                  "gemm_unaligned_efficiency")]
+                                                  "gemm_unaligned_efficiency", "gemm_unaligned_wave_overhead_us")]
         if len({unaligned_width(m.op.shape, m.op.dtype) for m in ops if unaligned(m)}) > 1:
             params.append(("gemm_unaligned_width_exponent", unaligned))
     if any(m.op.kind == "attention" for m in ops):

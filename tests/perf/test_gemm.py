@@ -112,3 +112,15 @@ def test_tail_wave_softening_spreads_the_tail_over_every_unit():
     spill_spread = gemm_time(GemmShape(256 * 13, 128 * 11, 4096), "bf16", H200, spread)
     assert spill_spread.time_s < spill_whole.time_s
     assert spill_spread.time_s < 1.25 * one_wave.time_s * (13 / 12)
+
+
+def test_fallback_kernels_pay_their_own_cost_per_wave_of_tiles():
+    # 4097 columns: rows of B and C are 2-byte aligned, so the fallback path prices it. Every candidate tile has at
+    # least one wave, so the time grows; the old pick, now dearer by one overhead per wave, bounds it from above.
+    # An aligned GEMM does not pay it.
+    slower = C.with_values({"gemm_unaligned_wave_overhead_us": C["gemm_unaligned_wave_overhead_us"] + 10.0})
+    unaligned, aligned = GemmShape(8192, 4097, 4096), GemmShape(8192, 4096, 4096)
+    base, more = gemm_time(unaligned, "bf16", H200, C), gemm_time(unaligned, "bf16", H200, slower)
+    assert base.waves > 1 and more.time_s > base.time_s + 5e-6
+    assert more.time_s <= base.time_s + 10e-6 * more.waves + 1e-12
+    assert gemm_time(aligned, "bf16", H200, slower).time_s == gemm_time(aligned, "bf16", H200, C).time_s

@@ -15,7 +15,12 @@ For each candidate library tile (tm x tn) and split-K factor s, the model
    FLOP rate depends on the elements per load, not on the element size (on the H200 an unaligned bf16, fp16
    and tf32 GEMM of one shape take the same time): ``gemm_unaligned_efficiency`` of the 16-bit matrix peak
    with 1-element loads, times (elements per load)^``gemm_unaligned_width_exponent``. They also move memory
-   slower (``gemm_unaligned_memory_efficiency``), cost more fixed time (``gemm_unaligned_extra_us``) and, not
+   slower (``gemm_unaligned_memory_efficiency``), cost more fixed time (``gemm_unaligned_extra_us``) and more
+   per wave of tiles (``gemm_unaligned_wave_overhead_us``: with loads too narrow for the asynchronous multi-stage
+   copies, each tile's first K-block and its narrow-store epilogue are not hidden behind other work; a guess at
+   the mechanism: an H200 profile of the DLRM job, benchmarks/results/h200/train/profile/dlrm-mb32k-compiled_kernels.csv,
+   shows cuBLAS running CUTLASS's Turing-era ``cutlass_75_tensorop_bf16_s1688gemm_bf16_64x64_*_align1`` (mma.sync,
+   64x64 tiles) for its k = 13 GEMMs, where aligned GEMMs run nvjet_sm90 (TMA + wgmma) kernels) and, not
    being power-bound, gain nothing from the short-kernel boost below,
 5. adds, per wave, ``gemm_layout_wave_overhead_us.<precision>`` when B is row-major (N-major, as torch.matmul
    passes it) but the GPU's matrix instruction reads that precision only K-major (``GPU.matrix_k_major_only``:
@@ -167,6 +172,9 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     k_padded = _round_up(k, inst_k)
     saturation = constants["gemm_tile_intensity_saturation"]
     wave_overhead = constants["gemm_wave_overhead_us"] * 1e-6
+    if fallback:
+        # the fallback kernels pay more per wave of tiles than the pipelined ones (see the module docstring)
+        wave_overhead += constants["gemm_unaligned_wave_overhead_us"] * 1e-6
     if needs_layout_fixup(dtype, gpu) and not fallback:
         wave_overhead += constants[f"gemm_layout_wave_overhead_us.{precision.peak_key}"] * 1e-6
     overlap = constants["gemm_overlap_exponent"]
