@@ -114,3 +114,19 @@ def test_step_is_never_slower_with_more_flops(gpu_name, mb, seq, factor):
     base = predict("llama3-8b", gpu, micro_batch=mb, seq_len=seq, gpus=8).summary.step_time_s
     faster = predict("llama3-8b", _scaled(gpu, factor), micro_batch=mb, seq_len=seq, gpus=8).summary.step_time_s
     assert faster <= base * (1 + 1e-9)
+
+
+def test_fp8_with_bf16_weight_gradient_is_priced_between_bf16_and_fp8():
+    """fp8_gw_hp (torchao rowwise_with_gw_hp): forward and dgrad GEMMs at the fp8 rate, wgrad at bf16's; same
+    activation memory (every recipe saves bf16 inputs)."""
+    steps, ops, activations = {}, {}, {}
+    for precision in ("bf16", "fp8", "fp8_gw_hp"):
+        p = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096, precision=precision)
+        steps[precision], ops[precision] = p.summary.step_time_s, {o.op.name: o for o in p.ops}
+        activations[precision] = p.summary.memory.activations
+    assert steps["fp8"] < steps["fp8_gw_hp"] < steps["bf16"]
+    assert activations["fp8_gw_hp"] == activations["fp8"] == activations["bf16"]
+    hp = ops["fp8_gw_hp"]
+    assert hp["qkv.wgrad"].op.dtype == "bf16" and hp["qkv.dgrad"].op.dtype == hp["qkv.fwd"].op.dtype == "fp8"
+    assert hp["qkv.wgrad"].time_s == ops["bf16"]["qkv.wgrad"].time_s
+    assert hp["qkv.dgrad"].time_s == ops["fp8"]["qkv.dgrad"].time_s

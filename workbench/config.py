@@ -12,7 +12,8 @@ from workbench.precision import get_precision
 Sharding = Literal["ddp", "fsdp"]
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
-TRAINING_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8")
+TRAINING_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp8_gw_hp", "mxfp8")
+"""fp8_gw_hp: fp8 with the weight-gradient GEMM in bf16 (``workbench.precision.linear_gemm_precisions``)."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ head), which FSDP2 keeps gathered from forward to backward; it makes these copie
 job's chunked cross-entropy (``workbench.train.layers.ChunkedCrossEntropy``): its backward holds the logits, their
 gradient and a few fp32 chunks, never fp32 logits whole; it peaks before any block's backward (or recompute)
 runs. Activation bytes per block follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-Transformer Models"), adapted to flash attention (no s^2 scores stored), GQA and gated FFNs.
+Transformer Models"), adapted to flash attention (no s^2 scores stored), GQA and gated FFNs. Under fp8 they stay
+in the activation dtype (bf16) whatever the recipe: the job's fp8 linear saves its bf16 input and weight and
+quantizes again in backward (``workbench.train.layers``), which is also what rowwise_with_gw_hp's bf16 weight-gradient
+GEMM needs, so fp8, fp8_gw_hp and bf16 hold the same activation bytes.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ PRECISIONS: dict[str, Precision] = {
         Precision("bf16", 2, "bf16", description="bfloat16"),
         Precision("fp16", 2, "fp16", description="IEEE half"),
         Precision("fp8", 1, "fp8", description="8-bit float, e4m3/e5m2 (fnuz variants on MI300-class), per-tensor or per-row scales"),
+        Precision("fp8_gw_hp", 1, "fp8", description="fp8 training with the weight-gradient GEMM in bf16 (torchao "
+                  "rowwise_with_gw_hp): a training precision, priced per GEMM by linear_gemm_precisions"),
         Precision("int8", 1, "int8", description="8-bit integer"),
         Precision("mxfp8", 1 + 1 / 32, "fp8", "mxfp8", "OCP MX fp8: one e8m0 scale per 32 elements"),
         Precision("mxfp6", 0.75 + 1 / 32, "fp6", "mxfp6", "OCP MX fp6: one e8m0 scale per 32 elements"),
@@ -48,6 +50,7 @@ PRECISIONS: dict[str, Precision] = {
 _FALLBACKS: dict[str, tuple[str, ...]] = {
     "tf32": ("fp32",),
     "fp8": ("bf16",),
+    "fp8_gw_hp": ("bf16",),
     "int8": ("bf16",),
     "mxfp8": ("fp8", "bf16"),
     "mxfp6": ("fp8", "bf16"),
@@ -57,6 +60,35 @@ _FALLBACKS: dict[str, tuple[str, ...]] = {
     "bf16": ("fp16",),
     "fp64": ("fp32",),
 }
+
+
+@dataclass(frozen=True)
+class LinearGemmPrecisions:
+    """The precision each GEMM of a training linear y = x W^T runs in: forward (x W^T), dgrad (dy W) and wgrad
+    (dy^T x, the reduction over tokens)."""
+
+    forward: str
+    dgrad: str
+    wgrad: str
+
+
+_LINEAR_GEMMS: dict[str, LinearGemmPrecisions] = {
+    # torchao Float8LinearRecipeName.ROWWISE_WITH_GW_HP (pytorch/ao torchao/float8/config.py, from_recipe_name):
+    # output and grad_input GEMMs in fp8, grad_weight's operands kept in high precision (ScalingType.DISABLED)
+    "fp8_gw_hp": LinearGemmPrecisions("fp8", "fp8", "bf16"),
+}
+
+
+def linear_gemm_precisions(training_precision: str) -> LinearGemmPrecisions:
+    """Per-GEMM precisions of a training precision's linears: all three in that precision, except recipes that
+    keep a GEMM in high precision (``fp8_gw_hp``: wgrad in bf16)."""
+    return _LINEAR_GEMMS.get(training_precision,
+                             LinearGemmPrecisions(training_precision, training_precision, training_precision))
+
+
+def is_8bit_training(training_precision: str) -> bool:
+    """fp8-family training (fp8, fp8_gw_hp, mxfp8): the blocks' linears quantize, everything else stays bf16."""
+    return linear_gemm_precisions(training_precision).forward in ("fp8", "mxfp8")
 
 
 def get_precision(name: str) -> Precision:

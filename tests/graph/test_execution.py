@@ -136,3 +136,16 @@ def test_unvectorized_and_transposing_kernels_run_slower():
                              for path in (True, False, "transpose"))
     t = [op_time(o, gpu, c).time_s for o in (vec, unvec, transpose)]
     assert t[0] < t[1] < t[2]
+
+
+def test_fp8_with_bf16_wgrad_quantizes_for_forward_and_dgrad_only():
+    m, n, k = 8192, 2048, 2048
+    ops = fp8_linear_quantize("o_proj", m, n, k, count=1, layer="attention", wgrad_fp8=False)
+    assert {o.name.split(".quantize_fp8")[0] for o in ops} == {f"o_proj.{x}" for x in
+                                                                ("fwd.x", "fwd.w", "dgrad.dy", "dgrad.w")}
+    cfg = TrainingConfig(4, 4096, "fp8_gw_hp", Parallelism(dp=1, sharding="fsdp"))
+    job = predict("llama3.2-1b", "h200", cfg, execution=Execution(compile=False))
+    assert not any(".wgrad." in o.op.name for o in job.ops if o.op.kind == "fp8_quantize")
+    full = predict("llama3.2-1b", "h200", TrainingConfig(4, 4096, "fp8", Parallelism(dp=1, sharding="fsdp")),
+                   execution=Execution(compile=False))
+    assert _kinds(job)["fp8_quantize"] < _kinds(full)["fp8_quantize"]

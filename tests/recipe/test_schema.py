@@ -109,6 +109,7 @@ def _error(data, origin="r.yaml") -> SpecError:
     (lambda d: d["activation_checkpointing"].update(mode="some"), "activation_checkpointing.mode", "none, selective"),
     (lambda d: d["activation_checkpointing"].update(layers=[0, -1]), "activation_checkpointing.layers", "block indices"),
     (lambda d: d["precision"].update(fp8="delayed"), "precision.fp8", "tensorwise"),
+    (lambda d: d["precision"].update(fp8="gw_hp"), "precision.fp8", "rowwise_with_gw_hp"),
     (lambda d: d["precision"].update(fp8="rowwise", compute_dtype="fp16"), "precision.compute_dtype", "bf16"),
     (lambda d: d.update(compile="yes"), "compile", "true or false"),
     (lambda d: d["predicted"].update(mfu=-1), "predicted.mfu", ">= 0"),
@@ -200,3 +201,18 @@ def test_configuration_is_checked_against_the_revised_model(data, edit, field, e
         return
     err = _error(data)
     assert err.origin == "r.yaml" and err.field == field and expected in err.expected, str(err)
+
+
+def test_rowwise_with_gw_hp_round_trips_and_is_modelled_as_fp8_gw_hp():
+    from workbench.recipe import PrecisionPolicy
+
+    cfg = TrainingConfig(1, 4096, "fp8_gw_hp", Parallelism(dp=8))
+    recipe = make_recipe("llama3-8b", "h200-sxm", cfg, overrides={"num_layers": 2})
+    assert recipe.precision.fp8 == "rowwise_with_gw_hp" and recipe.precision.workbench_precision == "fp8_gw_hp"
+    for fmt in ("yaml", "json"):
+        assert loads(dumps(recipe, fmt)) == recipe
+    with pytest.raises(SpecError):  # a policy that disagrees with the modelled precision
+        make_recipe("llama3-8b", "h200-sxm", TrainingConfig(1, 4096, "fp8", Parallelism(dp=8)),
+                    precision=PrecisionPolicy(fp8="rowwise_with_gw_hp"))
+    with pytest.raises(SpecError, match="rowwise_with_gw_hp"):
+        PrecisionPolicy(fp8="gw_hp").workbench_precision

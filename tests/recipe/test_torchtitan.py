@@ -38,9 +38,10 @@ def test_toml_has_the_v02_sections_and_values():
 
 
 @pytest.mark.parametrize("fp8, section, name", [("rowwise", "float8", "rowwise"), ("tensorwise", "float8", "tensorwise"),
+                                                ("rowwise_with_gw_hp", "float8", "rowwise_with_gw_hp"),
                                                 ("mxfp8", "mx", "mxfp8_cublas")])
 def test_fp8_recipes_become_quantize_converters(fp8, section, name):
-    precision = "mxfp8" if fp8 == "mxfp8" else "fp8"
+    precision = PrecisionPolicy(fp8=fp8).workbench_precision
     cfg = TrainingConfig(1, 4096, precision, Parallelism(dp=8), "none")
     recipe = make_recipe("llama3-8b", "b200", cfg, precision=PrecisionPolicy(fp8=fp8))
     data = tomllib.loads(dumps(recipe, "torchtitan-toml"))

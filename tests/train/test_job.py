@@ -46,8 +46,8 @@ def test_activation_checkpointing_does_not_change_the_math(tiny_recipe):
 def test_fp8_tracks_bf16(tiny_recipe, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # fp8 emulated in torch: the interpreter's fp8 GEMM takes minutes
     curves = {}
-    for fp8 in ("none", "rowwise"):  # tensorwise scaling: test_layers
-        config = TrainingConfig(4, 64, precision="fp8" if fp8 != "none" else "bf16")
+    for fp8 in ("none", "rowwise", "rowwise_with_gw_hp"):  # tensorwise scaling: test_layers
+        config = TrainingConfig(4, 64, precision=PrecisionPolicy(fp8=fp8).workbench_precision)
         policy = PrecisionPolicy(fp8=fp8) if fp8 != "none" else None
         spec = load_job_spec(tiny_recipe(fp8, config, precision=policy))
         result = train(spec, RunOptions(steps=10, warmup=0, progress=False, lr=3e-3))
@@ -56,6 +56,9 @@ def test_fp8_tracks_bf16(tiny_recipe, monkeypatch):
     assert curves["rowwise"][0] == pytest.approx(curves["none"][0], rel=0.01)
     assert curves["rowwise"][-1] == pytest.approx(curves["none"][-1], rel=0.05)
     assert curves["rowwise"][-1] < curves["rowwise"][0] - 0.5
+    assert curves["rowwise_with_gw_hp"][0] == pytest.approx(curves["none"][0], rel=0.01)
+    assert curves["rowwise_with_gw_hp"][-1] == pytest.approx(curves["none"][-1], rel=0.05)
+    assert curves["rowwise_with_gw_hp"] != curves["rowwise"]  # wgrad in bf16 changes the updates
 
 
 def test_fp8_emulate_runs_the_emulated_gemm_where_the_triton_one_would_run(tiny_recipe, tmp_path, monkeypatch):

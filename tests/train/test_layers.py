@@ -35,7 +35,7 @@ def _fp8_linear_grads(x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor):
     """(y, dx, dw) of a rowwise Float8Linear and of a float64 reference."""
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     linear.weight.data.copy_(weight)
-    fp8 = swap_linear(linear, layers.Float8Linear, rowwise=True)
+    fp8 = swap_linear(linear, layers.Float8Linear, recipe="rowwise")
     xq = x.clone().requires_grad_()
     y = fp8(xq)
     y.backward(dy)
@@ -86,9 +86,66 @@ def test_fp8_emulate_skips_the_triton_gemm_even_where_it_could_run(monkeypatch):
     assert not calls and relative_error(emulated, a @ b) < 0.06
     fp8_matmul(a, b, True)
     assert len(calls) == 1
-    linear = swap_linear(torch.nn.Linear(32, 8, bias=False), layers.Float8Linear, rowwise=True, emulate=True)
+    linear = swap_linear(torch.nn.Linear(32, 8, bias=False), layers.Float8Linear, recipe="rowwise", emulate=True)
     linear(a.requires_grad_()).sum().backward()  # forward, dgrad and wgrad
     assert len(calls) == 1
+
+
+def _gw_hp_grads(x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor, recipe: str = "rowwise_with_gw_hp",
+                 kernels: KernelSet | None = None):
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.weight.data.copy_(weight)
+    fp8 = swap_linear(linear, layers.Float8Linear, recipe=recipe, emulate=True, kernels=kernels)
+    xq = x.clone().requires_grad_()
+    fp8(xq).backward(dy)
+    return xq.grad, linear.weight.grad
+
+
+def test_rowwise_with_gw_hp_computes_wgrad_in_bf16_and_dgrad_in_fp8():
+    """torchao's ROWWISE_WITH_GW_HP: wgrad is the bf16 product dy^T x (bit for bit), dgrad is fp8 with dy per row
+    and the weight per tensor (bit for bit that fp8 product, so not the bf16 one)."""
+    torch.manual_seed(0)
+    x, dy, weight = torch.randn(64, 32), torch.randn(64, 48), torch.randn(48, 32) * 0.1
+    dx, dw = _gw_hp_grads(x, dy, weight)
+    xb, dyb, wb = x.bfloat16(), dy.bfloat16(), weight.bfloat16()
+    assert torch.equal(dw, (dyb.t() @ xb).float())  # the weight's grad, in its fp32 dtype
+    assert torch.equal(dx, fp8_matmul(dyb, wb, True, emulate=True, b_rowwise=False).float())
+    bf16_dx = (dyb @ wb).float()
+    assert not torch.equal(dx, bf16_dx) and relative_error(dx, bf16_dx) < 0.06
+    _, dw_rowwise = _gw_hp_grads(x, dy, weight, recipe="rowwise")  # the all-fp8 recipe: wgrad quantized
+    assert relative_error(dw_rowwise, dyb.t().float() @ xb.float()) > 10 * relative_error(dw, dyb.t().float() @ xb.float())
+
+
+def test_rowwise_with_gw_hp_wgrad_runs_the_triton_gemm_where_the_kernel_set_says_so(monkeypatch):
+    from workbench.kernels import gemm
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    calls = []
+    monkeypatch.setattr(gemm, "matmul", lambda a, b, **kw: calls.append(tuple(a.shape)) or a.float() @ b.float())
+    torch.manual_seed(0)
+    x, dy, weight = torch.randn(16, 32), torch.randn(16, 8), torch.randn(8, 32)
+    _gw_hp_grads(x, dy, weight, kernels=KernelSet(triton=frozenset({"gemm"})))
+    assert calls == [(8, 16)]  # wgrad dy^T [N, M] @ x [M, K] only; forward and dgrad stay fp8 (emulated)
+    _gw_hp_grads(x, dy, weight, kernels=KernelSet())
+    assert calls == [(8, 16)]  # no Triton GEMM chosen: torch's matmul
+
+
+def test_mixed_scaling_is_per_row_of_a_and_per_tensor_of_b():
+    torch.manual_seed(0)
+    a, b = torch.randn(16, 32), torch.randn(32, 8)
+    b[:, 0] *= 1e6  # a per-tensor scale of b flushes the other columns to zero (e4m3 spans ~2e5)
+    mixed = fp8_matmul(a, b, True, emulate=True, b_rowwise=False)
+    rowwise = fp8_matmul(a, b, True, emulate=True)
+    exact = a @ b
+    assert relative_error(rowwise[:, 1:], exact[:, 1:]) < 0.06 < relative_error(mixed[:, 1:], exact[:, 1:])
+
+
+def test_unknown_fp8_recipe_lists_the_accepted_ones():
+    with pytest.raises(ValueError, match="tensorwise, rowwise, rowwise_with_gw_hp"):
+        layers.fp8_linear_recipe("delayed")
+    linear = swap_linear(torch.nn.Linear(8, 8, bias=False), layers.Float8Linear, recipe="rowwise_gw")
+    with pytest.raises(ValueError, match="rowwise_gw"):
+        linear(torch.randn(2, 8))
 
 
 def test_chunked_cross_entropy_matches_torch(monkeypatch):
@@ -186,3 +243,15 @@ def test_rms_norm_and_swiglu_functions_match_torch():
     dout = torch.randn_like(ref)
     assert relative_error(ours, ref) < 1e-12
     assert relative_error(torch.autograd.grad(ours, gate_up, dout)[0], torch.autograd.grad(ref, gate_up, dout)[0]) < 1e-6
+
+
+def test_triton_fp8_gemm_takes_a_row_scaled_a_with_a_tensor_scaled_b(monkeypatch):
+    """rowwise_with_gw_hp's dgrad (dy per row, W per tensor) through the Triton GEMM (interpreted here) rounds like
+    its emulation, as the all-rowwise and all-tensorwise products do."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 32).bfloat16(), torch.randn(32, 48).bfloat16()
+    for rowwise, b_rowwise in ((True, False), (True, True), (False, False)):
+        triton = fp8_matmul(a, b, rowwise, b_rowwise=b_rowwise)
+        emulated = fp8_matmul(a, b, rowwise, emulate=True, b_rowwise=b_rowwise)
+        assert relative_error(triton, emulated) < 0.01, (rowwise, b_rowwise)

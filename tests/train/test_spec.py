@@ -115,3 +115,14 @@ def test_selected_kernels_split_into_triton_configs_and_vendor_shapes():
     vendor, triton = spec.vendor_shapes("gemm"), spec.kernel_configs("gemm")
     assert vendor and not vendor & set(triton)  # the shim sent some GEMM shapes to cuBLAS
     assert len(vendor) + len(triton) == len([k for k in recipe.kernels if k.op == "gemm"])
+
+
+def test_fp8_recipes_by_torchao_name_and_a_bad_one_lists_them():
+    data = recipe_dict(precision={"param_dtype": "fp32", "compute_dtype": "bf16", "reduce_dtype": "fp32",
+                                  "fp8": "rowwise_with_gw_hp"})
+    assert JobSpec.from_dict(data).fp8 == "rowwise_with_gw_hp"
+    data["precision"]["fp8"] = "rowwise_gw_hp"
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_dict(data)
+    assert err.value.field.endswith("fp8") and "rowwise_with_gw_hp" in err.value.expected
+    assert "mxfp8" not in err.value.expected  # the job does not run mxfp8

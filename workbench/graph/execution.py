@@ -189,10 +189,13 @@ def chunked_cross_entropy(tokens: int, vocab: int, *, layer: str = "head") -> li
     return ops
 
 
-def fp8_linear_quantize(name: str, m: int, n: int, k: int, *, count: int, layer: str) -> list[Op]:
-    """layers.py _Float8LinearFunction: y[m, n] = x[m, k] W^T with W [n, k]; each of the three GEMMs quantizes
-    both its operands (fwd: x, W; dgrad: dy, W; wgrad: dy^T, x) and copies the transposed ones K-major
-    (dgrad's W, wgrad's dy^T and x)."""
+def fp8_linear_quantize(name: str, m: int, n: int, k: int, *, count: int, layer: str,
+                        wgrad_fp8: bool = True) -> list[Op]:
+    """layers.py _Float8LinearFunction: y[m, n] = x[m, k] W^T with W [n, k]; each fp8 GEMM quantizes both its
+    operands (fwd: x, W; dgrad: dy, W; wgrad: dy^T, x) and copies the transposed ones K-major (dgrad's W, wgrad's
+    dy^T and x). ``wgrad_fp8=False`` (rowwise_with_gw_hp): wgrad is a bf16 GEMM of the saved x and dy, which
+    torch's matmul reads transposed in place -- no quantize, no copy. (That recipe's per-tensor W in dgrad costs
+    the same kernels as a per-row one: abs, amax, scale, cast over the same elements.)"""
     ops: list[Op] = []
 
     def quantize(operand: str, elements: int, phase: Phase, transposed: bool) -> None:
@@ -206,8 +209,9 @@ def fp8_linear_quantize(name: str, m: int, n: int, k: int, *, count: int, layer:
     quantize("fwd.w", n * k, "fwd", False)
     quantize("dgrad.dy", m * n, "bwd", False)
     quantize("dgrad.w", n * k, "bwd", True)
-    quantize("wgrad.dy_t", m * n, "bwd", True)
-    quantize("wgrad.x", m * k, "bwd", True)
+    if wgrad_fp8:
+        quantize("wgrad.dy_t", m * n, "bwd", True)
+        quantize("wgrad.x", m * k, "bwd", True)
     return ops
 
 

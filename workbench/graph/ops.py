@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
-from workbench.precision import get_precision
+from workbench.precision import get_precision, linear_gemm_precisions
 
 Phase = Literal["fwd", "bwd", "optimizer"]
 
@@ -136,11 +136,13 @@ def gemm(name: str, m: int, n: int, k: int, dtype: str, *, phase: Phase = "fwd",
 
 def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, *, groups: int = 1, count: int = 1,
                     layer: str = "") -> list[Op]:
-    """y[m, n] = x[m, k] W[k, n] and its two backward GEMMs: dgrad dx = dy W^T and wgrad dW = x^T dy."""
+    """y[m, n] = x[m, k] W[k, n] and its two backward GEMMs: dgrad dx = dy W^T and wgrad dW = x^T dy. ``dtype`` is
+    a training precision: each GEMM runs in its ``linear_gemm_precisions`` entry (fp8_gw_hp: wgrad in bf16)."""
+    p = linear_gemm_precisions(dtype)
     return [
-        gemm(f"{name}.fwd", m, n, k, dtype, groups=groups, count=count, layer=layer),
-        gemm(f"{name}.dgrad", m, k, n, dtype, phase="bwd", groups=groups, count=count, layer=layer),
-        gemm(f"{name}.wgrad", k, n, m, dtype, phase="bwd", groups=groups, count=count, layer=layer),
+        gemm(f"{name}.fwd", m, n, k, p.forward, groups=groups, count=count, layer=layer),
+        gemm(f"{name}.dgrad", m, k, n, p.dgrad, phase="bwd", groups=groups, count=count, layer=layer),
+        gemm(f"{name}.wgrad", k, n, m, p.wgrad, phase="bwd", groups=groups, count=count, layer=layer),
     ]
 
 

@@ -26,6 +26,7 @@ from workbench.graph.execution import (
 )
 from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attention, gemm_with_grads, memory_op
 from workbench.models import TransformerModel
+from workbench.precision import is_8bit_training
 
 
 def _fp8_casts(name: str, ops: list[Op], act_dtype: str) -> list[Op]:
@@ -63,11 +64,11 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
         f, dg, wg = gemm_with_grads(name, m, out, k, gemm_dtype, groups=groups, count=n, layer=layer)
         fwd.append(f)
         bwd.extend([dg, wg])
-        if gemm_dtype in ("fp8", "mxfp8") and execution is not None and groups == 1:
-            quantize = fp8_linear_quantize(name, m, out, k, count=n, layer=layer)
+        if is_8bit_training(gemm_dtype) and execution is not None and groups == 1:
+            quantize = fp8_linear_quantize(name, m, out, k, count=n, layer=layer, wgrad_fp8=wg.dtype == f.dtype)
             fwd.extend(o for o in quantize if o.phase == "fwd")
             bwd.extend(o for o in quantize if o.phase == "bwd")
-        elif gemm_dtype in ("fp8", "mxfp8"):
+        elif is_8bit_training(gemm_dtype):  # the fused step's casts: wgrad reuses dgrad's and forward's
             casts = _fp8_casts(name, [f, dg], act)
             fwd.append(casts[0])
             bwd.append(casts[1])
@@ -170,7 +171,7 @@ def head_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution 
         else:
             f, b = eager_rmsnorm("final_norm", tokens, h, count=1, layer="head")
             ops += f + b
-        head_dtype = act if cfg.precision in ("fp8", "mxfp8") else cfg.precision
+        head_dtype = act if is_8bit_training(cfg.precision) else cfg.precision
         ops += gemm_with_grads("lm_head", tokens, vocab, h, head_dtype, layer="head")
         if execution.fused("cross_entropy"):
             ops += head_ops(model, cfg)[-2:]

@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace a model field, e.g. --set num_layers=4 (repeatable)")
     p.add_argument("--gpu", required=True, help="target GPU")
     p.add_argument("--gpus", type=int, default=1)
-    p.add_argument("--precision", default="bf16", help="bf16, fp8, mxfp8, ... (comma-separated to compare several)")
+    p.add_argument("--precision", default="bf16", help="bf16, fp8 (rowwise), fp8_gw_hp (rowwise_with_gw_hp: wgrad in bf16), mxfp8, "
+                   "... (comma-separated to compare several)")
     p.add_argument("--seq-len", type=int, default=0, help="0: the model's default")
     p.add_argument("--global-batch", type=int, default=0,
                    help="samples per step; 0: micro-batch x dp (no accumulation)")

@@ -29,9 +29,14 @@ from workbench.errors import SpecError, UnknownNameError
 SCHEMA_VERSION = 1
 """The recipe format this code reads and writes; bump it (and keep a reader) when a key changes meaning."""
 
-Fp8Recipe = Literal["none", "tensorwise", "rowwise", "mxfp8"]
-FP8_RECIPES: tuple[str, ...] = ("none", "tensorwise", "rowwise", "mxfp8")
-"""none; torchao float8 scaling (tensorwise, rowwise); or OCP MX fp8 blocks of 32 (mxfp8)."""
+Fp8Recipe = Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8"]
+FP8_RECIPES: tuple[str, ...] = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8")
+"""none; torchao float8 recipes by their ``Float8LinearRecipeName`` values (tensorwise, rowwise, and
+rowwise_with_gw_hp: rowwise with the weight-gradient GEMM in high precision; pytorch/ao
+``torchao/float8/config.py``); or OCP MX fp8 blocks of 32 (mxfp8)."""
+MODELLED_PRECISION: dict[str, str] = {"tensorwise": "fp8", "rowwise": "fp8", "rowwise_with_gw_hp": "fp8_gw_hp",
+                                      "mxfp8": "mxfp8"}
+"""fp8 recipe -> the precision ``workbench.predict`` models it with (fp8_gw_hp prices wgrad as a bf16 GEMM)."""
 COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
 PARAM_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
@@ -92,24 +97,30 @@ class PrecisionPolicy:
     reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     """Gradient reduction dtype."""
     fp8: Fp8Recipe = "none"
-    """8-bit linears: none, torchao float8 tensorwise/rowwise scaling, or mxfp8."""
+    """8-bit linears: none, torchao float8 tensorwise/rowwise/rowwise_with_gw_hp, or mxfp8."""
 
     @property
     def workbench_precision(self) -> str:
-        """The precision name ``workbench.predict`` models this policy with (``fp8`` for any fp8 recipe)."""
+        """The precision name ``workbench.predict`` models this policy with (``MODELLED_PRECISION``: ``fp8`` for
+        tensorwise and rowwise, ``fp8_gw_hp`` for rowwise_with_gw_hp, ``mxfp8``)."""
         if self.fp8 == "none":
             return self.compute_dtype
-        return "mxfp8" if self.fp8 == "mxfp8" else "fp8"
+        if self.fp8 not in MODELLED_PRECISION:
+            raise SpecError("precision", "fp8", self.fp8, f"one of {', '.join(FP8_RECIPES)}")
+        return MODELLED_PRECISION[self.fp8]
 
     @staticmethod
     def for_precision(name: str) -> PrecisionPolicy:
-        """The usual policy for a workbench precision name (``bf16``, ``fp8``, ``mxfp8``, ...)."""
+        """The usual policy for a workbench precision name (``bf16``, ``fp8``, ``fp8_gw_hp``, ``mxfp8``, ...)."""
         if name == "fp8":
             return PrecisionPolicy(fp8="rowwise")
+        if name == "fp8_gw_hp":
+            return PrecisionPolicy(fp8="rowwise_with_gw_hp")
         if name == "mxfp8":
             return PrecisionPolicy(fp8="mxfp8")
         if name not in COMPUTE_DTYPES:
-            raise SpecError("precision", "precision", name, f"one of {', '.join(COMPUTE_DTYPES + ('fp8', 'mxfp8'))}")
+            raise SpecError("precision", "precision", name,
+                            f"one of {', '.join(COMPUTE_DTYPES + ('fp8', 'fp8_gw_hp', 'mxfp8'))}")
         return PrecisionPolicy(compute_dtype=name)
 
 

@@ -40,6 +40,8 @@ _FLAVOR_FIELDS = {"num_layers": "n_layers", "vocab_size": "vocab_size", "hidden_
                   "num_kv_heads": "n_kv_heads", "ffn_hidden_size": "hidden_dim (via ffn_dim_multiplier/multiple_of)",
                   "head_dim": "head_dim (dim / n_heads)"}
 _DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16"}
+FLOAT8_RECIPE_NAMES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+"""The workbench fp8 recipes that are torchtitan [quantize.linear.float8] recipe_name values, spelled the same."""
 
 
 def _check(recipe: Recipe) -> TransformerModel:
@@ -84,7 +86,7 @@ def torchtitan_sections(recipe: Recipe) -> dict[str, dict]:
     module, flavor, _ = _model_names(recipe)
     p, b, prec = recipe.parallelism, recipe.batch, recipe.precision
     converters = {"none": [], "tensorwise": ["quantize.linear.float8"], "rowwise": ["quantize.linear.float8"],
-                  "mxfp8": ["quantize.linear.mx"]}[prec.fp8]
+                  "rowwise_with_gw_hp": ["quantize.linear.float8"], "mxfp8": ["quantize.linear.mx"]}[prec.fp8]
     sections: dict[str, dict] = {
         "job": {"dump_folder": "./outputs",
                 "description": f"{recipe.model.name} on {recipe.target.gpus} x {recipe.target.gpu} (workbench recipe)"},
@@ -105,7 +107,7 @@ def torchtitan_sections(recipe: Recipe) -> dict[str, dict]:
     }
     if recipe.activation_checkpointing.mode == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
-    if prec.fp8 in ("tensorwise", "rowwise"):
+    if prec.fp8 in FLOAT8_RECIPE_NAMES:
         # the FSDP fp8 all-gather (and its precomputed scales) is recommended for tensorwise scaling only
         fsdp_fp8 = prec.fp8 == "tensorwise" and p.sharding == "fsdp"
         sections["quantize.linear.float8"] = {"recipe_name": prec.fp8, "filter_fqns": ["output"],

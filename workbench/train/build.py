@@ -52,7 +52,10 @@ def _set(module: nn.Module, path: str, new: nn.Module) -> None:
 def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: World, notes: list[str],
                         fp8_emulate: bool = False) -> str:
     """fp8 (torchao where it imports, else the project's fp8 GEMM; the project's fp32 emulation of it when
-    ``fp8_emulate``) or Triton GEMMs in the blocks' linears. Embedding, output head and norms stay out of fp8."""
+    ``fp8_emulate``) or Triton GEMMs in the blocks' linears. Embedding, output head and norms stay out of fp8.
+    The recipe name goes to torchao unchanged: ``Float8LinearConfig.from_recipe_name`` takes the strings
+    ``tensorwise``, ``rowwise`` and ``rowwise_with_gw_hp`` (pytorch/ao ``torchao/float8/config.py``), and
+    ``layers.FP8_LINEAR_RECIPES`` implements the same three on the project's path."""
     if spec.fp8 != "none":
         if world.device.type == "cuda" and not fp8_emulate:
             try:
@@ -65,8 +68,8 @@ def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: 
                 return "torchao"
         for block in model.blocks.values():
             for path in BLOCK_LINEARS:
-                _set(block, path, swap_linear(_get(block, path), Float8Linear, rowwise=spec.fp8 == "rowwise",
-                                              emulate=fp8_emulate))
+                _set(block, path, swap_linear(_get(block, path), Float8Linear, recipe=spec.fp8,
+                                              emulate=fp8_emulate, kernels=kernels))
         if fp8_emulate:
             notes.append("fp8 emulated (dequantize + fp32 matmul, same rounding as the fp8 GEMM): --fp8-emulate")
             return "emulated"

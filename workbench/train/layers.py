@@ -5,17 +5,33 @@ Which implementation runs is decided once, from the recipe, into a ``KernelSet``
 methods. Triton calls are kept out of torch.compile graphs (``torch.compiler.disable``): the wrappers check
 their inputs on the host, which would break the graph anyway.
 
-fp8 (``Float8Linear``): dynamic scaling, e4m3 for every operand (weights, activations and gradients), scales per
-tensor (``tensorwise``) or per row along the reduction dimension (``rowwise``), bf16 output; only the transformer
-blocks' linears (``build.BLOCK_LINEARS``), so embedding, output head, norms and attention stay in bf16. ``rowwise``
-is torchao's rowwise recipe except that torchao rounds scales down to powers of two (on the fp8 proof's model at
-initialisation the weight gradients' relative error against fp32 is 10-14% with either, bf16's under 1%).
-``tensorwise`` differs from torchao's: torchao puts gradients in e5m2, which the project's ``scaled_matmul``
-(e4m3 only) does not take. The three GEMMs of a linear (forward, dgrad, wgrad) each quantize their operands
-along their own reduction dimension. On a GPU the GEMM is ``workbench.kernels.gemm.scaled_matmul``; on a CPU
-without the Triton interpreter, or anywhere when the linear's ``emulate`` is set (as torchao's
-``Float8LinearConfig.emulate``), it is emulated (dequantize, then an fp32 matmul), which keeps fp8's rounding but
-not its speed: on a GPU that separates the fp8 GEMM kernel from the fp8 numerics.
+fp8 (``Float8Linear``): dynamic scaling, e4m3 for every fp8 operand (weights, activations and gradients), bf16
+output; only the transformer blocks' linears (``build.BLOCK_LINEARS``), so embedding, output head, norms and
+attention stay in bf16. The three GEMMs of a linear (forward, dgrad, wgrad) each quantize their operands along their
+own reduction dimension; the recipe (``FP8_LINEAR_RECIPES``, torchao's names) says how each GEMM scales, or that it
+stays in bf16:
+
+- ``tensorwise``: one scale per operand in all three GEMMs. torchao's ``tensorwise`` puts gradients in e5m2
+  (``Float8LinearConfig``'s grad_output default, pytorch/ao ``torchao/float8/config.py``), which the project's
+  ``scaled_matmul`` (e4m3 only) does not take: here they are e4m3.
+- ``rowwise``: a scale per row of A and per column of B along K in all three GEMMs: torchao's ``rowwise`` (e4m3
+  everywhere) except that torchao rounds scales down to powers of two.
+- ``rowwise_with_gw_hp``: torchao's ``Float8LinearRecipeName.ROWWISE_WITH_GW_HP`` (``from_recipe_name``, same
+  file): forward rowwise; dgrad with dy rowwise and the weight per tensor; the weight gradient (wgrad, the
+  reduction over tokens) in high precision -- here a bf16 GEMM of the saved bf16 input and the bf16 output
+  gradient (torch's matmul, or the project's Triton GEMM where the ``KernelSet`` routes GEMMs to it). Why: the
+  all-e4m3 recipes needed ~7% more steps than bf16 to the same loss (``benchmarks/results/h200/train/fp8_seeds/
+  REPORT.md``), and production recipes keep the gradient operands out of e4m3 -- torchao this way, Transformer
+  Engine's default ``Format.HYBRID`` with e4m3 forward and e5m2 gradients. How much of the weight gradients' error
+  each GEMM causes is measured by ``benchmarks/fp8_recipe_numerics.py`` (on the proof's model, on a CPU: at
+  initialisation the forward GEMMs cause most of it; after 20 bf16 steps the wgrad GEMM does, and this recipe cuts
+  the weight gradients' error against fp32 to about a third of rowwise's).
+
+On a GPU the fp8 GEMM is ``workbench.kernels.gemm.scaled_matmul``; on a CPU without the Triton interpreter, or
+anywhere when the linear's ``emulate`` is set (as torchao's ``Float8LinearConfig.emulate``), it is emulated
+(dequantize, then an fp32 matmul), which keeps fp8's rounding but not its speed: on a GPU that separates the fp8 GEMM
+kernel from the fp8 numerics. Every recipe saves the bf16 input and weight for backward (the quantized copies are
+made again there), so the recipes differ in time, not in saved activations.
 """
 
 from __future__ import annotations
@@ -263,11 +279,14 @@ def quantize_fp8(t: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, torch.
     return q, scale.reciprocal()
 
 
-def fp8_matmul(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = False) -> torch.Tensor:
-    """a [M, K] @ b [K, N] through fp8 with dynamic scales (per tensor, or per row of a / column of b along K);
-    bf16 out [M, N]. ``emulate``: the fp32 emulation even where the Triton GEMM could run."""
+def fp8_matmul(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = False,
+               b_rowwise: bool | None = None) -> torch.Tensor:
+    """a [M, K] @ b [K, N] through fp8 with dynamic scales: per row of a (``rowwise``) and per column of b
+    (``b_rowwise``, default ``rowwise``) along K, else one per tensor; bf16 out [M, N]. ``emulate``: the fp32
+    emulation even where the Triton GEMM could run."""
+    b_rowwise = rowwise if b_rowwise is None else b_rowwise
     a8, sa = quantize_fp8(a, 1 if rowwise else None)  # sa: [M, 1] or scalar
-    b8, sb = quantize_fp8(b, 0 if rowwise else None)  # sb: [1, N] or scalar
+    b8, sb = quantize_fp8(b, 0 if b_rowwise else None)  # sb: [1, N] or scalar
     # Hopper's fp8 tensor-core instruction (wgmma) reads both operands K-major: A row-major, B column-major.
     # dgrad (B = weight, row-major) and wgrad (A = dy^T, column-major) get that layout from a copy of the
     # 1-byte operand (the H200 sweep timed fp8 only in this layout; other layouts are the suspected cause of the
@@ -282,50 +301,114 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = 
 
 
 @torch.library.custom_op("workbench_train::fp8_matmul", mutates_args=())
-def fp8_matmul_op(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = False) -> torch.Tensor:
+def fp8_matmul_op(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = False,
+                  b_rowwise: bool | None = None) -> torch.Tensor:
     """``fp8_matmul`` as one opaque op: torch.compile keeps it whole (no graph break around the Triton launch)
     and selective checkpointing can save its output (``parallel.checkpoint_block``)."""
-    return fp8_matmul(a, b, rowwise, emulate)
+    return fp8_matmul(a, b, rowwise, emulate, b_rowwise)
 
 
 @fp8_matmul_op.register_fake
-def _fp8_matmul_shape(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = False) -> torch.Tensor:
+def _fp8_matmul_shape(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = False,
+                      b_rowwise: bool | None = None) -> torch.Tensor:
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class GemmScaling:
+    """How one GEMM of an fp8 linear quantizes its operands A [M, K] and B [K, N]: a scale per row of A / per
+    column of B along K (True) or one per tensor (False)."""
+
+    a_rowwise: bool
+    b_rowwise: bool
+
+
+@dataclass(frozen=True)
+class Fp8LinearRecipe:
+    """An fp8 training recipe of ``Float8Linear``, per GEMM of y = x W^T: its scaling, or None where the GEMM
+    runs in bf16. Operands: forward x @ W^T, dgrad dy @ W, wgrad dy^T @ x."""
+
+    name: str
+    """torchao's ``Float8LinearRecipeName`` value, so a recipe file means the same under torchao and here."""
+    forward: GemmScaling
+    dgrad: GemmScaling
+    wgrad: GemmScaling | None
+    """None: wgrad is a bf16 GEMM (torchao's ``ScalingType.DISABLED`` for both wgrad operands)."""
+
+
+FP8_LINEAR_RECIPES: dict[str, Fp8LinearRecipe] = {r.name: r for r in (
+    Fp8LinearRecipe("tensorwise", GemmScaling(False, False), GemmScaling(False, False), GemmScaling(False, False)),
+    Fp8LinearRecipe("rowwise", GemmScaling(True, True), GemmScaling(True, True), GemmScaling(True, True)),
+    # torchao ROWWISE_WITH_GW_HP: input/weight axiswise; grad_output axiswise with weight_for_grad_input
+    # TENSORWISE; input_for_grad_weight and grad_output_for_grad_weight DISABLED (high precision)
+    Fp8LinearRecipe("rowwise_with_gw_hp", GemmScaling(True, True), GemmScaling(True, False), None),
+)}
+"""The recipes ``Float8Linear`` runs, by name (``workbench.train.spec.FP8_MODES`` lists the same)."""
+
+
+def fp8_linear_recipe(name: str) -> Fp8LinearRecipe:
+    """The recipe called ``name`` (exact); an unknown name raises ``ValueError`` listing the accepted ones."""
+    if name not in FP8_LINEAR_RECIPES:
+        raise ValueError(f"fp8 recipe {name!r}: expected one of {', '.join(FP8_LINEAR_RECIPES)}")
+    return FP8_LINEAR_RECIPES[name]
+
+
+def _gemm(a: torch.Tensor, b: torch.Tensor, scaling: GemmScaling | None, emulate: bool,
+          kernels: KernelSet | None) -> torch.Tensor:
+    """a [M, K] @ b [K, N] -> bf16 [M, N]: fp8 with ``scaling``, or (None) a bf16 GEMM with fp32 accumulation."""
+    if scaling is not None:
+        return fp8_matmul_op(a, b, scaling.a_rowwise, emulate, scaling.b_rowwise)
+    a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    if kernels is not None and kernels.uses("gemm") and _triton_usable(a):
+        return _bf16_matmul_triton(a, b, kernels)
+    return a @ b
+
+
+@torch.compiler.disable
+def _bf16_matmul_triton(a, b, kernels):
+    return kernels.matmul(a, b)
 
 
 class _Float8LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, rowwise: bool, emulate: bool):  # x: [M, K] bf16, weight: [N, K] bf16
-        ctx.save_for_backward(x, weight)
-        ctx.rowwise, ctx.emulate = rowwise, emulate
-        return fp8_matmul_op(x, weight.t(), rowwise, emulate)  # [M, N]
+    def forward(ctx, x, weight, recipe: str, emulate: bool, kernels):  # x: [M, K], weight: [N, K] bf16
+        ctx.save_for_backward(x, weight)  # bf16: every recipe quantizes again in backward (or, wgrad in bf16, not)
+        ctx.recipe, ctx.emulate, ctx.kernels = FP8_LINEAR_RECIPES[recipe], emulate, kernels
+        return _gemm(x, weight.t(), ctx.recipe.forward, emulate, kernels)  # [M, N]
 
     @staticmethod
     def backward(ctx, dy):  # dy: [M, N]
         x, weight = ctx.saved_tensors
-        r, e = ctx.rowwise, ctx.emulate
-        dx = fp8_matmul_op(dy, weight, r, e).to(x.dtype) if ctx.needs_input_grad[0] else None  # [M, K]
-        dw = fp8_matmul_op(dy.t(), x, r, e).to(weight.dtype) if ctx.needs_input_grad[1] else None  # [N, K]
-        return dx, dw, None, None
+        r, e, kernels = ctx.recipe, ctx.emulate, ctx.kernels
+        dx = _gemm(dy, weight, r.dgrad, e, kernels).to(x.dtype) if ctx.needs_input_grad[0] else None  # [M, K]
+        dw = _gemm(dy.t(), x, r.wgrad, e, kernels).to(weight.dtype) if ctx.needs_input_grad[1] else None  # [N, K]
+        return dx, dw, None, None, None
 
 
 class Float8Linear(nn.Linear):
-    """``nn.Linear`` (no bias) with fp8 forward, dgrad and wgrad GEMMs; inputs are cast to bf16 first."""
+    """``nn.Linear`` (no bias) with fp8 GEMMs per ``recipe`` (``FP8_LINEAR_RECIPES``); inputs are cast to bf16 first."""
 
-    rowwise: bool = False
+    recipe: str = "tensorwise"
+    """A key of ``FP8_LINEAR_RECIPES``: tensorwise, rowwise or rowwise_with_gw_hp."""
     emulate: bool = False
     """Emulate the fp8 GEMMs in fp32 (same rounding) even on a GPU: a numerics check, not a fast path."""
+    kernels: KernelSet | None = None
+    """Where the recipe keeps a GEMM in bf16 (rowwise_with_gw_hp's wgrad): the project's Triton GEMM if this
+    routes GEMMs to it, else torch's matmul."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # [M, K]
-        y = _linear_fp8(x2, self.weight.to(torch.bfloat16), self.rowwise, self.emulate)
+        recipe = fp8_linear_recipe(self.recipe)
+        # the KernelSet only reaches the autograd function where a bf16 GEMM may use it (a plain argument otherwise)
+        kernels = self.kernels if recipe.wgrad is None and self.kernels is not None and self.kernels.uses("gemm") else None
+        y = _linear_fp8(x2, self.weight.to(torch.bfloat16), recipe.name, self.emulate, kernels)
         return y.reshape(*lead, self.out_features)
 
 
-def _linear_fp8(x, weight, rowwise, emulate=False):
+def _linear_fp8(x, weight, recipe: str, emulate=False, kernels=None):
     with torch.autocast(x.device.type, enabled=False):
-        return _Float8LinearFunction.apply(x, weight, rowwise, emulate)
+        return _Float8LinearFunction.apply(x, weight, recipe, emulate, kernels)
 
 
 def swap_linear(linear: nn.Linear, cls: type[nn.Linear], **attributes) -> nn.Linear:

@@ -18,7 +18,9 @@ from workbench.schema import Fields
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16"]
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
-FP8_MODES: tuple[str, ...] = ("none", "tensorwise", "rowwise")
+Fp8Mode = Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp"]
+FP8_MODES: tuple[str, ...] = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp")
+"""fp8 recipes the job runs, torchao's names (``workbench.train.layers.FP8_LINEAR_RECIPES``); mxfp8 is not one."""
 CHECKPOINT_MODES: tuple[str, ...] = ("none", "selective", "full")
 TRITON_OPS: tuple[str, ...] = ("gemm", "attention", "rmsnorm", "swiglu", "cross_entropy", "embedding_bag")
 """Ops whose ``kernels`` entries with ``choice: triton`` the job honours (others run torch's kernels)."""
@@ -56,8 +58,9 @@ class JobSpec:
     """Dtype GEMMs and activations run in (autocast, or FSDP2's param_dtype)."""
     reduce_dtype: Dtype = "fp32"
     """Dtype of the data-parallel gradient reduction."""
-    fp8: Literal["none", "tensorwise", "rowwise"] = "none"
-    """fp8 GEMMs in the transformer blocks' linears: scales per tensor or per row."""
+    fp8: Fp8Mode = "none"
+    """fp8 GEMMs in the transformer blocks' linears: scales per tensor or per row, or rowwise with the weight
+    gradient GEMM in bf16 (``rowwise_with_gw_hp``)."""
     micro_batch: int = 1
     global_batch: int = 1
     grad_accumulation: int = 1
