@@ -172,3 +172,16 @@ def test_bench_case_callables_on_a_small_table(monkeypatch, pass_):
     want = case.reference(*args)
     assert rel_err(case.run(*args), want) < case.tolerance
     assert rel_err(case.baseline(*args), want) < case.tolerance
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weighted"])
+def test_no_grad_path_matches_the_autograd_path(weighted):
+    """Without a gradient to track the wrapper skips autograd (host time); the result must not change."""
+    weight, indices, offsets, psw = make_bags(seed=3)
+    psw = psw if weighted else None
+    direct = eb.embedding_bag(weight, indices, offsets, psw, config=SMALL)
+    tracked = eb.embedding_bag(weight.clone().requires_grad_(True), indices, offsets, psw, config=SMALL)
+    with torch.no_grad():
+        under_no_grad = eb.embedding_bag(weight.clone().requires_grad_(True), indices, offsets, psw, config=SMALL)
+    assert direct.grad_fn is None and under_no_grad.grad_fn is None and tracked.grad_fn is not None
+    assert torch.equal(direct, tracked.detach()) and torch.equal(direct, under_no_grad)

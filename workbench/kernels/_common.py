@@ -61,8 +61,9 @@ def check(condition: bool, argument: str, got: Any, expected: str) -> None:
 def check_device(*tensors, names: tuple[str, ...]) -> None:
     """All tensors on one device: a GPU, or the CPU under the interpreter."""
     devices = {t.device for t in tensors}
-    check(len(devices) == 1, "device", ", ".join(f"{n} on {t.device}" for n, t in zip(names, tensors)),
-          "every tensor on the same device")
+    if len(devices) != 1:  # the message is built only on failure: this runs on every launch
+        check(False, "device", ", ".join(f"{n} on {t.device}" for n, t in zip(names, tensors)),
+              "every tensor on the same device")
     device = devices.pop()
     if interpreting():
         check(device.type == "cpu", names[0], f"a tensor on {device}", "CPU tensors under TRITON_INTERPRET=1")
