@@ -217,3 +217,14 @@ def test_bench_case_runs_small(norm, fwd_bwd):
         got = fn(*inputs)
         assert got.shape == want.shape == (6, 48)
         assert rel_err(got, want) < case.tolerance
+
+
+def test_forward_only_path_matches_the_autograd_path():
+    """Without a gradient to track the wrappers skip autograd (host time); the result must not change."""
+    g = torch.Generator().manual_seed(7)
+    x, w, b = torch.randn(5, 33, generator=g), torch.randn(33, generator=g), torch.randn(33, generator=g)
+    for fn, params in ((norms.rms_norm, (w,)), (norms.layer_norm, (w, b))):
+        direct = fn(x, *params)
+        tracked = fn(x.clone().requires_grad_(True), *params)
+        assert direct.grad_fn is None and tracked.grad_fn is not None
+        assert torch.equal(direct, tracked.detach())

@@ -58,6 +58,14 @@ def check(condition: bool, argument: str, got: Any, expected: str) -> None:
         raise KernelInputError(f"{argument}: got {got}, expected {expected}")
 
 
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd would record an op on these inputs: grad mode on and one of them requires a gradient.
+    Wrappers launch directly otherwise, skipping ``autograd.Function.apply``'s host time."""
+    import torch
+
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def check_device(*tensors, names: tuple[str, ...]) -> None:
     """All tensors on one device: a GPU, or the CPU under the interpreter."""
     devices = {t.device for t in tensors}

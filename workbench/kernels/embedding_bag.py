@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device
+from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device, needs_grad
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
 
@@ -210,8 +210,7 @@ def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
     if per_sample_weights is not None:
         per_sample_weights = per_sample_weights.contiguous()
     indices, offsets = indices.contiguous(), offsets.contiguous()
-    if not (torch.is_grad_enabled() and (weight.requires_grad or (
-            per_sample_weights is not None and per_sample_weights.requires_grad))):
+    if not needs_grad(weight, per_sample_weights):
         # No gradient wanted: launch directly. autograd.Function.apply costs ~25 us of host time, which is
         # a third of a small lookup's whole kernel (the H200's pooling-1 forward runs in ~85 us).
         return embedding_bag_forward(weight, indices, offsets, per_sample_weights, config)
