@@ -58,6 +58,9 @@ def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
     """One row per held-out shape: best measured, selector top-1/top-3, default, vendor, timings."""
     out = []
     rank_configs("gemm", {"m": 64, "n": 64, "k": 64}, "bf16", GPU, calibrated=calibrated)  # loads the profile once
+    # the Gluon kernel's configs compete only once swept (select_sweep.py --gluon): unmeasured, they would
+    # take the top picks and the tuning loop's first benchmarks with no time to score
+    gluon = bool((frame.kernel == "gluon").any())
     for (part, shape_id), group in frame[frame.held_out].groupby(["part", "shape_id"]):
         triton = group[(group.kind == "triton") & group.seconds.notna()]
         vendor = group[group.kind == "vendor"].seconds
@@ -70,7 +73,7 @@ def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
         layout = sweep_layout({"part": part, "layout": row.layout}) if op == "gemm" else "nn"
         measured = {gemm_model.config_key(json.loads(c)): s for c, s in zip(triton.config, triton.seconds)}
         started = time.perf_counter()
-        ranked = rank_configs(op, shape, dtype, GPU, layout=layout, calibrated=calibrated)
+        ranked = rank_configs(op, shape, dtype, GPU, layout=layout, calibrated=calibrated, gluon=gluon)
         select_s = time.perf_counter() - started
         keys = [c.key for c in ranked if c.key in measured]
         best = min(measured.values())
@@ -81,10 +84,11 @@ def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
                       top1_config=keys[0], best_config=min(measured, key=measured.get),
                       predicted_top1_s=ranked[0].time_s, default_s=default.iloc[0] if len(default) else math.nan,
                       vendor_s=vendor.iloc[0] if len(vendor) else math.nan, select_ms=select_s * 1e3,
+                      top1_kernel=kernel_of_key(keys[0]), best_kernel=kernel_of_key(min(measured, key=measured.get)),
                       configs=len(measured), source_model=ranked[0].source)
         # model-guided tuning against the measured sweep: how many benchmarks to reach 99% of the best
         result = tune(op, shape, dtype, GPU, lambda c: measured.get(gemm_model.config_key(c), math.inf), layout=layout,
-                      calibrated=calibrated)
+                      calibrated=calibrated, gluon=gluon)
         record.update(tune_benchmarks=result.benchmarks, tune_ratio=best / result.best_s,
                       tune_to_99=result.benchmarks_to_reach(best / 0.99) or math.nan)
         if op == "gemm":
@@ -154,6 +158,12 @@ def amd_check(frame: pd.DataFrame) -> list[dict]:
     return results
 
 
+def kernel_of_key(key: str) -> str:
+    """"tma", "gluon" or "triton" (gemm.py, attention) from a ``config_key``."""
+    first = key.split()[0]
+    return first if first in ("tma", "gluon") else "triton"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweeps", type=Path, nargs="+")
@@ -200,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "Notes: selection times come from this run on a shared 2-core CPU (`benchmarks/speed.py` measures "
               "0.4 ms per shape on an idle one). The fp8 sweep ran every shape with A row-major and B column-major "
               "(torch._scaled_mm's layout), so fp8 is fitted and scored as `nt`. On Hopper the fp8 space also holds the "
-              "persistent TMA kernel's configs (`gemm_tma.py`, swept with `select_sweep.py --tma`): fp8's best, "
-              "picks and default count both kernels (the default is gemm.py's). The model-guided tuning loop "
+              "persistent TMA kernel's configs (`gemm_tma.py`, swept with `select_sweep.py --tma`) and the Gluon kernel's "
+              "(`gemm_gluon.py`, `select_sweep.py --gluon`; until swept they are priced from the TMA configs' fit, "
+              "source `calibrated+anchored`): fp8's best, picks and default count every kernel (the default is "
+              "gemm.py's; `top1_kernel`/`best_kernel` in select_eval.csv name the kernel). The model-guided tuning loop "
               "(`workbench.select.tune`) replays the measured sweep as its benchmark; NVIDIA's nvMatmulHeuristics "
               "needs about 8 benchmarks for ~99%. The vendor shim's 10% margin (`VENDOR_MARGIN`) was chosen after "
               "seeing these held-out results, so the shim figure below is optimistic."

@@ -11,8 +11,12 @@ BLOCK_K), so the sweep itself reads them from Triton's disk cache.
     python3 benchmarks/select_sweep.py --out DIR --parts gemm-bf16,gemm-fp8,gemm-fp16 --budget-s 500
 
 Writes DIR/select_sweep.csv (one row per shape x config, plus one ``vendor`` row per shape), appending after each
-shape, so a run cut short keeps what it measured. ``--tma`` sweeps the Hopper TMA kernel's fp8 configs instead
-(``workbench.select.sweeps.load_sweeps`` merges them with gemm.py's rows of the same shapes).
+shape, so a run cut short keeps what it measured. ``--tma`` sweeps the Hopper TMA kernel's fp8 configs instead,
+``--gluon`` the Gluon kernel's exact-accumulation configs (``gemm_gluon.py``, sm_90; the fp8 sweep calls
+scaled_matmul with use_fast_accum=False, as torch._scaled_mm's default), both on the shapes TMA takes
+(``workbench.select.sweeps.load_sweeps`` merges them with gemm.py's rows of the same shapes):
+
+    python3 benchmarks/select_sweep.py --out DIR --parts gemm-fp8 --gluon    # ~1 min on an H200
 """
 
 from __future__ import annotations
@@ -279,7 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tma", action="store_true",
                         help="gemm-fp8: sweep the TMA kernel's configs (gemm_tma.py, Hopper) instead of gemm.py's, "
                              "on the shapes TMA takes")
+    parser.add_argument("--gluon", action="store_true",
+                        help="gemm-fp8: sweep the Gluon kernel's exact configs (gemm_gluon.py, sm_90) instead of "
+                             "gemm.py's, on the shapes TMA takes")
     args = parser.parse_args(argv)
+    if args.tma and args.gluon:
+        parser.error("--tma and --gluon: pick one kernel per sweep (load_sweeps merges the files)")
     import torch
     from workbench.kernels import attention, gemm, spaces
 
@@ -300,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
                     parser.error(f"--tma: only the gemm-fp8 part has TMA configs in the selector's space, not {part}")
                 configs = spaces.tma_config_space(1, warp_specialize=False)  # as workbench.select ranks them
                 shapes = [s for s in shapes if spaces.tma_eligible(s["m"], s["n"], s["k"], "nt", 1)]
+            if args.gluon:
+                if dtype != "fp8":
+                    parser.error(f"--gluon: only the gemm-fp8 part has Gluon configs in the selector's space, not {part}")
+                configs = spaces.gluon_config_space("exact")  # the sweep's scaled_matmul calls are exact
+                shapes = [s for s in shapes if spaces.gluon_eligible(s["m"], s["n"], s["k"], "nt", 1)]
             plan.append((part, dtype, shapes[: args.limit or None], configs))
         elif part == "attention":
             plan.append((part, "bf16", select_shapes.attention_shapes()[: args.limit or None], None))
@@ -314,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             keys = {(s["heads_q"], s["heads_kv"], s["head_dim"], s["causal"]): s for s in shapes}
             jobs = [(s, attention.config_space("cuda", "fwd", s["head_dim"])) for s in keys.values()]
             precompile(_compile_attention, jobs, args.workers)
+        elif args.gluon:  # M, N, K are do_not_specialize and descriptors carry the strides: one build per config
+            precompile(_compile_gemm, [(dtype, "nn", 256, 256, 256, [c]) for c in configs], args.workers)
         else:
             precompile(_compile_gemm, gemm_compile_jobs(shapes, dtype, configs), args.workers)
 

@@ -8,8 +8,9 @@ consecutive programs share A row panels and B column panels in L2.
 fp8 follows ``torch._scaled_mm``: ``out = (A_fp8 * scale_a) @ (B_fp8 * scale_b) + bias`` in bf16, with scales
 either per tensor (scalars) or per row of A / per column of B.
 
-A config with ``KERNEL="tma"`` runs Hopper's persistent TMA GEMM instead (``gemm_tma.py``); with ``config=None``
-the selector picks one for fp8 on Hopper when the operands suit TMA (``workbench.select``).
+A config with ``KERNEL="tma"`` runs Hopper's persistent TMA GEMM instead (``gemm_tma.py``), one with
+``KERNEL="gluon"`` the Gluon fp8 GEMM (``gemm_gluon.py``); with ``config=None`` the selector picks among all of
+them for fp8 on Hopper when the operands suit TMA (``workbench.select``; Gluon only where it runs).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import triton.language as tl
 from workbench.kernels._common import (BenchCase, KernelInputError, backend, check, check_device, device_name,
                                        interpreting)
 from workbench.kernels.spaces import gemm_config_space as config_space
-from workbench.kernels.spaces import is_tma
+from workbench.kernels.spaces import is_gluon, is_tma
 from workbench.models import get_model
 from workbench.select import config_for_device
 
@@ -154,6 +155,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     input_precision = precision if a.dtype == torch.float32 else None
     if input_precision == "tf32" and backend() == "hip" and _amd_arch(a.device) == "gfx950":
         input_precision = "bf16x3"  # CDNA4 dropped XF32; Triton emulates fp32 with three bf16 products
+    check(not is_gluon(config), "config", "a Gluon config (KERNEL='gluon')",
+          "a gemm.py or TMA config: the Gluon kernel is fp8-only (use scaled_matmul)")
     if is_tma(config):
         check(bias is None and activation == "none" and out_dtype == a.dtype, "config", "a TMA config (KERNEL='tma')",
               "a gemm.py config: the TMA kernel has no bias, activation or other output dtype for bf16/fp16")
@@ -179,7 +182,16 @@ def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tenso
     kinds = [_scale_kind(scale, name, rows, (rows, 1) if name == "scale_a" else (1, rows), a_fp8)
              for scale, name, rows in ((scale_a, "scale_a", m), (scale_b, "scale_b", n))]
     _check_epilogue(a_fp8, b_fp8, bias, "none", "a_fp8")
-    config = _default_config(a_fp8, b_fp8, backend()) if config is None else config
+    accumulation = "fast" if use_fast_accum else "exact"
+    config = _default_config(a_fp8, b_fp8, backend(), accumulation) if config is None else config
+    if is_gluon(config):  # the selector's pick on Hopper when Gluon runs here (``spaces.gluon_eligible``)
+        check(config.get("ACCUMULATION", accumulation) == accumulation, "config",
+              f"a Gluon config for {config.get('ACCUMULATION')} accumulation",
+              f"one for {accumulation} accumulation (use_fast_accum={use_fast_accum}): "
+              f"spaces.gluon_config_space({accumulation!r})")
+        from workbench.kernels import gemm_gluon  # imports this module
+        return gemm_gluon.scaled_matmul_gluon(a_fp8, b_fp8, scale_a, scale_b, bias, config,
+                                              use_fast_accum=use_fast_accum)
     if is_tma(config):  # the selector's pick on Hopper for TMA-aligned operands (``spaces.tma_eligible``)
         from workbench.kernels import gemm_tma  # imports this module
         return gemm_tma.scaled_matmul_tma(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum=use_fast_accum)
@@ -327,21 +339,30 @@ _SELECTED_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_
                     torch.float8_e4m3fnuz: "fp8"}
 
 
-def _default_config(a: torch.Tensor, b: torch.Tensor, kind: str) -> dict:
+def _default_config(a: torch.Tensor, b: torch.Tensor, kind: str, accumulation: str = "exact") -> dict:
     """``config=None``: the zero-warmup selector's pick for this shape, layout and GPU (``workbench.select``, no
     benchmark, cached per shape); the static default of ``config_space`` when the GPU is not in the catalog, for
-    fp32 inputs, or under the interpreter."""
+    fp32 inputs, or under the interpreter. fp8 picks are for ``accumulation`` ("exact" or "fast"); the Gluon
+    kernel's configs are offered only where it runs (``gemm_gluon.supported``: Triton with Gluon, an sm_90 GPU)."""
     dtype = _SELECTED_DTYPES.get(a.dtype)
     picked = None
     if kind != "interpreter" and dtype is not None:
         layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
         (m, k), n = a.shape, b.shape[1]
+        gluon = dtype == "fp8" and _gluon_runs(a.device)
         picked = config_for_device("gemm", {"m": m, "n": n, "k": k}, dtype, device_name(a.device.index or 0),
-                                   layout=layout)
+                                   layout=layout, accumulation=accumulation, gluon=gluon)
     if picked is not None:
         return picked
     arch = _amd_arch(a.device) if kind == "hip" else "gfx942"
     return config_space(kind, arch=arch, dtype_bytes=a.element_size())[0]
+
+
+def _gluon_runs(device: torch.device) -> bool:
+    """Whether ``gemm_gluon.py`` runs on ``device`` (imported here: it imports this module)."""
+    from workbench.kernels import gemm_gluon
+
+    return gemm_gluon.supported(device)
 
 
 def _amd_arch(device: torch.device) -> str:

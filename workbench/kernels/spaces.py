@@ -175,6 +175,56 @@ def is_tma(config: dict | None) -> bool:
     return bool(config) and config.get("KERNEL") == TMA_KERNEL
 
 
+# ---------------------------------------------------------------------------------------- Hopper Gluon GEMM
+GLUON_KERNEL = "gluon"
+"""The ``KERNEL`` key of a config for ``gemm_gluon.py`` (persistent fp8 GEMM in Gluon, sm_90)."""
+ACCUMULATIONS = ("exact", "fast")
+"""fp8 accumulation modes: "exact" (``use_fast_accum=False``: partial sums promoted to fp32 every BLOCK_K) and
+"fast" (``use_fast_accum=True``: one reduced-precision accumulator chain in the tensor cores)."""
+GLUON_SM90_SPACE = {
+    "exact": [(128, 128, 128, 4, True), (128, 128, 128, 6, True), (128, 128, 128, 6, False)],
+    "fast": [(128, 128, 128, 6, True), (128, 256, 128, 3, True), (128, 128, 128, 5, False)],
+}
+"""(BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, WARP_SPECIALIZE) per accumulation mode, num_warps=8, GROUP_M=8: the
+warp-specialized configs of ``gemm_gluon.config_space`` and its best non-warp-specialized one, ranked by the
+H200 probe on the 8 Llama 3 fp8 GEMMs (benchmarks/gluon_fp8_probe.py, benchmarks/results/h200/kernels/gluon/
+summary.txt); the first entry of each list is the probe's best, the default. Exact configs keep three fp32
+tiles per thread (the sum and two partials in flight), so 128 x 256 tiles are fast-only: a config of one mode
+is never offered for the other (``gemm_gluon.resolve_config`` rejects a 128 x 256 exact config)."""
+
+
+def gluon_config_space(accumulation: str = "exact") -> list[dict]:
+    """``gemm_gluon.py``'s sm_90 configs for ``accumulation`` ("exact" or "fast"), the default first. Each
+    carries ``ACCUMULATION``, so ``gemm.scaled_matmul`` can refuse a config of the other mode."""
+    check(accumulation in ACCUMULATIONS, "accumulation", repr(accumulation), "'exact' or 'fast'")
+    return [dict(KERNEL=GLUON_KERNEL, ACCUMULATION=accumulation, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M,
+                 NUM_STAGES=stages, WARP_SPECIALIZE=ws, num_warps=8)
+            for bm, bn, bk, stages, ws in GLUON_SM90_SPACE[accumulation]]
+
+
+def gluon_shared_bytes(block_m: int, block_n: int, block_k: int, stages: int) -> int:
+    """Shared memory of a Gluon config: NUM_STAGES fp8 A and B tiles, the bf16 output tile and two 8-byte
+    mbarriers per stage (as ``gemm_gluon.shared_bytes``)."""
+    return stages * (block_m + block_n) * block_k + block_m * block_n * 2 + 2 * stages * 8
+
+
+def gluon_eligible(m: int, n: int, k: int, layout: str, operand_bytes: int) -> bool:
+    """Whether ``gemm_gluon.scaled_matmul_gluon`` takes C[m, n] = A[m, k] @ B[k, n]: fp8 only, layout "nt" (A
+    row-major, B column-major, as fp8 wgmma and _scaled_mm take), the same 16-byte aligned rows as the TMA kernel
+    (its operand checks are ``gemm_tma``'s)."""
+    return operand_bytes == 1 and tma_eligible(m, n, k, layout, operand_bytes)
+
+
+def is_gluon(config: dict | None) -> bool:
+    """True for a ``gemm_gluon.py`` config."""
+    return bool(config) and config.get("KERNEL") == GLUON_KERNEL
+
+
+def config_stages(config: dict) -> int:
+    """Pipeline stages of any GEMM config: ``num_stages`` (Triton kernels) or ``NUM_STAGES`` (Gluon)."""
+    return config["NUM_STAGES"] if is_gluon(config) else config["num_stages"]
+
+
 # ------------------------------------------------------------------------------------------------- attention
 # ------------------------------------------------------------------------------------------------ config space
 # Default (first) entries per head_dim, as (BLOCK_M, BLOCK_N, num_warps, num_stages). Guesses, to calibrate by

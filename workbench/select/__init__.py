@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from workbench.errors import WorkbenchError
 from workbench.hardware import GPU, get_gpu
-from workbench.kernels.spaces import attention_config_space, gemm_config_space, is_tma, tma_config_space, tma_eligible
+from workbench.kernels.spaces import (ACCUMULATIONS, attention_config_space, gemm_config_space, gluon_config_space,
+                                      gluon_eligible, is_gluon, is_tma, tma_config_space, tma_eligible)
 from workbench.perf.efficiency import Constants, default_constants
 from workbench.precision import get_precision
 from workbench.select import attention as attention_model
@@ -44,7 +45,8 @@ class Candidate:
     occupancy: int
     """Programs resident per SM/CU (shared memory/LDS and registers)."""
     source: str
-    """"calibrated" (a fitted selection profile) or "spec" (catalog figures and guesses)."""
+    """"calibrated" (a fitted selection profile), "calibrated+anchored" (fitted, with Gluon configs the profile lacks
+    priced from its TMA configs) or "spec" (catalog figures and guesses)."""
 
     @property
     def key(self) -> str:
@@ -84,15 +86,24 @@ TMA_ARCHITECTURES = ("hopper",)
 were never run here)."""
 
 
+GLUON_ARCHITECTURES = ("hopper",)
+"""Where the fp8 GEMM space also holds ``gemm_gluon.py``'s configs (sm_90 only: the kernel is written for
+Hopper's wgmma). At run time ``gemm.scaled_matmul`` offers them only where the kernel runs (``gluon=``)."""
+
+
 @functools.lru_cache(maxsize=64)
-def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int, tma: bool = False) -> tuple[dict, ...]:
+def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int, tma: bool = False,
+           gluon: str = "") -> tuple[dict, ...]:
     """The configs to rank. ``tma``: add the TMA kernel's fp8 configs, leaving out the warp-specialized ones
     (triton 3.6 fails to compile the larger ones; measured only without them); gemm.py's fp8 reaches 0.78 of
-    torch._scaled_mm on the H200, the TMA kernel 0.86 (benchmarks/results/h200/kernels/tma/SUMMARY.md)."""
+    torch._scaled_mm on the H200, the TMA kernel 0.86 (benchmarks/results/h200/kernels/tma/SUMMARY.md).
+    ``gluon``: "exact" or "fast" adds the Gluon kernel's fp8 configs of that accumulation mode ("" none)."""
     if op == "gemm":
         space = gemm_config_space(backend, arch=arch or "gfx942", dtype_bytes=operand_bytes)
         if tma and operand_bytes == 1:
             space += tma_config_space(operand_bytes, warp_specialize=False)
+        if gluon and operand_bytes == 1:
+            space += gluon_config_space(gluon)
         return tuple(space)
     return tuple(attention_config_space(backend, "fwd", head_dim))
 
@@ -109,12 +120,19 @@ def _constants(gpu: GPU) -> Constants:
 
 def _coefficients(op: str, gpu: GPU, dtype: str, space: list[dict], calibrated: bool, shape: dict):
     """(coefficients per config, source): the profile's when it covers every config that fits, else the
-    spec's for all (a ranking never mixes fitted and spec coefficients)."""
+    spec's for all (a ranking never mixes fitted and spec coefficients). One exception: a profile that covers
+    every other config but not all of the Gluon kernel's (not swept yet, or a fast-only config) prices each
+    uncovered Gluon config from the fitted coefficients of its nearest TMA config (``gemm_model.gluon_anchor``),
+    source "calibrated+anchored"."""
     operand_bytes = int(get_precision(dtype).bytes_per_element) or 1
     if calibrated:
         table = load_selection_profile(gpu, op, operand_bytes, head_dim=shape.get("head_dim", 0))
         if table and all(gemm_model.config_key(c) in table for c in space):
             return [table[gemm_model.config_key(c)] for c in space], "calibrated"
+        if table and all(gemm_model.config_key(c) in table for c in space if not is_gluon(c)):
+            priced = [table.get(gemm_model.config_key(c)) or gemm_model.gluon_anchor(c, table) for c in space]
+            if all(p is not None for p in priced):
+                return priced, "calibrated+anchored"
     constants = _constants(gpu)
     if op == "gemm":
         return [gemm_model.spec_coefficients(c, gpu, dtype, constants) for c in space], "spec"
@@ -148,13 +166,16 @@ def compiled_resources(op: str, arch: str, operand_bytes: int, head_dim: int = 0
 
 
 def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn", top_k: int | None = None,
-                 calibrated: bool = True, configs: list[dict] | None = None) -> list[Candidate]:
+                 calibrated: bool = True, configs: list[dict] | None = None, accumulation: str = "exact",
+                 gluon: bool = True) -> list[Candidate]:
     """The kernel's configs for ``shape`` on ``gpu``, fastest predicted first (``top_k`` of them, or all).
 
     op "gemm": shape {m, n, k}, C[m, n] = A[m, k] @ B[k, n] in ``layout`` nn, nt or tn; dtype bf16, fp16, fp8,
     tf32 or fp32. op "attention" (forward): shape {batch, seq, heads_q, heads_kv, head_dim, causal}, dtype bf16
     or fp16. ``configs`` ranks a given list (e.g. an autotuner's) instead of the whole space; with a profile that
-    lacks one of them, the ranking uses spec coefficients throughout.
+    lacks one of them, the ranking uses spec coefficients throughout. fp8 on Hopper also ranks the Gluon kernel's
+    configs of ``accumulation`` ("exact": use_fast_accum=False, or "fast"), unless ``gluon=False`` (a runtime
+    where Gluon does not run); an exact request never gets a fast-only config.
     """
     if op not in OPS:
         raise WorkbenchError(f"op: got {op!r}, expected one of {OPS}")
@@ -170,17 +191,22 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
         raise WorkbenchError(f"dtype: got {dtype!r}, expected 'bf16' or 'fp16' for the attention kernel")
     if layout not in gemm_model.LAYOUTS:
         raise WorkbenchError(f"layout: got {layout!r}, expected one of {gemm_model.LAYOUTS}")
+    if accumulation not in ACCUMULATIONS:
+        raise WorkbenchError(f"accumulation: got {accumulation!r}, expected one of {ACCUMULATIONS}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise WorkbenchError(f"top_k: got {top_k!r}, expected a positive integer or None (all)")
     backend, arch = backend_of(gpu)
     operand_bytes = max(1, int(precision.bytes_per_element))
     # on AMD, the cross-compiled cache says which configs spill registers or overflow LDS
     compiled = compiled_resources(op, arch, operand_bytes, shape.get("head_dim", 0)) if arch else {}
+    with_gluon = accumulation if gluon and gpu.architecture in GLUON_ARCHITECTURES else ""
     space = configs if configs is not None else _space(op, backend, arch, operand_bytes, shape.get("head_dim", 0),
-                                                       gpu.architecture in TMA_ARCHITECTURES)
-    if op == "gemm":  # the TMA kernel only takes 16-byte aligned rows in its layouts
-        space = [c for c in space if not is_tma(c) or tma_eligible(shape["m"], shape["n"], shape["k"], layout,
-                                                                   operand_bytes)]
+                                                       gpu.architecture in TMA_ARCHITECTURES, with_gluon)
+    if op == "gemm":  # the TMA and Gluon kernels only take 16-byte aligned rows in their layouts
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        space = [c for c in space if (not is_tma(c) or tma_eligible(m, n, k, layout, operand_bytes))
+                 and (not is_gluon(c) or (gluon_eligible(m, n, k, layout, operand_bytes)
+                                          and c.get("ACCUMULATION", accumulation) == accumulation))]
     resident = [_resident(op, c, gpu, operand_bytes, shape, compiled) for c in space]
     fitting = [c for c, r in zip(space, resident) if r]
     if not fitting:
@@ -232,22 +258,27 @@ def select_config(op: str, shape: dict, dtype: str, gpu: str | GPU, **kwargs) ->
     return rank_configs(op, shape, dtype, gpu, top_k=1, **kwargs)[0]
 
 
-def config_for_device(op: str, shape: dict, dtype: str, device_name: str, *, layout: str = "nn") -> dict | None:
+def config_for_device(op: str, shape: dict, dtype: str, device_name: str, *, layout: str = "nn",
+                      accumulation: str = "exact", gluon: bool = False) -> dict | None:
     """The pick for a kernel launched without a config on the local GPU named ``device_name`` (as
     ``torch.cuda.get_device_name`` says it), cached per shape; None when that GPU is not in the catalog or has
-    no config space here (the kernel then keeps its static default). Do not mutate the returned dict."""
-    return _config_for_device(op, tuple(sorted(shape.items())), dtype, layout, device_name)
+    no config space here (the kernel then keeps its static default). ``accumulation``: fp8's mode;
+    ``gluon``: whether the Gluon kernel runs here (the caller knows the runtime; this module does not import
+    torch or triton). Do not mutate the returned dict."""
+    return _config_for_device(op, tuple(sorted(shape.items())), dtype, layout, device_name, accumulation, gluon)
 
 
 @functools.lru_cache(maxsize=4096)
-def _config_for_device(op: str, shape: tuple, dtype: str, layout: str, device_name: str) -> dict | None:
+def _config_for_device(op: str, shape: tuple, dtype: str, layout: str, device_name: str, accumulation: str = "exact",
+                       gluon: bool = False) -> dict | None:
     from workbench.bench import match_catalog
 
     gpu = match_catalog(device_name)
     if gpu is None:
         return None
     try:
-        return select_config(op, dict(shape), dtype, gpu, layout=layout).config
+        return select_config(op, dict(shape), dtype, gpu, layout=layout, accumulation=accumulation,
+                             gluon=gluon).config
     except WorkbenchError:
         return None
 

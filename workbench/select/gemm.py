@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 
 from workbench.hardware import GPU
-from workbench.kernels.spaces import is_tma, tma_shared_bytes
+from workbench.kernels.spaces import (config_stages, gluon_shared_bytes, is_gluon, is_tma, tma_config_space,
+                                      tma_shared_bytes)
 from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
@@ -65,6 +66,12 @@ TILE_OVERHEAD_STEPS = 1.0
 UNALIGNED_STORE_STEPS = 1.0
 """Extra time per tile, in K-step times, when N is not a multiple of 16 and the epilogue stores element by
 element. A guess (on the H200 the fitted cost flips 128x256 vs 256x128 picks on such shapes)."""
+GLUON_STEP_FRACTION = {True: 0.8, False: 1.0}
+"""Time of a Gluon config (``gemm_gluon.py``) over that of the Triton kernels' config of the same tile, by
+WARP_SPECIALIZE: its warp-specialized configs overlap the exact fp8 promotion that Triton's lowering drains the
+tensor cores for. A guess from the H200 probe (benchmarks/results/h200/kernels/gluon/summary.txt: Gluon ws 1.00-1.03
+of torch._scaled_mm, non-ws 0.82-0.92, the TMA kernel's pick 0.77-0.92); it prices Gluon configs only until
+``select_sweep.py --gluon`` is fitted into the profile (``spec_coefficients``, ``gluon_anchor``)."""
 AMD_NONKDIM32_COST = 1.05
 """matrix_instr_nonkdim=32 vs 16 on CDNA: ROCm's MI300X guide says 16 is usually faster. The 5% is a guess."""
 AMD_WAVES_PER_EU_HIDE = 0.8
@@ -76,11 +83,14 @@ L2; AMD CDNA3 and CDNA4 white papers). Programs are dealt round-robin over XCDs,
 
 def config_key(config: dict) -> str:
     """A stable, readable name for a config: ``128x256x64 g8 w8 s4`` for a GEMM, ``128x64 w8 s3`` for
-    attention (+ the AMD knobs), ``tma 256x128x128 g8 w8 s3 sub2`` for the TMA GEMM."""
+    attention (+ the AMD knobs), ``tma 256x128x128 g8 w8 s3 sub2`` for the TMA GEMM, ``gluon 128x128x128 g8 w8 s4
+    ws`` for the Gluon GEMM."""
     key = f"{config['BLOCK_M']}x{config['BLOCK_N']}"
     if "BLOCK_K" in config:
         key += f"x{config['BLOCK_K']} g{config.get('GROUP_M', 8)}"
-    key += f" w{config['num_warps']} s{config['num_stages']}"
+    key += f" w{config['num_warps']} s{config_stages(config)}"
+    if is_gluon(config):  # one key for both accumulation modes: the sweep (and so the fit) is exact
+        key = f"gluon {key}" + (" ws" if config["WARP_SPECIALIZE"] else "")
     if is_tma(config):
         key = f"tma {key} sub{config['EPILOGUE_SUBTILE']}" + (" ws" if config["WARP_SPECIALIZE"] else "")
     for knob, tag in (("waves_per_eu", "wpe"), ("matrix_instr_nonkdim", "nk"), ("kpack", "kp")):
@@ -130,7 +140,8 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     waves = math.ceil(tiles / (units * max(1, resident)))
     fill = min(1.0, tiles / units)
     tn, nt = layout == "tn", layout == "nt"
-    scalar_store = n % STORE_VECTOR_N != 0 and not is_tma(config)  # TMA stores through a descriptor, no mask
+    # TMA and Gluon store through a descriptor, no mask
+    scalar_store = n % STORE_VECTOR_N != 0 and not is_tma(config) and not is_gluon(config)
     return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
             steps * (k % config["BLOCK_K"] != 0), waves * tile_steps, per_unit * scalar_store)
 
@@ -146,6 +157,9 @@ def occupancy(config: dict, gpu: GPU, operand_bytes: int) -> int:
     if is_tma(config):  # persistent: one program per SM walks its tiles
         shared = tma_shared_bytes(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"],
                                   config["EPILOGUE_SUBTILE"], operand_bytes)
+        return int(shared <= gpu.shared_memory_kb.value * 1024)
+    if is_gluon(config):  # persistent too: one program per SM (gemm_gluon's grid is min(SMs, tiles))
+        shared = gluon_shared_bytes(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["NUM_STAGES"])
         return int(shared <= gpu.shared_memory_kb.value * 1024)
     stages = config["num_stages"] - (1 if gpu.vendor == "amd" else 0)
     shared = max(1, stages) * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * operand_bytes
@@ -170,12 +184,32 @@ def spec_coefficients(config: dict, gpu: GPU, dtype: str, constants: Constants) 
     mma = 2.0 * bm * bn * bk / (rate * tile_efficiency)
     load_a, load_b = bm * bk * operand_bytes / l2_per_unit, bn * bk * operand_bytes / l2_per_unit
     step = max(mma, load_a + load_b)
-    overhead = TILE_OVERHEAD_STEPS * config["num_stages"] * step
+    if is_gluon(config):
+        step *= GLUON_STEP_FRACTION[bool(config["WARP_SPECIALIZE"])]
+    overhead = TILE_OVERHEAD_STEPS * config_stages(config) * step
     if gpu.vendor == "amd":
         step *= AMD_NONKDIM32_COST if config.get("matrix_instr_nonkdim") == 32 else 1.0
         overhead *= AMD_WAVES_PER_EU_HIDE if config.get("waves_per_eu") == 2 else 1.0
     return (step, 0.0, overhead, constants["gemm_launch_us"] * 1e-6, 0.0, 0.0, RAGGED_K_COST * step, 0.0,
             UNALIGNED_STORE_STEPS * step)
+
+
+def gluon_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
+    """Coefficients for a Gluon config that a selection profile does not cover yet: the fitted coefficients of
+    the TMA kernel's fp8 config nearest to it (same tile area and BLOCK_K if the profile has one, then the
+    closest warps and stages), times GLUON_STEP_FRACTION. Both kernels are persistent, one program per SM, with
+    TMA loads and stores, so the fitted terms carry over; only the K step differs. None without a TMA config in
+    ``table``."""
+    def distance(other: dict) -> tuple:
+        area = abs(math.log2(other["BLOCK_M"] * other["BLOCK_N"] / (config["BLOCK_M"] * config["BLOCK_N"])))
+        return (area, abs(math.log2(other["BLOCK_K"] / config["BLOCK_K"])), other["num_warps"] != config["num_warps"],
+                abs(other["num_stages"] - config["NUM_STAGES"]), config_key(other))
+    fitted = [c for c in tma_config_space(1) if config_key(c) in table]
+    if not fitted:
+        return None
+    nearest = min(fitted, key=distance)
+    fraction = GLUON_STEP_FRACTION[bool(config["WARP_SPECIALIZE"])]
+    return tuple(value * fraction for value in table[config_key(nearest)])
 
 
 def padding_s(m: int, n: int, k: int, layout: str, operand_bytes: int, gpu: GPU, constants: Constants) -> float:

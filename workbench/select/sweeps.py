@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.hardware import GPU
-from workbench.kernels.spaces import is_tma
+from workbench.kernels.spaces import is_gluon, is_tma
 from workbench.select import gemm as gemm_model
 from workbench.select.profile import fit_rows, sweep_layout
 
@@ -21,7 +21,7 @@ def load_sweeps(paths: list[Path], padded_since: Path | None = None) -> pd.DataF
     """The sweeps' rows with ``seconds`` and ``held_out`` columns.
 
     A shape swept again in a later file (after a kernel change) replaces its earlier rows of the same kernel
-    (``kernel_of``: gemm.py, the TMA kernel, or the vendor library), so a sweep of one kernel's configs adds to the
+    (``kernel_of``: gemm.py, the TMA kernel, the Gluon kernel, or the vendor library), so a sweep of one kernel's configs adds to the
     other's rows. ``padded_since``: the
     first sweep made since the GEMM wrapper pads unaligned operands (``workbench.kernels.gemm.pad_unaligned``);
     earlier files' rows of shapes it pads measured another kernel and are dropped (``attrs["dropped_shapes"]``
@@ -71,10 +71,12 @@ def _held_out_ids(frame: pd.DataFrame, part: str) -> set[str]:
 
 
 def kernel_of(kind: str, config) -> str:
-    """"vendor", "tma" (``gemm_tma.py``) or "triton" (gemm.py, the attention kernel) for a sweep row."""
+    """"vendor", "tma" (``gemm_tma.py``), "gluon" (``gemm_gluon.py``) or "triton" (gemm.py, the attention kernel)
+    for a sweep row."""
     if kind != "triton":
         return str(kind)
-    return "tma" if isinstance(config, str) and is_tma(json.loads(config)) else "triton"
+    parsed = json.loads(config) if isinstance(config, str) and config else None
+    return "tma" if is_tma(parsed) else "gluon" if is_gluon(parsed) else "triton"
 
 
 def padded(row) -> bool:

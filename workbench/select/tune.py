@@ -47,11 +47,12 @@ def _similarity(a: dict, b: dict) -> float:
 
 def tune(op: str, shape: dict, dtype: str, gpu, measure: Callable[[dict], float], *, layout: str = "nn",
          patience: int = 3, min_gain: float = 0.005, max_benchmarks: int | None = None,
-         calibrated: bool = True) -> TuneResult:
-    """Benchmark configs best-predicted first; ``measure(config)`` returns seconds (math.inf if it fails)."""
+         calibrated: bool = True, gluon: bool = True) -> TuneResult:
+    """Benchmark configs best-predicted first; ``measure(config)`` returns seconds (math.inf if it fails).
+    ``gluon=False`` leaves the Gluon fp8 kernel's configs out (as ``rank_configs``)."""
     if patience < 1:
         raise WorkbenchError(f"patience: got {patience!r}, expected a positive integer")
-    ranked = rank_configs(op, shape, dtype, gpu, layout=layout, calibrated=calibrated)
+    ranked = rank_configs(op, shape, dtype, gpu, layout=layout, calibrated=calibrated, gluon=gluon)
     predicted = {config_key(c.config): c.time_s for c in ranked}
     pending = {config_key(c.config): c.config for c in ranked}
     result = TuneResult(best=ranked[0].config, best_s=math.inf, predicted_first=ranked[0])
