@@ -164,3 +164,37 @@ def test_default_configs_compile_for_sm90():
         assert build["launched_warps"] == config["num_warps"] + (4 if config["WARP_SPECIALIZE"] else 0)
         if not config["WARP_SPECIALIZE"]:  # one register file for all warps: the accumulators must fit in it
             assert accumulator_registers(config, exact=accumulation == "exact") <= build["registers"] <= 255
+
+
+on_hopper = pytest.mark.skipif(interpreting() or not supported(), reason="runs the kernel: needs an sm_90 GPU with "
+                               "TRITON_INTERPRET=0 (CI has neither; the lead runs these on the H200)")
+
+
+@on_hopper
+@pytest.mark.parametrize("exact, config", [(mode == "exact", c) for mode in ("exact", "fast") for c in config_space(mode)],
+                         ids=lambda v: v if isinstance(v, bool) else
+                         f"{v['BLOCK_N']}-s{v['NUM_STAGES']}-{'ws' if v['WARP_SPECIALIZE'] else 'inline'}")
+@pytest.mark.parametrize("m, n, k, rows, bias", [
+    (300, 272, 208, False, False),  # M, N edges and K not a multiple of BLOCK_K (K * 1 byte: 16-byte rows for TMA)
+    (1024, 1024, 1024, True, True),  # row scales and bias; more tiles than a wave on some GPUs
+    (8192, 4096, 512, False, False),  # 2048 tiles on 132 SMs: each program runs many tiles (ring phases)
+])
+def test_matches_the_float64_reference_on_the_gpu(exact, config, m, n, k, rows, bias):
+    from workbench.kernels.gemm import reference_scaled_matmul
+
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa = torch.rand(m, 1, device="cuda") + 0.5 if rows else torch.rand((), device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5 if rows else torch.rand((), device="cuda") + 0.5
+    c = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
+    out = scaled_matmul_gluon(a, b, sa, sb, c, config, use_fast_accum=not exact)
+    ref = reference_scaled_matmul(a, b, sa, sb, bias=c)
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    try:  # _scaled_mm's own error on the same inputs, where it takes them (bias with row scales may not be)
+        vendor = torch._scaled_mm(a, b, sa, sb, bias=c, out_dtype=torch.bfloat16, use_fast_accum=not exact)
+        bound = 1.2 * ((vendor.double() - ref).norm() / ref.norm()).item() + 1e-4
+    except RuntimeError:
+        bound = 3e-3  # bf16 output rounding (~1.7e-3 measured on these shapes) with margin
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert err <= bound, (err, bound)
