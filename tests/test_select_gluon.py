@@ -53,9 +53,10 @@ def test_an_exact_request_never_gets_a_fast_only_config():
 def test_the_selectors_gluon_configs_pass_the_kernels_checks(accumulation):
     for config in gluon_config_space(accumulation):
         assert gemm_gluon.resolve_config(config, exact=accumulation == "exact") is config
-    wide = next(c for c in gluon_config_space("fast") if c["BLOCK_N"] == 256)
+    wide = next(c for c in gemm_gluon.config_space("fast") if c["BLOCK_N"] == 256)  # explicit use only
     with pytest.raises(KernelInputError, match="registers"):
         gemm_gluon.resolve_config(wide, exact=True)
+    assert all(c["BLOCK_N"] == 128 for c in gluon_config_space(accumulation))  # see spaces.GLUON_SM90_SPACE
 
 
 def test_eligibility_follows_the_kernels_operand_checks():

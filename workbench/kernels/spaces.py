@@ -183,14 +183,20 @@ ACCUMULATIONS = ("exact", "fast")
 "fast" (``use_fast_accum=True``: one reduced-precision accumulator chain in the tensor cores)."""
 GLUON_SM90_SPACE = {
     "exact": [(128, 128, 128, 4, True), (128, 128, 128, 6, True), (128, 128, 128, 6, False)],
-    "fast": [(128, 128, 128, 6, True), (128, 256, 128, 3, True), (128, 128, 128, 5, False)],
+    "fast": [(128, 128, 128, 6, True), (128, 128, 128, 5, False)],
 }
 """(BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, WARP_SPECIALIZE) per accumulation mode, num_warps=8, GROUP_M=8: the
 warp-specialized configs of ``gemm_gluon.config_space`` and its best non-warp-specialized one, ranked by the
 H200 probe on the 8 Llama 3 fp8 GEMMs (benchmarks/gluon_fp8_probe.py, benchmarks/results/h200/kernels/gluon/
 summary.txt); the first entry of each list is the probe's best, the default. Exact configs keep three fp32
 tiles per thread (the sum and two partials in flight), so 128 x 256 tiles are fast-only: a config of one mode
-is never offered for the other (``gemm_gluon.resolve_config`` rejects a 128 x 256 exact config)."""
+is never offered for the other (``gemm_gluon.resolve_config`` rejects a 128 x 256 exact config).
+
+The fast 128 x 256 x 128 s3 ws config (``gemm_gluon.config_space("fast")``) is left out: the selector sweep times
+exact accumulation only, so fast configs are priced from the TMA fit, which ranked it first on most Llama shapes,
+and in both H200 kernel-suite runs it ran Llama 3 8B ``o`` (8192 x 4096 x 4096) at 0.76 and 0.61 of
+``_scaled_mm`` (fast accumulation), slower than the exact kernel on the same shape, while 128 x 128 s6 ws was the
+probe's best fast config overall (1.034). It stays available as an explicit config."""
 
 
 def gluon_config_space(accumulation: str = "exact") -> list[dict]:
