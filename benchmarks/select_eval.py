@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import sys
+import statistics
 import time
 from pathlib import Path
 
@@ -36,6 +37,8 @@ GPU = "h200-sxm"
 DTYPE = {"gemm-bf16": "bf16", "gemm-fp16": "fp16", "gemm-fp8": "fp8", "attention": "bf16"}
 AUTOTUNE_S_PER_CONFIG = 0.125
 """triton.testing.do_bench's defaults (25 ms warm-up + 100 ms of repeats) per config, as triton.autotune runs it."""
+SELECT_CALLS = 5
+"""Calls timed per shape for the selection time; the median is reported."""
 
 
 def operand_alignment(row) -> str:
@@ -72,9 +75,12 @@ def score(frame: pd.DataFrame, calibrated: bool) -> pd.DataFrame:
         shape = shape_of(row)
         layout = sweep_layout({"part": part, "layout": row.layout}) if op == "gemm" else "nn"
         measured = {gemm_model.config_key(json.loads(c)): s for c, s in zip(triton.config, triton.seconds)}
-        started = time.perf_counter()
-        ranked = rank_configs(op, shape, dtype, GPU, layout=layout, calibrated=calibrated, gluon=gluon)
-        select_s = time.perf_counter() - started
+        timings = []  # the median of SELECT_CALLS calls: one call alone can catch a garbage-collector pause
+        for _ in range(SELECT_CALLS):
+            started = time.perf_counter()
+            ranked = rank_configs(op, shape, dtype, GPU, layout=layout, calibrated=calibrated, gluon=gluon)
+            timings.append(time.perf_counter() - started)
+        select_s = statistics.median(timings)
         keys = [c.key for c in ranked if c.key in measured]
         best = min(measured.values())
         default = triton[(triton.is_default == 1) & (triton.kernel == "triton")].seconds  # gemm.py's static default
@@ -201,12 +207,12 @@ def main(argv: list[str] | None = None) -> int:
              "time / vendor time (> 1: the vendor library is faster). tune_to_99: benchmarks the model-guided "
              "tuning loop needed to reach 99% of the exhaustive best.\n",
              markdown(table), "", "## Against the issue's targets (calibrated, held out)", "",
-             "| part | top-1 >= 0.97 | top-3 >= 0.99 | worst top-1 >= 0.85 | selection < 1 ms (median) |",
+             "| part | top-1 >= 0.97 | top-3 >= 0.99 | worst top-1 >= 0.85 | selection < 1 ms per shape (slowest shape) |",
              "|---|---|---|---|---|"]
     for r in table[table.selector.str.startswith("calibrated")].itertuples():
         mark = lambda ok, v: f"{'met' if ok else 'MISSED'} ({v:.3f})"  # noqa: E731
         lines.append(f"| {r.part} | {mark(r.top1 >= 0.97, r.top1)} | {mark(r.top3 >= 0.99, r.top3)} | "
-                     f"{mark(r.worst_top1 >= 0.85, r.worst_top1)} | {mark(r.select_ms_median < 1, r.select_ms_median)} ms |")
+                     f"{mark(r.worst_top1 >= 0.85, r.worst_top1)} | {mark(r.select_ms_max < 1, r.select_ms_max)} ms |")
     lines += ["", "Notes: selection times come from this run on a shared 2-core CPU (`benchmarks/speed.py` measures "
               "0.4 ms per shape on an idle one). The fp8 sweep ran every shape with A row-major and B column-major "
               "(torch._scaled_mm's layout), so fp8 is fitted and scored as `nt`. On Hopper the fp8 space also holds the "

@@ -373,3 +373,19 @@ def test_store_vectorisation_matches_the_model_on_sm90():
         terms = dict(zip(gemm_model.TERMS, gemm_model.terms(config, 3008, int(n), 768, "nn", 2, 132)))
         assert (scalar, vector) == ((terms["tiles_unaligned_c"] > 0), not terms["tiles_unaligned_c"]), (n, stores)
     assert stores["5000"] == [True, False] and stores["5008"] == [False, True]
+
+
+def test_causal_kv_steps_closed_form_equals_the_per_block_sum():
+    import math
+    import random
+
+    from workbench.select.attention import _kv_steps
+
+    rng = random.Random(0)
+    cases = [(seq, bm, bn) for seq in (1, 15, 16, 17, 1000, 2048, 16384) for bm in (16, 32, 64, 128)
+             for bn in (16, 32, 64, 128)]
+    cases += [(rng.randint(1, 40000), rng.choice((16, 48, 64, 128)), rng.choice((16, 32, 80, 128))) for _ in range(300)]
+    for seq, bm, bn in cases:
+        blocks = math.ceil(seq / bm)
+        loop = sum(math.ceil(min(seq, (i + 1) * bm) / bn) for i in range(blocks))
+        assert _kv_steps(seq, bm, bn, causal=True) == (loop, math.ceil(seq / bn)), (seq, bm, bn)
