@@ -65,6 +65,11 @@ import triton
 from workbench.kernels._common import check, check_device, interpreting
 from workbench.kernels.gemm import _scale_kind, reference_scaled_matmul  # noqa: F401 - the reference, re-exported
 from workbench.kernels.gemm_tma import TMA_FP8_DTYPES, _check_operands
+from workbench.kernels.spaces import (
+    GLUON_KERNEL,
+    gluon_config_space,
+    gluon_shared_bytes,
+)
 
 try:  # Gluon: Triton >= 3.5 (the 3.6 / 3.7 API used here)
     from triton.experimental import gluon
@@ -435,15 +440,14 @@ def supported(device: torch.device | str | None = None) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ config space
-KERNEL = "gluon"
+KERNEL = GLUON_KERNEL
 """The ``KERNEL`` key of a config for this file (gemm_tma's is "tma"; gemm.py's configs have none)."""
 
 
 def shared_bytes(config: dict) -> int:
     """Shared memory of a config: NUM_STAGES fp8 A and B tiles, the bf16 output tile, two mbarriers per stage
-    (warp specialization adds a few bytes of its own)."""
-    bm, bn, bk, stages = (config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES"))
-    return stages * (bm + bn) * bk + bm * bn * 2 + 2 * stages * 8  # ready and empty mbarriers, 8 bytes each
+    (warp specialization adds a few bytes of its own); ``spaces.gluon_shared_bytes``."""
+    return gluon_shared_bytes(*(config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES")))
 
 
 def accumulator_registers(config: dict, *, exact: bool) -> int:
@@ -491,22 +495,20 @@ def resolve_config(config: dict | None, *, exact: bool = True) -> dict:
     return config
 
 
+_BELOW_THE_SELECTOR = {"exact": [(128, 5, False)], "fast": [(256, 3, True), (256, 3, False)]}
+"""(BLOCK_N, NUM_STAGES, WARP_SPECIALIZE) of the configs the H200 probe ranked below the selector's
+(benchmarks/results/h200/kernels/gluon/summary.txt: exact s5 inline 0.824; fast 128 x 256 s3 ws 1.023 with one
+bad shape in the kernel suite, inline 0.702), kept for explicit use and for the probe to re-rank."""
+
+
 def config_space(accumulation: str = "exact") -> list[dict]:
-    """Launch configs for ``accumulation`` "exact" (use_fast_accum=False) or "fast", the default first. A guess
-    from the register budget in the module docstring; the GPU probe (benchmarks/gluon_fp8_probe.py) ranks them."""
-    check(accumulation in ("exact", "fast"), "accumulation", repr(accumulation), "'exact' or 'fast'")
-    cfg = lambda bm, bn, bk, stages, ws=False, warps=8, group=8: dict(
-        KERNEL=KERNEL, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, NUM_STAGES=stages, WARP_SPECIALIZE=ws,
-        num_warps=warps)
-    # 128 x 128 x 128 fp8 stages are 32 KiB: 6 fit next to the 32 KiB output tile. Inline loads keep
-    # NUM_STAGES - 2 blocks in flight ahead of the wgmma being issued, the loader warp NUM_STAGES - 1; a block
-    # is ~0.3 us of tensor-core time, an HBM load ~1 us (guesses; the probe measures).
-    if accumulation == "exact":
-        return [cfg(128, 128, 128, 5), cfg(128, 128, 128, 6), cfg(128, 128, 128, 4, ws=True),
-                cfg(128, 128, 128, 6, ws=True)]
-    # one accumulator: 128 x 256 tiles fit (128 registers per thread), 3 stages of 48 KiB + a 64 KiB output tile
-    return [cfg(128, 128, 128, 5), cfg(128, 128, 128, 6, ws=True), cfg(128, 256, 128, 3),
-            cfg(128, 256, 128, 3, ws=True)]
+    """Launch configs for ``accumulation`` "exact" (use_fast_accum=False) or "fast", the default first: the
+    selector's configs (``spaces.gluon_config_space``, ranked by the H200 probe, its best first), then the ones
+    the probe ranked below them. 128 x 128 x 128 fp8 stages are 32 KiB: 6 fit next to the 32 KiB output tile;
+    with one accumulator (fast) 128 x 256 tiles fit too (128 registers per thread)."""
+    ranked = gluon_config_space(accumulation)  # checks ``accumulation``
+    return ranked + [dict(ranked[0], BLOCK_N=bn, NUM_STAGES=stages, WARP_SPECIALIZE=ws)
+                     for bn, stages, ws in _BELOW_THE_SELECTOR[accumulation]]
 
 
 # ------------------------------------------------------------------------------------- cross-compilation check
