@@ -37,6 +37,9 @@ rowwise_with_gw_hp: rowwise with the weight-gradient GEMM in high precision; pyt
 MODELLED_PRECISION: dict[str, str] = {"tensorwise": "fp8", "rowwise": "fp8", "rowwise_with_gw_hp": "fp8_gw_hp",
                                       "mxfp8": "mxfp8"}
 """fp8 recipe -> the precision ``workbench.predict`` models it with (fp8_gw_hp prices wgrad as a bf16 GEMM)."""
+FP8_RECIPE_FOR_PRECISION: dict[str, str] = {"fp8": "rowwise", "fp8_gw_hp": "rowwise_with_gw_hp", "mxfp8": "mxfp8"}
+"""The usual recipe for an 8-bit workbench precision (``PrecisionPolicy.for_precision``): MODELLED_PRECISION's
+inverse, with rowwise for fp8."""
 COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
 PARAM_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
@@ -112,15 +115,11 @@ class PrecisionPolicy:
     @staticmethod
     def for_precision(name: str) -> PrecisionPolicy:
         """The usual policy for a workbench precision name (``bf16``, ``fp8``, ``fp8_gw_hp``, ``mxfp8``, ...)."""
-        if name == "fp8":
-            return PrecisionPolicy(fp8="rowwise")
-        if name == "fp8_gw_hp":
-            return PrecisionPolicy(fp8="rowwise_with_gw_hp")
-        if name == "mxfp8":
-            return PrecisionPolicy(fp8="mxfp8")
+        if name in FP8_RECIPE_FOR_PRECISION:
+            return PrecisionPolicy(fp8=FP8_RECIPE_FOR_PRECISION[name])
         if name not in COMPUTE_DTYPES:
             raise SpecError("precision", "precision", name,
-                            f"one of {', '.join(COMPUTE_DTYPES + ('fp8', 'fp8_gw_hp', 'mxfp8'))}")
+                            f"one of {', '.join(COMPUTE_DTYPES + tuple(FP8_RECIPE_FOR_PRECISION))}")
         return PrecisionPolicy(compute_dtype=name)
 
 

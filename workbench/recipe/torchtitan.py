@@ -85,8 +85,8 @@ def torchtitan_sections(recipe: Recipe) -> dict[str, dict]:
     _check(recipe)
     module, flavor, _ = _model_names(recipe)
     p, b, prec = recipe.parallelism, recipe.batch, recipe.precision
-    converters = {"none": [], "tensorwise": ["quantize.linear.float8"], "rowwise": ["quantize.linear.float8"],
-                  "rowwise_with_gw_hp": ["quantize.linear.float8"], "mxfp8": ["quantize.linear.mx"]}[prec.fp8]
+    converters = (["quantize.linear.float8"] if prec.fp8 in FLOAT8_RECIPE_NAMES
+                  else {"none": [], "mxfp8": ["quantize.linear.mx"]}[prec.fp8])
     sections: dict[str, dict] = {
         "job": {"dump_folder": "./outputs",
                 "description": f"{recipe.model.name} on {recipe.target.gpus} x {recipe.target.gpu} (workbench recipe)"},
