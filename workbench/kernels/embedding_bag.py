@@ -218,13 +218,9 @@ def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
 
 
 @functools.lru_cache(maxsize=None)
-def _default_config_cached(backend_name: str) -> tuple:
-    return tuple(config_space(backend_name)[0].items())
-
-
 def _default_config(backend_name: str) -> dict:
-    """``config_space(backend)[0]``, built once per backend (the wrapper runs on every launch)."""
-    return dict(_default_config_cached(backend_name))
+    """``config_space(backend)[0]``, built once per backend (the wrapper runs on every launch); read only."""
+    return config_space(backend_name)[0]
 
 
 def _check_bags(num_rows: int, indices: torch.Tensor, offsets: torch.Tensor) -> None:
