@@ -15,14 +15,29 @@ from typing import TYPE_CHECKING
 from workbench.config import Parallelism, TrainingConfig, activation_dtype
 from workbench.graph.execution import Execution
 from workbench.graph.ops import FlatShape, Op, memory_op
-from workbench.graph.recsys import dlrm_job_embedding_ops, dlrm_microbatch_ops, hstu_microbatch_ops
-from workbench.graph.transformer import model_flops_per_sample, transformer_microbatch_ops, transformer_step_ops
+from workbench.graph.recsys import (
+    dlrm_job_embedding_ops,
+    dlrm_microbatch_ops,
+    hstu_microbatch_ops,
+)
+from workbench.graph.transformer import (
+    model_flops_per_sample,
+    transformer_microbatch_ops,
+    transformer_step_ops,
+)
 from workbench.hardware import GPU, get_gpu
-from workbench.memory import MemoryBreakdown, memory_breakdown, max_micro_batch
+from workbench.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from workbench.models import DLRMModel, Model, TransformerModel, get_model
 from workbench.perf import op_time
 from workbench.perf.comm import collective_time, group_link
 from workbench.perf.efficiency import Constants, constants_for
+from workbench.perf.overlap import (
+    ScheduledCollective,
+    ddp_last_bucket_bytes,
+    ddp_schedule,
+    exposed_seconds,
+    fsdp_schedule,
+)
 from workbench.precision import ResolvedPrecision, get_precision, resolve_precision
 
 if TYPE_CHECKING:
@@ -60,6 +75,10 @@ class CommPrediction:
     """All occurrences in one step."""
     exposed_s: float
     """What compute does not hide."""
+    position: str = "hidden"
+    """Where it sits in the step: hidden (issued while compute runs, hidden jointly with the other such traffic),
+    forward_start / backward_end (an edge of the data-parallel schedule: ``workbench.perf.overlap``) or critical
+    (tensor-, expert-, pipeline-parallel traffic on the critical path, all exposed)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +87,9 @@ class StepSummary:
     compute_bound_s: float
     memory_bound_s: float
     communication_s: float
-    """Exposed communication."""
+    """Exposed communication: what compute does not hide (a part of ``step_time_s``)."""
+    communication_total_s: float
+    """All collectives of the step, hidden and exposed (``communication_s`` is the exposed part)."""
     optimizer_s: float
     bubble_s: float
     samples_per_s: float
@@ -152,65 +173,101 @@ def _optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
                      phase="optimizer", layer="optimizer")
 
 
-def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float) -> list[CommPrediction]:
-    """Collectives of one step. Data-parallel traffic (FSDP gathers, gradient reductions) shares one window of
-    compute to hide behind, so it is hidden jointly: exposed = max(0, sum - comm_overlap x step compute), split
-    in proportion. Tensor-, expert- and pipeline-parallel traffic sits on the critical path and stays exposed."""
+DataParallelPlan = list[tuple[ScheduledCollective, int, float]]
+"""The data-parallel collectives of one step: (collective, group size, seconds per occurrence)."""
+
+
+def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> DataParallelPlan:
+    """The step's data-parallel collectives (FSDP2 gathers and reduce-scatters, DDP all-reduces) on the schedule of
+    ``workbench.perf.overlap``, each timed once. Depends on the parallelism, gradient accumulation and activation
+    dtype only -- not on the micro-batch -- so search caches it (``FastEvaluator``)."""
     p = cfg.parallelism
     accum = cfg.grad_accumulation
-    domain = gpu.scale_up_domain_gpus.value
-    act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
-    dp_spans = p.dp * p.tp > domain
-    hidden: list[tuple[str, str, float, int, str, float]] = []
-    exposed: list[CommPrediction] = []
+    dp_spans = p.dp * p.tp > gpu.scale_up_domain_gpus.value
+    planned: list[tuple[ScheduledCollective, int]] = []
 
-    def add(name, kind, size, group, spans, times, overlappable):
-        if group <= 1:
-            return
-        link = group_link(gpu, c, spans)
-        total = collective_time(kind, size, group, link) * times
-        if overlappable:
-            hidden.append((name, kind, size, group, link.name, total))
-        else:
-            exposed.append(CommPrediction(name, kind, size, group, link.name, total, total))
+    def plan(schedule: list[ScheduledCollective], group: int) -> None:
+        if group > 1:
+            planned.extend((s, group) for s in schedule)
 
     if isinstance(model, TransformerModel):
-        tokens = cfg.micro_batch * cfg.seq_len
+        act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
         layers = math.ceil(model.num_layers / p.pp)
         # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
         # only over the dp / ep ranks that hold the same experts
         experts = layers * model.expert_params_per_layer() / p.tp
         dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
+        root = model.embedding_params() / p.tp  # embedding and head (the final norm's h weights are negligible)
+        block = (dense - root) / layers
         expert_group = p.dp // p.ep
         if p.sharding == "fsdp":
-            add("fsdp.all_gather_params", "all_gather", dense * act_bytes, p.dp, dp_spans, 2 * accum, True)
-            add("fsdp.reduce_scatter_grads", "reduce_scatter", dense * 4, p.dp, dp_spans, 1, True)
-            add("fsdp.all_gather_experts", "all_gather", experts / p.ep * act_bytes, expert_group, dp_spans,
-                2 * accum, True)
-            add("fsdp.reduce_scatter_expert_grads", "reduce_scatter", experts / p.ep * 4, expert_group, dp_spans, 1, True)
-        else:
-            add("ddp.all_reduce_grads", "all_reduce", dense * 4, p.dp, dp_spans, 1, True)
-            add("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, expert_group, dp_spans, 1, True)
+            plan(fsdp_schedule("fsdp", root, block, layers, gather_bytes=act_bytes, reduce_bytes=4,
+                               grad_accumulation=accum), p.dp)
+            plan(fsdp_schedule("fsdp.experts", 0.0, experts / p.ep / layers, layers, gather_bytes=act_bytes,
+                               reduce_bytes=4, grad_accumulation=accum), expert_group)
+        else:  # the token embedding's gradient comes last: DDP's last bucket
+            last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4)
+            plan(ddp_schedule("ddp", dense * 4, last), p.dp)
+            if experts:
+                plan([ScheduledCollective("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, 1,
+                                          "hidden")], expert_group)
+    else:
+        grads = model.dense_params * 4  # the first dense layers' gradients come last: DDP's last bucket
+        plan(ddp_schedule("ddp.dense", grads, ddp_last_bucket_bytes(grads, 0.0)), p.dp)
+    link = group_link(gpu, c, dp_spans)  # every data-parallel group spans the same ranks' links
+    return [(s, group, collective_time(s.collective, s.size_bytes, group, link)) for s, group in planned]
+
+
+def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
+                   embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0,
+                   plan: DataParallelPlan | None = None) -> list[CommPrediction]:
+    """Collectives of one step. Data-parallel traffic (FSDP gathers, gradient reductions: ``plan``, else
+    ``data_parallel_plan``) follows the FSDP2 / DDP schedule of ``workbench.perf.overlap``: what is issued while
+    compute runs shares one window of compute to hide behind (exposed = max(0, sum - comm_overlap x step compute),
+    split in proportion); the schedule's edges (the root's and first block's all-gathers before the first compute,
+    their reduce-scatters or DDP's last bucket after the last) are exposed, less the embedding compute
+    (``embedding_fwd_s`` / ``embedding_bwd_s`` per micro-batch) that runs beside the first block's. Tensor-, expert-
+    and pipeline-parallel traffic sits on the critical path and stays exposed."""
+    p = cfg.parallelism
+    accum = cfg.grad_accumulation
+    domain = gpu.scale_up_domain_gpus.value
+    act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    exposed: list[CommPrediction] = []
+
+    def add(name, kind, size, group, spans, times):
+        if group <= 1:
+            return
+        link = group_link(gpu, c, spans)
+        total = collective_time(kind, size, group, link) * times
+        exposed.append(CommPrediction(name, kind, size, group, link.name, total, total, "critical"))
+
+    if isinstance(model, TransformerModel):
+        tokens = cfg.micro_batch * cfg.seq_len
+        layers = math.ceil(model.num_layers / p.pp)
         recompute_tp = 2 if cfg.activation_checkpointing == "full" else 0
         add("tp.all_reduce_activations", "all_reduce", tokens * model.hidden_size * act_bytes, p.tp, p.tp > domain,
-            (4 + recompute_tp) * layers * accum, False)
+            (4 + recompute_tp) * layers * accum)
         if model.is_moe:
             routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
-            add("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain, 4 * layers * accum, False)
+            add("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain, 4 * layers * accum)
         add("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp, p.pp,
-            p.gpus > domain, 2 * accum, False)
+            p.gpus > domain, 2 * accum)
     else:
         if isinstance(model, DLRMModel):
             pooled = cfg.micro_batch * len(model.tables) * model.embedding_dim * act_bytes
         else:
             pooled = cfg.micro_batch * cfg.seq_len * model.embedding_dim * act_bytes
-        add("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * accum, False)
-        add("ddp.all_reduce_dense_grads", "all_reduce", model.dense_params * 4, p.dp, p.dp > domain, 1, True)
+        add("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * accum)
 
-    total_hidden = sum(item[-1] for item in hidden)
-    left = max(0.0, total_hidden - c["comm_overlap"] * step_compute)
-    shared = [CommPrediction(*item, exposed_s=left * item[-1] / total_hidden) for item in hidden]
-    return shared + exposed
+    planned = data_parallel_plan(model, cfg, gpu, c) if plan is None else plan
+    schedule = [s for s, _, _ in planned]
+    times = [t for _, _, t in planned]
+    exposed_s = exposed_seconds(schedule, times, comm_overlap=c["comm_overlap"], step_compute_s=step_compute,
+                                embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
+    link_name = group_link(gpu, c, p.dp * p.tp > domain).name if planned else ""
+    data_parallel = [CommPrediction(s.name, s.collective, s.size_bytes, group, link_name, t * s.occurrences, e, s.edge)
+                     for (s, group, t), e in zip(planned, exposed_s, strict=True)]
+    return data_parallel + exposed
 
 
 def predict(
@@ -269,7 +326,10 @@ def predict(
     t = op_time(optimizer, gpu, c)
     ops.append(OpPrediction(optimizer, t.time_s, t.roofline_s, "memory", 1))
 
-    comms = _communication(model, cfg, gpu, c, accum * mb_compute)
+    embedding = {phase: sum(o.time_s * o.op.count for o in ops if o.op.layer == "embedding" and o.op.phase == phase)
+                 for phase in ("fwd", "bwd")}  # per micro-batch: the compute beside the first block's collectives
+    comms = _communication(model, cfg, gpu, c, accum * mb_compute, embedding_fwd_s=embedding["fwd"],
+                           embedding_bwd_s=embedding["bwd"])
 
     p = cfg.parallelism
     optimizer_s = sum(o.total_s for o in ops if o.op.phase == "optimizer")
@@ -296,6 +356,7 @@ def predict(
         compute_bound_s=compute_bound_s,
         memory_bound_s=memory_bound_s,
         communication_s=comm_s,
+        communication_total_s=sum(cm.time_s for cm in comms),
         optimizer_s=optimizer_s,
         bubble_s=bubble_s,
         samples_per_s=samples / step,

@@ -1,4 +1,5 @@
-"""Two processes under torchrun on gloo: FSDP2 over dp=2, tensor parallelism tp=2, DDP with accumulation."""
+"""Two processes under torchrun on gloo: FSDP2 over dp=2, tensor parallelism tp=2, DDP with accumulation; each with
+held-out evaluation and deterministic mode."""
 
 import json
 import os
@@ -27,7 +28,8 @@ def torchrun(recipe: Path, metrics: Path, *args: str) -> subprocess.CompletedPro
 def test_two_ranks(tiny_recipe, tmp_path, layout, accumulation):
     config = TrainingConfig(2, 64, parallelism=layout, global_batch=2 * layout.dp * accumulation)
     metrics = tmp_path / "metrics.json"
-    proc = torchrun(tiny_recipe("two", config), metrics, "--steps", "12", "--warmup", "1", "--lr", "3e-3")
+    proc = torchrun(tiny_recipe("two", config), metrics, "--steps", "12", "--warmup", "1", "--lr", "3e-3",
+                    "--eval-every", "5", "--eval-windows", "3", "--deterministic")
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads(metrics.read_text())
     assert m["world_size"] == 2 and m["settings"]["parallelism"]["dp"] == layout.dp
@@ -35,3 +37,7 @@ def test_two_ranks(tiny_recipe, tmp_path, layout, accumulation):
     tokens = 2 * layout.dp * accumulation * 64
     assert m["measured"]["tokens_per_s"] == pytest.approx(tokens / m["measured"]["step_time_s"])
     assert sum(m["losses"][-3:]) / 3 < sum(m["losses"][:3]) / 3 - 0.3, m["losses"]
+    # every rank evaluated (FSDP and TP need all ranks in a forward); rank 0's held-out curve is reported
+    heldout = m["heldout_losses"]
+    assert [step for step, _ in heldout] == [0, 5, 10, 13] and heldout[-1][1] < heldout[0][1] - 0.3, heldout
+    assert m["settings"]["deterministic"] is True

@@ -20,18 +20,35 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from workbench.config import CHECKPOINTING, Parallelism, TrainingConfig
+from workbench.config import (
+    CHECKPOINTING,
+    Parallelism,
+    TrainingConfig,
+    activation_dtype,
+)
 from workbench.errors import SpecError, WorkbenchError
 from workbench.graph.execution import Execution
 from workbench.graph.ops import Op
-from workbench.graph.transformer import block_ops, embedding_ops, head_ops, model_flops_per_sample
+from workbench.graph.transformer import (
+    block_ops,
+    embedding_ops,
+    head_ops,
+    model_flops_per_sample,
+)
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB, memory_breakdown
 from workbench.models import Model, TransformerModel, get_model
 from workbench.perf import op_time
 from workbench.perf.efficiency import constants_for
 from workbench.precision import resolve_precision
-from workbench.predict import _communication, _microbatch_ops, _optimizer_op, _step_ops
+from workbench.predict import (
+    DataParallelPlan,
+    _communication,
+    _microbatch_ops,
+    _optimizer_op,
+    _step_ops,
+    data_parallel_plan,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,6 +111,8 @@ class FastEvaluator:
         self._optimizers: dict[Parallelism, tuple[float, float]] = {}
         self._flops_per_sample: dict[int, float] = {}
         self._peaks: dict[str, float] = {}
+        self._embedding: dict[tuple, tuple[float, float]] = {}
+        self._plans: dict[tuple, DataParallelPlan] = {}
 
     def _time(self, op: Op, phase: str | None = None) -> tuple[float, str]:
         """(time, bound) of one execution, cached by everything ``op_time`` reads; ``phase`` overrides op.phase.
@@ -166,6 +185,27 @@ class FastEvaluator:
             hit = self._optimizers[key] = (time_s, flops)
         return hit
 
+    def _embedding_windows(self, cfg: TrainingConfig) -> tuple[float, float]:
+        """(forward, backward) seconds of a transformer's embedding per micro-batch: the compute beside the first
+        block's FSDP collectives (``predict``'s windows, ``workbench.perf.overlap``); (0, 0) for other models."""
+        if not isinstance(self.model, TransformerModel):
+            return 0.0, 0.0
+        key = (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.parallelism.tp)
+        hit = self._embedding.get(key)
+        if hit is None:
+            ops = embedding_ops(self.model, cfg)
+            hit = self._embedding[key] = (self._sum([o for o in ops if o.phase == "fwd"]).total_s,
+                                          self._sum([o for o in ops if o.phase == "bwd"]).total_s)
+        return hit
+
+    def _data_parallel_plan(self, cfg: TrainingConfig) -> DataParallelPlan:
+        """``predict.data_parallel_plan``, cached by what it reads (not the micro-batch)."""
+        key = (cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision))
+        hit = self._plans.get(key)
+        if hit is None:
+            hit = self._plans[key] = data_parallel_plan(self.model, cfg, self.gpu, self.constants)
+        return hit
+
     def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False) -> Candidate:
         """Predicted step of ``cfg`` (already ``resolved`` for the model; precision native on the GPU)."""
         memory = memory_breakdown(self.model, cfg, self.gpu)
@@ -175,7 +215,9 @@ class FastEvaluator:
         accum = cfg.grad_accumulation
         mb = self.microbatch_cost(cfg)
         optimizer_s, optimizer_flops = self._optimizer(cfg)
-        comms = _communication(self.model, cfg, self.gpu, self.constants, accum * mb.total_s)
+        fwd_s, bwd_s = self._embedding_windows(cfg)
+        comms = _communication(self.model, cfg, self.gpu, self.constants, accum * mb.total_s,
+                               embedding_fwd_s=fwd_s, embedding_bwd_s=bwd_s, plan=self._data_parallel_plan(cfg))
         comm_s = sum(c.exposed_s for c in comms)
         bubble_s = (p.pp - 1) * mb.total_s if p.pp > 1 else 0.0
         step = accum * mb.compute_s + accum * mb.memory_s + optimizer_s + bubble_s + comm_s

@@ -26,12 +26,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
     p.add_argument("--fp8-emulate", action="store_true",
                    help="fp8 recipes: emulate the fp8 GEMMs in fp32 with the same rounding (a numerics check)")
+    p.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="held-out loss before the first step and after every N-th optimizer step (warm-up counted) "
+                        "and the last; transformers on the text corpus only (default: none)")
+    p.add_argument("--eval-windows", type=int, default=32,
+                   help="held-out windows of seq_len + 1 bytes from the corpus at grammar seed 1 (default 32)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic algorithms (cuBLAS workspace, torch.use_deterministic_algorithms, no cuDNN "
+                        "benchmark); refuses nondeterministic project kernels")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for name in ("steps", "warmup", "log_every", "max_table_rows"):
+    for name in ("steps", "warmup", "log_every", "max_table_rows", "eval_every", "eval_windows"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup" else 1):
             print(f"error: --{name.replace('_', '-')} = {value}: expected a positive number", file=sys.stderr)
@@ -43,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_job_spec(args.recipe)
         options = RunOptions(steps=args.steps, warmup=args.warmup, device=args.device, data=args.data, lr=args.lr,
                              seed=args.seed, max_table_rows=args.max_table_rows, log_every=args.log_every,
-                             progress=not args.quiet, fp8_emulate=args.fp8_emulate)
+                             progress=not args.quiet, fp8_emulate=args.fp8_emulate, eval_every=args.eval_every,
+                             eval_windows=args.eval_windows, deterministic=args.deterministic)
         result = train(spec, options)
         result.predicted_job = job_prediction(args.recipe)
     except WorkbenchError as exc:
@@ -59,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         if job_errors:
             summary += "; vs this job's predicted step: " + ", ".join(f"{k} {v:+.1%}" for k, v in job_errors.items())
         rate = f"{m['tokens_per_s']:,.0f} tokens/s" if spec.seq_len > 1 else f"{m['samples_per_s']:,.0f} samples/s"
+        heldout = metrics["heldout_losses"]
+        heldout_text = f", held-out {heldout[0][1]:.3f} -> {heldout[-1][1]:.3f}" if heldout else ""
         print(f"[train] {spec.name}: median step {m['step_time_s']:.4f} s, {rate}, "
-              f"loss {m['loss_first']:.3f} -> {m['loss_last']:.3f}; vs predicted: {summary}; metrics: {path}")
+              f"loss {m['loss_first']:.3f} -> {m['loss_last']:.3f}{heldout_text}; vs predicted: {summary}; "
+              f"metrics: {path}")
     return 0
 
 

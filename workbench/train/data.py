@@ -3,12 +3,22 @@ recommendation batches. Nothing is downloaded.
 
 The corpus comes from a small deterministic grammar (seeded), so it has structure a model can learn -- spelling,
 word order, agreement between a sentence's subject and verb -- and a loss curve on it means something: a byte
-model starts near ln(vocab) and falls towards the grammar's entropy (roughly 1-1.5 nats per byte).
+model starts near ln(256) = 5.5 nats per byte and falls towards the grammar's entropy rate, about 0.22 nats per
+byte (``grammar_entropy_nats_per_byte``). That floor counts the grammar's random choices per sentence -- plural or
+not H(0.35) = 0.93 bits, then the subject log2 15 or log2 8 (3.59 bits on average), verb log2 12 = 3.58, object
+log2 15 = 3.91, an optional time phrase 1 + 0.5 log2 8 = 2.5, the ending (7 entries, "." three times) 2.13, space or
+newline H(0.15) = 0.61: 17.25 bits -- over the mean sentence length, 54.4 bytes: 0.317 bits = 0.220 nats per byte.
+Every choice can be read back from the text (the lists' strings are distinct), so the text carries exactly those
+bits; everything else (spelling, word order, agreement) is free to a model that has learnt it. The training text
+(grammar seed 0) is 300 kB, which a model can partly memorise, so its training loss is not bounded by the floor;
+the loss on the held-out text (``heldout_windows``, grammar seed 1: other sentences) is.
 """
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
@@ -28,29 +38,90 @@ _OBJECTS = ["the river", "a wooden boat", "the northern road", "an empty house",
 _TIMES = ["in the morning", "at dusk", "before the storm", "after supper", "every spring", "on market day",
           "when the bells ring", "late at night"]
 _ENDINGS = [".", ".", ".", "!", "; nobody knows why.", ", and then rests.", ", slowly and with care."]
+_PLURAL_P = 0.35
+"""Probability that a sentence's subject is plural."""
+_TIME_P = 0.5
+"""Probability that a sentence has a time phrase."""
+_NEWLINE_P = 0.15
+"""Probability that a sentence is followed by a newline instead of a space."""
+TRAIN_GRAMMAR_SEED = 0
+"""The grammar seed of the training text (``TextBatches``)."""
+HELDOUT_GRAMMAR_SEED = 1
+"""The grammar seed of the held-out text (``heldout_windows``): the same grammar, other sentences."""
+CORPUS_BYTES = 300_000
+"""Default corpus length, the training text's: 300 steps of 8 x 1024 bytes read it ~8 times over."""
 
 
-def generate_corpus(num_bytes: int = 300_000, seed: int = 0) -> bytes:
+def generate_corpus(num_bytes: int = CORPUS_BYTES, seed: int = TRAIN_GRAMMAR_SEED) -> bytes:
     """ASCII text of at least ``num_bytes`` bytes from the grammar above; the same seed gives the same text."""
     rng = random.Random(seed)
     parts: list[str] = []
     size = 0
     while size < num_bytes:
-        plural = rng.random() < 0.35
+        plural = rng.random() < _PLURAL_P
         subject = rng.choice(_PLURAL_SUBJECTS if plural else _SUBJECTS)
         verb = rng.choice(_VERBS)[1 if plural else 0]  # agreement: "the miller walks", "the children walk"
         sentence = f"{subject} {verb} {rng.choice(_OBJECTS)}"
-        if rng.random() < 0.5:
+        if rng.random() < _TIME_P:
             sentence += f" {rng.choice(_TIMES)}"
         sentence = sentence[0].upper() + sentence[1:] + rng.choice(_ENDINGS)
-        sentence += "\n" if rng.random() < 0.15 else " "
+        sentence += "\n" if rng.random() < _NEWLINE_P else " "
         parts.append(sentence)
         size += len(sentence)
     return "".join(parts).encode("ascii")
 
 
+def _entropy_bits(probabilities: list[float]) -> float:
+    return -sum(p * math.log2(p) for p in probabilities if p > 0)
+
+
+def _mean_len(strings: list[str]) -> float:
+    return sum(map(len, strings)) / len(strings)
+
+
+def grammar_entropy_bits_per_sentence() -> float:
+    """Shannon entropy of one sentence of ``generate_corpus`` (its separator included), in bits: the sum of the
+    entropies of its independent choices. Each choice can be read back from the text, so this is the text's."""
+    subject = _PLURAL_P * math.log2(len(_PLURAL_SUBJECTS)) + (1 - _PLURAL_P) * math.log2(len(_SUBJECTS))
+    endings = Counter(_ENDINGS)
+    return (_entropy_bits([_PLURAL_P, 1 - _PLURAL_P]) + subject + math.log2(len(_VERBS)) + math.log2(len(_OBJECTS))
+            + _entropy_bits([_TIME_P, 1 - _TIME_P]) + _TIME_P * math.log2(len(_TIMES))
+            + _entropy_bits([n / len(_ENDINGS) for n in endings.values()])
+            + _entropy_bits([_NEWLINE_P, 1 - _NEWLINE_P]))
+
+
+def mean_sentence_bytes() -> float:
+    """Expected length of one sentence of ``generate_corpus`` in bytes, its separator included."""
+    verbs = _PLURAL_P * _mean_len([v[1] for v in _VERBS]) + (1 - _PLURAL_P) * _mean_len([v[0] for v in _VERBS])
+    subject = _PLURAL_P * _mean_len(_PLURAL_SUBJECTS) + (1 - _PLURAL_P) * _mean_len(_SUBJECTS)
+    return (subject + 1 + verbs + 1 + _mean_len(_OBJECTS) + _TIME_P * (1 + _mean_len(_TIMES))
+            + _mean_len(_ENDINGS) + 1)
+
+
+def grammar_entropy_nats_per_byte() -> float:
+    """The corpus's entropy rate, the floor of any model's expected next-byte loss on text it has not memorised:
+    bits per sentence / mean sentence bytes, in nats (sentences are independent and the text parses into them
+    one way only, so the rate of the byte stream is the ratio). ~0.220 nats (0.317 bits) per byte."""
+    return grammar_entropy_bits_per_sentence() / mean_sentence_bytes() * math.log(2)
+
+
+def heldout_windows(count: int, seq_len: int, seed: int = HELDOUT_GRAMMAR_SEED) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed held-out set: ``count`` windows of ``seq_len`` + 1 bytes at evenly spaced starts of the corpus of
+    grammar ``seed`` (the first window at its start, the last ending at its end; the corpus is made long enough
+    that the windows do not overlap), as inputs [count, seq_len] and next-byte targets [count, seq_len], int64
+    on the CPU. The same arguments give the same tensors in every process."""
+    if count < 1 or seq_len < 1:
+        raise ValueError(f"heldout_windows: count {count}, seq_len {seq_len}; expected positive integers")
+    window = seq_len + 1
+    tokens = corpus_tokens(max(CORPUS_BYTES, count * window), seed)
+    span = tokens.numel() - window
+    starts = [span * i // (count - 1) if count > 1 else 0 for i in range(count)]
+    windows = torch.stack([tokens[s:s + window] for s in starts])  # [count, seq_len + 1]
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
 @cache
-def corpus_tokens(num_bytes: int = 300_000, seed: int = 0) -> torch.Tensor:
+def corpus_tokens(num_bytes: int = CORPUS_BYTES, seed: int = TRAIN_GRAMMAR_SEED) -> torch.Tensor:
     """The corpus as int64 byte tokens [num_bytes'] (values 0..255), on the CPU."""
     return torch.frombuffer(bytearray(generate_corpus(num_bytes, seed)), dtype=torch.uint8).long()
 

@@ -7,6 +7,29 @@ is host wall time between two ``torch.cuda.synchronize()`` calls, and the report
 the timed (post warm-up) steps. Peak memory is tracked over the timed steps only (warm-up compiles and creates
 the optimizer states; both are there in steady state, so the peak includes them). The allocator's cache is
 emptied after warm-up, so the reserved peak is what the timed steps needed, not what compilation left behind.
+
+Held-out loss (``RunOptions.eval_every``): the mean next-byte loss on ``data.heldout_windows`` (text the job never
+trains on), before the first step and after every ``eval_every``-th optimizer step (warm-up steps counted) and the
+last; under ``torch.no_grad()`` and the run's autocast, with the model as it trains (fp8 linears included), in
+micro-batches of the recipe's size, outside the step timer. On a multi-rank job every rank evaluates (FSDP needs
+every rank in a forward) and rank 0's value is reported. It draws no random numbers, so it leaves the training
+trajectory as it is. Its peak memory (a forward keeping no activations) is assumed below a training step's.
+
+Deterministic mode (``RunOptions.deterministic``), for runs that must repeat bit for bit on the same GPU model,
+software and settings:
+
+- made deterministic: ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (set before CUDA starts, unless already set) and
+  ``torch.use_deterministic_algorithms(True)``: cuBLAS keeps a fixed reduction order, ops with a deterministic
+  variant use it (the loss backward's ``scatter_add_``, SDPA's flash and memory-efficient backward; cuDNN
+  attention is not chosen), and torch.compile's Inductor stops autotuning; cuDNN benchmarking off. Data order
+  and initialisation are seeded anyway, and the project's Triton kernels take their configs without timing
+  anything (``workbench.select``);
+- refused: recipes using a project Triton kernel known to be nondeterministic
+  (``determinism.NONDETERMINISTIC_TRITON_OPS``: embedding_bag's backward adds with ``tl.atomic_add``);
+- not covered: a torch op with no deterministic implementation raises torch's RuntimeError naming it; NCCL
+  collectives of multi-rank runs (their order is fixed for one algorithm and topology, not promised); other
+  libraries' kernels (torchao's beyond cuBLAS); another GPU model, driver, library version, world size or
+  micro-batch split; step times and memory peaks.
 """
 
 from __future__ import annotations
@@ -27,10 +50,11 @@ import torch.distributed as dist
 from workbench.models import DLRMModel
 from workbench.schema import write_atomic
 from workbench.train.build import Built, build_dlrm, build_transformer
-from workbench.train.data import RecsysBatches, TextBatches
+from workbench.train.data import RecsysBatches, TextBatches, heldout_windows
+from workbench.train.determinism import check_deterministic, deterministic_mode
 from workbench.train.dlrm import capped_rows
 from workbench.train.parallel import World, init_world
-from workbench.train.spec import JobSpec, check_supported
+from workbench.train.spec import JobError, JobSpec, check_supported
 
 GB = 1e9
 PEAK_MEMORY_MEASURE = "max_memory_reserved"
@@ -61,6 +85,13 @@ class RunOptions:
     fp8_emulate: bool = False
     """fp8 recipes: emulate the fp8 GEMMs in fp32 (same rounding) instead of running the fp8 kernel; separates the
     kernel from the numerics in a convergence check (slower, and the step time then is not the recipe's)."""
+    eval_every: int | None = None
+    """Held-out loss before the first step and after every ``eval_every``-th optimizer step (warm-up counted) and
+    the last (transformers on the text corpus only); None: no evaluation."""
+    eval_windows: int = 32
+    """Held-out windows of seq_len + 1 bytes (``data.heldout_windows``)."""
+    deterministic: bool = False
+    """Deterministic algorithms (the module docstring says what that covers)."""
 
 
 @dataclass
@@ -79,6 +110,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     predicted_job: dict = field(default_factory=dict)
     """The step as this job runs it, predicted at run time (``job_prediction``); {} when not available."""
+    heldout_losses: list[tuple[int, float]] = field(default_factory=list)
+    """(optimizer steps done, held-out loss) per evaluation; empty without ``eval_every``."""
 
     @property
     def step_time_s(self) -> float:
@@ -121,6 +154,8 @@ class RunResult:
                 "triton_ops": sorted(s.triton_ops()), "data": self.options.data, "seed": self.options.seed,
                 "lr": self.options.lr,
                 "max_table_rows": self.options.max_table_rows,
+                "eval_every": self.options.eval_every, "eval_windows": self.options.eval_windows,
+                "deterministic": self.options.deterministic,
             },
             "steps": len(self.step_times_s), "warmup": self.options.warmup,
             "peak_memory_measure": PEAK_MEMORY_MEASURE,
@@ -131,6 +166,7 @@ class RunResult:
             "predicted_job": self.predicted_job,
             "relative_error_job": _relative_errors(measured, self.predicted_job),
             "losses": self.losses,
+            "heldout_losses": [[step, loss] for step, loss in self.heldout_losses],
             "step_times_s": self.step_times_s,
             "notes": self.notes,
         }
@@ -152,6 +188,47 @@ def _batches(spec: JobSpec, options: RunOptions, world: World):
     return source.next
 
 
+def check_options(spec: JobSpec, options: RunOptions) -> None:
+    """Raise ``JobError`` for options this recipe cannot run with: a bad evaluation setting, evaluation where
+    there is no held-out text (DLRM, ``data="synthetic"``), deterministic mode with a nondeterministic kernel."""
+    if options.eval_every is not None and (isinstance(options.eval_every, bool) or options.eval_every < 1):
+        raise JobError(f"eval_every = {options.eval_every!r}: expected a positive number of steps, or None")
+    if isinstance(options.eval_windows, bool) or options.eval_windows < 1:
+        raise JobError(f"eval_windows = {options.eval_windows!r}: expected a positive number of windows")
+    if options.eval_every is not None:
+        if isinstance(spec.model, DLRMModel):
+            raise JobError(f"recipe {spec.name!r}: held-out evaluation (eval_every) is for transformers on the "
+                           f"text corpus; {spec.model_name} is a DLRM with synthetic batches")
+        if options.data != "text":
+            raise JobError(f"held-out evaluation (eval_every) with data = {options.data!r}: the held-out set is "
+                           "corpus text, which a model trained on random tokens has not learnt; use data text")
+    if options.deterministic:
+        check_deterministic(spec)
+
+
+def evaluation_steps(total_steps: int, every: int | None) -> list[int]:
+    """Optimizer steps done at each held-out evaluation: 0 (before the first step), every ``every``-th step and
+    the last; [] without evaluation. ``evaluation_steps(300, 10)`` = [0, 10, ..., 300]."""
+    if every is None:
+        return []
+    return sorted({*range(0, total_steps + 1, every), total_steps})
+
+
+def heldout_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, micro_batch: int,
+                 autocast) -> float:
+    """Mean next-token loss of ``model`` over inputs / targets [windows, S] (on the model's device), a
+    micro-batch at a time under ``autocast`` (a reusable context manager), without gradients. Windows are of
+    one length, so the micro-batches' means weighted by their windows give the mean over every token."""
+    total = torch.zeros((), dtype=torch.float64, device=inputs.device)
+    with torch.no_grad():
+        for start in range(0, inputs.shape[0], micro_batch):
+            x, y = inputs[start:start + micro_batch], targets[start:start + micro_batch]  # [b, S]
+            with autocast:
+                loss = model(x, y)
+            total += loss.double() * x.shape[0]
+    return float(total) / inputs.shape[0]
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -160,25 +237,30 @@ def _sync(device: torch.device) -> None:
 def train(spec: JobSpec, options: RunOptions | None = None) -> RunResult:
     """Run ``spec`` for ``warmup + steps`` optimizer steps in this process (one rank of a torchrun job, or alone)."""
     options = options or RunOptions()
-    is_dlrm = isinstance(spec.model, DLRMModel)
-    world = init_world(options.device, need_group=not is_dlrm and (spec.sharding == "fsdp" or spec.tp > 1))
-    try:
-        check_supported(spec, world.world_size)
-        torch.manual_seed(options.seed)
-        built = build_dlrm(spec, world, options.max_table_rows) if is_dlrm else build_transformer(spec, world, options.fp8_emulate)
-        if options.lr is not None:
-            for group in built.optimizers[0].param_groups:
-                group["lr"] = options.lr
-        result = _loop(spec, options, world, built)
-        # free the model (DDP/FSDP/DTensor state holds the process group) before the group goes; then line up
-        del built
-        gc.collect()
-        if world.world_size > 1:
-            dist.barrier()
-        return result
-    finally:
-        if world.initialized_here:
-            dist.destroy_process_group()
+    check_options(spec, options)
+    notes: list[str] = []
+    with deterministic_mode(options.deterministic, notes):  # before init_world: that starts CUDA
+        is_dlrm = isinstance(spec.model, DLRMModel)
+        world = init_world(options.device, need_group=not is_dlrm and (spec.sharding == "fsdp" or spec.tp > 1))
+        try:
+            check_supported(spec, world.world_size)
+            torch.manual_seed(options.seed)
+            built = (build_dlrm(spec, world, options.max_table_rows) if is_dlrm
+                     else build_transformer(spec, world, options.fp8_emulate))
+            built.notes[:0] = notes
+            if options.lr is not None:
+                for group in built.optimizers[0].param_groups:
+                    group["lr"] = options.lr
+            result = _loop(spec, options, world, built)
+            # free the model (DDP/FSDP/DTensor state holds the process group) before the group goes; then line up
+            del built
+            gc.collect()
+            if world.world_size > 1:
+                dist.barrier()
+            return result
+        finally:
+            if world.initialized_here:
+                dist.destroy_process_group()
 
 
 def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> RunResult:
@@ -189,6 +271,18 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
     losses, times = [], []
     total = options.warmup + options.steps
     cuda = world.device.type == "cuda"
+    due = set(evaluation_steps(total, options.eval_every))
+    heldout: list[tuple[int, float]] = []
+    if due:
+        inputs, targets = (t.to(world.device) for t in heldout_windows(options.eval_windows, spec.seq_len))
+
+        def evaluate(done: int) -> None:
+            heldout.append((done, heldout_loss(built.model, inputs, targets, spec.micro_batch, autocast)))
+            if options.progress and world.is_main:
+                print(f"[train] held-out loss after {done} steps: {heldout[-1][1]:.4f}", file=sys.stderr, flush=True)
+
+    if 0 in due:
+        evaluate(0)
     for step in range(total):
         if step == options.warmup and cuda:
             _sync(world.device)
@@ -208,6 +302,8 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
             times.append(elapsed)
         if options.progress and world.is_main and (step % options.log_every == 0 or step == total - 1):
             _progress(spec, step, total, options.warmup, losses[-1], elapsed, world)
+        if step + 1 in due:
+            evaluate(step + 1)
     allocated = reserved = None
     if cuda:
         peaks = torch.tensor([torch.cuda.max_memory_allocated(world.device), torch.cuda.max_memory_reserved(world.device)],
@@ -217,7 +313,7 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
         allocated, reserved = (float(v) / GB for v in peaks.tolist())
     device = torch.cuda.get_device_name(world.device) if cuda else "cpu"
     return RunResult(spec, options, device, world.world_size, losses, times, allocated, reserved, built.fp8_backend,
-                     built.notes)
+                     built.notes, heldout_losses=heldout)
 
 
 def train_step(built: Built, batches: list, autocast, device: torch.device) -> torch.Tensor:

@@ -1,0 +1,151 @@
+"""Which data-parallel communication no compute can hide: the edges of the FSDP2 and DDP schedules.
+
+Data-parallel collectives run on their own CUDA streams beside the compute stream, so most of them hide behind
+compute; ``workbench.predict`` hides those jointly (exposed = max(0, their sum - ``comm_overlap`` x step
+compute), ``comm_overlap`` a guess). Some cannot hide whatever the overlap, because the schedule leaves no compute
+to run beside them -- its edges. Derived here from the schedule, not fitted:
+
+FSDP2 (``torch.distributed.fsdp.fully_shard``) as ``workbench.train.parallel.apply_fsdp`` applies it: one unit per
+block, every block but the last resharded after forward, then the root unit (embedding, final norm, output head).
+
+- forward start, per micro-batch: the root's pre-forward makes the all-gather streams wait for the compute stream
+  (``FSDPState._root_pre_forward``: ``all_gather_stream.wait_stream(current_stream)``, or the optimizer's event),
+  so the root's all-gather starts with nothing beside it and the embedding lookup waits for it; the first block's
+  all-gather is issued next on the same all-gather stream, beside only the embedding lookup. Exposed:
+  AG(root) + max(0, AG(first block) - embedding forward). Every later block's all-gather is issued while the block
+  before it computes (implicit forward prefetch: the CPU runs ahead) and hides.
+- backward end, once per step: the first block's reduce-scatter is issued by its post-backward, beside only the
+  embedding's backward; the root's forward inputs (token ids) need no gradient, so its post-backward -- the
+  reduce-scatter of the embedding, final-norm and head gradients -- runs in the root's final callback after all
+  backward compute, and that callback makes the compute stream wait for every reduce-scatter before the optimizer
+  (``FSDPState._root_post_backward_final_callback``). Exposed: max(0, RS(first block) - embedding backward) + RS(root).
+- the root is never resharded after forward (``FSDPState._lazy_init`` sets its ``post_forward_mesh_info = None``)
+  and the last block keeps its parameters (``reshard_after_forward=False``), so backward re-gathers blocks 0..L-2
+  only, each prefetched one block ahead (``FSDPParamGroup._backward_prefetch``). Under gradient accumulation every
+  micro-batch gathers again (``reshard_after_backward`` stays True) and only the last one reduce-scatters
+  (``set_requires_gradient_sync``).
+
+DDP (``torch.nn.parallel.DistributedDataParallel``, ``bucket_cap_mb`` 25 MiB by default): each bucket of gradients
+is all-reduced as soon as it fills during backward; the last bucket holds the parameters whose gradients come
+last -- a transformer's token embedding, in a bucket of its own when larger than the cap -- and its all-reduce
+starts after the last backward kernel; the optimizer waits for it. Exposed: AR(last bucket), once per step.
+
+Sources: torch/distributed/fsdp/_fully_shard/_fsdp_state.py and _fsdp_param_group.py (PyTorch 2.11 to 2.13);
+torch/nn/parallel/distributed.py (``_DEFAULT_BUCKET_CAP_MB``). Not modelled: NCCL kernels slowing the compute they
+overlap (they occupy SMs), a collective longer than the compute it overlaps (the joint pool's business), pipeline
+stages' own edges (each stage is priced as the busiest one, with the root's edges on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.perf.comm import COLLECTIVES, Collective
+
+Edge = Literal["hidden", "forward_start", "backward_end"]
+EDGES: tuple[str, ...] = ("hidden", "forward_start", "backward_end")
+
+DDP_BUCKET_CAP_BYTES = 25 * 2**20
+"""DistributedDataParallel's default gradient bucket (``bucket_cap_mb=25``, MiB: torch/nn/parallel/distributed.py)."""
+
+
+@dataclass(frozen=True)
+class ScheduledCollective:
+    """One collective of the data-parallel schedule and where it sits in the step."""
+
+    name: str
+    collective: Collective
+    size_bytes: float
+    """One occurrence's full logical buffer (``workbench.perf.comm``'s convention)."""
+    occurrences: int
+    """Per optimizer step."""
+    edge: Edge
+    """hidden: issued while compute runs, hidden jointly with the rest; forward_start / backward_end: an edge."""
+    beside_compute: bool = False
+    """On an edge: the embedding's own compute can run beside it (the first block's collective); else nothing can."""
+
+    def __post_init__(self) -> None:
+        if self.collective not in COLLECTIVES:
+            raise ValueError(f"{self.name}: collective {self.collective!r}; expected one of {', '.join(COLLECTIVES)}")
+        if self.edge not in EDGES:
+            raise ValueError(f"{self.name}: edge {self.edge!r}; expected one of {', '.join(EDGES)}")
+        if self.size_bytes < 0 or self.occurrences < 0:
+            raise ValueError(f"{self.name}: size_bytes {self.size_bytes} and occurrences {self.occurrences}: "
+                             "expected both >= 0")
+
+
+def fsdp_schedule(prefix: str, root_params: float, block_params: float, layers: int, *, gather_bytes: float,
+                  reduce_bytes: float, grad_accumulation: int = 1) -> list[ScheduledCollective]:
+    """FSDP2's collectives of one step for ``layers`` block units of ``block_params`` and a root unit of
+    ``root_params`` (0: no root, e.g. a block's experts), parameters gathered at ``gather_bytes`` each (the compute
+    dtype) and gradients reduced at ``reduce_bytes`` (the reduce dtype). Zero-sized entries are left out."""
+    if layers < 1 or grad_accumulation < 1:
+        raise ValueError(f"{prefix}: layers {layers} and grad_accumulation {grad_accumulation} must be >= 1")
+    accum, interior = grad_accumulation, layers - 1
+    gather_root, gather_block = root_params * gather_bytes, block_params * gather_bytes
+    reduce_root, reduce_block = root_params * reduce_bytes, block_params * reduce_bytes
+    plan = [
+        ScheduledCollective(f"{prefix}.all_gather_root", "all_gather", gather_root, accum, "forward_start"),
+        ScheduledCollective(f"{prefix}.all_gather_first_block", "all_gather", gather_block, accum, "forward_start",
+                            beside_compute=True),
+        # forward: blocks 1..L-1; backward: blocks 0..L-2 (the last block and the root stay gathered)
+        ScheduledCollective(f"{prefix}.all_gather_blocks", "all_gather", gather_block, 2 * interior * accum, "hidden"),
+        ScheduledCollective(f"{prefix}.reduce_scatter_blocks", "reduce_scatter", reduce_block, interior, "hidden"),
+        ScheduledCollective(f"{prefix}.reduce_scatter_first_block", "reduce_scatter", reduce_block, 1, "backward_end",
+                            beside_compute=True),
+        ScheduledCollective(f"{prefix}.reduce_scatter_root", "reduce_scatter", reduce_root, 1, "backward_end"),
+    ]
+    return [s for s in plan if s.size_bytes > 0 and s.occurrences > 0]
+
+
+def ddp_last_bucket_bytes(grad_bytes: float, last_ready_bytes: float, cap_bytes: float = DDP_BUCKET_CAP_BYTES) -> float:
+    """Bytes of DDP's last gradient bucket: the last-ready parameter alone when it exceeds the cap (DDP gives such a
+    tensor its own bucket), else a cap's worth -- never more than all the gradients."""
+    return min(grad_bytes, max(last_ready_bytes, cap_bytes))
+
+
+def ddp_schedule(prefix: str, grad_bytes: float, last_bucket_bytes: float) -> list[ScheduledCollective]:
+    """DDP's gradient all-reduces of one step: the buckets filled during backward (hidden) and the last one."""
+    if not 0 <= last_bucket_bytes <= grad_bytes:
+        raise ValueError(f"{prefix}: last bucket {last_bucket_bytes} B must lie in [0, {grad_bytes}] (all gradients)")
+    plan = [ScheduledCollective(f"{prefix}.all_reduce_buckets", "all_reduce", grad_bytes - last_bucket_bytes, 1,
+                                "hidden"),
+            ScheduledCollective(f"{prefix}.all_reduce_last_bucket", "all_reduce", last_bucket_bytes, 1,
+                                "backward_end")]
+    return [s for s in plan if s.size_bytes > 0]
+
+
+def edge_exposed_s(blocking_s: float, beside_s: float, window_s: float) -> float:
+    """Exposed seconds of one edge, its collectives in a row on one stream: those no compute can run beside
+    (``blocking_s``) in full, those beside a ``window_s`` of compute (the embedding's) beyond that window."""
+    if min(blocking_s, beside_s, window_s) < 0:
+        raise ValueError(f"edge times must be >= 0: blocking {blocking_s}, beside {beside_s}, window {window_s}")
+    return blocking_s + max(0.0, beside_s - window_s)
+
+
+def exposed_seconds(plan: Sequence[ScheduledCollective], times_s: Sequence[float], *, comm_overlap: float,
+                    step_compute_s: float, embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0) -> list[float]:
+    """Exposed seconds per step of each collective of ``plan``, whose ``times_s`` are per occurrence.
+
+    Hidden ones share one window: exposed = max(0, their sum - ``comm_overlap`` x ``step_compute_s``), split in
+    proportion. Edge ones: ``edge_exposed_s`` per occurrence (windows per micro-batch: the embedding's forward beside
+    the forward start, its backward beside the backward end), the beside-compute part split in proportion."""
+    if len(plan) != len(times_s):
+        raise ValueError(f"{len(plan)} collectives but {len(times_s)} times")
+    totals = [t * s.occurrences for s, t in zip(plan, times_s, strict=True)]
+    out = [0.0] * len(plan)
+    hidden = [i for i, s in enumerate(plan) if s.edge == "hidden"]
+    pooled = sum(totals[i] for i in hidden)
+    left = max(0.0, pooled - comm_overlap * step_compute_s)
+    for i in hidden:
+        out[i] = left * totals[i] / pooled if pooled > 0 else 0.0
+    for edge, window in (("forward_start", embedding_fwd_s), ("backward_end", embedding_bwd_s)):
+        beside = [i for i, s in enumerate(plan) if s.edge == edge and s.beside_compute]
+        beside_s = sum(times_s[i] for i in beside)
+        kept = edge_exposed_s(0.0, beside_s, window) / beside_s if beside_s > 0 else 0.0
+        for i, s in enumerate(plan):
+            if s.edge == edge:
+                out[i] = totals[i] * (kept if s.beside_compute else 1.0)
+    return out
