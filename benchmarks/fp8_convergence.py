@@ -48,6 +48,7 @@ from fp8_convergence_analysis import (
     PLAN_SEEDS,
     PLAN_STEPS,
     REFERENCE,
+    STAGES,
     RERUN_SEED,
     curve_of,
     run_name,
@@ -101,11 +102,11 @@ class Settings:
     lr: float
 
 
-def plan_runs(seeds: tuple[int, ...], recipes: tuple[str, ...]) -> list[Run]:
-    """Seed by seed, each seed's recipes in ``RECIPES`` order, then the bf16 rerun (at ``RERUN_SEED``, or the first
-    seed when that is not among ``seeds``) when bf16 runs at all."""
+def plan_runs(seeds: tuple[int, ...], recipes: tuple[str, ...], rerun: bool = True) -> list[Run]:
+    """Seed by seed, each seed's recipes in ``RECIPES`` order, then (``rerun``) the bf16 rerun (at ``RERUN_SEED``, or
+    the first seed when that is not among ``seeds``) when bf16 runs at all."""
     runs = [Run(r, s) for s in seeds for r in RECIPES if r in recipes]
-    if REFERENCE in recipes:
+    if rerun and REFERENCE in recipes:
         runs.append(Run(REFERENCE, RERUN_SEED if RERUN_SEED in seeds else seeds[0], rerun=True))
     return runs
 
@@ -253,12 +254,21 @@ def execute(runs: list[Run], out: Path, recipe_paths: dict[str, Path], settings:
 
 
 # ------------------------------------------------------------------------------------------------ outputs
-def report(out: Path, runs: list[dict], context: dict) -> dict:
-    """Analyse the metrics under ``out`` and write every output (``fp8_convergence_report.write_outputs``)."""
+def report(out: Path, runs: list[dict], context: dict, stage: int = 1, earlier: tuple[Path, ...] = ()) -> dict:
+    """Analyse the metrics under ``out`` -- with those of ``earlier`` stages' folders, whose seeds the verdict also
+    counts -- and write every output (``fp8_convergence_report.write_outputs``) by ``stage``'s rule."""
     metrics = load_metrics(out / "metrics")
-    context = {**context, "plan_link": os.path.relpath(PLAN, out.resolve()),
+    for folder in earlier:
+        previous = load_metrics(folder / "metrics")
+        clash = sorted(set(previous) & set(metrics))
+        if clash:
+            raise ValueError(f"--with {folder}: runs {clash} are in {out} too; expected each seed's runs in one folder")
+        metrics.update(previous)
+    rule = STAGES[stage]
+    context = {**context, "stage": stage, "earlier": [str(f) for f in earlier],
+               "plan_link": os.path.relpath(PLAN.with_name(rule.plan), out.resolve()),
                "environment": environment(metrics, REPO, context.get("environment", {}))}
-    return write_outputs(out, metrics, runs, context, planned_seeds=PLAN_SEEDS)
+    return write_outputs(out, metrics, runs, context, planned_seeds=rule.planned_seeds, confidence=rule.confidence)
 
 
 def same_settings(metrics: dict, settings: Settings) -> bool:
@@ -304,7 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", help="output directory (runs)")
     p.add_argument("--analyze", metavar="DIR", help="judge the metrics already in DIR and rewrite its report; no runs")
-    p.add_argument("--seeds", default=",".join(map(str, PLAN_SEEDS)), help="comma-separated (default 100..107)")
+    p.add_argument("--stage", type=int, choices=sorted(STAGES), default=1,
+                   help="1: PLAN.md (seeds 100..107, 95%%); 2: PLAN_STAGE2.md (runs seeds 108..123, judges 100..123 "
+                        "at 97.5%% with --with the stage-1 folder)")
+    p.add_argument("--with", dest="earlier", action="append", default=[], metavar="DIR",
+                   help="an earlier stage's output folder whose metrics the verdict also counts (repeatable)")
+    p.add_argument("--seeds", default=None, help="comma-separated (default: the stage's seeds)")
     p.add_argument("--recipes", default=",".join(RECIPES), help=f"comma-separated among {', '.join(RECIPES)}")
     p.add_argument("--steps", type=int, default=None, help=f"steps per run (default {PLAN_STEPS}; --quick "
                                                            f"{QUICK['steps']})")
@@ -321,20 +336,25 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.out) == bool(args.analyze):
         p.error("give one of --out DIR (run the check) or --analyze DIR (judge existing metrics)")
     try:
-        seeds, recipes = _parse_seeds(args.seeds), _parse_recipes(args.recipes)
+        seeds = _parse_seeds(args.seeds or ",".join(map(str, STAGES[args.stage].seeds)))
+        recipes = _parse_recipes(args.recipes)
     except ValueError as exc:
         p.error(str(exc))
     for name in ("steps", "workers", "budget_s", "run_timeout_s"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             p.error(f"--{name.replace('_', '-')} {value}: expected a positive number")
+    earlier = tuple(Path(d) for d in args.earlier)
+    for folder in earlier:
+        if not (folder / "metrics").is_dir():
+            p.error(f"--with {folder}: no metrics/ folder there; expected an earlier stage's --out folder")
     command = "python benchmarks/fp8_convergence.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.analyze:
         out = Path(args.analyze)
         context = {**_read_json(out / "summary.json", {}).get("context", {}), "analyze_command": command,
                    "final": True}
         context.setdefault("command", "(not recorded)")
-        summary = report(out, _read_json(out / "runs.json", []), context)
+        summary = report(out, _read_json(out / "runs.json", []), context, args.stage, earlier)
         print(f"[conv] verdicts: {summary['verdicts']}; wrote {out / 'REPORT.md'}")
         return 0
     out = Path(args.out)
@@ -345,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     q = QUICK if args.quick else {}
     settings = Settings(args.steps or q.get("steps", PLAN_STEPS), q.get("eval_every", PLAN_EVAL_EVERY),
                         q.get("eval_windows", PLAN_EVAL_WINDOWS), q.get("lr", PLAN_LR))
-    runs, kept = plan_runs(seeds, recipes), []
+    runs, kept = plan_runs(seeds, recipes, rerun=args.stage == 1), []  # stage 2: no rerun (PLAN_STAGE2.md)
     order = {r.name: i for i, r in enumerate(runs)}  # rows in the plan's order, kept ones (--resume) included
     if args.resume:
         other = sorted(name for name, m in old.items() if not same_settings(m, settings))
@@ -378,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = sorted(kept + rows, key=lambda r: order[r["name"]])
         write_atomic(out / "runs.json", json.dumps(rows, indent=2) + "\n")
         try:
-            report(out, rows, {**context, "elapsed_s": time.monotonic() - start})
+            report(out, rows, {**context, "elapsed_s": time.monotonic() - start}, args.stage, earlier)
         except Exception as exc:  # a report bug must not stop the runs
             print(f"[conv] interim report failed: {type(exc).__name__}: {exc}", flush=True)
 
@@ -390,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     notes.append(f"elapsed {elapsed:.0f} s; the runs' wall times sum to {walls:.0f} s: {walls / elapsed:.2f} runs "
                  "at a time on average" + (f" ({len(kept)} runs kept from before: --resume)" if kept else ""))
     write_atomic(out / "runs.json", json.dumps(rows, indent=2) + "\n")
-    summary = report(out, rows, {**context, "final": True, "elapsed_s": elapsed})
+    summary = report(out, rows, {**context, "final": True, "elapsed_s": elapsed}, args.stage, earlier)
     print(f"[conv] verdicts: {summary['verdicts']}; wrote {out / 'REPORT.md'} in {elapsed:.0f} s", flush=True)
     return 0
 

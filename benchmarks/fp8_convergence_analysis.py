@@ -68,6 +68,42 @@ def t_quantile_975(df: int) -> float:
     return T_975[df - 1]
 
 
+def t_quantile(df: int, confidence: float = 0.95) -> float:
+    """The two-sided ``confidence`` quantile of Student's t, t((1 + confidence) / 2, df): the table for 95%
+    (``t_quantile_975``), else solved from the t CDF, F(t) = 1 - I_{df / (df + t^2)}(df / 2, 1 / 2) / 2 for t > 0
+    (the regularised incomplete beta function of mpmath, a torch dependency)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence {confidence!r}: expected a probability in (0, 1), e.g. 0.95")
+    if confidence == 0.95:
+        return t_quantile_975(df)
+    if not isinstance(df, int) or df < 1:
+        raise ValueError(f"t quantile for {df!r} degrees of freedom: expected a positive integer")
+    import mpmath
+
+    p = (1 + confidence) / 2
+    return float(mpmath.findroot(lambda t: 1 - mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True) / 2
+                                 - p, 2.0))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the check: the seeds it runs, the seeds its verdict needs, its intervals' confidence, its rule."""
+
+    seeds: tuple[int, ...]
+    planned_seeds: tuple[int, ...]
+    confidence: float
+    plan: str
+    """The rule's file, beside the results (``results/h200/train/fp8_convergence/``)."""
+
+
+STAGES: dict[int, Stage] = {
+    1: Stage(PLAN_SEEDS, PLAN_SEEDS, 0.95, "PLAN.md"),
+    2: Stage(tuple(range(108, 124)), tuple(range(100, 124)), 0.975, "PLAN_STAGE2.md"),
+}
+"""Stage 1: PLAN.md's 8 seeds at 95%. Stage 2 (PLAN_STAGE2.md, stated after stage 1 was inconclusive): 16 more
+seeds, the verdict over all 24 at 97.5% (two looks at the data, half of the 5% each: Bonferroni); the last stage."""
+
+
 def run_name(recipe: str, seed: int, rerun: bool = False) -> str:
     """``bf16-seed100``, ``rowwise-seed103``, ``bf16-seed100-rerun``."""
     return f"{recipe}-seed{seed}" + ("-rerun" if rerun else "")
@@ -136,8 +172,8 @@ class Interval:
     """Seeds whose value is +inf (a level never reached)."""
 
 
-def paired_interval(values: list[float]) -> Interval:
-    """m and h = t(0.975, N-1) sd / sqrt(N) over ``values`` (one per seed, N >= 2; N = 1 gives h = NaN). +inf
+def paired_interval(values: list[float], confidence: float = 0.95) -> Interval:
+    """m and h = t((1 + confidence) / 2, N-1) sd / sqrt(N) over ``values`` (one per seed, N >= 2; N = 1 gives h = NaN). +inf
     values: the limit of huge finite ones (the module docstring): m = +inf, h = +inf, high = +inf and low = +inf
     when the k infinite values outweigh the spread, k > t sqrt(k (N - k) / (N - 1)), else -inf."""
     n = len(values)
@@ -145,7 +181,7 @@ def paired_interval(values: list[float]) -> Interval:
         raise ValueError("paired_interval of no values: expected one value per seed")
     if n == 1:
         return Interval(values[0], math.nan, math.nan, math.nan, 1, int(values[0] == math.inf))
-    t = t_quantile_975(n - 1)
+    t = t_quantile(n - 1, confidence)
     k = sum(v == math.inf for v in values)
     if k:
         low = math.inf if k > t * math.sqrt(k * (n - k) / (n - 1)) else -math.inf
@@ -187,7 +223,7 @@ def pair_quantities(reference: Curve, curve: Curve, total_steps: int) -> dict:
 
 
 def judge_recipe(reference: dict[int, Curve], curves: dict[int, Curve], total_steps: int,
-                 planned_seeds: tuple[int, ...] = PLAN_SEEDS) -> dict:
+                 planned_seeds: tuple[int, ...] = PLAN_SEEDS, confidence: float = 0.95) -> dict:
     """One fp8 recipe against bf16: ``reference`` and ``curves`` hold the complete curves by seed. The paired
     quantities per seed present in both, the intervals over them -- over the planned seeds present, or over every
     seed present when none is planned (smoke runs) -- and the status: the verdict when every planned seed is
@@ -199,7 +235,7 @@ def judge_recipe(reference: dict[int, Curve], curves: dict[int, Curve], total_st
     intervals, classes = {}, {}
     for name, tolerance in QUANTITIES.items():
         if per_seed:
-            intervals[name] = paired_interval([per_seed[s][name] for s in seeds])
+            intervals[name] = paired_interval([per_seed[s][name] for s in seeds], confidence)
             classes[name] = interval_class(intervals[name], tolerance)
     decided = verdict(list(classes.values())) if len(classes) == len(QUANTITIES) else "n/a"
     return {"status": "incomplete" if missing else decided, "verdict_over_present_seeds": decided,
@@ -291,7 +327,7 @@ def plan_deviations(metrics: list[dict]) -> list[str]:
 
 
 def analyze(metrics: dict[str, dict], planned_seeds: tuple[int, ...] = PLAN_SEEDS,
-            recipes: tuple[str, ...] = FP8_RECIPES) -> dict:
+            recipes: tuple[str, ...] = FP8_RECIPES, confidence: float = 0.95) -> dict:
     """The whole analysis from the runs' metrics JSONs by run name (``run_name``)."""
     complete: dict[str, dict[int, Curve]] = {}
     totals, everies = set(), set()
@@ -306,9 +342,9 @@ def analyze(metrics: dict[str, dict], planned_seeds: tuple[int, ...] = PLAN_SEED
                          "expected one setting for every run")
     total, every = (totals.pop(), everies.pop()) if totals else (PLAN_STEPS, PLAN_EVAL_EVERY)
     reference = complete.get(REFERENCE, {})
-    judged = {r: judge_recipe(reference, complete.get(r, {}), total, planned_seeds) for r in recipes}
+    judged = {r: judge_recipe(reference, complete.get(r, {}), total, planned_seeds, confidence) for r in recipes}
     deviations = plan_deviations(list(metrics.values()))
-    return {"total_steps": total, "eval_every": every, "planned_seeds": list(planned_seeds),
+    return {"total_steps": total, "eval_every": every, "planned_seeds": list(planned_seeds), "confidence": confidence,
             "q_window": [quality_window_start(total), total], "recipes": judged,
             "complete_seeds": {r: sorted(c) for r, c in complete.items()},
             "bf16_spread": bf16_spread(reference, total),

@@ -118,7 +118,7 @@ def curve_rows(metrics: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def _recipe_section(recipe: str, judged: dict, deviations: bool) -> list[str]:
+def _recipe_section(recipe: str, judged: dict, deviations: bool, confidence: float = 0.95) -> list[str]:
     status = judged["status"] + (" (settings differ from the PLAN's)" if deviations else "")
     lines = [f"### {recipe}: **{status}**", ""]
     if judged["missing_seeds"]:
@@ -126,7 +126,7 @@ def _recipe_section(recipe: str, judged: dict, deviations: bool) -> list[str]:
                      f"{judged['seeds'] or 'no seeds'} (verdict over those alone: "
                      f"{judged['verdict_over_present_seeds']}).")
         lines.append("")
-    lines += ["| quantity | m +- h (95%) | interval | tolerance | interval vs tolerance |", "|---|---|---|---|---|"]
+    lines += [f"| quantity | m +- h ({confidence:.1%}) | interval | tolerance | interval vs tolerance |", "|---|---|---|---|---|"]
     for name, tolerance in QUANTITIES.items():
         interval = judged["intervals"].get(name)
         if interval is None:
@@ -141,8 +141,9 @@ def report_markdown(analysis: dict, rows: list[dict], context: dict) -> str:
     """REPORT.md: the PLAN link, command and environment, verdicts, per-seed numbers, the determinism check, bf16's
     own spread and the seed-mean held-out curves."""
     a, deviations = analysis, analysis["plan_deviations"]
-    lines = ["# fp8 vs bf16 convergence check (third rule)", "",
-             f"Rule: [PLAN.md]({context['plan_link']}) (stated and committed before these runs). "
+    stage = context.get("stage", 1)
+    lines = [f"# fp8 vs bf16 convergence check (third rule{', stage ' + str(stage) if stage > 1 else ''})", "",
+             f"Rule: [{Path(context['plan_link']).name}]({context['plan_link']}) (stated and committed before these runs). "
              + ("Final." if context.get("final", True) else "**Interim: runs still going.**"), "",
              f"Command: `{context['command']}`", ""]
     if context.get("analyze_command"):
@@ -153,10 +154,11 @@ def report_markdown(analysis: dict, rows: list[dict], context: dict) -> str:
         lines += ["**Settings differ from the PLAN's** (a smoke or partial run; not the check itself):", ""]
         lines += [f"- {d}" for d in deviations] + [""]
     lines += [(f"Q = mean held-out loss over steps {a['q_window'][0]}..{a['q_window'][1]}; levels 50% and 90% of "
-               f"bf16's drop from its step-0 loss to its Q; planned seeds {a['planned_seeds']}."), "",
+               f"bf16's drop from its step-0 loss to its Q; planned seeds {a['planned_seeds']}; paired "
+               f"{a.get('confidence', 0.95):.1%} intervals."), "",
               "## Verdict per fp8 recipe", ""]
     for recipe, judged in a["recipes"].items():
-        lines += _recipe_section(recipe, judged, bool(deviations))
+        lines += _recipe_section(recipe, judged, bool(deviations), a.get("confidence", 0.95))
     lines += ["## Per seed", "", ("| seed | recipe | Q bf16 | Q | r | steps 50% bf16 -> run | lag 50% | "
                                   "steps 90% bf16 -> run | lag 90% |"), "|---|---|---|---|---|---|---|---|---|"]
     for recipe, judged in a["recipes"].items():
@@ -216,9 +218,10 @@ def environment(metrics: dict[str, dict], repo: Path, extra: dict) -> dict:
 
 
 def write_outputs(out: Path, metrics: dict[str, dict], runs: list[dict], context: dict,
-                  planned_seeds: tuple[int, ...] = PLAN_SEEDS, recipes: tuple[str, ...] = FP8_RECIPES) -> dict:
+                  planned_seeds: tuple[int, ...] = PLAN_SEEDS, recipes: tuple[str, ...] = FP8_RECIPES,
+                  confidence: float = 0.95) -> dict:
     """Analyse and write REPORT.md, convergence.csv, curves.csv and summary.json under ``out``; returns the summary."""
-    analysis = analyze(metrics, planned_seeds, recipes)
+    analysis = analyze(metrics, planned_seeds, recipes, confidence)
     rows = convergence_rows(metrics, runs)
     write_atomic(out / "convergence.csv", _csv(rows, CONVERGENCE_COLUMNS))
     write_atomic(out / "curves.csv", _csv(curve_rows(metrics), ["recipe", "seed", "step", "heldout_loss"]))

@@ -256,3 +256,37 @@ def test_quick_run_end_to_end_then_analyze(tmp_path):
     assert analyzed.returncode == 0, analyzed.stderr[-3000:]
     report = (tmp_path / "REPORT.md").read_text()
     assert "Analysis: `python benchmarks/fp8_convergence.py --analyze" in report and "--quick --seeds 100,101" in report
+
+
+# ------------------------------------------------------------------------------------------------ stage 2
+def test_t_quantile_beyond_the_95_percent_table():
+    from fp8_convergence_analysis import t_quantile
+
+    assert t_quantile(7) == t_quantile_975(7) == 2.365
+    assert t_quantile(7, 0.950001) == pytest.approx(2.365, abs=1e-3)  # the solver agrees with the table
+    assert t_quantile(23, 0.975) == pytest.approx(2.3979, abs=1e-4)  # PLAN_STAGE2.md's 2.398
+    with pytest.raises(ValueError, match="confidence"):
+        t_quantile(7, 1.5)
+
+
+def test_stage_two_judges_all_24_seeds_at_97_5_percent_with_the_earlier_folder(tmp_path):
+    from fp8_convergence import report
+    from fp8_convergence_analysis import STAGES
+
+    stage = STAGES[2]
+    assert stage.planned_seeds == tuple(range(100, 124)) and not set(stage.seeds) & set(PLAN_SEEDS)
+    assert all(not r.rerun for r in plan_runs(stage.seeds, RECIPES, rerun=False))
+    first, second = tmp_path / "stage1", tmp_path / "stage2"
+    for folder, seeds in ((first, PLAN_SEEDS), (second, stage.seeds)):
+        (folder / "metrics").mkdir(parents=True)
+        for s in seeds:
+            for name, c in ((run_name("bf16", s), curve(tau=30 + s % 8)),
+                            (run_name("rowwise_with_gw_hp", s), curve(tau=30 + s % 8, floor=0.2505))):
+                (folder / "metrics" / f"{name}.json").write_text(json.dumps(_metrics(c)))
+    summary = report(second, [], {"command": "test"}, stage=2, earlier=(first,))
+    judged = summary["recipes"]["rowwise_with_gw_hp"]
+    assert summary["confidence"] == 0.975 and judged["intervals"]["r"].n == 24 and judged["status"] == "agree"
+    assert "PLAN_STAGE2.md" in (second / "REPORT.md").read_text() and "97.5%" in (second / "REPORT.md").read_text()
+    assert report(second, [], {"command": "test"}, stage=2)["recipes"]["rowwise_with_gw_hp"]["status"] == "incomplete"
+    with pytest.raises(ValueError, match="in one folder"):
+        report(second, [], {"command": "test"}, stage=2, earlier=(second,))
