@@ -41,17 +41,18 @@ for path in (REPO, REPO / "benchmarks"):
         sys.path.insert(0, str(path))
 
 from fp8_convergence_analysis import (
+    CONSTANT_LR,
     FP8_RECIPES,
     PLAN_EVAL_EVERY,
     PLAN_EVAL_WINDOWS,
     PLAN_LR,
-    PLAN_SEEDS,
     PLAN_STEPS,
     REFERENCE,
-    STAGES,
     RERUN_SEED,
+    STAGES,
     curve_of,
     run_name,
+    schedule_of,
 )
 from fp8_convergence_report import environment, load_metrics, write_outputs
 
@@ -100,6 +101,8 @@ class Settings:
     eval_every: int
     eval_windows: int
     lr: float
+    lr_schedule: tuple[str, int, float] = CONSTANT_LR
+    """(kind, warm-up steps, min ratio) of the job's learning-rate schedule."""
 
 
 def plan_runs(seeds: tuple[int, ...], recipes: tuple[str, ...], rerun: bool = True) -> list[Run]:
@@ -135,7 +138,8 @@ def train_command(run: Run, recipe_path: Path, metrics_path: Path, settings: Set
     return [sys.executable, "-m", "workbench.train", "--recipe", str(recipe_path), "--metrics", str(metrics_path),
             "--steps", str(settings.steps), "--warmup", "0", "--lr", repr(settings.lr), "--seed", str(run.seed),
             "--eval-every", str(settings.eval_every), "--eval-windows", str(settings.eval_windows),
-            "--deterministic", "--quiet"]
+            "--deterministic", "--quiet", "--lr-schedule", settings.lr_schedule[0],
+            "--lr-warmup-steps", str(settings.lr_schedule[1]), "--lr-min-ratio", repr(settings.lr_schedule[2])]
 
 
 def visible_devices() -> list[str]:
@@ -268,14 +272,16 @@ def report(out: Path, runs: list[dict], context: dict, stage: int = 1, earlier: 
     context = {**context, "stage": stage, "earlier": [str(f) for f in earlier],
                "plan_link": os.path.relpath(PLAN.with_name(rule.plan), out.resolve()),
                "environment": environment(metrics, REPO, context.get("environment", {}))}
-    return write_outputs(out, metrics, runs, context, planned_seeds=rule.planned_seeds, confidence=rule.confidence)
+    return write_outputs(out, metrics, runs, context, planned_seeds=rule.planned_seeds, confidence=rule.confidence,
+                         lr_schedule=rule.lr_schedule)
 
 
 def same_settings(metrics: dict, settings: Settings) -> bool:
     """Whether a metrics JSON ran with ``settings`` (steps, evaluation, lr): --resume keeps only those."""
     s = metrics.get("settings", {})
     return (metrics.get("steps", 0) + metrics.get("warmup", 0) == settings.steps and s.get("lr") == settings.lr
-            and s.get("eval_every") == settings.eval_every and s.get("eval_windows") == settings.eval_windows)
+            and s.get("eval_every") == settings.eval_every and s.get("eval_windows") == settings.eval_windows
+            and schedule_of(s) == settings.lr_schedule)
 
 
 def resume_split(runs: list[Run], metrics: dict[str, dict], previous_rows: list[dict]) -> tuple[list[Run], list[dict]]:
@@ -316,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--analyze", metavar="DIR", help="judge the metrics already in DIR and rewrite its report; no runs")
     p.add_argument("--stage", type=int, choices=sorted(STAGES), default=1,
                    help="1: PLAN.md (seeds 100..107, 95%%); 2: PLAN_STAGE2.md (runs seeds 108..123, judges 100..123 "
-                        "at 97.5%% with --with the stage-1 folder)")
+                        "at 97.5%% with --with the stage-1 folder); 3: PLAN_SCHEDULE.md (cosine schedule, seeds "
+                        "200..223, 97.5%%)")
     p.add_argument("--with", dest="earlier", action="append", default=[], metavar="DIR",
                    help="an earlier stage's output folder whose metrics the verdict also counts (repeatable)")
     p.add_argument("--seeds", default=None, help="comma-separated (default: the stage's seeds)")
@@ -364,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                 "the complete ones, or another --out")
     q = QUICK if args.quick else {}
     settings = Settings(args.steps or q.get("steps", PLAN_STEPS), q.get("eval_every", PLAN_EVAL_EVERY),
-                        q.get("eval_windows", PLAN_EVAL_WINDOWS), q.get("lr", PLAN_LR))
+                        q.get("eval_windows", PLAN_EVAL_WINDOWS), q.get("lr", PLAN_LR), STAGES[args.stage].lr_schedule)
     runs, kept = plan_runs(seeds, recipes, rerun=args.stage == 1), []  # stage 2: no rerun (PLAN_STAGE2.md)
     order = {r.name: i for i, r in enumerate(runs)}  # rows in the plan's order, kept ones (--resume) included
     if args.resume:

@@ -85,6 +85,10 @@ def t_quantile(df: int, confidence: float = 0.95) -> float:
                                  - p, 2.0))
 
 
+CONSTANT_LR: tuple[str, int, float] = ("constant", 0, 0.1)
+"""The job's default learning rate: constant from the first step (runs recorded before schedules existed had it)."""
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage of the check: the seeds it runs, the seeds its verdict needs, its intervals' confidence, its rule."""
@@ -94,14 +98,19 @@ class Stage:
     confidence: float
     plan: str
     """The rule's file, beside the results (``results/h200/train/fp8_convergence/``)."""
+    lr_schedule: tuple[str, int, float] = CONSTANT_LR
+    """(kind, warm-up steps, min ratio): the job's ``--lr-schedule``, ``--lr-warmup-steps``, ``--lr-min-ratio``."""
 
 
 STAGES: dict[int, Stage] = {
     1: Stage(PLAN_SEEDS, PLAN_SEEDS, 0.95, "PLAN.md"),
     2: Stage(tuple(range(108, 124)), tuple(range(100, 124)), 0.975, "PLAN_STAGE2.md"),
+    3: Stage(tuple(range(200, 224)), tuple(range(200, 224)), 0.975, "PLAN_SCHEDULE.md", ("cosine", 30, 0.1)),
 }
 """Stage 1: PLAN.md's 8 seeds at 95%. Stage 2 (PLAN_STAGE2.md, stated after stage 1 was inconclusive): 16 more
-seeds, the verdict over all 24 at 97.5% (two looks at the data, half of the 5% each: Bonferroni); the last stage."""
+seeds, the verdict over all 24 at 97.5% (two looks at the data, half of the 5% each: Bonferroni); the last stage.
+Stage 3 (PLAN_SCHEDULE.md): a separate check of the same question with a cosine schedule (30 warm-up steps, decay to
+10%), 24 fresh seeds, 97.5%, one look."""
 
 
 def run_name(recipe: str, seed: int, rerun: bool = False) -> str:
@@ -307,16 +316,23 @@ def mean_curves(curves: dict[str, dict[int, Curve]], total_steps: int, every: in
     return out
 
 
-def plan_deviations(metrics: list[dict]) -> list[str]:
-    """How the runs' settings differ from the PLAN's (steps, warm-up, lr, evaluation, determinism, batch, model)."""
-    planned = {"steps + warmup": PLAN_STEPS, "warmup": 0, "lr": PLAN_LR, "eval_every": PLAN_EVAL_EVERY,
-               "eval_windows": PLAN_EVAL_WINDOWS, "deterministic": True, "micro_batch": 8, "seq_len": 1024,
-               "hidden_size": 1024, "compile": False}
+def schedule_of(settings: dict) -> tuple[str, int, float]:
+    """A metrics JSON's (kind, warm-up steps, min ratio); ``CONSTANT_LR`` when it records none."""
+    s = settings.get("lr_schedule")
+    return (s["kind"], s["warmup_steps"], s["min_ratio"]) if s else CONSTANT_LR
+
+
+def plan_deviations(metrics: list[dict], lr_schedule: tuple[str, int, float] = CONSTANT_LR) -> list[str]:
+    """How the runs' settings differ from the PLAN's (steps, warm-up, lr and its schedule, evaluation, determinism,
+    batch, model)."""
+    planned = {"steps + warmup": PLAN_STEPS, "warmup": 0, "lr": PLAN_LR, "lr_schedule": lr_schedule,
+               "eval_every": PLAN_EVAL_EVERY, "eval_windows": PLAN_EVAL_WINDOWS, "deterministic": True,
+               "micro_batch": 8, "seq_len": 1024, "hidden_size": 1024, "compile": False}
     seen: dict[str, set] = {key: set() for key in planned}
     for m in metrics:
         s = m.get("settings", {})
         values = {"steps + warmup": m.get("steps", 0) + m.get("warmup", 0), "warmup": m.get("warmup"),
-                  "lr": s.get("lr"), "eval_every": s.get("eval_every"), "eval_windows": s.get("eval_windows"),
+                  "lr": s.get("lr"), "lr_schedule": schedule_of(s), "eval_every": s.get("eval_every"), "eval_windows": s.get("eval_windows"),
                   "deterministic": s.get("deterministic"), "micro_batch": s.get("micro_batch"),
                   "seq_len": s.get("seq_len"), "hidden_size": (m.get("overrides") or {}).get("hidden_size"),
                   "compile": s.get("compile")}
@@ -327,7 +343,8 @@ def plan_deviations(metrics: list[dict]) -> list[str]:
 
 
 def analyze(metrics: dict[str, dict], planned_seeds: tuple[int, ...] = PLAN_SEEDS,
-            recipes: tuple[str, ...] = FP8_RECIPES, confidence: float = 0.95) -> dict:
+            recipes: tuple[str, ...] = FP8_RECIPES, confidence: float = 0.95,
+            lr_schedule: tuple[str, int, float] = CONSTANT_LR) -> dict:
     """The whole analysis from the runs' metrics JSONs by run name (``run_name``)."""
     complete: dict[str, dict[int, Curve]] = {}
     totals, everies = set(), set()
@@ -343,7 +360,7 @@ def analyze(metrics: dict[str, dict], planned_seeds: tuple[int, ...] = PLAN_SEED
     total, every = (totals.pop(), everies.pop()) if totals else (PLAN_STEPS, PLAN_EVAL_EVERY)
     reference = complete.get(REFERENCE, {})
     judged = {r: judge_recipe(reference, complete.get(r, {}), total, planned_seeds, confidence) for r in recipes}
-    deviations = plan_deviations(list(metrics.values()))
+    deviations = plan_deviations(list(metrics.values()), lr_schedule)
     return {"total_steps": total, "eval_every": every, "planned_seeds": list(planned_seeds), "confidence": confidence,
             "q_window": [quality_window_start(total), total], "recipes": judged,
             "complete_seeds": {r: sorted(c) for r, c in complete.items()},

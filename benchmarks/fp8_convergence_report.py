@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from fp8_convergence_analysis import (  # benchmarks/ is on sys.path (fp8_convergence.py, the tests)
+    CONSTANT_LR,
     FP8_RECIPES,
     LEVELS,
     PLAN_SEEDS,
@@ -219,9 +220,9 @@ def environment(metrics: dict[str, dict], repo: Path, extra: dict) -> dict:
 
 def write_outputs(out: Path, metrics: dict[str, dict], runs: list[dict], context: dict,
                   planned_seeds: tuple[int, ...] = PLAN_SEEDS, recipes: tuple[str, ...] = FP8_RECIPES,
-                  confidence: float = 0.95) -> dict:
+                  confidence: float = 0.95, lr_schedule: tuple[str, int, float] = CONSTANT_LR) -> dict:
     """Analyse and write REPORT.md, convergence.csv, curves.csv and summary.json under ``out``; returns the summary."""
-    analysis = analyze(metrics, planned_seeds, recipes, confidence)
+    analysis = analyze(metrics, planned_seeds, recipes, confidence, lr_schedule)
     rows = convergence_rows(metrics, runs)
     write_atomic(out / "convergence.csv", _csv(rows, CONVERGENCE_COLUMNS))
     write_atomic(out / "curves.csv", _csv(curve_rows(metrics), ["recipe", "seed", "step", "heldout_loss"]))

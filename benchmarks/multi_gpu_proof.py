@@ -19,7 +19,8 @@ mode: on one GPU, on ``--gpus`` GPUs, then a torch.profiler pass of a few steps 
 Writes three files under ``--out``, rewritten after every run: ``MULTI_GPU.md``, ``multi_gpu.json`` and
 ``logs.tar.gz`` (recipes, job logs, metrics JSONs, profile summaries; no traces: they are read and deleted).
 Work files live in ``--work`` (default: a temporary folder). ``--budget-s`` skips runs that would not fit. The
-allocator runs with its defaults (no expandable segments), as in session 2's run, so peak memory compares with it.
+allocator follows the caller's ``PYTORCH_CUDA_ALLOC_CONF`` (the report names it): session 2's run used the defaults;
+``expandable_segments:True`` is what the single-GPU proof uses, and the memory model's allocator slack assumes.
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ def report(args, modes: tuple[str, ...], predictions: dict, results: dict) -> st
              f"checkpointing, FSDP2, synthetic data; the job's {args.steps} timed steps after {args.warmup} warm-up "
              "(median). Predictions: H200-calibrated; *recipe* = the fused step the recipe records, *job* = "
              "`predict_recipe(recipe, calibrated=True, job=True)` (what the reference job runs). Errors are measured / "
-             "predicted - 1.")
+             "predicted - 1. Allocator: `PYTORCH_CUDA_ALLOC_CONF="
+             f"{os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}` ({'set' if os.environ.get('PYTORCH_CUDA_ALLOC_CONF') else 'the defaults'}).")
     header = ("| mode | GPUs | measured step ms | recipe-predicted ms (error) | job-predicted ms (error) | "
               "measured peak GB (reserved) | recipe-predicted GB (error) | job-predicted GB (error) |")
     method = ("Difference = the FSDP step - the one-GPU step + the optimizer time sharding saves (predicted), measured "

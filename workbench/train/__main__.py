@@ -34,6 +34,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic algorithms (cuBLAS workspace, torch.use_deterministic_algorithms, no cuDNN "
                         "benchmark); refuses nondeterministic project kernels")
+    p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+                   help="constant (default), or cosine decay to --lr-min-ratio of the peak after the warm-up")
+    p.add_argument("--lr-warmup-steps", type=int, default=0, help="linear learning-rate warm-up steps (default 0)")
+    p.add_argument("--lr-min-ratio", type=float, default=0.1,
+                   help="cosine: the last step's learning rate as a fraction of the peak (default 0.1)")
     return p
 
 
@@ -46,13 +51,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         from workbench.train.job import RunOptions, job_prediction, train
+        from workbench.train.schedule import LrSchedule
         from workbench.train.spec import load_job_spec
 
         spec = load_job_spec(args.recipe)
         options = RunOptions(steps=args.steps, warmup=args.warmup, device=args.device, data=args.data, lr=args.lr,
                              seed=args.seed, max_table_rows=args.max_table_rows, log_every=args.log_every,
                              progress=not args.quiet, fp8_emulate=args.fp8_emulate, eval_every=args.eval_every,
-                             eval_windows=args.eval_windows, deterministic=args.deterministic)
+                             eval_windows=args.eval_windows, deterministic=args.deterministic,
+                             lr_schedule=LrSchedule(args.lr_schedule, args.lr_warmup_steps, args.lr_min_ratio))
         result = train(spec, options)
         result.predicted_job = job_prediction(args.recipe)
     except WorkbenchError as exc:

@@ -54,6 +54,7 @@ from workbench.train.data import RecsysBatches, TextBatches, heldout_windows
 from workbench.train.determinism import check_deterministic, deterministic_mode
 from workbench.train.dlrm import capped_rows
 from workbench.train.parallel import World, init_world
+from workbench.train.schedule import LrSchedule
 from workbench.train.spec import JobError, JobSpec, check_supported
 
 GB = 1e9
@@ -92,6 +93,9 @@ class RunOptions:
     """Held-out windows of seq_len + 1 bytes (``data.heldout_windows``)."""
     deterministic: bool = False
     """Deterministic algorithms (the module docstring says what that covers)."""
+    lr_schedule: LrSchedule = field(default_factory=LrSchedule)
+    """How the learning rate moves over the run's ``warmup + steps`` optimizer steps (``workbench.train.schedule``);
+    constant by default."""
 
 
 @dataclass
@@ -155,6 +159,9 @@ class RunResult:
                 "lr": self.options.lr,
                 "max_table_rows": self.options.max_table_rows,
                 "eval_every": self.options.eval_every, "eval_windows": self.options.eval_windows,
+                "lr_schedule": {"kind": self.options.lr_schedule.kind,
+                                "warmup_steps": self.options.lr_schedule.warmup_steps,
+                                "min_ratio": self.options.lr_schedule.min_ratio},
                 "deterministic": self.options.deterministic,
             },
             "steps": len(self.step_times_s), "warmup": self.options.warmup,
@@ -283,7 +290,12 @@ def _loop(spec: JobSpec, options: RunOptions, world: World, built: Built) -> Run
 
     if 0 in due:
         evaluate(0)
+    peak_lrs = [[group["lr"] for group in optimizer.param_groups] for optimizer in built.optimizers]
     for step in range(total):
+        factor = options.lr_schedule.lr_factor(step, total)
+        for optimizer, peak in zip(built.optimizers, peak_lrs, strict=True):
+            for group, lr in zip(optimizer.param_groups, peak, strict=True):
+                group["lr"] = lr * factor
         if step == options.warmup and cuda:
             _sync(world.device)
             torch.cuda.empty_cache()  # drop what warm-up (compilation, autotuning) reserved beyond steady state
