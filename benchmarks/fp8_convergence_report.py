@@ -143,7 +143,8 @@ def report_markdown(analysis: dict, rows: list[dict], context: dict) -> str:
     own spread and the seed-mean held-out curves."""
     a, deviations = analysis, analysis["plan_deviations"]
     stage = context.get("stage", 1)
-    lines = [f"# fp8 vs bf16 convergence check (third rule{', stage ' + str(stage) if stage > 1 else ''})", "",
+    title = {1: "third rule", 2: "third rule, stage 2", 3: "with a learning-rate schedule, stage 3"}.get(stage, f"stage {stage}")
+    lines = [f"# fp8 vs bf16 convergence check ({title})", "",
              f"Rule: [{Path(context['plan_link']).name}]({context['plan_link']}) (stated and committed before these runs). "
              + ("Final." if context.get("final", True) else "**Interim: runs still going.**"), "",
              f"Command: `{context['command']}`", ""]
