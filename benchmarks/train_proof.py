@@ -16,7 +16,8 @@ One invocation runs three experiments, each run a recipe through ``python -m wor
 2. **direct port vs co-designed** (``port``): ``workbench.recipe.advise`` for Llama 3 8B with 12 layers at
    8k tokens, from ``h100-sxm`` (80 GB) to ``h200-sxm`` (141 GB): the H100's best recipe run unchanged on the
    H200, and the recipe co-designed for the H200. Measured tokens/s ratio; target >= 1.25x.
-3. **fp8 vs bf16** (``fp8``): a ~45M-parameter byte-level Llama trained for a few hundred steps on the
+3. **fp8 vs bf16** (``fp8``; the convergence check that stands is ``fp8_convergence.py``: held-out loss over 24
+   seeds, its verdicts in ``results/h200/train/fp8_convergence/README.md``): a ~45M-parameter byte-level Llama trained for a few hundred steps on the
    generated text corpus, bf16 vs each fp8 recipe of ``--fp8-recipes`` (default ``FP8_RECIPE_RUNS``:
    rowwise_with_gw_hp and rowwise; the project's Triton fp8 GEMM where torchao is missing) at ``--fp8-seeds``
    seeds (default 2), each fp8 run against the bf16 run of its seed (same initialisation and data), plus rowwise
