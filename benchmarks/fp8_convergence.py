@@ -41,7 +41,6 @@ for path in (REPO, REPO / "benchmarks"):
         sys.path.insert(0, str(path))
 
 from fp8_convergence_analysis import (
-    CONSTANT_LR,
     FP8_RECIPES,
     PLAN_EVAL_EVERY,
     PLAN_EVAL_WINDOWS,
@@ -57,6 +56,7 @@ from fp8_convergence_analysis import (
 from fp8_convergence_report import environment, load_metrics, write_outputs
 
 from workbench.schema import write_atomic
+from workbench.train.schedule import CONSTANT_LR, LrSchedule
 
 PLAN = REPO / "benchmarks" / "results" / "h200" / "train" / "fp8_convergence" / "PLAN.md"
 RECIPES: tuple[str, ...] = (REFERENCE, *FP8_RECIPES)
@@ -76,8 +76,9 @@ EVAL_DETERMINISM_OVERHEAD = 1.25
 ~14% of 300 steps) and deterministic mode; recalibrate from runs.json's wall_s."""
 SPEEDUP_GUESS_PER_WORKER, SPEEDUP_GUESS_MAX = 0.65, 3.0
 """Guessed throughput of K processes sharing one H200 against one: min(1 + 0.65 (K - 1), 3). The 45M model runs
-launch-bound (27 ms measured steps vs ~6-16 ms predicted), so the GPU has room; not measured yet. Recalibrate
-from summary.json: the sum of the runs' wall_s over the elapsed time."""
+launch-bound (27 ms measured steps vs ~6-16 ms predicted), so the GPU has room. Measured since (the runs' wall_s
+summed over the elapsed time, in each stage's summary.json): 7.1 runs at a time with 8 workers on two H200s
+(stage 1), each run taking 1.0-1.6x ``FP8_RUN_WALL_S``; the guess was not recalibrated."""
 QUICK = {"micro_batch": 2, "seq_len": 64, "steps": 20, "eval_every": 2, "eval_windows": 4, "lr": 3e-3}
 """--quick: ``train_proof.TINY_LLAMA`` at these settings (seconds per run on a CPU; tests the script only)."""
 
@@ -101,8 +102,7 @@ class Settings:
     eval_every: int
     eval_windows: int
     lr: float
-    lr_schedule: tuple[str, int, float] = CONSTANT_LR
-    """(kind, warm-up steps, min ratio) of the job's learning-rate schedule."""
+    lr_schedule: LrSchedule = CONSTANT_LR
 
 
 def plan_runs(seeds: tuple[int, ...], recipes: tuple[str, ...], rerun: bool = True) -> list[Run]:
@@ -138,8 +138,9 @@ def train_command(run: Run, recipe_path: Path, metrics_path: Path, settings: Set
     return [sys.executable, "-m", "workbench.train", "--recipe", str(recipe_path), "--metrics", str(metrics_path),
             "--steps", str(settings.steps), "--warmup", "0", "--lr", repr(settings.lr), "--seed", str(run.seed),
             "--eval-every", str(settings.eval_every), "--eval-windows", str(settings.eval_windows),
-            "--deterministic", "--quiet", "--lr-schedule", settings.lr_schedule[0],
-            "--lr-warmup-steps", str(settings.lr_schedule[1]), "--lr-min-ratio", repr(settings.lr_schedule[2])]
+            "--deterministic", "--quiet", "--lr-schedule", settings.lr_schedule.kind,
+            "--lr-warmup-steps", str(settings.lr_schedule.warmup_steps), "--lr-min-ratio",
+            repr(settings.lr_schedule.min_ratio)]
 
 
 def visible_devices() -> list[str]:

@@ -28,6 +28,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from workbench.train.schedule import CONSTANT_LR, LrSchedule
+
 Curve = list[tuple[int, float]]
 
 PLAN_SEEDS: tuple[int, ...] = tuple(range(100, 108))
@@ -85,10 +87,6 @@ def t_quantile(df: int, confidence: float = 0.95) -> float:
                                  - p, 2.0))
 
 
-CONSTANT_LR: tuple[str, int, float] = ("constant", 0, 0.1)
-"""The job's default learning rate: constant from the first step (runs recorded before schedules existed had it)."""
-
-
 @dataclass(frozen=True)
 class Stage:
     """One stage of the check: the seeds it runs, the seeds its verdict needs, its intervals' confidence, its rule."""
@@ -98,14 +96,14 @@ class Stage:
     confidence: float
     plan: str
     """The rule's file, beside the results (``results/h200/train/fp8_convergence/``)."""
-    lr_schedule: tuple[str, int, float] = CONSTANT_LR
-    """(kind, warm-up steps, min ratio): the job's ``--lr-schedule``, ``--lr-warmup-steps``, ``--lr-min-ratio``."""
+    lr_schedule: LrSchedule = CONSTANT_LR
+    """The job's ``--lr-schedule``, ``--lr-warmup-steps``, ``--lr-min-ratio`` (default: constant)."""
 
 
 STAGES: dict[int, Stage] = {
     1: Stage(PLAN_SEEDS, PLAN_SEEDS, 0.95, "PLAN.md"),
     2: Stage(tuple(range(108, 124)), tuple(range(100, 124)), 0.975, "PLAN_STAGE2.md"),
-    3: Stage(tuple(range(200, 224)), tuple(range(200, 224)), 0.975, "PLAN_SCHEDULE.md", ("cosine", 30, 0.1)),
+    3: Stage(tuple(range(200, 224)), tuple(range(200, 224)), 0.975, "PLAN_SCHEDULE.md", LrSchedule("cosine", 30, 0.1)),
 }
 """Stage 1: PLAN.md's 8 seeds at 95%. Stage 2 (PLAN_STAGE2.md, stated after stage 1 was inconclusive): 16 more
 seeds, the verdict over all 24 at 97.5% (two looks at the data, half of the 5% each: Bonferroni); the last stage.
@@ -316,13 +314,12 @@ def mean_curves(curves: dict[str, dict[int, Curve]], total_steps: int, every: in
     return out
 
 
-def schedule_of(settings: dict) -> tuple[str, int, float]:
-    """A metrics JSON's (kind, warm-up steps, min ratio); ``CONSTANT_LR`` when it records none."""
-    s = settings.get("lr_schedule")
-    return (s["kind"], s["warmup_steps"], s["min_ratio"]) if s else CONSTANT_LR
+def schedule_of(settings: dict) -> LrSchedule:
+    """A metrics JSON's learning-rate schedule; constant when it records none (runs from before schedules existed)."""
+    return LrSchedule(**settings["lr_schedule"]) if settings.get("lr_schedule") else CONSTANT_LR
 
 
-def plan_deviations(metrics: list[dict], lr_schedule: tuple[str, int, float] = CONSTANT_LR) -> list[str]:
+def plan_deviations(metrics: list[dict], lr_schedule: LrSchedule = CONSTANT_LR) -> list[str]:
     """How the runs' settings differ from the PLAN's (steps, warm-up, lr and its schedule, evaluation, determinism,
     batch, model)."""
     planned = {"steps + warmup": PLAN_STEPS, "warmup": 0, "lr": PLAN_LR, "lr_schedule": lr_schedule,
@@ -344,7 +341,7 @@ def plan_deviations(metrics: list[dict], lr_schedule: tuple[str, int, float] = C
 
 def analyze(metrics: dict[str, dict], planned_seeds: tuple[int, ...] = PLAN_SEEDS,
             recipes: tuple[str, ...] = FP8_RECIPES, confidence: float = 0.95,
-            lr_schedule: tuple[str, int, float] = CONSTANT_LR) -> dict:
+            lr_schedule: LrSchedule = CONSTANT_LR) -> dict:
     """The whole analysis from the runs' metrics JSONs by run name (``run_name``)."""
     complete: dict[str, dict[int, Curve]] = {}
     totals, everies = set(), set()

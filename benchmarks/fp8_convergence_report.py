@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 from fp8_convergence_analysis import (  # benchmarks/ is on sys.path (fp8_convergence.py, the tests)
-    CONSTANT_LR,
     FP8_RECIPES,
     LEVELS,
     PLAN_SEEDS,
@@ -26,6 +25,7 @@ from fp8_convergence_analysis import (  # benchmarks/ is on sys.path (fp8_conver
 )
 
 from workbench.schema import write_atomic
+from workbench.train.schedule import CONSTANT_LR, LrSchedule
 
 QUANTITY_LABELS = {"r": "Q difference r", "lag50": "lag at 50%", "lag90": "lag at 90%"}
 
@@ -221,7 +221,7 @@ def environment(metrics: dict[str, dict], repo: Path, extra: dict) -> dict:
 
 def write_outputs(out: Path, metrics: dict[str, dict], runs: list[dict], context: dict,
                   planned_seeds: tuple[int, ...] = PLAN_SEEDS, recipes: tuple[str, ...] = FP8_RECIPES,
-                  confidence: float = 0.95, lr_schedule: tuple[str, int, float] = CONSTANT_LR) -> dict:
+                  confidence: float = 0.95, lr_schedule: LrSchedule = CONSTANT_LR) -> dict:
     """Analyse and write REPORT.md, convergence.csv, curves.csv and summary.json under ``out``; returns the summary."""
     analysis = analyze(metrics, planned_seeds, recipes, confidence, lr_schedule)
     rows = convergence_rows(metrics, runs)

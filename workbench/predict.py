@@ -173,8 +173,8 @@ def _optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
                      phase="optimizer", layer="optimizer")
 
 
-DataParallelPlan = list[tuple[ScheduledCollective, int, float]]
-"""The data-parallel collectives of one step: (collective, group size, seconds per occurrence)."""
+DataParallelPlan = list[tuple[ScheduledCollective, int, str, float]]
+"""The data-parallel collectives of one step: (collective, group size, link name, seconds per occurrence)."""
 
 
 def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> DataParallelPlan:
@@ -215,7 +215,7 @@ def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants
         grads = model.dense_params * 4  # the first dense layers' gradients come last: DDP's last bucket
         plan(ddp_schedule("ddp.dense", grads, ddp_last_bucket_bytes(grads, 0.0)), p.dp)
     link = group_link(gpu, c, dp_spans)  # every data-parallel group spans the same ranks' links
-    return [(s, group, collective_time(s.collective, s.size_bytes, group, link)) for s, group in planned]
+    return [(s, group, link.name, collective_time(s.collective, s.size_bytes, group, link)) for s, group in planned]
 
 
 def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
@@ -260,13 +260,12 @@ def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, st
         add("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * accum)
 
     planned = data_parallel_plan(model, cfg, gpu, c) if plan is None else plan
-    schedule = [s for s, _, _ in planned]
-    times = [t for _, _, t in planned]
+    schedule = [s for s, _, _, _ in planned]
+    times = [t for _, _, _, t in planned]
     exposed_s = exposed_seconds(schedule, times, comm_overlap=c["comm_overlap"], step_compute_s=step_compute,
                                 embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
-    link_name = group_link(gpu, c, p.dp * p.tp > domain).name if planned else ""
-    data_parallel = [CommPrediction(s.name, s.collective, s.size_bytes, group, link_name, t * s.occurrences, e, s.edge)
-                     for (s, group, t), e in zip(planned, exposed_s, strict=True)]
+    data_parallel = [CommPrediction(s.name, s.collective, s.size_bytes, group, link, t * s.occurrences, e, s.edge)
+                     for (s, group, link, t), e in zip(planned, exposed_s, strict=True)]
     return data_parallel + exposed
 
 

@@ -40,7 +40,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -159,9 +159,7 @@ class RunResult:
                 "lr": self.options.lr,
                 "max_table_rows": self.options.max_table_rows,
                 "eval_every": self.options.eval_every, "eval_windows": self.options.eval_windows,
-                "lr_schedule": {"kind": self.options.lr_schedule.kind,
-                                "warmup_steps": self.options.lr_schedule.warmup_steps,
-                                "min_ratio": self.options.lr_schedule.min_ratio},
+                "lr_schedule": asdict(self.options.lr_schedule),
                 "deterministic": self.options.deterministic,
             },
             "steps": len(self.step_times_s), "warmup": self.options.warmup,
@@ -376,8 +374,6 @@ def job_prediction(recipe_path: str | Path) -> dict:
     """The step as this job runs the recipe (eager or compiled, its loss, FSDP2 copies, fp8 quantization:
     ``predict_recipe(recipe, calibrated=True, job=True)``), made now; a recipe records the fused step that search
     ranks, which an eager run is not. {} when the recipe's model or GPU is not in the catalog."""
-    from dataclasses import asdict
-
     from workbench.errors import WorkbenchError
     from workbench.recipe import load_recipe
     from workbench.recipe.build import predict_recipe, predicted_from

@@ -46,3 +46,8 @@ class LrSchedule:
         decay_steps = total - self.warmup_steps - 1
         progress = (step - self.warmup_steps) / decay_steps if decay_steps > 0 else 1.0
         return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+CONSTANT_LR = LrSchedule()
+"""The job's default: the peak learning rate from the first step to the last (runs recorded before schedules
+existed ran so)."""
