@@ -15,7 +15,7 @@ out-of-memory row does not end the sweep) and writes one JSON line: median step 
 (host clock around synchronized steps), peak allocated and reserved memory, and CUDA kernel time per kernel
 name from a `torch.profiler` pass of two further steps.
 
-    python benchmarks/stacks/plain_pytorch.py --sweep --out DIR [--budget-s 540]   # every row of SWEEP
+    python benchmarks/stacks/plain_pytorch.py --sweep [main|holdout] --out DIR [--budget-s 540]
     python benchmarks/stacks/plain_pytorch.py --row '{"model": "1b", ...}'        # one row, to stdout
 """
 
@@ -66,6 +66,17 @@ def _sweep() -> list[Row]:
                 Row("1b", 2, 4096, "bf16", True, "none"), Row("8b-4l", 2, 4096, "fp32", True, "full"),
                 Row("1b", 1, 2048, "fp32", True, "none"), Row("1b", 2, 8192, "fp32", True, "full")]
     return eager + compiled
+
+
+def _holdout() -> list[Row]:
+    """Configurations chosen after the stack tables were written, none of them in ``_sweep``: a held-out check."""
+    return [Row("1b", 3, 2048, "fp32", False, "none"), Row("1b", 1, 4096, "bf16", False, "full"),
+            Row("8b-4l", 2, 2048, "fp32", False, "none"), Row("8b-4l", 1, 2048, "fp32", False, "full"),
+            Row("1b", 1, 16384, "fp32", False, "full"), Row("8b-4l", 1, 8192, "bf16", True, "none"),
+            Row("1b", 4, 2048, "fp32", True, "full")]
+
+
+SWEEPS = {"main": _sweep, "holdout": _holdout}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -229,13 +240,13 @@ def environment() -> dict:
     return env
 
 
-def sweep(out: str, budget_s: float, only: str | None) -> None:
+def sweep(out: str, budget_s: float, only: str | None, name: str = "main") -> None:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "environment.json"), "w") as handle:
         json.dump({**environment(), "command": " ".join(sys.argv)}, handle, indent=2)
-    rows = [r for r in _sweep() if only is None or only in json.dumps(asdict(r))]
+    rows = [r for r in SWEEPS[name]() if only is None or only in json.dumps(asdict(r))]
     deadline = time.time() + budget_s
-    results = os.path.join(out, "plain_pytorch.jsonl")
+    results = os.path.join(out, "plain_pytorch.jsonl" if name == "main" else f"plain_pytorch_{name}.jsonl")
     for row in rows:
         left = deadline - time.time()
         if left < 20:
@@ -259,7 +270,7 @@ def sweep(out: str, budget_s: float, only: str | None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sweep", action="store_true")
+    p.add_argument("--sweep", nargs="?", const="main", choices=sorted(SWEEPS), help="run a sweep (default: main)")
     p.add_argument("--row", help="one row as JSON (the sweep's subprocess)")
     p.add_argument("--out", default="plain_pytorch_out")
     p.add_argument("--budget-s", type=float, default=540)
@@ -267,12 +278,12 @@ def main() -> None:
     p.add_argument("--list", action="store_true", help="print the sweep's rows")
     args = p.parse_args()
     if args.list:
-        for r in _sweep():
+        for r in SWEEPS[args.sweep or "main"]():
             print(json.dumps(asdict(r)))
     elif args.row:
         print(json.dumps(run_row(Row(**json.loads(args.row)))))
     elif args.sweep:
-        sweep(args.out, args.budget_s, args.only)
+        sweep(args.out, args.budget_s, args.only, args.sweep)
     else:
         p.error("--sweep, --row or --list")
 

@@ -1,0 +1,114 @@
+"""workbench.graph.stack_kernels tables, torchtitan's checkpointing policies, and stack_check's kernel classes."""
+
+import dataclasses
+
+import pytest
+
+from workbench.graph.stack_kernels import (
+    Dims,
+    block_ops,
+    pytorch_flavor,
+    recompute_ops,
+    stack_step_ops,
+    torchtitan_flavor,
+)
+from workbench.models import get_model
+from workbench.stack_check import classify, compare
+
+# a small hand-countable shape: 2 x 4 tokens, hidden 16, 4 heads of 4 (2 kv heads), ffn 32
+D = Dims(tokens=8, seq=4, batch=2, hidden=16, q=16, kv=8, ffn=32, vocab=64, heads=4, kv_heads=2, head_dim=4, layers=3)
+
+
+def _bytes(ops, prefix, phase="fwd"):
+    return sum(o.bytes * o.count for o in ops if o.name.startswith(prefix) and o.phase == phase)
+
+
+def test_swiglu_and_norm_bytes_by_hand():
+    fwd, bwd = block_ops(D, pytorch_flavor("fp32"))
+    # silu reads 2 B, writes 2 B; the product reads 4 B (two bf16), writes 2 B: 10 B per [T, f] element, 3 layers
+    assert _bytes(fwd, "swiglu") == 10 * 8 * 32 * 3
+    # F.rms_norm under autocast runs in fp32 on the fp32 stream: 4 B in, 4 B out per [T, h] element
+    assert _bytes(fwd, "attn_norm") == 8 * 8 * 16 * 3
+    # its backward: grad_input reads dy and x, writes dx (12 B); grad_weight reads dy and x (8 B)
+    assert _bytes(bwd, "attn_norm", "bwd") == 20 * 8 * 16 * 3
+    # with bf16 parameters: 2 B in, 2 B out
+    fwd_bf16, _ = block_ops(D, pytorch_flavor("bf16"))
+    assert _bytes(fwd_bf16, "attn_norm") == 4 * 8 * 16 * 3
+
+
+def test_autocast_weight_casts_are_6_bytes_per_parameter_per_forward():
+    fwd, bwd = block_ops(D, pytorch_flavor("fp32"))
+    matmul_params = sum(i * o for _, i, o in D.linears())
+    casts = [o for o in fwd if o.extra.get("aten") == "cast_weight"]
+    assert len(casts) == 7
+    assert sum(o.bytes * o.count for o in casts) == 6 * matmul_params * D.layers
+    # and their gradients go back to fp32 once, 6 B per parameter
+    assert sum(o.bytes * o.count for o in bwd if ".weight_grad" in o.name) == 6 * matmul_params * D.layers
+    # full checkpointing casts again in the recompute; bf16 parameters cast nothing
+    again = [o for o in recompute_ops(fwd, "full", D.layers) if o.extra.get("aten") == "cast_weight"]
+    assert sum(o.bytes * o.count for o in again) == 6 * matmul_params * D.layers
+    assert not [o for o in block_ops(D, pytorch_flavor("bf16"))[0] if o.extra.get("aten") == "cast_weight"]
+
+
+def _recomputed_mms(policy, layers=D.layers):
+    fwd, _ = block_ops(D, torchtitan_flavor())
+    return {o.name.split(".")[1]: o.count for o in recompute_ops(fwd, policy, layers) if o.kind == "gemm"}
+
+
+def test_checkpoint_policies_follow_torchtitan():
+    # _op_sac_save_list: aten.mm saved except every second one (wq, wv, w1, w2 saved); SDPA saved
+    assert set(_recomputed_mms("selective-op")) == {"wk", "wo", "w3"}
+    fwd, _ = block_ops(D, torchtitan_flavor())
+    sac = recompute_ops(fwd, "selective-op", D.layers)
+    assert not [o for o in sac if o.kind == "attention"]
+    assert {o.extra["aten"] for o in sac} >= {"rms_norm", "rope", "swiglu", "cast_weight"}
+    # full: every mm and the attention again, not the block's last residual add (early stop)
+    assert set(_recomputed_mms("full")) == {"wq", "wk", "wv", "wo", "w1", "w3", "w2"}
+    full = recompute_ops(fwd, "full", D.layers)
+    assert [o for o in full if o.kind == "attention"]
+    assert not [o for o in full if "mlp_residual" in o.name]
+    # selective-2 over 4 layers: blocks 2 and 4 (1-based _layer_sac_count % 2 == 0) fully recomputed
+    assert set(_recomputed_mms("selective-2", layers=4).values()) == {round(3 * 2 / 4)}
+    assert recompute_ops(fwd, "none", D.layers) == []
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0",
+     "attention"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, true>(int, float, float "
+     "const*, float const*, float const*, float*, float*, float*)", "norm"),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)"
+     "::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::nat", "cast/copy"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<c10::"
+     "BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_i", "rope/elementwise"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous "
+     "namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, in", "loss"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace", "optimizer"),
+    ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)",
+     "embedding"),
+    ("triton_per_fused__fused_rms_norm__fused_rms_norm_backward__to_copy__unsafe_view_add_view_6", "norm"),
+    ("triton_poi_fused__to_copy_t_8", "cast/copy"),
+    ("triton_poi_fused__unsafe_view_mul_silu_9", "rope/elementwise"),
+    ("Memset (Device)", "other"),
+])
+def test_classify_real_kernel_names(name, cls):
+    assert classify(name) == cls
+
+
+def test_compare_covers_every_kernel_of_a_row():
+    model = get_model("llama3.2-1b")
+    row = {"micro_batch": 1, "seq_len": 256, "param_dtype": "fp32", "compile": False, "ac": "none",
+           "kernels": [{"name": "nvjet_sm90_x", "calls": 2.0, "us": 30.0}, {"name": "Memset (Device)", "calls": 1, "us": 1}]}
+    rows = {r.cls: r for r in compare(model, row)}
+    assert rows["gemm"].measured_us == 30.0 and rows["other"].measured_calls == 1
+    assert rows["gemm"].predicted_calls == 3 * 7 * model.num_layers + 3  # 7 linears x 3 GEMMs per block + the head
+    assert all(r.predicted_us >= 0 for r in rows.values())
+
+
+def test_step_ops_price_every_op():
+    model = dataclasses.replace(get_model("llama3-8b"), num_layers=2)
+    for flavor in (pytorch_flavor("fp32"), pytorch_flavor("bf16", compile=True), torchtitan_flavor(True)):
+        ops = stack_step_ops(model, 1, 512, flavor, "selective-op")
+        assert ops and all(o.count >= 1 for o in ops)

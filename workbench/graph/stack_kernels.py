@@ -1,0 +1,422 @@
+"""What plain PyTorch (eager or ``torch.compile`` per block) and torchtitan launch for one Llama training step.
+
+``workbench.graph.execution`` models the project's own job; this module models the two stacks users run most:
+
+- ``pytorch-eager``: a loop as ``benchmarks/stacks/plain_pytorch.py`` writes it -- separate q/k/v/o and w1/w2/w3
+  ``nn.Linear``s, ``F.rms_norm``, RoPE on the halves (``chunk``/``mul``/``cat``) in the activation dtype, SDPA,
+  ``F.cross_entropy(logits.float())``, fused AdamW -- with fp32 parameters under ``torch.autocast(bf16)`` or with
+  bf16 parameters and no autocast;
+- ``pytorch-compile``: the same with each block under ``torch.compile`` (head, loss, embedding stay eager);
+- ``torchtitan`` (0.2.2, llama3): the same layers, RoPE as a complex multiply, the loss compiled with the model
+  when compile is on, gradient clipping, per-op or per-layer selective checkpointing. **On one GPU torchtitan applies
+  no FSDP** (``ParallelDims.fsdp_enabled`` is false for dp_shard = 1) and trains under autocast with fp32
+  parameters (``torchtitan/distributed/utils.py`` ``maybe_enable_amp``: "Mixed precision training is handled by
+  AMP", which every H200 log of ``benchmarks/results/h200/stacks/torchtitan/logs.tar.gz`` prints); with more than
+  one rank its FSDP2 copies are ``execution.fsdp_ops``.
+
+Conventions are ``execution.py``'s: one ``Op`` per CUDA kernel (``kernels``), bytes read and written per element of
+the tensor the table walks, ``False`` = TensorIterator's non-vectorized path (mixed dtypes, broadcasts, strided
+views, and every bf16 -> fp32 upcast, which the H200 profiles show as ``unrolled_elementwise_kernel<direct_copy>``).
+Each table names the torch code it comes from and the kernel names of the H200 profile that confirm it
+(``benchmarks/results/h200/stacks/plain_pytorch/plain_pytorch.jsonl``, rows ``1b mb1 s8192``; counts per block).
+Forward ops carry ``extra["aten"]`` (``mm`` with its ``mm_index`` in the block, ``sdpa``, ``cast``...) so that
+``recompute_ops`` can apply torchtitan's selective-op policy to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.graph.execution import ROPE_BWD, ROPE_FWD, Kernel, kernels
+from workbench.graph.ops import AttentionShape, Op, attention, gemm_with_grads
+
+ParamDtype = Literal["fp32", "bf16"]
+Policy = str
+"""Activation checkpointing: ``none``, ``full``, ``selective-op`` (torchtitan's per-op policy) or ``selective-N``
+(every N-th block fully checkpointed, torchtitan's ``selective_ac_option = "N"``)."""
+
+INT32_INDEX_BYTES = 2**31 - 1
+"""TensorIterator splits a kernel whose byte offsets overflow int32 into sub-kernels
+(aten/src/ATen/TensorIterator.cpp ``can_use_32bit_indexing`` / ``with_32bit_indexing``): the fp32 [T, V] logits of
+8192 tokens launch their ``.float()`` as 2 kernels in the profile."""
+MTA_CHUNK_ELEMENTS = 65536
+MTA_BLOCKS_PER_LAUNCH = 320
+"""aten/src/ATen/native/cuda/MultiTensorApply.cuh: kChunkSize = 65536, depth_to_max_blocks = 320 (fused AdamW,
+foreach norm and mul launch once per 320 chunks: 60 launches for 1.24 B parameters in the profile)."""
+
+
+@dataclass(frozen=True)
+class StackFlavor:
+    """What one of these stacks runs, as far as kernels go."""
+
+    name: str
+    param_dtype: ParamDtype = "fp32"
+    """fp32 parameters under autocast(bf16), or bf16 parameters without autocast."""
+    compile_blocks: bool = False
+    compile_loss: bool = False
+    rope: Literal["halves", "complex"] = "halves"
+    grad_clip: bool = False
+    tied: bool = False
+
+    @property
+    def autocast(self) -> bool:
+        return self.param_dtype == "fp32"
+
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes per element of the residual stream: fp32 when parameters are (embedding output fp32, fp32 + bf16 -> fp32)."""
+        return 4 if self.param_dtype == "fp32" else 2
+
+
+def pytorch_flavor(param_dtype: ParamDtype = "fp32", compile: bool = False, tied: bool = False) -> StackFlavor:
+    return StackFlavor("pytorch-compile" if compile else "pytorch-eager", param_dtype, compile, False, "halves",
+                       False, tied)
+
+
+def torchtitan_flavor(compile: bool = False) -> StackFlavor:
+    """torchtitan 0.2.2 llama3 on one GPU: autocast, fp32 parameters, untied head, compile = blocks + loss."""
+    return StackFlavor("torchtitan", "fp32", compile, compile, "complex", True, False)
+
+
+@dataclass(frozen=True)
+class Dims:
+    tokens: int
+    seq: int
+    batch: int
+    hidden: int
+    q: int
+    kv: int
+    ffn: int
+    vocab: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layers: int
+
+    @classmethod
+    def of(cls, model, micro_batch: int, seq_len: int) -> Dims:
+        return cls(micro_batch * seq_len, seq_len, micro_batch, model.hidden_size, model.q_size, model.kv_size,
+                   model.ffn_hidden_size, model.vocab_size, model.num_heads, model.num_kv_heads, model.head_dim,
+                   model.num_layers)
+
+    def linears(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, in, out) of a block's linears in forward order (mm_index 1..7)."""
+        h, f = self.hidden, self.ffn
+        return (("wq", h, self.q), ("wk", h, self.kv), ("wv", h, self.kv), ("wo", self.q, h), ("w1", h, f),
+                ("w3", h, f), ("w2", f, h))
+
+    @property
+    def block_params(self) -> int:
+        return sum(i * o for _, i, o in self.linears()) + 2 * self.hidden
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Eager tables, per element of the walked tensor. A = autocast with fp32 parameters, B = bf16 parameters.
+
+# F.rms_norm (aten/src/ATen/native/layer_norm.cpp rms_norm -> the fused layer-norm kernel with rms flag):
+# ``vectorized_layer_norm_kernel<float, float>`` under A (fp32 stream in, fp32 out), ``<BFloat16, float>`` under B;
+# backward ``layer_norm_grad_input_kernel_vectorized`` (reads dy, x; writes dx) + ``GammaBetaBackward`` (dw).
+def rmsnorm_tables(s: int) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+    return (("rms_norm", s, s, True),), (("grad_input", 2 * s, s, True), ("grad_weight", 2 * s, 0, True))
+
+
+# autocast (aten/src/ATen/autocast_mode.h cached_cast): every F.linear casts its fp32 input to bf16 -- activations
+# once per call (not cached: y is cast 3x for q/k/v and 2x for w1/w3), leaf weights once per autocast region
+# (cached). ``bfloat16_copy_kernel`` (vectorized): 12 per block (7 weights + 5 inputs), 24 per block again
+# in the full-AC recompute (the recompute runs in a fresh autocast region). Backward: each cast's grad goes back to
+# fp32 (``unrolled_elementwise_kernel<direct_copy>``, 12 per block: 7 weight grads + 5 input grads).
+CAST_TO_BF16: tuple[Kernel, ...] = (("to_bf16", 4, 2, True),)
+CAST_TO_FP32: tuple[Kernel, ...] = (("to_fp32", 2, 4, False),)
+# the grad of a bf16 branch added to the fp32 stream: add's backward casts dx to the branch dtype
+GRAD_TO_BF16: tuple[Kernel, ...] = (("grad_to_bf16", 4, 2, True),)
+# fp32 stream + bf16 branch: ``unrolled_elementwise_kernel<CUDAFunctor_add<float>>`` (mixed dtypes, not vectorized)
+RESIDUAL_ADD_A: tuple[Kernel, ...] = (("residual_add", 6, 4, False),)
+RESIDUAL_ADD_B: tuple[Kernel, ...] = (("residual_add", 4, 2, True),)
+# autograd's accumulation of two gradients of one tensor (``CUDAFunctor_add``, 5 per block: 2 residual + 3 fan-out)
+def grad_accumulate(s: int) -> tuple[Kernel, ...]:
+    return (("grad_accumulate", 2 * s, s, True),)
+
+
+# F.silu(w1(y)) * w3(y), per element of [T, f] (bf16 under both): silu, mul (vectorized); backward: grad * w3out,
+# grad * silu(w1out) (``BinaryFunctor<MulFunctor>``, vectorized), ``silu_backward_kernel``.
+SWIGLU_FWD: tuple[Kernel, ...] = (("silu", 2, 2, True), ("mul", 4, 2, True))
+SWIGLU_BWD: tuple[Kernel, ...] = (("mul_up", 4, 2, True), ("mul_silu", 4, 2, True), ("silu_backward", 4, 2, True))
+# plain_pytorch.py rope(): the job's table (execution.ROPE_FWD) except that the forward cat runs the
+# non-vectorized ``CatArrayBatchedCopy`` (the profile), cos/sin .to(bf16) per call (launch only, [S, d/2]).
+ROPE_HALVES_FWD: tuple[Kernel, ...] = tuple((n, r, w, False if n == "cat" else v) for n, r, w, v in ROPE_FWD)
+ROPE_HALVES_BWD: tuple[Kernel, ...] = ROPE_BWD
+# torchtitan apply_rotary_emb, per real element of q or k: xq.float() (upcast), view_as_complex(x) * freqs_cis
+# (``elementwise_kernel<128, 2, BinaryFunctor<complex<float>>>``, broadcast: not vectorized), type_as (to bf16);
+# backward: grad.float(), grad * conj(freqs) (same kernel), .to(bf16) (``conj_kernel`` on freqs: launch only).
+ROPE_COMPLEX_FWD: tuple[Kernel, ...] = (("x.float", 2, 4, False), ("complex_mul", 4, 4, False), ("to_bf16", 4, 2, True))
+ROPE_COMPLEX_BWD: tuple[Kernel, ...] = (("grad.float", 2, 4, False), ("conj", 0, 0, True),
+                                        ("complex_mul", 4, 4, False), ("to_bf16", 4, 2, True))
+# o.transpose(1, 2).reshape(b, s, h) (fwd) and the q/k grads' transposed views (bwd): strided ``direct_copy``
+STRIDED_COPY: tuple[Kernel, ...] = (("strided_copy", 2, 2, False),)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inductor-compiled blocks (torch.compile per block), per element, from the kernel names of the profiles of
+# ``1b mb2 s4096 fp32 compile`` and torchtitan's trace of ``8b4l-bf16-full-compile`` (names in the comment):
+def compiled_block_tables(s: int) -> dict[str, tuple[tuple[Kernel, ...], tuple[Kernel, ...], str]]:
+    """{part: (forward kernels, backward kernels, walked tensor)}; ``s`` = stream bytes (4 under autocast)."""
+    return {
+        # triton_red_fused__fused_rms_norm__to_copy_0 (x -> y bf16); ..._rms_norm__to_copy__unsafe_view_add_7
+        # (x + attn out -> y, the sum not stored); bwd: triton_{red,per}_fused__fused_rms_norm_backward__to_copy_add
+        # (dy of the 3 or 2 consumers, x, the stream grad -> dx, the branch grad in bf16) + the dw column sums
+        # (reduce_kernel<sum_functor>)
+        "attn_norm": ((("rms_norm", s, 2, True),), (("rms_norm_bwd", 3 * 2 + 2 * s, s + 2, True),
+                                                    ("dw_sum", s, 0, True)), "hidden"),
+        "ffn_norm": ((("add_rms_norm", s + 2, 2, True),), (("rms_norm_bwd", 2 * 2 + 2 * s + 2, s + 2, True),
+                                                          ("dw_sum", s, 0, True)), "hidden"),
+        # triton_poi_fused__unsafe_view_add_cat_mul_split_sub_transpose_view (fwd), ..._add_cat_clone_mul_neg_slice
+        "rope": ((("rope", 2, 2, True),), (("rope_bwd", 2, 2, True),), "qk"),
+        # triton_poi_fused_clone_transpose_6: the SDPA output's transposed copy
+        "o_copy": ((("transpose_copy", 2, 2, True),), (), "q"),
+        # triton_poi_fused__unsafe_view_mul_silu_9; bwd ..._mul_silu_silu_backward (reads gate, up, grad)
+        "swiglu": ((("silu_mul", 4, 2, True),), (("silu_mul_bwd", 6, 4, True),), "ffn"),
+        # triton_poi_fused__unsafe_view_add_10: x + attn out + mlp out -> the fp32 block output
+        "residual": ((("residual_add", s + 4, s, True),), (), "hidden"),
+    }
+
+
+# Loss. Eager: logits.float() (direct_copy, split per 2^31 bytes), F.cross_entropy = log_softmax
+# (``cunn_SoftMaxForward<float>``: a [V]-long fp32 row does not fit in shared memory, so 3 passes: max, sum of exp,
+# write: 12 B read, 4 written) + nll_loss (launch only); backward: the zeroed grad of log_softmax's output
+# (``FillFunctor<float>``, nll_loss_backward's scatter), ``cunn_SoftMaxBackward`` (sum of grad, then grad and
+# output -> dx: 12 B read, 4 written), dlogits.to(bf16) (``bfloat16_copy``). 48 B per logit.
+LOSS_EAGER_FWD: tuple[Kernel, ...] = (("logits.float", 2, 4, False), ("log_softmax", 12, 4, True), ("nll", 0, 0, True))
+LOSS_EAGER_BWD: tuple[Kernel, ...] = (("zero_grad_input", 0, 4, True), ("nll_backward", 0, 0, True),
+                                      ("log_softmax_backward", 12, 4, True), ("dlogits.to_bf16", 4, 2, True))
+# torchtitan's compiled loss (trace): triton_red_fused__log_softmax__to_copy_prepare_softmax_online (reads bf16
+# logits, writes fp32 log-probs: 1.51 ms for 1.07 G logits = 6.1 B at 4.3 TB/s) and
+# triton_red_fused__log_softmax__log_softmax_backward_data__..._nll_loss_backward (reads them, writes bf16 dlogits).
+LOSS_COMPILED_FWD: tuple[Kernel, ...] = (("log_softmax_online", 2, 4, True), ("nll", 0, 0, True))
+LOSS_COMPILED_BWD: tuple[Kernel, ...] = (("log_softmax_nll_backward", 4, 2, True),)
+
+# Fused AdamW (torch/optim/adamw.py fused=True -> _fused_adamw_, FusedAdamMathFunctor), per parameter: reads p, g,
+# m, v, writes p, m, v; the moments have the parameter's dtype (torch.zeros_like(p) in _init_group), so bf16
+# parameters move half the bytes.
+def adamw_table(param_bytes: int) -> tuple[Kernel, ...]:
+    return (("fused_adamw", 4 * param_bytes, 3 * param_bytes, True),)
+
+
+# torch.nn.utils.clip_grad_norm_ (torchtitan dist_utils.clip_grad_norm_, foreach): _foreach_norm (LpNormFunctor)
+# then _foreach_mul_ by the clip coefficient, per fp32 gradient element.
+GRAD_CLIP: tuple[Kernel, ...] = (("foreach_norm", 4, 0, True), ("foreach_mul", 4, 4, True))
+
+
+def _tag(ops: list[Op], **extra) -> list[Op]:
+    return [dataclasses.replace(op, extra={**op.extra, **extra}) for op in ops]
+
+
+def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
+       rows: int = 0, launches: int = 1) -> list[Op]:
+    ops = kernels(prefix, kind, table, elements, phase=phase, count=count * launches, layer=layer, rows=rows)
+    if launches > 1:  # the same bytes over ``launches`` kernels: scale each op's bytes down
+        ops = [dataclasses.replace(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
+                                   shape=type(o.shape)(max(1, o.shape.elements // launches))) for o in ops]
+    return _tag(ops, aten=aten)
+
+
+def _splits(elements: int, bytes_per_element: int) -> int:
+    return max(1, math.ceil(elements * bytes_per_element / INT32_INDEX_BYTES))
+
+
+def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) kernels of the ``d.layers`` blocks (count = layers), without recomputation."""
+    n, t = d.layers, d.tokens
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    A, s = flavor.autocast, flavor.stream_bytes
+
+    def linear(name: str, i: int, o: int, mm_index: int, layer: str) -> None:
+        f, dg, wg = gemm_with_grads(name, t, o, i, "bf16", count=n, layer=layer)
+        if A:  # the weight's cast to bf16 (fwd) and its grad's back to fp32 (bwd)
+            fwd.extend(_k(f"{name}.weight", "copy", CAST_TO_BF16, i * o, "fwd", n, layer, "cast_weight"))
+            bwd.extend(_k(f"{name}.weight_grad", "copy", CAST_TO_FP32, i * o, "bwd", n, layer, "cast"))
+        fwd.extend(_tag([f], aten="mm", mm_index=mm_index))
+        bwd.extend([dg, wg])
+
+    if flavor.compile_blocks:
+        tables = compiled_block_tables(s)
+        width = {"hidden": d.hidden, "qk": d.q + d.kv, "q": d.q, "ffn": d.ffn}
+        for part, (tf, tb, walk) in tables.items():
+            layer = "mlp" if part in ("ffn_norm", "swiglu", "residual") else "attention"
+            kind = {"attn_norm": "rmsnorm", "ffn_norm": "rmsnorm", "rope": "rope", "o_copy": "copy",
+                    "swiglu": "swiglu", "residual": "add"}[part]
+            e = t * width[walk]
+            fwd.extend(_k(part, kind, tf, e, "fwd", n, layer, part, rows=t))
+            if tb:
+                bwd.extend(_k(part, kind, tb, e, "bwd", n, layer, part, rows=t))
+        if flavor.rope == "complex":  # inductor leaves the complex multiply to aten (trace: 6 per block w/ full AC)
+            for x, w in (("q", d.q), ("k", d.kv)):
+                fwd.extend(_k(f"rope.{x}", "rope", (("complex_mul", 4, 4, False),), t * w, "fwd", n, "attention", "rope"))
+                bwd.extend(_k(f"rope.{x}", "rope", (("complex_mul", 4, 4, False),), t * w, "bwd", n, "attention", "rope"))
+        for idx, (name, i, o) in enumerate(d.linears(), 1):
+            f, dg, wg = gemm_with_grads(name, t, o, i, "bf16", count=n, layer="attention" if idx <= 4 else "mlp")
+            fwd.extend(_tag([f], aten="mm", mm_index=idx))
+            bwd.extend([dg, wg])
+            if A:  # triton_poi_fused__to_copy_t_* (fwd cast, recomputed under AC) and _to_copy_* (wgrad upcast)
+                fwd.extend(_k(f"{name}.weight", "copy", (("to_bf16", 4, 2, True),), i * o, "fwd", n, "attention", "cast_weight"))
+                bwd.extend(_k(f"{name}.weight_grad", "copy", (("to_fp32", 2, 4, True),), i * o, "bwd", n, "attention", "cast"))
+        shape = AttentionShape(d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, causal=True)
+        fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa")[0])
+        bwd.append(attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention"))
+        return fwd, bwd
+
+    norm_f, norm_b = rmsnorm_tables(s)
+    th = t * d.hidden
+    # --- attention half: x -> rms_norm -> (cast y) x3 -> wq, wk, wv -> rope -> sdpa -> copy -> wo -> + x
+    fwd.extend(_k("attn_norm", "rmsnorm", norm_f, th, "fwd", n, "attention", "rms_norm", rows=t))
+    for idx, (name, i, o) in enumerate(d.linears()[:3], 1):
+        if A:
+            fwd.extend(_k(f"{name}.input", "copy", CAST_TO_BF16, th, "fwd", n, "attention", "cast"))
+            bwd.extend(_k(f"{name}.input_grad", "copy", CAST_TO_FP32, th, "bwd", n, "attention", "cast"))
+        linear(name, i, o, idx, "attention")
+    bwd.extend(_k("attn.input_grads", "add", grad_accumulate(s), th, "bwd", 2 * n, "attention", "add"))
+    for x, w in (("q", d.q), ("k", d.kv)):
+        if flavor.rope == "halves":
+            fwd.extend(_k(f"rope.{x}", "rope", ROPE_HALVES_FWD, t * w, "fwd", n, "attention", "rope",
+                          rows=d.seq * d.head_dim // 2))
+            bwd.extend(_k(f"rope.{x}", "rope", ROPE_HALVES_BWD, t * w, "bwd", n, "attention", "rope"))
+            bwd.extend(_k(f"rope.{x}.grad_copy", "copy", STRIDED_COPY, t * w, "bwd", n, "attention", "copy"))
+        else:
+            fwd.extend(_k(f"rope.{x}", "rope", ROPE_COMPLEX_FWD, t * w, "fwd", n, "attention", "rope"))
+            bwd.extend(_k(f"rope.{x}", "rope", ROPE_COMPLEX_BWD, t * w, "bwd", n, "attention", "rope",
+                          rows=d.seq * d.head_dim // 2))
+    shape = AttentionShape(d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, causal=True)
+    fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa")[0])
+    bwd.append(attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention"))
+    fwd.extend(_k("attention.o_copy", "copy", STRIDED_COPY, t * d.q, "fwd", n, "attention", "copy"))
+    linear("wo", d.q, d.hidden, 4, "attention")
+    fwd.extend(_k("attn_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "attention", "add"))
+    if A:
+        bwd.extend(_k("attn_residual.grad", "copy", GRAD_TO_BF16, th, "bwd", n, "attention", "cast"))
+    bwd.extend(_k("attn_norm", "rmsnorm", norm_b, th, "bwd", n, "attention", "rms_norm", rows=t))
+    bwd.extend(_k("attn.residual_grad", "add", grad_accumulate(s), th, "bwd", n, "attention", "add"))
+    # --- feed-forward half: rms_norm -> (cast y) x2 -> w1, w3 -> silu * mul -> w2 -> + x
+    fwd.extend(_k("ffn_norm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=t))
+    for idx, (name, i, o) in ((5, d.linears()[4]), (6, d.linears()[5])):
+        if A:
+            fwd.extend(_k(f"{name}.input", "copy", CAST_TO_BF16, th, "fwd", n, "mlp", "cast"))
+            bwd.extend(_k(f"{name}.input_grad", "copy", CAST_TO_FP32, th, "bwd", n, "mlp", "cast"))
+        linear(name, i, o, idx, "mlp")
+    bwd.extend(_k("ffn.input_grads", "add", grad_accumulate(s), th, "bwd", n, "mlp", "add"))
+    fwd.extend(_k("swiglu", "swiglu", SWIGLU_FWD, t * d.ffn, "fwd", n, "mlp", "swiglu"))
+    bwd.extend(_k("swiglu", "swiglu", SWIGLU_BWD, t * d.ffn, "bwd", n, "mlp", "swiglu"))
+    linear("w2", d.ffn, d.hidden, 7, "mlp")
+    fwd.extend(_tag(_k("mlp_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add"),
+                    last=True))  # non-reentrant checkpoint's early stop: never recomputed (add saves nothing)
+    if A:
+        bwd.extend(_k("mlp_residual.grad", "copy", GRAD_TO_BF16, th, "bwd", n, "mlp", "cast"))
+    bwd.extend(_k("ffn_norm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=t))
+    bwd.extend(_k("ffn.residual_grad", "add", grad_accumulate(s), th, "bwd", n, "mlp", "add"))
+    return fwd, bwd
+
+
+def recompute_ops(fwd: list[Op], policy: Policy, layers: int) -> list[Op]:
+    """The forward kernels ``policy`` runs again in backward (phase bwd, prefixed ``recompute.``).
+
+    - ``full`` (torch.utils.checkpoint per block, non-reentrant): every forward op but the block's last residual
+      add (the recompute stops once the last saved tensor is back: ``early_stop``);
+    - ``selective-op`` (torchtitan ``_apply_op_sac`` with ``_op_sac_save_list``): ops whose output is MUST_SAVE
+      are not rerun: SDPA, and ``aten.mm`` except every second one (mm_count % 2 == 0 recomputes: wk, wo, w3 of
+      wq..w2); everything else -- norms, casts, RoPE, SwiGLU, adds -- is PREFER_RECOMPUTE;
+    - ``selective-N`` (``_apply_layer_sac``): blocks N, 2N, ... (1-based ``_layer_sac_count % N == 0``) fully
+      checkpointed: ``full`` for layers // N of the blocks.
+    """
+    if policy == "none":
+        return []
+    count = layers
+    if policy.startswith("selective-") and policy != "selective-op":
+        count = layers // int(policy.split("-", 1)[1])
+        policy = "full"
+    if count <= 0:
+        return []
+
+    def saved(op: Op) -> bool:
+        a = op.extra.get("aten")
+        if op.extra.get("last"):
+            return True
+        if policy == "full":
+            return False
+        if policy == "selective-op":
+            return a == "sdpa" or (a == "mm" and op.extra["mm_index"] % 2 == 1)
+        raise ValueError(f"unknown checkpointing policy {policy!r} (none, full, selective-op, selective-N)")
+
+    out = []
+    for op in fwd:
+        if saved(op):
+            continue
+        scale = count / layers
+        out.append(dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd",
+                                       count=max(1, round(op.count * scale))))
+    return out
+
+
+def head_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
+    """Final norm, head GEMM (bf16), the fp32 loss, forward and backward; tied heads add the grad accumulation."""
+    t, h, v = d.tokens, d.hidden, d.vocab
+    A, s = flavor.autocast, flavor.stream_bytes
+    norm_f, norm_b = rmsnorm_tables(s)
+    ops = _k("final_norm", "rmsnorm", norm_f, t * h, "fwd", 1, "head", "rms_norm", rows=t)
+    ops += _k("final_norm", "rmsnorm", norm_b, t * h, "bwd", 1, "head", "rms_norm", rows=t)
+    if A:
+        ops += _k("lm_head.input", "copy", CAST_TO_BF16, t * h, "fwd", 1, "head", "cast")
+        ops += _k("lm_head.weight", "copy", CAST_TO_BF16, v * h, "fwd", 1, "head", "cast_weight")
+        ops += _k("lm_head.input_grad", "copy", CAST_TO_FP32, t * h, "bwd", 1, "head", "cast")
+        ops += _k("lm_head.weight_grad", "copy", CAST_TO_FP32, v * h, "bwd", 1, "head", "cast")
+    ops += gemm_with_grads("lm_head", t, v, h, "bf16", layer="head")
+    logits = t * v
+    if flavor.compile_loss:
+        ops += _k("loss", "cross_entropy", LOSS_COMPILED_FWD, logits, "fwd", 1, "head", "loss", rows=t)
+        ops += _k("loss", "cross_entropy", LOSS_COMPILED_BWD, logits, "bwd", 1, "head", "loss", rows=t)
+    else:
+        for name, r, w, vec in LOSS_EAGER_FWD + LOSS_EAGER_BWD:
+            phase = "fwd" if (name, r, w, vec) in LOSS_EAGER_FWD else "bwd"
+            launches = _splits(logits, 4) if name in ("logits.float", "dlogits.to_bf16") else 1
+            ops += _k("loss", "cross_entropy", ((name, r, w, vec),), logits, phase, 1, "head", "loss", rows=t,
+                      launches=launches)
+    if flavor.tied:  # the head's and the embedding's gradients of the one table
+        ops += _k("tied.grad_accumulate", "add", grad_accumulate(flavor.stream_bytes), v * h, "bwd", 1, "head", "add")
+    return ops
+
+
+def embedding_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
+    """F.embedding forward (``vectorized_gather_kernel``) and embedding_dense_backward (the table's zeroed grad,
+    a sort of the ids, ``compute_grad_weight`` + ``sum_and_scatter``; cub sort kernels launch only)."""
+    t, h, s = d.tokens, d.hidden, flavor.stream_bytes
+    ops = _k("embedding", "embedding", (("gather", s, s, "gather"),), t * h, "fwd", 1, "embedding", "embedding")
+    ops += _k("embedding", "embedding", (("zero_table_grad", 0, s, True),), d.vocab * h, "bwd", 1, "embedding", "embedding")
+    ops += _k("embedding", "embedding", (("sort", 0, 0, True),) * 12, t, "bwd", 1, "embedding", "embedding", rows=t)
+    ops += _k("embedding", "embedding", (("compute_grad_weight", s, 4, "gather"), ("sum_and_scatter", 4, s, "gather")),
+              t * h, "bwd", 1, "embedding", "embedding")
+    return ops
+
+
+def optimizer_ops(params: int, flavor: StackFlavor) -> list[Op]:
+    """Fused AdamW over every parameter (plus torchtitan's gradient clipping), one launch per 320 chunks."""
+    pb = 4 if flavor.param_dtype == "fp32" else 2
+    launches = max(1, math.ceil(params / (MTA_CHUNK_ELEMENTS * MTA_BLOCKS_PER_LAUNCH)))
+    ops = _k("optimizer", "optimizer", adamw_table(pb), params, "optimizer", 1, "optimizer", "optimizer",
+             launches=launches)
+    # priced at memory_fraction.fused_adamw.<param dtype> (specs/efficiency.yaml): fused AdamW is not a stream copy
+    ops = [dataclasses.replace(o, dtype=flavor.param_dtype, extra={**o.extra, "bandwidth_kind": "fused_adamw"})
+           for o in ops]
+    if flavor.grad_clip:
+        ops += _k("grad_clip", "optimizer", GRAD_CLIP, params, "optimizer", 1, "optimizer", "grad_clip",
+                  launches=launches)
+    return ops
+
+
+def stack_step_ops(model, micro_batch: int, seq_len: int, flavor: StackFlavor, policy: Policy = "none") -> list[Op]:
+    """Every kernel of one step of a single-GPU, single-micro-batch run of ``flavor`` (counts per step)."""
+    d = Dims.of(model, micro_batch, seq_len)
+    flavor = dataclasses.replace(flavor, tied=model.tied_embeddings)
+    fwd, bwd = block_ops(d, flavor)
+    params = d.layers * d.block_params + d.vocab * d.hidden * (1 if flavor.tied else 2) + d.hidden
+    return (embedding_ops(d, flavor) + fwd + head_ops(d, flavor) + bwd + recompute_ops(fwd, policy, d.layers)
+            + optimizer_ops(params, flavor))

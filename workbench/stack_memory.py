@@ -1,0 +1,177 @@
+"""Peak memory and host time of the single-GPU stacks of ``workbench.graph.stack_kernels`` (plain PyTorch eager and
+compiled, torchtitan on one GPU).
+
+Memory: what autograd holds, per term, at the two moments one of which is the peak -- the loss's backward (every
+block's saved activations still alive, the autocast weight copies, the fp32 logits and their gradient) and the end
+of backward (every parameter's gradient allocated). ``workbench.memory`` models the project's job (FSDP2, chunked
+loss); these are new functions beside it. The allocator's reserved/allocated slack is a per-stack ratio fitted on
+the fit rows of ``benchmarks/stacks/host_fit_split.json``.
+
+Host time: an eager step launches every kernel from Python through the dispatcher (and autocast, and autograd's
+engine in backward); with few tokens the GPU waits for the CPU. ``host_time_s`` counts kernel launches by where they
+come from and prices each at a host constant; the step is ``max(device, host)`` (the CPU runs ahead of the GPU and
+the two overlap except where the GPU waits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.graph.ops import Op
+from workbench.graph.stack_kernels import Dims, Policy, StackFlavor
+
+GB = 1e9
+
+# ----------------------------------------------------------------------------------------------------------------
+# Host time. Constants are guesses (calibrate me); kernel_classes.py fits the first two on the fit rows.
+HOST_US: dict[str, float] = {
+    # CPU time per kernel an eager forward or backward op launches (Python module call, dispatcher, autocast,
+    # autograd recording or the engine's node): guess, calibrate me on host-bound eager rows
+    "host_eager_kernel_us": 20.0,
+    # extra CPU time per kernel of a checkpointed block's recompute (torch.utils.checkpoint's unpack hook reruns the
+    # block's Python forward, storing each saved tensor through a Python hook): guess, calibrate me
+    "host_recompute_kernel_us": 20.0,
+    # CPU time per call of a compiled graph (guards, the AOTAutograd wrapper, the launcher's setup): guess
+    "host_graph_call_us": 40.0,
+    # CPU time per kernel launched from a compiled graph (inductor's generated wrapper): guess
+    "host_compiled_kernel_us": 4.0,
+}
+
+
+def launch_counts(ops: list[Op], flavor: StackFlavor, layers: int) -> dict[str, float]:
+    """Kernels per step by what launches them: eager code, a checkpointed recompute, a compiled graph."""
+    counts = {"eager": 0.0, "recompute": 0.0, "compiled": 0.0, "graphs": 0.0}
+    for op in ops:
+        n = op.count * (2 if op.kind == "attention" else 1)  # SDPA launches its helper kernels beside the main one
+        if flavor.compile_blocks and op.layer in ("attention", "mlp"):
+            counts["compiled"] += n
+        elif op.name.startswith("recompute."):
+            counts["recompute"] += n
+        else:
+            counts["eager"] += n
+    if flavor.compile_blocks:
+        counts["graphs"] += 2 * layers + (2 if flavor.compile_loss else 0)
+    return counts
+
+
+def host_time_s(counts: dict[str, float], constants: dict[str, float] | None = None) -> float:
+    c = {**HOST_US, **(constants or {})}
+    return 1e-6 * (counts["eager"] * c["host_eager_kernel_us"]
+                   + counts["recompute"] * (c["host_eager_kernel_us"] + c["host_recompute_kernel_us"])
+                   + counts["compiled"] * c["host_compiled_kernel_us"] + counts["graphs"] * c["host_graph_call_us"])
+
+
+def step_time_s(device_s: float, host_s: float) -> float:
+    """The CPU enqueues ahead of the GPU; the step ends when the later of the two does."""
+    return max(device_s, host_s)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Memory terms (bytes), each from what autograd saves in the torch code of stack_kernels' tables.
+
+def saved_per_token(d: Dims, flavor: StackFlavor, mode: str) -> float:
+    """Bytes one block saves for backward per token, for ``mode`` none / selective-op / full.
+
+    none, eager: attn_norm's input x (stream dtype), the bf16 casts of its output each q/k/v linear saves (3 under
+    autocast: casts of a non-leaf are not cached; 1 shared tensor with bf16 params), SDPA's q, k, v, out (+ fp32
+    lse per head), wo's input (the contiguous copy of out), ffn_norm's input, w1/w3's inputs (2 casts or 1), silu's
+    input, mul's two inputs, w2's input. RoPE saves only its [S, d/2] tables (its inputs need no grad).
+    none, compiled: inductor's min-cut partitioner keeps the block input, one bf16 y per norm, q, k, v, out, wo's
+    input, w1 and w3's outputs, and recomputes the pointwise rest (a guess from the partitioner's rule, not counted
+    from a graph).
+    selective-op: the outputs torchtitan's policy MUST_SAVEs (wq, wv, w1, w2 outputs; SDPA out and lse) and the
+    checkpoint's input. full: the checkpoint's input.
+    """
+    h, q, kv, f, s = d.hidden, d.q, d.kv, d.ffn, flavor.stream_bytes
+    lse = 4 * d.heads
+    if mode == "full":
+        return s * h
+    if mode == "selective-op":
+        return s * h + 2 * q + 2 * kv + 2 * f + 2 * h + 2 * q + lse
+    if flavor.compile_blocks:
+        return s * h + 2 * h + 2 * q + 4 * kv + 2 * q + 2 * q + 2 * h + 4 * f + lse
+    casts_attn, casts_ffn = (3, 2) if flavor.autocast else (1, 1)
+    return (2 * s * h + 2 * h * (casts_attn + casts_ffn) + 2 * q + 4 * kv + 2 * q + 2 * q + 8 * f + lse)
+
+
+def activation_bytes(d: Dims, flavor: StackFlavor, policy: Policy) -> tuple[float, float]:
+    """(saved by all blocks at the end of forward, the extra peak of one block's backward under checkpointing)."""
+    t, n = d.tokens, d.layers
+    none = saved_per_token(d, flavor, "none") * t
+    if policy == "none":
+        return n * none, 0.0
+    if policy in ("full", "selective-op"):
+        return n * saved_per_token(d, flavor, policy) * t, none
+    if policy == "selective-op-all-mm":  # the workbench's selective: every matmul and SDPA output saved; bounded
+        return n * none, 0.0             # above by what no checkpointing saves (the recomputed outputs are small)
+    every = int(policy.split("-", 1)[1])  # selective-N: layers // N blocks fully checkpointed
+    full_blocks = n // every
+    return full_blocks * saved_per_token(d, flavor, "full") * t + (n - full_blocks) * none, none if full_blocks else 0.0
+
+
+def weight_copy_bytes(d: Dims, flavor: StackFlavor, policy: Policy) -> float:
+    """Autocast's bf16 copies of the linears' weights alive at the loss: every block's (the cache lives for the
+    forward; each linear saves its copy for dgrad) unless the block is checkpointed (the checkpoint saves only its
+    input, the cache is cleared when the autocast region exits), plus the head's."""
+    if not flavor.autocast:
+        return 0.0
+    head = 2 * d.vocab * d.hidden
+    block = 2 * (d.block_params - 2 * d.hidden)
+    if policy == "none":
+        return head + d.layers * block
+    if policy.startswith("selective-") and policy not in ("selective-op", "selective-op-all-mm"):
+        return head + (d.layers - d.layers // int(policy.split("-", 1)[1])) * block
+    return head
+
+
+def loss_bytes(d: Dims, flavor: StackFlavor) -> float:
+    """Peak of the loss per logit x logits. Eager: the bf16 logits (the caller's variable holds them), log_softmax's
+    fp32 output (saved), in its backward the zeroed fp32 grad and the fp32 result: 2 + 4 + 4 + 4 = 14 B.
+    Compiled (torchtitan): bf16 logits, the saved fp32 log-probs, the bf16 dlogits: 8 B."""
+    per_logit = 8 if flavor.compile_loss else 14
+    return per_logit * d.tokens * d.vocab
+
+
+@dataclass(frozen=True)
+class StackMemory:
+    params: float
+    optimizer: float
+    grads: float
+    weight_copies: float
+    activations: float
+    recompute_peak: float
+    loss: float
+
+    @property
+    def at_loss(self) -> float:
+        """The loss's backward: no gradient yet (zero_grad(set_to_none=True)), everything forward saved."""
+        return self.params + self.optimizer + self.weight_copies + self.activations + self.loss
+
+    @property
+    def at_backward_end(self) -> float:
+        """Every gradient allocated, activations released, one block's recompute at most."""
+        return self.params + self.optimizer + self.grads + self.recompute_peak
+
+    @property
+    def peak_allocated(self) -> float:
+        return max(self.at_loss, self.at_backward_end)
+
+    def as_gb(self) -> dict[str, float]:
+        out = {k: getattr(self, k) / GB for k in ("params", "optimizer", "grads", "weight_copies", "activations",
+                                                  "recompute_peak", "loss")}
+        out["peak_allocated"] = self.peak_allocated / GB
+        return out
+
+
+def stack_memory(d: Dims, flavor: StackFlavor, policy: Policy) -> StackMemory:
+    params = d.layers * d.block_params + d.vocab * d.hidden * (1 if flavor.tied else 2) + d.hidden
+    pb = 4 if flavor.param_dtype == "fp32" else 2
+    activations, recompute = activation_bytes(d, flavor, policy)
+    return StackMemory(params=pb * params, optimizer=2 * pb * params, grads=pb * params,
+                       weight_copies=weight_copy_bytes(d, flavor, policy), activations=activations,
+                       recompute_peak=recompute, loss=loss_bytes(d, flavor))
+
+
+RESERVED_RATIO = {"pytorch-eager": 1.0, "pytorch-compile": 1.0, "torchtitan": 1.0}
+"""torch.cuda.max_memory_reserved / max_memory_allocated per stack (the caching allocator's rounding and
+fragmentation): replaced by the fit of kernel_classes.py on the fit rows; 1.0 until fitted."""

@@ -1,0 +1,164 @@
+"""Training stacks: what executes the step, as sourced data (``specs/stacks/*.yaml``).
+
+A model and a configuration say *what* a step computes; a stack says *how* it runs: which kernels its code
+launches for each op (one fused kernel, or the unfused sequence eager PyTorch launches), whether its blocks are
+compiled, the dtype its parameters live in, what its activation-checkpointing modes recompute, what its CPU costs
+when the GPU waits for it, and how much the allocator reserves beyond what it allocates. ``predict(...,
+stack="torchtitan")`` prices the step as that stack runs it; ``ideal`` is the fused step, a bound no stack beats.
+
+    >>> get_stack("pytorch-eager").compiled(recipe_compile=True)
+    False
+    >>> [s.name for s in list_stacks()]
+    ['ideal', 'pytorch-compile', 'pytorch-eager', 'torchtitan', 'workbench-job']
+
+Users add a stack as a YAML file with the same schema (``load_stack``); each constant carries a source or says it
+is a guess to calibrate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from workbench._data import specs_dir
+from workbench.errors import SpecError, UnknownNameError
+from workbench.schema import Fields, check_number, load_yaml
+
+SCHEMA_VERSION = 1
+KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan")
+"""How a stack's ops are priced: ``fused`` (one fused kernel per memory-bound op, ``workbench.graph.transformer``),
+``reference-job`` (the project's job, ``workbench.graph.execution``), ``pytorch`` and ``torchtitan``
+(``workbench.graph.stack_kernels``)."""
+COMPILE_MODES: tuple[str, ...] = ("never", "always", "recipe")
+PARAM_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+CHECKPOINT_POLICIES: tuple[str, ...] = ("none", "full", "workbench-selective", "selective-op", "selective-2")
+"""What a stack runs for each of the workbench's modes: ``workbench-selective`` recomputes the memory-bound ops and
+saves every GEMM output (the fused step's and the reference job's selective); ``selective-op`` is torchtitan's
+per-op policy (saves SDPA and every second matmul's output); ``selective-N`` fully checkpoints every N-th block."""
+CONSTANT_KINDS: tuple[str, ...] = ("sourced", "fitted", "guess")
+DEFAULT_STACK = "torchtitan"
+
+
+@dataclass(frozen=True)
+class StackConstant:
+    value: float
+    kind: Literal["sourced", "fitted", "guess"]
+    source: str
+    """Where the value comes from; for a guess, how to calibrate it."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One training stack as the analytical model sees it."""
+
+    name: str
+    display_name: str
+    summary: str
+    """One line: what this stack assumes (``workbench stacks`` prints it)."""
+    source: str
+    kernels: Literal["fused", "reference-job", "pytorch", "torchtitan"]
+    compile: Literal["never", "always", "recipe"]
+    param_dtypes: tuple[str, ...]
+    """Parameter dtypes this stack trains with; the first is its default (fp32 = fp32 parameters under autocast)."""
+    checkpointing: dict[str, str]
+    """The workbench's mode (none, selective, full) -> this stack's policy (``CHECKPOINT_POLICIES``)."""
+    bound: bool = False
+    """True for ``ideal``: a bound on what a stack reaches, shown as a bound wherever it is shown."""
+    validation: str = ""
+    """Where this stack's predictions are checked against measurements (a report under ``benchmarks/``)."""
+    constants: dict[str, StackConstant] = field(default_factory=dict)
+
+    def compiled(self, recipe_compile: bool) -> bool:
+        """Whether this stack's blocks run compiled, given the configuration's compile flag."""
+        return {"never": False, "always": True}.get(self.compile, recipe_compile)
+
+    def param_dtype(self, requested: str | None = None) -> str:
+        """The parameter dtype for a step: the requested one (checked against this stack's), else the default."""
+        if requested is None:
+            return self.param_dtypes[0]
+        if requested not in self.param_dtypes:
+            raise SpecError(f"stack {self.name}", "param_dtype", requested,
+                            f"one of {', '.join(self.param_dtypes)} (what {self.display_name} trains with)")
+        return requested
+
+    def policy(self, checkpointing: str) -> str:
+        return self.checkpointing[checkpointing]
+
+    def constant(self, name: str, default: float) -> float:
+        return self.constants[name].value if name in self.constants else default
+
+
+def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
+    """A stack from its parsed YAML, validated: unknown keys, bad values and missing sources are errors."""
+    top = Fields(data, origin)
+    version = top.number("schema_version", integer=True)
+    if version != SCHEMA_VERSION:
+        raise top.error("schema_version", version, f"{SCHEMA_VERSION}")
+    ck = top.sub("checkpointing")
+    checkpointing = {mode: ck.string(mode, CHECKPOINT_POLICIES) for mode in ("none", "selective", "full")}
+    ck.finish()
+    if checkpointing["none"] != "none" or checkpointing["full"] != "full":
+        raise ck.error("none", checkpointing["none"], "none -> none and full -> full (only selective differs)")
+    constants = {}
+    table = top.sub("constants", default={})
+    for name in list(table.data):
+        entry = table.sub(name)
+        value = check_number(entry.raw("value"), origin, f"{entry.path}.value", above=0)
+        constants[name] = StackConstant(value, entry.string("kind", CONSTANT_KINDS), entry.string("source"))
+        entry.finish()
+    table.finish()
+    stack = Stack(
+        name=top.string("name"),
+        display_name=top.string("display_name"),
+        summary=top.string("summary"),
+        source=top.string("source"),
+        kernels=top.string("kernels", KERNEL_TABLES),
+        compile=top.string("compile", COMPILE_MODES),
+        param_dtypes=top.string_list("param_dtypes", PARAM_DTYPES),
+        checkpointing=checkpointing,
+        bound=top.boolean("bound", default=False),
+        validation=top.string("validation", default="") if top.has("validation") else "",
+        constants=constants,
+    )
+    top.finish()
+    if not stack.param_dtypes:
+        raise SpecError(origin, "param_dtypes", [], f"at least one of {', '.join(PARAM_DTYPES)}")
+    return stack
+
+
+def load_stack(spec: str | Path | dict) -> Stack:
+    """A stack from a YAML file path or a dict."""
+    if isinstance(spec, dict):
+        return stack_from_dict(spec)
+    return stack_from_dict(load_yaml(spec), str(spec))
+
+
+@cache
+def _catalog() -> dict[str, Stack]:
+    stacks: dict[str, Stack] = {}
+    for path in sorted((specs_dir() / "stacks").glob("*.yaml")):
+        stack = load_stack(path)
+        if stack.name != path.stem:
+            raise SpecError(str(path), "name", stack.name, f"the file's stem {path.stem!r}")
+        stacks[stack.name] = stack
+    return stacks
+
+
+def list_stacks() -> list[Stack]:
+    return list(_catalog().values())
+
+
+def get_stack(name: str | Stack | None) -> Stack:
+    """A stack by exact name, e.g. ``get_stack("torchtitan")``; None is the default stack; a path loads a file."""
+    if isinstance(name, Stack):
+        return name
+    if name is None:
+        name = DEFAULT_STACK
+    if str(name).endswith((".yaml", ".yml")):
+        return load_stack(name)
+    catalog = _catalog()
+    if name not in catalog:
+        raise UnknownNameError("stack", name, catalog)
+    return catalog[name]
