@@ -53,6 +53,45 @@ def device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
+class PlanCache(dict):
+    """Launch plans of one wrapper, keyed on everything a plan depends on (shapes, strides, dtypes, devices,
+    options, the config): what the wrapper works out and checks once per distinct call instead of per call (the
+    config the selector picks, padding, grid, constexprs, descriptor layouts). A key holds no tensor and no
+    data pointer, so plans never keep memory alive or go stale with new allocations. Bounded: cleared when it
+    reaches LIMIT entries (a cheap bound; real workloads repeat a few hundred shapes)."""
+
+    LIMIT = 4096
+
+    def put(self, key, plan):
+        if len(self) >= self.LIMIT:
+            self.clear()
+        self[key] = plan
+        return plan
+
+
+_PLAN_CACHES: list[PlanCache] = []
+
+
+def plan_cache() -> PlanCache:
+    """A new registered PlanCache (``clear_plan_caches`` empties them all)."""
+    cache = PlanCache()
+    _PLAN_CACHES.append(cache)
+    return cache
+
+
+def clear_plan_caches() -> None:
+    """Forget every cached launch plan, e.g. after replacing a selection profile (``workbench.select`` caches
+    its picks separately: ``workbench.select._config_for_device.cache_clear()``)."""
+    for cache in _PLAN_CACHES:
+        cache.clear()
+
+
+def frozen(config: dict | None):
+    """A config as part of a plan key: None, or its items. A config with an unhashable value makes the key's
+    lookup raise TypeError: the wrappers then take their checking path, uncached, which names the bad value."""
+    return None if config is None else tuple(config.items())
+
+
 def check(condition: bool, argument: str, got: Any, expected: str) -> None:
     if not condition:
         raise KernelInputError(f"{argument}: got {got}, expected {expected}")

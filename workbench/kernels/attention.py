@@ -35,7 +35,8 @@ import triton.language as tl
 
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
-from workbench.kernels._common import BenchCase, backend, check, check_device, device_name, interpreting
+from workbench.kernels._common import (BenchCase, backend, check, check_device, device_name, frozen, interpreting,
+                                       needs_grad, plan_cache)
 from workbench.kernels.spaces import HEAD_DIMS
 from workbench.kernels.spaces import attention_config_space as config_space
 from workbench.select import config_for_device
@@ -367,9 +368,74 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
     return config
 
 
-def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
-    """The kernels index head_dim with stride 1 (coalesced tiles); other strides are passed as they are."""
-    return t if t.stride(-1) == 1 else t.contiguous()
+class _AttentionPlan:
+    """Everything the launches of one (shape, strides, dtype, device, causal, scale, configs) need besides the
+    tensors, worked out and checked once (``_plan``): which inputs need a copy with unit last stride, the
+    strides the kernels then see, grids, scalar arguments and constexprs of the forward and backward passes."""
+
+    __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "fwd_grid",
+                 "fwd_args", "fwd_constexprs", "bwd_grids", "bwd_args", "bwd_constexprs", "causal", "scale",
+                 "bwd_config")
+
+
+_PLANS = plan_cache()
+
+
+def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
+    """Look up (or check and build) the plan of a call; raises ``KernelInputError`` naming a bad argument."""
+    try:
+        key = None
+        if causal is True or causal is False:  # 1 == True as a key, but only a bool passes the checks
+            key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
+                   v.stride(), v.dtype, v.device, causal, scale, frozen(config), frozen(bwd_config))
+            plan = _PLANS.get(key)
+            if plan is not None:
+                return plan
+    except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks below say which
+        key = None
+    scale = _check_inputs(q, k, v, causal, scale)
+    config = _resolve_config(config, "fwd", q.shape[-1], q, k, causal)
+    bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1])
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
+    plan = _AttentionPlan()
+    plan.copy_q, plan.copy_k, plan.copy_v = (t.stride(-1) != 1 for t in (q, k, v))
+    q_strides, k_strides, v_strides = (_contiguous_strides(t.shape) if copy else t.stride()[:3]
+                                       for t, copy in ((q, plan.copy_q), (k, plan.copy_k), (v, plan.copy_v)))
+    o_strides = _contiguous_strides(q.shape)
+    kv_strides = _contiguous_strides(k.shape)  # dk, dv
+    plan.lse_shape = (b, hq, s)
+    plan.device_index = q.device.index if q.is_cuda else None
+    plan.causal, plan.scale, plan.bwd_config = causal, scale, bwd_config
+    group, qk_scale, upcast = hq // hkv, scale * _LOG2E, _upcast(q)
+    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N")}
+    plan.fwd_grid = (triton.cdiv(s, config["BLOCK_M"]), b * hq)
+    plan.fwd_args = (*q_strides, *k_strides, *v_strides, *o_strides, s, hq, group, qk_scale)
+    plan.fwd_constexprs = dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, BLOCK_M=config["BLOCK_M"],
+                               BLOCK_N=config["BLOCK_N"], **options)
+    block_q, block_k = bwd_config["BLOCK_M"], bwd_config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
+    bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N")}
+    plan.bwd_grids = ((triton.cdiv(s, block_k), b * hq), (triton.cdiv(s, block_k), b * hkv),
+                      (triton.cdiv(s, block_k), b * hq))
+    # dO's strides are the call's: the delta and both gradient passes read them (in _backward)
+    plan.bwd_args = ((o_strides, (s, hq)),
+                     ((*q_strides, *k_strides, *v_strides), (*kv_strides, *kv_strides, s, hkv, group, scale,
+                                                             qk_scale)),
+                     ((*q_strides, *k_strides, *v_strides), (*o_strides, s, hq, group, scale, qk_scale)))
+    plan.bwd_constexprs = (dict(HEAD_DIM=d, BLOCK_M=block_k),
+                           dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
+                                **bwd_options),
+                           dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_k, BLOCK_N=block_q, UPCAST=upcast,
+                                **bwd_options))
+    if key is not None:
+        _PLANS.put(key, plan)
+    return plan
+
+
+def _contiguous_strides(shape) -> tuple[int, int, int]:
+    """The first three strides of a contiguous [B, H, S, D] tensor."""
+    _, h, s, d = shape
+    return h * s * d, s * d, d
 
 
 def _upcast(t: torch.Tensor) -> bool:
@@ -377,58 +443,56 @@ def _upcast(t: torch.Tensor) -> bool:
     return interpreting() and t.dtype == torch.bfloat16
 
 
-def _launch(kernel, grid, *args, **kwargs) -> None:
-    """kernel[grid](*args, **kwargs) on the device of the first argument (Triton launches on the current one)."""
-    if args[0].is_cuda:
-        with torch.cuda.device(args[0].device):
-            kernel[grid](*args, **kwargs)
-    else:
-        kernel[grid](*args, **kwargs)
+def _on_other_device(plan: _AttentionPlan) -> bool:
+    """Whether the tensors live on a GPU other than the current one (Triton launches on the current one)."""
+    return plan.device_index is not None and torch.cuda.current_device() != plan.device_index
 
 
-def _forward(q, k, v, causal: bool, scale: float, config: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    q, k, v = (_unit_last_stride(t) for t in (q, k, v))
-    b, hq, s, d = q.shape
-    o = torch.empty((b, hq, s, d), device=q.device, dtype=q.dtype)  # o: [B, Hq, S, D]
-    lse = torch.empty((b, hq, s), device=q.device, dtype=torch.float32)  # lse: [B, Hq, S]
-    blocks = {key: config[key] for key in ("BLOCK_M", "BLOCK_N")}
-    options = {key: value for key, value in config.items() if key not in blocks}
-    grid = (triton.cdiv(s, config["BLOCK_M"]), b * hq)
-    _launch(_attn_fwd_kernel, grid, q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *o.stride()[:3], s, hq, hq // k.shape[1], scale * _LOG2E, CAUSAL=causal, HEAD_DIM=d,
-            UPCAST=_upcast(q), **blocks, **options)
+def _kernel_inputs(plan: _AttentionPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as the kernels read them: head_dim with stride 1 (coalesced tiles), copied where it is not."""
+    return (q.contiguous() if plan.copy_q else q, k.contiguous() if plan.copy_k else k,
+            v.contiguous() if plan.copy_v else v)
+
+
+def _forward(plan: _AttentionPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+    """O and lse from ``_kernel_inputs``."""
+    if _on_other_device(plan):
+        with torch.cuda.device(plan.device_index):
+            return _forward(plan, q, k, v)
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)  # o: [B, Hq, S, D]
+    lse = torch.empty(plan.lse_shape, device=q.device, dtype=torch.float32)  # lse: [B, Hq, S]
+    _attn_fwd_kernel[plan.fwd_grid](q, k, v, o, lse, *plan.fwd_args, **plan.fwd_constexprs)
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict):
-    do, q, k, v, o = (_unit_last_stride(t) for t in (do, q, k, v, o))
-    b, hq, s, d = q.shape
-    hkv = k.shape[1]
-    block_q, block_k = config["BLOCK_M"], config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
-    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N")}
+def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
+    """dQ, dK, dV; q, k, v as the forward pass read them (unit last stride), o and lse as it wrote them."""
+    if _on_other_device(plan):
+        with torch.cuda.device(plan.device_index):
+            return _backward(plan, do, q, k, v, o, lse)
+    if do.stride(-1) != 1:
+        do = do.contiguous()
+    do_strides = do.stride()[:3]
     delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
-    dq = torch.empty((b, hq, s, d), device=q.device, dtype=q.dtype)
-    dk = torch.empty((b, hkv, s, d), device=q.device, dtype=k.dtype)
-    dv = torch.empty((b, hkv, s, d), device=q.device, dtype=v.dtype)
-    upcast = _upcast(q)
-    _launch(_bwd_delta_kernel, (triton.cdiv(s, block_k), b * hq), o, do, delta, *o.stride()[:3],
-            *do.stride()[:3], s, hq, HEAD_DIM=d, BLOCK_M=block_k)
-    _launch(_attn_bwd_dkdv_kernel, (triton.cdiv(s, block_k), b * hkv), q, k, v, do, lse, delta, dk, dv,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3],
-            *dv.stride()[:3], s, hkv, hq // hkv, scale, scale * _LOG2E, CAUSAL=causal, HEAD_DIM=d,
-            BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast, **options)
-    _launch(_attn_bwd_dq_kernel, (triton.cdiv(s, block_k), b * hq), q, k, v, do, lse, delta, dq,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            s, hq, hq // hkv, scale, scale * _LOG2E, CAUSAL=causal, HEAD_DIM=d,
-            BLOCK_M=block_k, BLOCK_N=block_q, UPCAST=upcast, **options)
+    # dq, dk, dv: contiguous like q, k, v (empty_like parses fewer arguments than torch.empty: ~0.5 us each)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    (o_strides, delta_args), (qkv_strides, dkdv_args), (_, dq_args) = plan.bwd_args
+    delta_c, dkdv_c, dq_c = plan.bwd_constexprs
+    grid_delta, grid_dkdv, grid_dq = plan.bwd_grids
+    _bwd_delta_kernel[grid_delta](o, do, delta, *o_strides, *do_strides, *delta_args, **delta_c)
+    _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, *qkv_strides, *do_strides, *dkdv_args,
+                                     **dkdv_c)
+    _attn_bwd_dq_kernel[grid_dq](q, k, v, do, lse, delta, dq, *qkv_strides, *do_strides, *dq_args, **dq_c)
     return dq, dk, dv
 
 
 def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                         scale: float | None = None, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """O [B, Hq, S, D] in q's dtype and lse [B, Hq, S] (fp32, natural log), without autograd."""
-    scale = _check_inputs(q, k, v, causal, scale)
-    return _forward(q, k, v, causal, scale, _resolve_config(config, "fwd", q.shape[-1], q, k, causal))
+    plan = _plan(q, k, v, causal, scale, config, None)
+    return _forward(plan, *_kernel_inputs(plan, q, k, v))
 
 
 def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -436,7 +500,7 @@ def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                         config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV from dO and the forward's O and lse. ``config`` keys: BLOCK_M = query tile and BLOCK_N = key
     tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys)."""
-    scale = _check_inputs(q, k, v, causal, scale)
+    plan = _plan(q, k, v, causal, scale, None, config)
     for name, t in (("do", do), ("o", o)):
         check(isinstance(t, torch.Tensor) and t.shape == q.shape and t.dtype == q.dtype, name,
               f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__,
@@ -445,24 +509,35 @@ def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
           and lse.is_contiguous(), "lse", f"{tuple(lse.shape)} {lse.dtype}" if isinstance(lse, torch.Tensor)
           else type(lse).__name__, f"a contiguous fp32 tensor of shape {tuple(q.shape[:3])}")
     check_device(q, do, o, lse, names=("q", "do", "o", "lse"))
-    return _backward(do, q, k, v, o, lse, causal, scale, _resolve_config(config, "bwd", q.shape[-1]))
+    if o.stride() != (*_contiguous_strides(o.shape), 1):  # the plan reads O as flash_attention_fwd writes it
+        o = o.contiguous()
+    return _backward(plan, do, *_kernel_inputs(plan, q, k, v), o, lse)
 
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config, bwd_config):
-        q, k, v = (_unit_last_stride(t) for t in (q, k, v))  # saved as the kernels read them
-        o, lse = _forward(q, k, v, causal, scale, config)
+    def forward(ctx, q, k, v, plan):
+        q, k, v = _kernel_inputs(plan, q, k, v)  # saved as the kernels read them
+        o, lse = _forward(plan, q, k, v)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.scale, ctx.bwd_config = causal, scale, bwd_config
+        ctx.plan = plan
         return o
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, do):
+        if torch.is_grad_enabled():  # create_graph=True: no double backward (once_differentiable's guard)
+            return _FlashAttention._once_differentiable_backward(ctx, do)
+        return _FlashAttention._gradients(ctx, do)
+
+    @staticmethod
+    def _gradients(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.bwd_config)
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = _backward(ctx.plan, do, q, k, v, o, lse)
+        return dq, dk, dv, None
+
+    # The usual backward runs with grad mode off, where once_differentiable's wrapper (a no_grad block and checks,
+    # a few us per call) does nothing; it is kept for the create_graph=True case only.
+    _once_differentiable_backward = staticmethod(torch.autograd.function.once_differentiable(_gradients.__func__))
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -470,11 +545,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     bwd_config: dict | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v, differentiable. q: [B, Hq, S, D]; k, v: [B, Hkv, S, D] with Hq % Hkv == 0
     (query head h reads kv head h // (Hq // Hkv)); causal masks key j > query i. ``config`` / ``bwd_config``
-    default to the first entry of ``config_space(backend(), "fwd" / "bwd", D)``."""
-    scale = _check_inputs(q, k, v, causal, scale)
-    config = _resolve_config(config, "fwd", q.shape[-1], q, k, causal)
-    bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1])
-    return _FlashAttention.apply(q, k, v, causal, scale, config, bwd_config)
+    default to the selector's forward pick (``workbench.select``) / the first entry of
+    ``config_space(backend(), "bwd", D)``. Checks and configs are cached per distinct call (``_AttentionPlan``);
+    without a gradient to record, the forward kernel is launched directly (no ``autograd.Function``)."""
+    plan = _plan(q, k, v, causal, scale, config, bwd_config)
+    if needs_grad(q, k, v):
+        return _FlashAttention.apply(q, k, v, plan)
+    return _forward(plan, *_kernel_inputs(plan, q, k, v))[0]
 
 
 # ---------------------------------------------------------------------------------------------------- reference

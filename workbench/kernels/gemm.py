@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from workbench.kernels._common import (BenchCase, KernelInputError, backend, check, check_device, device_name,
-                                       interpreting)
+                                       frozen, interpreting, plan_cache)
 from workbench.kernels.spaces import gemm_config_space as config_space
 from workbench.kernels.spaces import is_gluon, is_tma
 from workbench.models import get_model
@@ -142,7 +142,114 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     """``act(a @ b + bias)`` for bf16, fp16 or fp32 a [M, K] and b [K, N] of any strides; returns [M, N] in
     ``out_dtype`` (default: the input dtype). ``precision`` ("ieee" or "tf32") applies to fp32 inputs.
     A row- or column-major operand whose rows are not 16-byte aligned is first copied into a padded buffer
-    (``pad_unaligned``: one extra pass and that buffer's memory, for loads 2-5x faster)."""
+    (``pad_unaligned``: one extra pass and that buffer's memory, for loads 2-5x faster).
+
+    The checks, the config (``config=None``: the selector's pick), padding, grid and constexprs are worked out
+    once per distinct (shapes, strides, dtypes, devices, options, config) and cached (``_GemmPlan``); a repeated
+    call costs a dictionary lookup, the output allocation and the launch."""
+    try:
+        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
+               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+               activation, precision, out_dtype, frozen(config))
+        plan = _MATMUL_PLANS.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable option: the checks below say which
+        key = plan = None
+    if plan is None:
+        plan = _plan_matmul(a, b, bias, activation, precision, config, out_dtype)
+        if key is not None:
+            _MATMUL_PLANS.put(key, plan)
+    if plan.backend is not None:  # a TMA config: gemm_tma's wrapper (and its own plan cache)
+        return plan.backend(plan.backend_plan, a, b)
+    return _run(plan, a, b, bias, None, None)
+
+
+def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+                  bias: torch.Tensor | None = None, config: dict | None = None,
+                  use_fast_accum: bool = False) -> torch.Tensor:
+    """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16, as ``torch._scaled_mm(..., out_dtype=bf16)``.
+
+    Scales are fp32: one scalar each (per tensor), or scale_a [M] (or [M, 1]) per row of A and scale_b [N]
+    (or [1, N]) per column of B. ``use_fast_accum`` as in ``_scaled_mm``: on sm_90 the fp8 tensor cores then
+    accumulate the whole K in their reduced-precision accumulator; False adds each BLOCK_K partial into fp32.
+    Cached per distinct call like ``matmul``; the plan also says which kernel runs (gemm.py, TMA or Gluon).
+    """
+    try:
+        key = (a_fp8.shape, a_fp8.stride(), a_fp8.dtype, a_fp8.device, b_fp8.shape, b_fp8.stride(), b_fp8.dtype,
+               b_fp8.device, scale_a.shape, scale_a.stride(), scale_a.dtype, scale_a.device, scale_b.shape,
+               scale_b.stride(), scale_b.dtype, scale_b.device,
+               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+               bool(use_fast_accum), frozen(config))
+        plan = _SCALED_PLANS.get(key)
+    except (AttributeError, TypeError):
+        key = plan = None
+    if plan is None:
+        plan = _plan_scaled_matmul(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum)
+        if key is not None:
+            _SCALED_PLANS.put(key, plan)
+    if plan.backend is not None:  # a TMA or Gluon config: that kernel's wrapper (and its own plan cache)
+        return plan.backend(plan.backend_plan, a_fp8, b_fp8, scale_a, scale_b, bias)
+    return _run(plan, a_fp8, b_fp8, bias, scale_a, scale_b)
+
+
+class _GemmPlan:
+    """One gemm.py launch, minus the tensors: what ``_run`` needs besides them. ``backend`` is set instead when
+    the config runs another kernel: one of the routes below, with ``backend_plan`` (the config, use_fast_accum)."""
+
+    __slots__ = ("backend", "backend_plan", "out_shape", "out_dtype", "grid", "pad_a", "pad_b", "bias_copy",
+                 "scale_copy", "scalars", "constexprs")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+
+def _run(plan: _GemmPlan, a, b, bias, scale_a, scale_b) -> torch.Tensor:
+    """Allocate C [M, N] and launch one program per output tile (the per-call work of a cached plan)."""
+    c = torch.empty(plan.out_shape, dtype=plan.out_dtype, device=a.device)  # c: [M, N] row-major
+    if plan.grid is None:  # M or N is 0
+        return c
+    if plan.pad_a is not None:  # rows that are not 16-byte aligned would be loaded element by element
+        a = _padded(a, *plan.pad_a)
+    if plan.pad_b is not None:
+        b = _padded(b, *plan.pad_b)
+    if bias is None:
+        bias = c
+    elif plan.bias_copy:  # the kernel reads bias[N] with unit stride
+        bias = bias.contiguous()
+    if scale_a is None:
+        scale_a = scale_b = c
+    elif plan.scale_copy:  # a strided scale view: the kernel reads scale[i] at element i (a scalar at 0)
+        scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
+    _gemm_kernel[plan.grid](a, b, c, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
+    return c
+
+
+# Routes of a TMA or Gluon config: that module's public wrapper, looked up at each call (its own plan cache
+# makes the second lookup cheap, ~2 us; tests replace the wrapper to watch the routing).
+def _tma_matmul(config, a, b):
+    from workbench.kernels import gemm_tma  # imports this module
+
+    return gemm_tma.matmul_tma(a, b, config)
+
+
+def _tma_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
+    from workbench.kernels import gemm_tma
+
+    return gemm_tma.scaled_matmul_tma(a_fp8, b_fp8, scale_a, scale_b, bias, plan[0], use_fast_accum=plan[1])
+
+
+def _gluon_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
+    from workbench.kernels import gemm_gluon  # imports this module
+
+    return gemm_gluon.scaled_matmul_gluon(a_fp8, b_fp8, scale_a, scale_b, bias, plan[0], use_fast_accum=plan[1])
+
+
+_MATMUL_PLANS = plan_cache()
+_SCALED_PLANS = plan_cache()
+
+
+def _plan_matmul(a, b, bias, activation, precision, config, out_dtype) -> _GemmPlan:
+    """``matmul``'s checks and launch plan for these inputs (raises ``KernelInputError`` naming the argument)."""
     _check_operands(a, b, "a", "b")
     check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
           f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul)")
@@ -161,20 +268,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
         check(bias is None and activation == "none" and out_dtype == a.dtype, "config", "a TMA config (KERNEL='tma')",
               "a gemm.py config: the TMA kernel has no bias, activation or other output dtype for bf16/fp16")
         from workbench.kernels import gemm_tma  # imports this module
-        return gemm_tma.matmul_tma(a, b, config)
-    return _launch(a, b, out_dtype, config, bias=bias, activation=activation, input_precision=input_precision,
-                   upcast=interpreting() and a.dtype == torch.bfloat16)
+        gemm_tma._plan_matmul(a, b, config, None)  # its checks, now (the call goes through its own cache)
+        return _GemmPlan(backend=_tma_matmul, backend_plan=config)
+    return _plan_gemm(a, b, out_dtype, config, bias=bias, activation=activation, input_precision=input_precision,
+                      upcast=interpreting() and a.dtype == torch.bfloat16)
 
 
-def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
-                  bias: torch.Tensor | None = None, config: dict | None = None,
-                  use_fast_accum: bool = False) -> torch.Tensor:
-    """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16, as ``torch._scaled_mm(..., out_dtype=bf16)``.
-
-    Scales are fp32: one scalar each (per tensor), or scale_a [M] (or [M, 1]) per row of A and scale_b [N]
-    (or [1, N]) per column of B. ``use_fast_accum`` as in ``_scaled_mm``: on sm_90 the fp8 tensor cores then
-    accumulate the whole K in their reduced-precision accumulator; False adds each BLOCK_K partial into fp32.
-    """
+def _plan_scaled_matmul(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum) -> _GemmPlan:
+    """``scaled_matmul``'s checks and launch plan, or the TMA / Gluon kernel's for their configs."""
     _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8")
     check(a_fp8.dtype in FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype, f"one of {', '.join(map(str, FP8_DTYPES))}")
     check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
@@ -189,16 +290,12 @@ def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tenso
               f"a Gluon config for {config.get('ACCUMULATION')} accumulation",
               f"one for {accumulation} accumulation (use_fast_accum={use_fast_accum}): "
               f"spaces.gluon_config_space({accumulation!r})")
-        from workbench.kernels import gemm_gluon  # imports this module
-        return gemm_gluon.scaled_matmul_gluon(a_fp8, b_fp8, scale_a, scale_b, bias, config,
-                                              use_fast_accum=use_fast_accum)
+        return _GemmPlan(backend=_gluon_scaled_matmul, backend_plan=(config, bool(use_fast_accum)))
     if is_tma(config):  # the selector's pick on Hopper for TMA-aligned operands (``spaces.tma_eligible``)
-        from workbench.kernels import gemm_tma  # imports this module
-        return gemm_tma.scaled_matmul_tma(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum=use_fast_accum)
-    return _launch(a_fp8, b_fp8, torch.bfloat16, config, bias=bias, upcast=interpreting(),
-                   scale_a=(scale_a.reshape(-1).contiguous(), kinds[0]),  # scale_a: [1] or [M]
-                   scale_b=(scale_b.reshape(-1).contiguous(), kinds[1]),  # scale_b: [1] or [N]
-                   promote_every_block_k=not use_fast_accum)
+        return _GemmPlan(backend=_tma_scaled_matmul, backend_plan=(config, bool(use_fast_accum)))
+    return _plan_gemm(a_fp8, b_fp8, torch.bfloat16, config, bias=bias, upcast=interpreting(), scale_kinds=kinds,
+                      scale_copy=not (scale_a.is_contiguous() and scale_b.is_contiguous()),
+                      promote_every_block_k=not use_fast_accum)
 
 
 def _check_operands(a, b, a_name: str, b_name: str) -> None:
@@ -239,31 +336,34 @@ def _scale_kind(scale, name: str, rows: int, column_shape: tuple[int, int], a) -
     return "row"
 
 
-def _launch(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, activation: str = "none",
-            scale_a: tuple | None = None, scale_b: tuple | None = None, input_precision: str | None = None,
-            promote_every_block_k: bool = False, upcast: bool = False) -> torch.Tensor:
-    """Allocate C [M, N] and launch one program per output tile. scale_a/scale_b: (fp32 vector, kind) or None;
-    promote_every_block_k: fp8 partial products leave the tensor cores' accumulator every BLOCK_K (sm_90)."""
+def _plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, activation: str = "none",
+               scale_kinds: list[str] | None = None, scale_copy: bool = False, input_precision: str | None = None,
+               promote_every_block_k: bool = False, upcast: bool = False) -> _GemmPlan:
+    """The launch of one program per output tile for checked inputs. scale_kinds: the two scales' kinds
+    ("tensor" / "row") or None; promote_every_block_k: fp8 partial products leave the tensor cores' accumulator
+    every BLOCK_K (sm_90)."""
     (m, k), n = a.shape, b.shape[1]
-    c = torch.empty((m, n), dtype=out_dtype, device=a.device)  # c: [M, N] row-major
+    plan = _GemmPlan(out_shape=(m, n), out_dtype=out_dtype)
     if m == 0 or n == 0:
-        return c
-    a, b = pad_unaligned(a, b)  # rows that are not 16-byte aligned would be loaded element by element
-    (m_load, k), n_load = a.shape, b.shape[1]
+        return plan
+    pad_a, pad_b = _padding(a, b)
+    a_shape, a_stride = _padded_layout(a, pad_a)
+    b_shape, b_stride = _padded_layout(b, pad_b)
+    (m_load, k), n_load = a_shape, b_shape[1]
     meta, launch = _resolve_config(config, a, b)
-    grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
-    _gemm_kernel[grid](
-        a, b, c, bias if bias is not None else c,
-        scale_a[0] if scale_a else c, scale_b[0] if scale_b else c,
-        m, n, k, m_load, n_load, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        HAS_BIAS=bias is not None, ACTIVATION=activation,
-        SCALE_A=scale_a[1] if scale_a else "none", SCALE_B=scale_b[1] if scale_b else "none",
+    scale_a, scale_b = scale_kinds or ("none", "none")
+    plan.grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+    plan.pad_a, plan.pad_b = pad_a, pad_b
+    plan.bias_copy = bias is not None and not bias.is_contiguous()
+    plan.scale_copy = scale_copy
+    plan.scalars = (m, n, k, m_load, n_load, *a_stride, *b_stride, n, 1)  # c: [M, N] row-major
+    plan.constexprs = dict(
+        HAS_BIAS=bias is not None, ACTIVATION=activation, SCALE_A=scale_a, SCALE_B=scale_b,
         UPCAST=upcast, INPUT_PRECISION=input_precision,
         MAX_IMPRECISE_ACC=meta["BLOCK_K"] if promote_every_block_k else None,
         EVEN_K=k % meta["BLOCK_K"] == 0, **meta, **launch,
-        **divisibility_hints(m_load, n_load, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1)),
-    )
-    return c
+        **divisibility_hints(m_load, n_load, k, *a_stride, *b_stride))
+    return plan
 
 
 def pad_unaligned(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -273,6 +373,13 @@ def pad_unaligned(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch
     rows of A (a column-major A) and columns of B (a row-major B) only reach output rows/columns that the kernel
     does not store (it wraps its loads over the padded M_LOAD x N_LOAD and masks its stores to M x N). The
     copies cost one pass over the operands; other strided views are left as they are."""
+    pad_a, pad_b = _padding(a, b)
+    return (a if pad_a is None else _padded(a, *pad_a)), (b if pad_b is None else _padded(b, *pad_b))
+
+
+def _padding(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple | None, tuple | None]:
+    """``pad_unaligned``'s decision from shapes and strides alone: (rows, cols, row_major) of each operand's
+    padded buffer, or None where it is used as it is."""
     step = max(1, 16 // a.element_size())  # elements per 16 bytes
 
     def unaligned(stride: int) -> bool:
@@ -284,15 +391,21 @@ def pad_unaligned(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch
     pad_m = a_major and not a_rows and unaligned(a.stride(1))
     pad_n = b_major and b_rows and unaligned(b.stride(0))
     if not (pad_k or pad_m or pad_n):
-        return a, b
+        return None, None
     up = lambda size: -(-size // step) * step  # noqa: E731
     (m, k), n = a.shape, b.shape[1]
     k_to = up(k) if pad_k else k
-    if pad_k or pad_m:
-        a = _padded(a, up(m) if pad_m else m, k_to, a_rows)
-    if pad_k or pad_n:
-        b = _padded(b, k_to, up(n) if pad_n else n, b_rows)
-    return a, b
+    pad_a = (up(m) if pad_m else m, k_to, a_rows) if pad_k or pad_m else None
+    pad_b = (k_to, up(n) if pad_n else n, b_rows) if pad_k or pad_n else None
+    return pad_a, pad_b
+
+
+def _padded_layout(t: torch.Tensor, pad: tuple | None) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(shape, strides) of t as the kernel sees it: t's own, or those of its ``_padded`` copy."""
+    if pad is None:
+        return tuple(t.shape), t.stride()
+    rows, cols, row_major = pad
+    return (rows, cols), ((cols, 1) if row_major else (1, rows))
 
 
 def _padded(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> torch.Tensor:

@@ -62,7 +62,7 @@ from pathlib import Path
 import torch
 import triton
 
-from workbench.kernels._common import check, check_device, interpreting
+from workbench.kernels._common import check, check_device, frozen, interpreting, plan_cache
 from workbench.kernels.gemm import _scale_kind, reference_scaled_matmul  # noqa: F401 - the reference, re-exported
 from workbench.kernels.gemm_tma import TMA_FP8_DTYPES, _check_operands
 from workbench.kernels.spaces import (
@@ -355,7 +355,41 @@ def scaled_matmul_gluon(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch
     """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16, as ``torch._scaled_mm(a, b, scale_a, scale_b,
     bias, out_dtype=torch.bfloat16, use_fast_accum=...)``: a_fp8 [M, K] row-major, b_fp8 [K, N] column-major,
     fp32 scales per tensor (scalars) or per row (scale_a [M] or [M, 1], scale_b [N] or [1, N]), bias [N].
-    Same contract as ``gemm_tma.scaled_matmul_tma``; sm_90 only (``supported``)."""
+    Same contract as ``gemm_tma.scaled_matmul_tma``; sm_90 only (``supported``). Checks, config, grid and
+    descriptor layouts are cached per distinct call (``_GluonPlan``)."""
+    try:
+        key = (a_fp8.shape, a_fp8.stride(), a_fp8.dtype, a_fp8.device, b_fp8.shape, b_fp8.stride(), b_fp8.dtype,
+               b_fp8.device, scale_a.shape, scale_a.stride(), scale_a.dtype, scale_a.device, scale_b.shape,
+               scale_b.stride(), scale_b.dtype, scale_b.device,
+               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+               bool(use_fast_accum), frozen(config))
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable config value: the checks say which
+        key = plan = None
+    if plan is None:
+        plan = _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum, out)
+        if key is not None:
+            _PLANS.put(key, plan)
+    return _run(plan, a_fp8, b_fp8, bias, scale_a, scale_b, out)
+
+
+class _GluonPlan:
+    """One launch minus the tensors (``_run``); ``descriptors`` as in ``gemm_tma._TmaPlan``."""
+
+    __slots__ = ("route", "out_shape", "grid", "blocks", "layouts", "descriptors", "bias_copy", "scale_copy",
+                 "scalars", "constexprs")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+
+_PLANS = plan_cache()
+
+
+def _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum: bool, out) -> _GluonPlan:
+    """``scaled_matmul_gluon``'s checks and launch plan (also ``gemm.scaled_matmul``'s for a Gluon config)."""
     _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
     check(a_fp8.dtype in TMA_FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype,
           f"one of {', '.join(map(str, TMA_FP8_DTYPES))} (e4m3fnuz: gemm.scaled_matmul)")
@@ -372,29 +406,72 @@ def scaled_matmul_gluon(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch
         check_device(a_fp8, bias, names=("a_fp8", "bias"))
     config = resolve_config(config, exact=not use_fast_accum)
     check(out is None or out.dtype == torch.bfloat16, "out.dtype", getattr(out, "dtype", None), "torch.bfloat16")
-    c = torch.empty((m, n), dtype=torch.bfloat16, device=a_fp8.device) if out is None else out  # c: [M, N]
+    plan = _GluonPlan(route="launch", out_shape=(m, n), bias_copy=bias is not None and not bias.is_contiguous(),
+                      scale_copy=not (scale_a.is_contiguous() and scale_b.is_contiguous()))
     if m == 0 or n == 0:
-        return c
+        plan.route = "empty"
+        return plan
     if k == 0:  # TMA descriptors need every dimension >= 1; the product is the epilogue of a zero accumulator
-        c.zero_()
-        return c.add_(bias.to(c.dtype)) if bias is not None else c
+        plan.route = "zero_k"
+        return plan
     check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
     check(not interpreting(), "TRITON_INTERPRET", "1", "unset: Gluon kernels have no interpreter (use gemm_tma)")
     check(_capability(a_fp8.device.index or 0) == (9, 0), "device", f"compute capability "
           f"{_capability(a_fp8.device.index or 0)}", "(9, 0): the kernel uses sm_90's wgmma (Hopper only)")
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    a_desc = GluonTensorDescriptor.from_tensor(a_fp8, [bm, bk], _operand_layout(bm, bk))
-    b_desc = GluonTensorDescriptor.from_tensor(b_fp8.t(), [bn, bk], _operand_layout(bn, bk))  # b.t(): [N, K]
-    c_desc = GluonTensorDescriptor.from_tensor(c, [bm, bn], _output_layout(bm, bn))
+    plan.blocks = ([bm, bk], [bn, bk], [bm, bn])
+    plan.layouts = (_operand_layout(bm, bk), _operand_layout(bn, bk), _output_layout(bm, bn))
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    grid = (min(config.get("NUM_SMS") or _sm_count(a_fp8.device.index or 0), tiles),)
-    _gemm_fp8_kernel[grid](
-        a_desc, b_desc, c_desc, bias if bias is not None else c,
-        scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous(),  # [1] or [M]; [1] or [N]
-        m, n, k, **_constexprs(config, exact=not use_fast_accum, has_bias=bias is not None, scale_a=kind_a,
-                               scale_b=kind_b), num_warps=config["num_warps"],
-    )
+    plan.grid = (min(config.get("NUM_SMS") or _sm_count(a_fp8.device.index or 0), tiles),)
+    plan.scalars = (m, n, k)
+    plan.constexprs = dict(_constexprs(config, exact=not use_fast_accum, has_bias=bias is not None, scale_a=kind_a,
+                                       scale_b=kind_b), num_warps=config["num_warps"])
+    return plan
+
+
+def _run(plan: _GluonPlan, a_fp8, b_fp8, bias, scale_a, scale_b, out) -> torch.Tensor:
+    """Allocate C (or take ``out``), build the descriptors and launch: the per-call work of a cached plan."""
+    c = torch.empty(plan.out_shape, dtype=torch.bfloat16, device=a_fp8.device) if out is None else out  # c: [M, N]
+    if plan.route != "launch":
+        if plan.route == "zero_k":
+            c.zero_()
+            if bias is not None:
+                c.add_(bias.to(c.dtype))
+        return c
+    if (a_fp8.data_ptr() | b_fp8.data_ptr() | c.data_ptr()) % 16:  # the plan checked strides, not addresses
+        _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
+    b_t = b_fp8.t()  # [N, K] row-major
+    if plan.descriptors is None:  # the first launch: Gluon's constructor and its checks
+        a_desc, b_desc, c_desc = (GluonTensorDescriptor.from_tensor(t, block, layout) for t, block, layout
+                                  in zip((a_fp8, b_t, c), plan.blocks, plan.layouts))
+        plan.descriptors = tuple(_descriptor_fields(d) for d in (a_desc, b_desc, c_desc))
+    else:
+        fields_a, fields_b, fields_c = plan.descriptors
+        a_desc, b_desc, c_desc = (_descriptor(fields_a, a_fp8), _descriptor(fields_b, b_t), _descriptor(fields_c, c))
+    if bias is None:
+        bias = c
+    elif plan.bias_copy:
+        bias = bias.contiguous()
+    if plan.scale_copy:  # strided scale views: the kernel reads scale[i] at element i (a scalar at 0)
+        scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
+    _gemm_fp8_kernel[plan.grid](a_desc, b_desc, c_desc, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
     return c
+
+
+def _descriptor_fields(descriptor) -> dict:
+    """A built descriptor's fields without its base tensor."""
+    fields = dict(vars(descriptor))
+    fields["base"] = None
+    return fields
+
+
+def _descriptor(fields: dict, base: torch.Tensor):
+    """A Gluon TensorDescriptor with ``fields`` over ``base`` without re-running the dataclass checks (the plan's
+    key guarantees the shape, strides and dtype they were checked with); see ``gemm_tma._descriptor``."""
+    descriptor = object.__new__(GluonTensorDescriptor)
+    descriptor.__dict__.update(fields)
+    descriptor.base = base
+    return descriptor
 
 
 def _constexprs(config: dict, *, exact: bool, has_bias: bool, scale_a: str, scale_b: str) -> dict:
