@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -71,7 +72,8 @@ def _jupyter(app: str, tmp_path: Path):
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", f"--{config}.news_url=None",
                f"--{config}.expose_app_in_browser=True", "--allow-root"]
     log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # its own session and process group: the SIGKILL of a server that will not stop takes its helpers with it
+    server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -85,12 +87,41 @@ def _jupyter(app: str, tmp_path: Path):
                 time.sleep(0.5)
         yield base, token, root
     finally:
+        try:
+            _stop_server(server, tmp_path / "runtime")
+        finally:
+            log.close()
+
+
+def _stop_server(server: subprocess.Popen, runtime: Path) -> None:
+    """Jupyter's clean stop (SIGTERM: it shuts its kernels down), SIGKILL to its process group if it has not
+    stopped in 20 s, then SIGKILL to any kernel left (a process given a connection file in ``runtime``)."""
+    if server.poll() is None:
         server.terminate()
         try:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    for pid in _processes_with_files_in(runtime):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) == pid:  # a kernel leads its own group (jupyter_client starts it in a new session)
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+
+
+def _processes_with_files_in(folder: Path) -> list[int]:
+    """Processes (from /proc; none elsewhere) with an argument naming a file in ``folder``: kernels pass their
+    connection file."""
+    prefix = str(folder).encode() + b"/"
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if any(arg.startswith(prefix) for arg in (entry / "cmdline").read_bytes().split(b"\0")):
+                found.append(int(entry.name))
+    return found
 
 
 @contextlib.contextmanager

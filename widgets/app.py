@@ -12,6 +12,10 @@ the app:
 Only the active tab redraws on a change; the others redraw when opened. Charts are ``alt.JupyterChart``
 widgets with the JavaScript bundled offline (``JupyterChart.enable_offline``), so they render without a CDN
 in JupyterLab, Notebook 7 and VS Code.
+
+From Python, bad input raises ``WorkbenchError``; from the UI (a control, a tab, a click, a button, a pasted or
+uploaded config.json) it ends in a status line instead, and so does any unexpected exception, as "internal
+error: ..." with its traceback logged (``widgets.controls.shown_errors``): the UI never fails silently.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import html
+import re
 import time
 from functools import partial
 from pathlib import Path
@@ -30,10 +35,10 @@ import traitlets
 
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
-from workbench.models import Model
+from workbench.models import Model, list_models
 from widgets import charts
 from widgets.advice import advice_chart, advice_frame, advice_html, advice_prompt, advise_all
-from widgets.controls import Controls, ModelInput
+from widgets.controls import Controls, ModelInput, error_html, shown_errors
 from widgets.data import (
     Comparison, Predictor, memory_by_checkpointing, op_detail, roofline_note, roofline_points, roofs,
     step_breakdown, summary_table, summary_text,
@@ -123,7 +128,7 @@ class Workbench(w.VBox):
         self.advice.add_class("wb-advice")
         self.advice_button = w.Button(description="Compare direct port vs co-designed", icon="exchange",
                                       layout=w.Layout(width="300px"))
-        self.advice_button.on_click(lambda _: self.compare_port())
+        self.advice_button.on_click(lambda _: self._compare_from_button())
         self.advice_prompt = w.HTML()
         self.advice_view = _chart_view()
         self.advice_view.layout.display = "none"
@@ -166,16 +171,28 @@ class Workbench(w.VBox):
         return self
 
     def add_model(self, model: Model | dict | str | Path, name: str | None = None) -> str:
-        """Add a model from a Hugging Face config.json (path or dict) or a ``Model``, select it, return its name."""
+        """Add a model from a Hugging Face config.json (path or dict) or a ``Model``, select it, return its name.
+        Raises ``WorkbenchError`` on bad input, the workbench unchanged."""
         if not isinstance(model, (dict, str, Path)):
             built = model
         else:
             from workbench.models import from_hf_config
 
             built = from_hf_config(model, name)
+        if built.name in {m.name for m in list_models()}:
+            raise WorkbenchError(f"model name {built.name!r} is a catalog model's: give yours another name")
+        replaced, before = self._custom.get(built.name), self._state
         self._custom[built.name] = built
         self.clear_cache()  # a model of the same name may have changed
-        self.set(model=built.name)
+        try:
+            self.set(model=built.name)
+        except BaseException:
+            if self._state is before:  # not applied (its prediction failed): the workbench stays as it was
+                if replaced is None:
+                    del self._custom[built.name]
+                else:
+                    self._custom[built.name] = replaced
+            raise
         return built.name
 
     def clear_cache(self) -> None:
@@ -191,16 +208,20 @@ class Workbench(w.VBox):
             self._muted = was
 
     def _apply(self, new: WorkbenchState, *, force: bool = False) -> None:
+        """Predict for ``new`` (the main refresh), then make it the state and draw the active tab. A prediction
+        that raises leaves the state as it was; per-GPU errors go to the status line."""
         start = time.perf_counter()
-        old, self._state = self._state, new
+        changed = force or dataclasses.replace(self._state, tab=new.tab) != new
+        comparison = self._predictor.compare(new, self._custom) if changed else self.comparison
+        self._state = new
         with self._mute():
             for name in FIELDS:
                 value = getattr(new, name)
                 setattr(self, name, list(value) if name == "gpus" else value)
             self.controls.show(new, self._custom)
             self.tabs.selected_index = TABS.index(new.tab)
-        if force or dataclasses.replace(old, tab=new.tab) != new:
-            self.comparison = self._predictor.compare(new, self._custom)
+        if changed:
+            self.comparison = comparison
             self._dirty = set(TABS)
             self.status.value = "".join(f"<div style='color:#b00'>{html.escape(get_gpu(g).display_name)}: "
                                         f"{html.escape(e)}</div>" for g, e in self.comparison.errors.items())
@@ -218,19 +239,39 @@ class Workbench(w.VBox):
                 setattr(self, change["name"], change["old"])
             raise
 
+    # Widget callbacks (these, the save button's, the model input's) are the UI's outermost boundary: whatever
+    # goes wrong ends in a status line (``shown_errors``), and the controls go back to the state that holds.
+
+    def _show_error(self, message: str) -> None:
+        self.status.value = error_html(message)
+
     def _on_control(self, name: str, change) -> None:
         if self._muted:
             return
-        try:
+        with shown_errors(self._show_error) as outcome:
             self.set(**{name: change["new"]})
-        except WorkbenchError as exc:
-            self.status.value = f"<span style='color:#b00'>{html.escape(str(exc))}</span>"
+        if outcome.failed:
             with self._mute():
                 self.controls.show(self._state, self._custom)
 
     def _on_tab(self, change) -> None:
-        if not self._muted and change["new"] is not None:
+        if self._muted or change["new"] is None:
+            return
+        with shown_errors(self._show_error) as outcome:
             self.set(tab=TABS[change["new"]])
+        if outcome.failed:
+            with self._mute():
+                self.tabs.selected_index = TABS.index(self._state.tab)
+
+    def _on_select(self, change) -> None:
+        value = change["new"].value
+        if value:
+            with shown_errors(self._show_error):
+                self.show_op(value[0]["gpu"], value[0]["op"])
+
+    def _compare_from_button(self) -> None:
+        with shown_errors(self._show_error):
+            self.compare_port()
 
     def _prediction_on(self, gpu: str):
         return self._predictor.one(self._custom.get(self._state.model) or self._state.model, gpu, self._state)
@@ -261,11 +302,6 @@ class Workbench(w.VBox):
         self.roofline_notes.value = "<br>".join(html.escape(n) for n in notes)
         self.selected_op = None
         self.op_info.value = "<i>Click a point to see its op (double-click clears).</i>"
-
-    def _on_select(self, change) -> None:
-        value = change["new"].value
-        if value:
-            self.show_op(value[0]["gpu"], value[0]["op"])
 
     def show_op(self, gpu: str, op: str) -> dict:
         """Show (and return) the model's detail for one op on one GPU (catalog or display name)."""
@@ -355,16 +391,22 @@ class Workbench(w.VBox):
         if tab not in CHART_TABS:
             self.save_link.value = "<i>this tab has no chart</i>"
             return
-        stem = f"{self._state.model}-{tab.replace(' ', '-')}"
-        n = 1
-        while (path := Path("charts") / f"{stem}-{n}.{self.save_format.value}").exists():
-            n += 1  # never overwrite an earlier save
-        try:
-            written = self.save_chart(tab, path)
-        except (WorkbenchError, OSError, ValueError) as exc:
-            self.save_link.value = f"<span style='color:#b00'>{html.escape(str(exc))}</span>"
-            return
-        self.save_link.value = f"saved <code>{html.escape(str(written))}</code> · " + _binary_link(written)
+
+        def show(message: str) -> None:
+            self.save_link.value = error_html(message)
+
+        with shown_errors(show):
+            # a model name from a config.json may hold anything ("/", "..", HTML): file names get the safe part
+            stem = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{self._state.model}-{tab.replace(' ', '-')}").lstrip(".")
+            n = 1
+            while (path := Path("charts") / f"{stem}-{n}.{self.save_format.value}").exists():
+                n += 1  # never overwrite an earlier save
+            try:
+                written = self.save_chart(tab, path)
+            except (OSError, ValueError) as exc:  # a folder we may not write, a format vl-convert refused
+                show(str(exc))
+                return
+            self.save_link.value = f"saved <code>{html.escape(str(written))}</code> · " + _binary_link(written)
 
     # ------------------------------------------------------------------------------------------- text
 

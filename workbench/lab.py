@@ -1,16 +1,36 @@
-"""``workbench lab``: open the workbench notebook in JupyterLab."""
+"""``workbench lab``: open the workbench notebook in JupyterLab.
+
+Jupyter runs as a child in its own session (``start_new_session``), so the terminal's Ctrl-C reaches only
+``workbench lab``, which passes a stop on exactly once. SIGINT, SIGTERM and SIGHUP to ``workbench lab`` all stop
+Jupyter the way Jupyter itself documents as its clean stop, SIGTERM: it shuts its kernels down, removes its
+``jpserver-*.json`` file and exits. (Forwarded as they came, SIGINT would ask "Shut down this Jupyter server
+(y/[n])?" when stdin is a terminal, and SIGHUP, which Jupyter does not handle, would kill it before it stops its
+kernels.) So one Ctrl-C stops the server without the y/n prompt; a second stop signal while it shuts down kills
+its process group at once, and so does ``STOP_GRACE_S`` passing. Kernels live in sessions of their own (as
+``jupyter_client`` starts them) and exit by themselves when the server is gone (ipykernel's parent poller).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
 
 DEFAULT_NOTEBOOK = Path("notebooks") / "workbench.ipynb"
+STOP_GRACE_S = 20.0
+"""Seconds Jupyter gets to stop after the first stop signal before its process group is killed. A guess with
+room: shutting down a few idle kernels takes 1-3 s on a laptop; raise it for many busy kernels."""
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""The signals ``workbench lab`` passes on to Jupyter (as SIGTERM, its clean stop)."""
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows has no SIGKILL
 
 
 def find_notebook(notebook: str | None = None) -> Path:
@@ -26,7 +46,8 @@ def find_notebook(notebook: str | None = None) -> Path:
 
 def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = True,
            jupyter_args: list[str] | None = None) -> int:
-    """Start JupyterLab with the notebook open; ``jupyter_args`` go to Jupyter unchanged. Returns its exit code."""
+    """Start JupyterLab with the notebook open and wait for it; ``jupyter_args`` go to Jupyter unchanged.
+    Stop signals are passed on (see the module docstring). Returns its exit code (128 + N if signal N killed it)."""
     if importlib.util.find_spec("jupyterlab") is None:
         raise WorkbenchError("JupyterLab is not installed: install the UI extras with "
                              "`pip install -e '.[lab]'` (./dev lab does this for you)")
@@ -42,4 +63,82 @@ def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = T
         command.append("--allow-root")
     command += jupyter_args or []
     print("starting:", " ".join(command), flush=True)
-    return subprocess.call(command, cwd=root)
+    return run_until_stopped(command, cwd=root)
+
+
+def run_until_stopped(command: list[str], *, cwd: str | Path | None = None, grace_s: float = STOP_GRACE_S) -> int:
+    """Run ``command`` in its own session and wait for it, passing ``STOP_SIGNALS`` on as SIGTERM (the first
+    one; a second, or ``grace_s`` without exiting, kills its process group); a signal ignored here (``nohup``)
+    stays ignored. The previous signal handlers are restored on return. Returns its exit code, 128 + N if
+    signal N killed it (the shell's convention).
+
+    Stdin is /dev/null: Jupyter reads nothing from it, and without a terminal there it never prompts."""
+    stopper = _Stopper(grace_s)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # Python takes signals in the main thread only
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's SIGHUP, a background job's SIGINT: kept
+                previous[signum] = signal.signal(signum, stopper.on_signal)
+    try:
+        child = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True)
+        stopper.attach(child)  # a signal that came while it started is passed on now
+        try:
+            returncode = child.wait()
+        finally:
+            stopper.cancel()
+            if child.returncode is None:  # the wait itself failed (not a signal of ours): leave nothing behind
+                _signal_group(child, _KILL)
+                child.wait()
+    finally:
+        for signum, handler in previous.items():  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Stopper:
+    """The signal handler of ``run_until_stopped``: SIGTERM on the first stop signal and a timer that kills the
+    process group after the grace period; a second stop signal kills it at once."""
+
+    def __init__(self, grace_s: float):
+        self.grace_s = grace_s
+        self.child: subprocess.Popen | None = None
+        self.pending = False  # a signal came before the child existed
+        self.timer: threading.Timer | None = None
+
+    def on_signal(self, signum, frame) -> None:
+        if self.child is None:
+            self.pending = True
+        elif self.timer is None:
+            self._stop()
+        else:
+            self._kill()
+
+    def attach(self, child: subprocess.Popen) -> None:
+        self.child = child
+        if self.pending:
+            self._stop()
+
+    def _stop(self) -> None:
+        _signal_group(self.child, signal.SIGTERM, group=False)  # Jupyter's clean stop, to the server alone
+        self.timer = threading.Timer(self.grace_s, self._kill)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _kill(self) -> None:
+        _signal_group(self.child, _KILL)
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+def _signal_group(child: subprocess.Popen, signum: int, *, group: bool = True) -> None:
+    """Send ``signum`` to ``child`` (its whole process group when ``group``) unless it has been waited for: its
+    pid, which is also its group's id (it leads its own session), cannot have been reused before that."""
+    if child.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group and hasattr(os, "killpg"):
+            os.killpg(child.pid, signum)
+        else:
+            child.send_signal(signum)
