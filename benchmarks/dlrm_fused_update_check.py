@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                    "|---|---|---|---|---|---|"]
         for (name, warmup), limit in zip(RUNS, (RECIPE_TIMEOUT_S, EAGER_TIMEOUT_S)):
             cmd = [sys.executable, "-m", "workbench.train", "--recipe", str(recipes / f"{name}.yaml"), "--metrics",
-                   str(out / f"{name}.json"), "--steps", str(2 if args.quick else STEPS), "--warmup",
+                   str(out / f"{name}.json"), "--force", "--steps", str(2 if args.quick else STEPS), "--warmup",
                    str(1 if args.quick else warmup), "--quiet", "--device", device]
             if args.quick:
                 cmd += ["--max-table-rows", "1000"]

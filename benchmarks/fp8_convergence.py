@@ -136,7 +136,7 @@ def build_recipes(recipes: tuple[str, ...], quick: bool) -> dict:
 
 def train_command(run: Run, recipe_path: Path, metrics_path: Path, settings: Settings) -> list[str]:
     return [sys.executable, "-m", "workbench.train", "--recipe", str(recipe_path), "--metrics", str(metrics_path),
-            "--steps", str(settings.steps), "--warmup", "0", "--lr", repr(settings.lr), "--seed", str(run.seed),
+            "--force", "--steps", str(settings.steps), "--warmup", "0", "--lr", repr(settings.lr), "--seed", str(run.seed),
             "--eval-every", str(settings.eval_every), "--eval-windows", str(settings.eval_windows),
             "--deterministic", "--quiet", "--lr-schedule", settings.lr_schedule.kind,
             "--lr-warmup-steps", str(settings.lr_schedule.warmup_steps), "--lr-min-ratio",

@@ -112,7 +112,7 @@ def prediction_summary(recipe, job: bool) -> dict[str, float]:
 
 def job_command(run: Run, recipe: Path, metrics: Path, steps: int, warmup: int) -> list[str]:
     job = ["-m", "workbench.train", "--recipe", str(recipe), "--steps", str(steps), "--warmup", str(warmup),
-           "--data", "synthetic", "--quiet", "--metrics", str(metrics)]
+           "--data", "synthetic", "--quiet", "--metrics", str(metrics), "--force"]
     return [sys.executable, *job] if run.gpus == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={run.gpus}", *job]
 

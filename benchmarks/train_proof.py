@@ -251,7 +251,7 @@ def quick_runs(notes: list[str], fp8: list[Run] | None = None) -> list[Run]:
 # ------------------------------------------------------------------------------------------------ running
 def run_subprocess(run: Run, recipe_path: Path, metrics_path: Path, log_path: Path, timeout_s: float) -> None:
     cmd = [sys.executable, "-m", "workbench.train", "--recipe", str(recipe_path), "--metrics", str(metrics_path),
-           "--steps", str(run.steps), "--warmup", str(run.warmup), *run.args]
+           "--force", "--steps", str(run.steps), "--warmup", str(run.warmup), *run.args]
     run_logged(cmd, log_path, timeout_s)
 
 
@@ -278,7 +278,7 @@ def run_logged(cmd: list[str], log_path: Path, timeout_s: float) -> None:
 def run_in_process(run: Run, recipe_path: Path, metrics_path: Path) -> None:
     from workbench.train.__main__ import main
 
-    code = main(["--recipe", str(recipe_path), "--metrics", str(metrics_path), "--steps", str(run.steps),
+    code = main(["--recipe", str(recipe_path), "--metrics", str(metrics_path), "--force", "--steps", str(run.steps),
                  "--warmup", str(run.warmup), "--quiet", *run.args])
     if code != 0:
         raise RuntimeError(f"workbench.train exited with {code}")

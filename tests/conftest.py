@@ -1,10 +1,17 @@
+import atexit
 import copy
 import os
+import shutil
+import tempfile
 
 # Kernel tests run on Triton's CPU interpreter. It must be chosen before any kernel module is imported (the
 # @triton.jit decorator reads it), so it is set here, in the first conftest pytest loads; tests that compile for
 # real GPUs (test_crosscompile.py) start their own interpreter with TRITON_INTERPRET=0.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# Calibrated predictions read the user's profile folder first (workbench.paths): tests, and the CLIs they start,
+# use an empty one instead of the real ~/.config/workbench, so they see the shipped profiles and write nowhere real.
+os.environ["WORKBENCH_HOME"] = tempfile.mkdtemp(prefix="workbench-home-")
+atexit.register(shutil.rmtree, os.environ["WORKBENCH_HOME"], ignore_errors=True)
 
 import pytest
 import yaml

@@ -72,7 +72,8 @@ def test_user_gpu_from_yaml_file(tmp_path, h200_spec):
     (lambda d: d["memory"].pop("hbm_bandwidth_tb_s"), "memory.hbm_bandwidth_tb_s", "required"),
     (lambda d: d["memory"]["hbm_bandwidth_tb_s"].update(value=-4.8), "memory.hbm_bandwidth_tb_s.value", "> 0"),
     (lambda d: d["memory"]["hbm_bandwidth_tb_s"].update(value="fast"), "memory.hbm_bandwidth_tb_s.value", "finite number"),
-    (lambda d: d["memory"].update(hbm_bandwith_tb_s=d["memory"]["hbm_bandwidth_tb_s"]), "memory.hbm_bandwith_tb_s", "no such field"),
+    (lambda d: d["memory"].update(hbm_bandwith_tb_s=dict(d["memory"]["hbm_bandwidth_tb_s"])),
+     "memory.hbm_bandwith_tb_s", "no such field"),  # a copy: the same dict twice dumps as a YAML alias (refused)
     (lambda d: d["peak_dense_tflops"]["bf16"].update(source="nowhere"), "peak_dense_tflops.bf16.source", "sources"),
     (lambda d: d["peak_dense_tflops"]["bf16"].update(kind="rumour"), "peak_dense_tflops.bf16.kind", "datasheet"),
     (lambda d: d.update(vendor="intel"), "vendor", "nvidia, amd"),
@@ -113,3 +114,98 @@ def test_k_major_only_precisions_are_optional_and_sourced(h200_spec):
     assert "PTX" in h200.matrix_k_major_only.source
     del h200_spec["compute_units"]["matrix_k_major_only"]
     assert not load_gpu(h200_spec).reads_k_major_only("tf32")  # no document: no restriction assumed
+
+
+def _figure_nodes(spec: dict, path: tuple = ()):
+    """(dotted field, figure mapping) of every numeric figure in a GPU file."""
+    if isinstance(spec, dict):
+        if "value" in spec and "source" in spec:
+            if isinstance(spec["value"], (int, float)) and not isinstance(spec["value"], bool):
+                yield ".".join(path), spec
+            return
+        for key, value in spec.items():
+            yield from _figure_nodes(value, path + (key,))
+
+
+def _catalog_specs():
+    import yaml
+
+    from workbench.hardware import _catalog_dir
+
+    return [(p.stem, yaml.safe_load(p.read_text())) for p in sorted(_catalog_dir().glob("*.yaml"))]
+
+
+def test_every_numeric_figure_has_a_plausibility_bound():
+    from workbench.hardware import GPU_BOUNDS
+
+    fields = {field for _, spec in _catalog_specs() for field, _ in _figure_nodes(spec)}
+    assert fields <= set(GPU_BOUNDS), sorted(fields - set(GPU_BOUNDS))
+    for field, bound in GPU_BOUNDS.items():
+        assert 0 < bound.low < bound.high and bound.unit and bound.reason, field
+
+
+@pytest.mark.parametrize("name, spec", _catalog_specs(), ids=[n for n, _ in _catalog_specs()])
+def test_a_figure_1000x_off_is_refused_naming_field_and_unit(name, spec):
+    """Every catalog figure written in a unit 1000x too small (GB/s for TB/s, bytes for KB...) is out of bounds;
+    1000x too large too, except fp64/fp32 peaks, whose range (1.2 to 315 TFLOP/s) is too wide to tell."""
+    import copy
+
+    from workbench.hardware import GPU_BOUNDS, gpu_from_dict
+
+    gpu_from_dict(spec, name)  # the shipped file loads
+    for field, node in _figure_nodes(spec):
+        for factor in (1000, 1 / 1000):
+            if factor < 1 and field.endswith((".fp64", ".fp32")):
+                continue
+            broken = copy.deepcopy(spec)
+            target = dict(_figure_nodes(broken))[field]
+            scaled = node["value"] * factor
+            target["value"] = int(scaled) if isinstance(node["value"], int) and factor > 1 else scaled
+            with pytest.raises(SpecError) as err:
+                gpu_from_dict(broken, name)
+            assert f"{field}.value" in str(err.value), str(err.value)
+            if int(scaled) >= 1 or factor > 1:  # (a fraction of an integer count fails as "an integer" first)
+                assert GPU_BOUNDS[field].unit in str(err.value) or "integer" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda d: d["memory"]["hbm_bandwidth_tb_s"].update(value=4800), "expected 0.1..100 TB/s (is this in GB/s?)"),
+    (lambda d: d["memory"]["hbm_capacity_gb"].update(value=141e9), "expected 1..10000 GB (is this in bytes?)"),
+    (lambda d: d["peak_dense_tflops"]["bf16"].update(value=989.4e12), "TFLOP/s (is this in FLOP/s?)"),
+    (lambda d: d["peak_dense_tflops"]["bf16"].update(value=0.9894), "TFLOP/s (is this in PFLOP/s?)"),
+    (lambda d: d["compute_units"]["boost_clock_mhz"].update(value=1.98), "MHz (is this in GHz?)"),
+    (lambda d: d["compute_units"]["count"].update(value=16896), "a core count"),
+])
+def test_unit_mistakes_name_the_likely_unit(h200_spec, edit, expected):
+    edit(h200_spec)
+    with pytest.raises(SpecError) as err:
+        load_gpu(h200_spec)
+    assert expected in str(err.value)
+
+
+def test_bounds_leave_room_for_the_next_generations(h200_spec):
+    """A Rubin-Ultra-class package (announced figures, rounded up) loads: the bounds are for unit mistakes."""
+    h200_spec.update(name="next-gen", display_name="next generation", year=2027)
+    h200_spec["peak_dense_tflops"].update(bf16=dict(h200_spec["peak_dense_tflops"]["bf16"], value=15_000),
+                                          fp8=dict(h200_spec["peak_dense_tflops"]["fp8"], value=50_000),
+                                          fp4=dict(h200_spec["peak_dense_tflops"]["fp8"], value=100_000))
+    for key, value in (("hbm_capacity_gb", 1024), ("hbm_bandwidth_tb_s", 32), ("l2_cache_mb", 512)):
+        h200_spec["memory"][key]["value"] = value
+    h200_spec["compute_units"]["count"]["value"] = 640
+    h200_spec["interconnect"]["scale_up_gb_s_per_direction"]["value"] = 3600
+    h200_spec["interconnect"]["scale_up_domain_gpus"]["value"] = 576
+    h200_spec["interconnect"]["scale_out_gb_s_per_direction"]["value"] = 400
+    h200_spec["tdp_w"]["value"] = 3600
+    assert load_gpu(h200_spec).peak_tflops("fp4") == 100_000
+
+
+def test_cli_predict_takes_a_gpu_file(tmp_path, h200_spec, capsys):
+    import yaml
+
+    from workbench.cli import main
+
+    h200_spec.update(name="mine", display_name="My H200")
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(h200_spec))
+    assert main(["predict", "--model", "llama3-8b", "--gpu", str(path), "--seq-len", "1024", "--json"]) == 0
+    assert '"gpu": "mine"' in capsys.readouterr().out

@@ -68,7 +68,13 @@ def test_fp8_training_is_faster_than_bf16_on_hopper():
 
 
 @pytest.mark.parametrize("kwargs,field", [
-    (dict(micro_batch=0), "micro_batch"),
+    (dict(micro_batch=-1), "micro_batch"),
+    (dict(micro_batch=2.0), "micro_batch"),
+    (dict(micro_batch=(1 << 24) + 1), "micro_batch"),
+    (dict(micro_batch=1, seq_len=(1 << 24) + 1), "seq_len"),
+    (dict(micro_batch=1, gpus=(1 << 20) + 1), "parallelism.dp"),
+    (dict(micro_batch=1, global_batch=-8), "global_batch"),
+    (dict(micro_batch=1, global_batch=(1 << 32) + 1), "global_batch"),
     (dict(micro_batch=3, global_batch=16, gpus=2), "global_batch"),
     (dict(micro_batch=1, seq_len=-5), "seq_len"),
     (dict(micro_batch=1, activation_checkpointing="some"), "activation_checkpointing"),
@@ -84,10 +90,58 @@ def test_invalid_configs_raise_clear_errors(kwargs, field):
     (Parallelism(dp=3, ep=2), "parallelism.ep"),       # ep must divide dp
     (Parallelism(dp=2, ep=2), "parallelism.ep"),       # dense model has no experts
     (Parallelism(pp=200), "parallelism.pp"),
+    (Parallelism(dp=1, tp=0), "parallelism.tp"),
+    (Parallelism(dp=1 << 10, tp=1 << 10, pp=2), "parallelism"),  # 2^21 GPUs in all
 ])
 def test_invalid_parallelism(parallelism, field):
     with pytest.raises(SpecError, match=field):
         predict("llama3-70b", "h200", TrainingConfig(1, 2048, parallelism=parallelism))
+
+
+@pytest.mark.parametrize("model,parallelism,expected", [
+    ("mixtral-8x7b", Parallelism(dp=16, ep=16), "num_experts=8"),  # more expert ranks than experts
+    ("gpt2-small", Parallelism(pp=16), "num_layers=12"),           # more stages than layers
+    ("llama3-8b", Parallelism(tp=3), "num_heads=32"),              # tp does not divide the heads
+    ("dlrm-dcnv2", Parallelism(tp=2), "tp=1 and pp=1"),            # recommendation models do not split tensors
+])
+def test_splits_the_model_cannot_honour_are_errors(model, parallelism, expected):
+    with pytest.raises(SpecError, match=expected):
+        predict(model, "h200", TrainingConfig(parallelism=parallelism))
+
+
+@pytest.mark.parametrize("model,micro_batch,seq_len", [
+    ("dlrm-dcnv2", 65536, 1), ("hstu-gr", 64, 2048), ("llama3-8b", 1, 8192), ("gpt2-small", 1, 1024)])
+def test_defaults_are_the_models_own(model, micro_batch, seq_len):
+    """One definition of the defaults (``workbench.config.default_micro_batch``): the keyword shortcut with None or
+    0, and a ``TrainingConfig`` left at 0, all mean the model's own micro-batch and sequence length."""
+    from workbench.config import default_micro_batch, default_seq_len
+    from workbench.models import get_model
+
+    m = get_model(model)
+    assert (default_micro_batch(m), default_seq_len(m)) == (micro_batch, seq_len)
+    for p in (predict(model, "h200"), predict(model, "h200", micro_batch=0), predict(model, "h200", TrainingConfig())):
+        assert (p.config.micro_batch, p.config.seq_len) == (micro_batch, seq_len)
+
+
+def test_a_result_out_of_range_is_an_error_or_a_note_never_silent():
+    """GPU figures far out of range (issue 15: 1e302 ms steps, mfu = 0.0) give an error naming the figure when a
+    result is not a finite positive number, and a note when it is finite but no real step has it."""
+    from workbench.predict import ImplausiblePredictionError
+
+    gpu = get_gpu("h200")
+
+    def with_figures(bandwidth: float, peak_factor: float):
+        peaks = {k: dataclasses.replace(v, value=v.value * peak_factor) for k, v in gpu.peak_dense_tflops.items()}
+        return dataclasses.replace(gpu, hbm_bandwidth_tb_s=dataclasses.replace(gpu.hbm_bandwidth_tb_s, value=bandwidth),
+                                   peak_dense_tflops=peaks)
+
+    with pytest.raises(ImplausiblePredictionError, match="mfu is 0.0, not a finite positive number"):
+        predict("llama3-8b", with_figures(1e-300, 1.0))  # the step takes 1e300 s: MFU underflows
+    with pytest.raises(ImplausiblePredictionError, match="not a finite positive number"):
+        predict("llama3-8b", with_figures(float("nan"), 1.0))
+    unit_mistake = predict("llama3-8b", with_figures(4.8, 1e12))  # 989.4e12 "TFLOP/s": FLOP/s written as TFLOP/s
+    assert any("implausible: MFU" in n for n in unit_mistake.notes)
+    assert not any("implausible" in n for n in predict("llama3-8b", gpu).notes)
 
 
 def test_moe_expert_parallel_adds_all_to_all():

@@ -6,8 +6,7 @@ Every chart is a plain ``alt.Chart``/``LayerChart``/``FacetChart``: the widget s
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import altair as alt
 import pandas as pd
 
 from widgets.data import MEMORY_PARTS, STEP_PARTS, intensity_range, roof_lines
+from workbench.fileio import check_output, write_bytes
 
 OP_SELECTION = "op"
 """Name of the point selection on the roofline's op points (``JupyterChart.selections.op``)."""
@@ -149,21 +149,14 @@ def memory_chart(frame: pd.DataFrame) -> alt.FacetChart:
 
 
 def save(chart: alt.TopLevelMixin, path: str | Path, *, overwrite: bool = False) -> Path:
-    """Write ``chart`` as PNG or SVG (by the file suffix) through vl-convert, atomically; an existing file is
-    kept unless ``overwrite``."""
+    """Write ``chart`` as PNG or SVG (by the file suffix) through vl-convert, atomically
+    (``workbench.fileio.write_bytes``); an existing file is kept unless ``overwrite``."""
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in SAVE_FORMATS:
         raise ValueError(f"cannot save a chart as {path.name!r}: expected a .png or .svg file name")
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        chart.save(tmp, format=fmt)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    check_output(path, overwrite=overwrite)  # before rendering
+    buffer = io.BytesIO() if fmt == "png" else io.StringIO()  # vl-convert writes PNG bytes, SVG text
+    chart.save(buffer, format=fmt)
+    data = buffer.getvalue()
+    return write_bytes(path, data if isinstance(data, bytes) else data.encode("utf-8"), overwrite=overwrite)

@@ -5,13 +5,17 @@ Controls only hold values; ``Workbench`` validates every change through ``Workbe
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import contextlib
+import html
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 import ipywidgets as w
 
 from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS
 from workbench.errors import SpecError, WorkbenchError
+from workbench.fileio import DEFAULT_MAX_BYTES, decode_text, parse_json
 from workbench.hardware import list_gpus
 from workbench.models import Model, from_hf_config, list_models
 from widgets.data import precision_label
@@ -19,6 +23,37 @@ from widgets.state import WorkbenchState
 
 _WIDE = w.Layout(width="260px")
 _NARROW = w.Layout(width="220px")
+log = logging.getLogger(__name__)
+
+
+def error_html(message: str) -> str:
+    """``message`` for a status line: escaped, in red."""
+    return f"<span class='wb-error' style='color:#b00'>{html.escape(message)}</span>"
+
+
+@dataclass
+class Outcome:
+    """Whether the action under ``shown_errors`` failed (its message has been shown)."""
+
+    failed: bool = False
+
+
+@contextlib.contextmanager
+def shown_errors(show: Callable[[str], None]) -> Iterator[Outcome]:
+    """The outermost boundary of one user action (a click, an edit, an upload), so the UI never fails silently:
+    a ``WorkbenchError`` (bad input) goes to ``show`` as its message, what to fix; any other exception as
+    "internal error: ..." and to the log with its traceback. Code below the widget callbacks raises."""
+    outcome = Outcome()
+    try:
+        yield outcome
+    except WorkbenchError as exc:
+        outcome.failed = True
+        show(str(exc))
+    except Exception as exc:
+        outcome.failed = True
+        log.exception("internal error in a workbench widget callback")
+        text = str(exc) if len(str(exc)) <= 300 else str(exc)[:297] + "..."
+        show(f"internal error: {type(exc).__name__}{': ' + text if text else ''} (the traceback is in the log)")
 
 
 def model_options(custom: dict[str, Model]) -> list[tuple[str, str]]:
@@ -72,13 +107,17 @@ class Controls:
 
 def parse_config_text(text: str, origin: str = "pasted config.json") -> dict:
     """A pasted or uploaded Hugging Face config.json as a dict; a JSON error names its line and column."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(origin, "<text>", f"line {exc.lineno} column {exc.colno}", f"valid JSON ({exc.msg})") from None
+    data = parse_json(text, origin)  # the bounded loader's parser: errors name the line and column
     if not isinstance(data, dict):
         raise SpecError(origin, "<top>", type(data).__name__, "a JSON object like a Hugging Face config.json")
     return data
+
+
+def upload_text(content: bytes, origin: str = "uploaded file") -> str:
+    """An uploaded file's text, as the bounded loader reads files: a size limit, UTF-8 with or without a BOM."""
+    if len(content) > DEFAULT_MAX_BYTES:
+        raise SpecError(origin, "<file>", f"{len(content)} bytes", f"a file of at most {DEFAULT_MAX_BYTES} bytes")
+    return decode_text(content, origin)
 
 
 class ModelInput:
@@ -99,28 +138,29 @@ class ModelInput:
         self.box.selected_index = None
 
     def add_text(self) -> None:
-        self._add(lambda: from_hf_config(parse_config_text(self.text.value), self.name.value.strip() or None),
-                  "pasted config.json")
+        self._add(lambda: self._build(self.text.value, "pasted config.json"), "pasted config.json")
 
     def add_upload(self, files) -> None:
         if not files:
-            return
+            return  # the upload was cleared: nothing to add
         upload = files[0]
-        origin = upload.get("name", "uploaded file")
-        content = bytes(upload["content"]).decode("utf-8", errors="replace")
-        self._add(lambda: from_hf_config(parse_config_text(content, origin), self.name.value.strip() or None), origin)
+        origin = str(upload.get("name") or "uploaded file") if isinstance(upload, Mapping) else "uploaded file"
+        self._add(lambda: self._build(upload_text(bytes(upload["content"]), origin), origin), origin)
+
+    def _build(self, text: str, origin: str) -> Model:
+        if not text.strip():
+            raise SpecError(origin, "<text>", text, "the text of a Hugging Face config.json (it is empty)")
+        return from_hf_config(parse_config_text(text, origin), self.name.value.strip() or None)
 
     def _add(self, build: Callable[[], Model], origin: str) -> None:
-        try:
+        """Build the model and hand it on; the outcome, added or why not, always ends in ``status``."""
+        def show(message: str) -> None:
+            if not message.startswith(origin):  # the loader's errors name the dict, not where it came from
+                message = f"{origin}: {message.removeprefix('<dict>: ')}"
+            self.status.value = error_html(message)
+
+        with shown_errors(show) as outcome:
             model = build()
             self.on_model(model)
-        except WorkbenchError as exc:
-            self.status.value = f"<span style='color:#b00'>{_escape(origin)}: {_escape(str(exc))}</span>"
-            return
-        self.status.value = f"added <b>{_escape(model.name)}</b> ({model.num_params / 1e9:.2f} B parameters)"
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
+        if not outcome.failed:
+            self.status.value = f"added <b>{html.escape(model.name)}</b> ({model.num_params / 1e9:.3g} B parameters)"

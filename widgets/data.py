@@ -66,7 +66,7 @@ class Predictor:
                calibrated)
         if key not in self._cache:
             try:
-                self._cache[key] = predict(model, gpu, micro_batch=state.micro_batch, seq_len=state.seq_len,
+                self._cache[key] = predict(model, gpu, micro_batch=state.micro_batch, seq_len=state.seq_len or 0,
                                            precision=state.precision, gpus=state.gpu_count,
                                            activation_checkpointing=state.checkpointing, calibrated=calibrated,
                                            allow_fallback=True)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS
+from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS, default_micro_batch, default_seq_len
 from workbench.errors import SpecError, UnknownNameError
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model
@@ -36,8 +36,12 @@ class WorkbenchState:
     """GPU types compared side by side (catalog names), at least one."""
     precision: str = "bf16"
     """GEMM compute precision (``workbench.config.TRAINING_PRECISIONS``)."""
-    micro_batch: int = 1
-    seq_len: int = 8192
+    micro_batch: int | None = None
+    """Samples per GPU per micro-batch. None: the model's default (``workbench.config.default_micro_batch``, as the
+    CLI and ``predict`` take it); left at its model's default, it follows the model when the model changes."""
+    seq_len: int | None = None
+    """Tokens per sample. None: the model's default (``workbench.config.default_seq_len``); follows the model as
+    ``micro_batch`` does."""
     gpu_count: int = 8
     """GPUs of each type in the job, all FSDP data-parallel ranks."""
     checkpointing: str = "none"
@@ -45,6 +49,14 @@ class WorkbenchState:
     calibrated: bool = False
     """Predict with a GPU's calibration profile where it has one (specs/calibration/<gpu>.yaml)."""
     tab: str = "roofline"
+
+    def __post_init__(self) -> None:
+        if self.micro_batch is None or self.seq_len is None:
+            try:
+                model = get_model(self.model)
+            except UnknownNameError:
+                return  # a user's model: ``validate`` fills the defaults, knowing the user's models
+            _fill_defaults(self, model)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (the GPU tuple as a list), the form ``Workbench.state`` returns."""
@@ -60,7 +72,28 @@ class WorkbenchState:
             raise SpecError(ORIGIN, unknown[0], changes[unknown[0]], f"a state field ({known})")
         if "gpus" in changes and isinstance(changes["gpus"], str):
             changes["gpus"] = [changes["gpus"]]
+        if "model" in changes:  # sizes left at the old model's defaults follow the new model's
+            old, new = _model(self.model, custom_models or {}), _model(changes["model"], custom_models or {})
+            for name, default in (("micro_batch", default_micro_batch), ("seq_len", default_seq_len)):
+                if name not in changes and old is not None and new is not None and getattr(self, name) == default(old):
+                    changes[name] = default(new)
         return validate(dataclasses.replace(self, **changes), custom_models or {})
+
+
+def _model(name: object, custom_models: Mapping[str, Model]) -> Model | None:
+    if isinstance(name, str) and name in custom_models:
+        return custom_models[name]
+    try:
+        return get_model(name)  # type: ignore[arg-type]
+    except (UnknownNameError, TypeError):
+        return None
+
+
+def _fill_defaults(state: WorkbenchState, model: Model) -> None:
+    if state.micro_batch is None:
+        object.__setattr__(state, "micro_batch", default_micro_batch(model))
+    if state.seq_len is None:
+        object.__setattr__(state, "seq_len", default_seq_len(model))
 
 
 def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> WorkbenchState:
@@ -72,6 +105,8 @@ def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> Workb
             raise UnknownNameError("model", state.model, [*exc.valid, *custom_models]) from None
     else:
         model = state.model
+    state = dataclasses.replace(state)  # a copy: the defaults are filled in it, not in the caller's state
+    _fill_defaults(state, custom_models.get(model) or get_model(model))
     gpus = state.gpus
     if isinstance(gpus, (str, bytes)) or not isinstance(gpus, (list, tuple)) or not gpus:
         raise SpecError(ORIGIN, "gpus", gpus, "a non-empty list of GPU names, e.g. ['b200', 'mi350x']")

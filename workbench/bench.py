@@ -23,11 +23,13 @@ import re
 import statistics
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
+from workbench.fileio import check_output, read_csv_text, write_text
 from workbench.hardware import GPU, get_gpu
 
 if TYPE_CHECKING:
@@ -214,11 +216,15 @@ def _predicted_ms(row: dict, gpu: GPU | None) -> float:
 
 
 def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = None, *, use_cache: bool = True,
-              progress: bool = True, out: str | Path | None = None,
+              progress: bool = True, out: str | Path | None = None, overwrite: bool = False,
               gemm_shapes: list[dict] | None = None) -> pd.DataFrame:
     """Benchmark the kernels of ``ops`` (default: all) on the local GPU; see the module docstring.
-    ``gemm_shapes`` ([{m, n, k, dtype}, ...]) benchmarks those GEMMs instead of the suite's."""
+    ``gemm_shapes`` ([{m, n, k, dtype}, ...]) benchmarks those GEMMs instead of the suite's. ``out``: also write
+    the results CSV there (an existing file only with ``overwrite``; CLI: ``--force``)."""
     import pandas as pd
+
+    if out:
+        check_output(out, overwrite=overwrite)  # before the run, not after it
 
     if suite not in SUITES:
         raise WorkbenchError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
@@ -228,8 +234,11 @@ def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = No
         raise WorkbenchError(f"unknown kernel {unknown[0]!r}; expected some of {', '.join(KERNEL_MODULES)}")
     gpu = detect_gpu()
     path = cache_path(gpu, suite, ops, gemm_shapes)
-    if use_cache and path.exists():
-        return pd.read_csv(path)
+    cached = _read_cache(path) if use_cache else None
+    if cached is not None:
+        if out:
+            write_text(out, cached.to_csv(index=False), overwrite=overwrite)
+        return cached
 
     import torch
 
@@ -280,17 +289,28 @@ def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = No
                        torch=gpu.torch_version, triton=gpu.triton_version, host=platform.node(), time=time.time())
     for key, value in ceilings.items():
         frame[f"ceiling_{key}"] = value
-    _write_atomic_csv(frame, path)
+    text = frame.to_csv(index=False)
+    try:  # a cache: replaced, through a unique temp file, fsync and a rename (racing writers never mix rows)
+        write_text(path, text, overwrite=True)
+    except WorkbenchError as exc:  # an unwritable cache folder loses the cache, not the results
+        warnings.warn(f"bench results not cached: {exc}", stacklevel=2)
     if out:
-        _write_atomic_csv(frame, Path(out))
+        write_text(out, text, overwrite=overwrite)
     return frame
 
 
-def _write_atomic_csv(frame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+def _read_cache(path: Path):
+    """The cached results, or None when there are none or they cannot be read (measured again, then)."""
+    import io
+
+    import pandas as pd
+
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_csv(io.StringIO(read_csv_text(path)))
+    except (WorkbenchError, ValueError, pd.errors.ParserError):  # EmptyDataError is a ValueError
+        return None
 
 
 class _NoBar:

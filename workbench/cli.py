@@ -10,6 +10,30 @@ from pathlib import Path
 from workbench.errors import WorkbenchError
 
 
+def int_flag(minimum: int, maximum: int, zero: str = ""):
+    """An argparse ``type=`` for an integer flag in [minimum, maximum]; ``zero`` says what 0 means where it is
+    allowed. A bad value is argparse's usage error (exit 2): ``workbench predict: error: argument --tp: expected a
+    positive integer up to 1,048,576, got '0'``."""
+    if zero and minimum == 0:
+        expected = f"0 ({zero}) or a positive integer up to {maximum:,}"
+    elif minimum == 1:
+        expected = f"a positive integer up to {maximum:,}"
+    else:
+        expected = f"an integer from {minimum:,} to {maximum:,}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text[:40]!r}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in some messages
+    return parse
+
+
 def _table(rows: list[dict], columns: list[str]) -> str:
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]
@@ -67,6 +91,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
           f"{' (calibrated)' if p.calibrated else ' (spec only)'}")
     for note in p.notes:
         print(f"note: {note}")
+    if p.calibrated:
+        from workbench.perf.efficiency import profile_path
+
+        print(f"note: calibration profile {profile_path(p.gpu)}")
     m = s.memory.as_gb()
     print(f"step {s.step_time_s * 1e3:.1f} ms | {s.tokens_per_s:,.0f} tokens/s | {s.samples_per_s:,.2f} samples/s | "
           f"MFU {s.mfu:.1%}")
@@ -87,21 +115,27 @@ def cmd_predict_ops(args: argparse.Namespace) -> int:
     from workbench.rows import predict_rows
 
     gpu = get_gpu(args.gpu)
-    text = sys.stdin.read() if args.csv == "-" else _read(args.csv)
+    text = _read(args.csv)
     sys.stdout.write(predict_rows(text, gpu, constants_for(gpu, args.calibrated)))
     return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from workbench.calibration import calibrate, write_profile
+    from workbench.fileio import check_output
     from workbench.hardware import get_gpu
+    from workbench.perf.efficiency import user_profile_path
     from workbench.rows import read_rows
 
     gpu = get_gpu(args.gpu)
+    out = args.out or user_profile_path(gpu)  # the user's folder: the shipped profiles are read-only data
+    check_output(out, overwrite=args.force)  # before the fit, not after it
     _, rows = read_rows(_read(args.csv))
     result = calibrate(rows, gpu)
-    path = write_profile(result, args.out, source=str(args.csv))
+    path = write_profile(result, out, source=str(args.csv), overwrite=args.force)
     print(f"fitted {len(result.fitted)} constants on {result.rows} rows -> {path}")
+    for name, why in result.skipped.items():  # too few rows of their class: they keep their defaults
+        print(f"  not fitted {name}: {why}")
     for key in result.mape_before:
         print(f"  MAPE {key:<22} {result.mape_before[key]:6.1f}% -> {result.mape_after[key]:6.1f}%")
     return 0
@@ -112,7 +146,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     try:
         frame = run_suite(args.suite, args.ops.split(",") if args.ops else None, use_cache=not args.no_cache,
-                          out=args.out)
+                          out=args.out, overwrite=args.force)
     except NoGPUError as exc:
         print(f"workbench: {exc}", file=sys.stderr)
         return 3
@@ -178,13 +212,16 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkbenchError(f"cannot read {path}: {exc.strerror}") from None
+    """A CSV argument's text (``-``: standard input) through the bounded loader: a size limit, UTF-8 with or
+    without a byte-order mark."""
+    from workbench.fileio import read_csv_text, read_stream_text
+
+    return read_stream_text(getattr(sys.stdin, "buffer", sys.stdin)) if path == "-" else read_csv_text(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workbench.config import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MICRO_BATCH, MAX_SEQ_LEN
+
     parser = argparse.ArgumentParser(prog="workbench", description="Hardware/model co-design workbench for AI training.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -193,20 +230,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="predict one training step")
     p.add_argument("--model", required=True, help="catalog name, or a YAML / Hugging Face config.json path")
-    p.add_argument("--gpu", required=True)
+    p.add_argument("--approximate-as", metavar="FAMILY",
+                   help="a config.json --model of an architecture the model does not implement: read it as this "
+                        "family anyway (llama, ...); the notes say what is left out")
+    p.add_argument("--gpu", required=True, help="catalog name or alias, or a GPU spec YAML path")
     p.add_argument("--precision", default="bf16")
-    p.add_argument("--micro-batch", type=int, default=1)
-    p.add_argument("--seq-len", type=int, default=0, help="0: the model's default")
-    p.add_argument("--global-batch", type=int, default=0, help="samples per step; 0: micro-batch x data-parallel ranks")
-    p.add_argument("--gpus", type=int, default=1)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--micro-batch", type=int_flag(0, MAX_MICRO_BATCH, "the model's default"), default=0,
+                   help="samples per GPU per micro-batch; 0: the model's default (DLRM 65536, HSTU 64, transformers 1)")
+    p.add_argument("--seq-len", type=int_flag(0, MAX_SEQ_LEN, "the model's default"), default=0,
+                   help="0: the model's default")
+    p.add_argument("--global-batch", type=int_flag(0, MAX_GLOBAL_BATCH, "micro-batch x data-parallel ranks"),
+                   default=0, help="samples per step; 0: micro-batch x data-parallel ranks")
+    p.add_argument("--gpus", type=int_flag(1, MAX_GPUS), default=1)
+    p.add_argument("--tp", type=int_flag(1, MAX_GPUS), default=1, help="tensor-parallel degree (divides --gpus)")
+    p.add_argument("--pp", type=int_flag(1, MAX_GPUS), default=1, help="pipeline stages (divides --gpus)")
+    p.add_argument("--ep", type=int_flag(1, MAX_GPUS), default=1, help="expert-parallel degree (divides dp)")
     p.add_argument("--sharding", choices=["fsdp", "ddp"], default="fsdp")
     p.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
     p.add_argument("--allow-fallback", action="store_true", help="model an unsupported precision as its documented fallback")
-    p.add_argument("--top", type=int, default=12, help="ops to list")
+    p.add_argument("--top", type=int_flag(1, 1 << 31), default=12, help="ops to list")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 
@@ -219,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="fit the GPU's model constants to measured rows")
     p.add_argument("csv", help="rows in the predict-ops format with a measured_ms column")
     p.add_argument("--gpu", required=True)
-    p.add_argument("--out", help="profile path (default: specs/calibration/<gpu>.yaml)")
+    p.add_argument("--out", help="profile path (default: <gpu>.yaml in the user's profile folder, "
+                                 "$WORKBENCH_HOME/calibration or ~/.config/workbench/calibration)")
+    p.add_argument("--force", action="store_true", help="replace an existing profile")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("bench", help="benchmark the Triton kernels on the local GPU against the vendor baselines")
@@ -227,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", help="comma-separated kernels (gemm, attention, norms, swiglu, cross_entropy, embedding_bag)")
     p.add_argument("--no-cache", action="store_true", help="measure again even if results are cached")
     p.add_argument("--out", help="also write the results CSV here")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.set_defaults(func=cmd_bench)
 
     kernels = sub.add_parser("kernels", help="kernel tools that need no GPU").add_subparsers(dest="kernels_command",
@@ -250,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("lab", help="open the workbench notebook in JupyterLab (other options go to jupyter lab)")
     p.add_argument("--notebook", default=None, help="default: notebooks/workbench.ipynb")
-    p.add_argument("--port", type=int, default=0, help="0: let Jupyter pick")
+    p.add_argument("--port", type=int_flag(0, 65535, "let Jupyter pick"), default=0, help="0: let Jupyter pick")
     p.add_argument("--no-browser", action="store_true")
     p.set_defaults(func=cmd_lab)
     return parser
@@ -258,15 +304,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "lab":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command != "lab":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # argparse's usage errors (2, message printed) and --help (0): a code, not a raise
+        return exc.code if isinstance(exc.code, int) else 2
     args.jupyter_args = extra
     try:
+        approximate_as = getattr(args, "approximate_as", None)
         if getattr(args, "model", None) and Path(args.model).suffix in (".yaml", ".yml", ".json"):
             from workbench.models import load_model
 
-            args.model = load_model(args.model)
+            args.model = load_model(args.model, approximate_as=approximate_as)
+        elif approximate_as:
+            raise WorkbenchError("--approximate-as applies to a Hugging Face config.json given as --model")
+        if args.command == "predict" and Path(args.gpu).suffix in (".yaml", ".yml"):
+            from workbench.hardware import load_gpu
+
+            args.gpu = load_gpu(args.gpu)
         return args.func(args)
     except WorkbenchError as exc:
         print(f"workbench: error: {exc}", file=sys.stderr)

@@ -15,6 +15,31 @@ CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 TRAINING_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp8_gw_hp", "mxfp8")
 """fp8_gw_hp: fp8 with the weight-gradient GEMM in bf16 (``workbench.precision.linear_gemm_precisions``)."""
 
+# Plausibility limits of a training step's shape (a policy, not physics): beyond them the model's numbers stop
+# meaning anything (and searches stop finishing), so a value past one is a typo, not a question.
+MAX_GPUS = 1 << 20
+"""1,048,576 GPUs: several times the largest training clusters announced (~10^5 GPUs)."""
+MAX_MICRO_BATCH = 1 << 24
+"""16,777,216 samples per GPU per micro-batch (DLRM trains at 2^16; transformers at 1-64)."""
+MAX_SEQ_LEN = 1 << 24
+"""16,777,216 tokens per sample (long-context training reaches ~2^20)."""
+MAX_GLOBAL_BATCH = 1 << 32
+"""Samples per optimizer step."""
+
+
+def default_micro_batch(model: Model) -> int:
+    """The micro-batch a question about ``model`` means when it names none (``micro_batch`` 0 or None): the
+    recommendation models' own ``default_batch`` (DLRM 65,536, HSTU 64: the batch they are trained at, one sample
+    being one user request), 1 sequence for a transformer. The CLI (``workbench predict``), the API (``predict``,
+    ``TrainingConfig``) and the widget all read it here."""
+    return 1 if isinstance(model, TransformerModel) else int(model.default_batch)
+
+
+def default_seq_len(model: Model) -> int:
+    """Tokens per sample when none is named (``seq_len`` 0): the model's ``default_seq_len``; 1 for DLRM, which
+    has no sequence (one sample is one set of dense and sparse features)."""
+    return int(getattr(model, "default_seq_len", 1))
+
 
 @dataclass(frozen=True)
 class Parallelism:
@@ -42,9 +67,11 @@ class Parallelism:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """One training step's shape. ``global_batch`` (samples) defaults to micro_batch x dp (no accumulation)."""
+    """One training step's shape. ``global_batch`` (samples) defaults to micro_batch x dp (no accumulation).
+    ``resolved(model)`` fills the defaults (``default_micro_batch``, ``default_seq_len``) and checks the rest."""
 
-    micro_batch: int
+    micro_batch: int = 0
+    """Samples per GPU per micro-batch; 0 uses the model's default (``default_micro_batch``)."""
     seq_len: int = 0
     """Tokens per sample (transformers, HSTU); 0 uses the model's default; ignored for DLRM."""
     precision: str = "bf16"
@@ -68,9 +95,12 @@ class TrainingConfig:
     def resolved(self, model: Model) -> TrainingConfig:
         """Validate against ``model`` and fill defaults; raises ``SpecError`` naming the bad field."""
         origin = "training config"
-        seq = self.seq_len or getattr(model, "default_seq_len", 1)
-        _positive(origin, "micro_batch", self.micro_batch)
-        _positive(origin, "seq_len", seq)
+        for name in ("micro_batch", "seq_len", "global_batch"):
+            _integer(origin, name, getattr(self, name))
+        mb = self.micro_batch or default_micro_batch(model)
+        seq = self.seq_len or default_seq_len(model)
+        _positive(origin, "micro_batch", mb, MAX_MICRO_BATCH, "or 0 for the model's default")
+        _positive(origin, "seq_len", seq, MAX_SEQ_LEN, "or 0 for the model's default")
         if self.activation_checkpointing not in CHECKPOINTING:
             raise SpecError(origin, "activation_checkpointing", self.activation_checkpointing, f"one of {', '.join(CHECKPOINTING)}")
         if self.precision not in TRAINING_PRECISIONS:
@@ -78,14 +108,17 @@ class TrainingConfig:
             raise SpecError(origin, "precision", self.precision, f"a training precision: {', '.join(TRAINING_PRECISIONS)}")
         p = self.parallelism
         for name in ("dp", "tp", "pp", "ep"):
-            _positive(origin, f"parallelism.{name}", getattr(p, name))
+            _positive(origin, f"parallelism.{name}", getattr(p, name), MAX_GPUS)
+        if p.gpus > MAX_GPUS:
+            raise SpecError(origin, "parallelism", f"dp={p.dp}, tp={p.tp}, pp={p.pp}",
+                            f"at most {MAX_GPUS:,} GPUs in all (dp x tp x pp = {p.gpus:,})")
         if p.sharding not in ("ddp", "fsdp"):
             raise SpecError(origin, "parallelism.sharding", p.sharding, "ddp or fsdp")
         if self.global_batch:
-            _positive(origin, "global_batch", self.global_batch)
-            if self.global_batch % self.data_parallel_batch:
+            _positive(origin, "global_batch", self.global_batch, MAX_GLOBAL_BATCH, "or 0 for micro_batch x dp")
+            if self.global_batch % (mb * p.dp):
                 raise SpecError(origin, "global_batch", self.global_batch,
-                                f"a multiple of micro_batch x dp = {self.micro_batch} x {p.dp} = {self.data_parallel_batch}")
+                                f"a multiple of micro_batch x dp = {mb} x {p.dp} = {mb * p.dp}")
         if p.dp % p.ep:
             raise SpecError(origin, "parallelism.ep", p.ep, f"a divisor of dp={p.dp}")
         if isinstance(model, TransformerModel):
@@ -95,7 +128,7 @@ class TrainingConfig:
                             f"tp=1 and pp=1 for {model.kind} models (tables shard by rows/columns, MLPs replicate)")
         if isinstance(model, (DLRMModel,)) and p.ep > 1:
             raise SpecError(origin, "parallelism.ep", p.ep, "1 (DLRM has no experts)")
-        return TrainingConfig(self.micro_batch, seq, self.precision, p, self.activation_checkpointing, self.global_batch)
+        return TrainingConfig(mb, seq, self.precision, p, self.activation_checkpointing, self.global_batch)
 
 
 def _check_transformer_split(model: TransformerModel, p: Parallelism, origin: str) -> None:
@@ -111,9 +144,14 @@ def _check_transformer_split(model: TransformerModel, p: Parallelism, origin: st
         raise SpecError(origin, "parallelism.ep", p.ep, f"1, or a divisor of num_experts={model.num_experts} for MoE models")
 
 
-def _positive(origin: str, name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(origin, name, value, "a positive integer")
+def _integer(origin: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(origin, name, value, "an integer")
+
+
+def _positive(origin: str, name: str, value: object, maximum: int, default: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise SpecError(origin, name, value, f"a positive integer up to {maximum:,}{f' ({default})' if default else ''}")
 
 
 def activation_dtype(precision: str) -> str:

@@ -107,6 +107,87 @@ class GPU:
         return out
 
 
+@dataclass(frozen=True)
+class Bound:
+    """The plausible range of one GPU figure, in its key's unit: wide enough for any accelerator of the next
+    several years, narrow enough that the same figure written in a unit 1000x off (GB/s for TB/s, bytes for GB)
+    falls outside it."""
+
+    low: float
+    high: float
+    unit: str
+    reason: str
+    other_units: tuple[tuple[float, str], ...] = ()
+    """(factor, unit): a value ``factor`` times too large is probably in that unit (1e-3: too small)."""
+
+    def check(self, value: float, origin: str, field: str) -> None:
+        if self.low <= value <= self.high:
+            return
+        hint = next((f" (is this in {unit}?)" for factor, unit in self.other_units
+                     if self.low <= value / factor <= self.high), "")
+        raise SpecError(origin, field, value, f"{self.low:g}..{self.high:g} {self.unit}{hint}; {self.reason}")
+
+
+_TFLOPS_UNITS = ((1e3, "GFLOP/s"), (1e12, "FLOP/s"), (1e-3, "PFLOP/s"))
+_PEAK_BOUNDS: dict[str, Bound] = {
+    "fp64": Bound(0.01, 1_000, "TFLOP/s", "fp64 peaks run from B300's 1.2 to MI325X's 163.4", _TFLOPS_UNITS),
+    "fp32": Bound(0.01, 5_000, "TFLOP/s", "fp32 peaks run from A100's 19.5 to MI455X's 315", _TFLOPS_UNITS),
+    "tf32": Bound(10, 20_000, "TFLOP/s", "dense tf32 peaks run from A100's 156 to GB200's 1250", _TFLOPS_UNITS),
+    "bf16": Bound(10, 50_000, "TFLOP/s", "dense bf16 peaks run from MI250X's 191.5 to MI455X's 5000", _TFLOPS_UNITS),
+    "fp16": Bound(10, 50_000, "TFLOP/s", "dense fp16 peaks run from MI250X's 191.5 to MI455X's 5000", _TFLOPS_UNITS),
+    "int8": Bound(10, 50_000, "TFLOP/s", "dense int8 peaks run from B300's 150 to MI355X's 5033", _TFLOPS_UNITS),
+    "fp8": Bound(100, 100_000, "TFLOP/s", "dense fp8 peaks run from H100's 1979 to MI455X's 20,000", _TFLOPS_UNITS),
+    "fp6": Bound(100, 100_000, "TFLOP/s", "dense fp6 peaks run from B200's 4500 to MI355X's 10,066", _TFLOPS_UNITS),
+    "fp4": Bound(100, 200_000, "TFLOP/s", "dense fp4 peaks run from B200's 9000 to MI455X's 40,000; a four-die Rubin "
+                 "Ultra is about 100,000", _TFLOPS_UNITS),
+}
+"""Per precision: 10x or more above today's largest peak, below 1000x the smallest (a GFLOP/s figure), and (8-bit
+and narrower, bf16, fp16, tf32) above 1/1000 of the largest (a PFLOP/s figure); fp64/fp32 peaks span too wide a
+range for a PFLOP/s figure to stand out."""
+GPU_BOUNDS: dict[str, Bound] = {
+    **{f"peak_dense_tflops.{key}": bound for key, bound in _PEAK_BOUNDS.items()},
+    **{f"measured.matmul_tflops.{key}": bound for key, bound in _PEAK_BOUNDS.items()},
+    "memory.hbm_capacity_gb": Bound(1, 10_000, "GB", "HBM per GPU: 64 (MI250X) to 432 (MI455X); Rubin Ultra "
+                                    "plans about 1 TB", ((1e3, "MB"), (1e9, "bytes"), (1e-3, "TB"))),
+    "memory.hbm_bandwidth_tb_s": Bound(0.1, 100, "TB/s", "HBM bandwidth: 1.64 (MI250X) to 23.3 (MI455X); Rubin "
+                                       "Ultra plans about 32", ((1e3, "GB/s"), (1e12, "bytes/s"))),
+    "measured.hbm_bandwidth_tb_s": Bound(0.1, 100, "TB/s", "achieved HBM bandwidth is below the peak (at most "
+                                         "~32 TB/s within five years)", ((1e3, "GB/s"), (1e12, "bytes/s"))),
+    "memory.l2_cache_mb": Bound(1, 4_096, "MB", "on-die caches: 8 (MI250X) to 256 (MI455X)",
+                                ((1e3, "KB"), (1e6, "bytes"), (1e-3, "GB"))),
+    "memory.last_level_cache_mb": Bound(1, 4_096, "MB", "on-die caches: 8 (MI250X) to 256 (MI455X)",
+                                        ((1e3, "KB"), (1e6, "bytes"), (1e-3, "GB"))),
+    "compute_units.count": Bound(1, 4_096, "SMs or CUs", "108 (A100) to 304 (MI325X); a core count (CUDA cores, "
+                                 "stream processors: thousands) is not a count of SMs/CUs"),
+    "compute_units.boost_clock_mhz": Bound(100, 5_000, "MHz", "GPU clocks are 0.1-5 GHz (1410 on A100 to 2400 on "
+                                           "MI455X)", ((1e3, "kHz"), (1e6, "Hz"), (1e-3, "GHz"))),
+    "compute_units.matrix_clock_mhz": Bound(100, 5_000, "MHz", "GPU clocks are 0.1-5 GHz (1410 on A100 to 2400 on "
+                                            "MI455X)", ((1e3, "kHz"), (1e6, "Hz"), (1e-3, "GHz"))),
+    "compute_units.shared_memory_kb": Bound(8, 4_096, "KB per SM/CU", "64 (MI250X LDS) to 228 (Hopper)",
+                                            ((1024, "bytes"), (1e-3, "MB"))),
+    "compute_units.register_file_kb": Bound(16, 8_192, "KB per SM/CU", "256 (NVIDIA) to 512 (CDNA3/4)",
+                                            ((1024, "bytes"), (1e-3, "MB"))),
+    "compute_units.warp_size": Bound(8, 128, "threads", "a warp is 32 threads, a CDNA wavefront 64"),
+    "compute_units.matrix_instruction_mnk": Bound(1, 1_024, "elements per dimension",
+                                                  "matrix instruction tiles span 4 to 256 elements"),
+    "interconnect.scale_up_gb_s_per_direction": Bound(10, 20_000, "GB/s", "NVLink/Infinity Fabric per direction: "
+                                                      "200 (MI250X) to 1800 (MI455X), NVLink 7 about 3600; PCIe 3.0 "
+                                                      "x16 is 16",
+                                                      ((1e3, "MB/s"), (1e9, "bytes/s"), (1e-3, "TB/s"))),
+    "interconnect.scale_up_domain_gpus": Bound(1, 4_096, "GPUs", "8 (HGX) to 72 (NVL72); NVL576 is the largest "
+                                               "announced"),
+    "interconnect.scale_out_gb_s_per_direction": Bound(1, 10_000, "GB/s", "NICs per GPU: 12.5 (100 Gb/s) to 300 "
+                                                       "(MI455X); 1.6 Tb/s NICs are 200, 10 GbE is 1.25",
+                                                       ((1e3, "MB/s"), (1e9, "bytes/s"), (1e-3, "TB/s"))),
+    "tdp_w": Bound(10, 20_000, "W", "250 (MI250X) to 2300 (MI455X); Rubin Ultra packages about 3600",
+                   ((1e3, "mW"), (1e-3, "kW"))),
+}
+"""Plausibility bounds of every numeric GPU figure, keyed by its dotted field (``GPU.figures()`` names, with the
+section: ``memory.hbm_bandwidth_tb_s``). A figure outside is refused at load with the range, the unit and, when
+the value fits 1000x off, the unit it was probably written in: 4800 TB/s, 141e9 GB or 989.4e12 TFLOP/s are unit
+mistakes that would otherwise give MFU 0.0 or steps of 1e302 ms."""
+
+
 def _figure(fields: Fields, key: str, sources: dict[str, str], *, check=None) -> Figure:
     spec = fields.sub(key)
     source_id = spec.string("source")
@@ -118,6 +199,9 @@ def _figure(fields: Fields, key: str, sources: dict[str, str], *, check=None) ->
         value = check_number(value, fields.origin, f"{spec.path}.value", above=0)
     else:
         value = check(spec, value)
+    bound = GPU_BOUNDS.get(spec.path)
+    if bound is not None and isinstance(value, (int, float)):
+        bound.check(value, fields.origin, f"{spec.path}.value")
     if kind == "measured" and not spec.has("how"):
         raise spec.error("how", None, "a description of who measured this and how (kind: measured)")
     figure = Figure(
@@ -139,8 +223,11 @@ def _instruction_shapes(spec: Fields, value: object) -> dict[str, tuple[int, int
     for precision, mnk in value.items():
         if precision not in PEAK_KEYS:
             raise spec.error(f"value.{precision}", mnk, f"a precision key from {', '.join(PEAK_KEYS)}")
-        if not (isinstance(mnk, list) and len(mnk) == 3 and all(isinstance(d, int) and d > 0 for d in mnk)):
+        if not (isinstance(mnk, list) and len(mnk) == 3
+                and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in mnk)):
             raise spec.error(f"value.{precision}", mnk, "[M, N, K] positive integers")
+        for d in mnk:
+            GPU_BOUNDS["compute_units.matrix_instruction_mnk"].check(d, spec.origin, f"{spec.path}.value.{precision}")
         shapes[precision] = tuple(mnk)
     return shapes
 
@@ -184,7 +271,7 @@ def gpu_from_dict(data: object, origin: str = "<dict>") -> GPU:
         vendor=top.string("vendor", ("nvidia", "amd")),
         architecture=top.string("architecture"),
         status=top.string("status", ("shipping", "announced")),
-        year=int(top.number("year", integer=True, minimum=2000)),
+        year=_year(top),
         peak_dense_tflops=peaks,
         fp8_formats=top.string_list("fp8_formats", FP8_FORMATS),
         block_scaled_formats=top.string_list("block_scaled_formats", BLOCK_SCALED_FORMATS),
@@ -216,6 +303,13 @@ def gpu_from_dict(data: object, origin: str = "<dict>") -> GPU:
     if "fp8" in peaks and not gpu.fp8_formats:
         raise top.error("fp8_formats", [], "the fp8 formats the GPU runs (it has an fp8 peak)")
     return gpu
+
+
+def _year(top: Fields) -> int:
+    year = int(top.number("year", integer=True, minimum=2000))
+    if year > 2100:
+        raise top.error("year", year, "a year from 2000 to 2100 (the year the GPU ships or shipped)")
+    return year
 
 
 def _measured(top: Fields, sources: dict[str, str]) -> dict[str, Figure]:

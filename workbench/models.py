@@ -2,12 +2,12 @@
 
 Three families: decoder-only transformers (dense or mixture-of-experts), DLRM (embedding tables + MLPs + a
 DCNv2 interaction) and HSTU-style generative recommenders. User models come from a YAML/dict with the same
-schema, or from a Hugging Face ``config.json`` parsed locally (``from_hf_config``; no network).
+schema, or from a Hugging Face ``config.json`` parsed locally (``from_hf_config``, ``workbench.hf_config``; no
+network), for the architectures the transformer model implements.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -44,6 +44,9 @@ class TransformerModel:
     head_dim: int = 0
     """0 derives hidden_size / num_heads."""
     kind: Literal["transformer"] = "transformer"
+    approximation: str | None = None
+    """What this model leaves out of the architecture it was read from (``from_hf_config`` with
+    ``approximate_as``, or a config it had to assume things about); every prediction repeats it in its notes."""
 
     def __post_init__(self):
         if self.head_dim == 0:
@@ -292,76 +295,33 @@ def _check_transformer(m: TransformerModel, origin: str) -> None:
         raise SpecError(origin, "experts_per_token", m.experts_per_token, f"at most num_experts={m.num_experts}")
 
 
-def load_model(spec: str | Path | dict) -> Model:
-    """A model from a YAML file path, a Hugging Face config.json path, or a dict."""
-    if isinstance(spec, dict):
+def load_model(spec: str | Path | dict, *, approximate_as: str | None = None) -> Model:
+    """A model from a YAML file path, a Hugging Face config.json path, or a dict. ``approximate_as`` (config.json
+    only): read an architecture the model does not implement as that family anyway (``from_hf_config``)."""
+    path = None if isinstance(spec, dict) else Path(spec)
+    if approximate_as is not None and (path is None or path.suffix != ".json"):
+        raise SpecError(str(spec) if path else "<dict>", "approximate_as", approximate_as,
+                        "no value: approximate_as applies to a Hugging Face config.json only")
+    if path is None:
         return model_from_dict(spec)
-    path = Path(spec)
     if path.suffix == ".json":
-        return from_hf_config(path)
+        return from_hf_config(path, approximate_as=approximate_as)
     return model_from_dict(load_yaml(path), str(path))
 
 
-_HF_ACTIVATIONS = {"silu": "swiglu", "swiglu": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
-
-
-def from_hf_config(config: str | Path | dict, name: str | None = None) -> TransformerModel:
+def from_hf_config(config: str | Path | dict, name: str | None = None, *,
+                   approximate_as: str | None = None) -> TransformerModel:
     """A transformer from a Hugging Face ``config.json`` (a path or its parsed dict), read locally.
 
-    Understands Llama/Mistral/Qwen-style (``hidden_size``, ``num_attention_heads``, ...), Mixtral-style MoE
-    (``num_local_experts``, ``num_experts_per_tok``) and GPT-2-style (``n_embd``, ``n_layer``, ``n_head``) keys.
+    Only families the model implements are read (``workbench.hf_config.HF_FAMILIES``: llama, mistral, qwen2,
+    mixtral, gpt2); another ``model_type`` / ``architectures`` (deepseek_v3, bert, gpt_oss, llama4, qwen3_moe, t5,
+    ...) is a ``SpecError`` naming it, unless ``approximate_as="llama"`` (or another supported family): then it is
+    read as that family and ``approximation`` says what was left out, which predictions put in their notes.
+    Typed fields are strict: JSON integers and booleans, ``hidden_act`` from the family's list.
     """
-    origin = "<dict>"
-    if not isinstance(config, dict):
-        origin = str(config)
-        try:
-            config = json.loads(Path(config).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(origin, "<file>", "<unreadable>", f"a readable Hugging Face config.json ({exc})") from exc
-    if not isinstance(config, dict):
-        raise SpecError(origin, "<top>", config, "a JSON object")
+    from workbench.hf_config import read_hf_config
 
-    def pick(*keys, default=None):
-        for key in keys:
-            if key in config:
-                return config[key]
-        if default is not None:
-            return default
-        raise SpecError(origin, " or ".join(keys), None, "a value (needed to build the model)")
-
-    hidden = pick("hidden_size", "n_embd", "d_model")
-    heads = pick("num_attention_heads", "n_head")
-    is_gpt2 = "n_embd" in config
-    experts = pick("num_local_experts", "n_routed_experts", "num_experts", default=1)
-    if is_gpt2:
-        ffn = config.get("n_inner") or 4 * hidden
-    elif experts > 1 and config.get("moe_intermediate_size"):
-        ffn = config["moe_intermediate_size"]
-    else:
-        ffn = pick("intermediate_size")
-    activation = _HF_ACTIVATIONS.get(str(pick("hidden_act", "activation_function", default="silu")), "swiglu")
-    model_name = name or str(config.get("_name_or_path") or config.get("model_type") or "hf-model").split("/")[-1].lower()
-    data = {
-        "kind": "transformer",
-        "name": model_name,
-        "display_name": f"{model_name} (from config.json)",
-        "source": f"Hugging Face config {origin}",
-        "vocab_size": pick("vocab_size"),
-        "hidden_size": hidden,
-        "num_layers": pick("num_hidden_layers", "n_layer"),
-        "num_heads": heads,
-        "num_kv_heads": pick("num_key_value_heads", default=heads),
-        "ffn_hidden_size": ffn,
-        "ffn_activation": "gelu" if is_gpt2 else activation,
-        "norm": "layernorm" if is_gpt2 or "layer_norm_epsilon" in config else "rmsnorm",
-        "tied_embeddings": bool(pick("tie_word_embeddings", default=is_gpt2)),
-        "num_experts": experts,
-        "experts_per_token": pick("num_experts_per_tok", default=1),
-        "default_seq_len": min(int(pick("max_position_embeddings", "n_positions", default=4096)), 8192),
-    }
-    if "head_dim" in config and config["head_dim"]:
-        data["head_dim"] = config["head_dim"]
-    return model_from_dict(data, origin)
+    return read_hf_config(config, name, approximate_as=approximate_as)
 
 
 def _catalog_dir() -> Path:

@@ -27,6 +27,8 @@ GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 ATTENTION_DTYPES = ("bf16", "fp16", "fp32")
 ROW_DTYPES = ("bf16", "fp16", "fp32")
 ROW_OPS = ("gemm", "attention", *ROW_OP_TRAFFIC)
+MAX_DIM = 1 << 40
+"""Largest size a row may give one dimension: past any tensor a GPU holds, short of float overflow in FLOP counts."""
 
 
 class RowError(WorkbenchError):
@@ -42,9 +44,9 @@ def _int(row: dict, index: int, column: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise RowError(index, column, value, "a positive integer") from None
-    if number < 1:
-        raise RowError(index, column, value, "a positive integer")
+        raise RowError(index, column, value[:40], "a positive integer") from None
+    if not 1 <= number <= MAX_DIM:
+        raise RowError(index, column, value[:40], f"a positive integer up to 2^40 = {MAX_DIM:,}")
     return number
 
 
@@ -87,6 +89,10 @@ def row_to_op(row: dict, index: int, gpu: GPU | None = None) -> Op:
             resolve_precision(gpu, op.dtype)
         except UnsupportedPrecisionError as exc:
             raise RowError(index, "dtype", op.dtype, f"a precision {gpu.name} runs ({exc})") from None
+        capacity = gpu.hbm_capacity_gb.value * 1e9
+        if op.bytes > capacity:  # its operands and result live in HBM at once: it cannot run on one GPU
+            raise RowError(index, "shape", op.describe_shape(), f"operands that fit {gpu.name}'s "
+                           f"{gpu.hbm_capacity_gb.value:g} GB of HBM (these are {op.bytes / 1e9:,.1f} GB)")
     return op
 
 
@@ -100,7 +106,7 @@ def read_rows(text: str) -> tuple[list[str], list[dict]]:
     A ``workbench bench`` results CSV (columns ``row_op``, ``row_m``, ..., ``baseline_ms``) is read as the rows of
     its vendor baselines, with ``measured_ms`` = ``baseline_ms``: what the model predicts is the vendor library.
     Its cases that are not predict-ops ops (fused kernels, fwd+bwd passes of norms) are left out."""
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff")))  # the byte-order mark spreadsheets write
     header = list(reader.fieldnames or [])
     if "row_op" in header and "baseline_ms" in header:
         rows = []
@@ -112,7 +118,8 @@ def read_rows(text: str) -> tuple[list[str], list[dict]]:
         return ["op", "m", "n", "k", "batch", "seq", "heads_q", "heads_kv", "head_dim", "causal", "pass", "rows",
                 "cols", "dtype", "measured_ms"], rows
     if "op" not in header:
-        raise WorkbenchError(f"the CSV needs an 'op' column (found columns: {', '.join(header) or 'none'})")
+        found = ", ".join(header) or "none"
+        raise WorkbenchError(f"the CSV needs an 'op' column (found columns: {found[:300]})")
     return header, list(reader)
 
 

@@ -7,15 +7,14 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from workbench.errors import MISSING, SpecError
+from workbench.fileio import load_yaml, write_text
+
+__all__ = ["Fields", "check_number", "load_yaml", "write_atomic"]  # load_yaml: the bounded loader of fileio
 
 
 class Fields:
@@ -97,43 +96,6 @@ def check_number(value: object, origin: str, field: str, *, minimum: float | Non
     return value
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Parse a YAML file with the safe loader; a syntax error names the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(str(path), "<file>", MISSING, f"a readable file ({exc.strerror})") from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), "<file>", "<unparseable>", f"valid YAML ({exc})") from exc
-
-
-def _file_mode(path: Path) -> int:
-    """The existing file's permissions, or 0666 less the process umask for a new file."""
-    if path.exists():
-        return path.stat().st_mode & 0o777
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def write_atomic(path: str | Path, text: str, *, overwrite: bool = True) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename: readers never see half a file."""
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600: give the file the mode a plain open() would
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """``workbench.fileio.write_text`` with the old default (replace); new code calls ``write_text`` directly."""
+    return write_text(path, text, overwrite=overwrite)

@@ -101,7 +101,7 @@ tiny_path = save_recipe(tiny, OUT / "tiny.yaml", overwrite=True)
 metrics_path = OUT / "tiny_metrics.json"
 steps = 8 if SMALL else 40
 command = [sys.executable, "-m", "workbench.train", "--recipe", str(tiny_path), "--steps", str(steps),
-           "--warmup", "1", "--metrics", str(metrics_path), "--quiet"]
+           "--warmup", "1", "--metrics", str(metrics_path), "--force", "--quiet"]
 print("$ python", " ".join(command[1:]))
 run = subprocess.run(command, capture_output=True, text=True, timeout=600)
 print(run.stdout.strip() or run.stderr[-2000:])

@@ -216,3 +216,57 @@ def test_rowwise_with_gw_hp_round_trips_and_is_modelled_as_fp8_gw_hp():
                     precision=PrecisionPolicy(fp8="rowwise_with_gw_hp"))
     with pytest.raises(SpecError, match="rowwise_with_gw_hp"):
         PrecisionPolicy(fp8="gw_hp").workbench_precision
+
+
+@pytest.mark.parametrize("edit, field, expected", [
+    (lambda d: d.update(schema_version=True), "schema_version", "an integer"),
+    (lambda d: d["predicted"].update(mfu=5), "predicted.mfu", "0 < mfu <= 1"),
+    (lambda d: d["predicted"].update(mfu=0), "predicted.mfu", "0 < mfu <= 1"),
+    (lambda d: d["predicted"].update(step_time_s=0), "predicted.step_time_s", "> 0"),
+    (lambda d: d["predicted"].update(tokens_per_s=0), "predicted.tokens_per_s", "> 0"),
+    (lambda d: d["predicted"].update(peak_memory_gb=0), "predicted.peak_memory_gb", "> 0"),
+    (lambda d: d["predicted"].update(communication_s=1e9), "predicted.communication_s", "step_time_s"),
+    (lambda d: d.update(kernels=[{"op": "conv", "shape": {"m": 1}, "dtype": "int3", "choice": "vendor",
+                                  "config": None, "predicted_ms": 1.0}]), "kernels[0].op", "gemm"),
+    (lambda d: d.update(kernels=[{"op": "gemm", "shape": {"m": 1}, "dtype": "int3", "choice": "vendor",
+                                  "config": None, "predicted_ms": 1.0}]), "kernels[0].dtype", "bf16, fp16, fp8"),
+    (lambda d: d.update(target={"gpu": "a100-sxm-80gb", "gpus": 8}, precision={"fp8": "rowwise"}), "precision.fp8",
+     "no hardware path for fp8"),
+    (lambda d: d.update(target={"gpu": "mi355x", "gpus": 8}, precision={"compute_dtype": "tf32"}),
+     "precision.compute_dtype", "no hardware path for tf32"),
+])
+def test_numbers_enums_and_precision_support_are_checked(data, edit, field, expected):
+    edit(data)
+    err = _error(data)
+    assert err.origin == "r.yaml" and err.field == field and expected in err.expected, str(err)
+
+
+def test_an_fp8_recipe_for_an_a100_is_refused_however_it_is_made():
+    from workbench.recipe import PrecisionPolicy
+
+    with pytest.raises(SpecError, match="A100.*runs fp64, fp32, tf32, bf16, fp16, int8"):
+        Recipe(Target("a100-sxm-80gb", 1), ModelChoice("llama3-8b"), Batch(1, 1, 1, 1024),
+               precision=PrecisionPolicy(fp8="rowwise"))
+    assert Recipe(Target("a100-sxm-80gb", 1), ModelChoice("llama3-8b"), Batch(1, 1, 1, 1024)).precision.fp8 == "none"
+
+
+def test_kernel_vocabularies_are_the_kernels():
+    from workbench.graph.execution import TRITON_OPS
+    from workbench.recipe.schema import KERNEL_DTYPES, KERNEL_OPS
+    from workbench.select import GEMM_DTYPES
+
+    assert set(KERNEL_OPS) == set(TRITON_OPS) and set(KERNEL_DTYPES) == set(GEMM_DTYPES)
+
+
+def _shipped_recipes() -> list:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    return sorted(p for p in root.glob("benchmarks/**/recipes/*.yaml"))
+
+
+def test_every_shipped_recipe_still_loads():
+    paths = _shipped_recipes()
+    assert len(paths) >= 40
+    for path in paths:
+        assert load_recipe(path).schema_version == 1, path

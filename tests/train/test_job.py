@@ -15,7 +15,7 @@ from workbench.train.spec import load_job_spec
 
 def run(recipe, tmp_path, *args) -> dict:
     metrics = tmp_path / "metrics.json"
-    assert main(["--recipe", str(recipe), "--metrics", str(metrics), "--quiet", *args]) == 0
+    assert main(["--recipe", str(recipe), "--metrics", str(metrics), "--force", "--quiet", *args]) == 0  # reruns replace
     return json.loads(metrics.read_text())
 
 

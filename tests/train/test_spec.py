@@ -126,3 +126,22 @@ def test_fp8_recipes_by_torchao_name_and_a_bad_one_lists_them():
         JobSpec.from_dict(data)
     assert err.value.field.endswith("fp8") and "rowwise_with_gw_hp" in err.value.expected
     assert "mxfp8" not in err.value.expected  # the job does not run mxfp8
+
+
+def test_a_precision_the_target_gpu_lacks_is_refused_before_the_run(tmp_path):
+    """fp8 on an A100: prediction rejects it, so the job refuses it too, from a dict or from a file."""
+    data = recipe_dict(target={"gpu": "a100-sxm-80gb", "gpus": 1},
+                       precision={"param_dtype": "fp32", "compute_dtype": "bf16", "reduce_dtype": "fp32",
+                                  "fp8": "rowwise"})
+    with pytest.raises(SpecError, match="no hardware path for fp8"):
+        JobSpec.from_dict(data, "r.yaml")
+    data["precision"]["fp8"] = "none"
+    assert JobSpec.from_dict(data).target_gpu == "a100-sxm-80gb"
+
+
+def test_a_job_prediction_that_cannot_be_made_says_why(tmp_path, capsys):
+    from workbench.train.job import job_prediction
+
+    predicted = job_prediction(tmp_path / "gone.yaml")
+    assert set(predicted) == {"unavailable"} and "gone.yaml" in predicted["unavailable"]
+    assert "no job-level prediction" in capsys.readouterr().err

@@ -27,13 +27,18 @@ class Link:
 
 
 def group_link(gpu: GPU, constants: Constants, spans_nodes: bool) -> Link:
-    """The link a group's traffic is bounded by: scale-up inside a domain, the NIC across nodes."""
+    """The link a group's traffic is bounded by: scale-up inside a domain, the NIC across nodes. A ring across
+    nodes also runs its steps inside each node, so it is never faster than the scale-up link: its bandwidth is at
+    most scale-up's and its per-step latency at least scale-up's (the calibrated H200 profile fits a 42.9 us
+    scale-up latency, above the 20 us scale-out guess: without the floor a larger scale-up domain made 64-GPU
+    steps up to 50% slower, benchmarks/monotonicity_sweep.py)."""
     efficiency = constants["link_efficiency"]
+    scale_up = Link(gpu.scale_up_gb_s_per_direction.value * 1e9 * efficiency,
+                    constants["scale_up_latency_us"] * 1e-6, "scale-up")
     if spans_nodes:
-        return Link(gpu.scale_out_gb_s_per_direction.value * 1e9 * efficiency,
-                    constants["scale_out_latency_us"] * 1e-6, "scale-out")
-    return Link(gpu.scale_up_gb_s_per_direction.value * 1e9 * efficiency,
-                constants["scale_up_latency_us"] * 1e-6, "scale-up")
+        return Link(min(gpu.scale_out_gb_s_per_direction.value * 1e9 * efficiency, scale_up.bandwidth_bytes_s),
+                    max(constants["scale_out_latency_us"] * 1e-6, scale_up.latency_s), "scale-out")
+    return scale_up
 
 
 def collective_time(kind: Collective, size_bytes: float, group: int, link: Link) -> float:

@@ -1,5 +1,6 @@
 """Efficiency constants of the time model: defaults from ``specs/efficiency.yaml``, per-GPU calibration profiles
-from ``specs/calibration/<gpu>.yaml``.
+from the user's folder (``workbench calibrate`` writes there, see ``workbench.paths``) or the shipped
+``specs/calibration/<gpu>.yaml``.
 
 A profile holds only fitted values; anything it lacks falls back to the defaults. ``Constants`` records where
 each value came from so the UI and reports can show "sourced", "guess" or "calibrated".
@@ -7,7 +8,6 @@ each value came from so the UI and reports can show "sourced", "guess" or "calib
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -15,10 +15,11 @@ from pathlib import Path
 from workbench._data import specs_dir
 from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import GPU
+from workbench.paths import CALIBRATION_DIR_ENV, calibration_dirs, find_calibration_file, user_calibration_dir
 from workbench.schema import Fields, check_number, load_yaml
 
-CALIBRATION_DIR_ENV = "WORKBENCH_CALIBRATION_DIR"
-"""Set it to read (and write) calibration profiles from another folder than the shipped specs/calibration."""
+__all__ = ["CALIBRATION_DIR_ENV", "Constants", "constants_for", "default_constants", "load_profile", "profile_path",
+           "user_profile_path"]  # CALIBRATION_DIR_ENV: one folder read and written instead of the user's + shipped
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Constants:
     values: dict[str, float]
     provenance: dict[str, str] = field(default_factory=dict)
     calibrated: bool = False
+    profile: str = ""  # the calibration profile file the calibrated values came from
 
     def __getitem__(self, name: str) -> float:
         key = name
@@ -45,7 +47,7 @@ class Constants:
     def with_values(self, updates: dict[str, float], provenance: str = "calibrated") -> Constants:
         values = {**self.values, **updates}
         prov = {**self.provenance, **{k: provenance for k in updates}}
-        return Constants(values, prov, calibrated=self.calibrated or provenance == "calibrated")
+        return Constants(values, prov, calibrated=self.calibrated or provenance == "calibrated", profile=self.profile)
 
 
 def _specs_dir() -> Path:
@@ -53,7 +55,8 @@ def _specs_dir() -> Path:
 
 
 def calibration_dir() -> Path:
-    return Path(os.environ.get(CALIBRATION_DIR_ENV) or _specs_dir() / "calibration")
+    """The folder calibration profiles are written to (the user's; never the shipped specs/)."""
+    return user_calibration_dir()
 
 
 def _read_constants(table: object, origin: str, path: str) -> tuple[dict[str, float], dict[str, str]]:
@@ -90,6 +93,12 @@ def default_constants(gpu: GPU) -> Constants:
 
 
 def profile_path(gpu: GPU) -> Path:
+    """The profile calibrated predictions of ``gpu`` read: the user's if there is one, else the shipped one."""
+    return find_calibration_file(f"{gpu.name}.yaml")
+
+
+def user_profile_path(gpu: GPU) -> Path:
+    """Where ``workbench calibrate`` writes ``gpu``'s profile by default."""
     return calibration_dir() / f"{gpu.name}.yaml"
 
 
@@ -97,9 +106,10 @@ def load_profile(gpu: GPU, path: str | Path | None = None) -> dict[str, float]:
     """Fitted constants of a calibration profile (``workbench calibrate`` writes them)."""
     path = Path(path) if path else profile_path(gpu)
     if not path.exists():
+        searched = " or ".join(str(folder) for folder in calibration_dirs())
         raise WorkbenchError(
-            f"no calibration profile for {gpu.name} at {path}; run `workbench calibrate RESULTS.csv --gpu {gpu.name}` "
-            f"first, or predict with calibrated=False"
+            f"no calibration profile for {gpu.name} at {path} (profiles are read from {searched}); run "
+            f"`workbench calibrate RESULTS.csv --gpu {gpu.name}` first, or predict with calibrated=False"
         )
     top = Fields(load_yaml(path), str(path))
     gpu_name = top.string("gpu")
@@ -120,4 +130,6 @@ def constants_for(gpu: GPU, calibrated: bool = False) -> Constants:
     base = default_constants(gpu)
     if not calibrated:
         return base
-    return base.with_values(load_profile(gpu), "calibrated")
+    path = profile_path(gpu)
+    calibrated_constants = base.with_values(load_profile(gpu, path), "calibrated")
+    return Constants(calibrated_constants.values, calibrated_constants.provenance, True, profile=str(path))

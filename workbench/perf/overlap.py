@@ -25,6 +25,11 @@ block, every block but the last resharded after forward, then the root unit (emb
   micro-batch gathers again (``reshard_after_backward`` stays True) and only the last one reduce-scatters
   (``set_requires_gradient_sync``).
 
+The embedding's compute is counted once as hiding time: the part of it that runs beside the first block's
+collectives on an edge is not also in the window the hidden collectives share (``exposed_seconds``). Counting it in
+both made a step slower on a GPU with more HBM bandwidth: a faster embedding shrank the edge's window by as much as
+it saved, and the joint window by ``comm_overlap`` times that again (issue 15).
+
 DDP (``torch.nn.parallel.DistributedDataParallel``, ``bucket_cap_mb`` 25 MiB by default): each bucket of gradients
 is all-reduced as soon as it fills during backward; the last bucket holds the parameters whose gradients come
 last -- a transformer's token embedding, in a bucket of its own when larger than the cap -- and its all-reduce
@@ -129,18 +134,17 @@ def exposed_seconds(plan: Sequence[ScheduledCollective], times_s: Sequence[float
                     step_compute_s: float, embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0) -> list[float]:
     """Exposed seconds per step of each collective of ``plan``, whose ``times_s`` are per occurrence.
 
-    Hidden ones share one window: exposed = max(0, their sum - ``comm_overlap`` x ``step_compute_s``), split in
-    proportion. Edge ones: ``edge_exposed_s`` per occurrence (windows per micro-batch: the embedding's forward beside
-    the forward start, its backward beside the backward end), the beside-compute part split in proportion."""
+    Edge ones: ``edge_exposed_s`` per occurrence (windows per micro-batch: the embedding's forward beside the forward
+    start, its backward beside the backward end), the beside-compute part split in proportion. Hidden ones share one
+    window: exposed = max(0, their sum - ``comm_overlap`` x (``step_compute_s`` - the embedding compute the edges'
+    collectives already run beside)), split in proportion. ``step_compute_s`` includes the embedding's compute; each
+    second of it hides one collective or the other, not both (counted in both, more HBM bandwidth made the step
+    slower: the module docstring)."""
     if len(plan) != len(times_s):
         raise ValueError(f"{len(plan)} collectives but {len(times_s)} times")
     totals = [t * s.occurrences for s, t in zip(plan, times_s, strict=True)]
     out = [0.0] * len(plan)
-    hidden = [i for i, s in enumerate(plan) if s.edge == "hidden"]
-    pooled = sum(totals[i] for i in hidden)
-    left = max(0.0, pooled - comm_overlap * step_compute_s)
-    for i in hidden:
-        out[i] = left * totals[i] / pooled if pooled > 0 else 0.0
+    covered_s = 0.0  # embedding compute spent hiding edge collectives, per step
     for edge, window in (("forward_start", embedding_fwd_s), ("backward_end", embedding_bwd_s)):
         beside = [i for i, s in enumerate(plan) if s.edge == edge and s.beside_compute]
         beside_s = sum(times_s[i] for i in beside)
@@ -148,4 +152,11 @@ def exposed_seconds(plan: Sequence[ScheduledCollective], times_s: Sequence[float
         for i, s in enumerate(plan):
             if s.edge == edge:
                 out[i] = totals[i] * (kept if s.beside_compute else 1.0)
+        if beside:
+            covered_s += min(window, beside_s) * max(plan[i].occurrences for i in beside)
+    hidden = [i for i, s in enumerate(plan) if s.edge == "hidden"]
+    pooled = sum(totals[i] for i in hidden)
+    left = max(0.0, pooled - comm_overlap * max(0.0, step_compute_s - covered_s))
+    for i in hidden:
+        out[i] = left * totals[i] / pooled if pooled > 0 else 0.0
     return out

@@ -18,23 +18,30 @@ from workbench.recipe.schema import Recipe
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from workbench.cli import int_flag
+    from workbench.config import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
+
     p = sub.add_parser("recipe", help="the best training recipe for a model on N GPUs (or a co-designed port)")
     p.add_argument("--model", required=True, help="catalog model name (recipes name catalog models; see --set)")
+    p.add_argument("--approximate-as", metavar="FAMILY",
+                   help="a config.json --model of an architecture the model does not implement: read it as this "
+                        "family (llama, ...); recipes still need a catalog model")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                    help="replace a model field, e.g. --set num_layers=4 (repeatable)")
     p.add_argument("--gpu", required=True, help="target GPU")
-    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--gpus", type=int_flag(1, MAX_GPUS), default=1)
     p.add_argument("--precision", default="bf16", help="bf16, fp8 (rowwise), fp8_gw_hp (rowwise_with_gw_hp: wgrad in bf16), mxfp8, "
                    "... (comma-separated to compare several)")
-    p.add_argument("--seq-len", type=int, default=0, help="0: the model's default")
-    p.add_argument("--global-batch", type=int, default=0,
+    p.add_argument("--seq-len", type=int_flag(0, MAX_SEQ_LEN, "the model's default"), default=0,
+                   help="0: the model's default")
+    p.add_argument("--global-batch", type=int_flag(0, MAX_GLOBAL_BATCH, "micro-batch x dp"), default=0,
                    help="samples per step; 0: micro-batch x dp (no accumulation)")
     p.add_argument("--source-gpu", help="port from this GPU: direct port vs co-designed, with the revisions")
     p.add_argument("--out", help="write the (co-designed) recipe here; default: print it")
     p.add_argument("--port-out", help="with --source-gpu: also write the direct-port recipe here")
     p.add_argument("--format", choices=FORMATS, default="yaml")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
-    p.add_argument("--top", type=int, default=5, help="candidates to list (without --source-gpu)")
+    p.add_argument("--top", type=int_flag(1, 1 << 31), default=5, help="candidates to list (without --source-gpu)")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
     p.add_argument("--select-kernels", action="store_true",
                    help="record each GEMM/attention shape's kernel: a Triton config from workbench.select or the vendor")
@@ -55,14 +62,12 @@ def _write(recipe: Recipe, path: str | None, fmt: str, force: bool) -> None:
     if path is None:
         sys.stdout.write(dumps(recipe, fmt))  # type: ignore[arg-type]
         return
-    try:
-        written = save_recipe(recipe, path, format=fmt, overwrite=force)  # type: ignore[arg-type]
-    except FileExistsError as exc:
-        raise WorkbenchError(f"{path} exists; pass --force to replace it") from exc
+    written = save_recipe(recipe, path, format=fmt, overwrite=force)  # type: ignore[arg-type]
     print(f"wrote {written}", file=sys.stderr)
 
 
 def cmd_recipe(args: argparse.Namespace) -> int:
+    from workbench.fileio import check_output
     from workbench.recipe.advisor import advise
     from workbench.recipe.build import make_recipe, revised_model
     from workbench.recipe.search import search
@@ -72,7 +77,12 @@ def cmd_recipe(args: argparse.Namespace) -> int:
                         "a catalog model name (a recipe names a catalog model; change fields with --set)")
     overrides = _overrides(args.overrides)
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    if not precisions:
+        raise SpecError("--precision", "precision", args.precision, "one or more precision names, e.g. bf16,fp8")
     report = sys.stderr if args.out is None else sys.stdout  # keep stdout clean when the recipe goes there
+    for target in (args.out, args.port_out):
+        if target is not None:
+            check_output(target, overwrite=args.force)  # a bad target fails before the search, not after it
     if args.source_gpu:
         if args.port_out and args.port_out == args.out:
             raise SpecError("--port-out", "port_out", args.port_out, "a different file than --out")

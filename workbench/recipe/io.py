@@ -1,4 +1,5 @@
-"""Reading and writing recipe files: YAML (safe loader only) and JSON, atomically, never overwriting unless asked.
+"""Reading and writing recipe files: YAML (safe loader, no aliases) and JSON through ``workbench.fileio``:
+bounded reads, atomic writes that never overwrite unless asked.
 
     >>> save_recipe(recipe, "llama3-8b-h200.yaml")
     >>> load_recipe("llama3-8b-h200.yaml") == recipe
@@ -13,8 +14,8 @@ from typing import Literal
 import yaml
 
 from workbench.errors import MISSING, SpecError
+from workbench.fileio import load_yaml, parse_yaml, write_text
 from workbench.recipe.schema import Recipe
-from workbench.schema import load_yaml, write_atomic
 
 RecipeFormat = Literal["yaml", "json", "torchtitan-toml", "torchtitan-args"]
 FORMATS: tuple[str, ...] = ("yaml", "json", "torchtitan-toml", "torchtitan-args")
@@ -53,22 +54,20 @@ def dumps(recipe: Recipe, format: RecipeFormat = "yaml") -> str:
 
 
 def loads(text: str, origin: str = "<text>") -> Recipe:
-    """A recipe from YAML or JSON text (JSON is YAML; parsed with ``yaml.safe_load`` only)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(origin, "<file>", "<unparseable>", f"valid YAML or JSON ({exc})") from exc
-    return Recipe.from_dict(data, origin)
+    """A recipe from YAML or JSON text (JSON is YAML; the safe loader, anchors and aliases refused)."""
+    return Recipe.from_dict(parse_yaml(text.removeprefix("\ufeff"), origin), origin)
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Read and validate a recipe file (YAML or JSON); errors name the file, field, value and what was expected."""
-    data = load_yaml(path)
+    """Read and validate a recipe file (YAML or JSON) through the bounded loader; errors name the file, field,
+    value and what was expected."""
+    data = load_yaml(path, what="recipe")
     if data is None:
         raise SpecError(str(path), "<file>", MISSING, "a recipe (the file is empty)")
     return Recipe.from_dict(data, str(path))
 
 
 def save_recipe(recipe: Recipe, path: str | Path, *, format: RecipeFormat = "yaml", overwrite: bool = False) -> Path:
-    """Write ``recipe`` to ``path`` atomically; an existing file is kept unless ``overwrite``."""
-    return write_atomic(path, dumps(recipe, format), overwrite=overwrite)
+    """Write ``recipe`` to ``path`` atomically; an existing file is kept unless ``overwrite`` (an
+    ``OutputExistsError``, also a ``FileExistsError``)."""
+    return write_text(path, dumps(recipe, format), overwrite=overwrite)

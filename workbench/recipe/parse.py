@@ -35,6 +35,8 @@ def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
     """``Recipe.from_dict``: read every section with typed accessors, then reject anything left over."""
     f = Fields(data, origin)
     version = f.raw("schema_version")
+    if isinstance(version, bool):  # True == 1 in Python: without this, `schema_version: true` reads as 1
+        raise f.error("schema_version", version, f"{SCHEMA_VERSION}, an integer (true/false is not a version)")
     if version != SCHEMA_VERSION:
         raise f.error("schema_version", version, f"{SCHEMA_VERSION} (this workbench reads recipe schema version "
                                                    f"{SCHEMA_VERSION}; a newer file needs a newer workbench)")

@@ -20,11 +20,13 @@ was expected; it checks names against the GPU and model catalogs and the batch a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench import __version__
 from workbench.errors import SpecError, UnknownNameError
+from workbench.graph.execution import TRITON_OPS
 
 SCHEMA_VERSION = 1
 """The recipe format this code reads and writes; bump it (and keep a reader) when a key changes meaning."""
@@ -46,6 +48,11 @@ REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 CHECKPOINT_MODES: tuple[str, ...] = ("none", "selective", "full")
 SHARDINGS: tuple[str, ...] = ("fsdp", "ddp")
 KERNEL_CHOICES: tuple[str, ...] = ("triton", "vendor")
+KERNEL_OPS: tuple[str, ...] = TRITON_OPS
+"""Ops a ``kernels`` entry can name: those the project has kernels for (``workbench.graph.execution.TRITON_OPS``)."""
+KERNEL_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")
+"""Dtypes a ``kernels`` entry can name: what the kernels run (``workbench.select.GEMM_DTYPES``; attention runs
+bf16/fp16, embedding_bag fp32)."""
 PLACEMENTS: tuple[str, ...] = ("hbm", "host", "row_sharded")
 
 
@@ -276,14 +283,16 @@ def validate(recipe: Recipe, origin: str) -> None:
     from workbench.hardware import get_gpu
     from workbench.models import get_model
 
-    if recipe.schema_version != SCHEMA_VERSION:
-        raise SpecError(origin, "schema_version", recipe.schema_version, str(SCHEMA_VERSION))
+    if isinstance(recipe.schema_version, bool) or recipe.schema_version != SCHEMA_VERSION:
+        raise SpecError(origin, "schema_version", recipe.schema_version, f"{SCHEMA_VERSION} (an integer)")
+    _check_values(recipe, origin)
     try:
         gpu = get_gpu(recipe.target.gpu)
     except UnknownNameError as exc:
         raise SpecError(origin, "target.gpu", recipe.target.gpu, f"a catalog GPU ({exc})") from None
     if gpu.name != recipe.target.gpu:
         raise SpecError(origin, "target.gpu", recipe.target.gpu, f"the canonical catalog name {gpu.name!r}")
+    check_precision_supported(gpu, recipe.precision, origin)
     try:
         model = get_model(recipe.model.name)
     except UnknownNameError as exc:
@@ -313,6 +322,79 @@ def validate(recipe: Recipe, origin: str) -> None:
         raise SpecError(origin, "model_version", recipe.model_version,
                         "the workbench model version that made the predictions")
     _check_against_model(recipe, origin)
+
+
+def check_precision_supported(gpu: Any, policy: PrecisionPolicy, origin: str) -> None:
+    """The recipe's modelled precision must have a hardware path on its target GPU: the check ``workbench.predict``
+    makes (``workbench.precision.resolve_precision`` without fallback; a recipe records no fallback), made at load
+    so that neither ``load_recipe`` nor the training job takes an fp8 recipe for an A100."""
+    from workbench.precision import PRECISIONS, UnsupportedPrecisionError, resolve_precision, runs_natively
+
+    name = policy.workbench_precision
+    try:
+        resolve_precision(gpu, name)
+    except UnsupportedPrecisionError:
+        native = ", ".join(p.name for p in PRECISIONS.values() if runs_natively(gpu, p))
+        field_, value = ("precision.fp8", policy.fp8) if policy.fp8 != "none" else ("precision.compute_dtype",
+                                                                                    policy.compute_dtype)
+        raise SpecError(origin, field_, value,
+                        f"a precision the target GPU {gpu.name} ({gpu.display_name}) runs: it has no hardware path for "
+                        f"{name} and runs {native}; a recipe records no fallback, so change the precision (fp8: none "
+                        "runs bf16) or the target") from None
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_values(recipe: Recipe, origin: str) -> None:
+    """Every enum from its choices and every number in its range, for recipes built in Python as for files
+    (``parse`` reads the types; this is what a value must mean)."""
+    def need(ok: bool, field_: str, value: object, expected: str) -> None:
+        if not ok:
+            raise SpecError(origin, field_, value, expected)
+
+    def choice(field_: str, value: object, choices: tuple[str, ...]) -> None:
+        need(value in choices, field_, value, f"one of {', '.join(choices)}")
+
+    need(_positive_int(recipe.target.gpus), "target.gpus", recipe.target.gpus, "an integer >= 1")
+    pol = recipe.precision
+    choice("precision.param_dtype", pol.param_dtype, PARAM_DTYPES)
+    choice("precision.compute_dtype", pol.compute_dtype, COMPUTE_DTYPES)
+    choice("precision.reduce_dtype", pol.reduce_dtype, REDUCE_DTYPES)
+    choice("precision.fp8", pol.fp8, FP8_RECIPES)
+    for name in Batch.__dataclass_fields__:
+        value = getattr(recipe.batch, name)
+        need(_positive_int(value), f"batch.{name}", value, "an integer >= 1")
+    choice("activation_checkpointing.mode", recipe.activation_checkpointing.mode, CHECKPOINT_MODES)
+    par = recipe.parallelism
+    choice("parallelism.sharding", par.sharding, SHARDINGS)
+    for name in ("dp", "tp", "pp", "cp", "ep"):
+        need(_positive_int(getattr(par, name)), f"parallelism.{name}", getattr(par, name), "an integer >= 1")
+    need(isinstance(recipe.compile, bool), "compile", recipe.compile, "true or false")
+    for i, k in enumerate(recipe.kernels):
+        choice(f"kernels[{i}].op", k.op, KERNEL_OPS)
+        choice(f"kernels[{i}].dtype", k.dtype, KERNEL_DTYPES)
+        choice(f"kernels[{i}].choice", k.choice, KERNEL_CHOICES)
+        need(_finite(k.predicted_ms) and k.predicted_ms >= 0, f"kernels[{i}].predicted_ms", k.predicted_ms,
+             "a finite number of milliseconds >= 0")
+    for i, e in enumerate(recipe.embeddings):
+        choice(f"embeddings[{i}].placement", e.placement, PLACEMENTS)
+    pred = recipe.predicted
+    if pred is not None:
+        for name in ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gb"):
+            value = getattr(pred, name)
+            need(_finite(value) and value > 0, f"predicted.{name}", value, "a finite number > 0")
+        need(_finite(pred.mfu) and 0 < pred.mfu <= 1, "predicted.mfu", pred.mfu,
+             "a fraction of the peak with 0 < mfu <= 1")
+        comm = pred.communication_s
+        need(_finite(comm) and 0 <= comm <= pred.step_time_s, "predicted.communication_s", comm,
+             f"exposed seconds from 0 to step_time_s = {pred.step_time_s:g} (a part of the step)")
+        need(isinstance(pred.fits, bool), "predicted.fits", pred.fits, "true or false")
 
 
 def _check_against_model(recipe: Recipe, origin: str) -> None:

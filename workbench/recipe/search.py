@@ -22,9 +22,13 @@ from typing import TYPE_CHECKING
 
 from workbench.config import (
     CHECKPOINTING,
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LEN,
     Parallelism,
     TrainingConfig,
     activation_dtype,
+    default_seq_len,
 )
 from workbench.errors import SpecError, WorkbenchError
 from workbench.graph.execution import Execution
@@ -277,7 +281,9 @@ class SearchResult:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every divisor of ``n``, ascending (trial division up to its square root)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def layouts(model: Model, gpu: GPU, gpus: int) -> list[Parallelism]:
@@ -320,11 +326,12 @@ def search(
     ``execution`` predicts the reference job (see ``predict``); ignored when ``evaluator`` is given."""
     model = get_model(model)
     gpu = get_gpu(gpu)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise SpecError("search", "gpus", gpus, "a positive integer")
+    _check_count("gpus", gpus, 1, MAX_GPUS)
+    _check_count("seq_len", seq_len, 0, MAX_SEQ_LEN, "0: the model's default")
+    _check_count("global_batch", global_batch, 0, MAX_GLOBAL_BATCH, "0: micro-batch x dp")
     ev = evaluator or FastEvaluator(model, gpu, calibrated=calibrated, execution=execution)
     result = SearchResult(model, gpu, gpus)
-    seq = seq_len or getattr(model, "default_seq_len", 1)
+    seq = seq_len or default_seq_len(model)
     ac_modes = tuple(checkpointing) if isinstance(model, TransformerModel) else ("none",)
     if not isinstance(model, TransformerModel):
         shardings = ("ddp",)  # recommendation models: dense layers replicate, tables row-shard (workbench.memory)
@@ -340,6 +347,12 @@ def search(
     if not global_batch:
         _fill_memory(ev, result, model)
     return result
+
+
+def _check_count(name: str, value: object, minimum: int, maximum: int, zero: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        low = "a positive integer" if minimum else "a non-negative integer"
+        raise SpecError("search", name, value, f"{low} up to {maximum:,}{f' ({zero})' if zero else ''}")
 
 
 def _climb(ev: FastEvaluator, result: SearchResult, model: Model, p: Parallelism, precision: str, seq: int,

@@ -62,8 +62,8 @@ def _check_shape(op: str, shape: dict) -> dict:
         raise WorkbenchError(f"shape: missing {', '.join(missing)} (got {shape}); a {op} shape needs {', '.join(keys)}")
     for key in keys:
         value = shape[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise WorkbenchError(f"shape[{key!r}]: got {value!r}, expected a positive integer")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 40:  # rows.MAX_DIM
+            raise WorkbenchError(f"shape[{key!r}]: got {repr(value)[:40]}, expected a positive integer up to 2^40")
     if op == "attention":
         if shape["heads_q"] % shape["heads_kv"]:
             raise WorkbenchError(f"shape: heads_q={shape['heads_q']} is not a multiple of heads_kv={shape['heads_kv']}")
@@ -308,16 +308,17 @@ class ShimChoice:
 
 
 def vendor_choice(shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn",
-                  calibrated: bool = True) -> ShimChoice:
+                  calibrated: bool = True, accumulation: str = "exact", gluon: bool = True) -> ShimChoice:
     """Compare the best Triton config with the vendor library's predicted time (``workbench.perf.gemm``, the
     model validated against cuBLAS in ``benchmarks/results/h200/model_eval.md``): Triton when it is predicted
-    faster by VENDOR_MARGIN, else the vendor library."""
+    faster by VENDOR_MARGIN, else the vendor library. ``accumulation`` and ``gluon`` as in ``rank_configs``."""
     from workbench.graph.ops import GemmShape
     from workbench.perf.efficiency import constants_for, profile_path
     from workbench.perf.gemm import gemm_time
 
     gpu = get_gpu(gpu)
-    best = select_config("gemm", shape, dtype, gpu, layout=layout, calibrated=calibrated)
+    best = select_config("gemm", shape, dtype, gpu, layout=layout, calibrated=calibrated, accumulation=accumulation,
+                         gluon=gluon)
     vendor_profile = calibrated and profile_path(gpu).exists()  # the vendor model's own profile (workbench calibrate)
     vendor = gemm_time(GemmShape(shape["m"], shape["n"], shape["k"]), dtype, gpu,
                        constants_for(gpu, vendor_profile)).time_s

@@ -1,7 +1,7 @@
 """``workbench select`` and ``workbench tune``: zero-warmup config choice per row, and model-guided tuning.
 
     workbench select --gpu h200 rows.csv [--out chosen.csv]     # adds config, predicted_ms, choice (triton|vendor)
-    workbench select --gpu h200 --fit sweep.csv [sweep2.csv]    # fits specs/calibration/h200-sxm-select.yaml
+    workbench select --gpu h200 --fit sweep.csv [sweep2.csv]    # fits h200-sxm-select.yaml in the user's profiles
     workbench tune --m 4096 --n 6144 --k 4096 --dtype bf16      # on the local GPU: benchmarks until no gain
 """
 
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.schema import write_atomic
+from workbench.fileio import check_output, read_csv_text, write_text
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--out", type=Path, help="write here instead of standard output")
     p.add_argument("--spec", action="store_true", help="ignore the GPU's selection profile (catalog figures only)")
-    p.add_argument("--fit", action="store_true", help="ROWS are select_sweep.py CSVs: fit and write the profile")
+    p.add_argument("--fit", action="store_true", help="ROWS are select_sweep.py CSVs: fit and write the profile "
+                                                       "(default: <gpu>-select.yaml in the user's profile folder)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file or selection profile")
     p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("tune", help="model-guided tuning of one GEMM on the local GPU (benchmarks the selector's "
@@ -79,14 +81,17 @@ def cmd_select(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise WorkbenchError(f"select: {path} is not a file")
     if args.fit:
-        from workbench.select.profile import fit_sweeps, write_selection_profile
+        from workbench.select.profile import fit_sweeps, user_profile_path, write_selection_profile
 
-        path = write_selection_profile(gpu, fit_sweeps(args.rows, gpu), source=f"workbench select --fit "
-                                       f"{' '.join(p.name for p in args.rows)}")
+        out = args.out or user_profile_path(gpu)
+        check_output(out, overwrite=args.force)  # before the fit, not after it
+        path = write_selection_profile(gpu, fit_sweeps(args.rows, gpu), out, source=f"workbench select --fit "
+                                       f"{' '.join(p.name for p in args.rows)}", overwrite=args.force)
         print(f"wrote {path}")
         return 0
-    with args.rows[0].open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    if args.out:
+        check_output(args.out, overwrite=args.force)
+    rows = list(csv.DictReader(io.StringIO(read_csv_text(args.rows[0]), newline="")))
     if not rows:
         raise WorkbenchError(f"select: {args.rows[0]} has no rows")
     added = ("choice", "config", "triton_ms", "vendor_ms", "selected_ms", "select_source")
@@ -103,7 +108,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     writer.writeheader()
     writer.writerows(rows)
     if args.out:
-        write_atomic(args.out, text.getvalue())
+        write_text(args.out, text.getvalue(), overwrite=args.force)
     else:
         sys.stdout.write(text.getvalue())
     return 0

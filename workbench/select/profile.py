@@ -1,6 +1,6 @@
 """Selection profiles: per-config coefficients fitted from an exhaustive config sweep on one GPU.
 
-A profile (``specs/calibration/<gpu>-select.yaml``) holds, per kernel and operand size, one coefficient list per
+A profile (``<gpu>-select.yaml``: the user's, see ``workbench.paths``, else the shipped ``specs/calibration``) holds, per kernel and operand size, one coefficient list per
 config (in the order of the model's TERMS). ``fit`` computes them by non-negative least squares on relative
 error (each measured time weighs as 1/time), config by config; ``write_selection_profile`` writes them.
 """
@@ -17,14 +17,21 @@ import yaml
 
 from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import GPU, get_gpu
-from workbench.perf.efficiency import calibration_dir
-from workbench.schema import Fields, load_yaml, write_atomic
+from workbench.fileio import check_output, load_yaml, read_csv_text, write_text
+from workbench.paths import find_calibration_file, user_calibration_dir
+from workbench.schema import Fields
 
 SCHEMA_VERSION = 1
 
 
 def profile_path(gpu: GPU) -> Path:
-    return calibration_dir() / f"{gpu.name}-select.yaml"
+    """The selection profile ``gpu``'s calibrated choices read: the user's if there is one, else the shipped one."""
+    return find_calibration_file(f"{gpu.name}-select.yaml")
+
+
+def user_profile_path(gpu: GPU) -> Path:
+    """Where ``workbench select --fit`` writes ``gpu``'s selection profile by default."""
+    return user_calibration_dir() / f"{gpu.name}-select.yaml"
 
 
 def section_name(op: str, operand_bytes: int, head_dim: int = 0) -> str:
@@ -126,14 +133,17 @@ def fit(samples: Iterable[tuple[str, tuple[float, ...], float]]) -> dict[str, li
 
 
 def write_selection_profile(gpu: str | GPU, sections: dict[str, dict], path: Path | None = None, *,
-                            source: str) -> Path:
-    """Write (atomically) a profile. sections: {section name: {"terms": [...], "fitted_on": str, "configs":
-    {key: coefficients}}}; an existing profile's other sections are kept."""
+                            source: str, overwrite: bool = False) -> Path:
+    """Write (atomically) a profile, by default the user's; an existing file is replaced only with ``overwrite``.
+    sections: {section name: {"terms": [...], "fitted_on": str, "configs": {key: coefficients}}}; the other
+    sections of the profile it replaces (or, for a first user profile, of the one read until now) are kept."""
     gpu = get_gpu(gpu)
-    path = Path(path) if path else profile_path(gpu)
-    existing = {}
-    if path.exists():
-        existing = yaml.safe_load(path.read_text()).get("kernels", {})
+    default = user_profile_path(gpu)
+    path = Path(path) if path else default
+    check_output(path, overwrite=overwrite)
+    base = path if path.exists() else profile_path(gpu) if path == default else None
+    existing = load_yaml(base) if base is not None and base.is_file() else {}
+    existing = existing.get("kernels", {}) if isinstance(existing, dict) else {}
     for name, section in sections.items():
         if set(section) != {"terms", "fitted_on", "configs"}:
             raise WorkbenchError(f"section {name}: got keys {sorted(section)}, expected terms, fitted_on, configs")
@@ -142,7 +152,7 @@ def write_selection_profile(gpu: str | GPU, sections: dict[str, dict], path: Pat
     text = ("# Kernel-selection profile: per-config coefficients of workbench.select's time model, fitted by\n"
             "# non-negative least squares on an exhaustive config sweep. Regenerate, do not edit by hand.\n"
             + yaml.safe_dump(json.loads(json.dumps(document)), sort_keys=False, width=200))
-    write_atomic(path, text)
+    write_text(path, text, overwrite=overwrite)
     _load.cache_clear()
     return path
 
@@ -161,12 +171,13 @@ def sweep_layout(row: dict) -> str:
 def fit_sweeps(paths: Iterable[Path], gpu: GPU, keep=None) -> dict[str, dict]:
     """Profile sections fitted from ``select_sweep.py`` CSVs (``keep(row) -> bool`` picks the rows to fit)."""
     import csv
+    import io
 
     rows, names = [], []
     for path in paths:
         names.append(Path(path).name)
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows += [row for row in csv.DictReader(handle) if keep is None or keep(row)]
+        handle = io.StringIO(read_csv_text(path), newline="")
+        rows += [row for row in csv.DictReader(handle) if keep is None or keep(row)]
     return fit_rows(rows, gpu, ", ".join(names))
 
 

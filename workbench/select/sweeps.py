@@ -6,11 +6,13 @@ Needs pandas (the lab extra); ``workbench.select`` itself does not import this m
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pandas as pd
 
+from workbench.fileio import read_csv_text
 from workbench.hardware import GPU
 from workbench.kernels.spaces import is_gluon, is_tma
 from workbench.select import gemm as gemm_model
@@ -31,7 +33,7 @@ def load_sweeps(paths: list[Path], padded_since: Path | None = None) -> pd.DataF
     paths = [Path(p) for p in paths]
     frames: list[pd.DataFrame] = []
     for path in paths:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(io.StringIO(read_csv_text(path)))  # the bounded loader: size limit, UTF-8 (BOM or not)
         frame["kernel"] = [kernel_of(kind, config) for kind, config in zip(frame.kind, frame.config)]
         redone = set(zip(frame.part, frame.shape_id, frame.kernel))
         frames = [f[[key not in redone for key in zip(f.part, f.shape_id, f.kernel)]] for f in frames]

@@ -22,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-table-rows", type=int, default=None,
                    help="cap DLRM tables at N rows (smoke runs; the prediction then does not apply)")
     p.add_argument("--metrics", default="train_metrics.json", help="where to write the metrics JSON")
+    p.add_argument("--force", action="store_true", help="replace an existing metrics file")
     p.add_argument("--log-every", type=int, default=1)
     p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
     p.add_argument("--fp8-emulate", action="store_true",
@@ -50,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --{name.replace('_', '-')} = {value}: expected a positive number", file=sys.stderr)
             return 2
     try:
+        from workbench.fileio import check_output
         from workbench.train.job import RunOptions, job_prediction, train
+
+        check_output(args.metrics, overwrite=args.force)  # before the run, not after it
         from workbench.train.schedule import LrSchedule
         from workbench.train.spec import load_job_spec
 
@@ -68,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     if int(os.environ.get("RANK", "0")) == 0:
-        path = result.write(args.metrics)
+        try:
+            path = result.write(args.metrics, overwrite=args.force)
+        except WorkbenchError as exc:  # the target changed during the run
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         metrics = result.metrics()
         m, errors, job_errors = metrics["measured"], metrics["relative_error"], metrics["relative_error_job"]
         summary = ", ".join(f"{k} {v:+.1%}" for k, v in errors.items()) or "no predictions in the recipe"

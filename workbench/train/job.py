@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.models import DLRMModel
-from workbench.schema import write_atomic
+from workbench.fileio import write_text
 from workbench.train.build import Built, build_dlrm, build_transformer
 from workbench.train.data import RecsysBatches, TextBatches, heldout_windows
 from workbench.train.determinism import check_deterministic, deterministic_mode
@@ -113,7 +113,8 @@ class RunResult:
     fp8_backend: str
     notes: list[str] = field(default_factory=list)
     predicted_job: dict = field(default_factory=dict)
-    """The step as this job runs it, predicted at run time (``job_prediction``); {} when not available."""
+    """The step as this job runs it, predicted at run time (``job_prediction``); ``{"unavailable": why}`` when it
+    could not be made, {} before it is made."""
     heldout_losses: list[tuple[int, float]] = field(default_factory=list)
     """(optimizer steps done, held-out loss) per evaluation; empty without ``eval_every``."""
 
@@ -176,8 +177,9 @@ class RunResult:
             "notes": self.notes,
         }
 
-    def write(self, path: str | Path) -> Path:
-        return write_atomic(path, json.dumps(self.metrics(), indent=2) + "\n")
+    def write(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """The metrics JSON, written atomically; an existing file is replaced only with ``overwrite``."""
+        return write_text(path, json.dumps(self.metrics(), indent=2) + "\n", overwrite=overwrite)
 
 
 def _batches(spec: JobSpec, options: RunOptions, world: World):
@@ -373,13 +375,15 @@ def _relative_errors(measured: dict, predicted: dict) -> dict:
 def job_prediction(recipe_path: str | Path) -> dict:
     """The step as this job runs the recipe (eager or compiled, its loss, FSDP2 copies, fp8 quantization:
     ``predict_recipe(recipe, calibrated=True, job=True)``), made now; a recipe records the fused step that search
-    ranks, which an eager run is not. {} when the recipe's model or GPU is not in the catalog."""
+    ranks, which an eager run is not. When it cannot be made, ``{"unavailable": why}`` (and a warning on stderr):
+    never an empty block that reads as "no prediction" without a reason."""
     from workbench.errors import WorkbenchError
     from workbench.recipe import load_recipe
     from workbench.recipe.build import predict_recipe, predicted_from
 
     try:
         prediction = predict_recipe(load_recipe(recipe_path), calibrated=True, job=True)
-    except WorkbenchError:
-        return {}
+    except WorkbenchError as exc:
+        print(f"[train] warning: no job-level prediction for {recipe_path}: {exc}", file=sys.stderr, flush=True)
+        return {"unavailable": str(exc)}
     return {**asdict(predicted_from(prediction)), "calibrated": prediction.calibrated}

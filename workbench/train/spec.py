@@ -162,7 +162,25 @@ class JobSpec:
             raise batch.error("global_batch", spec.global_batch,
                               f"micro_batch x dp x grad_accumulation = {spec.micro_batch} x {spec.dp} x "
                               f"{spec.grad_accumulation} = {spec.micro_batch * spec.dp * spec.grad_accumulation}")
+        _check_target_precision(spec, origin)
         return spec
+
+
+def _check_target_precision(spec: JobSpec, origin: str) -> None:
+    """The recipe's precision must run on its target GPU -- the check ``load_recipe`` and every prediction make
+    (``workbench.recipe.schema.check_precision_supported``) -- so the job never trains, say, an fp8 recipe for an
+    A100 that prediction rejects. A target outside the catalog is ``load_recipe``'s to refuse."""
+    from workbench.errors import UnknownNameError
+    from workbench.hardware import get_gpu
+    from workbench.recipe.schema import PrecisionPolicy, check_precision_supported
+
+    try:
+        gpu = get_gpu(spec.target_gpu)
+    except UnknownNameError:
+        return
+    policy = PrecisionPolicy(spec.param_dtype, spec.compute_dtype,  # type: ignore[arg-type]
+                             spec.reduce_dtype, spec.fp8)
+    check_precision_supported(gpu, policy, origin)
 
 
 def _kernel_choice(entry: object, origin: str, index: int) -> KernelChoice:
