@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from workbench.config import Parallelism, TrainingConfig, activation_dtype
+from workbench.errors import WorkbenchError
+from workbench.graph import stacked
 from workbench.graph.execution import Execution
 from workbench.graph.ops import FlatShape, Op, memory_op
 from workbench.graph.recsys import (
@@ -39,6 +41,7 @@ from workbench.perf.overlap import (
     fsdp_schedule,
 )
 from workbench.precision import ResolvedPrecision, get_precision, resolve_precision
+from workbench.stacks import Stack, get_stack
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,6 +102,11 @@ class StepSummary:
     memory: MemoryBreakdown
     max_micro_batch: int
     gpus: int
+    host_s: float = 0.0
+    """CPU seconds to launch the step's kernels (stacks that launch from eager Python); the step is the longer of
+    this and the device time."""
+    stack: str = "ideal"
+    """The stack the step was predicted for (``workbench.stacks``); ``ideal`` is a bound, not a stack."""
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "memory"}
@@ -284,20 +292,32 @@ def predict(
     allow_fallback: bool = False,
     constants: Constants | None = None,
     execution: Execution | None = None,
+    stack: str | Stack | None = None,
+    compile: bool | None = None,
+    param_dtype: str | None = None,
 ) -> Prediction:
-    """Predict one training step. Pass a ``TrainingConfig``, or the keyword shortcuts (``gpus`` become FSDP ranks).
+    """Predict one training step. Pass a ``TrainingConfig``, or the keyword shortcuts (``gpus`` become FSDP ranks);
+    ``micro_batch`` and ``seq_len`` None or 0 are the model's defaults (``workbench.config.default_micro_batch``).
+    A result that is not a finite, positive number (a GPU or model figure far out of range) raises
+    ``ImplausiblePredictionError`` rather than being returned.
 
     ``allow_fallback`` lets a precision the GPU lacks run as its documented fallback (noted in ``notes``).
     ``execution``: predict what the reference job (``python -m workbench.train``) runs -- eager blocks unfused
     when not compiled, its loss, FSDP2 copies, fp8 quantization and sparse table update
     (``workbench.graph.execution``); None prices the fused step a compiled production stack runs.
+    ``stack``: the training stack that runs the step (``workbench.stacks``: ``workbench stacks`` lists them; the
+    default is ``ideal``, the fused-step bound); ``compile`` the configuration's compile flag for stacks that
+    follow it (None: off, torch's default; the reference job's recipes say); ``param_dtype`` fp32 (fp32 parameters
+    under autocast) or bf16, where the stack trains with either (None: the stack's default).
     """
+    if execution is not None and stack is None:
+        stack = "workbench-job"
+    stack = get_stack(stack)
     model = get_model(model)
     gpu = get_gpu(gpu)
     if config is None:
-        default_mb = getattr(model, "default_batch", 1) if not isinstance(model, TransformerModel) else 1
         config = TrainingConfig(
-            micro_batch=default_mb if micro_batch is None else micro_batch,
+            micro_batch=micro_batch or 0,  # None or 0: the model's default (workbench.config.default_micro_batch)
             seq_len=seq_len,
             precision=precision,
             parallelism=Parallelism.data_parallel(gpus),
@@ -311,19 +331,36 @@ def predict(
     c = constants or constants_for(gpu, calibrated)
     if gpu.is_uncertain:
         notes.append(f"{gpu.display_name} is announced, not shipping: several of its figures are estimates")
+    if getattr(model, "approximation", None):  # a Hugging Face config read as a family it is not (from_hf_config)
+        notes.append(model.approximation)
 
     accum = cfg.grad_accumulation
+    dtype = stack.param_dtype(param_dtype)
+    compiled = stack.compiled(bool(compile)) if compile is not None or stack.compile != "recipe" else \
+        (execution.compile if execution is not None else False)
+    if stack.kernels == "reference-job" and execution is None:
+        execution = Execution(compile=compiled)
+    tables = None
+    if stack.kernels in ("pytorch", "torchtitan"):
+        gap = stacked.scope_gap(model, cfg)
+        if gap is None:
+            tables = stacked.stack_step(model, cfg, stack, compiled=compiled, param_dtype=dtype)
+        else:
+            notes.append(f"{stack.display_name}: {gap} are outside this stack's kernel tables; priced as the ideal "
+                         "fused step (a bound)")
+    microbatch_ops = tables.microbatch_ops if tables else _microbatch_ops(model, cfg, execution)
     ops: list[OpPrediction] = []
-    for op in _microbatch_ops(model, cfg, execution):
+    for op in microbatch_ops:
         t = op_time(op, gpu, c)
         ops.append(OpPrediction(op, t.time_s, t.roofline_s, t.bound, op.count * accum))
     mb_compute = sum(o.time_s * o.op.count for o in ops)
-    for op in _step_ops(model, cfg, execution):  # once per step, counts already per step
+    for op in tables.step_ops if tables else _step_ops(model, cfg, execution):  # once per step
         t = op_time(op, gpu, c)
         ops.append(OpPrediction(op, t.time_s, t.roofline_s, t.bound, op.count))
-    optimizer = _optimizer_op(model, cfg)
-    t = op_time(optimizer, gpu, c)
-    ops.append(OpPrediction(optimizer, t.time_s, t.roofline_s, "memory", 1))
+    if tables is None:
+        optimizer = _optimizer_op(model, cfg)
+        t = op_time(optimizer, gpu, c)
+        ops.append(OpPrediction(optimizer, t.time_s, t.roofline_s, "memory", 1))
 
     embedding = {phase: sum(o.time_s * o.op.count for o in ops if o.op.layer == "embedding" and o.op.phase == phase)
                  for phase in ("fwd", "bwd")}  # per micro-batch: the compute beside the first block's collectives
@@ -337,6 +374,8 @@ def predict(
     bubble_s = (p.pp - 1) * mb_compute if p.pp > 1 else 0.0
     comm_s = sum(cm.exposed_s for cm in comms)
     step = compute_bound_s + memory_bound_s + optimizer_s + bubble_s + comm_s
+    host_s = tables.host_s(stack, accum) if tables else 0.0
+    step = max(step, host_s)  # the CPU enqueues ahead of the GPU; the step ends when the later of the two does
 
     samples = cfg.samples_per_step
     if isinstance(model, TransformerModel):
@@ -347,7 +386,13 @@ def predict(
         model_flops = useful * p.gpus
         tokens = samples * (cfg.seq_len if model.kind == "hstu" else 1)
     peak = gpu.peak_tflops(resolved.effective.peak_key) * 1e12
-    memory = memory_breakdown(model, cfg, gpu)
+    if tables is not None and p.gpus == 1:
+        memory = tables.memory(stack, gpu.hbm_capacity_gb.value * 1e9)
+    else:
+        memory = memory_breakdown(model, cfg, gpu)
+        if tables is not None:
+            notes.append(f"{stack.display_name}: memory on {p.gpus} GPUs is the sharded model of the reference job "
+                         "(workbench.memory); the stack's own memory terms cover one GPU")
     if not memory.fits:
         notes.append(f"does not fit: needs {memory.total / 1e9:.1f} GB of {memory.usable / 1e9:.1f} GB usable HBM per GPU")
     summary = StepSummary(
@@ -365,5 +410,53 @@ def predict(
         memory=memory,
         max_micro_batch=max_micro_batch(model, cfg, gpu),
         gpus=p.gpus,
+        host_s=host_s,
+        stack=stack.name,
     )
+    _check_plausible(summary, model, gpu)
+    notes += _implausible_notes(summary)
     return Prediction(model, gpu, cfg, resolved, ops, comms, summary, calibrated=c.calibrated, notes=notes)
+
+
+class ImplausiblePredictionError(WorkbenchError):
+    """A prediction came out non-finite, zero or past what the hardware allows: some input figure is far out of
+    range (a unit mistake in a GPU file, an extreme model field). Raised instead of returning the number."""
+
+
+MFU_CEILING = 1.0 + 1e-9
+"""Model FLOPs can never run faster than the peak they are counted against (float rounding allowed)."""
+PLAUSIBLE_STEP_S = 1e6
+"""A policy: a predicted step over ~11.6 days is noted as implausible (some input is probably out of range)."""
+PLAUSIBLE_MFU = 1e-6
+"""A policy: an MFU under one millionth of peak is noted as implausible (launch-bound toy models sit near 1e-4)."""
+
+
+def _implausible_notes(s: StepSummary) -> list[str]:
+    """Notes for finite numbers no real training step has: an input (a GPU figure in the wrong unit, an extreme
+    batch or model field) is probably out of range. Noted rather than raised: the arithmetic holds."""
+    notes = []
+    if s.step_time_s > PLAUSIBLE_STEP_S:
+        notes.append(f"implausible: the step takes {s.step_time_s:.3g} s ({s.step_time_s / 86400:.3g} days); check the "
+                     "inputs (GPU figures' units, batch, sequence length)")
+    if s.mfu < PLAUSIBLE_MFU:
+        notes.append(f"implausible: MFU {s.mfu:.3g}, under one millionth of the GPU's peak; check the GPU's peak "
+                     "TFLOP/s (dense, in TFLOP/s, not FLOP/s) and the model's sizes")
+    return notes
+
+
+def _check_plausible(s: StepSummary, model: Model, gpu: GPU) -> None:
+    """Raise ``ImplausiblePredictionError`` naming the first summary figure that is not finite and positive, or an
+    MFU that is zero or above 1."""
+    figures = {"step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s, "samples_per_s": s.samples_per_s,
+               "mfu": s.mfu, "model_flops_per_step": s.model_flops_per_step, "memory.total": s.memory.total}
+    parts = {"compute_bound_s": s.compute_bound_s, "memory_bound_s": s.memory_bound_s, "optimizer_s": s.optimizer_s,
+             "communication_s": s.communication_s, "bubble_s": s.bubble_s}
+    where = f"{getattr(model, 'name', model)} on {gpu.name} ({gpu.origin})"
+    for name, value in {**figures, **parts}.items():
+        if not math.isfinite(value) or value < 0 or (name in figures and value == 0):
+            raise ImplausiblePredictionError(
+                f"{where}: the predicted {name} is {value!r}, not a finite positive number; a figure of the GPU or "
+                "model is far out of range (check units: TB/s, GB, dense TFLOP/s)")
+    if s.mfu > MFU_CEILING:
+        raise ImplausiblePredictionError(f"{where}: the predicted MFU is {s.mfu:.3g}, above 1 (faster than the GPU's "
+                                         "peak); a figure of the GPU or model is inconsistent")

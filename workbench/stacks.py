@@ -38,7 +38,10 @@ CHECKPOINT_POLICIES: tuple[str, ...] = ("none", "full", "workbench-selective", "
 saves every GEMM output (the fused step's and the reference job's selective); ``selective-op`` is torchtitan's
 per-op policy (saves SDPA and every second matmul's output); ``selective-N`` fully checkpoints every N-th block."""
 CONSTANT_KINDS: tuple[str, ...] = ("sourced", "fitted", "guess")
-DEFAULT_STACK = "torchtitan"
+DEFAULT_STACK = "ideal"
+"""The stack ``predict`` uses when none is named. Issue 16 makes it ``torchtitan``; until torchtitan's tables cover
+tensor and pipeline parallelism, MoE and fp8 (they price those as the fused step today), the default stays the
+fused-step bound, which every caller has used so far."""
 
 
 @dataclass(frozen=True)
