@@ -67,6 +67,17 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stacks(args: argparse.Namespace) -> int:
+    from workbench.stacks import DEFAULT_STACK, list_stacks
+
+    rows = [{"name": st.name + (" (default)" if st.name == DEFAULT_STACK else ""),
+             "stack": st.display_name, "compile": st.compile, "params": "/".join(st.param_dtypes),
+             "selective AC": st.checkpointing["selective"], "assumes": st.summary,
+             "validated": st.validation or "-"} for st in list_stacks()]
+    print(_table(rows, list(rows[0])))
+    return 0
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from workbench.config import Parallelism, TrainingConfig
     from workbench.predict import predict
@@ -76,12 +87,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if parallelism.gpus != args.gpus:
         raise WorkbenchError(f"--gpus {args.gpus} is not a multiple of --tp x --pp = {args.tp * args.pp}")
     cfg = TrainingConfig(args.micro_batch, args.seq_len, args.precision, parallelism, args.checkpointing, args.global_batch)
-    p = predict(args.model, args.gpu, cfg, calibrated=args.calibrated, allow_fallback=args.allow_fallback)
+    p = predict(args.model, args.gpu, cfg, calibrated=args.calibrated, allow_fallback=args.allow_fallback,
+                stack=args.stack, compile=args.compile, param_dtype=args.param_dtype)
     s = p.summary
+    from workbench.stacks import get_stack
+
+    stack = get_stack(s.stack)
     if args.json:
+        c, par = p.config, p.config.parallelism
         print(json.dumps({"model": p.model.name, "gpu": p.gpu.name, "precision": p.precision.effective.name,
-                          "config": {"micro_batch": p.config.micro_batch, "seq_len": p.config.seq_len,
-                                     "gpus": s.gpus, "activation_checkpointing": p.config.activation_checkpointing},
+                          "stack": s.stack, "stack_is_bound": stack.bound,
+                          "config": {"micro_batch": c.micro_batch, "seq_len": c.seq_len, "gpus": s.gpus,
+                                     "dp": par.dp, "tp": par.tp, "pp": par.pp, "ep": par.ep,
+                                     "sharding": par.sharding, "global_batch": c.samples_per_step,
+                                     "grad_accumulation": c.grad_accumulation,
+                                     "activation_checkpointing": c.activation_checkpointing,
+                                     "compile": args.compile, "param_dtype": stack.param_dtype(args.param_dtype)},
                           "calibrated": p.calibrated, "model_version": p.model_version, "notes": p.notes,
                           "summary": s.as_dict()}, indent=2))
         return 0
@@ -89,6 +110,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(f"{p.model.display_name} on {s.gpus} x {p.gpu.display_name}, {p.precision.effective.name}, "
           f"micro-batch {p.config.micro_batch} x seq {p.config.seq_len}, AC {p.config.activation_checkpointing}"
           f"{' (calibrated)' if p.calibrated else ' (spec only)'}")
+    print(f"stack: {stack.display_name}" + (" -- a bound: no stack runs this fast; --stack NAME for one that "
+                                           "does (workbench stacks)" if stack.bound else ""))
     for note in p.notes:
         print(f"note: {note}")
     if p.calibrated:
@@ -96,8 +119,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
         print(f"note: calibration profile {profile_path(p.gpu)}")
     m = s.memory.as_gb()
-    print(f"step {s.step_time_s * 1e3:.1f} ms | {s.tokens_per_s:,.0f} tokens/s | {s.samples_per_s:,.2f} samples/s | "
-          f"MFU {s.mfu:.1%}")
+    print(f"step {s.step_time_s * 1e3:.1f} ms | {s.tokens_per_s:,.0f} tokens/s (all GPUs) | "
+          f"{s.samples_per_s:,.2f} samples/s | MFU {s.mfu:.1%} (of the {p.precision.effective.peak_key} peak)"
+          + (f" | host {s.host_s * 1e3:.1f} ms" if s.host_s else ""))
     print(f"  compute-bound {s.compute_bound_s * 1e3:.1f} ms, memory-bound {s.memory_bound_s * 1e3:.1f} ms, "
           f"optimizer {s.optimizer_s * 1e3:.1f} ms, exposed comm {s.communication_s * 1e3:.1f} ms, "
           f"bubble {s.bubble_s * 1e3:.1f} ms")
@@ -249,9 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
     p.add_argument("--allow-fallback", action="store_true", help="model an unsupported precision as its documented fallback")
+    p.add_argument("--stack", default=None,
+                   help="the training stack that runs the step (workbench stacks lists them; or a stack YAML path); "
+                        "default: ideal, the fused-step bound")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile on, for stacks that follow the run's setting (torchtitan, workbench-job); "
+                        "default off")
+    p.add_argument("--param-dtype", choices=["fp32", "bf16"], default=None,
+                   help="fp32 parameters under autocast, or bf16 parameters (where the stack trains with either; "
+                        "default: the stack's)")
     p.add_argument("--top", type=int_flag(1, 1 << 31), default=12, help="ops to list")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
+
+    sub.add_parser("stacks", help="list the training stacks and what each assumes").set_defaults(func=cmd_stacks)
 
     p = sub.add_parser("predict-ops", help="add a predicted_ms column to an operator CSV")
     p.add_argument("csv", help="CSV path, or - for standard input")

@@ -1,0 +1,121 @@
+"""Stacks as data (workbench.stacks, specs/stacks/) and predictions per stack (predict(..., stack=...))."""
+
+import copy
+
+import pytest
+import yaml
+
+from workbench._data import specs_dir
+from workbench.config import Parallelism, TrainingConfig
+from workbench.errors import SpecError, UnknownNameError
+from workbench.predict import predict
+from workbench.stacks import DEFAULT_STACK, get_stack, list_stacks, load_stack
+
+
+@pytest.fixture
+def torchtitan_spec() -> dict:
+    return copy.deepcopy(yaml.safe_load((specs_dir() / "stacks" / "torchtitan.yaml").read_text()))
+
+
+def test_catalog_loads_and_names_match_files():
+    names = [s.name for s in list_stacks()]
+    assert {"ideal", "workbench-job", "pytorch-eager", "pytorch-compile", "torchtitan"} <= set(names)
+    assert DEFAULT_STACK in names
+    assert [s.name for s in list_stacks() if s.bound] == ["ideal"]
+
+
+def test_every_constant_has_a_source():
+    for stack in list_stacks():
+        for name, constant in stack.constants.items():
+            assert constant.source and constant.kind in ("sourced", "fitted", "guess"), (stack.name, name)
+
+
+def test_unknown_stack_lists_the_valid_ones():
+    with pytest.raises(UnknownNameError, match="torchtitan"):
+        get_stack("torchtitn")
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda d: d.update(kernels="cutlass"), "kernels"),
+    (lambda d: d.update(compile="sometimes"), "compile"),
+    (lambda d: d.update(param_dtypes=["fp8"]), "param_dtypes"),
+    (lambda d: d["checkpointing"].update(selective="megatron"), "checkpointing.selective"),
+    (lambda d: d["checkpointing"].update(full="selective-op"), "checkpointing"),
+    (lambda d: d.update(bandwith=1), "bandwith"),
+    (lambda d: d["constants"]["host_eager_kernel_us"].update(value=-1), "host_eager_kernel_us.value"),
+    (lambda d: d["constants"]["host_eager_kernel_us"].pop("source"), "host_eager_kernel_us.source"),
+    (lambda d: d.update(schema_version=True), "schema_version"),
+])
+def test_bad_stack_files_name_the_field(torchtitan_spec, edit, field):
+    edit(torchtitan_spec)
+    with pytest.raises(SpecError) as info:
+        load_stack(torchtitan_spec)
+    assert field in str(info.value)
+
+
+def test_a_user_stack_from_a_file(tmp_path, torchtitan_spec):
+    torchtitan_spec.update(name="my-titan", display_name="my torchtitan fork")
+    torchtitan_spec["constants"]["host_eager_kernel_us"]["value"] = 100.0
+    path = tmp_path / "my-titan.yaml"
+    path.write_text(yaml.safe_dump(torchtitan_spec))
+    cfg = TrainingConfig(1, 2048, "bf16", Parallelism(), "full")
+    mine = predict("llama3.2-1b", "h200", cfg, stack=str(path))
+    base = predict("llama3.2-1b", "h200", cfg, stack="torchtitan")
+    assert mine.summary.stack == "my-titan"
+    assert mine.summary.host_s > base.summary.host_s  # more CPU per kernel: a host-bound step gets slower
+    assert mine.summary.step_time_s >= base.summary.step_time_s
+
+
+def test_param_dtype_must_be_the_stacks():
+    with pytest.raises(SpecError, match="param_dtype"):
+        predict("llama3.2-1b", "h200", micro_batch=1, seq_len=2048, stack="torchtitan", param_dtype="bf16")
+
+
+def test_ideal_is_a_bound_on_every_stack():
+    cfg = TrainingConfig(2, 4096, "bf16", Parallelism(), "none")
+    ideal = predict("llama3.2-1b", "h200", cfg, stack="ideal").summary.step_time_s
+    for stack in list_stacks():
+        for compile_ in (False, True):
+            assert predict("llama3.2-1b", "h200", cfg, stack=stack.name, compile=compile_).summary.step_time_s >= ideal
+
+
+def test_uncovered_configurations_say_so():
+    p = predict("mixtral-8x7b", "h200", TrainingConfig(1, 4096, "bf16", Parallelism.data_parallel(8)),
+                stack="torchtitan")
+    assert any("outside this stack's kernel tables" in n and "MoE" in n for n in p.notes)
+    fp8 = predict("llama3.2-1b", "h200", micro_batch=1, seq_len=2048, precision="fp8", stack="pytorch-eager")
+    assert any("fp8" in n for n in fp8.notes)
+
+
+def test_compiled_plain_loop_is_faster_than_eager():
+    cfg = TrainingConfig(2, 4096, "bf16", Parallelism(), "none")
+    eager = predict("llama3.2-1b", "h200", cfg, stack="pytorch-eager").summary
+    compiled = predict("llama3.2-1b", "h200", cfg, stack="pytorch-compile").summary
+    assert compiled.step_time_s < eager.step_time_s and compiled.host_s < eager.host_s
+
+
+# Golden values (ms, GB) of a handful of predictions per stack: a change that moves them shows here. Re-pin only
+# with the reason in the commit (and re-run benchmarks/stacks/evaluate.py).
+GOLDEN = {
+    ("ideal", "llama3.2-1b", 2, 4096, "none", 1, False): (122.798, 39.898),
+    ("ideal", "llama3-8b", 1, 8192, "selective", 8, True): (727.452, 53.154),
+    ("workbench-job", "llama3.2-1b", 2, 4096, "none", 1, False): (236.186, 39.898),
+    ("workbench-job", "llama3.2-1b", 1, 8192, "full", 1, True): (211.789, 30.502),
+    ("pytorch-eager", "llama3.2-1b", 2, 4096, "none", 1, False): (166.325, 53.102),
+    ("pytorch-eager", "llama3.2-1b", 1, 8192, "full", 1, True): (232.19, 34.937),
+    ("pytorch-compile", "llama3.2-1b", 2, 4096, "none", 1, False): (144.43, 43.093),
+    ("pytorch-compile", "llama3-8b", 1, 8192, "selective", 8, True): (829.566, 53.154),
+    ("torchtitan", "llama3.2-1b", 2, 4096, "none", 1, False): (168.934, 51.635),
+    ("torchtitan", "llama3.2-1b", 1, 8192, "full", 1, True): (201.339, 27.094),
+    ("torchtitan", "llama3-8b", 1, 8192, "selective", 8, True): (852.562, 53.154),
+}
+
+
+@pytest.mark.parametrize("key", list(GOLDEN))
+def test_golden_predictions(key):
+    stack, model, mb, seq, ac, gpus, compile_ = key
+    p = predict(model, "h200", TrainingConfig(mb, seq, "bf16", Parallelism.data_parallel(gpus), ac), stack=stack,
+                compile=compile_)
+    step_ms, memory_gb = GOLDEN[key]
+    assert p.summary.step_time_s * 1e3 == pytest.approx(step_ms, rel=1e-4)
+    assert p.summary.memory.total / 1e9 == pytest.approx(memory_gb, rel=1e-4)
