@@ -22,6 +22,7 @@ from workbench.models import get_model, list_models
 from workbench.perf import op_time
 from workbench.perf.efficiency import default_constants, profile_path
 from workbench.predict import predict
+from workbench.stacks import list_stacks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from monotonicity_sweep import GRANULES, resource_fields, scaled  # noqa: E402
@@ -126,6 +127,22 @@ def test_more_hbm_never_makes_a_configuration_stop_fitting(model_name, gpu_name,
     assert more.memory.fits or not base.memory.fits
     assert more.max_micro_batch >= base.max_micro_batch
     assert more.step_time_s == pytest.approx(base.step_time_s, rel=1e-12)  # capacity is not speed
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), gpu_name=st.sampled_from(GPUS), stack=st.sampled_from([s.name for s in list_stacks()]),
+       compile_=st.booleans(), model_name=st.sampled_from(["llama3.2-1b", "llama3-8b", "gpt2-small", "mixtral-8x7b"]),
+       mb=st.sampled_from([1, 2]), seq=st.sampled_from([128, 2048, 8192]), gpus=st.sampled_from([1, 8]),
+       ac=st.sampled_from(["none", "selective", "full"]), factor=st.sampled_from([1.1, 2.0, 10.0]))
+def test_more_of_any_gpu_figure_is_never_slower_on_any_stack(data, gpu_name, stack, compile_, model_name, mb, seq,
+                                                             gpus, ac, factor):
+    gpu = get_gpu(gpu_name)
+    field = data.draw(st.sampled_from(resource_fields(gpu)), label="field")
+    cfg = TrainingConfig(mb, seq, "bf16", Parallelism.data_parallel(gpus), ac)
+    base = predict(model_name, gpu, cfg, stack=stack, compile=compile_).summary
+    more = predict(model_name, scaled(gpu, field, factor), cfg, stack=stack, compile=compile_).summary
+    assert more.step_time_s <= base.step_time_s * (1 + 1e-9), f"{stack}: {field} x{factor}"
+    assert more.memory.fits or not base.memory.fits
 
 
 @settings(max_examples=60, deadline=None)
