@@ -29,6 +29,7 @@ ARTIFACTS = ROOT / "test-artifacts" / "browser"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--disable-quic", "--no-first-run"]
 ROOFLINE_SVG = ".wb-chart-roofline svg"
+STEP_SVG = ".wb-chart-step-time svg"
 
 
 def _require_browser():
@@ -193,6 +194,11 @@ def _svg_has(text: str, absent: str = "") -> str:
     return f"(() => {{ const svg = document.querySelector({json.dumps(ROOFLINE_SVG)}); return svg && {check}; }})()"
 
 
+def _step_svg_has(text: str) -> str:
+    return (f"(() => {{ const svg = document.querySelector({json.dumps(STEP_SVG)}); "
+            f"return svg && svg.textContent.includes({json.dumps(text)}); }})()")
+
+
 def test_workbench_in_jupyterlab(tmp_path):
     _require_browser()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -240,8 +246,23 @@ def test_workbench_in_jupyterlab(tmp_path):
         assert "attention" in detail and "NVIDIA B200" in detail, detail
 
         # the other chart tabs render too; the advisor's comparison runs from its button
+        # Step time: Llama 3 70B on 8 GPUs fits none of them without checkpointing: no bars, what does not fit and
+        # what would; with full checkpointing the bars come; the stack says what every number is for
         page.click(".wb-workbench .lm-TabBar-tab:has-text('Step time')")
-        page.wait_for_selector(".wb-chart-step-time svg g.mark-rect path", timeout=30_000)
+        _wait_for(page, _step_svg_has("does not fit: needs"), "the step chart to say what does not fit")
+        step_text = page.eval_on_selector(STEP_SVG, "svg => svg.textContent")
+        assert "ideal fused step — a bound, not a measured stack" in step_text
+        assert "with full activation checkpointing, micro-batch 1 fits" in step_text
+        assert page.locator(f"{STEP_SVG} g.mark-rect path").count() == 0  # no bar for what does not fit
+        page.screenshot(path=str(ARTIFACTS / "4a-step-does-not-fit.png"), full_page=True)
+        page.select_option(".wb-checkpointing select", label="full")
+        page.wait_for_selector(f"{STEP_SVG} g.mark-rect path", timeout=30_000)
+        page.select_option(".wb-stack select", label="torchtitan")
+        _wait_for(page, _step_svg_has("Predicted step time: torchtitan, eager"), "the torchtitan label")
+        _wait_for(page, "document.querySelector('.wb-stack-caption').textContent.includes('torchtitan, eager')"
+                        " && document.querySelector('.wb-summary').textContent.includes('torchtitan, eager')",
+                  "the caption and the table to name the stack")
+        page.screenshot(path=str(ARTIFACTS / "4b-step-torchtitan.png"), full_page=True)
         page.click("button:has-text('Compare direct port vs co-designed')")
         page.wait_for_selector(".wb-advice h4", timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "4-step-time.png"), full_page=True)

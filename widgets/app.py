@@ -5,6 +5,7 @@ the app:
 
     >>> wb = Workbench(model="llama3-70b", gpus=["b200", "mi350x"])
     >>> wb.set(precision="fp8", gpus=["b200", "mi350x", "h200"])   # validated, one redraw
+    >>> wb.set(stack="torchtitan", compile=True)                     # what every tab's prediction is for
     >>> wb.state["gpus"], wb.precision                               # a dict, and traitlets per field
     >>> wb.show_op("b200", "gate_up.fwd")                            # what a click on a roofline point shows
     >>> wb.save_chart("roofline", "roofline.svg")                    # PNG or SVG, offline (vl-convert)
@@ -35,18 +36,20 @@ import traitlets
 
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
-from workbench.models import Model, list_models
+from workbench.models import Model, get_model, list_models
 from widgets import charts
 from widgets.advice import advice_chart, advice_frame, advice_html, advice_prompt, advise_all
 from widgets.controls import Controls, ModelInput, error_html, shown_errors
 from widgets.data import (
     Comparison, Predictor, memory_by_checkpointing, op_detail, roofline_note, roofline_points, roofs,
-    step_breakdown, summary_table, summary_text,
+    step_breakdown,
 )
+from widgets.formatting import gb, gpus_text, html_table, prediction_stack_label, stack_label
 from widgets.kernels_tab import KernelsPanel
 from widgets.live import LiveChart
 from widgets.recipe_tab import RecipePanel
 from widgets.state import TABS, WorkbenchState
+from widgets.tables import memory_table, op_detail_html, stack_caption, summary_table, summary_text
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(WorkbenchState))
 CHART_TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels")
@@ -66,6 +69,7 @@ _STYLE = """<style>
 .wb-table th, .wb-table td { padding: 2px 10px; text-align: right; vertical-align: top; }
 .wb-table th:first-child, .wb-table td:first-child { text-align: left; }
 .wb-table tr:nth-child(even) { background: #f4f4f4; }
+.wb-table td.wb-num { white-space: nowrap; }
 </style>"""
 
 
@@ -76,17 +80,10 @@ def _chart_view() -> alt.JupyterChart:
                             embed_options={"renderer": "svg", "actions": False})
 
 
-def _table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
-    shown = frame.copy()
-    for column, fmt in formats.items():
-        if column in shown:
-            shown[column] = shown[column].map(lambda v, fmt=fmt: "" if pd.isna(v) else format(v, fmt))
-    return shown.to_html(index=False, border=0, classes="wb-table", na_rep="")
-
-
 class Workbench(w.VBox):
     """The co-design workbench widget; see the module docstring. Keyword arguments are ``WorkbenchState``
-    fields (model, gpus, precision, micro_batch, seq_len, gpu_count, checkpointing, calibrated, tab)."""
+    fields (model, gpus, precision, micro_batch, seq_len, gpu_count, checkpointing, calibrated, stack, compile,
+    tab)."""
 
     model = traitlets.Unicode()
     gpus = traitlets.List(traitlets.Unicode())
@@ -96,6 +93,8 @@ class Workbench(w.VBox):
     gpu_count = traitlets.Int()
     checkpointing = traitlets.Unicode()
     calibrated = traitlets.Bool()
+    stack = traitlets.Unicode()
+    compile = traitlets.Bool()
     tab = traitlets.Unicode()
 
     def __init__(self, **state):
@@ -123,7 +122,8 @@ class Workbench(w.VBox):
         """The chart tabs drawn from data frames (see ``widgets.live``)."""
         self.roofline_notes, self.op_info = w.HTML(), w.HTML("<i>Click a point to see its op.</i>")
         self.op_info.add_class("wb-op-detail")
-        self.step_table, self.advice = w.HTML(), w.HTML()
+        self.step_caption, self.step_table, self.advice = w.HTML(), w.HTML(), w.HTML()
+        self.step_caption.add_class("wb-stack-caption")
         self.step_table.add_class("wb-summary")
         self.advice.add_class("wb-advice")
         self.advice_button = w.Button(description="Compare direct port vs co-designed", icon="exchange",
@@ -134,14 +134,14 @@ class Workbench(w.VBox):
         self.advice_view.layout.display = "none"
         self.advices: dict[str, object] = {}
         """Target GPU -> ``workbench.recipe.advisor.Advice`` (or why none) of the last comparison."""
-        self.memory_table = w.HTML()
+        self.memory_table, self.memory_note = w.HTML(), w.HTML()
         self.kernels = KernelsPanel(self._prediction_on, lambda: self.views["kernels"])
         self.recipe = RecipePanel()
         self.tabs = w.Tab(children=[
             w.VBox([self.roofline_notes, self.views["roofline"], self.op_info]),
-            w.VBox([self.views["step time"], self.step_table, w.HBox([self.advice_button, self.advice_prompt]),
-                    self.advice_view, self.advice]),
-            w.VBox([self.views["memory"], self.memory_table]),
+            w.VBox([self.step_caption, self.views["step time"], self.step_table,
+                    w.HBox([self.advice_button, self.advice_prompt]), self.advice_view, self.advice]),
+            w.VBox([self.views["memory"], self.memory_note, self.memory_table]),
             self.kernels.box,
             self.recipe.box,
         ], titles=[t.capitalize() for t in TABS])
@@ -285,6 +285,16 @@ class Workbench(w.VBox):
         {"roofline": self._draw_roofline, "step time": self._draw_step, "memory": self._draw_memory,
          "kernels": self._draw_kernels, "recipe": self._draw_recipe}[tab]()
 
+    def _stack_label(self) -> str:
+        return stack_label(self._state.stack, self._state.compile)
+
+    def _settings_line(self) -> str:
+        s = self._state
+        model = self._custom.get(s.model) or get_model(s.model)
+        return (f"{getattr(model, 'display_name', None) or s.model}, {s.precision}, micro-batch {s.micro_batch} × "
+                f"{s.seq_len:,} tokens, {gpus_text(s.gpu_count)} of each type, activation checkpointing: "
+                f"{s.checkpointing}")
+
     def _names(self) -> list[str]:
         return [p.gpu.display_name for p in self.comparison.predictions.values()]
 
@@ -292,11 +302,14 @@ class Workbench(w.VBox):
         predictions = list(self.comparison.predictions.values())
         first = self.live["roofline"].frame is None
         self.live["roofline"].show(charts.roofline_frame([roofline_points(p) for p in predictions],
-                                                         [roofs(p) for p in predictions], self._names()))
+                                                         [roofs(p) for p in predictions], self._names()),
+                                   title=[f"Roofline of the predicted step, op by op: {self._stack_label()}",
+                                          self._settings_line()])
         if first:  # the selection traits exist from the first chart on (the structure never changes)
             self.views["roofline"].selections.observe(self._on_select, names=[charts.OP_SELECTION])
         uncalibrated = [p.gpu.display_name for p in predictions if not p.calibrated]
-        notes = [note for p in predictions if (note := roofline_note(p))]
+        notes = [note for g, p in self.comparison.predictions.items()
+                 if (note := roofline_note(p, self.comparison.fit.get(g)))]
         if self._state.calibrated and uncalibrated:
             notes.append(f"no calibration profile (spec constants): {', '.join(uncalibrated)}")
         self.roofline_notes.value = "<br>".join(html.escape(n) for n in notes)
@@ -310,18 +323,16 @@ class Workbench(w.VBox):
             gpu = get_gpu(gpu).name  # an alias; an unknown name raises with suggestions
         if gpu not in by_name:
             raise WorkbenchError(f"no prediction for GPU {gpu!r}; shown: {', '.join(self.comparison.predictions)}")
-        detail = op_detail(by_name[gpu], op)
+        detail = op_detail(by_name[gpu], op, self._state.compile)
         self.selected_op = detail
-        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>"
-                       for k, v in detail.items())
-        self.op_info.value = f"<table class='wb-op-table'>{rows}</table>"
+        self.op_info.value = op_detail_html(detail)
         return detail
 
     def _draw_step(self) -> None:
-        self.live["step time"].show(step_breakdown(self.comparison))
-        table = summary_table(self.comparison)
-        self.step_table.value = _table(table, {"step_ms": ",.1f", "tokens_per_s": ",.0f", "samples_per_s": ",.2f",
-                                               "mfu": ".1%", "memory_gb": ",.1f", "hbm_gb": ",.0f"})
+        self.live["step time"].show(step_breakdown(self.comparison),
+                                    title=[f"Predicted step time: {self._stack_label()}", self._settings_line()])
+        self.step_caption.value = f"<b>{html.escape(stack_caption(self.comparison))}</b>"
+        self.step_table.value = html_table(summary_table(self.comparison))
         self.advice_prompt.value = advice_prompt(self._state)
         self.advice_button.disabled = len(self._state.gpus) < 2
         self.advices = {}
@@ -347,9 +358,15 @@ class Workbench(w.VBox):
         if frame.empty:
             self.memory_table.value = "<i>no prediction</i>"
             return
-        self.live["memory"].show(frame)
-        modes = frame.drop_duplicates(["gpu", "mode"])[["gpu", "mode", "total_gb", "usable_gb", "fits", "max_micro_batch"]]
-        self.memory_table.value = _table(modes, {"total_gb": ",.1f", "usable_gb": ",.1f"})
+        self.live["memory"].show(frame, title=["Memory per GPU by activation checkpointing (the workbench memory "
+                                               "model, workbench.memory)", self._settings_line()])
+        self.memory_table.value = html_table(memory_table(frame))
+        self.memory_note.value = "<br>".join(
+            html.escape(f"{p.gpu.display_name}, as the Step time tab predicts it "
+                        f"({prediction_stack_label(p, self._state.compile)}, activation checkpointing: "
+                        f"{self._state.checkpointing}): {gb(p.summary.memory.total)} per GPU of "
+                        f"{gb(p.summary.memory.usable)} usable")
+            for p in self.comparison.predictions.values())
 
     def _draw_kernels(self) -> None:
         if self.kernels.check() and self.kernels.results is not None:
@@ -421,12 +438,6 @@ class Workbench(w.VBox):
 
     def __repr__(self) -> str:
         return self.summary()
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def _binary_link(path: Path) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from widgets.data import MEMORY_PARTS, STEP_PARTS, intensity_range, roof_lines
+from widgets.data import HOST_PART, MEMORY_PARTS, STEP_PARTS, intensity_range, roof_lines
 from workbench.fileio import check_output, write_bytes
 
 OP_SELECTION = "op"
@@ -114,17 +114,30 @@ def measured_roofline_chart(points: pd.DataFrame, roof_frame: pd.DataFrame, meas
         width=2 * FACET_WIDTH, height=CHART_HEIGHT)
 
 
-def step_chart(breakdown: pd.DataFrame) -> alt.Chart:
+def step_chart(breakdown: pd.DataFrame) -> alt.LayerChart:
     """Stacked step time per GPU (in ``gpu_order``): compute-, memory-bound, exposed communication, optimizer,
-    bubble."""
-    parts = [label for _, label in STEP_PARTS]
-    return alt.Chart(breakdown).mark_bar().encode(
-        y=alt.Y("gpu:N", title=None, sort=alt.EncodingSortField("gpu_order", op="min")),
-        x=alt.X("ms:Q", title="predicted step time (ms)", stack="zero"),
-        color=alt.Color("part:N", title="time", sort=parts, scale=alt.Scale(domain=parts)),
+    bubble, and the GPU's wait for a CPU-bound launch; above each bar its step time, tokens/s and MFU, under it
+    the CPU's launch time and whether the step was priced as the bound. A GPU the
+    configuration does not fit has no bar, only its text (red): what does not fit by how much, what fits."""
+    parts = [label for _, label in STEP_PARTS] + [HOST_PART]
+    y = alt.Y("gpu:N", title=None, sort=alt.EncodingSortField("gpu_order", op="min"),
+              axis=alt.Axis(labelLimit=260))
+    bars = alt.Chart().transform_filter(alt.datum.layer == "part").mark_bar(size=18).encode(
+        y=y, x=alt.X("ms:Q", title="predicted step time (ms)", stack="zero"),
+        color=alt.Color("part:N", title="where the step's time goes", sort=parts, scale=alt.Scale(domain=parts),
+                        legend=alt.Legend(orient="bottom", columns=3)),
         order=alt.Order("order:Q"),
-        tooltip=["gpu:N", "part:N", alt.Tooltip("ms:Q", format=",.2f")],
-    ).properties(width=2 * FACET_WIDTH, height=alt.Step(40))
+        tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("part:N", title="part"),
+                 alt.Tooltip("ms:Q", title="ms", format=",.1f")],
+    )
+    labels = alt.Chart().transform_filter(alt.datum.layer == "label").mark_text(
+        align="left", baseline="bottom", dy=-10, fontSize=11, limit=2 * FACET_WIDTH + 160).encode(
+        y=y, x=alt.value(2), text="text:N",
+        color=alt.condition(alt.datum.fits, alt.value("#222"), alt.value("#b00")))
+    notes = alt.Chart().transform_filter(alt.datum.layer == "note").mark_text(
+        align="left", baseline="top", dy=12, fontSize=11, color="#7a5c00", limit=2 * FACET_WIDTH + 160).encode(
+        y=y, x=alt.value(2), text="text:N")
+    return alt.layer(bars, labels, notes, data=breakdown).properties(width=2 * FACET_WIDTH, height=alt.Step(64))
 
 
 def memory_chart(frame: pd.DataFrame) -> alt.FacetChart:

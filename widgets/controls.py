@@ -18,6 +18,7 @@ from workbench.errors import SpecError, WorkbenchError
 from workbench.fileio import DEFAULT_MAX_BYTES, decode_text, parse_json
 from workbench.hardware import list_gpus
 from workbench.models import Model, from_hf_config, list_models
+from workbench.stacks import get_stack, list_stacks
 from widgets.data import precision_label
 from widgets.state import WorkbenchState
 
@@ -56,6 +57,11 @@ def shown_errors(show: Callable[[str], None]) -> Iterator[Outcome]:
         show(f"internal error: {type(exc).__name__}{': ' + text if text else ''} (the traceback is in the log)")
 
 
+def stack_options() -> list[tuple[str, str]]:
+    """(display name, name) for the stack dropdown (``workbench.stacks.list_stacks``)."""
+    return [(s.display_name, s.name) for s in list_stacks()]
+
+
 def model_options(custom: dict[str, Model]) -> list[tuple[str, str]]:
     """(label, name) for the model dropdown: the catalog, then the user's models from config.json."""
     catalog = [(f"{m.name} ({getattr(m, 'display_name', m.name)})", m.name) for m in list_models()]
@@ -83,7 +89,13 @@ class Controls:
             "checkpointing": w.Dropdown(options=list(CHECKPOINTING), value=state.checkpointing,
                                         description="act. checkpointing", layout=_NARROW, style=style),
             "calibrated": w.Checkbox(value=state.calibrated, description="calibrated where profiled", indent=False),
+            "stack": w.Dropdown(options=stack_options(), value=state.stack, description="stack", layout=_WIDE,
+                                style=style),
+            "compile": w.Checkbox(value=state.compile, description="torch.compile", indent=False),
         }
+        self.by_field["stack"].add_class("wb-stack")
+        self.by_field["checkpointing"].add_class("wb-checkpointing")
+        self.by_field["compile"].add_class("wb-compile")
         self.by_field["gpus"].add_class("wb-gpus")
         self.by_field["precision"].add_class("wb-precision")
         self.by_field["model"].add_class("wb-model")
@@ -92,7 +104,9 @@ class Controls:
             w.VBox([c["model"], c["precision"], c["checkpointing"], c["calibrated"]]),
             c["gpus"],
             w.VBox([c["micro_batch"], c["seq_len"], c["gpu_count"]]),
+            w.VBox([c["stack"], c["compile"]]),
         ])
+        self._show_compile(state)
 
     def show(self, state: WorkbenchState, custom: dict[str, Model]) -> None:
         """Put ``state``'s values into the controls (the caller mutes their observers meanwhile)."""
@@ -103,6 +117,15 @@ class Controls:
             value = getattr(state, name)
             if control.value != value:
                 control.value = value
+        self._show_compile(state)
+
+    def _show_compile(self, state: WorkbenchState) -> None:
+        """The compile box applies to stacks that follow the configuration; for the others it shows what the stack
+        does and is disabled."""
+        stack, box = get_stack(state.stack), self.by_field["compile"]
+        box.disabled = stack.compile != "recipe"
+        box.description = "torch.compile" if stack.compile == "recipe" else (
+            f"torch.compile: {'always' if stack.compile == 'always' else 'never'} for this stack")
 
 
 def parse_config_text(text: str, origin: str = "pasted config.json") -> dict:

@@ -23,6 +23,10 @@ from workbench.perf.efficiency import constants_for, profile_path
 from workbench.perf.roofline import achievable_roofs, matrix_peak_key
 from workbench.precision import get_precision
 from workbench.predict import Prediction, predict
+from workbench.stacks import get_stack
+from widgets.formatting import (
+    device_s, gb, gpus_text, host_text, mfu, ms, percent, prediction_stack_label, priced_as_bound,
+)
 from widgets.state import WorkbenchState
 
 STEP_PARTS: tuple[tuple[str, str], ...] = (
@@ -32,13 +36,30 @@ STEP_PARTS: tuple[tuple[str, str], ...] = (
     ("optimizer_s", "optimizer"),
     ("bubble_s", "pipeline bubble"),
 )
-"""StepSummary fields that add up to the step time, with their chart labels."""
+"""StepSummary fields that add up to the device's step time, with their chart labels."""
+HOST_PART = "GPU waits for the CPU"
+"""The step-chart part of a CPU-bound step: the CPU's launch time beyond the device's (``StepSummary.host_s``)."""
 MEMORY_PARTS: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "workspace")
 
 
 def has_calibration(gpu: GPU) -> bool:
     """True when ``specs/calibration/<gpu>.yaml`` (or the WORKBENCH_CALIBRATION_DIR one) exists."""
     return profile_path(gpu).exists()
+
+
+@dataclass(frozen=True)
+class FitProblem:
+    """Why a configuration does not fit one GPU, and the nearest one that does (or why there is none)."""
+
+    needs_bytes: float
+    usable_bytes: float
+    suggestion: str = ""
+    """e.g. "micro-batch 3 fits" (checked by predicting it), or "" when no smaller configuration was found."""
+
+    def text(self) -> str:
+        """ "does not fit: needs 165.2 GB of 133.9 GB usable; micro-batch 3 fits" """
+        head = f"does not fit: needs {gb(self.needs_bytes)} of {gb(self.usable_bytes)} usable"
+        return f"{head}; {self.suggestion}" if self.suggestion else head
 
 
 @dataclass(frozen=True)
@@ -50,6 +71,8 @@ class Comparison:
     """GPU catalog name -> its prediction, in the state's GPU order."""
     errors: dict[str, str] = field(default_factory=dict)
     """GPU catalog name -> why it could not be predicted (e.g. a precision it cannot run, even by fallback)."""
+    fit: dict[str, FitProblem] = field(default_factory=dict)
+    """GPU catalog name -> what does not fit, for the predictions whose memory exceeds the usable HBM."""
 
 
 class Predictor:
@@ -62,14 +85,15 @@ class Predictor:
 
     def one(self, model: Model, gpu: str, state: WorkbenchState) -> Prediction | str:
         calibrated = state.calibrated and has_calibration(get_gpu(gpu))
+        compile = state.compile if get_stack(state.stack).compile == "recipe" else None  # the others ignore it
         key = (model, gpu, state.precision, state.micro_batch, state.seq_len, state.gpu_count, state.checkpointing,
-               calibrated)
+               calibrated, state.stack, compile)
         if key not in self._cache:
             try:
                 self._cache[key] = predict(model, gpu, micro_batch=state.micro_batch, seq_len=state.seq_len or 0,
                                            precision=state.precision, gpus=state.gpu_count,
                                            activation_checkpointing=state.checkpointing, calibrated=calibrated,
-                                           allow_fallback=True)
+                                           allow_fallback=True, stack=state.stack, compile=compile)
             except WorkbenchError as exc:
                 self._cache[key] = str(exc)
             while len(self._cache) > self.maxsize:
@@ -78,14 +102,47 @@ class Predictor:
 
     def compare(self, state: WorkbenchState, custom_models: Mapping[str, Model] | None = None) -> Comparison:
         model = (custom_models or {}).get(state.model) or get_model(state.model)
-        predictions, errors = {}, {}
+        predictions, errors, fit = {}, {}, {}
         for gpu in state.gpus:
             result = self.one(model, gpu, state)
             if isinstance(result, str):
                 errors[gpu] = result
             else:
                 predictions[gpu] = result
-        return Comparison(state, predictions, errors)
+                if not result.summary.memory.fits:
+                    fit[gpu] = self.fit_problem(model, gpu, state, result)
+        return Comparison(state, predictions, errors, fit)
+
+    def fit_problem(self, model: Model, gpu: str, state: WorkbenchState, prediction: Prediction) -> FitProblem:
+        """What does not fit, and the nearest configuration that does: a smaller micro-batch (the summary's
+        ``max_micro_batch``), else more activation checkpointing (``workbench.memory.max_micro_batch`` per mode);
+        each suggestion is predicted with the same stack, since a stack's own memory can differ from the memory
+        model's."""
+        memory = prediction.summary.memory
+
+        def fits(micro_batch: int, mode: str) -> bool:
+            trial = self.one(model, gpu, dataclasses.replace(state, micro_batch=micro_batch, checkpointing=mode))
+            return not isinstance(trial, str) and trial.summary.memory.fits
+
+        def first_fitting(largest: int, mode: str) -> int:
+            while largest >= 1:  # the largest first, then halving (a few predictions at most)
+                if fits(largest, mode):
+                    return largest
+                largest //= 2
+            return 0
+
+        largest = prediction.summary.max_micro_batch
+        if 0 < largest < state.micro_batch and (mb := first_fitting(largest, state.checkpointing)):
+            return FitProblem(memory.total, memory.usable, f"micro-batch {mb} fits")
+        for mode in CHECKPOINTING[CHECKPOINTING.index(state.checkpointing) + 1:]:  # the modes that keep less
+            cfg = dataclasses.replace(prediction.config, activation_checkpointing=mode)
+            largest = min(max_micro_batch(prediction.model, cfg, prediction.gpu), state.micro_batch)
+            if largest and (mb := first_fitting(largest, mode)):
+                return FitProblem(memory.total, memory.usable,
+                                  f"with {mode} activation checkpointing, micro-batch {mb} fits")
+        return FitProblem(memory.total, memory.usable,
+                          f"no micro-batch fits on {gpus_text(state.gpu_count)} with any checkpointing: add GPUs, or "
+                          "see the Recipe tab's search (TP, PP)")
 
 
 # ---------------------------------------------------------------------------------------------- roofline
@@ -100,18 +157,24 @@ def roofline_points(prediction: Prediction) -> pd.DataFrame:
     out = frame.rename(columns={"name": "op", "arithmetic_intensity": "intensity", "count": "executions",
                                 "layer": "block"})
     out.insert(0, "gpu", prediction.gpu.display_name)
+    out["kind"] = out["kind"].str.replace("_", " ")  # legend and tooltips in words: "cross entropy"
     out["share_pct"] = out["share"] * 100
     return out[["gpu", "op", "kind", "phase", "block", "shape", "dtype", "executions", "flops", "bytes", "intensity",
                 "achieved_tflops", "time_ms", "total_ms", "share_pct", "bound"]].reset_index(drop=True)
 
 
-def roofline_note(prediction: Prediction) -> str:
-    """What the roofline chart cannot show for this prediction (exposed communication, precision fallbacks,
-    memory that does not fit), or "" when there is nothing to say."""
+def roofline_note(prediction: Prediction, fit: FitProblem | None = None) -> str:
+    """What the roofline chart cannot show for this prediction (exposed communication, the CPU's launch time,
+    precision fallbacks, memory that does not fit: ``fit``'s text, with what fits instead), or "" when there is
+    nothing to say."""
     s = prediction.summary
-    parts = [f"exposed communication (not on the roofline) is {s.communication_s / s.step_time_s:.1%} of the step"
-             ] if s.communication_s > 0 else []
-    parts += prediction.notes
+    parts = [f"exposed communication (not on the roofline) is {percent(s.communication_s / s.step_time_s)} of the "
+             "step"] if s.communication_s > 0 else []
+    if host := host_text(prediction):
+        parts.append(host)
+    parts += [n for n in prediction.notes if not (fit and n.startswith("does not fit:"))]
+    if fit is not None:
+        parts.append(fit.text())
     return f"{prediction.gpu.display_name}: {'; '.join(parts)}" if parts else ""
 
 
@@ -164,15 +227,17 @@ def intensity_range(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Dat
     return min(values) / 2, max(values) * 2
 
 
-def op_detail(prediction: Prediction, op_name: str) -> dict[str, object]:
-    """Everything the model says about one op of the step (the Roofline tab shows it when a point is clicked)."""
+def op_detail(prediction: Prediction, op_name: str, compiled: bool = False) -> dict[str, object]:
+    """Everything the model says about one op of the step (the Roofline tab shows it when a point is clicked);
+    ``compiled``: the state's compile flag, for the stack's label."""
     matches = [o for o in prediction.ops if o.op.name == op_name]
     if not matches:
         raise WorkbenchError(f"no op {op_name!r} in the {prediction.gpu.display_name} prediction; ops: "
                              f"{', '.join(o.op.name for o in prediction.ops)}")
     o = matches[0]
     return {
-        "GPU": prediction.gpu.display_name, "op": o.op.name, "kind": o.op.kind, "phase": o.op.phase,
+        "GPU": prediction.gpu.display_name, "stack": prediction_stack_label(prediction, compiled), "op": o.op.name,
+        "kind": o.op.kind, "phase": o.op.phase,
         "layer": o.op.layer, "shape": o.op.describe_shape(), "dtype": o.op.dtype,
         "GFLOP per execution": o.op.flops / 1e9, "MB moved per execution": o.op.bytes / 1e6,
         "arithmetic intensity (FLOP/byte)": o.op.arithmetic_intensity, "bound": o.bound,
@@ -187,41 +252,39 @@ def op_detail(prediction: Prediction, op_name: str) -> dict[str, object]:
 
 
 def step_breakdown(comparison: Comparison) -> pd.DataFrame:
-    """Per GPU, the step's stacked parts in ms (rows gpu, gpu_order, part, order, ms)."""
+    """Per GPU, the step's stacked parts in ms (``layer`` "part": rows gpu, gpu_order, part, order, ms), plus one
+    ``layer`` "label" row per GPU with the text the chart writes over its bar: the step time, tokens/s and MFU,
+    or, for a configuration that does not fit, no parts at all and what does not fit by how much (``fits``
+    False). A ``layer`` "note" row (written under the bar) says when the step was priced as the fused-step bound
+    outside the stack's kernel tables, and the CPU's launch time (``StepSummary.host_s``) where the stack has one; a
+    CPU-bound step gets a part for the GPU's wait, so the parts still add up to the step time."""
     rows = []
-    for gpu_order, p in enumerate(comparison.predictions.values()):
-        for order, (name, label) in enumerate(STEP_PARTS):
-            rows.append({"gpu": p.gpu.display_name, "gpu_order": gpu_order, "part": label, "order": order,
-                         "ms": getattr(p.summary, name) * 1e3})
-    return pd.DataFrame(rows, columns=["gpu", "gpu_order", "part", "order", "ms"])
-
-
-def summary_table(comparison: Comparison) -> pd.DataFrame:
-    """One row per GPU: step time, tokens/s, samples/s, MFU, memory and fit, largest micro-batch, notes."""
-    rows = []
-    for name, p in comparison.predictions.items():
+    for gpu_order, (name, p) in enumerate(comparison.predictions.items()):
+        gpu = p.gpu.display_name
+        problem = comparison.fit.get(name)
+        if problem is not None:
+            rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "label", "ms": 0.0, "fits": False,
+                         "text": problem.text()})
+            continue
         s = p.summary
-        rows.append({"gpu": p.gpu.display_name, "precision": p.precision.effective.name,
-                     "calibrated": p.calibrated, "step_ms": s.step_time_s * 1e3, "tokens_per_s": s.tokens_per_s,
-                     "samples_per_s": s.samples_per_s, "mfu": s.mfu, "memory_gb": s.memory.total / GB,
-                     "hbm_gb": s.memory.capacity / GB, "fits": s.memory.fits, "max_micro_batch": s.max_micro_batch,
-                     "notes": "; ".join(p.notes)})
-    for name, error in comparison.errors.items():
-        rows.append({"gpu": get_gpu(name).display_name, "notes": f"not predicted: {error}"})
-    return pd.DataFrame(rows)
-
-
-def summary_text(comparison: Comparison) -> str:
-    """A plain-text prediction summary (the widget's text representation, e.g. in saved notebooks)."""
-    s = comparison.state
-    lines = [f"Workbench: {s.model}, {s.precision}, micro_batch={s.micro_batch}, seq_len={s.seq_len}, "
-             f"{s.gpu_count} GPUs each, checkpointing={s.checkpointing}"]
-    for p in comparison.predictions.values():
-        m = p.summary
-        lines.append(f"  {p.gpu.name}: step_time_s={m.step_time_s:.4g} tokens_per_s={m.tokens_per_s:.4g} "
-                     f"mfu={m.mfu:.3f} memory_gb={m.memory.total / GB:.1f} fits={m.memory.fits}")
-    lines += [f"  {name}: not predicted: {error}" for name, error in comparison.errors.items()]
-    return "\n".join(lines)
+        for order, (field_name, label) in enumerate(STEP_PARTS):
+            rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "part", "part": label, "order": order,
+                         "ms": getattr(s, field_name) * 1e3, "fits": True})
+        rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "part", "part": HOST_PART, "order": len(STEP_PARTS),
+                     "ms": max(0.0, s.host_s - device_s(p)) * 1e3, "fits": True})
+        text = (f"{ms(s.step_time_s)} · {s.tokens_per_s:,.0f} tokens/s total over {gpus_text(s.gpus)}"
+                f"{f' ({s.tokens_per_s / s.gpus:,.0f} per GPU)' if s.gpus > 1 else ''} · MFU {mfu(p)}")
+        rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "label", "ms": 0.0, "fits": True, "text": text})
+        below = []  # written under the bar
+        if priced_as_bound(p) and not get_stack(s.stack).bound:  # outside the stack's kernel tables
+            below.append("outside this stack's kernel tables: priced as the ideal fused step (a bound)")
+        if s.host_s > 0:
+            below.append(f"CPU-bound: the CPU needs {ms(s.host_s)} to launch the step" if s.host_s >= device_s(p)
+                         else f"CPU launch time {ms(s.host_s)}, hidden under the GPU's {ms(device_s(p))}")
+        if below:
+            rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "note", "ms": 0.0, "fits": True,
+                         "text": " · ".join(below)})
+    return pd.DataFrame(rows, columns=["gpu", "gpu_order", "layer", "part", "order", "ms", "fits", "text"])
 
 
 # ---------------------------------------------------------------------------------------------- memory

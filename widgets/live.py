@@ -6,7 +6,8 @@ scale domain or sort order depends on the data), so ``LiveChart`` builds and val
 keeps its Vega-Lite spec without the data, and on later redraws sends that spec with the new rows to the
 ``alt.JupyterChart`` (its ``spec`` trait, which the browser re-embeds). The selections and params the first
 chart declared stay set up, since the structure is the same. ``chart()`` rebuilds the full altair chart of the
-current data (for saving as PNG/SVG).
+current data (for saving as PNG/SVG). A chart's title (the stack and settings it is for) is the one part of the
+structure that follows the data: ``show(frame, title=...)`` sets it on every redraw.
 """
 
 from __future__ import annotations
@@ -30,18 +31,22 @@ class LiveChart:
     def __init__(self, view: alt.JupyterChart, build: Callable[[pd.DataFrame], alt.TopLevelMixin]):
         self.view, self.build = view, build
         self.frame: pd.DataFrame | None = None
+        self.title: str | list[str] | None = None
         self._template: dict | None = None
 
-    def show(self, frame: pd.DataFrame) -> None:
-        self.frame = frame
+    def show(self, frame: pd.DataFrame, title: str | list[str] | None = None) -> None:
+        """Draw ``frame``; ``title`` (one line or a list of lines) replaces the chart's title."""
+        self.frame, self.title = frame, title
         if self._template is None:
-            self.view.chart = self.build(frame)  # validated once; sets up the selections
-            self._template = {k: v for k, v in self.view.spec.items() if k not in ("data", "datasets")}
+            self.view.chart = self.chart()  # validated once; sets up the selections
+            self._template = {k: v for k, v in self.view.spec.items() if k not in ("data", "datasets", "title")}
         else:
-            self.view.spec = {**self._template, "data": {"values": records(frame)}}
+            self.view.spec = {**self._template, **({"title": title} if title else {}),
+                              "data": {"values": records(frame)}}
 
     def chart(self) -> alt.TopLevelMixin:
         """The full altair chart of the data shown now."""
         if self.frame is None:
             raise ValueError("nothing shown yet")
-        return self.build(self.frame)
+        chart = self.build(self.frame)
+        return chart.properties(title=self.title) if self.title else chart

@@ -1,4 +1,4 @@
-"""What the workbench shows, as one validated value: model, GPUs, precision, sizes, checkpointing, active tab.
+"""What the workbench shows, as one validated value: model, GPUs, precision, sizes, checkpointing, stack, active tab.
 
 The widget keeps a ``WorkbenchState`` and redraws from it; ``Workbench.set(...)`` and the controls both go
 through ``WorkbenchState.replace`` so bad input fails the same way from Python and from the UI:
@@ -6,6 +6,8 @@ through ``WorkbenchState.replace`` so bad input fails the same way from Python a
     >>> state = WorkbenchState().replace(model="llama3-70b", gpus=["b200", "mi350x"], precision="fp8")
     >>> state.as_dict()["gpus"]
     ['b200', 'mi350x']
+    >>> state.replace(stack="torchtitan", compile=True).stack
+    'torchtitan'
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS, default_micro_b
 from workbench.errors import SpecError, UnknownNameError
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model
+from workbench.stacks import DEFAULT_STACK, get_stack
 
 TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels", "recipe")
 """The workbench's tabs, in display order."""
@@ -48,6 +51,12 @@ class WorkbenchState:
     """Activation checkpointing for the step-time and roofline predictions (the Memory tab shows all three)."""
     calibrated: bool = False
     """Predict with a GPU's calibration profile where it has one (specs/calibration/<gpu>.yaml)."""
+    stack: str = DEFAULT_STACK
+    """The training stack every tab's prediction is for (``workbench.stacks``, by exact name); the default
+    ``ideal`` is the fused-step bound, not a stack that runs."""
+    compile: bool = False
+    """``torch.compile`` on, for stacks that follow the configuration (``Stack.compile == "recipe"``: torchtitan,
+    the reference job); other stacks always or never compile, whatever this says."""
     tab: str = "roofline"
 
     def __post_init__(self) -> None:
@@ -119,8 +128,12 @@ def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> Workb
             raise SpecError(ORIGIN, name, value, "a positive integer")
     if state.checkpointing not in CHECKPOINTING:
         raise SpecError(ORIGIN, "checkpointing", state.checkpointing, f"one of {', '.join(CHECKPOINTING)}")
-    if not isinstance(state.calibrated, bool):
-        raise SpecError(ORIGIN, "calibrated", state.calibrated, "true or false")
+    for name in ("calibrated", "compile"):
+        if not isinstance(getattr(state, name), bool):
+            raise SpecError(ORIGIN, name, getattr(state, name), "true or false")
+    if not isinstance(state.stack, str) or state.stack.endswith((".yaml", ".yml")):
+        raise SpecError(ORIGIN, "stack", state.stack, "a stack name from workbench.stacks.list_stacks()")
+    get_stack(state.stack)  # an unknown name lists the stacks and the closest matches
     if state.tab not in TABS:
         raise SpecError(ORIGIN, "tab", state.tab, f"one of {', '.join(TABS)}")
     return dataclasses.replace(state, model=model, gpus=canonical)

@@ -51,3 +51,17 @@ def test_custom_models_are_valid_model_names(tmp_path):
 
 def test_every_tab_is_a_valid_state():
     assert [WorkbenchState().replace(tab=t).tab for t in TABS] == list(TABS)
+
+
+def test_stack_and_compile_are_validated():
+    state = WorkbenchState().replace(stack="torchtitan", compile=True)
+    assert (state.stack, state.compile) == ("torchtitan", True)
+    assert WorkbenchState().stack == "ideal" and WorkbenchState().compile is False  # the core's default
+    with pytest.raises(UnknownNameError, match="Did you mean torchtitan"):
+        WorkbenchState().replace(stack="torchtitn")
+    with pytest.raises(SpecError) as info:
+        WorkbenchState().replace(compile="yes")
+    assert info.value.field == "compile"
+    with pytest.raises(SpecError) as info:
+        WorkbenchState().replace(stack="my-stack.yaml")  # a file is not a catalog stack the dropdown lists
+    assert info.value.field == "stack"
