@@ -79,19 +79,21 @@ def advice_html(advices: Mapping[str, object], source: str) -> str:
             parts.append(f"<h4>{html.escape(source)} &rarr; {name}</h4><p style='color:#b00'>{html.escape(advice)}</p>")
             continue
         gain = advice.gain
-        headline = (f"co-designed is predicted {gain:.2f}x the direct port's throughput" if gain is not None
+        headline = (f"co-designed / direct port predicted throughput {advice.gain_text} (both at global batch "
+                    f"{advice.co_designed.batch.global_batch})" if gain is not None
                     else "no direct port to compare with")
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in advice.notes)
         revisions = advice.revisions_frame()
         if not revisions.empty:
-            revisions = revisions[["kind", "name", "field", "old", "new", "predicted_gain", "applied",
+            revisions = revisions[["kind", "name", "field", "old", "new", "predicted_gain", "verdict", "applied",
                                    "requires_retraining", "reason"]]
         parts.append(
             f"<h4>{html.escape(source)} &rarr; {name}: {headline}</h4>"
             + (f"<ul>{notes}</ul>" if notes else "")
             + advice.as_frame().to_html(index=False, border=0, classes="wb-table", na_rep="")
-            + ("<p><b>Changes and proposals</b> (gains from the core model; proposals change the model's math and "
-               "need retraining, they are never applied)</p>"
+            + ("<p><b>Changes and proposals</b> (gains from the core model, each +/- "
+               f"{advice.gain_uncertainty:.0%}: inside that, \"no measurable gain\"; proposals change the model's "
+               "math and need retraining, they are never applied)</p>"
                + revisions.to_html(index=False, border=0, classes="wb-table", float_format=lambda v: f"{v:.3f}")
                if not revisions.empty else "<p>No revisions.</p>"))
     return "".join(parts)

@@ -25,10 +25,27 @@ def test_port_writes_both_recipes_and_prints_the_comparison(tmp_path, capsys):
                  "--gpus", "1", "--out", str(co), "--port-out", str(port)]) == 0
     text = capsys.readouterr().out
     assert "direct_port" in text and "co_designed" in text and "predicted gain" in text
+    assert "+/- 5%: no measurable gain" in text and "both at global batch 512" in text  # 1.005x at one global batch
     co_recipe, port_recipe = load_recipe(co), load_recipe(port)
     assert co_recipe.model.overrides == port_recipe.model.overrides == {"num_layers": 4}
     assert co_recipe.batch.micro_batch > port_recipe.batch.micro_batch
+    assert co_recipe.batch.global_batch == port_recipe.batch.global_batch == 512
     assert co_recipe.predicted.tokens_per_s > port_recipe.predicted.tokens_per_s
+
+
+def test_search_holds_the_global_batch_and_marks_the_ties(tmp_path, capsys):
+    out = tmp_path / "r.yaml"
+    assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--global-batch", "24",
+                 "--top", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "at global batch 24" in text and "within 5%" in text and "<-" in text and "recommended" in text
+    recipe = load_recipe(out)
+    assert recipe.batch.global_batch == 24
+    assert recipe.batch.micro_batch * recipe.parallelism.dp * recipe.batch.grad_accumulation == 24
+    assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--out", str(out),
+                 "--force"]) == 0
+    assert "at global batch 512" in capsys.readouterr().out  # the default: 4M tokens at 8,192 per sequence
+    assert load_recipe(out).batch.global_batch == 512
 
 
 def test_formats_to_stdout(capsys):

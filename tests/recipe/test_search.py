@@ -9,7 +9,16 @@ from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.models import get_model
 from workbench.predict import predict
-from workbench.recipe.search import FastEvaluator, layouts, search
+from workbench.recipe.search import (
+    STEP_TIME_UNCERTAINTY,
+    Candidate,
+    FastEvaluator,
+    SearchResult,
+    default_global_batch,
+    layouts,
+    search,
+    simplicity_key,
+)
 
 
 @pytest.mark.parametrize("model, gpu, gpus, global_batch", [
@@ -49,7 +58,10 @@ def test_ranked_are_feasible_and_fastest_first():
     ranked = result.ranked
     assert ranked and all(c.fits for c in ranked)
     assert [c.tokens_per_s for c in ranked] == sorted((c.tokens_per_s for c in ranked), reverse=True)
-    assert result.best is ranked[0]
+    assert result.fastest is ranked[0]
+    tied = result.within_uncertainty()  # best: the simplest of the ties with the fastest, not the fastest itself
+    assert tied == [c for c in ranked if c.tokens_per_s * (1 + STEP_TIME_UNCERTAINTY) >= ranked[0].tokens_per_s]
+    assert result.best in tied and result.best == min(tied, key=simplicity_key)
     assert any(not c.fits for c in result.candidates)  # the climb stops at the first micro-batch that does not fit
     assert {c.config.activation_checkpointing for c in ranked} == {"none", "selective", "full"}
     assert {c.config.parallelism.sharding for c in ranked} == {"fsdp", "ddp"}
@@ -96,15 +108,93 @@ def test_nothing_fits_says_so_and_bad_inputs_are_named():
     assert math.isinf(result.candidates[0].step_time_s)
 
 
-def test_leaders_get_the_largest_micro_batch_that_fits():
+def test_micro_batches_are_the_divisors_of_the_per_rank_batch_up_to_memory():
     from workbench.recipe import revised_model
 
     model = revised_model("llama3-8b", {"num_layers": 4})
-    result = search(model, "h200", 1)
-    best = result.best.config
-    assert best.micro_batch & (best.micro_batch - 1)  # not a power of two: filled up to the memory limit
-    bigger = TrainingConfig(best.micro_batch + 1, best.seq_len, best.precision, best.parallelism,
-                            best.activation_checkpointing)
-    assert not FastEvaluator(model, "h200").evaluate(bigger).fits
-    fixed = search(model, "h200", 1, global_batch=16)  # a fixed global batch keeps divisors of it only
-    assert all(16 % c.config.micro_batch == 0 for c in fixed.candidates)
+    result = search(model, "h200", 1, global_batch=24, checkpointing=["none"])
+    tried = [c.config.micro_batch for c in result.candidates]
+    assert tried == [1, 2, 3, 4, 6, 8, 12, 24][:len(tried)]  # every divisor, powers of two or not, in order
+    assert not result.candidates[-1].fits and all(c.fits for c in result.candidates[:-1])  # memory stops the climb
+    assert {c.config.grad_accumulation * c.config.micro_batch for c in result.candidates} == {24}
+
+
+@pytest.mark.parametrize("model, gpu, gpus, global_batch, precisions", [
+    ("llama3-8b", "h200", 8, 0, ["bf16"]),  # the case: the old search picked 24 here (3 x 8, no accumulation)
+    ("llama3-8b", "h200", 8, 24, ["bf16", "fp8"]),
+    ("llama3-70b", "h100", 32, 256, ["bf16"]),
+    ("mixtral-8x7b", "mi300x", 16, 0, ["bf16"]),
+    ("gpt2-small", "b200", 6, 0, ["bf16"]),
+    ("dlrm-dcnv2", "mi350x", 8, 0, ["bf16"]),
+    ("hstu-gr", "b200", 4, 0, ["bf16"]),
+])
+def test_every_candidate_has_the_requested_global_batch(model, gpu, gpus, global_batch, precisions):
+    result = search(model, gpu, gpus, global_batch=global_batch, precisions=precisions)
+    requested = global_batch or default_global_batch(model, gpus)
+    assert result.global_batch == requested and result.candidates
+    for c in result.candidates:
+        cfg = c.config
+        assert cfg.samples_per_step == cfg.global_batch == requested
+        assert cfg.micro_batch * cfg.parallelism.dp * cfg.grad_accumulation == requested
+    assert result.best.config.samples_per_step == requested
+    assert set(result.as_frame()["global_batch"]) == {requested}
+
+
+def test_default_global_batch_is_the_models_standard_per_gpu_count():
+    # transformers: 4M tokens / seq_len as gpus x the nearest power of two per GPU; recommendation models: the
+    # catalog's default_batch the same way; never a function of the candidate
+    assert default_global_batch("llama3-8b", 8) == default_global_batch("llama3-8b", 1) == 512  # 8,192 tokens each
+    assert default_global_batch("llama3-8b", 8, seq_len=2048) == 2048
+    assert default_global_batch("llama3-8b", 6) == 6 * 64  # 85.3 per GPU -> 64
+    assert default_global_batch("llama3-8b", 1024) == 1024  # at least one sample per GPU
+    assert default_global_batch("gpt2-small", 2) == 4096  # 1,024 tokens each
+    assert default_global_batch("dlrm-dcnv2", 8) == 65536 and default_global_batch("hstu-gr", 8) == 64
+    dlrm = search("dlrm-dcnv2", "mi350x", 8, global_batch=1001)  # DLRM's one layout is dp 8: 8 does not divide it
+    assert dlrm.candidates == []
+    with pytest.raises(WorkbenchError, match="divides the global batch 1001"):
+        dlrm.best
+
+
+def _candidate(tokens_per_s: float, *, tp: int = 1, pp: int = 1, ac: str = "none", micro_batch: int = 1,
+               memory_gb: float = 50.0, precision: str = "bf16") -> Candidate:
+    dp = 8 // (tp * pp)
+    cfg = TrainingConfig(micro_batch, 8192, precision, Parallelism(dp=dp, tp=tp, pp=pp), ac, global_batch=64)
+    return Candidate(cfg, 64 * 8192 / tokens_per_s, tokens_per_s, 64 / (64 * 8192 / tokens_per_s), 0.5, memory_gb,
+                     0.0, True)
+
+
+def test_tie_break_prefers_the_simpler_candidate_within_the_uncertainty():
+    result = SearchResult(get_model("llama3-8b"), get_gpu("h200"), 8, global_batch=64, precisions=("bf16", "fp8"))
+    fastest = _candidate(100_000, tp=2, pp=2)
+    tp_only = _candidate(98_000, tp=2)
+    plain_selective = _candidate(97_000, ac="selective", micro_batch=2)
+    plain_full = _candidate(97_500, ac="full", micro_batch=4)
+    plain_none_small = _candidate(96_000, micro_batch=1, memory_gb=40)
+    plain_none_large = _candidate(96_500, micro_batch=2, memory_gb=70)  # less accumulation: preferred over less memory
+    too_slow = _candidate(90_000, micro_batch=8)  # simplest, but outside the uncertainty: a real loss
+    fp8 = _candidate(99_000, precision="fp8", micro_batch=8)  # the precision listed second
+    result.candidates = [fastest, tp_only, plain_selective, plain_full, plain_none_small, plain_none_large, too_slow,
+                         fp8]
+    assert result.fastest is fastest and too_slow not in result.within_uncertainty()
+    assert result.best is plain_none_large
+    result.candidates.remove(plain_none_large)
+    assert result.best is plain_none_small
+    result.candidates = [fastest, tp_only, plain_selective, plain_full]
+    assert result.best is plain_selective  # checkpointing none < selective < full before accumulation
+    result.candidates = [fastest, tp_only]
+    assert result.best is tp_only  # one model-parallel dimension before two
+    frame = result.as_frame()
+    assert list(frame["within_uncertainty"]) == [True, True] and list(frame["recommended"]) == [False, True]
+    result.candidates = [_candidate(100_000, tp=2), _candidate(94_000)]  # 6% apart: the model can tell them apart
+    assert result.best.config.parallelism.tp == 2
+
+
+def test_search_keeps_the_simpler_of_two_tied_candidates():
+    # Llama 3 8B on 8 H200s: none and selective checkpointing at micro-batch 2 are within 1%: none wins on its own
+    # merits; a fastest candidate with tp or pp > 1 would lose to any plain data-parallel one within 5%
+    result = search("llama3-8b", "h200", 8)
+    best = result.best
+    for c in result.within_uncertainty():
+        assert simplicity_key(best) <= simplicity_key(c)
+    p = best.config.parallelism
+    assert (p.tp, p.pp, p.ep) == (1, 1, 1) and best.config.activation_checkpointing == "none"

@@ -9,9 +9,14 @@
 * **co-designed**: the best recipe for the *target*, after applying the structural revisions that keep the model's
   math (zero-padded vocabulary and FFN widths) when the model predicts they pay.
 * **revisions**: every change between the two, each with its gain predicted by the core model (never a fixed
-  factor): applied model revisions, recipe changes (parallel layout, checkpointing, micro-batch, precision) as
-  successive steps from the direct port to the co-designed recipe, and proposals that change the model's math
-  (hidden size, head_dim, GQA groups): reported with gains, marked ``requires_retraining``, never applied.
+  factor): applied model revisions, recipe changes (parallel layout, checkpointing, micro-batch with accumulation,
+  precision) as successive steps from the direct port to the co-designed recipe, and proposals that change the
+  model's math (hidden size, head_dim, GQA groups): reported with gains, marked ``requires_retraining``, never
+  applied.
+
+Both sides train the same run: one global batch (the caller's, else ``search.default_global_batch``) for the
+source, the direct port and the co-designed recipe, so no gain comes from changing it. Every gain is reported with
+``GAIN_UNCERTAINTY``; one inside it is "no measurable gain" (``gain_verdict``), in the text and in ``as_dict``.
 """
 
 from __future__ import annotations
@@ -21,14 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from workbench.config import Parallelism, TrainingConfig
-from workbench.errors import SpecError
+from workbench.config import Parallelism, TrainingConfig, default_seq_len
+from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB, HEADROOM_FRACTION
 from workbench.models import Model, TransformerModel, get_model
 from workbench.recipe.build import make_recipe, revised_model
 from workbench.recipe.schema import Recipe, Revision
-from workbench.recipe.search import Candidate, FastEvaluator, search
+from workbench.recipe.search import STEP_TIME_UNCERTAINTY, Candidate, FastEvaluator, default_global_batch, search
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,7 +41,33 @@ if TYPE_CHECKING:
 PAD_MULTIPLES = (64, 128, 256)
 """Widths tried when padding a dimension: GEMM tile edges of the vendor libraries' menus (``workbench.perf.gemm``)."""
 MIN_GAIN = 1.001
-"""A revision is applied (or proposed) only when the model predicts at least a 0.1% faster step; a policy."""
+"""A revision is applied (or proposed) only when the model predicts at least a 0.1% faster step; a policy. Whether
+the gain is measurable is ``gain_verdict``'s call, reported beside it."""
+GAIN_UNCERTAINTY = STEP_TIME_UNCERTAINTY
+"""Relative uncertainty of a predicted gain (new / old throughput): the step model's own
+(``search.STEP_TIME_UNCERTAINTY``, 5%, from the H200 stacks evaluation), taken whole for the ratio. Conservative:
+both predictions share the GPU and the model, so much of their error cancels in the ratio."""
+Verdict = Literal["gain", "loss", "no measurable gain"]
+
+
+def gain_verdict(gain: float | None, uncertainty: float = GAIN_UNCERTAINTY) -> Verdict | None:
+    """"gain" when ``gain`` >= 1 + ``uncertainty``, "loss" when <= 1 - ``uncertainty``, else "no measurable gain"
+    (the model cannot tell it from no change); None without a gain."""
+    if gain is None or math.isnan(gain):
+        return None
+    if gain >= 1 + uncertainty:
+        return "gain"
+    if gain <= 1 - uncertainty:
+        return "loss"
+    return "no measurable gain"
+
+
+def gain_text(gain: float | None, uncertainty: float = GAIN_UNCERTAINTY) -> str:
+    """``x1.030 +/- 5%: no measurable gain``, the way the CLI and the widget write a gain."""
+    verdict = gain_verdict(gain, uncertainty)
+    if verdict is None:
+        return "no prediction"
+    return f"x{gain:.3f} +/- {uncertainty:.0%}: {verdict}"
 
 
 @dataclass(frozen=True)
@@ -55,6 +86,18 @@ class AdviceItem:
     """True when the co-designed recipe includes it; proposals are never applied."""
     requires_retraining: bool = False
     """The change alters the model's function: validate quality by training before adopting it."""
+    uncertainty: float = GAIN_UNCERTAINTY
+    """Relative uncertainty of ``predicted_gain``."""
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """``gain_verdict`` of ``predicted_gain``: "no measurable gain" inside ``uncertainty``."""
+        return gain_verdict(self.predicted_gain, self.uncertainty)
+
+    def as_dict(self) -> dict:
+        """The fields plus ``verdict`` and ``gain_text``, for the widget and the CLI table."""
+        return {**self.__dict__, "verdict": self.verdict,
+                "gain_text": gain_text(self.predicted_gain, self.uncertainty)}
 
 
 @dataclass(frozen=True)
@@ -74,19 +117,35 @@ class Advice:
 
     @property
     def gain(self) -> float | None:
-        """Predicted co-designed / direct-port throughput on the target (None without a direct port)."""
+        """Predicted co-designed / direct-port throughput on the target (None without a direct port). Both hold the
+        same global batch, so this is also the ratio of their step times."""
         if self.direct_port is None or self.direct_port.predicted is None or self.co_designed.predicted is None:
             return None
         return self.co_designed.predicted.tokens_per_s / self.direct_port.predicted.tokens_per_s
 
+    @property
+    def gain_uncertainty(self) -> float:
+        return GAIN_UNCERTAINTY
+
+    @property
+    def gain_verdict(self) -> Verdict | None:
+        """``gain_verdict`` of ``gain``: "no measurable gain" when co-designing is inside the model's uncertainty."""
+        return gain_verdict(self.gain, self.gain_uncertainty)
+
+    @property
+    def gain_text(self) -> str:
+        return gain_text(self.gain, self.gain_uncertainty)
+
     def as_dict(self) -> dict:
-        """Plain data for the widget: both recipes, the side-by-side rows, revisions and notes."""
+        """Plain data for the widget: both recipes, the side-by-side rows, revisions (each with its ``verdict``)
+        and notes; ``gain`` with ``gain_uncertainty`` and ``gain_verdict``."""
         return {"model": self.model, "source_gpu": self.source_gpu, "target_gpu": self.target_gpu, "gpus": self.gpus,
-                "precision": self.precision, "gain": self.gain, "notes": list(self.notes),
+                "precision": self.precision, "gain": self.gain, "gain_uncertainty": self.gain_uncertainty,
+                "gain_verdict": self.gain_verdict, "gain_text": self.gain_text, "notes": list(self.notes),
                 "source": self.source.to_dict() if self.source else None,
                 "direct_port": self.direct_port.to_dict() if self.direct_port else None,
                 "co_designed": self.co_designed.to_dict(), "side_by_side": self.rows(),
-                "revisions": [item.__dict__.copy() for item in self.revisions]}
+                "revisions": [item.as_dict() for item in self.revisions]}
 
     def rows(self) -> list[dict]:
         """One row per setting or prediction: direct port vs co-designed."""
@@ -117,7 +176,7 @@ class Advice:
     def revisions_frame(self) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame([item.__dict__ for item in self.revisions])
+        return pd.DataFrame([item.as_dict() for item in self.revisions])
 
 
 def _text(overrides: Mapping[str, int]) -> str:
@@ -141,11 +200,14 @@ def advise(
     precisions: Sequence[str] | None = None,
     calibrated: bool = False,
 ) -> Advice:
-    """Direct port vs co-designed recipe for ``model`` (a catalog name plus ``overrides``) on ``gpus`` target GPUs."""
+    """Direct port vs co-designed recipe for ``model`` (a catalog name plus ``overrides``) on ``gpus`` target GPUs,
+    both at one global batch: ``global_batch`` samples per step, or 0 for ``search.default_global_batch``."""
     base_overrides = dict(overrides or {})
     base = revised_model(model, base_overrides)
     name = get_model(model).name
     source, target = get_gpu(source_gpu), get_gpu(target_gpu)
+    seq_len = seq_len or default_seq_len(base)
+    global_batch = global_batch or default_global_batch(base, gpus, seq_len)  # fixed once, for both sides
     kwargs = dict(precision=precision, precisions=precisions, seq_len=seq_len, global_batch=global_batch)
     notes: list[str] = []
     items: list[AdviceItem] = []
@@ -180,6 +242,10 @@ def advise(
                  for i in model_items if i.applied]
     co_designed = make_recipe(name, target, final.config, overrides=revised_overrides, revisions=revisions,
                               calibrated=calibrated)
+    for recipe in (source_recipe, port, co_designed):
+        if recipe is not None and recipe.batch.global_batch != global_batch:  # search holds it: a broken invariant
+            raise WorkbenchError(f"advisor: a recipe has global batch {recipe.batch.global_batch}, not the "
+                                 f"{global_batch} both sides must share")
 
     if port is not None:
         items = _chain_model_gains(items, name, base_overrides, port, target, calibrated)
@@ -330,7 +396,8 @@ def _proposals(name: str, model: Model, overrides: dict, gpu: GPU, best: Candida
         gain, fits = _gain(candidate_model, gpu, best.config, calibrated, best.tokens_per_s)
         if math.isnan(gain):
             continue
-        verdict = "" if gain >= MIN_GAIN else "; no predicted gain: keep the current value"
+        verdict = ("" if gain_verdict(gain) == "gain" else
+                   f"; {gain_verdict(gain)} (inside the model's +/-{GAIN_UNCERTAINTY:.0%}): keep the current value")
         items.append(AdviceItem("proposal", label, field, getattr(model, field), change[field],
                                 f"{reason}{'' if fits else '; does not fit at the co-designed config'}{verdict}", gain,
                                 False, requires_retraining=True))
@@ -356,11 +423,13 @@ def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibra
 
     need_source, need_target = fewest(source), fewest(target)
     gain = 1.0
-    if need_source and need_target and need_target < need_source:
+    batch = cfg.samples_per_step  # both GPU counts train at the co-designed recipe's global batch
+    if (need_source and need_target and need_target < need_source
+            and batch % need_target == 0 and batch % need_source == 0):
         ev = FastEvaluator(model, target, calibrated=calibrated)
         per_gpu = []
         for dp in (need_target, need_source):
-            best = search(model, target, dp, precision=cfg.precision, evaluator=ev).best
+            best = search(model, target, dp, precision=cfg.precision, global_batch=batch, evaluator=ev).best
             per_gpu.append(best.samples_per_s / dp)
         gain = per_gpu[0] / per_gpu[1]
     placement = "hbm" if cfg.parallelism.dp == 1 else "row_sharded"
@@ -369,4 +438,4 @@ def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibra
                        f"tables {table_bytes / GB:.1f} GB fp32 (+ row-wise optimizer state) fit whole in the HBM of "
                        f"{need_source or 'no'} {source.display_name} vs {need_target or 'no'} {target.display_name} "
                        f"GPUs; co-designed placement: {placement}; gain = target samples/s per GPU at the fewest "
-                       f"GPUs vs at the source's", gain, True)]
+                       f"GPUs vs at the source's, both at global batch {batch}", gain, True)]

@@ -34,8 +34,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "... (comma-separated to compare several)")
     p.add_argument("--seq-len", type=int_flag(0, MAX_SEQ_LEN, "the model's default"), default=0,
                    help="0: the model's default")
-    p.add_argument("--global-batch", type=int_flag(0, MAX_GLOBAL_BATCH, "micro-batch x dp"), default=0,
-                   help="samples per step; 0: micro-batch x dp (no accumulation)")
+    p.add_argument("--global-batch", type=int_flag(0, MAX_GLOBAL_BATCH, "the model's standard"), default=0,
+                   help="samples per optimizer step, held fixed: the search varies micro-batch x accumulation, never "
+                        "this; 0: the model's standard (a transformer 4M tokens / seq-len, a recommendation model its "
+                        "catalog default_batch), as GPUs x the nearest power of two per GPU "
+                        "(workbench.recipe.search.default_global_batch)")
     p.add_argument("--source-gpu", help="port from this GPU: direct port vs co-designed, with the revisions")
     p.add_argument("--out", help="write the (co-designed) recipe here; default: print it")
     p.add_argument("--port-out", help="with --source-gpu: also write the direct-port recipe here")
@@ -95,10 +98,12 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         for note in advice.notes:
             print(f"note: {note}", file=report)
         if advice.gain is not None:
-            print(f"predicted gain of co-designing: x{advice.gain:.3f}", file=report)
+            print(f"predicted gain of co-designing: {advice.gain_text} (the model's step-time uncertainty; both at "
+                  f"global batch {advice.co_designed.batch.global_batch})", file=report)
         frame = advice.revisions_frame()
         if len(frame):
-            frame = frame[["kind", "name", "old", "new", "predicted_gain", "applied", "requires_retraining", "reason"]]
+            frame = frame[["kind", "name", "old", "new", "predicted_gain", "verdict", "applied", "requires_retraining",
+                           "reason"]]
             print(frame.to_string(index=False, max_colwidth=70, float_format=lambda x: f"{x:.4f}"), file=report)
         if args.port_out:
             if advice.direct_port is None:
@@ -111,12 +116,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     result = search(model, args.gpu, args.gpus, precisions=precisions, seq_len=args.seq_len,
                     global_batch=args.global_batch, calibrated=args.calibrated)
     best = result.best
-    frame = result.as_frame().head(args.top)
-    print(f"{len(result.candidates)} configurations of {args.model} on {args.gpus} x {result.gpu.name}, "
-          f"{len(result.ranked)} fit; the fastest {len(frame)}:", file=report)
-    columns = ["precision", "micro_batch", "global_batch", "activation_checkpointing", "sharding", "dp", "tp", "pp",
-               "ep", "step_time_ms", "tokens_per_s", "mfu", "peak_memory_gb"]
-    print(frame[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"), file=report)
+    print(result.table(args.top, name=args.model), file=report)
     recipe = make_recipe(args.model, result.gpu, best.config, overrides=overrides, calibrated=args.calibrated,
                          select_kernels=args.select_kernels)
     _write(recipe, args.out, args.format, args.force)

@@ -1,9 +1,16 @@
-"""Search: every feasible training configuration of a model on N GPUs of one type, ranked by predicted throughput.
+"""Search: every configuration of one training run of a model on N GPUs of one type, predicted and ranked.
 
-Candidates span micro-batch (powers of two, and the largest that fits HBM for the leaders), activation
-checkpointing, FSDP vs DDP, tensor-parallel degree (inside the scale-up domain), pipeline degree, expert-parallel
-degree for MoE models, and precisions when asked. A candidate is feasible when its peak memory fits HBM with the memory model's headroom
+A global batch (samples per optimizer step) is a training decision, not a performance knob, so the search holds it
+fixed: the one the caller gives, else ``default_global_batch`` (the model's standard, a rule that depends on the
+model, the GPU count and the sequence length only). It varies only what leaves the training run the same: the
+micro-batch with gradient accumulation (micro-batch x dp x accumulation == global batch exactly; a micro-batch that
+does not divide ``global batch / dp`` is never tried), activation checkpointing, FSDP vs DDP, tensor-parallel degree
+(inside the scale-up domain), pipeline degree, expert-parallel degree for MoE models, and precisions when asked. A
+candidate is feasible when its peak memory fits HBM with the memory model's headroom
 (``workbench.memory.HEADROOM_FRACTION``).
+
+``SearchResult.best`` is not simply the fastest: every feasible candidate within ``STEP_TIME_UNCERTAINTY`` of the
+fastest is a tie the model cannot break, and among those the simplest wins (``simplicity_key``).
 
 ``FastEvaluator`` gives the numbers ``workbench.predict`` gives (tested to 1e-9 relative) at a fraction of the
 cost: the op graph of one micro-batch depends only on (micro-batch, tp, ep, checkpointing, precision), and a
@@ -15,6 +22,7 @@ global batch. Memory, optimizer and collectives are the core model's own functio
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,9 +66,22 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MAX_MICRO_BATCH = {"transformer": 1024, "dlrm": 1 << 20, "hstu": 4096}
-"""Largest micro-batch tried per model kind (powers of two up to it; memory stops the climb earlier)."""
-FILL_TOP = 8
-"""How many of the fastest settings also try the largest micro-batch that fits between powers of two (a policy)."""
+"""Largest micro-batch tried per model kind (divisors of the per-rank batch up to it; memory stops the climb
+earlier)."""
+STANDARD_TOKENS_PER_STEP = 1 << 22
+"""4M tokens per optimizer step: the global batch Llama 2 trained every size at (Touvron et al. 2023, Llama 2,
+section 2.2) and Llama 3 405B started at (Dubey et al. 2024, The Llama 3 Herd of Models, section 3.4.1); the
+catalog's transformers have no batch of their own, so it is their standard (``default_global_batch``)."""
+STEP_TIME_UNCERTAINTY = 0.05
+"""Relative uncertainty of a predicted step time, and so of a ratio of two (a throughput gain): candidates within it
+of the fastest are ties the model cannot order. Source: the H200 stacks evaluation
+(``benchmarks/results/h200/stacks/EVALUATION.md``: step MAPE 3.8% over 19 test and held-out runs of plain PyTorch
+and torchtitan, worst 6.8%, all within 8%) and the reference job's (``benchmarks/results/h200/train/job_model_run/
+REPORT.md``: 11 of 11 runs within 10%). 5% is a round figure just above that MAPE, a judgement; the default
+search ranks the fused step (no stack), whose absolute error is larger, but it is shared by candidates of one
+model on one GPU and largely cancels in their ratio. Re-derive it from a new evaluation, not by taste."""
+CHECKPOINTING_ORDER = {"none": 0, "selective": 1, "full": 2}
+"""Simplest first: no recomputation, then the saved-matmul policy, then the whole forward again."""
 
 
 @dataclass(frozen=True)
@@ -242,26 +263,75 @@ class FastEvaluator:
                          memory.total / GB, comm_s, memory.fits)
 
 
+def simplicity_key(candidate: Candidate, precisions: Sequence[str] = ()) -> tuple:
+    """How ``SearchResult.best`` orders candidates the model cannot tell apart (within ``STEP_TIME_UNCERTAINTY``
+    of the fastest), simplest first; each criterion only breaks ties of the ones before it:
+
+    1. the precision listed first in ``precisions`` (the caller's own order: bf16 before fp8 in ``bf16,fp8``);
+    2. fewer model-parallel dimensions in use (of tp, pp, ep, those > 1), then a smaller tp x pp x ep (more plain
+       data parallelism);
+    3. activation checkpointing none, then selective, then full (``CHECKPOINTING_ORDER``: less recomputation);
+    4. fewer gradient-accumulation steps (a larger micro-batch);
+    5. less peak memory (FSDP before DDP at the same layout);
+    6. faster.
+
+    Simpler settings come before memory because every candidate here already fits with the memory model's
+    headroom; memory decides between settings that are otherwise the same.
+    """
+    c, p = candidate.config, candidate.config.parallelism
+    order = list(precisions)
+    return (order.index(c.precision) if c.precision in order else len(order),
+            sum(degree > 1 for degree in (p.tp, p.pp, p.ep)), p.tp * p.pp * p.ep,
+            CHECKPOINTING_ORDER[c.activation_checkpointing], c.grad_accumulation, candidate.peak_memory_gb,
+            -candidate.tokens_per_s)
+
+
 @dataclass
 class SearchResult:
-    """Every candidate evaluated; ``ranked`` holds the feasible ones, fastest first."""
+    """Every candidate evaluated, all at one global batch; ``ranked`` holds the feasible ones, fastest first, and
+    ``best`` the simplest of those within the model's uncertainty of the fastest."""
 
     model: Model
     gpu: GPU
     gpus: int
     candidates: list[Candidate] = field(default_factory=list)
+    global_batch: int = 0
+    """Samples per optimizer step, the same for every candidate (0 in a result built by hand: not recorded)."""
+    precisions: tuple[str, ...] = ()
+    """The precisions searched, in the caller's order (``simplicity_key`` prefers the first)."""
 
     @property
     def ranked(self) -> list[Candidate]:
         return sorted((c for c in self.candidates if c.fits), key=lambda c: -c.tokens_per_s)
 
     @property
-    def best(self) -> Candidate:
+    def fastest(self) -> Candidate:
+        """The feasible candidate with the highest predicted throughput."""
+        ranked = self.ranked
+        return ranked[0] if ranked else self.best  # ``best`` raises the reason
+
+    def within_uncertainty(self) -> list[Candidate]:
+        """Feasible candidates whose predicted throughput is within ``STEP_TIME_UNCERTAINTY`` of the fastest's
+        (all hold the same global batch, so this is the same as step time), fastest first."""
         ranked = self.ranked
         if not ranked:
+            return []
+        floor = ranked[0].tokens_per_s / (1 + STEP_TIME_UNCERTAINTY)
+        return [c for c in ranked if c.tokens_per_s >= floor]
+
+    @property
+    def best(self) -> Candidate:
+        """The recommended candidate: the simplest (``simplicity_key``) of those within the model's uncertainty of
+        the fastest."""
+        tied = self.within_uncertainty()
+        if not tied:
+            why = "use more GPUs or a larger-memory GPU"
+            if not self.candidates and self.global_batch:
+                why = (f"no layout's data-parallel degree divides the global batch {self.global_batch}: give a "
+                       f"multiple of the GPU count")
             raise WorkbenchError(f"no configuration of {self.model.name} fits {self.gpus} x {self.gpu.display_name} "
-                                 f"(tried {len(self.candidates)}); use more GPUs or a larger-memory GPU")
-        return ranked[0]
+                                 f"at global batch {self.global_batch} (tried {len(self.candidates)}); {why}")
+        return min(tied, key=lambda c: simplicity_key(c, self.precisions))
 
     def pareto(self) -> list[Candidate]:
         """Feasible candidates no other beats on both throughput and peak memory, by rising memory."""
@@ -272,12 +342,62 @@ class SearchResult:
         return front
 
     def as_frame(self, feasible_only: bool = True) -> pd.DataFrame:
-        """One row per candidate (ranked when ``feasible_only``), with a ``pareto`` column for the UI."""
+        """One row per candidate (ranked when ``feasible_only``), with ``pareto``, ``within_uncertainty`` (a tie
+        with the fastest, ``STEP_TIME_UNCERTAINTY``) and ``recommended`` (``best``) columns for the UI."""
         import pandas as pd
 
         front = {id(c) for c in self.pareto()}
+        tied = {id(c) for c in self.within_uncertainty()}
+        best = id(self.best) if tied else None
         rows = self.ranked if feasible_only else self.candidates
-        return pd.DataFrame([{**c.as_row(), "pareto": id(c) in front} for c in rows])
+        return pd.DataFrame([{**c.as_row(), "pareto": id(c) in front, "within_uncertainty": id(c) in tied,
+                              "recommended": id(c) == best} for c in rows])
+
+
+    def table(self, top: int = 5, name: str = "") -> str:
+        """The CLI's text: the ``top`` fastest feasible candidates (and the recommended one if it ranks lower),
+        marking those within ``STEP_TIME_UNCERTAINTY`` of the fastest and the recommended one, and the rule."""
+        import pandas as pd
+
+        ranked = self.as_frame()
+        frame = ranked.head(top)
+        if len(ranked) and not frame["recommended"].any():  # the recommended one ranks lower: show it too
+            frame = pd.concat([frame, ranked[ranked["recommended"]]])
+        within = f"within {STEP_TIME_UNCERTAINTY:.0%}"
+        lines = [f"{len(self.candidates)} configurations of {name or self.model.name} on {self.gpus} x {self.gpu.name} "
+                 f"at global batch {self.global_batch}, {len(self.ranked)} fit; the fastest {min(top, len(ranked))}"
+                 f"{' and the recommended one' if len(frame) > top else ''}:"]
+        if len(frame):
+            columns = {"precision": "precision", "micro_batch": "micro_batch", "grad_accumulation": "accumulation",
+                       "activation_checkpointing": "activation_checkpointing", "sharding": "sharding", "dp": "dp",
+                       "tp": "tp", "pp": "pp", "ep": "ep", "step_time_ms": "step_time_ms",
+                       "tokens_per_s": "tokens_per_s", "mfu": "mfu", "peak_memory_gb": "peak_memory_gb",
+                       "within_uncertainty": within, "recommended": "recommended"}
+            shown = frame[list(columns)].rename(columns=columns)
+            shown[within] = shown[within].map({True: "yes", False: ""})
+            shown["recommended"] = shown["recommended"].map({True: "<-", False: ""})
+            lines.append(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+            lines.append(f"{len(self.within_uncertainty())} are {within} of the fastest (the model's step-time "
+                         f"uncertainty), a tie it cannot order; recommended: the simplest of them (the precision "
+                         f"listed first, fewer of tp/pp/ep > 1, checkpointing none < selective < full, less "
+                         f"accumulation, less memory, then faster)")
+        return "\n".join(lines)
+
+
+def default_global_batch(model: str | Model, gpus: int, seq_len: int = 0) -> int:
+    """The global batch (samples per optimizer step) ``search`` holds when none is given: the model's standard, as
+    a whole power of two per GPU. The standard: a recommendation model's ``default_batch`` from the catalog (DLRM
+    65,536, MLPerf's; HSTU 64, a representative guess), a transformer's ``STANDARD_TOKENS_PER_STEP`` (4M tokens) /
+    ``seq_len`` (0: the model's default). Global batch = ``gpus`` x the power of two nearest the standard / ``gpus``
+    (at least 1): every data-parallel degree divides it and powers-of-two micro-batches divide its per-rank share.
+    It depends on the model, GPU count and sequence length only, never on a candidate. Llama 3 8B at 8,192 tokens:
+    512 on 1, 2, 4, ..., 512 GPUs, 384 on 6 (64 each), 1,024 on 1,024 (one sequence each)."""
+    model = get_model(model)
+    seq = seq_len or default_seq_len(model)
+    standard = (STANDARD_TOKENS_PER_STEP / seq if isinstance(model, TransformerModel)
+                else float(model.default_batch))  # type: ignore[union-attr]
+    per_gpu = standard / gpus
+    return gpus * (1 << max(0, round(math.log2(per_gpu)))) if per_gpu > 1 else gpus
 
 
 def _divisors(n: int) -> list[int]:
@@ -322,30 +442,37 @@ def search(
     evaluator: FastEvaluator | None = None,
     execution: Execution | None = None,
 ) -> SearchResult:
-    """Enumerate and predict every configuration; ``global_batch`` (samples) fixed, or 0 for no accumulation.
-    ``execution`` predicts the reference job (see ``predict``); ignored when ``evaluator`` is given."""
+    """Enumerate and predict every configuration at one global batch: ``global_batch`` samples per step, or 0 for
+    ``default_global_batch`` (the model's standard: 4M tokens for a transformer, the catalog's ``default_batch``
+    for a recommendation model, as a power of two per GPU). Every candidate has exactly that global batch
+    (micro-batch x dp x accumulation); layouts whose dp does not divide it are skipped. ``execution`` predicts the
+    reference job (see ``predict``); ignored when ``evaluator`` is given."""
     model = get_model(model)
     gpu = get_gpu(gpu)
     _check_count("gpus", gpus, 1, MAX_GPUS)
     _check_count("seq_len", seq_len, 0, MAX_SEQ_LEN, "0: the model's default")
-    _check_count("global_batch", global_batch, 0, MAX_GLOBAL_BATCH, "0: micro-batch x dp")
+    _check_count("global_batch", global_batch, 0, MAX_GLOBAL_BATCH, "0: the model's standard, default_global_batch")
     ev = evaluator or FastEvaluator(model, gpu, calibrated=calibrated, execution=execution)
-    result = SearchResult(model, gpu, gpus)
     seq = seq_len or default_seq_len(model)
+    global_batch = global_batch or default_global_batch(model, gpus, seq)
+    searched = tuple(precisions or (precision,))
+    result = SearchResult(model, gpu, gpus, global_batch=global_batch, precisions=searched)
     ac_modes = tuple(checkpointing) if isinstance(model, TransformerModel) else ("none",)
     if not isinstance(model, TransformerModel):
         shardings = ("ddp",)  # recommendation models: dense layers replicate, tables row-shard (workbench.memory)
-    for prec in precisions or (precision,):
+    limit = MAX_MICRO_BATCH[model.kind]
+    for prec in searched:
         resolve_precision(gpu, prec)  # an unsupported precision fails here, naming what the GPU runs
         for base in layouts(model, gpu, gpus):
+            if global_batch % base.dp:
+                continue  # no micro-batch and accumulation give this global batch on this many ranks
+            micro_batches = [mb for mb in _divisors_cached(global_batch // base.dp) if mb <= limit]
             for sharding in shardings:
                 p = Parallelism(dp=base.dp, tp=base.tp, pp=base.pp, ep=base.ep, sharding=sharding)
                 if sharding == "ddp" and p.dp == 1 and "fsdp" in shardings:
                     continue  # one data-parallel rank: ddp and fsdp are the same run
                 for ac in ac_modes:
-                    _climb(ev, result, model, p, prec, seq, ac, global_batch)
-    if not global_batch:
-        _fill_memory(ev, result, model)
+                    _climb(ev, result, micro_batches, p, prec, seq, ac, global_batch)
     return result
 
 
@@ -355,48 +482,17 @@ def _check_count(name: str, value: object, minimum: int, maximum: int, zero: str
         raise SpecError("search", name, value, f"{low} up to {maximum:,}{f' ({zero})' if zero else ''}")
 
 
-def _climb(ev: FastEvaluator, result: SearchResult, model: Model, p: Parallelism, precision: str, seq: int,
-           ac: str, global_batch: int) -> None:
-    """Micro-batches 1, 2, 4, ... until memory no longer fits (memory grows with the micro-batch)."""
-    mb = 1
-    while mb <= MAX_MICRO_BATCH[model.kind]:
-        if global_batch and global_batch % (mb * p.dp):
-            if mb * p.dp > global_batch:
-                return
-            mb *= 2
-            continue
+@functools.lru_cache(maxsize=256)
+def _divisors_cached(n: int) -> tuple[int, ...]:
+    return tuple(_divisors(n))
+
+
+def _climb(ev: FastEvaluator, result: SearchResult, micro_batches: Sequence[int], p: Parallelism, precision: str,
+           seq: int, ac: str, global_batch: int) -> None:
+    """The micro-batches that divide the per-rank batch, smallest first, until memory no longer fits (memory grows
+    with the micro-batch); accumulation makes up the rest of ``global_batch``."""
+    for mb in micro_batches:
         candidate = ev.evaluate(TrainingConfig(mb, seq, precision, p, ac, global_batch), check_memory_first=True)
         result.candidates.append(candidate)
         if not candidate.fits:
             return
-        mb *= 2
-
-
-def _fill_memory(ev: FastEvaluator, result: SearchResult, model: Model) -> None:
-    """For the FILL_TOP fastest settings (layout, sharding, checkpointing, precision) whose power-of-two climb
-    stopped at memory, add the largest micro-batch that fits (bisected on the memory model alone): it fills HBM.
-    Only the leaders get one, since each new micro-batch costs a new op graph."""
-    largest: dict[tuple, int] = {}
-    stopped: set[tuple] = set()
-    for c in result.candidates:
-        key = (c.config.precision, c.config.parallelism, c.config.activation_checkpointing)
-        if c.fits:
-            largest[key] = max(largest.get(key, 0), c.config.micro_batch)
-        else:
-            stopped.add(key)
-    leaders: list[tuple] = []
-    for c in result.ranked:
-        key = (c.config.precision, c.config.parallelism, c.config.activation_checkpointing)
-        if key in stopped and key not in leaders and c.config.micro_batch == largest[key]:
-            leaders.append(key)
-        if len(leaders) == FILL_TOP:
-            break
-    for precision, p, ac in leaders:
-        seq = result.ranked[0].config.seq_len
-        low, high = largest[(precision, p, ac)], 2 * largest[(precision, p, ac)]  # fits at low, not at high
-        while high - low > 1:
-            mid = (low + high) // 2
-            fits = memory_breakdown(model, TrainingConfig(mid, seq, precision, p, ac), ev.gpu).fits
-            low, high = (mid, high) if fits else (low, mid)
-        if low > largest[(precision, p, ac)]:
-            result.candidates.append(ev.evaluate(TrainingConfig(low, seq, precision, p, ac)))
