@@ -94,7 +94,7 @@ def predicted_from(prediction: Prediction) -> Predicted:
     s = prediction.summary
     return Predicted(step_time_s=s.step_time_s, tokens_per_s=s.tokens_per_s, samples_per_s=s.samples_per_s,
                      peak_memory_gb=s.memory.total / GB, mfu=s.mfu, communication_s=s.communication_s,
-                     fits=s.memory.fits)
+                     fits=s.memory.fits, stack=s.stack)
 
 
 def embedding_placements(model: Model, dp: int) -> tuple[EmbeddingPlacement, ...]:

@@ -95,7 +95,8 @@ def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
         d = f.sub("predicted")
         predicted = Predicted(*(float(d.number(k, minimum=0)) for k in
                                 ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gb", "mfu",
-                                 "communication_s")), fits=d.boolean("fits", default=True))
+                                 "communication_s")), fits=d.boolean("fits", default=True),
+                              stack=d.string("stack", default="ideal"))
         d.finish()
     f.finish()
     try:

@@ -211,6 +211,8 @@ class Predicted:
     """Exposed communication per step."""
     fits: bool = True
     """Whether peak memory fits the target's HBM with headroom; a direct port may not."""
+    stack: str = "ideal"
+    """The training stack the prediction is for (``workbench.stacks``); ``ideal`` is the fused-step bound."""
 
 
 @dataclass(frozen=True)
