@@ -1,5 +1,5 @@
-"""The Recipe tab: preview a recipe for one of the chosen GPUs (the fastest configuration that fits, found by
-``workbench.recipe.search``, or exactly the current settings), export it to a file (atomically, never
+"""The Recipe tab: preview a recipe for one of the chosen GPUs (the simplest configuration within 5% of the
+fastest at a fixed global batch, found by ``workbench.recipe.search``, or exactly the current settings), export it to a file (atomically, never
 overwriting unless asked) and offer it for download as a data-URI link (works offline).
 
 Recipes are searched, built and written by ``workbench.recipe`` (``search``, ``make_recipe``, ``dumps``,
@@ -27,7 +27,7 @@ or the workbench's settings as they are (FSDP over every GPU)."""
 
 
 def searched_recipe(state: WorkbenchState, gpu: str, precision: str):
-    """The fastest configuration that fits (``workbench.recipe.search``: micro-batch, checkpointing, FSDP/DDP,
+    """The simplest configuration within 5% of the fastest (``workbench.recipe.search``: micro-batch, checkpointing, FSDP/DDP,
     TP, PP, EP) for ``state``'s model, GPU count and sequence length on ``gpu``, as a recipe."""
     from workbench.recipe.build import make_recipe
     from workbench.recipe.search import search
@@ -140,7 +140,7 @@ class RecipePanel:
             self.export_button.disabled = True
             return
         self.export_button.disabled = False
-        self.note.value = ("The <b>fastest configuration that fits</b> for this model, GPU count, precision and "
+        self.note.value = ("The <b>simplest configuration within 5% of the fastest</b> (the model's uncertainty; the global batch held) for this model, GPU count, precision and "
                            "sequence length (<code>workbench.recipe.search</code>), with the analytical model's "
                            "prediction." if self.kind.value == "searched" else
                            "Recipe for the <b>current settings</b> (FSDP over every GPU of the job), with the "

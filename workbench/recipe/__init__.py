@@ -3,7 +3,7 @@
     >>> from workbench.recipe import load_recipe, save_recipe
     >>> recipe = load_recipe("llama3-8b-h200.yaml")
     >>> recipe.batch.micro_batch, recipe.parallelism.dp, recipe.predicted.tokens_per_s
-    >>> search("llama3-8b", "h200", 8).best                       # the fastest configuration that fits
+    >>> search("llama3-8b", "h200", 8).best                       # the simplest configuration within 5% of the fastest
     >>> advise("llama3-8b", "h100", "h200", 1).as_frame()          # direct port vs co-designed
 """
 

@@ -32,6 +32,8 @@ def header_lines(recipe: Recipe) -> list[str]:
                      f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s, "
                      f"peak memory {pred.peak_memory_gb:.1f} GB/GPU, MFU {pred.mfu:.1%}"
                      f"{'' if pred.fits else ' -- DOES NOT FIT in HBM'}")
+        lines.append(f"predicted for the stack: {pred.stack}" + (" (the ideal fused step: a bound, not a measured "
+                                                                  "stack; a real run is slower)" if pred.stack == "ideal" else ""))
     return lines
 
 
