@@ -19,8 +19,9 @@ from workbench.errors import WorkbenchError
 from workbench.predict import Prediction
 from widgets.state import WorkbenchState
 
-FORMATS: dict[str, str] = {"yaml": ".yaml", "json": ".json", "torchtitan-toml": ".toml"}
-"""Export formats offered, with their file suffixes (``workbench.recipe.FORMATS`` has these and more)."""
+FORMATS: dict[str, str] = {"yaml": ".yaml", "json": ".json", "torchtitan-py": ".py", "torchtitan-args": ".sh",
+                           "torchtitan-toml": ".toml"}
+"""Export formats offered, with their file suffixes (every format of ``workbench.recipe.FORMATS``)."""
 KINDS: dict[str, str] = {"fastest that fits": "searched", "current settings": "current"}
 """Which recipe the tab shows: the search's best for the model, GPU, GPU count, precision and sequence length,
 or the workbench's settings as they are (FSDP over every GPU)."""
@@ -140,7 +141,8 @@ class RecipePanel:
             self.export_button.disabled = True
             return
         self.export_button.disabled = False
-        self.note.value = ("The <b>simplest configuration within 5% of the fastest</b> (the model's uncertainty; the global batch held) for this model, GPU count, precision and "
+        self.note.value = ("The <b>simplest configuration within 5% of the fastest</b> (the model's uncertainty; "
+                           "the global batch held) for this model, GPU count, precision and "
                            "sequence length (<code>workbench.recipe.search</code>), with the analytical model's "
                            "prediction." if self.kind.value == "searched" else
                            "Recipe for the <b>current settings</b> (FSDP over every GPU of the job), with the "

@@ -1,14 +1,15 @@
-"""torchtitan export: the TOML parses (tomllib) into the v0.2.x sections; args carry the same degrees."""
+"""torchtitan export: the TOML parses (tomllib) into the 0.2.x sections; 0.3.0 args and config functions carry the
+same values; what torchtitan cannot run is refused. torchtitan itself parses them in test_torchtitan_consumer.py."""
 
 import tomllib
 
 import pytest
 
 from workbench.config import Parallelism, TrainingConfig
-from workbench.errors import SpecError
+from workbench.errors import SpecError, WorkbenchError
 from workbench.recipe import PrecisionPolicy, dumps, save_recipe
 from workbench.recipe.build import make_recipe
-from workbench.recipe.torchtitan import torchtitan_args
+from workbench.recipe.torchtitan import config_function_name, torchtitan_args
 
 
 def _recipe(**kw):
@@ -22,7 +23,7 @@ def test_toml_has_the_v02_sections_and_values():
     recipe = _recipe(overrides={"num_layers": 8})
     text = dumps(recipe, "torchtitan-toml")
     data = tomllib.loads(text)
-    assert data["model"] == {"name": "llama3", "flavor": "8B", "hf_assets_path": "./assets/hf/llama3-8b",
+    assert data["model"] == {"name": "llama3", "flavor": "8B", "hf_assets_path": "./assets/hf/Llama-3.1-8B",
                              "converters": []}
     assert data["training"]["local_batch_size"] == 2 and data["training"]["global_batch_size"] == 32
     assert data["training"]["seq_len"] == 4096 and data["training"]["mixed_precision_param"] == "bfloat16"
@@ -34,7 +35,8 @@ def test_toml_has_the_v02_sections_and_values():
     assert "quantize" not in data
     head = text.splitlines()
     assert "8 x h100-sxm" in head[0] and "predicted by workbench-model" in head[1]
-    assert any("n_layers" in line for line in head if line.startswith("#"))
+    assert any("n_layers" in line and "NOT applied" in line for line in head if line.startswith("#"))
+    assert any("per-op policy" in line for line in head if line.startswith("#"))
 
 
 @pytest.mark.parametrize("fp8, section, name", [("rowwise", "float8", "rowwise"), ("tensorwise", "float8", "tensorwise"),
@@ -46,20 +48,53 @@ def test_fp8_recipes_become_quantize_converters(fp8, section, name):
     recipe = make_recipe("llama3-8b", "b200", cfg, precision=PrecisionPolicy(fp8=fp8))
     data = tomllib.loads(dumps(recipe, "torchtitan-toml"))
     assert data["model"]["converters"] == [f"quantize.linear.{section}"]
-    assert data["quantize"]["linear"][section]["recipe_name"] == name
+    if fp8 == "tensorwise":  # torchao's default config: the only one 0.2.2 lets take the FSDP float8 all-gather
+        assert "recipe_name" not in data["quantize"]["linear"][section]
+        assert data["quantize"]["linear"][section]["enable_fsdp_float8_all_gather"] is True
+    else:
+        assert data["quantize"]["linear"][section]["recipe_name"] == name
 
 
 def test_ddp_is_the_replicate_degree_and_args_match():
-    recipe = _recipe(sharding="ddp", ac="none", model="gpt2-small", dp=8, tp=1, gb=64)
+    recipe = _recipe(sharding="ddp", ac="none", dp=8, tp=1, gb=64)
     args = torchtitan_args(recipe)
-    pairs = dict(zip(args[::2], args[1::2]))
+    assert args[:4] == ["--module", "llama3", "--config", "llama3_8b"] and args[-1] == "activation-checkpoint:none"
+    pairs = dict(zip(args[4::2], args[5::2]))
     assert pairs["--parallelism.data_parallel_replicate_degree"] == "8"
     assert pairs["--parallelism.data_parallel_shard_degree"] == "1"
-    assert pairs["--training.num_tokens_per_microbatch_per_dp_rank"] == str(2 * 4096)
-    assert pairs["--training.num_tokens_per_train_step"] == str(64 * 4096)
-    assert pairs["--activation_checkpoint.mode"] == "none"
+    assert pairs["--training.local_batch_size"] == "2" and pairs["--training.global_batch_size"] == "64"
+    assert pairs["--training.seq_len"] == "4096" and "--compile.enable" in args
     text = dumps(recipe, "torchtitan-args")
-    assert "NGPU=8" in text and "no torchtitan flavor" in text
+    assert "NGPU=8 MODULE=llama3 CONFIG=llama3_8b ./run_train.sh" in text
+
+
+def test_config_function_carries_what_flags_cannot():
+    precision = PrecisionPolicy(fp8="rowwise")
+    cfg = TrainingConfig(2, 4096, precision.workbench_precision, Parallelism(dp=4, pp=2), "full", global_batch=32)
+    recipe = make_recipe("llama3-8b", "h200", cfg, precision=precision, overrides={"num_layers": 4})
+    text = dumps(recipe, "torchtitan-py")
+    compile(text, "recipe.py", "exec")
+    assert f"def {config_function_name(recipe)}() -> Trainer.Config:" in text
+    assert 'Float8LinearConverter.Config(recipe_name="rowwise"' in text and "n_layers=4" in text
+    assert "config.activation_checkpoint = FullAC.Config()" in text
+    assert "config.training.disable_cuda_graphs = True" in text
+    with pytest.raises(SpecError, match="torchtitan-py"):
+        dumps(recipe, "torchtitan-args")
+
+
+@pytest.mark.parametrize("model, gpu, kw, match", [
+    ("gpt2-small", "h100-sxm", {}, "has none for gpt2-small"),
+    ("mixtral-8x7b", "h100-sxm", {}, "has none for mixtral-8x7b"),
+    ("llama3-8b", "mi355x", {"fp8": "mxfp8"}, r"NVIDIA SM100\+ only"),
+    ("llama3-8b", "h100-sxm", {"reduce_dtype": "bf16"}, "accepts only float32"),
+    ("llama3-8b", "h100-sxm", {"fp8": "tensorwise"}, "no tensorwise recipe")])
+def test_what_torchtitan_030_cannot_run_is_refused(model, gpu, kw, match):
+    precision = PrecisionPolicy(**kw)
+    cfg = TrainingConfig(1, 2048, precision.workbench_precision, Parallelism(dp=8), "none")
+    recipe = make_recipe(model, gpu, cfg, precision=precision)
+    for fmt in ("torchtitan-py", "torchtitan-args"):
+        with pytest.raises(WorkbenchError, match=match):
+            dumps(recipe, fmt)
 
 
 def test_recommendation_models_are_refused_with_a_reason(tmp_path):

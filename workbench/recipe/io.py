@@ -17,8 +17,8 @@ from workbench.errors import MISSING, SpecError
 from workbench.fileio import load_yaml, parse_yaml, write_text
 from workbench.recipe.schema import Recipe
 
-RecipeFormat = Literal["yaml", "json", "torchtitan-toml", "torchtitan-args"]
-FORMATS: tuple[str, ...] = ("yaml", "json", "torchtitan-toml", "torchtitan-args")
+RecipeFormat = Literal["yaml", "json", "torchtitan-toml", "torchtitan-args", "torchtitan-py"]
+FORMATS: tuple[str, ...] = ("yaml", "json", "torchtitan-toml", "torchtitan-args", "torchtitan-py")
 
 
 def header_lines(recipe: Recipe) -> list[str]:
@@ -52,6 +52,10 @@ def dumps(recipe: Recipe, format: RecipeFormat = "yaml") -> str:
         from workbench.recipe.torchtitan import to_torchtitan_args
 
         return to_torchtitan_args(recipe)
+    if format == "torchtitan-py":
+        from workbench.recipe.torchtitan import to_torchtitan_py
+
+        return to_torchtitan_py(recipe)
     raise SpecError("save_recipe", "format", format, f"one of {', '.join(FORMATS)}")
 
 

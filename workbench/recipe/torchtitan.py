@@ -1,22 +1,26 @@
-"""Recipes in torchtitan's language: a v0.2.x TOML job config, and command-line overrides for current torchtitan.
+"""Recipes in torchtitan's language: a 0.2.x TOML job config, and for torchtitan 0.3.0 a Python config function
+(``torchtitan-py``) or, where flat flags can say everything, a ``run_train.sh`` line (``torchtitan-args``).
 
-What was checked (pytorch/torchtitan, read through the code index, not installed):
-  * v0.2.x TOML: ``torchtitan/config/job_config.py`` of the v0.2 line -- [job] dump_folder/description;
-    [model] name/flavor/hf_assets_path/converters; [training] local_batch_size/global_batch_size/seq_len/steps/
-    dtype/mixed_precision_param/mixed_precision_reduce; [parallelism] data_parallel_replicate_degree/
-    data_parallel_shard_degree/tensor_parallel_degree/pipeline_parallel_degree/context_parallel_degree/
-    expert_parallel_degree; [activation_checkpoint] mode (none|selective|full)/selective_ac_option;
-    [compile] enable/components; [quantize.linear.float8] recipe_name (tensorwise|rowwise|rowwise_with_gw_hp)/
-    enable_fsdp_float8_all_gather/precompute_float8_dynamic_scale_for_fsdp/filter_fqns with
-    converters = ["quantize.linear.float8"]; [quantize.linear.mx] recipe_name (mxfp8_cublas) with
-    converters = ["quantize.linear.mx"]. Layout as in ``torchtitan/models/llama3/train_configs/llama3_8b.toml``.
-  * Current torchtitan (Python presets, ``run_train.sh`` takes MODULE / CONFIG, e.g. llama3 / llama3_8b, and passes
-    ``--section.option`` overrides through tyro): ``torchtitan/config/training.py`` at f204eb6 counts the batch in
-    tokens (num_tokens_per_microbatch_per_dp_rank, num_tokens_per_train_step, max_context_length; dtype,
-    mixed_precision_param/reduce); parallelism keeps the degree names above; activation_checkpoint.mode. There,
-    compile and fp8 converters are part of the Python preset (no flat flag), so they are stated in comments.
-Model structure (layers, vocabulary) is a torchtitan *flavor*, not a config key: overrides become comments naming
-the flavor fields to change.
+Supported consumers, checked by running their own config managers on every export of a matrix
+(``tests/recipe/test_torchtitan_consumer.py``):
+  * **torchtitan 0.2.2** (``torchtitan/config/job_config.py``, read with ``--job.config_file``): [model]
+    name/flavor/hf_assets_path/converters; [training] local_batch_size/global_batch_size/seq_len/dtype/
+    mixed_precision_param/mixed_precision_reduce (float32 only); [parallelism] *_degree;
+    [activation_checkpoint] mode/selective_ac_option; [compile] enable/components; [quantize.linear.float8]
+    recipe_name (rowwise|rowwise_with_gw_hp; unset = tensorwise, the only one that takes
+    enable_fsdp_float8_all_gather: ``components/quantization/float8.py`` asserts they are not both set);
+    [quantize.linear.mx] recipe_name ``mxfp8_cublas`` (torchao <= 0.16: 0.18 dropped MXLinearConfig).
+    Layout and hf_assets_path as in ``torchtitan/models/llama3/train_configs/llama3_8b.toml``.
+  * **torchtitan 0.3.0** (the wheel; ``torchtitan/config/README.md`` of its release/0.3 branch): a run is a
+    Python function returning ``Trainer.Config``, named by ``--module`` (any importable module) and ``--config``;
+    the ``--section.option`` flags are frozen, and ``model_spec`` (flavor, layers, float8/mx converters) is not
+    on the command line at all. ``training.local_batch_size/global_batch_size/seq_len``, ``compile.enable``,
+    ``activation_checkpoint`` = ``SelectiveAC.Config()`` | ``FullAC.Config()`` | None (CLI: a final
+    ``activation-checkpoint:selective|full|none``); ``Float8LinearConverter.Config(recipe_name=rowwise|
+    rowwise_with_gw_hp)`` (no tensorwise), ``MXFP8LinearConverter.Config`` (SM100+ only); pipeline parallelism
+    needs ``training.disable_cuda_graphs``.
+Selective checkpointing is exported as torchtitan's per-op policy (0.2.2 ``selective_ac_option = "op"``, 0.3.0
+``SelectiveAC``): the workbench's ``torchtitan`` stack (``specs/stacks/torchtitan.yaml``) models that policy.
 """
 
 from __future__ import annotations
@@ -24,95 +28,145 @@ from __future__ import annotations
 import json
 
 from workbench.errors import SpecError
+from workbench.hardware import get_gpu
 from workbench.models import TransformerModel
 from workbench.recipe.build import recipe_model
 from workbench.recipe.io import header_lines
 from workbench.recipe.schema import Recipe
 
-# workbench catalog name -> (torchtitan module, flavor, current preset function)
+# workbench catalog name -> (torchtitan module, flavor, preset function, standard hf_assets_path, preset lr)
 _TORCHTITAN_MODELS = {
-    "llama3-8b": ("llama3", "8B", "llama3_8b"),
-    "llama3-70b": ("llama3", "70B", "llama3_70b"),
-    "llama3-405b": ("llama3", "405B", "llama3_405b"),
+    "llama3-8b": ("llama3", "8B", "llama3_8b", "./assets/hf/Llama-3.1-8B", 3e-4),
+    "llama3-70b": ("llama3", "70B", "llama3_70b", "./assets/hf/Llama-3.1-70B", 1.5e-4),
+    "llama3-405b": ("llama3", "405B", "llama3_405b", "./assets/hf/Llama-3.1-405B", 8e-5),
+    # 0.3.0 only: llama3 flavor "1B" (tied embeddings); no preset function, so llama3_8b's settings are the base
+    "llama3.2-1b": ("llama3", "1B", "llama3_8b", "./assets/hf/Llama-3.2-1B", 3e-4),
 }
-# workbench model field -> torchtitan TransformerModelArgs field (llama3 flavors)
+_V02_FLAVORS = ("8B", "70B", "405B")
+"""torchtitan 0.2.2's llama3 flavors for catalog models (``torchtitan/models/llama3/__init__.py``)."""
+# workbench model field -> torchtitan 0.2.2 TransformerModelArgs field (llama3 flavors)
 _FLAVOR_FIELDS = {"num_layers": "n_layers", "vocab_size": "vocab_size", "hidden_size": "dim", "num_heads": "n_heads",
                   "num_kv_heads": "n_kv_heads", "ffn_hidden_size": "hidden_dim (via ffn_dim_multiplier/multiple_of)",
                   "head_dim": "head_dim (dim / n_heads)"}
 _DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16"}
 FLOAT8_RECIPE_NAMES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
-"""The workbench fp8 recipes that are torchtitan [quantize.linear.float8] recipe_name values, spelled the same."""
+"""The workbench fp8 recipes that are torchtitan 0.2.x [quantize.linear.float8] recipes, spelled the same."""
+_FP8_ARCHS = ("hopper", "blackwell", "blackwell-ultra", "cdna3", "cdna4", "cdna5")
+"""float8 linears: NVIDIA SM89+ or AMD gfx942+ (both versions' float8.py)."""
+_SELECTIVE_NOTE = ("selective = torchtitan's per-op policy (saves matmul/attention outputs, recomputes every second "
+                   "matmul); the workbench 'torchtitan' stack (specs/stacks/torchtitan.yaml) predicts exactly that")
 
 
-def _check(recipe: Recipe) -> TransformerModel:
+def _refuse(field: str, value: object, why: str) -> SpecError:
+    return SpecError("torchtitan export", field, value, why)
+
+
+def _check(recipe: Recipe, version: str) -> TransformerModel:
+    """The recipe's model, or a SpecError naming what torchtitan ``version`` ("0.2" or "0.3") cannot run."""
     model = recipe_model(recipe)
     if not isinstance(model, TransformerModel):
-        raise SpecError("torchtitan export", "model.name", recipe.model.name,
-                        "a transformer (torchtitan trains language models; export DLRM/HSTU recipes as YAML or JSON)")
-    if recipe.precision.compute_dtype == "fp16":
-        raise SpecError("torchtitan export", "precision.compute_dtype", "fp16", "bf16, fp32 or tf32 (torchtitan's "
-                        "mixed_precision_param is bfloat16 or float32)")
+        raise _refuse("model.name", recipe.model.name, "a transformer (torchtitan trains language models; export "
+                      "DLRM/HSTU recipes as YAML or JSON)")
+    name = recipe.model.name
+    if name not in _TORCHTITAN_MODELS or (version == "0.2" and _TORCHTITAN_MODELS[name][1] not in _V02_FLAVORS):
+        have = [n for n, m in _TORCHTITAN_MODELS.items() if version == "0.3" or m[1] in _V02_FLAVORS]
+        raise _refuse("model.name", name, f"a model torchtitan {version}.x has a module and flavor for "
+                      f"({', '.join(have)}); it has none for {name}")
+    prec = recipe.precision
+    if prec.compute_dtype == "fp16":
+        raise _refuse("precision.compute_dtype", "fp16", "bf16, fp32 or tf32 (torchtitan's mixed_precision_param "
+                      "is bfloat16 or float32)")
+    if prec.reduce_dtype != "fp32":
+        raise _refuse("precision.reduce_dtype", prec.reduce_dtype, "fp32 (torchtitan's training."
+                      "mixed_precision_reduce accepts only float32)")
+    gpu = get_gpu(recipe.target.gpu)
+    if prec.fp8 != "none" and gpu.architecture not in _FP8_ARCHS:
+        raise _refuse("precision.fp8", prec.fp8, f"none on {gpu.name} ({gpu.architecture}): torchtitan's float8 "
+                      "needs NVIDIA SM89+ or AMD MI300 (gfx942)+")
+    if prec.fp8 == "mxfp8":
+        if version == "0.3" and gpu.vendor != "nvidia":
+            raise _refuse("precision.fp8", "mxfp8", f"not mxfp8 on {gpu.name}: torchtitan 0.3.0's "
+                          "MXFP8LinearConverter runs on NVIDIA SM100+ only (no AMD path)")
+        if not gpu.architecture.startswith(("blackwell", "cdna4", "cdna5")):
+            raise _refuse("precision.fp8", "mxfp8", f"not mxfp8 on {gpu.name} ({gpu.architecture}): torchtitan's "
+                          "MX linears need SM100+ (0.2.2 also gfx950)")
+        if version == "0.2" and recipe.compile and recipe.parallelism.tp > 1:
+            raise _refuse("precision.fp8", "mxfp8", "no mxfp8 with compile and TP > 1 (torchtitan 0.2.2 asserts "
+                          "'TP not yet supported with torch.compile for mxfp8')")
+    if version == "0.3" and prec.fp8 == "tensorwise":
+        raise _refuse("precision.fp8", "tensorwise", "rowwise or rowwise_with_gw_hp (torchtitan 0.3.0's "
+                      "Float8LinearConverter has no tensorwise recipe; export tensorwise as torchtitan-toml for 0.2.2)")
     return model
 
 
-def _comments(recipe: Recipe) -> list[str]:
+def _comments(recipe: Recipe, version: str) -> list[str]:
     lines = header_lines(recipe)
-    name = recipe.model.name
-    if name not in _TORCHTITAN_MODELS:
-        lines.append(f"model {name} has no torchtitan flavor: register one with its fields before running")
-    for key, value in recipe.model.overrides.items():
-        lines.append(f"model override {key} = {value}: set flavor field {_FLAVOR_FIELDS.get(key, key)} "
-                     f"(a custom flavor; torchtitan has no config key for it)")
+    if version == "0.2":
+        for key, value in recipe.model.overrides.items():
+            lines.append(f"model override {key} = {value}: NOT applied by this TOML -- set flavor field "
+                         f"{_FLAVOR_FIELDS.get(key, key)} in a custom flavor (torchtitan 0.2.x has no config key for "
+                         "it), or export torchtitan-py for 0.3.0, which builds the layers")
     for revision in recipe.model.revisions:
         lines.append(f"revision {revision.name}: {revision.field} {revision.old} -> {revision.new} "
                      f"(predicted x{revision.predicted_gain:.3f}) {revision.reason}")
+    if recipe.activation_checkpointing.mode == "selective":
+        lines.append(_SELECTIVE_NOTE)
     if recipe.precision.compute_dtype == "tf32":
         lines.append("tf32: set torch.backends.cuda.matmul.allow_tf32 = True (no torchtitan config key)")
     if recipe.activation_checkpointing.layers != "all":
         lines.append(f"activation checkpointing on blocks {list(recipe.activation_checkpointing.layers)} only: "
-                     "torchtitan applies one mode to every block; use selective_ac_option = 'N' for every N-th")
+                     "torchtitan applies one mode to every block")
     if recipe.kernels:
         lines.append(f"{len(recipe.kernels)} per-op kernel choices are in the workbench recipe (not a torchtitan key)")
+    lines.append("data: the preset's c4 dataset and the tokenizer at hf_assets_path are downloaded by torchtitan's "
+                 "scripts/download_hf_assets.py; the optimizer and lr are the preset's for this size")
     return lines
 
 
-def _model_names(recipe: Recipe) -> tuple[str, str, str]:
-    return _TORCHTITAN_MODELS.get(recipe.model.name, (recipe.model.name, "custom", recipe.model.name))
+def _dtypes(recipe: Recipe) -> dict[str, str]:
+    prec = recipe.precision
+    return {"dtype": "float32" if prec.param_dtype == "fp32" else "bfloat16",
+            "mixed_precision_param": _DTYPES[prec.compute_dtype], "mixed_precision_reduce": "float32"}
 
+
+def _degrees(recipe: Recipe) -> dict[str, int]:
+    p = recipe.parallelism
+    return {"data_parallel_replicate_degree": p.dp if p.sharding == "ddp" else 1,
+            "data_parallel_shard_degree": p.dp if p.sharding == "fsdp" else 1,
+            "tensor_parallel_degree": p.tp, "pipeline_parallel_degree": p.pp,
+            "context_parallel_degree": p.cp, "expert_parallel_degree": p.ep}
+
+
+# ---- torchtitan 0.2.x: TOML ----------------------------------------------------------------------------------
 
 def torchtitan_sections(recipe: Recipe) -> dict[str, dict]:
-    """The v0.2.x job config as {section: {option: value}}; dotted section names are TOML sub-tables."""
-    _check(recipe)
-    module, flavor, _ = _model_names(recipe)
+    """The 0.2.x job config as {section: {option: value}}; dotted section names are TOML sub-tables."""
+    _check(recipe, "0.2")
+    module, flavor, _, assets, lr = _TORCHTITAN_MODELS[recipe.model.name]
     p, b, prec = recipe.parallelism, recipe.batch, recipe.precision
     converters = (["quantize.linear.float8"] if prec.fp8 in FLOAT8_RECIPE_NAMES
                   else {"none": [], "mxfp8": ["quantize.linear.mx"]}[prec.fp8])
     sections: dict[str, dict] = {
         "job": {"dump_folder": "./outputs",
                 "description": f"{recipe.model.name} on {recipe.target.gpus} x {recipe.target.gpu} (workbench recipe)"},
-        "model": {"name": module, "flavor": flavor, "hf_assets_path": f"./assets/hf/{recipe.model.name}",
-                  "converters": converters},
-        "optimizer": {"name": "AdamW", "lr": 3e-4, "eps": 1e-8},
+        "model": {"name": module, "flavor": flavor, "hf_assets_path": assets, "converters": converters},
+        "optimizer": {"name": "AdamW", "lr": lr, "eps": 1e-8},
         "training": {"local_batch_size": b.micro_batch, "global_batch_size": b.global_batch, "seq_len": b.seq_len,
-                     "steps": 1000, "dtype": "float32" if prec.param_dtype == "fp32" else "bfloat16",
-                     "mixed_precision_param": _DTYPES[prec.compute_dtype],
-                     "mixed_precision_reduce": "float32" if prec.reduce_dtype == "fp32" else "bfloat16",
-                     "dataset": "c4"},
-        "parallelism": {"data_parallel_replicate_degree": p.dp if p.sharding == "ddp" else 1,
-                        "data_parallel_shard_degree": p.dp if p.sharding == "fsdp" else 1,
-                        "tensor_parallel_degree": p.tp, "pipeline_parallel_degree": p.pp,
-                        "context_parallel_degree": p.cp, "expert_parallel_degree": p.ep},
+                     "steps": 1000, **_dtypes(recipe), "dataset": "c4"},
+        "parallelism": _degrees(recipe),
         "activation_checkpoint": {"mode": recipe.activation_checkpointing.mode},
         "compile": {"enable": recipe.compile, "components": ["model", "loss"]},
     }
     if recipe.activation_checkpointing.mode == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
-    if prec.fp8 in FLOAT8_RECIPE_NAMES:
-        # the FSDP fp8 all-gather (and its precomputed scales) is recommended for tensorwise scaling only
-        fsdp_fp8 = prec.fp8 == "tensorwise" and p.sharding == "fsdp"
-        sections["quantize.linear.float8"] = {"recipe_name": prec.fp8, "filter_fqns": ["output"],
-                                              "enable_fsdp_float8_all_gather": fsdp_fp8,
+    if prec.fp8 == "tensorwise":
+        # tensorwise is torchao's default config, built when recipe_name is unset; only that path takes the FSDP
+        # float8 all-gather (recipe_name with enable_fsdp_float8_all_gather is an AssertionError in 0.2.2)
+        fsdp_fp8 = p.sharding == "fsdp" and p.dp > 1
+        sections["quantize.linear.float8"] = {"filter_fqns": ["output"], "enable_fsdp_float8_all_gather": fsdp_fp8,
                                               "precompute_float8_dynamic_scale_for_fsdp": fsdp_fp8}
+    elif prec.fp8 in FLOAT8_RECIPE_NAMES:
+        sections["quantize.linear.float8"] = {"recipe_name": prec.fp8, "filter_fqns": ["output"]}
     elif prec.fp8 == "mxfp8":
         sections["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
     return sections
@@ -131,10 +185,12 @@ def _toml_value(value: object) -> str:
 
 
 def to_torchtitan_toml(recipe: Recipe) -> str:
-    """A torchtitan v0.2.x TOML job config (``--job.config_file``) with a comment header."""
+    """A torchtitan 0.2.x TOML job config (``--job.config_file``) with a comment header."""
     sections = torchtitan_sections(recipe)
-    out = [f"# {line}" for line in _comments(recipe)]
-    out.append("# torchtitan v0.2.x job config written by workbench; run: "
+    out = [f"# {line}" for line in _comments(recipe, "0.2")]
+    if recipe.precision.fp8 == "mxfp8":
+        out.append("# mxfp8_cublas needs torchao <= 0.16 (0.18 dropped MXLinearConfig, which torchtitan 0.2.2 imports)")
+    out.append("# torchtitan 0.2.x job config written by workbench; run: "
                f"NGPU={recipe.target.gpus} CONFIG_FILE=<this file> ./run_train.sh")
     for name, options in sections.items():
         out += ["", f"[{name}]"]
@@ -142,36 +198,147 @@ def to_torchtitan_toml(recipe: Recipe) -> str:
     return "\n".join(out) + "\n"
 
 
+# ---- torchtitan 0.3.0: a Python config function (torchtitan-py) or flat flags (torchtitan-args) ----------------
+
+_LAYER_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")
+
+
+def config_function_name(recipe: Recipe) -> str:
+    """The ``--config`` name of a recipe's 0.3.0 config function, e.g. ``llama3_8b_h200_sxm_x8``."""
+    raw = f"{recipe.model.name}_{recipe.target.gpu}_x{recipe.target.gpus}"
+    return "".join(c if c.isalnum() else "_" for c in raw.lower())
+
+
+def _model_lines(recipe: Recipe, model: TransformerModel) -> list[str]:
+    """Body lines that build ``model_spec``: the flavor, its layers rebuilt for structural overrides, converters."""
+    _, flavor, _, _, _ = _TORCHTITAN_MODELS[recipe.model.name]
+    prec, overrides = recipe.precision, recipe.model.overrides
+    converters = {"none": "",
+                  "rowwise": 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"], ',
+                  "rowwise_with_gw_hp": 'Float8LinearConverter.Config(recipe_name="rowwise_with_gw_hp", '
+                                        'filter_fqns=["lm_head"], ',
+                  "mxfp8": 'MXFP8LinearConverter.Config(fqns=["layers"], '}[prec.fp8]
+    converters = f"[{converters}model_compile_enabled={recipe.compile})]" if converters else "[]"
+    if not overrides:
+        return [f"    model_spec = model_registry({flavor!r}, converters={converters})"]
+    if "head_dim" in overrides and model.head_dim != model.hidden_size // model.num_heads:
+        raise _refuse("model.overrides.head_dim", model.head_dim, f"hidden_size / num_heads = "
+                      f"{model.hidden_size // model.num_heads} (torchtitan's llama3 layers derive head_dim)")
+    lines = [f"    # model overrides {dict(overrides)}: torchtitan's {flavor} flavor, changed field by field",
+             f"    model = llama3_configs[{flavor!r}](attn_backend=\"flex\")"]
+    if "hidden_size" in overrides:
+        d = model.hidden_size
+        lines += [f"    model.dim = model.tok_embeddings.embedding_dim = model.norm.normalized_shape = {d}",
+                  f"    model.lm_head.in_features = {d}", f"    model.lm_head.param_init = _output_linear_init({d})"]
+    if "vocab_size" in overrides:
+        v = model.vocab_size
+        lines.append(f"    model.vocab_size = model.tok_embeddings.num_embeddings = model.lm_head.out_features = {v}")
+    if any(key in overrides for key in _LAYER_FIELDS + ("head_dim",)):
+        lines += ["    model.layers = _build_llama3_layers(  # the builder torchtitan's own flavors use",
+                  f"        n_layers={model.num_layers}, dim={model.hidden_size}, n_heads={model.num_heads}, "
+                  f"n_kv_heads={model.num_kv_heads}, hidden_dim={model.ffn_hidden_size}, fuse_qkv=True,",
+                  f"        rope=ComplexRoPE.Config(dim={model.head_dim}, max_seq_len=131072, theta=500000, "
+                  "scaling=\"llama\"), attn_backend=\"flex\")"]
+    lines += [f"    converters = {converters}", "    validate_converter_order(converters)",
+              "    for converter in converters:", "        model = converter.build().convert(model)",
+              f"    model_spec = dataclasses.replace(model_registry({flavor!r}), model=model)"]
+    return lines
+
+
+def to_torchtitan_py(recipe: Recipe) -> str:
+    """A torchtitan 0.3.0 config module: one function returning the recipe's ``Trainer.Config`` (the form 0.3.0's
+    config README recommends), with the run line in its docstring."""
+    model = _check(recipe, "0.3")
+    _, _, preset, assets, _ = _TORCHTITAN_MODELS[recipe.model.name]
+    b, fn, ac = recipe.batch, config_function_name(recipe), recipe.activation_checkpointing.mode
+    doc = [*_comments(recipe, "0.3"), "",
+           "torchtitan 0.3.0 config written by workbench. Run from a torchtitan checkout, with this file's folder on",
+           "PYTHONPATH and MODULE the file's name without .py:",
+           f"    PYTHONPATH=<folder> NGPU={recipe.target.gpus} MODULE=<module> CONFIG={fn} ./run_train.sh",
+           "or torchrun --nproc_per_node "
+           f"{recipe.target.gpus} -m torchtitan.train --module <module> --config {fn}"]
+    out = ['"""' + "\n".join(doc).replace("\\", "\\\\").replace('"""', "'''") + '\n"""', "",
+           "import dataclasses", "",
+           "from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss",
+           "from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter",
+           "from torchtitan.config import CompileConfig",
+           "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
+           "from torchtitan.models.common import ComplexRoPE",
+           "from torchtitan.models.common.config_utils import decoder_vocab_size",
+           "from torchtitan.models.llama3 import _build_llama3_layers, _output_linear_init, llama3_configs, "
+           "model_registry",
+           f"from torchtitan.models.llama3.config_registry import {preset}",
+           "from torchtitan.models.utils import validate_converter_order",
+           "from torchtitan.trainer import Trainer", "", "",
+           f"def {fn}() -> Trainer.Config:",
+           f"    config = {preset}()  # torchtitan's preset: optimizer and lr, dataset, checkpoint and validation cadence",
+           *_model_lines(recipe, model),
+           "    config.model_spec = model_spec",
+           "    config.loss = ChunkedLossWrapper.Config(",
+           "        loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(model_spec)))",
+           f"    config.hf_assets_path = {assets!r}",
+           f"    config.training.local_batch_size = {b.micro_batch}",
+           f"    config.training.global_batch_size = {b.global_batch}",
+           f"    config.training.seq_len = {b.seq_len}",
+           *(f"    config.training.{k} = {v!r}" for k, v in _dtypes(recipe).items()),
+           f"    config.training.disable_cuda_graphs = {recipe.parallelism.pp > 1}  # CUDA graphs refuse PP > 1",
+           *(f"    config.parallelism.{k} = {v}" for k, v in _degrees(recipe).items()),
+           "    config.activation_checkpoint = " + {"none": "None", "selective": "SelectiveAC.Config()",
+                                                    "full": "FullAC.Config()"}[ac],
+           f"    config.compile = CompileConfig(enable={recipe.compile}, components=[\"model\", \"loss\"])",
+           "    return config"]
+    return "\n".join(out) + "\n"
+
+
+def _flat_refusal(recipe: Recipe) -> str | None:
+    """Why flat 0.3.0 flags on a preset cannot run this recipe (model_spec is off the command line), or None."""
+    if recipe.precision.fp8 != "none":
+        return f"fp8 = {recipe.precision.fp8}: the float8/mx converters are in model_spec, which no flag sets"
+    if recipe.model.overrides:
+        return f"model overrides {dict(recipe.model.overrides)}: layers are in model_spec, which no flag sets"
+    if recipe.model.name == "llama3-405b":
+        return "llama3_405b's preset builds float8 linears into model_spec, which no flag removes"
+    if recipe.model.name == "llama3.2-1b":
+        return "torchtitan 0.3.0 has no preset with the 1B flavor"
+    return None
+
+
 def torchtitan_args(recipe: Recipe) -> list[str]:
-    """``--section.option value`` overrides for current torchtitan (token-counted batch; see module docstring)."""
-    _check(recipe)
-    p, b, prec = recipe.parallelism, recipe.batch, recipe.precision
-    args = {
-        "training.num_tokens_per_microbatch_per_dp_rank": b.micro_batch * b.seq_len,
-        "training.num_tokens_per_train_step": b.global_batch * b.seq_len,
-        "training.max_context_length": b.seq_len,
-        "training.dtype": "float32" if prec.param_dtype == "fp32" else "bfloat16",
-        "training.mixed_precision_param": _DTYPES[prec.compute_dtype],
-        "training.mixed_precision_reduce": "float32" if prec.reduce_dtype == "fp32" else "bfloat16",
-        "parallelism.data_parallel_replicate_degree": p.dp if p.sharding == "ddp" else 1,
-        "parallelism.data_parallel_shard_degree": p.dp if p.sharding == "fsdp" else 1,
-        "parallelism.tensor_parallel_degree": p.tp,
-        "parallelism.pipeline_parallel_degree": p.pp,
-        "parallelism.context_parallel_degree": p.cp,
-        "parallelism.expert_parallel_degree": p.ep,
-        "activation_checkpoint.mode": recipe.activation_checkpointing.mode,
-    }
-    return [part for key, value in args.items() for part in (f"--{key}", str(value))]
+    """torchtitan 0.3.0 flags for the recipe's preset: ``--module``/``--config``, ``--section.option`` overrides
+    and the final ``activation-checkpoint:MODE``; a SpecError when flags cannot say the recipe (use torchtitan-py)."""
+    _check(recipe, "0.3")
+    why = _flat_refusal(recipe)
+    if why:
+        raise _refuse("format", "torchtitan-args", f"torchtitan-py (a config function; {why})")
+    module, _, preset, assets, _ = _TORCHTITAN_MODELS[recipe.model.name]
+    b = recipe.batch
+    args = ["--module", module, "--config", preset, "--hf_assets_path", assets,
+            "--training.local_batch_size", str(b.micro_batch), "--training.global_batch_size", str(b.global_batch),
+            "--training.seq_len", str(b.seq_len)]
+    for key, value in _dtypes(recipe).items():
+        args += [f"--training.{key}", value]
+    for key, value in _degrees(recipe).items():
+        args += [f"--parallelism.{key}", str(value)]
+    args += ["--compile.enable" if recipe.compile else "--compile.no-enable", "--compile.components", "model,loss",
+             "--compile.no-enable_async_tensor_parallel"]
+    if recipe.parallelism.pp > 1:
+        args.append("--training.disable_cuda_graphs")
+    args.append(f"activation-checkpoint:{recipe.activation_checkpointing.mode}")  # a subcommand: last
+    return args
 
 
 def to_torchtitan_args(recipe: Recipe) -> str:
-    """A ``run_train.sh`` command line for current torchtitan with the recipe's overrides, and a comment header."""
-    module, _, preset = _model_names(recipe)
-    lines = [f"# {line}" for line in _comments(recipe)]
-    lines.append(f"# compile {'on' if recipe.compile else 'off'} and fp8 ({recipe.precision.fp8}) are set in the "
-                 "Python preset in current torchtitan (no flat override)")
+    """A torchtitan 0.3.0 ``run_train.sh`` line for the recipe, with a comment header."""
     args = torchtitan_args(recipe)
-    pairs = [f"  {args[i]} {args[i + 1]}" for i in range(0, len(args), 2)]
+    module, preset, flags = args[1], args[3], args[4:]
+    lines = [f"# {line}" for line in _comments(recipe, "0.3")]
+    lines.append("# torchtitan 0.3.0 flags (frozen there, kept for compatibility); torchtitan-py is the recommended form")
     lines.append(f"NGPU={recipe.target.gpus} MODULE={module} CONFIG={preset} ./run_train.sh \\")
-    lines.append(" \\\n".join(pairs))
+    pairs, i = [], 0
+    while i < len(flags):
+        takes_value = flags[i].startswith("--") and i + 1 < len(flags) and not flags[i + 1].startswith("-") \
+            and ":" not in flags[i + 1]
+        pairs.append(" ".join(flags[i:i + 2]) if takes_value else flags[i])
+        i += 2 if takes_value else 1
+    lines.append(" \\\n".join(f"  {p}" for p in pairs))
     return "\n".join(lines) + "\n"
