@@ -198,6 +198,25 @@ def test_workbench_lab_serves_the_notebook(tmp_path):
         notebook = lab.get("/api/contents/notebooks/workbench.ipynb")
         assert notebook["type"] == "notebook" and notebook["content"]["metadata"]["kernelspec"]["name"] == "python3"
         assert b"JupyterLab" in lab.get("/lab")
+        # the URL it prints opens the notebook itself (not the Launcher), with the server's token
+        url = f"http://localhost:{lab.port}/lab/tree/notebooks/workbench.ipynb?token={lab.token}"
+        assert f"workbench: open {url}" in lab.text() and "ssh -L" in lab.text()
+        assert b"JupyterLab" in lab.get("/lab/tree/notebooks/workbench.ipynb")
+
+
+def test_lab_picks_a_port_and_token_and_prints_the_notebook_url(monkeypatch, capsys, tmp_path):
+    """Without --port or a token, launch makes both, so it can print the URL before Jupyter starts."""
+    pytest.importorskip("jupyterlab")
+    from workbench import lab as lab_module
+
+    started = []
+    monkeypatch.setattr(lab_module, "run_until_stopped", lambda command, cwd: started.append(command) or 0)
+    assert lab_module.launch(open_browser=False) == 0
+    command, out = started[0], capsys.readouterr().out
+    token = next(c.split("=", 1)[1] for c in command if c.startswith("--IdentityProvider.token="))
+    port = next(c.split("=", 1)[1] for c in command if c.startswith("--port="))
+    assert f"http://localhost:{port}/lab/tree/notebooks/workbench.ipynb?token={token}" in out
+    assert token not in out.splitlines()[0]  # the command line it echoes hides the token
 
 
 @needs_proc

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -61,9 +63,43 @@ def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = T
         command.append("--no-browser")
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root; Jupyter refuses without this
         command.append("--allow-root")
-    command += jupyter_args or []
-    print("starting:", " ".join(command), flush=True)
+    extra = jupyter_args or []
+    token = _given(extra, "--IdentityProvider.token", "--ServerApp.token")
+    if token is None:  # ours, so the notebook's own URL can be printed before Jupyter starts
+        token = secrets.token_hex(24)
+        command.append(f"--IdentityProvider.token={token}")
+    if not port and _given(extra, "--port", "--ServerApp.port") is None:
+        port = _free_port()
+        command += [f"--port={port}", "--ServerApp.port_retries=0"]
+    command += extra
+    print("starting:", " ".join(c if "token=" not in c else c.split("=", 1)[0] + "=***" for c in command), flush=True)
+    if port:
+        print(notebook_url(port, path.relative_to(root), token), flush=True)
     return run_until_stopped(command, cwd=root)
+
+
+def notebook_url(port: int, notebook: Path, token: str) -> str:
+    """What to open: the notebook itself (not the Launcher), and how to reach it from another machine."""
+    url = f"http://localhost:{port}/lab/tree/{notebook.as_posix()}?token={token}"
+    return (f"workbench: open {url}\n"
+            f"workbench: on a remote machine, forward the port first: ssh -L {port}:localhost:{port} USER@HOST")
+
+
+def _given(args: list[str], *names: str) -> str | None:
+    """The value of a ``--name=value`` or ``--name value`` Jupyter option among ``args``, or None."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_until_stopped(command: list[str], *, cwd: str | Path | None = None, grace_s: float = STOP_GRACE_S) -> int:
