@@ -69,6 +69,36 @@ class PlanCache(dict):
         return plan
 
 
+def tensor_key(t) -> tuple | None:
+    """What a launch plan depends on of one tensor (shape, strides, dtype, device); None for an absent one. A
+    non-tensor raises AttributeError, which the wrappers take as "no key": they plan it and the plan's checks
+    name what is wrong."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def reused_descriptors(plan: Any, descriptor_class: type, a: Any, b: Any, c: Any, *per_tensor: tuple) -> tuple:
+    """Host tensor descriptors (Triton's or Gluon's ``TensorDescriptor``) over the GEMM operands ``a``, ``b``, ``c``
+    for one launch of a cached ``plan``. The first launch builds them (``descriptor_class.from_tensor(t, *args)``,
+    ``args`` the i-th entry of each of ``per_tensor``, e.g. block shapes and layouts: the constructor and its
+    checks) and keeps their fields, without the base tensor, in ``plan.descriptors``; later launches copy those
+    fields onto the new tensors without re-running the checks (the plan's key guarantees the shape, strides and
+    dtype they were checked with): 0.3 us a descriptor instead of 1.5 us. The launcher reads base.data_ptr(),
+    shape, strides and padding, and encodes the TMA map at each launch. Unrolled: it runs on every call."""
+    fields = plan.descriptors
+    if fields is None:
+        built = tuple(descriptor_class.from_tensor(t, *(args[i] for args in per_tensor))
+                      for i, t in enumerate((a, b, c)))
+        plan.descriptors = tuple({**vars(d), "base": None} for d in built)
+        return built
+    new = object.__new__
+    da, db, dc = new(descriptor_class), new(descriptor_class), new(descriptor_class)
+    da.__dict__.update(fields[0])
+    db.__dict__.update(fields[1])
+    dc.__dict__.update(fields[2])
+    da.base, db.base, dc.base = a, b, c
+    return da, db, dc
+
+
 _PLAN_CACHES: list[PlanCache] = []
 
 

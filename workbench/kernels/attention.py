@@ -36,7 +36,7 @@ import triton.language as tl
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
 from workbench.kernels._common import (BenchCase, backend, check, check_device, device_name, frozen, interpreting,
-                                       needs_grad, plan_cache)
+                                       needs_grad, plan_cache, tensor_key)
 from workbench.kernels.spaces import HEAD_DIMS
 from workbench.kernels.spaces import attention_config_space as config_space
 from workbench.select import config_for_device
@@ -386,8 +386,7 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     try:
         key = None
         if causal is True or causal is False:  # 1 == True as a key, but only a bool passes the checks
-            key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
-                   v.stride(), v.dtype, v.device, causal, scale, frozen(config), frozen(bwd_config))
+            key = (tensor_key(q), tensor_key(k), tensor_key(v), causal, scale, frozen(config), frozen(bwd_config))
             plan = _PLANS.get(key)
             if plan is not None:
                 return plan

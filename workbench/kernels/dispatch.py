@@ -33,7 +33,7 @@ import torch
 
 from workbench.graph.ops import GemmShape
 from workbench.kernels import gemm
-from workbench.kernels._common import device_name, interpreting, plan_cache
+from workbench.kernels._common import device_name, interpreting, plan_cache, tensor_key
 from workbench.perf.gemm import is_aligned
 from workbench.select import ShimChoice, select_config, vendor_choice
 
@@ -94,8 +94,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     ``gemm_choice`` for the GPU the tensors are on (``gpu``: a catalog name to use its rule instead). The decision
     is cached per distinct call, so a repeated call costs two dictionary lookups over the kernel it runs."""
     try:
-        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
-               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+        key = (tensor_key(a), tensor_key(b), tensor_key(bias),
                activation, precision, out_dtype, gpu)
         route = _MATMUL_ROUTES.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable option: gemm.matmul's checks say which
@@ -113,10 +112,7 @@ def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tenso
     """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16 as ``gemm.scaled_matmul``, on Triton or
     ``torch._scaled_mm`` per ``gemm_choice``."""
     try:
-        key = (a_fp8.shape, a_fp8.stride(), a_fp8.dtype, a_fp8.device, b_fp8.shape, b_fp8.stride(), b_fp8.dtype,
-               b_fp8.device, scale_a.shape, scale_a.stride(), scale_a.dtype, scale_a.device, scale_b.shape,
-               scale_b.stride(), scale_b.dtype, scale_b.device,
-               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+        key = (tensor_key(a_fp8), tensor_key(b_fp8), tensor_key(scale_a), tensor_key(scale_b), tensor_key(bias),
                bool(use_fast_accum), gpu)
         route = _SCALED_ROUTES.get(key)
     except (AttributeError, TypeError):

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from workbench.kernels._common import (BenchCase, KernelInputError, backend, check, check_device, device_name,
-                                       frozen, interpreting, plan_cache)
+                                       frozen, interpreting, plan_cache, tensor_key)
 from workbench.kernels.spaces import gemm_config_space as config_space
 from workbench.kernels.spaces import is_gluon, is_tma
 from workbench.models import get_model
@@ -148,8 +148,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     once per distinct (shapes, strides, dtypes, devices, options, config) and cached (``_GemmPlan``); a repeated
     call costs a dictionary lookup, the output allocation and the launch."""
     try:
-        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
-               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+        key = (tensor_key(a), tensor_key(b), tensor_key(bias),
                activation, precision, out_dtype, frozen(config))
         plan = _MATMUL_PLANS.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable option: the checks below say which
@@ -174,10 +173,7 @@ def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tenso
     Cached per distinct call like ``matmul``; the plan also says which kernel runs (gemm.py, TMA or Gluon).
     """
     try:
-        key = (a_fp8.shape, a_fp8.stride(), a_fp8.dtype, a_fp8.device, b_fp8.shape, b_fp8.stride(), b_fp8.dtype,
-               b_fp8.device, scale_a.shape, scale_a.stride(), scale_a.dtype, scale_a.device, scale_b.shape,
-               scale_b.stride(), scale_b.dtype, scale_b.device,
-               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+        key = (tensor_key(a_fp8), tensor_key(b_fp8), tensor_key(scale_a), tensor_key(scale_b), tensor_key(bias),
                bool(use_fast_accum), frozen(config))
         plan = _SCALED_PLANS.get(key)
     except (AttributeError, TypeError):

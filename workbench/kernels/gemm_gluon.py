@@ -62,7 +62,8 @@ from pathlib import Path
 import torch
 import triton
 
-from workbench.kernels._common import check, check_device, frozen, interpreting, plan_cache
+from workbench.kernels._common import (check, check_device, frozen, interpreting, plan_cache, reused_descriptors,
+                                       tensor_key)
 from workbench.kernels.gemm import _scale_kind, reference_scaled_matmul  # noqa: F401 - the reference, re-exported
 from workbench.kernels.gemm_tma import TMA_FP8_DTYPES, _check_operands
 from workbench.kernels.spaces import (
@@ -358,12 +359,8 @@ def scaled_matmul_gluon(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch
     Same contract as ``gemm_tma.scaled_matmul_tma``; sm_90 only (``supported``). Checks, config, grid and
     descriptor layouts are cached per distinct call (``_GluonPlan``)."""
     try:
-        key = (a_fp8.shape, a_fp8.stride(), a_fp8.dtype, a_fp8.device, b_fp8.shape, b_fp8.stride(), b_fp8.dtype,
-               b_fp8.device, scale_a.shape, scale_a.stride(), scale_a.dtype, scale_a.device, scale_b.shape,
-               scale_b.stride(), scale_b.dtype, scale_b.device,
-               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
-               None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-               bool(use_fast_accum), frozen(config))
+        key = (tensor_key(a_fp8), tensor_key(b_fp8), tensor_key(scale_a), tensor_key(scale_b),
+               tensor_key(bias), tensor_key(out), bool(use_fast_accum), frozen(config))
         plan = _PLANS.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable config value: the checks say which
         key = plan = None
@@ -441,13 +438,7 @@ def _run(plan: _GluonPlan, a_fp8, b_fp8, bias, scale_a, scale_b, out) -> torch.T
     if (a_fp8.data_ptr() | b_fp8.data_ptr() | c.data_ptr()) % 16:  # the plan checked strides, not addresses
         _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
     b_t = b_fp8.t()  # [N, K] row-major
-    if plan.descriptors is None:  # the first launch: Gluon's constructor and its checks
-        a_desc, b_desc, c_desc = (GluonTensorDescriptor.from_tensor(t, block, layout) for t, block, layout
-                                  in zip((a_fp8, b_t, c), plan.blocks, plan.layouts))
-        plan.descriptors = tuple(_descriptor_fields(d) for d in (a_desc, b_desc, c_desc))
-    else:
-        fields_a, fields_b, fields_c = plan.descriptors
-        a_desc, b_desc, c_desc = (_descriptor(fields_a, a_fp8), _descriptor(fields_b, b_t), _descriptor(fields_c, c))
+    a_desc, b_desc, c_desc = reused_descriptors(plan, GluonTensorDescriptor, a_fp8, b_t, c, plan.blocks, plan.layouts)
     if bias is None:
         bias = c
     elif plan.bias_copy:
@@ -456,22 +447,6 @@ def _run(plan: _GluonPlan, a_fp8, b_fp8, bias, scale_a, scale_b, out) -> torch.T
         scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
     _gemm_fp8_kernel[plan.grid](a_desc, b_desc, c_desc, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
     return c
-
-
-def _descriptor_fields(descriptor) -> dict:
-    """A built descriptor's fields without its base tensor."""
-    fields = dict(vars(descriptor))
-    fields["base"] = None
-    return fields
-
-
-def _descriptor(fields: dict, base: torch.Tensor):
-    """A Gluon TensorDescriptor with ``fields`` over ``base`` without re-running the dataclass checks (the plan's
-    key guarantees the shape, strides and dtype they were checked with); see ``gemm_tma._descriptor``."""
-    descriptor = object.__new__(GluonTensorDescriptor)
-    descriptor.__dict__.update(fields)
-    descriptor.base = base
-    return descriptor
 
 
 def _constexprs(config: dict, *, exact: bool, has_bias: bool, scale_a: str, scale_b: str) -> dict:
