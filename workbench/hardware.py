@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from workbench._data import specs_dir
 from workbench.errors import SpecError, UnknownNameError
-from workbench.schema import Fields, check_number, load_yaml
+from workbench.schema import Fields, check_number, load_catalog, load_yaml
 
 FigureKind = Literal["datasheet", "derived", "secondary", "measured", "estimate"]
 FIGURE_KINDS: tuple[str, ...] = ("datasheet", "derived", "secondary", "measured", "estimate")
@@ -340,13 +340,7 @@ def _catalog_dir() -> Path:
 
 @cache
 def _catalog() -> dict[str, GPU]:
-    gpus: dict[str, GPU] = {}
-    for path in sorted(_catalog_dir().glob("*.yaml")):
-        gpu = load_gpu(path)
-        if gpu.name != path.stem:
-            raise SpecError(str(path), "name", gpu.name, f"the file's stem {path.stem!r}")
-        gpus[gpu.name] = gpu
-    return gpus
+    return load_catalog(_catalog_dir(), load_gpu)
 
 
 @cache

@@ -15,7 +15,7 @@ from typing import Literal, Union
 
 from workbench._data import specs_dir
 from workbench.errors import SpecError, UnknownNameError
-from workbench.schema import Fields, load_yaml
+from workbench.schema import Fields, load_catalog, load_yaml
 
 
 @dataclass(frozen=True)
@@ -330,13 +330,7 @@ def _catalog_dir() -> Path:
 
 @cache
 def _catalog() -> dict[str, Model]:
-    models = {}
-    for path in sorted(_catalog_dir().glob("*.yaml")):
-        model = load_model(path)
-        if model.name != path.stem:
-            raise SpecError(str(path), "name", model.name, f"the file's stem {path.stem!r}")
-        models[model.name] = model
-    return models
+    return load_catalog(_catalog_dir(), load_model)
 
 
 def list_models() -> list[Model]:

@@ -4,8 +4,8 @@ compiled, torchtitan on one GPU).
 Memory: what autograd holds, per term, at the two moments one of which is the peak -- the loss's backward (every
 block's saved activations still alive, the autocast weight copies, the fp32 logits and their gradient) and the end
 of backward (every parameter's gradient allocated). ``workbench.memory`` models the project's job (FSDP2, chunked
-loss); these are new functions beside it. The allocator's reserved/allocated slack is a per-stack ratio fitted on
-the fit rows of ``benchmarks/stacks/host_fit_split.json``.
+loss); these are new functions beside it. The allocator's reserved/allocated slack is each stack's
+``reserved_over_allocated`` (``specs/stacks/``, fitted on the fit rows of ``benchmarks/stacks/host_fit_split.json``).
 
 Host time: an eager step launches every kernel from Python through the dispatcher (and autocast, and autograd's
 engine in backward); with few tokens the GPU waits for the CPU. ``host_time_s`` counts kernel launches by where they
@@ -170,8 +170,3 @@ def stack_memory(d: Dims, flavor: StackFlavor, policy: Policy) -> StackMemory:
     return StackMemory(params=pb * params, optimizer=2 * pb * params, grads=pb * params,
                        weight_copies=weight_copy_bytes(d, flavor, policy), activations=activations,
                        recompute_peak=recompute, loss=loss_bytes(d, flavor))
-
-
-RESERVED_RATIO = {"pytorch-eager": 1.0, "pytorch-compile": 1.0, "torchtitan": 1.0}
-"""torch.cuda.max_memory_reserved / max_memory_allocated per stack (the caching allocator's rounding and
-fragmentation): replaced by the fit of kernel_classes.py on the fit rows; 1.0 until fitted."""

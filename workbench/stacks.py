@@ -24,7 +24,7 @@ from typing import Literal
 
 from workbench._data import specs_dir
 from workbench.errors import SpecError, UnknownNameError
-from workbench.schema import Fields, check_number, load_yaml
+from workbench.schema import Fields, check_number, load_catalog, load_yaml
 
 SCHEMA_VERSION = 1
 KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan")
@@ -140,13 +140,7 @@ def load_stack(spec: str | Path | dict) -> Stack:
 
 @cache
 def _catalog() -> dict[str, Stack]:
-    stacks: dict[str, Stack] = {}
-    for path in sorted((specs_dir() / "stacks").glob("*.yaml")):
-        stack = load_stack(path)
-        if stack.name != path.stem:
-            raise SpecError(str(path), "name", stack.name, f"the file's stem {path.stem!r}")
-        stacks[stack.name] = stack
-    return stacks
+    return load_catalog(specs_dir() / "stacks", load_stack)
 
 
 def list_stacks() -> list[Stack]:

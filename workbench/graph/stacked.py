@@ -32,7 +32,7 @@ from workbench.graph.stack_kernels import (
 from workbench.memory import MemoryBreakdown
 from workbench.models import Model, TransformerModel
 from workbench.precision import is_8bit_training
-from workbench.stack_memory import HOST_US, host_time_s, launch_counts, stack_memory
+from workbench.stack_memory import host_time_s, launch_counts, stack_memory
 from workbench.stacks import Stack
 
 
@@ -66,7 +66,7 @@ class StackStep:
 
     def host_s(self, stack: Stack, grad_accumulation: int) -> float:
         """CPU seconds to launch the step's kernels (``workbench.stack_memory.host_time_s``)."""
-        constants = {name: stack.constant(name, default) for name, default in HOST_US.items()}
+        constants = {name: c.value for name, c in stack.constants.items()}  # host_time_s fills the guesses
         counts = launch_counts(self.microbatch_ops, self.flavor, self.dims.layers)
         counts = {k: v * grad_accumulation for k, v in counts.items()}
         step = launch_counts(self.step_ops, dataclasses.replace(self.flavor, compile_blocks=False), 0)
