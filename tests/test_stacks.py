@@ -83,6 +83,7 @@ def test_uncovered_configurations_say_so():
     p = predict("mixtral-8x7b", "h200", TrainingConfig(1, 4096, "bf16", Parallelism.data_parallel(8)),
                 stack="torchtitan")
     assert any("outside this stack's kernel tables" in n and "MoE" in n for n in p.notes)
+    assert p.summary.priced_as_bound
     fp8 = predict("llama3.2-1b", "h200", micro_batch=1, seq_len=2048, precision="fp8", stack="pytorch-eager")
     assert any("fp8" in n for n in fp8.notes)
 
@@ -92,6 +93,7 @@ def test_compiled_plain_loop_is_faster_than_eager():
     eager = predict("llama3.2-1b", "h200", cfg, stack="pytorch-eager").summary
     compiled = predict("llama3.2-1b", "h200", cfg, stack="pytorch-compile").summary
     assert compiled.step_time_s < eager.step_time_s and compiled.host_s < eager.host_s
+    assert not eager.priced_as_bound and not compiled.priced_as_bound
 
 
 # Golden values (ms, GB) of a handful of predictions per stack: a change that moves them shows here. Re-pin only

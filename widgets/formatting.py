@@ -23,8 +23,6 @@ from workbench.stacks import Stack, get_stack
 
 BOUND_LABEL = "ideal fused step — a bound, not a measured stack"
 """What the ``ideal`` stack (``Stack.bound``) is called wherever its step time, tokens/s or MFU are shown."""
-PRICED_AS_BOUND = "priced as the ideal fused step"
-"""The words of the core's note (``workbench.predict``) for a configuration outside a stack's kernel tables."""
 
 
 def _missing(value: object) -> bool:
@@ -74,8 +72,8 @@ def tokens_header(gpus: int) -> str:
 
 def priced_as_bound(prediction: Prediction) -> bool:
     """True when the step was priced as the fused-step bound: the ``ideal`` stack, or a configuration outside
-    the chosen stack's kernel tables (the core says so in the prediction's notes)."""
-    return get_stack(prediction.summary.stack).bound or any(PRICED_AS_BOUND in n for n in prediction.notes)
+    the chosen stack's kernel tables (``StepSummary.priced_as_bound``)."""
+    return prediction.summary.priced_as_bound
 
 
 def stack_label(stack: str | Stack, compile: bool = False) -> str:

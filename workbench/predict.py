@@ -107,6 +107,9 @@ class StepSummary:
     this and the device time."""
     stack: str = "ideal"
     """The stack the step was predicted for (``workbench.stacks``); ``ideal`` is a bound, not a stack."""
+    priced_as_bound: bool = True
+    """Whether the step is the fused-step bound: the ``ideal`` stack, or a configuration outside the named stack's
+    kernel tables (its notes say which part)."""
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "memory"}
@@ -336,8 +339,9 @@ def predict(
 
     accum = cfg.grad_accumulation
     dtype = stack.param_dtype(param_dtype)
-    compiled = stack.compiled(bool(compile)) if compile is not None or stack.compile != "recipe" else \
-        (execution.compile if execution is not None else False)
+    if compile is None:  # the reference job's execution carries its recipe's flag; else torch's default, off
+        compile = execution.compile if execution is not None else False
+    compiled = stack.compiled(compile)
     if stack.kernels == "reference-job" and execution is None:
         execution = Execution(compile=compiled)
     tables = None
@@ -412,6 +416,7 @@ def predict(
         gpus=p.gpus,
         host_s=host_s,
         stack=stack.name,
+        priced_as_bound=stack.kernels == "fused" or (stack.kernels in ("pytorch", "torchtitan") and tables is None),
     )
     _check_plausible(summary, model, gpu)
     notes += _implausible_notes(summary)
