@@ -13,7 +13,8 @@ with `is_causal`, an untied or tied output head, fp32 logits into `F.cross_entro
 `torch.utils.checkpoint` (non-reentrant). Each configuration runs in its own process (clean peak memory, an
 out-of-memory row does not end the sweep) and writes one JSON line: median step time over the timed steps
 (host clock around synchronized steps), peak allocated and reserved memory, and CUDA kernel time per kernel
-name from a `torch.profiler` pass of two further steps.
+name from a `torch.profiler` pass of two further steps. With `PLAIN_PYTORCH_TRACE_DIR` set, that pass's Kineto
+chrome trace is also written there, one gzipped file per row (`workbench calibrate --trace` reads them).
 
     python benchmarks/stacks/plain_pytorch.py --sweep [main|holdout] --out DIR [--budget-s 540]
     python benchmarks/stacks/plain_pytorch.py --row '{"model": "1b", ...}'        # one row, to stdout
@@ -193,7 +194,7 @@ def run_row(row: Row) -> dict:
         times.append(time.perf_counter() - start)
         losses.append(float(loss.detach()))
     peak_alloc, peak_reserved = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()) if cuda else (0, 0)
-    kernels = profile_kernels(step, data) if cuda else []
+    kernels = profile_kernels(step, data, trace=_trace_path(row)) if cuda else []
     times.sort()
     return {**asdict(row), "params": params, "step_time_s": times[len(times) // 2], "step_times_s": times,
             "tokens_per_s": row.micro_batch * row.seq_len / times[len(times) // 2], "warmup_s": warmup_s,
@@ -201,8 +202,18 @@ def run_row(row: Row) -> dict:
             "loss_first": losses[0], "loss_last": losses[-1], "kernels": kernels}
 
 
-def profile_kernels(step, data, steps: int = 2) -> list[dict]:
-    """CUDA kernel time per kernel name over ``steps`` profiled steps, per step, largest first."""
+def _trace_path(row: Row) -> str | None:
+    folder = os.environ.get("PLAIN_PYTORCH_TRACE_DIR")
+    if not folder:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    name = f"{row.model}-mb{row.micro_batch}-s{row.seq_len}-{row.param_dtype}-{'compile' if row.compile else 'eager'}-{row.ac}"
+    return os.path.join(folder, f"{name}.json")
+
+
+def profile_kernels(step, data, steps: int = 2, trace: str | None = None) -> list[dict]:
+    """CUDA kernel time per kernel name over ``steps`` profiled steps, per step, largest first; ``trace``: also
+    write the profiled steps' chrome trace there (gzipped to ``trace + ".gz"``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -210,6 +221,14 @@ def profile_kernels(step, data, steps: int = 2) -> list[dict]:
         for i in range(steps):
             step(*data[i % len(data)])
         torch.cuda.synchronize()
+    if trace:
+        import gzip
+        import shutil
+
+        prof.export_chrome_trace(trace)
+        with open(trace, "rb") as raw, gzip.open(trace + ".gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)
+        os.remove(trace)
     out = []
     for event in prof.key_averages():
         device_us = getattr(event, "self_device_time_total", None)
