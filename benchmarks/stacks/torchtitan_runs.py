@@ -169,6 +169,25 @@ def parse(log: str, run: Run) -> dict:
             "loss_first": steps[0]["loss"], "loss_last": steps[-1]["loss"], "per_step": steps}
 
 
+def train(config: Path, work: Path, timeout_s: float) -> tuple[str, dict]:
+    """torchtitan's trainer on one GPU with ``config`` (a job TOML), in ``work`` (the offline assets' folder): its
+    log, and the return code and wall time (or the error: the log's tail, or "timeout")."""
+    command = ["torchrun", "--standalone", "--nproc_per_node", "1", str(HERE / "torchtitan_entry.py"),
+               "--job.config_file", str(config)]
+    start = time.time()
+    try:
+        proc = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        out, err = exc.stdout or "", exc.stderr or ""
+        log = out.decode() + err.decode() if isinstance(out, bytes) else out + err
+        return log, {"error": "timeout"}
+    log = proc.stdout + proc.stderr
+    outcome = {"returncode": proc.returncode, "wall_s": time.time() - start}
+    if proc.returncode != 0:
+        outcome["error"] = log[-1500:]
+    return log, outcome
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -197,19 +216,8 @@ def main() -> None:
         if left < 45:
             record["skipped"] = "time budget"
         else:
-            command = ["torchrun", "--standalone", "--nproc_per_node", "1", str(HERE / "torchtitan_entry.py"),
-                       "--job.config_file", str(folder / "run.toml")]
-            start = time.time()
-            try:
-                proc = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=left)
-                log = proc.stdout + proc.stderr
-                record.update(parse(log, run), returncode=proc.returncode, wall_s=time.time() - start)
-                if proc.returncode != 0:
-                    record["error"] = log[-1500:]
-            except subprocess.TimeoutExpired as exc:
-                log = (exc.stdout or b"").decode() + (exc.stderr or b"").decode() if isinstance(exc.stdout, bytes) \
-                    else (exc.stdout or "") + (exc.stderr or "")
-                record.update(parse(log, run), error="timeout")
+            log, outcome = train(folder / "run.toml", work, left)
+            record.update(parse(log, run), **outcome)
             (folder / "log.txt").write_text(log)
         with results.open("a") as handle:
             handle.write(json.dumps(record) + "\n")

@@ -66,3 +66,24 @@ def test_bad_input_is_a_clear_error(capsys):
     assert "FIELD=INTEGER" in capsys.readouterr().err
     assert main(["recipe", "--model", "llama3-405b", "--gpu", "a100-sxm-80gb"]) == 2
     assert "no configuration" in capsys.readouterr().err
+
+
+def test_stack_prices_the_search_and_the_recipe_records_it(tmp_path, capsys):
+    out = tmp_path / "r.yaml"
+    assert main(["recipe", "--model", "llama3-8b", "--set", "num_layers=4", "--gpu", "h200", "--seq-len", "8192",
+                 "--global-batch", "1", "--stack", "torchtitan", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "predicted for the torchtitan stack" in text and "compile" in text and "eager < compiled" in text
+    recipe = load_recipe(out)
+    assert recipe.predicted.stack == "torchtitan" and recipe.batch.global_batch == 1
+    from workbench.predict import predict
+    from workbench.recipe.build import recipe_model, training_config
+
+    s = predict(recipe_model(recipe), "h200", training_config(recipe), stack="torchtitan",
+                compile=recipe.compile).summary
+    assert recipe.predicted.step_time_s == s.step_time_s  # the recorded number is the stack's, with its compile flag
+    assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--out", str(out), "--force"]) == 0
+    assert "ideal fused step (a bound" in capsys.readouterr().out and load_recipe(out).predicted.stack == "ideal"
+    assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--source-gpu", "h100", "--stack",
+                 "torchtitan"]) == 2
+    assert "--source-gpu" in capsys.readouterr().err

@@ -198,3 +198,78 @@ def test_search_keeps_the_simpler_of_two_tied_candidates():
         assert simplicity_key(best) <= simplicity_key(c)
     p = best.config.parallelism
     assert (p.tp, p.pp, p.ep) == (1, 1, 1) and best.config.activation_checkpointing == "none"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# search for a named stack (StackEvaluator): every candidate is predict(..., stack=, compile=) itself
+
+
+def _llama_4l():
+    from workbench.recipe.build import revised_model
+
+    return revised_model("llama3-8b", {"num_layers": 4})
+
+
+def test_stack_search_prices_each_candidate_with_predict_eager_and_compiled():
+    model = _llama_4l()
+    result = search(model, "h200", 1, seq_len=8192, global_batch=2, stack="torchtitan")
+    assert result.stack == "torchtitan"
+    assert {c.compile for c in result.candidates} == {False, True}  # torchtitan follows the recipe's flag
+    assert {c.config.activation_checkpointing for c in result.candidates} == {"none", "selective", "full"}
+    for c in result.candidates:
+        s = predict(model, "h200", c.config, stack="torchtitan", compile=c.compile).summary
+        assert (c.step_time_s, c.peak_memory_gb, c.fits) == (s.step_time_s, s.memory.total / 1e9, s.memory.fits)
+        assert c.stack == "torchtitan" and not c.priced_as_bound
+    eager, compiled = (min(c.step_time_s for c in result.candidates if c.compile == flag and c.config.micro_batch == 1
+                           and c.config.activation_checkpointing == "none") for flag in (False, True))
+    assert compiled < eager  # compiling fuses torchtitan's eager norms, RoPE and SwiGLU
+    # a stack that never or always compiles has one option; the fused step is the compiled step
+    assert {c.compile for c in search(model, "h200", 1, seq_len=4096, global_batch=1,
+                                      stack="pytorch-eager").candidates} == {False}
+    assert {c.compile for c in search(model, "h200", 1, seq_len=4096, global_batch=1,
+                                      stack="pytorch-compile").candidates} == {True}
+    ideal = search(model, "h200", 1, seq_len=4096, global_batch=1)
+    assert ideal.stack == "ideal" and all(c.compile and c.priced_as_bound for c in ideal.candidates)
+    assert search(model, "h200", 1, seq_len=4096, global_batch=1, stack="ideal").stack == "ideal"
+
+
+def test_a_candidate_priced_as_the_bound_never_beats_a_priced_one():
+    # fp8 is outside torchtitan's kernel tables: priced as the fused-step bound, far faster than any priced bf16
+    # step, so it must rank after them and never be recommended while a priced candidate fits
+    result = search(_llama_4l(), "h200", 1, seq_len=8192, global_batch=1, stack="torchtitan",
+                    precisions=("fp8", "bf16"))
+    bound = [c for c in result.ranked if c.priced_as_bound]
+    priced = [c for c in result.ranked if not c.priced_as_bound]
+    assert bound and priced and all(c.config.precision == "fp8" for c in bound)
+    assert max(c.tokens_per_s for c in bound) > max(c.tokens_per_s for c in priced)
+    assert result.ranked[:len(priced)] == priced
+    assert not result.best.priced_as_bound and result.best.config.precision == "bf16"
+    assert all(not c.priced_as_bound for c in result.within_uncertainty())
+    assert "priced as the fused-step bound" in result.table(3)
+    only_bound = SearchResult(result.model, result.gpu, 1, candidates=bound, global_batch=1, stack="torchtitan")
+    assert only_bound.best.priced_as_bound  # nothing priced fits: the bound is all there is, and it says so
+
+
+def test_the_tie_break_prefers_eager_to_compiled():
+    first = _candidate(100_000)
+    eager = Candidate(first.config, first.step_time_s * 1.02, first.tokens_per_s / 1.02, first.samples_per_s / 1.02,
+                      0.5, 50, 0.0, True, compile=False, stack="torchtitan", priced_as_bound=False)
+    compiled = Candidate(first.config, first.step_time_s, first.tokens_per_s, first.samples_per_s, 0.5, 50, 0.0, True,
+                         compile=True, stack="torchtitan", priced_as_bound=False)
+    result = SearchResult(get_model("llama3-8b"), get_gpu("h200"), 8, candidates=[compiled, eager], global_batch=64,
+                          stack="torchtitan")
+    assert result.best is eager  # 2% slower: a tie, and nothing to compile
+    slower = Candidate(first.config, first.step_time_s * 1.08, first.tokens_per_s / 1.08, first.samples_per_s, 0.5, 50,
+                       0.0, True, compile=False, stack="torchtitan", priced_as_bound=False)
+    result.candidates = [compiled, slower]
+    assert result.best is compiled  # 8% slower: a real loss
+
+
+def test_stack_search_input_errors_are_named():
+    from workbench.errors import UnknownNameError
+    from workbench.graph.execution import Execution
+
+    with pytest.raises(UnknownNameError, match="pytorch-eager"):
+        search("gpt2-small", "h100", 1, stack="pytorch")
+    with pytest.raises(SpecError, match="workbench-job"):
+        search("gpt2-small", "h100", 1, stack="torchtitan", execution=Execution(compile=True))

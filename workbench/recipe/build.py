@@ -124,22 +124,28 @@ def make_recipe(
     calibrated: bool = False,
     select_kernels: bool = False,
     job: bool = False,
+    stack: str | None = None,
 ) -> Recipe:
     """A recipe for catalog ``model`` (plus ``overrides``) on ``gpu``, predicted unless ``prediction`` is given.
 
     ``config.precision`` names the modelled precision; ``precision`` refines the policy (fp8 recipe, dtypes).
     ``select_kernels`` records, per GEMM and attention shape, the Triton config ``workbench.select`` picks or the
     vendor library (``kernel_choices``); without it ``kernels`` stays empty (every op on torch's kernels).
-    ``job`` records the reference job's prediction (as ``predict_recipe`` makes it) instead of the fused step's.
+    ``job`` records the reference job's prediction (as ``predict_recipe`` makes it) instead of the fused step's;
+    ``stack`` the named stack's (``predict(..., stack=, compile=)``; ``predicted.stack`` says which).
     """
     name = model if isinstance(model, str) else model.name
     overrides = dict(overrides or {})
     revised = revised_model(name, overrides)
     gpu = get_gpu(gpu)
     cfg = config.resolved(revised)
-    if prediction is None:
-        execution = execution_for(compile, kernels) if job else None
-        prediction = predict(revised, gpu, cfg, calibrated=calibrated, execution=execution)
+    if job and stack not in (None, "workbench-job"):
+        raise SpecError("make_recipe", "stack", stack, "None or workbench-job with job=True (the job is that stack)")
+    if prediction is None and job:
+        prediction = predict(revised, gpu, cfg, calibrated=calibrated, execution=execution_for(compile, kernels))
+    elif prediction is None:
+        prediction = predict(revised, gpu, cfg, calibrated=calibrated, stack=stack,
+                             compile=compile if stack is not None else None)
     policy = precision or PrecisionPolicy.for_precision(cfg.precision)
     if policy.workbench_precision != cfg.precision:
         raise SpecError("make_recipe", "precision", policy, f"a policy modelled as {cfg.precision!r}")

@@ -45,6 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=FORMATS, default="yaml")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.add_argument("--top", type=int_flag(1, 1 << 31), default=5, help="candidates to list (without --source-gpu)")
+    p.add_argument("--stack", default=None,
+                   help="the stack that will run the recipe (workbench stacks lists them): every candidate is priced "
+                        "as it runs it, eager and compiled where it follows the recipe's compile flag; default: the "
+                        "ideal fused step, a bound")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
     p.add_argument("--select-kernels", action="store_true",
                    help="record each GEMM/attention shape's kernel: a Triton config from workbench.select or the vendor")
@@ -87,6 +91,9 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         if target is not None:
             check_output(target, overwrite=args.force)  # a bad target fails before the search, not after it
     if args.source_gpu:
+        if args.stack:
+            raise SpecError("--stack", "stack", args.stack, "no --stack with --source-gpu yet: the co-design advice "
+                            "compares fused-step bounds; search each GPU with --stack on its own")
         if args.port_out and args.port_out == args.out:
             raise SpecError("--port-out", "port_out", args.port_out, "a different file than --out")
         advice = advise(args.model, args.source_gpu, args.gpu, args.gpus, precisions[0], overrides=overrides,
@@ -114,10 +121,11 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 
     model = revised_model(args.model, overrides)
     result = search(model, args.gpu, args.gpus, precisions=precisions, seq_len=args.seq_len,
-                    global_batch=args.global_batch, calibrated=args.calibrated)
+                    global_batch=args.global_batch, calibrated=args.calibrated, stack=args.stack)
     best = result.best
     print(result.table(args.top, name=args.model), file=report)
     recipe = make_recipe(args.model, result.gpu, best.config, overrides=overrides, calibrated=args.calibrated,
-                         select_kernels=args.select_kernels)
+                         select_kernels=args.select_kernels, compile=best.compile,
+                         stack=result.stack if args.stack else None)
     _write(recipe, args.out, args.format, args.force)
     return 0

@@ -12,6 +12,13 @@ candidate is feasible when its peak memory fits HBM with the memory model's head
 ``SearchResult.best`` is not simply the fastest: every feasible candidate within ``STEP_TIME_UNCERTAINTY`` of the
 fastest is a tie the model cannot break, and among those the simplest wins (``simplicity_key``).
 
+``stack`` names what will run the recipe (``workbench.stacks``): the ideal fused step (the default, a bound) is
+ranked by ``FastEvaluator``; any other stack by ``StackEvaluator``, which calls ``predict(..., stack=...)`` itself
+for every candidate (so the search never re-implements a stack's arithmetic) and, where the stack follows the
+recipe's compile flag, tries the step eager and compiled. A candidate outside the stack's kernel tables is priced
+as the bound (``Candidate.priced_as_bound``) and is recommended only when no covered candidate fits: an optimistic
+bound must not beat a priced step.
+
 ``FastEvaluator`` gives the numbers ``workbench.predict`` gives (tested to 1e-9 relative) at a fraction of the
 cost: the op graph of one micro-batch depends only on (micro-batch, tp, ep, checkpointing, precision), and a
 transformer's blocks are ``ceil(layers / pp)`` copies of one block, so per-micro-batch compute is cached per
@@ -60,7 +67,9 @@ from workbench.predict import (
     _optimizer_op,
     _step_ops,
     data_parallel_plan,
+    predict,
 )
+from workbench.stacks import Stack, get_stack
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,6 +91,8 @@ search ranks the fused step (no stack), whose absolute error is larger, but it i
 model on one GPU and largely cancels in their ratio. Re-derive it from a new evaluation, not by taste."""
 CHECKPOINTING_ORDER = {"none": 0, "selective": 1, "full": 2}
 """Simplest first: no recomputation, then the saved-matmul policy, then the whole forward again."""
+IDEAL = "ideal"
+"""The fused-step bound (``workbench.stacks``), what the search ranks when no stack is named."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +108,19 @@ class Candidate:
     peak_memory_gb: float
     communication_s: float
     fits: bool
+    compile: bool = True
+    """The recipe's compile flag. The fused step is the compiled step; a stack that follows the flag is priced
+    with it (``StackEvaluator``)."""
+    stack: str = IDEAL
+    """The stack the candidate was priced for."""
+    priced_as_bound: bool = True
+    """The fused-step bound: the ``ideal`` stack, or a configuration outside the named stack's kernel tables."""
 
     def as_row(self) -> dict:
         c, p = self.config, self.config.parallelism
         return {"precision": c.precision, "micro_batch": c.micro_batch, "global_batch": c.samples_per_step,
                 "grad_accumulation": c.grad_accumulation, "activation_checkpointing": c.activation_checkpointing,
+                "compile": self.compile, "stack": self.stack, "priced_as_bound": self.priced_as_bound,
                 "sharding": p.sharding, "dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
                 "step_time_ms": self.step_time_s * 1e3, "tokens_per_s": self.tokens_per_s,
                 "samples_per_s": self.samples_per_s, "mfu": self.mfu, "peak_memory_gb": self.peak_memory_gb,
@@ -128,6 +147,9 @@ class FastEvaluator:
                  execution: Execution | None = None):
         self.execution = execution
         """As ``predict(execution=...)``: the reference job's extra ops (None: the fused step)."""
+        self.stack = "workbench-job" if execution is not None else IDEAL
+        self.compile_options: tuple[bool, ...] = (execution.compile if execution is not None else True,)
+        """One option: the fused step is the compiled step; the reference job's execution carries its flag."""
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.constants = constants_for(self.gpu, calibrated)
@@ -231,11 +253,13 @@ class FastEvaluator:
             hit = self._plans[key] = data_parallel_plan(self.model, cfg, self.gpu, self.constants)
         return hit
 
-    def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False) -> Candidate:
-        """Predicted step of ``cfg`` (already ``resolved`` for the model; precision native on the GPU)."""
+    def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False, compile: bool = True) -> Candidate:
+        """Predicted step of ``cfg`` (already ``resolved`` for the model; precision native on the GPU); ``compile``
+        is recorded, not priced (the fused step is compiled)."""
         memory = memory_breakdown(self.model, cfg, self.gpu)
         if check_memory_first and not memory.fits:
-            return Candidate(cfg, math.inf, 0.0, 0.0, 0.0, memory.total / GB, 0.0, False)
+            return Candidate(cfg, math.inf, 0.0, 0.0, 0.0, memory.total / GB, 0.0, False, self.compile_options[0],
+                             self.stack, self.execution is None)
         p = cfg.parallelism
         accum = cfg.grad_accumulation
         mb = self.microbatch_cost(cfg)
@@ -260,7 +284,30 @@ class FastEvaluator:
             peak = self._peaks[cfg.precision] = self.gpu.peak_tflops(
                 resolve_precision(self.gpu, cfg.precision).effective.peak_key) * 1e12
         return Candidate(cfg, step, tokens / step, samples / step, model_flops / (step * p.gpus * peak),
-                         memory.total / GB, comm_s, memory.fits)
+                         memory.total / GB, comm_s, memory.fits, self.compile_options[0], self.stack,
+                         self.execution is None)
+
+
+class StackEvaluator:
+    """``predict(..., stack=...)`` for many configurations of one model on one GPU type: the step as a named stack
+    runs it. Each candidate is one ``predict`` call (a few milliseconds): the stack's kernel tables, host time and
+    memory are ``predict``'s own, never copied here."""
+
+    def __init__(self, model: str | Model, gpu: str | GPU, stack: str | Stack, *, calibrated: bool = False):
+        self.model = get_model(model)
+        self.gpu = get_gpu(gpu)
+        self.stack = get_stack(stack).name
+        self.calibrated = calibrated
+        named = get_stack(stack)
+        self.compile_options: tuple[bool, ...] = (False, True) if named.compile == "recipe" else (
+            named.compiled(True),)
+        """Eager and compiled where the stack follows the recipe's flag; else the one way the stack runs."""
+
+    def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False, compile: bool = True) -> Candidate:
+        """The stack's predicted step of ``cfg`` (resolved; precision native on the GPU) with ``compile``."""
+        s = predict(self.model, self.gpu, cfg, stack=self.stack, compile=compile, calibrated=self.calibrated).summary
+        return Candidate(cfg, s.step_time_s, s.tokens_per_s, s.samples_per_s, s.mfu, s.memory.total / GB,
+                         s.communication_s, s.memory.fits, compile, self.stack, s.priced_as_bound)
 
 
 def simplicity_key(candidate: Candidate, precisions: Sequence[str] = ()) -> tuple:
@@ -271,9 +318,11 @@ def simplicity_key(candidate: Candidate, precisions: Sequence[str] = ()) -> tupl
     2. fewer model-parallel dimensions in use (of tp, pp, ep, those > 1), then a smaller tp x pp x ep (more plain
        data parallelism);
     3. activation checkpointing none, then selective, then full (``CHECKPOINTING_ORDER``: less recomputation);
-    4. fewer gradient-accumulation steps (a larger micro-batch);
-    5. less peak memory (FSDP before DDP at the same layout);
-    6. faster.
+    4. eager before compiled (no compilation at start-up, one thing less to go wrong) -- only a stack that
+       follows the compile flag has both;
+    5. fewer gradient-accumulation steps (a larger micro-batch);
+    6. less peak memory (FSDP before DDP at the same layout);
+    7. faster.
 
     Simpler settings come before memory because every candidate here already fits with the memory model's
     headroom; memory decides between settings that are otherwise the same.
@@ -282,8 +331,8 @@ def simplicity_key(candidate: Candidate, precisions: Sequence[str] = ()) -> tupl
     order = list(precisions)
     return (order.index(c.precision) if c.precision in order else len(order),
             sum(degree > 1 for degree in (p.tp, p.pp, p.ep)), p.tp * p.pp * p.ep,
-            CHECKPOINTING_ORDER[c.activation_checkpointing], c.grad_accumulation, candidate.peak_memory_gb,
-            -candidate.tokens_per_s)
+            CHECKPOINTING_ORDER[c.activation_checkpointing], candidate.compile, c.grad_accumulation,
+            candidate.peak_memory_gb, -candidate.tokens_per_s)
 
 
 @dataclass
@@ -299,10 +348,17 @@ class SearchResult:
     """Samples per optimizer step, the same for every candidate (0 in a result built by hand: not recorded)."""
     precisions: tuple[str, ...] = ()
     """The precisions searched, in the caller's order (``simplicity_key`` prefers the first)."""
+    stack: str = IDEAL
+    """The stack every candidate was priced for."""
 
     @property
     def ranked(self) -> list[Candidate]:
-        return sorted((c for c in self.candidates if c.fits), key=lambda c: -c.tokens_per_s)
+        """Feasible candidates, fastest first. For a named stack, those its tables price come first: a candidate
+        priced as the fused-step bound (outside the tables) is ranked after them, since its number is optimistic."""
+        return sorted((c for c in self.candidates if c.fits), key=lambda c: (self._unpriced(c), -c.tokens_per_s))
+
+    def _unpriced(self, c: Candidate) -> bool:
+        return self.stack != IDEAL and c.priced_as_bound
 
     @property
     def fastest(self) -> Candidate:
@@ -317,7 +373,7 @@ class SearchResult:
         if not ranked:
             return []
         floor = ranked[0].tokens_per_s / (1 + STEP_TIME_UNCERTAINTY)
-        return [c for c in ranked if c.tokens_per_s >= floor]
+        return [c for c in ranked if c.tokens_per_s >= floor and self._unpriced(c) == self._unpriced(ranked[0])]
 
     @property
     def best(self) -> Candidate:
@@ -364,23 +420,36 @@ class SearchResult:
         if len(ranked) and not frame["recommended"].any():  # the recommended one ranks lower: show it too
             frame = pd.concat([frame, ranked[ranked["recommended"]]])
         within = f"within {STEP_TIME_UNCERTAINTY:.0%}"
+        priced = (f"predicted for the {self.stack} stack" if self.stack != IDEAL
+                  else "predicted as the ideal fused step (a bound; --stack prices a real one)")
         lines = [f"{len(self.candidates)} configurations of {name or self.model.name} on {self.gpus} x {self.gpu.name} "
-                 f"at global batch {self.global_batch}, {len(self.ranked)} fit; the fastest {min(top, len(ranked))}"
-                 f"{' and the recommended one' if len(frame) > top else ''}:"]
+                 f"at global batch {self.global_batch}, {priced}, {len(self.ranked)} fit; the fastest "
+                 f"{min(top, len(ranked))}{' and the recommended one' if len(frame) > top else ''}:"]
         if len(frame):
             columns = {"precision": "precision", "micro_batch": "micro_batch", "grad_accumulation": "accumulation",
-                       "activation_checkpointing": "activation_checkpointing", "sharding": "sharding", "dp": "dp",
-                       "tp": "tp", "pp": "pp", "ep": "ep", "step_time_ms": "step_time_ms",
-                       "tokens_per_s": "tokens_per_s", "mfu": "mfu", "peak_memory_gb": "peak_memory_gb",
-                       "within_uncertainty": within, "recommended": "recommended"}
+                       "activation_checkpointing": "activation_checkpointing", "compile": "compile",
+                       "sharding": "sharding", "dp": "dp", "tp": "tp", "pp": "pp", "ep": "ep",
+                       "step_time_ms": "step_time_ms", "tokens_per_s": "tokens_per_s", "mfu": "mfu",
+                       "peak_memory_gb": "peak_memory_gb", "within_uncertainty": within, "recommended": "recommended"}
+            if self.stack == IDEAL:
+                del columns["compile"]  # the fused step is the compiled step
             shown = frame[list(columns)].rename(columns=columns)
+            if self.stack != IDEAL:
+                shown["compile"] = shown["compile"].map({True: "yes", False: "no"})
+                shown["priced"] = frame["priced_as_bound"].map({True: "as the bound", False: "stack"}).values
             shown[within] = shown[within].map({True: "yes", False: ""})
             shown["recommended"] = shown["recommended"].map({True: "<-", False: ""})
             lines.append(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
             lines.append(f"{len(self.within_uncertainty())} are {within} of the fastest (the model's step-time "
                          f"uncertainty), a tie it cannot order; recommended: the simplest of them (the precision "
-                         f"listed first, fewer of tp/pp/ep > 1, checkpointing none < selective < full, less "
-                         f"accumulation, less memory, then faster)")
+                         f"listed first, fewer of tp/pp/ep > 1, checkpointing none < selective < full, "
+                         f"{'eager < compiled, ' if self.stack != IDEAL else ''}less accumulation, less memory, then "
+                         f"faster)")
+            bound = sum(c.priced_as_bound for c in self.ranked) if self.stack != IDEAL else 0
+            if bound:
+                lines.append(f"{bound} fitting configurations are outside the {self.stack} stack's kernel tables and "
+                             f"priced as the fused-step bound (optimistic): ranked after the priced ones, recommended "
+                             f"only if nothing else fits")
         return "\n".join(lines)
 
 
@@ -439,24 +508,34 @@ def search(
     checkpointing: Sequence[str] = CHECKPOINTING,
     shardings: Sequence[str] = ("fsdp", "ddp"),
     calibrated: bool = False,
-    evaluator: FastEvaluator | None = None,
+    evaluator: FastEvaluator | StackEvaluator | None = None,
     execution: Execution | None = None,
+    stack: str | Stack | None = None,
 ) -> SearchResult:
     """Enumerate and predict every configuration at one global batch: ``global_batch`` samples per step, or 0 for
     ``default_global_batch`` (the model's standard: 4M tokens for a transformer, the catalog's ``default_batch``
     for a recommendation model, as a power of two per GPU). Every candidate has exactly that global batch
     (micro-batch x dp x accumulation); layouts whose dp does not divide it are skipped. ``execution`` predicts the
-    reference job (see ``predict``); ignored when ``evaluator`` is given."""
+    reference job (see ``predict``); ``stack`` prices every candidate as that stack runs it (``StackEvaluator``;
+    None or ``ideal``: the fused step); both are ignored when ``evaluator`` is given."""
     model = get_model(model)
     gpu = get_gpu(gpu)
     _check_count("gpus", gpus, 1, MAX_GPUS)
     _check_count("seq_len", seq_len, 0, MAX_SEQ_LEN, "0: the model's default")
     _check_count("global_batch", global_batch, 0, MAX_GLOBAL_BATCH, "0: the model's standard, default_global_batch")
-    ev = evaluator or FastEvaluator(model, gpu, calibrated=calibrated, execution=execution)
+    if evaluator is not None:
+        ev = evaluator
+    elif stack is not None and get_stack(stack).name != IDEAL:
+        if execution is not None:
+            raise SpecError("search", "stack", get_stack(stack).name, "no stack with execution= (the reference job's "
+                            "execution is the workbench-job stack: pass stack='workbench-job' alone)")
+        ev = StackEvaluator(model, gpu, stack, calibrated=calibrated)
+    else:
+        ev = FastEvaluator(model, gpu, calibrated=calibrated, execution=execution)
     seq = seq_len or default_seq_len(model)
     global_batch = global_batch or default_global_batch(model, gpus, seq)
     searched = tuple(precisions or (precision,))
-    result = SearchResult(model, gpu, gpus, global_batch=global_batch, precisions=searched)
+    result = SearchResult(model, gpu, gpus, global_batch=global_batch, precisions=searched, stack=ev.stack)
     ac_modes = tuple(checkpointing) if isinstance(model, TransformerModel) else ("none",)
     if not isinstance(model, TransformerModel):
         shardings = ("ddp",)  # recommendation models: dense layers replicate, tables row-shard (workbench.memory)
@@ -472,7 +551,8 @@ def search(
                 if sharding == "ddp" and p.dp == 1 and "fsdp" in shardings:
                     continue  # one data-parallel rank: ddp and fsdp are the same run
                 for ac in ac_modes:
-                    _climb(ev, result, micro_batches, p, prec, seq, ac, global_batch)
+                    for compiled in ev.compile_options:
+                        _climb(ev, result, micro_batches, p, prec, seq, ac, global_batch, compiled)
     return result
 
 
@@ -487,12 +567,13 @@ def _divisors_cached(n: int) -> tuple[int, ...]:
     return tuple(_divisors(n))
 
 
-def _climb(ev: FastEvaluator, result: SearchResult, micro_batches: Sequence[int], p: Parallelism, precision: str,
-           seq: int, ac: str, global_batch: int) -> None:
+def _climb(ev: FastEvaluator | StackEvaluator, result: SearchResult, micro_batches: Sequence[int], p: Parallelism,
+           precision: str, seq: int, ac: str, global_batch: int, compile: bool = True) -> None:
     """The micro-batches that divide the per-rank batch, smallest first, until memory no longer fits (memory grows
     with the micro-batch); accumulation makes up the rest of ``global_batch``."""
     for mb in micro_batches:
-        candidate = ev.evaluate(TrainingConfig(mb, seq, precision, p, ac, global_batch), check_memory_first=True)
+        candidate = ev.evaluate(TrainingConfig(mb, seq, precision, p, ac, global_batch), check_memory_first=True,
+                                compile=compile)
         result.candidates.append(candidate)
         if not candidate.fits:
             return
