@@ -21,6 +21,7 @@ Offline, as on a machine without a package index (how a user does it too):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import random
@@ -66,6 +67,13 @@ HOLDOUT = [  # chosen after the stack tables were written, none of them in RUNS:
     Run("h-8b4l-bf16-none-eager", "8B_4L", 1, 4096, "none"),
     Run("h-1b-bf16-selop-compile", "1B", 2, 8192, "selective", compile=True),
     Run("h-8b4l-bf16-sel2-compile", "8B_4L", 2, 4096, "selective", selective_ac_option="2", compile=True),
+]
+FP8 = [  # torchao float8 (rowwise) runs for the fp8 kernel tables, each with its profiler trace: the first two are
+    # RUNS' fp8 configurations again (the tables' fit rows), the other two test them (benchmarks/stacks/fp8_split.json)
+    Run("f-8b4l-fp8row-full-compile", "8B_4L", 2, 4096, "full", compile=True, float8_recipe="rowwise"),
+    Run("f-1b-fp8row-selop-compile", "1B", 4, 4096, "selective", compile=True, float8_recipe="rowwise"),
+    Run("f-8b4l-fp8row-none-compile", "8B_4L", 1, 8192, "none", compile=True, float8_recipe="rowwise"),
+    Run("f-1b-fp8row-full-eager", "1B", 2, 4096, "full", float8_recipe="rowwise"),
 ]
 TRACE_RUN = "8b4l-bf16-full-compile"
 
@@ -195,8 +203,10 @@ def main() -> None:
     p.add_argument("--only", help="runs whose name contains this")
     p.add_argument("--list", action="store_true")
     p.add_argument("--holdout", action="store_true", help="the held-out runs (HOLDOUT) instead of RUNS")
+    p.add_argument("--fp8", action="store_true", help="the fp8 runs (FP8), each with its trace, instead of RUNS")
     args = p.parse_args()
-    runs = [r for r in (HOLDOUT if args.holdout else RUNS) if not args.only or args.only in r.name]
+    chosen, label = (HOLDOUT, "holdout") if args.holdout else (FP8, "fp8") if args.fp8 else (RUNS, "")
+    runs = [r for r in chosen if not args.only or args.only in r.name]
     if args.list:
         for r in runs:
             print(json.dumps(asdict(r)))
@@ -206,11 +216,11 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     write_dataset(work)
     deadline = time.time() + args.budget_s
-    results = out / ("torchtitan_holdout.jsonl" if args.holdout else "torchtitan.jsonl")
+    results = out / (f"torchtitan_{label}.jsonl" if label else "torchtitan.jsonl")
     for run in runs:
         folder = out / run.name
         folder.mkdir(exist_ok=True)
-        (folder / "run.toml").write_text(toml(run, HERE / "torchtitan_assets", run.name == TRACE_RUN))
+        (folder / "run.toml").write_text(toml(run, HERE / "torchtitan_assets", run.name == TRACE_RUN or args.fp8))
         left = deadline - time.time()
         record = {**asdict(run)}
         if left < 45:
@@ -225,10 +235,12 @@ def main() -> None:
                  f"mfu {record['mfu_pct']:.1f}%" if "step_time_s" in record
                  else record.get("skipped") or record.get("error", "")[-200:])
         print(f"{run.name:28} {brief}", flush=True)
-    traces = sorted((work / "outputs").glob("**/profile_trace/**/*.json"))
-    for trace in traces[:1]:
-        shutil.copy(trace, out / "trace.json")
-    print(f"traces found: {[str(t) for t in traces]}")
+    for run in runs:  # each traced run's last profiled step, gzipped beside its log
+        traces = sorted((work / "outputs" / run.name).glob("**/profile_trace/**/*.json"))
+        if traces:
+            with traces[-1].open("rb") as raw, gzip.open(out / run.name / "trace.json.gz", "wb") as packed:
+                shutil.copyfileobj(raw, packed)
+            print(f"{run.name}: trace {traces[-1]}")
 
 
 if __name__ == "__main__":
