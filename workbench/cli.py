@@ -82,11 +82,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from workbench.config import Parallelism, TrainingConfig
     from workbench.predict import predict
 
-    parallelism = Parallelism(dp=args.gpus // (args.tp * args.pp), tp=args.tp, pp=args.pp, ep=args.ep,
-                              sharding=args.sharding)
+    split = args.tp * args.pp * args.cp
+    parallelism = Parallelism(dp=args.gpus // split, tp=args.tp, pp=args.pp, ep=args.ep, sharding=args.sharding,
+                              cp=args.cp, virtual_stages=args.virtual_stages)
     if parallelism.gpus != args.gpus:
-        raise WorkbenchError(f"--gpus {args.gpus} is not a multiple of --tp x --pp = {args.tp * args.pp}")
-    cfg = TrainingConfig(args.micro_batch, args.seq_len, args.precision, parallelism, args.checkpointing, args.global_batch)
+        raise WorkbenchError(f"--gpus {args.gpus} is not a multiple of --tp x --pp x --cp = {split}")
+    cfg = TrainingConfig(args.micro_batch, args.seq_len, args.precision, parallelism, args.checkpointing, args.global_batch,
+                         lora_rank=args.lora_rank)
     p = predict(args.model, args.gpu, cfg, calibrated=args.calibrated, allow_fallback=args.allow_fallback,
                 stack=args.stack, compile=args.compile, param_dtype=args.param_dtype)
     s = p.summary
@@ -98,7 +100,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(json.dumps({"model": p.model.name, "gpu": p.gpu.name, "precision": p.precision.effective.name,
                           "stack": s.stack, "stack_is_bound": stack.bound,
                           "config": {"micro_batch": c.micro_batch, "seq_len": c.seq_len, "gpus": s.gpus,
-                                     "dp": par.dp, "tp": par.tp, "pp": par.pp, "ep": par.ep,
+                                     "dp": par.dp, "tp": par.tp, "pp": par.pp, "ep": par.ep, "cp": par.cp,
+                                     "virtual_stages": par.virtual_stages, "lora_rank": c.lora_rank,
                                      "sharding": par.sharding, "global_batch": c.samples_per_step,
                                      "grad_accumulation": c.grad_accumulation,
                                      "activation_checkpointing": c.activation_checkpointing,
@@ -151,6 +154,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from workbench.perf.efficiency import user_profile_path
     from workbench.rows import read_rows
 
+    if args.trace:
+        return cmd_calibrate_trace(args)
+    if not args.csv or not args.gpu:
+        raise WorkbenchError("calibrate needs a CSV of measured rows and --gpu (or --trace TRACE with the "
+                             "configuration it ran: see workbench calibrate --help)")
     gpu = get_gpu(args.gpu)
     out = args.out or user_profile_path(gpu)  # the user's folder: the shipped profiles are read-only data
     check_output(out, overwrite=args.force)  # before the fit, not after it
@@ -162,6 +170,67 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"  not fitted {name}: {why}")
     for key in result.mape_before:
         print(f"  MAPE {key:<22} {result.mape_before[key]:6.1f}% -> {result.mape_after[key]:6.1f}%")
+    return 0
+
+
+def _trace_gpu(args: argparse.Namespace, device: str):
+    """--gpu, else the GPU the trace names (deviceProperties: "NVIDIA H200" -> h200)."""
+    from workbench.hardware import get_gpu
+
+    if args.gpu:
+        return get_gpu(args.gpu)
+    words = [w for w in device.lower().replace("-", " ").split() if w not in ("nvidia", "amd", "instinct", "tesla")]
+    for n in range(len(words), 0, -1):
+        try:
+            return get_gpu("-".join(words[:n]))
+        except WorkbenchError:
+            continue
+    raise WorkbenchError(f"the trace does not name a catalog GPU (device {device or 'not recorded'!r}): pass --gpu")
+
+
+def cmd_calibrate_trace(args: argparse.Namespace) -> int:
+    """``workbench calibrate --trace``: a stack's profile on one GPU from a trace of one configuration."""
+    from workbench.config import Parallelism, TrainingConfig
+    from workbench.fileio import check_output
+    from workbench.stack_calibration import describe, fit_trace, user_stack_profile_path, write_stack_profile
+    from workbench.trace import load_trace
+
+    if args.csv:
+        raise WorkbenchError(f"give either a CSV of measured rows or --trace, not both (got {args.csv!r} and --trace)")
+    compile, param_dtype, stack = args.compile, args.param_dtype, args.stack
+    if args.recipe:
+        from workbench.recipe.build import recipe_model, training_config
+        from workbench.recipe.io import load_recipe
+
+        given = [f for f in ("model", "micro_batch", "seq_len") if getattr(args, f) is not None]
+        if given:
+            raise WorkbenchError(f"--recipe gives the configuration: leave out --{given[0].replace('_', '-')}")
+        recipe = load_recipe(args.recipe)
+        model, cfg, compile = recipe_model(recipe), training_config(recipe), recipe.compile
+        if args.gpu is None:
+            args.gpu = recipe.target.gpu
+        if stack is None and recipe.predicted.stack != "ideal":
+            stack = recipe.predicted.stack
+    else:
+        missing = [f"--{f.replace('_', '-')}" for f in ("model", "micro_batch", "seq_len") if getattr(args, f) is None]
+        if missing:
+            raise WorkbenchError(f"--trace needs the configuration the trace ran: {', '.join(missing)} (or --recipe)")
+        model = args.model
+        cfg = TrainingConfig(args.micro_batch, args.seq_len, args.precision, Parallelism(), args.ac)
+    if stack is None:
+        raise WorkbenchError("--trace needs --stack: the stack the job ran on (workbench stacks lists them)")
+    trace = load_trace(args.trace, steps=args.steps)
+    gpu = _trace_gpu(args, trace.device)
+    out = args.out or user_stack_profile_path(stack, gpu)
+    check_output(out, overwrite=args.force)  # before the fit, not after it
+    fit = fit_trace(trace, model, gpu, cfg, stack=stack, compile=compile, param_dtype=param_dtype)
+    print(f"{trace.origin}: {trace.steps} step(s) ({trace.steps_from}), {len(trace.kernels)} kernels; "
+          f"{stack} on {gpu.name}, ms per step")
+    print("\n".join(describe(fit)))
+    for name, why in fit.profile.skipped.items():
+        print(f"  not fitted {name}: {why}")
+    path = write_stack_profile(fit.profile, out, overwrite=args.force)
+    print(f"wrote {path} (predict --stack {stack} --calibrated uses it)")
     return 0
 
 
@@ -244,7 +313,7 @@ def _read(path: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workbench.config import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MICRO_BATCH, MAX_SEQ_LEN
+    from workbench.config import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LORA_RANK, MAX_MICRO_BATCH, MAX_SEQ_LEN, SHARDINGS
 
     parser = argparse.ArgumentParser(prog="workbench", description="Hardware/model co-design workbench for AI training.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -269,7 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int_flag(1, MAX_GPUS), default=1, help="tensor-parallel degree (divides --gpus)")
     p.add_argument("--pp", type=int_flag(1, MAX_GPUS), default=1, help="pipeline stages (divides --gpus)")
     p.add_argument("--ep", type=int_flag(1, MAX_GPUS), default=1, help="expert-parallel degree (divides dp)")
-    p.add_argument("--sharding", choices=["fsdp", "ddp"], default="fsdp")
+    p.add_argument("--cp", type=int_flag(1, MAX_GPUS), default=1,
+                   help="context-parallel degree: each sequence split over this many ranks (divides --gpus)")
+    p.add_argument("--virtual-stages", type=int_flag(1, MAX_GPUS), default=1,
+                   help="model chunks per pipeline rank (interleaved 1F1B; needs --pp > 1); 1: plain 1F1B")
+    p.add_argument("--lora-rank", type=int_flag(0, MAX_LORA_RANK, "full training"), default=0,
+                   help="LoRA fine-tuning: adapter rank on q, k, v, o with the base frozen; 0: full training")
+    p.add_argument("--sharding", choices=list(SHARDINGS), default="fsdp",
+                   help="ddp replicates; fsdp shards parameters, gradients and optimizer states; zero1 shards the "
+                        "optimizer states only (Megatron's distributed optimizer)")
     p.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
     p.add_argument("--allow-fallback", action="store_true", help="model an unsupported precision as its documented fallback")
@@ -294,12 +371,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrated", action="store_true")
     p.set_defaults(func=cmd_predict_ops)
 
-    p = sub.add_parser("calibrate", help="fit the GPU's model constants to measured rows")
-    p.add_argument("csv", help="rows in the predict-ops format with a measured_ms column")
-    p.add_argument("--gpu", required=True)
-    p.add_argument("--out", help="profile path (default: <gpu>.yaml in the user's profile folder, "
-                                 "$WORKBENCH_HOME/calibration or ~/.config/workbench/calibration)")
+    p = sub.add_parser("calibrate", help="fit the GPU's model constants to measured rows, or a stack's to a "
+                                          "profiler trace of your job (--trace)")
+    p.add_argument("csv", nargs="?", help="rows in the predict-ops format with a measured_ms column")
+    p.add_argument("--gpu", help="catalog name (a trace names its GPU: the default with --trace)")
+    p.add_argument("--out", help="profile path (default: <gpu>.yaml, with --trace <gpu>-stack-<stack>.yaml, in the "
+                                 "user's profile folder, $WORKBENCH_HOME/calibration or ~/.config/workbench/calibration)")
     p.add_argument("--force", action="store_true", help="replace an existing profile")
+    p.add_argument("--trace", help="a torch.profiler chrome trace (.json or .json.gz) of one configuration of your job")
+    p.add_argument("--stack", help="with --trace: the stack the job ran on (workbench stacks lists them)")
+    p.add_argument("--recipe", help="with --trace: the recipe the job ran (instead of --model ... --ac)")
+    p.add_argument("--model", help="with --trace: catalog name or model YAML / config.json")
+    p.add_argument("--micro-batch", type=int_flag(1, MAX_MICRO_BATCH), default=None)
+    p.add_argument("--seq-len", type=int_flag(1, MAX_SEQ_LEN), default=None)
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--ac", choices=["none", "selective", "full"], default="none", help="activation checkpointing")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="the job ran torch.compile (stacks that follow the run's setting)")
+    p.add_argument("--param-dtype", choices=["fp32", "bf16"], default=None)
+    p.add_argument("--steps", type=int_flag(1, 1 << 20), default=None,
+                   help="profiled steps in the trace (needed when it has no ProfilerStep# annotations)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("bench", help="benchmark the Triton kernels on the local GPU against the vendor baselines")

@@ -9,7 +9,14 @@ from workbench.errors import SpecError
 from workbench.models import DLRMModel, Model, TransformerModel
 from workbench.precision import get_precision
 
-Sharding = Literal["ddp", "fsdp"]
+Sharding = Literal["ddp", "fsdp", "zero1"]
+SHARDINGS: tuple[str, ...] = ("ddp", "fsdp", "zero1")
+LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+"""Linear layers a LoRA adapter can sit on (``TrainingConfig.lora_targets``): attention q, k, v, o projections and the
+FFN's gate, up (the dense FFN's only input projection when ungated) and down projections."""
+DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o")
+"""The MLPerf Llama 2 70B LoRA reference: rank 16 on the attention projections (mlcommons/training
+llama2_70b_lora, ``target_modules=["q_proj", "v_proj", "k_proj", "o_proj"]``, ``r=16``)."""
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 TRAINING_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp8_gw_hp", "mxfp8")
@@ -25,6 +32,8 @@ MAX_SEQ_LEN = 1 << 24
 """16,777,216 tokens per sample (long-context training reaches ~2^20)."""
 MAX_GLOBAL_BATCH = 1 << 32
 """Samples per optimizer step."""
+MAX_LORA_RANK = 1 << 16
+"""65,536: past any hidden size the catalog holds (a LoRA rank is at most the layer's width; 8-256 in practice)."""
 
 
 def default_micro_batch(model: Model) -> int:
@@ -43,7 +52,8 @@ def default_seq_len(model: Model) -> int:
 
 @dataclass(frozen=True)
 class Parallelism:
-    """Degrees of parallelism. GPUs = dp x tp x pp; experts are sharded ep-ways inside the dp group."""
+    """Degrees of parallelism. GPUs = dp x tp x pp x cp; experts are sharded ep-ways inside the dp x cp ranks that
+    hold the same weights (``weight_replicas``)."""
 
     dp: int = 1
     """Data-parallel degree: replicas (ddp) or shards (fsdp)."""
@@ -54,11 +64,30 @@ class Parallelism:
     ep: int = 1
     """Expert-parallel degree (MoE), a divisor of dp."""
     sharding: Sharding = "fsdp"
-    """How the dp group holds parameters, gradients and optimizer states: ddp replicates, fsdp shards all three."""
+    """How the dp group holds parameters, gradients and optimizer states: ddp replicates all three, fsdp shards all
+    three (ZeRO-3), zero1 shards the optimizer states (fp32 master weights and moments) and keeps bf16 parameters and
+    gradients replicated: Megatron's distributed optimizer (gradients reduce-scattered, parameters all-gathered)."""
+    cp: int = 1
+    """Context-parallel degree: each sample's sequence split over cp ranks (ring attention exchanges K/V); the cp
+    ranks hold the same weights, so gradients reduce over dp x cp."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank (Megatron's interleaved 1F1B, Narayanan et al. 2021): the bubble shrinks to
+    1/virtual_stages of 1F1B's, at virtual_stages times the pipeline sends; 1 is plain 1F1B."""
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def weight_replicas(self) -> int:
+        """Ranks that hold the same (tp, pp) slice of the weights: dp x cp. Gradients reduce over them and fsdp /
+        zero1 shard over them (torchtitan's ``dp_shard_cp`` mesh, Megatron's data-parallel-with-cp group)."""
+        return self.dp * self.cp
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """fsdp and zero1 keep 1/weight_replicas of the optimizer states (and fp32 master weights) per rank."""
+        return self.sharding in ("fsdp", "zero1")
 
     @staticmethod
     def data_parallel(gpus: int, sharding: Sharding = "fsdp") -> Parallelism:
@@ -79,6 +108,24 @@ class TrainingConfig:
     parallelism: Parallelism = field(default_factory=Parallelism)
     activation_checkpointing: Checkpointing = "none"
     global_batch: int = 0
+    lora_rank: int = 0
+    """LoRA fine-tuning (Hu et al. 2021): rank of the adapters on ``lora_targets``; the base weights are frozen (no
+    base weight-gradient GEMMs, gradients or optimizer states). 0: full training."""
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    """The linear layers that carry adapters when ``lora_rank`` > 0 (``LORA_TARGETS``)."""
+
+    @property
+    def lora(self) -> bool:
+        return self.lora_rank > 0
+
+    def beyond_stack_tables(self) -> str | None:
+        """The features of this configuration that the stack kernel tables (``workbench.graph.stacked``) do not
+        price (they cover plain ddp / fsdp training without context parallelism or interleaving); None if none."""
+        p = self.parallelism
+        gaps = [name for name, on in (("context parallelism", p.cp > 1), ("interleaved pipeline stages",
+                                      p.virtual_stages > 1), ("LoRA fine-tuning", self.lora),
+                                      ("zero1 sharding", p.sharding == "zero1")) if on]
+        return ", ".join(gaps) or None
 
     @property
     def data_parallel_batch(self) -> int:
@@ -95,7 +142,7 @@ class TrainingConfig:
     def resolved(self, model: Model) -> TrainingConfig:
         """Validate against ``model`` and fill defaults; raises ``SpecError`` naming the bad field."""
         origin = "training config"
-        for name in ("micro_batch", "seq_len", "global_batch"):
+        for name in ("micro_batch", "seq_len", "global_batch", "lora_rank"):
             _integer(origin, name, getattr(self, name))
         mb = self.micro_batch or default_micro_batch(model)
         seq = self.seq_len or default_seq_len(model)
@@ -107,28 +154,50 @@ class TrainingConfig:
             get_precision(self.precision)  # unknown names get the registry's error
             raise SpecError(origin, "precision", self.precision, f"a training precision: {', '.join(TRAINING_PRECISIONS)}")
         p = self.parallelism
-        for name in ("dp", "tp", "pp", "ep"):
+        for name in ("dp", "tp", "pp", "ep", "cp", "virtual_stages"):
             _positive(origin, f"parallelism.{name}", getattr(p, name), MAX_GPUS)
         if p.gpus > MAX_GPUS:
-            raise SpecError(origin, "parallelism", f"dp={p.dp}, tp={p.tp}, pp={p.pp}",
-                            f"at most {MAX_GPUS:,} GPUs in all (dp x tp x pp = {p.gpus:,})")
-        if p.sharding not in ("ddp", "fsdp"):
-            raise SpecError(origin, "parallelism.sharding", p.sharding, "ddp or fsdp")
+            raise SpecError(origin, "parallelism", f"dp={p.dp}, tp={p.tp}, pp={p.pp}, cp={p.cp}",
+                            f"at most {MAX_GPUS:,} GPUs in all (dp x tp x pp x cp = {p.gpus:,})")
+        if p.sharding not in SHARDINGS:
+            raise SpecError(origin, "parallelism.sharding", p.sharding, ", ".join(SHARDINGS))
+        if self.lora_rank:
+            _positive(origin, "lora_rank", self.lora_rank, MAX_LORA_RANK, "or 0 for full training")
+            targets = self.lora_targets
+            if not (isinstance(targets, tuple) and targets and all(t in LORA_TARGETS for t in targets)
+                    and len(set(targets)) == len(targets)):
+                raise SpecError(origin, "lora_targets", targets, f"a tuple of distinct names from {', '.join(LORA_TARGETS)}")
+            if p.sharding == "fsdp" and p.weight_replicas > 1:
+                raise SpecError(origin, "parallelism.sharding", p.sharding,
+                                "ddp or zero1 with LoRA (fsdp over frozen weights is not modelled yet)")
         if self.global_batch:
             _positive(origin, "global_batch", self.global_batch, MAX_GLOBAL_BATCH, "or 0 for micro_batch x dp")
             if self.global_batch % (mb * p.dp):
                 raise SpecError(origin, "global_batch", self.global_batch,
                                 f"a multiple of micro_batch x dp = {mb} x {p.dp} = {mb * p.dp}")
-        if p.dp % p.ep:
-            raise SpecError(origin, "parallelism.ep", p.ep, f"a divisor of dp={p.dp}")
+        if p.weight_replicas % p.ep:
+            raise SpecError(origin, "parallelism.ep", p.ep, f"a divisor of dp={p.dp}" if p.cp == 1
+                            else f"a divisor of dp x cp = {p.weight_replicas}")
         if isinstance(model, TransformerModel):
             _check_transformer_split(model, p, origin)
-        elif p.tp > 1 or p.pp > 1:
-            raise SpecError(origin, "parallelism", f"tp={p.tp}, pp={p.pp}",
-                            f"tp=1 and pp=1 for {model.kind} models (tables shard by rows/columns, MLPs replicate)")
+            missing = [name for name in self.lora_targets if name not in model.linear_shapes()] if self.lora else []
+            if missing:
+                raise SpecError(origin, "lora_targets", self.lora_targets,
+                                f"linears {model.name} has: {', '.join(model.linear_shapes())}")
+            if p.cp > 1 and seq % (2 * p.cp):
+                raise SpecError(origin, "seq_len", seq, f"a multiple of 2 x cp = {2 * p.cp} (each cp rank holds two "
+                                "chunks of the sequence: the load-balanced causal split)")
+        elif p.tp > 1 or p.pp > 1 or p.cp > 1:
+            raise SpecError(origin, "parallelism", f"tp={p.tp}, pp={p.pp}" + (f", cp={p.cp}" if p.cp > 1 else ""),
+                            f"tp=1 and pp=1{' (and cp=1)' if p.cp > 1 else ''} for {model.kind} models (tables shard by rows/columns, MLPs replicate)")
+        if not isinstance(model, TransformerModel) and (self.lora_rank or p.sharding == "zero1"):
+            raise SpecError(origin, "lora_rank" if self.lora_rank else "parallelism.sharding",
+                            self.lora_rank or p.sharding, f"{'0' if self.lora_rank else 'ddp or fsdp'} for "
+                            f"{model.kind} models (LoRA and zero1 are modelled for transformers)")
         if isinstance(model, (DLRMModel,)) and p.ep > 1:
             raise SpecError(origin, "parallelism.ep", p.ep, "1 (DLRM has no experts)")
-        return TrainingConfig(mb, seq, self.precision, p, self.activation_checkpointing, self.global_batch)
+        return TrainingConfig(mb, seq, self.precision, p, self.activation_checkpointing, self.global_batch,
+                              self.lora_rank, self.lora_targets)
 
 
 def _check_transformer_split(model: TransformerModel, p: Parallelism, origin: str) -> None:
@@ -140,6 +209,11 @@ def _check_transformer_split(model: TransformerModel, p: Parallelism, origin: st
         raise SpecError(origin, "parallelism.tp", p.tp, f"a divisor of ffn_hidden_size={model.ffn_hidden_size}")
     if p.pp > model.num_layers:
         raise SpecError(origin, "parallelism.pp", p.pp, f"at most num_layers={model.num_layers}")
+    if p.virtual_stages > 1 and p.pp == 1:
+        raise SpecError(origin, "parallelism.virtual_stages", p.virtual_stages, "1 without pipeline parallelism (pp=1)")
+    if p.pp * p.virtual_stages > model.num_layers:
+        raise SpecError(origin, "parallelism.virtual_stages", p.virtual_stages,
+                        f"at most num_layers / pp = {model.num_layers // p.pp} (one layer per model chunk)")
     if p.ep > 1 and (not model.is_moe or model.num_experts % p.ep):
         raise SpecError(origin, "parallelism.ep", p.ep, f"1, or a divisor of num_experts={model.num_experts} for MoE models")
 

@@ -12,6 +12,16 @@ Transformer Models"), adapted to flash attention (no s^2 scores stored), GQA and
 in the activation dtype (bf16) whatever the recipe: the job's fp8 linear saves its bf16 input and weight and
 quantizes again in backward (``workbench.train.layers``), which is also what rowwise_with_gw_hp's bf16 weight-gradient
 GEMM needs, so fp8, fp8_gw_hp and bf16 hold the same activation bytes.
+
+zero1 (Megatron's distributed optimizer, megatron/core/optimizer/distrib_optimizer.py; its docs'
+distrib_optimizer.md table: bf16 parameters with fp32 gradients take 6 + 12/d bytes per parameter) keeps bf16
+parameters (2) and fp32 gradients (4) replicated and shards the fp32 master weights and both moments (12) over the
+d = dp x cp ranks that hold the same weights. Context parallelism splits each sample's tokens over cp ranks: every
+activation term is 1/cp. An interleaved pipeline (``virtual_stages`` v > 1) makes the first stage hold
+(1 + (pp - 1) / (pp v)) times the activations of 1F1B (Korthikanti et al. 2022, Sec. 4.2.3; the schedule of
+Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", Sec. 2.2).
+LoRA (Hu et al. 2021) freezes the base: its weights are held in bf16 only (2 bytes, no master copy, gradient or
+moments); the adapters take the full 16 bytes per parameter.
 """
 
 from __future__ import annotations
@@ -90,13 +100,15 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) 
     p = cfg.parallelism
     layers = math.ceil(model.num_layers / p.pp)
     fsdp = p.sharding == "fsdp"
-    per_gpu = model.params_per_gpu(p.tp, p.pp, p.dp, p.ep, sharded=fsdp)
+    per_gpu = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=fsdp)
     # FSDP2 gathers a bf16 copy even on one GPU; the root group (embeddings, output head) stays gathered from
     # its forward to the end of backward (fully_shard does not reshard the root after forward)
     gathered = (GATHERED_LAYERS * model.layer_params() + model.embedding_params()) / p.tp * 2 if fsdp else 0
     a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
-    tokens = cfg.micro_batch * cfg.seq_len
+    tokens = cfg.micro_batch * cfg.seq_len // p.cp  # this rank's share of the sequence
     in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
+    if p.virtual_stages > 1:  # interleaved 1F1B: the first stage's extra warm-up micro-batches (Korthikanti Sec. 4.2.3)
+        in_flight *= 1 + (p.pp - 1) / (p.pp * p.virtual_stages)
     per_block = _block_activation_elements(model, cfg.activation_checkpointing) * tokens * a / p.tp
     recompute_peak = _block_activation_elements(model, "none") * tokens * a / p.tp if cfg.activation_checkpointing != "none" else 0
     logits = tokens * math.ceil(model.vocab_size / p.tp)
@@ -104,10 +116,36 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) 
     loss_peak = 2 * a * logits + 4 * LOSS_CHUNKS_LIVE * min(logits, LOSS_CHUNK_ELEMENTS)
     # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
     activations = in_flight * layers * per_block + max(recompute_peak, loss_peak)
+    if cfg.lora or p.sharding == "zero1":
+        return _frozen_or_zero1_memory(model, cfg, gpu, per_gpu, gathered, activations)
     return MemoryBreakdown(
         params=4 * per_gpu + gathered,
         grads=4 * per_gpu,
         optimizer=8 * per_gpu,
+        activations=activations,
+        workspace=FRAMEWORK_OVERHEAD_GB * GB,
+        capacity=gpu.hbm_capacity_gb.value * GB,
+    )
+
+
+def _frozen_or_zero1_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, per_gpu: float, gathered: float,
+                            activations: float) -> MemoryBreakdown:
+    """Weights, gradients and optimizer states under zero1 and / or LoRA (the module docstring)."""
+    p = cfg.parallelism
+    replicas = p.weight_replicas if p.sharding == "zero1" else 1  # optimizer states sharded over them
+    if cfg.lora:  # frozen base in bf16; adapters trained (A and B split tp-ways with their linears)
+        trained = math.ceil(model.num_layers / p.pp) * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets) / p.tp
+        # zero1 keeps a bf16 working copy beside the fp32 master shard; ddp / one-GPU fsdp train fp32 adapters
+        params = 2 * per_gpu + gathered + (2 * trained if p.sharding == "zero1" else 0) + 4 * trained / replicas
+    else:  # zero1: bf16 weights replicated, fp32 master shard
+        trained = per_gpu
+        params = 2 * per_gpu + 4 * model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=True)
+    sharded_trained = trained / replicas if cfg.lora else model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep,
+                                                                               sharded=True)
+    return MemoryBreakdown(
+        params=params,
+        grads=4 * trained,
+        optimizer=8 * sharded_trained,
         activations=activations,
         workspace=FRAMEWORK_OVERHEAD_GB * GB,
         capacity=gpu.hbm_capacity_gb.value * GB,
@@ -148,7 +186,8 @@ def memory_breakdown(model: Model, cfg: TrainingConfig, gpu: GPU) -> MemoryBreak
 def max_micro_batch(model: Model, cfg: TrainingConfig, gpu: GPU, limit: int = 1 << 20) -> int:
     """The largest micro-batch that fits in HBM with headroom (0 if not even 1 does)."""
     def fits(mb: int) -> bool:
-        trial = TrainingConfig(mb, cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing)
+        trial = TrainingConfig(mb, cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
+                               lora_rank=cfg.lora_rank, lora_targets=cfg.lora_targets)
         return memory_breakdown(model, trial, gpu).fits
 
     if not fits(1):

@@ -90,6 +90,24 @@ class TransformerModel:
         dense = layers * (self.layer_params() - self.expert_params_per_layer()) / tp + self.embedding_params() / tp
         return dense / (dp if sharded else 1) + experts / (dp if sharded else ep)
 
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of a block, unsharded, by the names LoRA targets use (one
+        expert's for an MoE FFN): q, k, v, o and gate, up, down (no gate in an ungated FFN)."""
+        h, f = self.hidden_size, self.ffn_hidden_size
+        shapes = {"q": (h, self.q_size), "k": (h, self.kv_size), "v": (h, self.kv_size), "o": (self.q_size, h)}
+        if self.ffn_activation == "swiglu":
+            shapes["gate"] = (h, f)
+        shapes.update(up=(h, f), down=(f, h))
+        return shapes
+
+    def lora_params_per_layer(self, rank: int, targets: tuple[str, ...]) -> int:
+        """Adapter parameters of one block: rank x (in + out) per targeted linear (A is [in, r], B is [r, out];
+        Hu et al. 2021, LoRA), one adapter per expert on an MoE FFN's linears."""
+        shapes = self.linear_shapes()
+        per_target = {t: rank * sum(shapes[t]) * (self.num_experts if t in ("gate", "up", "down") else 1)
+                      for t in targets}
+        return sum(per_target.values())
+
     def active_layer_params(self) -> int:
         """Parameters one token touches in a block (top-k experts only)."""
         branches = 3 if self.ffn_activation == "swiglu" else 2

@@ -8,6 +8,7 @@ the pipeline bubble, and what they add up to (step time, tokens/s or samples/s, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from workbench.graph.recsys import (
     hstu_microbatch_ops,
 )
 from workbench.graph.transformer import (
+    local_tokens,
     model_flops_per_sample,
     transformer_microbatch_ops,
     transformer_step_ops,
@@ -37,6 +39,9 @@ from workbench.perf.overlap import (
     ScheduledCollective,
     ddp_last_bucket_bytes,
     ddp_schedule,
+    megatron_bucket_params,
+    ring_exchange_exposed_s,
+    zero1_schedule,
     exposed_seconds,
     fsdp_schedule,
 )
@@ -176,8 +181,11 @@ def _step_ops(model: Model, cfg: TrainingConfig, execution: Execution | None) ->
 def _optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
     """AdamW over the local dense parameters: read p, g, m, v (fp32), write p, m, v and the bf16 copy."""
     p = cfg.parallelism
-    if isinstance(model, TransformerModel):
-        params = model.params_per_gpu(p.tp, p.pp, p.dp, p.ep, sharded=p.sharding == "fsdp")
+    if isinstance(model, TransformerModel) and cfg.lora:  # only the adapters train (zero1: this rank's shard)
+        params = (math.ceil(model.num_layers / p.pp) * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets)
+                  / p.tp / (p.weight_replicas if p.sharding == "zero1" else 1))
+    elif isinstance(model, TransformerModel):
+        params = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=p.shards_optimizer)
     else:
         params = model.dense_params  # tables update inside their backward kernel
     return memory_op("optimizer.adamw", "optimizer", FlatShape(max(1, int(params))), "fp32", reads=4, writes=3.5,
@@ -194,7 +202,7 @@ def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants
     dtype only -- not on the micro-batch -- so search caches it (``FastEvaluator``)."""
     p = cfg.parallelism
     accum = cfg.grad_accumulation
-    dp_spans = p.dp * p.tp > gpu.scale_up_domain_gpus.value
+    dp_spans = p.weight_replicas * p.tp > gpu.scale_up_domain_gpus.value
     planned: list[tuple[ScheduledCollective, int]] = []
 
     def plan(schedule: list[ScheduledCollective], group: int) -> None:
@@ -210,15 +218,30 @@ def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants
         dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
         root = model.embedding_params() / p.tp  # embedding and head (the final norm's h weights are negligible)
         block = (dense - root) / layers
-        expert_group = p.dp // p.ep
-        if p.sharding == "fsdp":
+        expert_group = p.weight_replicas // p.ep
+        replicas = p.weight_replicas  # dp x cp: the ranks holding the same weights
+        if cfg.lora:  # frozen base: only the adapters' gradients reduce (fsdp: one rank only, config.py)
+            adapters = layers * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets) / p.tp * 4
+            if p.sharding == "zero1":
+                plan(zero1_schedule("zero1.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0), adapters / 2,
+                                    ddp_last_bucket_bytes(adapters, 0.0) / 2), replicas)
+            else:
+                plan(ddp_schedule("ddp.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0)), replicas)
+        elif p.sharding == "zero1":  # Megatron's distributed optimizer: RS gradients (fp32), AG bf16 parameters
+            cap = megatron_bucket_params(replicas)
+            last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4, cap * 4)
+            plan(zero1_schedule("zero1", dense * 4, last, dense * act_bytes, last / 4 * act_bytes), replicas)
+            if experts:
+                plan(zero1_schedule("zero1.experts", experts / p.ep * 4, 0.0, experts / p.ep * act_bytes, 0.0),
+                     expert_group)
+        elif p.sharding == "fsdp":
             plan(fsdp_schedule("fsdp", root, block, layers, gather_bytes=act_bytes, reduce_bytes=4,
-                               grad_accumulation=accum), p.dp)
+                               grad_accumulation=accum), replicas)
             plan(fsdp_schedule("fsdp.experts", 0.0, experts / p.ep / layers, layers, gather_bytes=act_bytes,
                                reduce_bytes=4, grad_accumulation=accum), expert_group)
         else:  # the token embedding's gradient comes last: DDP's last bucket
             last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4)
-            plan(ddp_schedule("ddp", dense * 4, last), p.dp)
+            plan(ddp_schedule("ddp", dense * 4, last), replicas)
             if experts:
                 plan([ScheduledCollective("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, 1,
                                           "hidden")], expert_group)
@@ -231,14 +254,16 @@ def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants
 
 def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
                    embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0,
-                   plan: DataParallelPlan | None = None) -> list[CommPrediction]:
+                   plan: DataParallelPlan | None = None, attention_s: float = 0.0) -> list[CommPrediction]:
     """Collectives of one step. Data-parallel traffic (FSDP gathers, gradient reductions: ``plan``, else
     ``data_parallel_plan``) follows the FSDP2 / DDP schedule of ``workbench.perf.overlap``: what is issued while
     compute runs shares one window of compute to hide behind (exposed = max(0, sum - comm_overlap x step compute),
     split in proportion); the schedule's edges (the root's and first block's all-gathers before the first compute,
     their reduce-scatters or DDP's last bucket after the last) are exposed, less the embedding compute
     (``embedding_fwd_s`` / ``embedding_bwd_s`` per micro-batch) that runs beside the first block's. Tensor-, expert-
-    and pipeline-parallel traffic sits on the critical path and stays exposed."""
+    and pipeline-parallel traffic sits on the critical path and stays exposed; an interleaved pipeline sends
+    virtual_stages times as often (Narayanan et al. 2021, Sec. 2.2). Context parallelism's ring K/V exchange hides
+    behind the step's attention compute (``attention_s``, per micro-batch): ``overlap.ring_exchange_exposed_s``."""
     p = cfg.parallelism
     accum = cfg.grad_accumulation
     domain = gpu.scale_up_domain_gpus.value
@@ -253,7 +278,7 @@ def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, st
         exposed.append(CommPrediction(name, kind, size, group, link.name, total, total, "critical"))
 
     if isinstance(model, TransformerModel):
-        tokens = cfg.micro_batch * cfg.seq_len
+        tokens = local_tokens(cfg)
         layers = math.ceil(model.num_layers / p.pp)
         recompute_tp = 2 if cfg.activation_checkpointing == "full" else 0
         add("tp.all_reduce_activations", "all_reduce", tokens * model.hidden_size * act_bytes, p.tp, p.tp > domain,
@@ -262,7 +287,14 @@ def _communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, st
             routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
             add("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain, 4 * layers * accum)
         add("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp, p.pp,
-            p.gpus > domain, 2 * accum)
+            p.gpus > domain, 2 * accum * p.virtual_stages)
+        if p.cp > 1:  # each ring step passes one K/V chunk: fwd cp-1 steps, bwd K/V and dK/dV (full AC: fwd again)
+            chunk = tokens * 2 * max(model.kv_size // p.tp, model.head_dim) * act_bytes
+            steps = (p.cp - 1) * (4 if cfg.activation_checkpointing == "full" else 3) * layers * accum
+            link = group_link(gpu, c, p.cp * p.tp > domain)
+            total = collective_time("send_recv", chunk, p.cp, link) * steps
+            exposed.append(CommPrediction("cp.ring_send_recv_kv", "send_recv", chunk, p.cp, link.name, total,
+                                          ring_exchange_exposed_s(total, attention_s * accum), "critical"))
     else:
         if isinstance(model, DLRMModel):
             pooled = cfg.micro_batch * len(model.tables) * model.embedding_dim * act_bytes
@@ -329,8 +361,7 @@ def predict(
         )
     resolved = resolve_precision(gpu, config.precision, allow_fallback=allow_fallback)
     notes = [resolved.note] if resolved.note else []
-    cfg = TrainingConfig(config.micro_batch, config.seq_len, resolved.effective.name, config.parallelism,
-                         config.activation_checkpointing, config.global_batch).resolved(model)
+    cfg = dataclasses.replace(config, precision=resolved.effective.name).resolved(model)
     c = constants or constants_for(gpu, calibrated)
     if gpu.is_uncertain:
         notes.append(f"{gpu.display_name} is announced, not shipping: several of its figures are estimates")
@@ -346,44 +377,49 @@ def predict(
         execution = Execution(compile=compiled)
     tables = None
     if stack.kernels in ("pytorch", "torchtitan"):
-        gap = stacked.scope_gap(model, cfg)
+        gap = cfg.beyond_stack_tables() or stacked.scope_gap(model, cfg)
         if gap is None:
             tables = stacked.stack_step(model, cfg, stack, compiled=compiled, param_dtype=dtype)
         else:
             notes.append(f"{stack.display_name}: {gap} are outside this stack's kernel tables; priced as the ideal "
                          "fused step (a bound)")
+    # the stack's profile from a trace of the user's job (workbench calibrate --trace), where one exists
+    fit = stacked.trace_fit(stack, gpu, compiled, notes, calibrated=calibrated and constants is None, tables=tables)
     microbatch_ops = tables.microbatch_ops if tables else _microbatch_ops(model, cfg, execution)
     ops: list[OpPrediction] = []
     for op in microbatch_ops:
-        t = op_time(op, gpu, c)
+        t = fit.op_time(op, op_time(op, gpu, c))
         ops.append(OpPrediction(op, t.time_s, t.roofline_s, t.bound, op.count * accum))
     mb_compute = sum(o.time_s * o.op.count for o in ops)
     for op in tables.step_ops if tables else _step_ops(model, cfg, execution):  # once per step
-        t = op_time(op, gpu, c)
+        t = fit.op_time(op, op_time(op, gpu, c))
         ops.append(OpPrediction(op, t.time_s, t.roofline_s, t.bound, op.count))
     if tables is None:
         optimizer = _optimizer_op(model, cfg)
-        t = op_time(optimizer, gpu, c)
+        t = fit.op_time(optimizer, op_time(optimizer, gpu, c))
         ops.append(OpPrediction(optimizer, t.time_s, t.roofline_s, "memory", 1))
 
     embedding = {phase: sum(o.time_s * o.op.count for o in ops if o.op.layer == "embedding" and o.op.phase == phase)
                  for phase in ("fwd", "bwd")}  # per micro-batch: the compute beside the first block's collectives
+    # per micro-batch (attention runs in the micro-batch ops only): what ring attention's K/V exchange hides behind
+    attention_s = sum(o.time_s * o.op.count for o in ops if o.op.kind == "attention")
     comms = _communication(model, cfg, gpu, c, accum * mb_compute, embedding_fwd_s=embedding["fwd"],
-                           embedding_bwd_s=embedding["bwd"])
+                           embedding_bwd_s=embedding["bwd"], attention_s=attention_s)
 
     p = cfg.parallelism
     optimizer_s = sum(o.total_s for o in ops if o.op.phase == "optimizer")
     compute_bound_s = sum(o.total_s for o in ops if o.bound == "compute" and o.op.phase != "optimizer")
     memory_bound_s = sum(o.total_s for o in ops if o.bound != "compute" and o.op.phase != "optimizer")
-    bubble_s = (p.pp - 1) * mb_compute if p.pp > 1 else 0.0
+    # 1F1B's bubble, 1/virtual_stages of it interleaved (Narayanan et al. 2021, Sec. 2.2: (p - 1) / (v m))
+    bubble_s = (p.pp - 1) * mb_compute / p.virtual_stages if p.pp > 1 else 0.0
     comm_s = sum(cm.exposed_s for cm in comms)
     step = compute_bound_s + memory_bound_s + optimizer_s + bubble_s + comm_s
-    host_s = tables.host_s(stack, accum) if tables else 0.0
-    step = max(step, host_s)  # the CPU enqueues ahead of the GPU; the step ends when the later of the two does
+    host_s = fit.host_s(tables.host_s(stack, accum)) if tables else 0.0
+    step = max(step + fit.idle_gap_s, host_s)  # the CPU enqueues ahead of the GPU; the step ends when the later does
 
     samples = cfg.samples_per_step
     if isinstance(model, TransformerModel):
-        model_flops = model_flops_per_sample(model, cfg.seq_len) * samples
+        model_flops = model_flops_per_sample(model, cfg.seq_len, lora=cfg.lora) * samples
         tokens = samples * cfg.seq_len
     else:
         useful = sum(o.op.flops * o.executions for o in ops if not o.op.name.startswith("recompute."))
@@ -420,7 +456,8 @@ def predict(
     )
     _check_plausible(summary, model, gpu)
     notes += _implausible_notes(summary)
-    return Prediction(model, gpu, cfg, resolved, ops, comms, summary, calibrated=c.calibrated, notes=notes)
+    return Prediction(model, gpu, cfg, resolved, ops, comms, summary, calibrated=c.calibrated or fit.applied,
+                      notes=notes)
 
 
 class ImplausiblePredictionError(WorkbenchError):

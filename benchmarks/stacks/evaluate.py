@@ -15,14 +15,11 @@ before stacks, the fused step (`ideal`) and the reference job's execution (`work
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 from pathlib import Path
 
-from workbench.config import Parallelism, TrainingConfig
-from workbench.models import get_model
-from workbench.predict import predict
+from workbench.validation import benchmark_model, predict_row
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "h200" / "stacks"
@@ -31,13 +28,8 @@ GPU = "h200"
 STEP_TARGET, MEMORY_TARGET = 0.08, 0.10
 
 
-def _model(name: str, untied: bool = False):
-    if name in ("1b", "1B"):
-        model = get_model("llama3.2-1b")
-        return dataclasses.replace(model, tied_embeddings=False) if untied else model
-    if name in ("8b-4l", "8B_4L"):
-        return dataclasses.replace(get_model("llama3-8b"), num_layers=4)
-    raise KeyError(name)
+_model = benchmark_model
+"""The benchmarks' model names -> models (``workbench.validation``: the widget's validation reads them there too)."""
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -59,7 +51,8 @@ def rows() -> list[dict]:
                         "role": "holdout" if holdout else "fit" if label in fit else "test",
                         "model": _model(r["model"]), "precision": "bf16", "ac": r["ac"], "compile": r["compile"],
                         "micro_batch": r["micro_batch"], "seq_len": r["seq_len"], "param_dtype": r["param_dtype"],
-                        "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"]})
+                        "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"],
+                        "source": f"plain_pytorch/{file}"})
     for file, holdout in (("torchtitan.jsonl", False), ("torchtitan_holdout.jsonl", True)):
         for r in _jsonl(RESULTS / "torchtitan" / file):
             if "step_time_s" not in r:
@@ -72,41 +65,23 @@ def rows() -> list[dict]:
                         "model": _model(r["flavor"], untied=True), "precision": "fp8" if r["float8_recipe"] else "bf16",
                         "ac": ac, "compile": r["compile"], "micro_batch": r["local_batch_size"],
                         "seq_len": r["seq_len"], "param_dtype": "fp32", "measured_s": r["step_time_s"],
-                        "measured_gb": r["peak_reserved_gb"]})
+                        "measured_gb": r["peak_reserved_gb"], "source": f"torchtitan/{file}"})
     return out
-
-
-def _predict(r: dict, **kwargs):
-    mode = "selective" if r["ac"].startswith("selective") else r["ac"]
-    cfg = TrainingConfig(r["micro_batch"], r["seq_len"], r["precision"], Parallelism(), mode)
-    return predict(r["model"], GPU, cfg, compile=r["compile"], **kwargs)
 
 
 def evaluate() -> list[dict]:
     table = []
-    for r in rows():
-        if r["ac"].startswith("selective-") and r["ac"] != "selective-op" and r["stack"] == "torchtitan":
-            stack_kwargs = {"stack": _every_nth_layer_stack(r["ac"])}
-        else:
-            stack_kwargs = {"stack": r["stack"]}
-        spec = _predict(r, param_dtype=r["param_dtype"], **stack_kwargs)
-        calibrated = _predict(r, param_dtype=r["param_dtype"], calibrated=True, **stack_kwargs)
-        ideal = _predict(r, stack="ideal")
-        job = _predict(r, stack="workbench-job")
+    for r in rows():  # the row -> prediction mapping is workbench.validation.predict_row (the widget's too)
+        spec = predict_row(r, gpu=GPU)
+        calibrated = predict_row(r, gpu=GPU, calibrated=True)
+        ideal = predict_row(r, gpu=GPU, stack="ideal")
+        job = predict_row(r, gpu=GPU, stack="workbench-job")
         table.append({**{k: r[k] for k in ("stack", "label", "role", "measured_s", "measured_gb")},
                       "spec_s": spec.summary.step_time_s, "calibrated_s": calibrated.summary.step_time_s,
                       "host_s": spec.summary.host_s, "memory_gb": spec.summary.memory.total / 1e9,
                       "ideal_s": ideal.summary.step_time_s, "job_s": job.summary.step_time_s,
                       "covered": not spec.summary.priced_as_bound})
     return table
-
-
-def _every_nth_layer_stack(policy: str):
-    """torchtitan with ``selective_ac_option = N``: the stack file with selective -> selective-N."""
-    from workbench.stacks import get_stack
-
-    return dataclasses.replace(get_stack("torchtitan"), checkpointing={"none": "none", "selective": policy,
-                                                                         "full": "full"})
 
 
 def _err(predicted: float, measured: float) -> float:

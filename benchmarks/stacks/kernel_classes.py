@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import gzip
 import json
 import statistics
 from pathlib import Path
@@ -19,6 +18,7 @@ from workbench.graph.stack_kernels import Dims
 from workbench.models import get_model
 from workbench.stack_check import CLASSES, compare, flavor_of, predicted_ops, price
 from workbench.stack_memory import HOST_US, host_time_s, launch_counts, stack_memory, step_time_s
+from workbench.trace import load_trace
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parents[0] / "results" / "h200" / "stacks"
@@ -52,13 +52,13 @@ def load_rows() -> list[tuple[dict, object]]:
 
 
 def trace_kernels() -> list[dict]:
-    """Kernels of the one traced torchtitan step (8b4l-bf16-full-compile), as plain_pytorch's ``kernels``."""
-    trace = json.load(gzip.open(RESULTS / "torchtitan" / "trace.json.gz"))
+    """Kernels of the one traced torchtitan step (8b4l-bf16-full-compile), as plain_pytorch's ``kernels``, read by
+    ``workbench.trace.load_trace`` (the bounded reader and classifier ``workbench calibrate --trace`` uses)."""
+    trace = load_trace(RESULTS / "torchtitan" / "trace.json.gz")
     agg = collections.defaultdict(lambda: [0, 0.0])
-    for e in trace["traceEvents"]:
-        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
-            agg[e["name"]][0] += 1
-            agg[e["name"]][1] += e.get("dur", 0.0)
+    for e in trace.kernels:
+        agg[e.name][0] += 1 / trace.steps
+        agg[e.name][1] += e.duration_us / trace.steps
     return [{"name": n, "calls": c, "us": us} for n, (c, us) in agg.items()]
 
 

@@ -120,3 +120,13 @@ def _recompute(fwd: list[Op], policy: str, layers: int) -> list[Op]:
         return recompute_ops(fwd, policy, layers)
     return [dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd
             if op.extra.get("aten") not in ("mm", "sdpa") and not op.extra.get("last") and op.kind != "attention"]
+
+
+def trace_fit(stack: Stack, gpu, compiled: bool, notes: list[str], *, calibrated: bool, tables: StackStep | None):
+    """What ``predict`` applies of the stack's profile fitted on a trace of the user's job
+    (``workbench.stack_calibration``; ``workbench calibrate --trace`` writes it): nothing unless ``calibrated``, and
+    nothing for a bound (``ideal``, or a configuration outside the stack's kernel tables, ``tables`` None)."""
+    from workbench.stack_calibration import NO_FIT, stack_fit
+
+    bound = stack.bound or stack.kernels == "fused" or (stack.kernels in ("pytorch", "torchtitan") and tables is None)
+    return stack_fit(stack.name, gpu, compiled, notes) if calibrated and not bound else NO_FIT

@@ -8,11 +8,21 @@ Layout per block (Llama / GPT-2 / Mixtral), T = micro_batch x seq tokens, tensor
 MoE blocks replace the FFN by a router GEMM, a token permutation and grouped expert GEMMs (top-k of E,
 balanced routing assumed). Backward has a dgrad and a wgrad GEMM per forward GEMM; activation checkpointing
 adds the recomputed forward ops to the backward phase.
+
+Context parallelism (cp) gives each rank seq/cp of every sample's tokens: every GEMM and elementwise op runs on
+T/cp rows, and ring attention computes the rank's queries against all keys in cp steps of seq/cp x seq/cp blocks,
+load-balanced over the causal mask (each rank holds two mirrored chunks: Megatron-Core's and torchtitan's split),
+priced as cp causal blocks of seq/cp: 1/cp of the causal score matrix. LoRA (``cfg.lora_rank``, Hu et al. 2021)
+freezes every base weight: the base GEMMs keep forward and dgrad (the gradient still flows to the input) and lose
+their wgrad, the embedding computes no gradient, and each targeted linear gets two small adapter GEMMs
+(x [T, in] A [in, r], then [T, r] B [r, out]) with all three passes, in the activation dtype (Transformer Engine
+and PEFT run adapters outside fp8).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from workbench.config import TrainingConfig, activation_dtype, attention_dtype
 from workbench.graph.execution import (
@@ -27,6 +37,11 @@ from workbench.graph.execution import (
 from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attention, gemm_with_grads, memory_op
 from workbench.models import TransformerModel
 from workbench.precision import is_8bit_training
+
+
+def local_tokens(cfg: TrainingConfig) -> int:
+    """Tokens of one micro-batch on one rank: micro_batch x seq_len, split cp-ways by context parallelism."""
+    return cfg.micro_batch * cfg.seq_len // cfg.parallelism.cp
 
 
 def _fp8_casts(name: str, ops: list[Op], act_dtype: str) -> list[Op]:
@@ -47,7 +62,7 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
     With an ``execution`` (the reference job), eager blocks get the job's unfused norm, SwiGLU and RoPE kernels
     and fp8 GEMMs the job's quantize kernels for all three GEMMs' operands (``workbench.graph.execution``)."""
     p = cfg.parallelism
-    b, s, h = cfg.micro_batch, cfg.seq_len, model.hidden_size
+    b, s, h = cfg.micro_batch, cfg.seq_len // p.cp, model.hidden_size  # s: this rank's share of the sequence
     tokens = b * s
     act = activation_dtype(cfg.precision)
     gemm_dtype = cfg.precision
@@ -60,10 +75,17 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
     bwd: list[Op] = []
     recompute: list[Op] = []  # ops that selective checkpointing recomputes
 
-    def gemms(name: str, m: int, out: int, k: int, layer: str, groups: int = 1) -> None:
+    lora = cfg.lora_targets if cfg.lora else ()
+    shapes = model.linear_shapes()
+
+    def gemms(name: str, m: int, out: int, k: int, layer: str, groups: int = 1, targets: tuple[str, ...] = ()) -> None:
         f, dg, wg = gemm_with_grads(name, m, out, k, gemm_dtype, groups=groups, count=n, layer=layer)
         fwd.append(f)
-        bwd.extend([dg, wg])
+        bwd.extend([dg] if cfg.lora else [dg, wg])  # a frozen base weight needs no gradient
+        adapted = [t for t in targets if t in lora]
+        if adapted:
+            adapters(name, m, k, out * sum(shapes[t][1] for t in adapted) // sum(shapes[t][1] for t in targets),
+                     len(adapted), layer, groups)
         if is_8bit_training(gemm_dtype) and execution is not None and groups == 1:
             quantize = fp8_linear_quantize(name, m, out, k, count=n, layer=layer, wgrad_fp8=wg.dtype == f.dtype)
             fwd.extend(o for o in quantize if o.phase == "fwd")
@@ -72,6 +94,14 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
             casts = _fp8_casts(name, [f, dg], act)
             fwd.append(casts[0])
             bwd.append(casts[1])
+
+    def adapters(name: str, m: int, k: int, out: int, pairs: int, layer: str, groups: int) -> None:
+        """LoRA's A [k, r] and B [r, out] GEMMs of ``pairs`` adapters on one (fused) linear, all three passes."""
+        r = cfg.lora_rank
+        for suffix, (n_out, k_in) in (("lora_a", (pairs * r, k)), ("lora_b", (out, r))):
+            f, dg, wg = gemm_with_grads(f"{name}.{suffix}", m, n_out, k_in, act, groups=groups, count=n, layer=layer)
+            fwd.append(f)
+            bwd.extend([dg, wg])
 
     def elementwise(name: str, kind: str, rows: int, cols: int, layer: str, reads: float, writes: float,
                     bwd_reads: float, bwd_writes: float, recomputed: bool = True) -> None:
@@ -97,15 +127,15 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
 
     # attention block
     norm_op("attn_norm", "attention")
-    gemms("qkv", tokens, q + 2 * kv, h, "attention")
+    gemms("qkv", tokens, q + 2 * kv, h, "attention", targets=("q", "k", "v"))
     if execution is not None and not execution.compile:
         eager(eager_rope("rope", tokens, q, kv, model.head_dim, s, count=n, layer="attention"))
     else:
         elementwise("rope", "rope", tokens, q + kv, "attention", 1, 1, 1, 1)
-    shape = AttentionShape(b, s, heads_q, heads_kv, model.head_dim, causal=True)
+    shape = AttentionShape(b * p.cp, s, heads_q, heads_kv, model.head_dim, causal=True)  # cp ring blocks of s
     fwd.append(attention("attention.fwd", shape, attention_dtype(cfg.precision), phase="fwd", count=n, layer="attention"))
     bwd.append(attention("attention.bwd", shape, attention_dtype(cfg.precision), phase="bwd", count=n, layer="attention"))
-    gemms("o_proj", tokens, h, q, "attention")
+    gemms("o_proj", tokens, h, q, "attention", targets=("o",))
     elementwise("attn_residual", "add", tokens, h, "attention", 2, 1, 2, 1, recomputed=False)
 
     # feed-forward block
@@ -118,20 +148,22 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
         per_expert = math.ceil(routed * p.ep / model.num_experts)
         gemms("router", tokens, model.num_experts, h, "moe")
         elementwise("dispatch", "permute", routed, h, "moe", 1, 1, 1, 1, recomputed=False)
-        gemms("experts.gate_up", per_expert, (2 if gated else 1) * ffn, h, "moe", groups=local_experts)
+        gemms("experts.gate_up", per_expert, (2 if gated else 1) * ffn, h, "moe", groups=local_experts,
+              targets=("gate", "up") if gated else ("up",))
         elementwise("experts.act", "swiglu" if gated else "gelu", routed, ffn, "moe",
                     2 if gated else 1, 1, 3 if gated else 2, 2 if gated else 1)
-        gemms("experts.down", per_expert, h, ffn, "moe", groups=local_experts)
+        gemms("experts.down", per_expert, h, ffn, "moe", groups=local_experts, targets=("down",))
         elementwise("combine", "permute", routed, h, "moe", 1, 1, 1, 1, recomputed=False)
     else:
-        gemms("gate_up" if gated else "up", tokens, (2 if gated else 1) * ffn, h, "mlp")
+        gemms("gate_up" if gated else "up", tokens, (2 if gated else 1) * ffn, h, "mlp",
+              targets=("gate", "up") if gated else ("up",))
         if gated and execution is not None and execution.eager("swiglu"):
             eager(eager_swiglu("swiglu", tokens, ffn, count=n, layer="mlp"))
         elif gated:
             elementwise("swiglu", "swiglu", tokens, ffn, "mlp", 2, 1, 3, 2)
         else:
             elementwise("gelu", "gelu", tokens, ffn, "mlp", 1, 1, 2, 1)
-        gemms("down", tokens, h, ffn, "mlp")
+        gemms("down", tokens, h, ffn, "mlp", targets=("down",))
     elementwise("mlp_residual", "add", tokens, h, "mlp", 2, 1, 2, 1, recomputed=False)
 
     if cfg.activation_checkpointing == "full":
@@ -145,9 +177,12 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
 
 def embedding_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
     """Token-embedding gather (fwd) and its scatter-add into a zeroed gradient (bwd)."""
-    tokens, h = cfg.micro_batch * cfg.seq_len, model.hidden_size
+    tokens, h = local_tokens(cfg), model.hidden_size
     act = activation_dtype(cfg.precision)
     table_grad = model.vocab_size * h * 4 / cfg.parallelism.tp  # fp32 gradient buffer zeroed each micro-batch
+    if cfg.lora:  # a frozen table: no gradient
+        return [memory_op("embedding.gather", "embedding", FlatShape(tokens * h), act, reads=1, writes=1,
+                          layer="embedding")]
     return [
         memory_op("embedding.gather", "embedding", FlatShape(tokens * h), act, reads=1, writes=1, layer="embedding"),
         memory_op("embedding.scatter_add", "embedding", FlatShape(tokens * h), act, reads=1, writes=1,
@@ -161,7 +196,9 @@ def head_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution 
     The reference job (``execution``) runs all three outside the compiled blocks: the final norm is its eager
     RMSNorm, the head stays a bf16 linear under fp8 (only the blocks' linears are swapped), and the loss is
     ``ChunkedCrossEntropy`` (fp32 per chunk) unless the recipe routes it to the Triton kernel."""
-    tokens, h = cfg.micro_batch * cfg.seq_len, model.hidden_size
+    if cfg.lora:  # a frozen head: no weight gradient
+        return [op for op in head_ops(model, replace(cfg, lora_rank=0), execution) if op.name != "lm_head.wgrad"]
+    tokens, h = local_tokens(cfg), model.hidden_size
     act = activation_dtype(cfg.precision)
     vocab = math.ceil(model.vocab_size / cfg.parallelism.tp)
     if execution is not None:
@@ -212,10 +249,11 @@ def transformer_step_ops(model: TransformerModel, cfg: TrainingConfig, execution
                     grad_accumulation=cfg.grad_accumulation)
 
 
-def model_flops_per_sample(model: TransformerModel, seq: int) -> float:
+def model_flops_per_sample(model: TransformerModel, seq: int, lora: bool = False) -> float:
     """Useful training FLOPs per sample (fwd + bwd, no recomputation): 6 x active params x tokens plus causal
-    attention (PaLM appendix B convention: 6 N T + 12 L h s T / 2 for causal)."""
+    attention (PaLM appendix B convention: 6 N T + 12 L h s T / 2 for causal). LoRA (frozen base): 4 N T, forward
+    and dgrad only (the adapters' FLOPs, ~rank / hidden of that, are left out)."""
     matmul_params = model.num_active_params - model.vocab_size * model.hidden_size * (0 if model.tied_embeddings else 1)
-    dense = 6.0 * matmul_params * seq
+    dense = (4.0 if lora else 6.0) * matmul_params * seq
     attention_flops = 3 * 4.0 * model.num_layers * model.num_heads * model.head_dim * seq * seq * 0.5
     return dense + attention_flops

@@ -35,6 +35,18 @@ is all-reduced as soon as it fills during backward; the last bucket holds the pa
 last -- a transformer's token embedding, in a bucket of its own when larger than the cap -- and its all-reduce
 starts after the last backward kernel; the optimizer waits for it. Exposed: AR(last bucket), once per step.
 
+Megatron's distributed optimizer (zero1: Megatron-Core ``DistributedDataParallel`` with ``overlap_grad_reduce`` and
+``overlap_param_gather``): gradients reduce-scattered bucket by bucket during backward, the last bucket (the token
+embedding's gradient, ready last) after the last backward kernel; after the optimizer step each bucket's updated bf16
+parameters are all-gathered, overlapped with the next forward, which waits only for the first bucket. Exposed:
+RS(last bucket) + AG(first bucket), once per step. Buckets of ``megatron_bucket_params(dp)`` parameters
+(megatron/core/distributed/distributed_data_parallel.py: ``bucket_size = max(40000000, 1000000 * dp)``).
+
+Context parallelism's ring attention passes each rank's K/V chunk to its neighbour cp - 1 times per attention
+forward (and K/V plus their gradients in backward) while the attention of the chunk in hand computes
+(Megatron-Core's ``AttnFuncWithCPAndKVP2P``; Liu et al. 2023, "Ring Attention"): exposed = max(0, exchange -
+attention compute), ``ring_exchange_exposed_s``.
+
 Sources: torch/distributed/fsdp/_fully_shard/_fsdp_state.py and _fsdp_param_group.py (PyTorch 2.11 to 2.13);
 torch/nn/parallel/distributed.py (``_DEFAULT_BUCKET_CAP_MB``). Not modelled: NCCL kernels slowing the compute they
 overlap (they occupy SMs), a collective longer than the compute it overlaps (the joint pool's business), pipeline
@@ -120,6 +132,43 @@ def ddp_schedule(prefix: str, grad_bytes: float, last_bucket_bytes: float) -> li
             ScheduledCollective(f"{prefix}.all_reduce_last_bucket", "all_reduce", last_bucket_bytes, 1,
                                 "backward_end")]
     return [s for s in plan if s.size_bytes > 0]
+
+
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+"""Megatron-Core's smallest default gradient bucket, in parameters (``max(40000000, 1000000 * dp)``)."""
+MEGATRON_BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def megatron_bucket_params(dp: int) -> int:
+    """Parameters per gradient bucket of Megatron-Core's DDP by default (the module docstring)."""
+    return max(MEGATRON_MIN_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK * dp)
+
+
+def zero1_schedule(prefix: str, grad_bytes: float, last_bucket_bytes: float, param_bytes: float,
+                   first_bucket_param_bytes: float) -> list[ScheduledCollective]:
+    """Megatron's distributed optimizer in one step: gradient reduce-scatters (hidden, the last bucket at the backward
+    end) and parameter all-gathers (hidden, the first bucket at the forward start)."""
+    if not 0 <= last_bucket_bytes <= grad_bytes or not 0 <= first_bucket_param_bytes <= param_bytes:
+        raise ValueError(f"{prefix}: buckets (last {last_bucket_bytes} B of {grad_bytes} B gradients, first "
+                         f"{first_bucket_param_bytes} B of {param_bytes} B parameters) must lie within the totals")
+    plan = [
+        ScheduledCollective(f"{prefix}.all_gather_first_bucket", "all_gather", first_bucket_param_bytes, 1,
+                            "forward_start"),
+        ScheduledCollective(f"{prefix}.all_gather_params", "all_gather", param_bytes - first_bucket_param_bytes, 1,
+                            "hidden"),
+        ScheduledCollective(f"{prefix}.reduce_scatter_buckets", "reduce_scatter", grad_bytes - last_bucket_bytes, 1,
+                            "hidden"),
+        ScheduledCollective(f"{prefix}.reduce_scatter_last_bucket", "reduce_scatter", last_bucket_bytes, 1,
+                            "backward_end"),
+    ]
+    return [s for s in plan if s.size_bytes > 0]
+
+
+def ring_exchange_exposed_s(exchange_s: float, attention_s: float) -> float:
+    """Exposed seconds of ring attention's K/V exchange beside the attention compute it overlaps (both per step)."""
+    if exchange_s < 0 or attention_s < 0:
+        raise ValueError(f"exchange {exchange_s} s and attention {attention_s} s must be >= 0")
+    return max(0.0, exchange_s - attention_s)
 
 
 def edge_exposed_s(blocking_s: float, beside_s: float, window_s: float) -> float:

@@ -1,0 +1,333 @@
+"""Predict every scorable row of the published training table and report the error per row and per group.
+
+    .venv/bin/python benchmarks/published/evaluate.py            # writes benchmarks/results/published/
+    .venv/bin/python benchmarks/published/evaluate.py --print     # the Markdown on stdout, nothing written
+
+Scorable: confidence high or medium and a throughput or step-time metric (``SCORED_METRICS``). Time-to-train rows
+are never scored themselves (they depend on convergence); the throughput or step-time rows of the same run (ids
+``<id>-thr`` / ``<id>-step``) are. Each row becomes one ``workbench.predict.predict`` call from the data in
+``benchmarks/published/rows.yaml`` (framework -> stack, model and GPU names, the step's shape per row); nothing here
+branches on a row. Nothing is fitted: every prediction comes from the GPU, model and stack specs alone (spec-only
+constants, ``calibrated=False``). Error = predicted / published - 1; MAPE = mean |error|.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from workbench.config import Parallelism, TrainingConfig  # noqa: E402
+from workbench.errors import SpecError, UnknownNameError, WorkbenchError  # noqa: E402
+from workbench.fileio import load_yaml, read_csv_text, write_text  # noqa: E402
+
+MAPPING = Path(__file__).with_name("rows.yaml")
+OUT_DIR = ROOT / "benchmarks" / "results" / "published"
+SCORED_METRICS: tuple[str, ...] = ("tokens_per_sec_per_gpu", "train_step_time", "train_throughput", "tflops_per_gpu")
+SCORED_CONFIDENCE: tuple[str, ...] = ("high", "medium")
+TIME_TO_TRAIN = "mlperf_time_to_train"
+TARGET_EXPRESSED = 0.95
+"""Issue 17's targets: >= 95% of scorable rows expressed, MAPE <= 12% overall, <= 15% per vendor and per stack
+with at least ``TARGET_GROUP_ROWS`` rows."""
+TARGET_MAPE = 0.12
+TARGET_GROUP_MAPE = 0.15
+TARGET_GROUP_ROWS = 5
+
+# The step-shape fields a row may set beyond today's defaults, with the default that means "feature off", where
+# each lives and how the report names the feature when the workbench lacks it.
+FEATURES: tuple[tuple[str, object, type, str], ...] = (
+    ("cp", 1, Parallelism, "context parallelism (cp)"),
+    ("virtual_stages", 1, Parallelism, "interleaved pipeline schedules (virtual_stages)"),
+    ("lora_rank", 0, TrainingConfig, "LoRA fine-tuning (lora_rank)"),
+)
+SHAPE_KEYS = {"dp", "tp", "pp", "cp", "ep", "sharding", "virtual_stages", "micro_batch", "global_batch", "seq_len",
+              "precision", "checkpointing", "compile", "lora_rank", "assumptions", "not_expressible"}
+
+
+class NotExpressible(Exception):
+    """A row the workbench cannot predict yet; the message is the reason the report prints."""
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One scorable row: what was published, what the workbench predicts, or why it cannot."""
+
+    id: str
+    framework: str
+    stack: str
+    proxy: bool
+    vendor: str
+    gpu: str
+    model: str
+    family: str
+    precision: str
+    metric: str
+    unit: str
+    published: float
+    predicted: float | None = None
+    reason: str = ""
+    """Why the row is not expressible (empty when predicted)."""
+    bound: bool = False
+    """Priced as the fused-step bound although a stack was named (outside its kernel tables)."""
+    fits: bool = True
+    notes: str = ""
+
+    @property
+    def error(self) -> float | None:
+        return None if self.predicted is None else self.predicted / self.published - 1
+
+
+def load_table(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(read_csv_text(path))))
+
+
+def is_scorable(row: dict[str, str]) -> bool:
+    return row["confidence"] in SCORED_CONFIDENCE and row["metric"] in SCORED_METRICS
+
+
+def _lookup(mapping: dict, section: str, key: str, row_id: str) -> object:
+    table = mapping.get(section) or {}
+    if key not in table:
+        raise SpecError(str(MAPPING), f"{section}", key, f"an entry for {key!r} (row {row_id})")
+    return table[key]
+
+
+def _family(model_name: str) -> str:
+    return model_name.split("-")[0]
+
+
+ABLATIONS: tuple[str, ...] = ("cp", "virtual_stages", "lora_rank", "zero1")
+"""Features ``--without`` can switch off, to show what each adds (a row that needs one becomes not expressible)."""
+
+
+def build_call(row: dict[str, str], mapping: dict, without: frozenset[str] = frozenset()
+               ) -> tuple[str, str, TrainingConfig, str, bool | None]:
+    """(model, gpu, config, stack, compile) for one row, or ``NotExpressible`` with the reason. ``without``: features
+    (``ABLATIONS``) treated as absent from the workbench."""
+    rid = row["id"]
+    spec = (mapping.get("rows") or {}).get(rid)
+    if spec is None:
+        raise SpecError(str(MAPPING), "rows", rid, "an entry for every scorable row of the table")
+    unknown = set(spec) - SHAPE_KEYS
+    if unknown:
+        raise SpecError(str(MAPPING), f"rows.{rid}", sorted(unknown)[0], f"one of {', '.join(sorted(SHAPE_KEYS))}")
+    if "not_expressible" in spec:
+        raise NotExpressible(str(spec["not_expressible"]))
+    model = str(_lookup(mapping, "models", row["model"], rid))
+    gpu = str((mapping.get("gpu_by_framework") or {}).get(row["framework"], {}).get(row["gpu"])
+              or _lookup(mapping, "gpus", row["gpu"], rid))
+    framework = _lookup(mapping, "frameworks", row["framework"], rid)
+    par = {k: spec[k] for k in ("dp", "tp", "pp", "ep", "sharding")}
+    cfg = {"micro_batch": spec["micro_batch"], "seq_len": spec["seq_len"], "precision": spec["precision"],
+           "activation_checkpointing": spec["checkpointing"], "global_batch": spec["global_batch"]}
+    for name, default, owner, label in FEATURES:
+        value = spec.get(name, default)
+        if value == default:
+            continue
+        if name in without or name not in {f.name for f in dataclasses.fields(owner)}:
+            raise NotExpressible(f"needs {label}: {name}={value}")
+        (par if owner is Parallelism else cfg)[name] = value
+    if par["sharding"] == "zero1" and "zero1" in without:
+        raise NotExpressible("needs zero1 sharding (Megatron's distributed optimizer)")
+    parallelism = Parallelism(**par)
+    gpus = 1
+    for name in ("dp", "tp", "pp", "cp"):
+        gpus *= int(spec.get(name, 1))
+    if str(gpus) != row["gpus"]:
+        raise SpecError(str(MAPPING), f"rows.{rid}", f"dp x tp x pp x cp = {gpus}", f"the row's gpus = {row['gpus']}")
+    compile_ = spec.get("compile") if framework["stack"] in ("torchtitan", "workbench-job") else None
+    return model, gpu, TrainingConfig(parallelism=parallelism, **cfg), str(framework["stack"]), compile_
+
+
+def metric_value(prediction, metric: str) -> float:
+    """The predicted figure in the row's metric (all four are per step, over the row's GPUs)."""
+    s = prediction.summary
+    if metric == "tokens_per_sec_per_gpu":
+        return s.tokens_per_s / s.gpus
+    if metric == "train_step_time":
+        return s.step_time_s
+    if metric == "train_throughput":
+        return s.samples_per_s
+    if metric == "tflops_per_gpu":
+        return s.model_flops_per_step / s.step_time_s / s.gpus / 1e12
+    raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(SCORED_METRICS)}")
+
+
+def evaluate_row(row: dict[str, str], mapping: dict, without: frozenset[str] = frozenset()) -> RowResult:
+    from workbench.hardware import get_gpu
+    from workbench.predict import predict
+
+    framework = (mapping.get("frameworks") or {}).get(row["framework"], {})
+    model_name = str((mapping.get("models") or {}).get(row["model"], row["model"]))
+    gpu_name = str((mapping.get("gpus") or {}).get(row["gpu"], row["gpu"]))
+    try:
+        vendor = get_gpu(gpu_name).vendor
+    except WorkbenchError:
+        vendor = "?"
+    spec = (mapping.get("rows") or {}).get(row["id"]) or {}
+    base = dict(id=row["id"], framework=row["framework"], stack=str(framework.get("stack", "?")),
+                proxy=bool(framework.get("proxy", False)), vendor=vendor, gpu=gpu_name, model=model_name,
+                family=_family(model_name), precision=str(spec.get("precision", row["precision"])),
+                metric=row["metric"], unit=row["unit"], published=float(row["value"]))
+    try:
+        model, gpu, cfg, stack, compile_ = build_call(row, mapping, without)
+        p = predict(model, gpu, cfg, stack=stack, compile=compile_)
+    except NotExpressible as e:
+        return RowResult(**base, reason=str(e))
+    except UnknownNameError as e:
+        return RowResult(**base, reason=f"not in the catalog: {str(e).splitlines()[0]}")
+    except WorkbenchError as e:  # a validation error (SpecError) or an implausible prediction
+        return RowResult(**base, reason=str(e).splitlines()[0])
+    bound = p.summary.priced_as_bound and stack != "ideal"
+    return RowResult(**base, predicted=metric_value(p, row["metric"]), bound=bound, fits=p.summary.memory.fits,
+                     notes="; ".join(p.notes))
+
+
+def evaluate(table: Path, mapping_path: Path = MAPPING, without: frozenset[str] = frozenset()
+             ) -> tuple[list[RowResult], list[tuple[str, list[str]]]]:
+    """(scorable rows' results, time-to-train rows with the ids of their scored twins)."""
+    mapping = load_yaml(mapping_path, what="row mapping")
+    rows = load_table(table)
+    results = [evaluate_row(r, mapping, without) for r in rows if is_scorable(r)]
+    scored = {r.id for r in results}
+    twins = [(r["id"], sorted(i for i in scored if i.startswith(r["id"] + "-")))
+             for r in rows if r["metric"] == TIME_TO_TRAIN and r["confidence"] in SCORED_CONFIDENCE]
+    return results, twins
+
+
+@dataclass(frozen=True)
+class GroupScore:
+    name: str
+    rows: int
+    expressed: int
+    mape: float | None
+    median_ape: float | None
+    mean_error: float | None
+
+
+def score(name: str, results: list[RowResult]) -> GroupScore:
+    errors = [r.error for r in results if r.error is not None]
+    if not errors:
+        return GroupScore(name, len(results), 0, None, None, None)
+    ape = [abs(e) for e in errors]
+    return GroupScore(name, len(results), len(errors), statistics.fmean(ape), statistics.median(ape),
+                      statistics.fmean(errors))
+
+
+def grouped(results: list[RowResult], key: str) -> list[GroupScore]:
+    names = sorted({getattr(r, key) for r in results})
+    return [score(n, [r for r in results if getattr(r, key) == n]) for n in names]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.4g}"
+
+
+def targets(results: list[RowResult]) -> list[tuple[str, bool, str]]:
+    overall = score("all", results)
+    share = overall.expressed / overall.rows if overall.rows else 0.0
+    out = [(f"expressed >= {TARGET_EXPRESSED:.0%}", share >= TARGET_EXPRESSED, f"{overall.expressed}/{overall.rows} = {share:.0%}"),
+           (f"MAPE <= {TARGET_MAPE:.0%}", overall.mape is not None and overall.mape <= TARGET_MAPE, _pct(overall.mape))]
+    for key in ("vendor", "stack"):
+        for g in grouped(results, key):
+            if g.expressed >= TARGET_GROUP_ROWS:
+                out.append((f"{key} {g.name}: MAPE <= {TARGET_GROUP_MAPE:.0%}", g.mape <= TARGET_GROUP_MAPE,
+                            f"{_pct(g.mape)} over {g.expressed} rows"))
+    return out
+
+
+def render_markdown(results: list[RowResult], twins: list[tuple[str, list[str]]]) -> str:
+    overall = score("all", results)
+    lines = [
+        "# Published training results: predicted vs published",
+        "",
+        "Written by `benchmarks/published/evaluate.py` from `../shared/reference/published/training_throughput.csv` and "
+        "the row mapping `benchmarks/published/rows.yaml`; spec-only (nothing fitted, no calibration profile). "
+        "Error = predicted / published - 1. Stacks marked *proxy* stand in for a framework that has no stack yet "
+        "(rows.yaml says which and why); *bound* = the named stack fell back to the fused-step bound.",
+        "",
+        f"**{overall.expressed} of {overall.rows} scorable rows expressed; MAPE {_pct(overall.mape)} "
+        f"(median {_pct(overall.median_ape)}, mean signed error {_pct(overall.mean_error)}).**",
+        "",
+        "## Targets (issue 17)",
+        "",
+        "| target | met | value |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {t} | {'yes' if ok else 'no'} | {v} |" for t, ok, v in targets(results)]
+    for key, title in (("vendor", "vendor"), ("stack", "stack"), ("framework", "framework"), ("family", "model family"),
+                       ("precision", "precision"), ("gpu", "GPU")):
+        lines += ["", f"## By {title}", "", f"| {title} | rows | expressed | MAPE | median APE | mean error |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {g.name} | {g.rows} | {g.expressed} | {_pct(g.mape)} | {_pct(g.median_ape)} | {_pct(g.mean_error)} |"
+                  for g in grouped(results, key)]
+    lines += ["", "## Rows", "", "| id | stack | model | GPU | precision | metric | published | predicted | error | flags |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.predicted is None:
+            continue
+        flags = ", ".join(f for f, on in (("proxy", r.proxy), ("bound", r.bound), ("does not fit", not r.fits)) if on)
+        lines.append(f"| {r.id} | {r.stack} | {r.model} | {r.gpu} | {r.precision} | {r.metric} | {_num(r.published)} "
+                     f"| {_num(r.predicted)} | {_pct(r.error)} | {flags} |")
+    missing = [r for r in results if r.predicted is None]
+    lines += ["", f"## Not expressible ({len(missing)} rows)", "", "| id | model | GPU | reason |", "|---|---|---|---|"]
+    lines += [f"| {r.id} | {r.model} | {r.gpu} | {r.reason.replace('|', '/')} |" for r in missing]
+    lines += ["", "## Time-to-train rows (scored through their twins only)", "", "| id | scored twins |", "|---|---|"]
+    lines += [f"| {rid} | {', '.join(ids) or 'none'} |" for rid, ids in twins]
+    return "\n".join(lines) + "\n"
+
+
+CSV_COLUMNS = ("id", "framework", "stack", "proxy", "bound", "vendor", "gpu", "model", "family", "precision", "metric",
+               "unit", "published", "predicted", "error", "fits", "reason", "notes")
+
+
+def render_csv(results: list[RowResult]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in results:
+        values = {**dataclasses.asdict(r), "error": r.error}
+        writer.writerow(["" if values[c] is None else (f"{values[c]:.6g}" if isinstance(values[c], float) else values[c])
+                         for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", type=Path, default=ROOT.parent / "shared" / "reference" / "published" / "training_throughput.csv")
+    parser.add_argument("--mapping", type=Path, default=MAPPING)
+    parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument("--print", action="store_true", help="print the Markdown; write nothing")
+    parser.add_argument("--without", default="", help=f"comma-separated features to treat as absent (an ablation; "
+                        f"implies --print unless --out is given): {', '.join(ABLATIONS)}")
+    args = parser.parse_args(argv)
+    without = frozenset(x for x in args.without.split(",") if x)
+    if without - set(ABLATIONS):
+        parser.error(f"--without {args.without!r}: expected names from {', '.join(ABLATIONS)}")
+    results, twins = evaluate(args.table, args.mapping, without)
+    markdown = render_markdown(results, twins)
+    if args.print or (without and args.out == OUT_DIR):
+        sys.stdout.write(markdown)
+        return 0
+    write_text(args.out / "EVALUATION.md", markdown, overwrite=True)
+    write_text(args.out / "evaluation.csv", render_csv(results), overwrite=True)
+    overall = score("all", results)
+    print(f"{overall.expressed}/{overall.rows} expressed, MAPE {_pct(overall.mape)} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
