@@ -10,10 +10,12 @@ from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import SpecError
 from workbench.recipe import (
     SCHEMA_VERSION,
+    ActivationCheckpointing,
     Batch,
     KernelChoice,
     ModelChoice,
     ParallelismChoice,
+    PrecisionPolicy,
     Recipe,
     Revision,
     Target,
@@ -204,8 +206,6 @@ def test_configuration_is_checked_against_the_revised_model(data, edit, field, e
 
 
 def test_rowwise_with_gw_hp_round_trips_and_is_modelled_as_fp8_gw_hp():
-    from workbench.recipe import PrecisionPolicy
-
     cfg = TrainingConfig(1, 4096, "fp8_gw_hp", Parallelism(dp=8))
     recipe = make_recipe("llama3-8b", "h200-sxm", cfg, overrides={"num_layers": 2})
     assert recipe.precision.fp8 == "rowwise_with_gw_hp" and recipe.precision.workbench_precision == "fp8_gw_hp"
@@ -242,8 +242,6 @@ def test_numbers_enums_and_precision_support_are_checked(data, edit, field, expe
 
 
 def test_an_fp8_recipe_for_an_a100_is_refused_however_it_is_made():
-    from workbench.recipe import PrecisionPolicy
-
     with pytest.raises(SpecError, match="A100.*runs fp64, fp32, tf32, bf16, fp16, int8"):
         Recipe(Target("a100-sxm-80gb", 1), ModelChoice("llama3-8b"), Batch(1, 1, 1, 1024),
                precision=PrecisionPolicy(fp8="rowwise"))
@@ -256,6 +254,38 @@ def test_kernel_vocabularies_are_the_kernels():
     from workbench.select import GEMM_DTYPES
 
     assert set(KERNEL_OPS) == set(TRITON_OPS) and set(KERNEL_DTYPES) == set(GEMM_DTYPES)
+
+
+def test_each_choice_is_spelled_once_as_its_fields_literal():
+    """Every enum field's type is the Literal its tuple of choices comes from; the checkpointing modes are the
+    analytical model's (``workbench.config``), and the sharding a recipe carries is one the model prices."""
+    from typing import get_args, get_type_hints
+
+    from workbench import config
+    from workbench.recipe import schema
+
+    fields = {(schema.PrecisionPolicy, "param_dtype"): schema.PARAM_DTYPES,
+              (schema.PrecisionPolicy, "compute_dtype"): schema.COMPUTE_DTYPES,
+              (schema.PrecisionPolicy, "reduce_dtype"): schema.REDUCE_DTYPES,
+              (schema.PrecisionPolicy, "fp8"): schema.FP8_RECIPES,
+              (schema.ActivationCheckpointing, "mode"): schema.CHECKPOINT_MODES,
+              (schema.ParallelismChoice, "sharding"): schema.SHARDINGS,
+              (schema.KernelChoice, "choice"): schema.KERNEL_CHOICES,
+              (schema.EmbeddingPlacement, "placement"): schema.PLACEMENTS}
+    for (cls, name), choices in fields.items():
+        assert get_args(get_type_hints(cls)[name]) == choices, (cls.__name__, name)
+    assert schema.CHECKPOINT_MODES is config.CHECKPOINTING and set(schema.SHARDINGS) <= set(config.SHARDINGS)
+    assert set(schema.MODELLED_PRECISION) == set(schema.FP8_RECIPES) - {"none"}
+
+
+def test_absent_sections_take_the_dataclass_defaults():
+    data = make_recipe("llama3-8b", "h200", TrainingConfig(1, 1024), overrides={"num_layers": 1}).to_dict()
+    for key in ("precision", "activation_checkpointing", "parallelism", "compile"):
+        del data[key]
+    recipe = Recipe.from_dict(data)
+    assert (recipe.precision, recipe.activation_checkpointing, recipe.parallelism) == (
+        PrecisionPolicy(), ActivationCheckpointing(), ParallelismChoice())
+    assert recipe.compile is Recipe.__dataclass_fields__["compile"].default
 
 
 def _shipped_recipes() -> list:

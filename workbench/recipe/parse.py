@@ -61,33 +61,34 @@ def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
     model = ModelChoice(m.string("name"), overrides, revisions)
     m.finish()
 
-    p = f.sub("precision", default={})
-    precision = PrecisionPolicy(p.string("param_dtype", PARAM_DTYPES, default="fp32"),
-                                p.string("compute_dtype", COMPUTE_DTYPES, default="bf16"),
-                                p.string("reduce_dtype", REDUCE_DTYPES, default="fp32"),
-                                p.string("fp8", FP8_RECIPES, default="none"))
+    p, dp_ = f.sub("precision", default={}), PrecisionPolicy()  # an absent key takes the schema's default
+    precision = PrecisionPolicy(p.string("param_dtype", PARAM_DTYPES, default=dp_.param_dtype),
+                                p.string("compute_dtype", COMPUTE_DTYPES, default=dp_.compute_dtype),
+                                p.string("reduce_dtype", REDUCE_DTYPES, default=dp_.reduce_dtype),
+                                p.string("fp8", FP8_RECIPES, default=dp_.fp8))
     p.finish()
 
     b = f.sub("batch")
     batch = Batch(_int(b, "micro_batch"), _int(b, "global_batch"), _int(b, "grad_accumulation"), _int(b, "seq_len"))
     b.finish()
 
-    a = f.sub("activation_checkpointing", default={})
-    layers = a.raw("layers", "all")
+    a, da = f.sub("activation_checkpointing", default={}), ActivationCheckpointing()
+    layers = a.raw("layers", da.layers)
     if layers != "all":
         if not (isinstance(layers, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
                                                  for x in layers)):
             raise a.error("layers", layers, "all, or a list of block indices (non-negative integers)")
         layers = tuple(layers)
-    ac = ActivationCheckpointing(a.string("mode", CHECKPOINT_MODES, default="none"), layers)
+    ac = ActivationCheckpointing(a.string("mode", CHECKPOINT_MODES, default=da.mode), layers)
     a.finish()
 
-    q = f.sub("parallelism", default={})
-    parallelism = ParallelismChoice(_int(q, "dp", 1), q.string("sharding", SHARDINGS, default="fsdp"),
-                                    _int(q, "tp", 1), _int(q, "pp", 1), _int(q, "cp", 1), _int(q, "ep", 1))
+    q, dq = f.sub("parallelism", default={}), ParallelismChoice()
+    parallelism = ParallelismChoice(_int(q, "dp", dq.dp), q.string("sharding", SHARDINGS, default=dq.sharding),
+                                    _int(q, "tp", dq.tp), _int(q, "pp", dq.pp), _int(q, "cp", dq.cp),
+                                    _int(q, "ep", dq.ep))
     q.finish()
 
-    compile_ = f.boolean("compile", default=True)
+    compile_ = f.boolean("compile", default=Recipe.__dataclass_fields__["compile"].default)
     kernels = tuple(_kernel(item, origin, f"kernels[{i}]") for i, item in enumerate(_list(f, "kernels")))
     embeddings = tuple(_embedding(item, origin, f"embeddings[{i}]") for i, item in enumerate(_list(f, "embeddings")))
     predicted = None

@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from workbench import __version__
+from workbench.config import CHECKPOINTING, Checkpointing
 from workbench.errors import SpecError, UnknownNameError
 from workbench.graph.execution import TRITON_OPS
 
 SCHEMA_VERSION = 1
 """The recipe format this code reads and writes; bump it (and keep a reader) when a key changes meaning."""
 
+# Each choice is spelled once, as a Literal (the type of its field); its tuple of values is derived from it. The
+# training job (``workbench.train.spec``), parse and validation import these; nothing re-spells them.
 Fp8Recipe = Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8"]
-FP8_RECIPES: tuple[str, ...] = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8")
+FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
 """none; torchao float8 recipes by their ``Float8LinearRecipeName`` values (tensorwise, rowwise, and
 rowwise_with_gw_hp: rowwise with the weight-gradient GEMM in high precision; pytorch/ao
 ``torchao/float8/config.py``); or OCP MX fp8 blocks of 32 (mxfp8)."""
@@ -42,18 +45,29 @@ MODELLED_PRECISION: dict[str, str] = {"tensorwise": "fp8", "rowwise": "fp8", "ro
 FP8_RECIPE_FOR_PRECISION: dict[str, str] = {"fp8": "rowwise", "fp8_gw_hp": "rowwise_with_gw_hp", "mxfp8": "mxfp8"}
 """The usual recipe for an 8-bit workbench precision (``PrecisionPolicy.for_precision``): MODELLED_PRECISION's
 inverse, with rowwise for fp8."""
-COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
-PARAM_DTYPES: tuple[str, ...] = ("fp32", "bf16")
-REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
-CHECKPOINT_MODES: tuple[str, ...] = ("none", "selective", "full")
-SHARDINGS: tuple[str, ...] = ("fsdp", "ddp")
-KERNEL_CHOICES: tuple[str, ...] = ("triton", "vendor")
+ComputeDtype = Literal["fp32", "tf32", "bf16", "fp16"]
+COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)
+"""tf32 is fp32 storage with TF32 tensor-core matmuls."""
+ParamDtype = Literal["fp32", "bf16"]
+PARAM_DTYPES: tuple[str, ...] = get_args(ParamDtype)
+ReduceDtype = Literal["fp32", "bf16"]
+REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
+CheckpointMode = Checkpointing
+CHECKPOINT_MODES: tuple[str, ...] = CHECKPOINTING
+"""The analytical model's modes (``workbench.config.CHECKPOINTING``): a recipe asks for what was predicted."""
+RecipeSharding = Literal["fsdp", "ddp"]
+SHARDINGS: tuple[str, ...] = get_args(RecipeSharding)
+"""What a recipe's ``parallelism.sharding`` can say: a subset of ``workbench.config.SHARDINGS``; the analytical model
+also prices zero1, which a recipe cannot ask for yet (the reference job builds FSDP2 or DDP only)."""
+KernelImpl = Literal["triton", "vendor"]
+KERNEL_CHOICES: tuple[str, ...] = get_args(KernelImpl)
 KERNEL_OPS: tuple[str, ...] = TRITON_OPS
 """Ops a ``kernels`` entry can name: those the project has kernels for (``workbench.graph.execution.TRITON_OPS``)."""
 KERNEL_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")
 """Dtypes a ``kernels`` entry can name: what the kernels run (``workbench.select.GEMM_DTYPES``; attention runs
 bf16/fp16, embedding_bag fp32)."""
-PLACEMENTS: tuple[str, ...] = ("hbm", "host", "row_sharded")
+Placement = Literal["hbm", "host", "row_sharded"]
+PLACEMENTS: tuple[str, ...] = get_args(Placement)
 
 
 @dataclass(frozen=True)
@@ -100,11 +114,11 @@ class ModelChoice:
 class PrecisionPolicy:
     """Mixed precision as FSDP2/torchao see it."""
 
-    param_dtype: Literal["fp32", "bf16"] = "fp32"
+    param_dtype: ParamDtype = "fp32"
     """Master weights and optimizer states (the memory model assumes fp32 masters)."""
-    compute_dtype: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"
+    compute_dtype: ComputeDtype = "bf16"
     """GEMM inputs and activations outside fp8 linears."""
-    reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    reduce_dtype: ReduceDtype = "fp32"
     """Gradient reduction dtype."""
     fp8: Fp8Recipe = "none"
     """8-bit linears: none, torchao float8 tensorwise/rowwise/rowwise_with_gw_hp, or mxfp8."""
@@ -146,7 +160,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class ActivationCheckpointing:
-    mode: Literal["none", "selective", "full"] = "none"
+    mode: CheckpointMode = "none"
     layers: str | tuple[int, ...] = "all"
     """``all``, or the indices of the checkpointed blocks (the model predicts per-layer lists as ``all``)."""
 
@@ -156,7 +170,7 @@ class ParallelismChoice:
     """Degrees of parallelism; GPUs = dp x tp x pp x cp. Experts shard ep-ways inside the dp group."""
 
     dp: int = 1
-    sharding: Literal["fsdp", "ddp"] = "fsdp"
+    sharding: RecipeSharding = "fsdp"
     """fsdp shards parameters, gradients and optimizer states dp-ways (ZeRO-3); ddp replicates them."""
     tp: int = 1
     pp: int = 1
@@ -178,7 +192,7 @@ class KernelChoice:
     shape: dict[str, int]
     """gemm: {m, n, k}; attention: the selector's shape keys."""
     dtype: str
-    choice: Literal["triton", "vendor"]
+    choice: KernelImpl
     config: dict[str, Any] | None
     """The Triton config (kernel meta-parameters); None for the vendor library."""
     predicted_ms: float
@@ -191,7 +205,7 @@ class EmbeddingPlacement:
     table: str
     rows: int
     dim: int
-    placement: Literal["hbm", "host", "row_sharded"]
+    placement: Placement
     """hbm: whole table on every GPU; row_sharded: rows split over the GPUs' HBM; host: CPU memory (UVM)."""
     bytes: int
     """Table bytes (fp32 rows), before sharding."""

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                              eval_windows=args.eval_windows, deterministic=args.deterministic,
                              lr_schedule=LrSchedule(args.lr_schedule, args.lr_warmup_steps, args.lr_min_ratio))
         result = train(spec, options)
-        result.predicted_job = job_prediction(args.recipe)
+        result.predicted_job = job_prediction(spec.recipe)  # the recipe as read once, not the file again
     except WorkbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

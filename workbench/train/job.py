@@ -49,6 +49,7 @@ import torch.distributed as dist
 
 from workbench.models import DLRMModel
 from workbench.fileio import write_text
+from workbench.recipe.schema import Recipe
 from workbench.train.build import Built, build_dlrm, build_transformer
 from workbench.train.data import RecsysBatches, TextBatches, heldout_windows
 from workbench.train.determinism import check_deterministic, deterministic_mode
@@ -372,18 +373,22 @@ def _relative_errors(measured: dict, predicted: dict) -> dict:
             if predicted.get(key) and measured.get(key) is not None}
 
 
-def job_prediction(recipe_path: str | Path) -> dict:
+def job_prediction(recipe: Recipe | str | Path) -> dict:
     """The step as this job runs the recipe (eager or compiled, its loss, FSDP2 copies, fp8 quantization:
     ``predict_recipe(recipe, calibrated=True, job=True)``), made now; a recipe records the fused step that search
-    ranks, which an eager run is not. When it cannot be made, ``{"unavailable": why}`` (and a warning on stderr):
+    ranks, which an eager run is not. ``recipe``: the validated recipe (``JobSpec.recipe``: the file is not read
+    again), or a recipe file's path. When it cannot be made, ``{"unavailable": why}`` (and a warning on stderr):
     never an empty block that reads as "no prediction" without a reason."""
     from workbench.errors import WorkbenchError
-    from workbench.recipe import load_recipe
     from workbench.recipe.build import predict_recipe, predicted_from
+    from workbench.recipe.io import load_recipe
 
+    what = (f"{recipe.model.name} on {recipe.target.gpus} x {recipe.target.gpu}" if isinstance(recipe, Recipe)
+            else recipe)
     try:
-        prediction = predict_recipe(load_recipe(recipe_path), calibrated=True, job=True)
+        prediction = predict_recipe(recipe if isinstance(recipe, Recipe) else load_recipe(recipe), calibrated=True,
+                                    job=True)
     except WorkbenchError as exc:
-        print(f"[train] warning: no job-level prediction for {recipe_path}: {exc}", file=sys.stderr, flush=True)
+        print(f"[train] warning: no job-level prediction for {what}: {exc}", file=sys.stderr, flush=True)
         return {"unavailable": str(exc)}
     return {**asdict(predicted_from(prediction)), "calibrated": prediction.calibrated}

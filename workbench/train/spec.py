@@ -1,29 +1,45 @@
-"""What a training job runs: a recipe's fields, validated against what the reference job supports.
+"""What a training job runs: a validated recipe, and what of it the reference job supports.
 
-Pure Python (no torch), so a recipe can be checked before anything heavy is imported. ``JobSpec.from_dict``
-reads the agreed recipe layout (``schema_version: 1``; see ``workbench.recipe``) and ``check_supported``
-turns what the reference job cannot run (pipeline or context parallelism, MoE, HSTU, ...) into a clear
-``JobError`` instead of a wrong run.
+Pure Python (no torch), so a recipe can be checked before anything heavy is imported. There is one recipe
+schema (``workbench.recipe.schema``): ``load_recipe`` reads the file once and validates it there -- fields,
+choices, catalog names, batch arithmetic, the target's precision support, the model split -- and
+``JobSpec.from_recipe`` takes that ``Recipe`` as it is, reading its fields through properties; nothing here
+re-parses a file or re-spells a choice. What the reference job cannot run of a valid recipe (pipeline or context
+parallelism, MoE, HSTU, mxfp8, fp16, ...) is ``check_supported``'s, a clear ``JobError`` instead of a wrong run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from workbench.errors import SpecError, WorkbenchError
+from workbench.errors import WorkbenchError
 from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
-from workbench.schema import Fields
+from workbench.recipe.schema import (
+    FP8_RECIPES,
+    KERNEL_OPS,
+    CheckpointMode,
+    ComputeDtype,
+    Fp8Recipe,
+    KernelChoice,
+    ParamDtype,
+    Recipe,
+    RecipeSharding,
+    ReduceDtype,
+)
 
-Dtype = Literal["fp32", "tf32", "bf16", "fp16"]
-DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
-Fp8Mode = Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp"]
-FP8_MODES: tuple[str, ...] = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp")
-"""fp8 recipes the job runs, torchao's names (``workbench.train.layers.FP8_LINEAR_RECIPES``); mxfp8 is not one."""
-CHECKPOINT_MODES: tuple[str, ...] = ("none", "selective", "full")
-TRITON_OPS: tuple[str, ...] = ("gemm", "attention", "rmsnorm", "swiglu", "cross_entropy", "embedding_bag")
-"""Ops whose ``kernels`` entries with ``choice: triton`` the job honours (others run torch's kernels)."""
+__all__ = ["FP8_MODES", "TRITON_OPS", "JobError", "JobSpec", "KernelChoice", "check_supported", "load_job_spec"]
+
+FP8_MODES: tuple[str, ...] = tuple(r for r in FP8_RECIPES if r != "mxfp8")
+"""The schema's fp8 recipes the job runs (``workbench.train.layers.FP8_LINEAR_RECIPES``, torchao's names): all but
+mxfp8. The job's fp8 linears scale per tensor or per row (torchao's ``Float8LinearConfig.from_recipe_name``, or the
+project's ``Float8Linear``); mxfp8 scales blocks of 32 values (OCP MX), which needs torchao's MX linear and
+Blackwell-class tensor cores, and the job builds neither -- train an mxfp8 recipe with torchtitan (the
+``torchtitan-*`` exports). ``check_supported`` refuses it with a ``JobError``."""
+TRITON_OPS: tuple[str, ...] = KERNEL_OPS
+"""Ops whose ``kernels`` entries with ``choice: triton`` the job honours: every op a recipe can name
+(``workbench.recipe.schema.KERNEL_OPS``); a ``vendor`` entry runs torch's kernel."""
 
 
 class JobError(WorkbenchError):
@@ -31,56 +47,135 @@ class JobError(WorkbenchError):
 
 
 @dataclass(frozen=True)
-class KernelChoice:
-    """One ``kernels`` entry of a recipe: which implementation an op uses at one shape."""
-
-    op: str
-    shape: dict
-    dtype: str
-    choice: Literal["triton", "vendor"]
-    config: dict | None = None
-    predicted_ms: float | None = None
-
-
-@dataclass(frozen=True)
 class JobSpec:
-    """Everything the job needs from a recipe (``target`` and ``predicted`` are kept to report against)."""
+    """A validated recipe as the job reads it: its fields (properties below), the model it trains, and a name
+    for reports. ``target`` and ``predicted`` are kept to report against."""
 
-    model: Model
-    """The catalog model with ``overrides`` applied."""
-    model_name: str
-    overrides: dict
-    target_gpu: str
-    target_gpus: int
-    param_dtype: Dtype = "fp32"
-    """Dtype of the master parameters the optimizer updates."""
-    compute_dtype: Dtype = "bf16"
-    """Dtype GEMMs and activations run in (autocast, or FSDP2's param_dtype)."""
-    reduce_dtype: Dtype = "fp32"
-    """Dtype of the data-parallel gradient reduction."""
-    fp8: Fp8Mode = "none"
-    """fp8 GEMMs in the transformer blocks' linears: scales per tensor or per row, or rowwise with the weight
-    gradient GEMM in bf16 (``rowwise_with_gw_hp``)."""
-    micro_batch: int = 1
-    global_batch: int = 1
-    grad_accumulation: int = 1
-    seq_len: int = 1
-    """Tokens per sample (1 for DLRM)."""
-    checkpointing: Literal["none", "selective", "full"] = "none"
-    checkpoint_layers: tuple[int, ...] | None = None
-    """Blocks that are checkpointed; None means all."""
-    dp: int = 1
-    sharding: Literal["fsdp", "ddp"] = "fsdp"
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    compile: bool = False
-    kernels: tuple[KernelChoice, ...] = ()
-    predicted: dict = field(default_factory=dict)
-    """The recipe's predictions: step_time_s, tokens_per_s, samples_per_s, peak_memory_gb, mfu, ..."""
+    recipe: Recipe
+    """The recipe, validated by the schema when it was built (``Recipe.__post_init__``)."""
     name: str = "recipe"
+    model: Model = field(init=False, compare=False, repr=False)
+    """The catalog model with ``model.overrides`` applied, exactly as the predictions were made
+    (``workbench.recipe.build.recipe_model``); derived from ``recipe``."""
 
+    def __post_init__(self):
+        from workbench.recipe.build import recipe_model
+
+        object.__setattr__(self, "model", recipe_model(self.recipe))
+
+    @staticmethod
+    def from_recipe(recipe: Recipe, name: str | None = None) -> JobSpec:
+        """The job spec of ``recipe`` (already validated); ``name`` defaults to the model's name."""
+        return JobSpec(recipe, name or recipe.model.name)
+
+    @staticmethod
+    def from_dict(data: object, origin: str = "<recipe>", name: str | None = None) -> JobSpec:
+        """A recipe in its YAML/dict form (``Recipe.to_dict()``) through the schema (``Recipe.from_dict``): a bad
+        field is the schema's ``SpecError`` naming ``origin``, field, value and what was expected."""
+        return JobSpec.from_recipe(Recipe.from_dict(data, origin), name)
+
+    # ---------------------------------------------------------------- the recipe's fields, as the job names them
+    @property
+    def model_name(self) -> str:
+        return self.recipe.model.name
+
+    @property
+    def overrides(self) -> dict:
+        return dict(self.recipe.model.overrides)
+
+    @property
+    def target_gpu(self) -> str:
+        return self.recipe.target.gpu
+
+    @property
+    def target_gpus(self) -> int:
+        return self.recipe.target.gpus
+
+    @property
+    def param_dtype(self) -> ParamDtype:
+        """Dtype of the master parameters the optimizer updates."""
+        return self.recipe.precision.param_dtype
+
+    @property
+    def compute_dtype(self) -> ComputeDtype:
+        """Dtype GEMMs and activations run in (autocast, or FSDP2's param_dtype)."""
+        return self.recipe.precision.compute_dtype
+
+    @property
+    def reduce_dtype(self) -> ReduceDtype:
+        """Dtype of the data-parallel gradient reduction."""
+        return self.recipe.precision.reduce_dtype
+
+    @property
+    def fp8(self) -> Fp8Recipe:
+        """fp8 GEMMs in the transformer blocks' linears (``FP8_MODES`` are those the job runs)."""
+        return self.recipe.precision.fp8
+
+    @property
+    def micro_batch(self) -> int:
+        return self.recipe.batch.micro_batch
+
+    @property
+    def global_batch(self) -> int:
+        return self.recipe.batch.global_batch
+
+    @property
+    def grad_accumulation(self) -> int:
+        return self.recipe.batch.grad_accumulation
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per sample (1 for DLRM, whatever the recipe says)."""
+        return 1 if isinstance(self.model, DLRMModel) else self.recipe.batch.seq_len
+
+    @property
+    def checkpointing(self) -> CheckpointMode:
+        return self.recipe.activation_checkpointing.mode
+
+    @property
+    def checkpoint_layers(self) -> tuple[int, ...] | None:
+        """Blocks that are checkpointed; None means all."""
+        layers = self.recipe.activation_checkpointing.layers
+        return None if layers == "all" else tuple(layers)
+
+    @property
+    def dp(self) -> int:
+        return self.recipe.parallelism.dp
+
+    @property
+    def sharding(self) -> RecipeSharding:
+        return self.recipe.parallelism.sharding
+
+    @property
+    def tp(self) -> int:
+        return self.recipe.parallelism.tp
+
+    @property
+    def pp(self) -> int:
+        return self.recipe.parallelism.pp
+
+    @property
+    def cp(self) -> int:
+        return self.recipe.parallelism.cp
+
+    @property
+    def ep(self) -> int:
+        return self.recipe.parallelism.ep
+
+    @property
+    def compile(self) -> bool:
+        return self.recipe.compile
+
+    @property
+    def kernels(self) -> tuple[KernelChoice, ...]:
+        return self.recipe.kernels
+
+    @property
+    def predicted(self) -> dict:
+        """The recipe's predictions (step_time_s, tokens_per_s, samples_per_s, peak_memory_gb, mfu, ...); {} without."""
+        return {} if self.recipe.predicted is None else dataclasses.asdict(self.recipe.predicted)
+
+    # ---------------------------------------------------------------- derived
     @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
@@ -105,111 +200,11 @@ class JobSpec:
     def checkpointed(self, layer: int) -> bool:
         return self.checkpointing != "none" and (self.checkpoint_layers is None or layer in self.checkpoint_layers)
 
-    @staticmethod
-    def from_dict(data: dict, origin: str = "<recipe>", name: str | None = None) -> JobSpec:
-        """Read a recipe in its YAML/dict form (``Recipe.to_dict()``), raising ``SpecError`` on a bad field."""
-        f = Fields(data, origin)
-        version = f.raw("schema_version")
-        if version != 1:
-            raise f.error("schema_version", version, "1 (the recipe schema this job reads)")
-        target = f.sub("target")
-        m = f.sub("model")
-        model_name = m.string("name")
-        overrides = m.raw("overrides", {}) or {}
-        if not isinstance(overrides, dict):
-            raise m.error("overrides", overrides, "a mapping of model fields to new values")
-        precision = f.sub("precision")
-        batch = f.sub("batch")
-        ac = f.sub("activation_checkpointing", default={})
-        par = f.sub("parallelism")
-        layers = ac.raw("layers", "all")
-        if layers != "all" and not (isinstance(layers, list) and all(isinstance(i, int) and i >= 0 for i in layers)):
-            raise ac.error("layers", layers, "'all' or a list of block indices")
-        kernels = f.raw("kernels", []) or []
-        if not isinstance(kernels, list):
-            raise f.error("kernels", kernels, "a list of per-op kernel choices")
-        predicted = f.raw("predicted", {}) or {}
-        if not isinstance(predicted, dict):
-            raise f.error("predicted", predicted, "a mapping of predicted figures")
-        model = resolve_model(model_name, overrides, origin)
-        micro = int(batch.number("micro_batch", integer=True, minimum=1))
-        seq = 1 if isinstance(model, DLRMModel) else int(batch.number("seq_len", integer=True, minimum=1))
-        spec = JobSpec(
-            model=model, model_name=model_name, overrides=dict(overrides),
-            target_gpu=target.string("gpu"), target_gpus=int(target.number("gpus", integer=True, minimum=1)),
-            param_dtype=precision.string("param_dtype", DTYPES, default="fp32"),
-            compute_dtype=precision.string("compute_dtype", DTYPES, default="bf16"),
-            reduce_dtype=precision.string("reduce_dtype", DTYPES, default="fp32"),
-            fp8=precision.string("fp8", FP8_MODES, default="none"),
-            micro_batch=micro,
-            global_batch=int(batch.number("global_batch", integer=True, minimum=1, default=micro)),
-            grad_accumulation=int(batch.number("grad_accumulation", integer=True, minimum=1, default=1)),
-            seq_len=seq,
-            checkpointing=ac.string("mode", CHECKPOINT_MODES, default="none"),
-            checkpoint_layers=None if layers == "all" else tuple(layers),
-            dp=int(par.number("dp", integer=True, minimum=1, default=1)),
-            sharding=par.string("sharding", ("fsdp", "ddp"), default="fsdp"),
-            tp=int(par.number("tp", integer=True, minimum=1, default=1)),
-            pp=int(par.number("pp", integer=True, minimum=1, default=1)),
-            cp=int(par.number("cp", integer=True, minimum=1, default=1)),
-            ep=int(par.number("ep", integer=True, minimum=1, default=1)),
-            compile=f.boolean("compile", default=False),
-            kernels=tuple(_kernel_choice(k, origin, i) for i, k in enumerate(kernels)),
-            predicted=dict(predicted),
-            name=name or model_name,
-        )
-        if spec.global_batch != spec.micro_batch * spec.dp * spec.grad_accumulation:
-            raise batch.error("global_batch", spec.global_batch,
-                              f"micro_batch x dp x grad_accumulation = {spec.micro_batch} x {spec.dp} x "
-                              f"{spec.grad_accumulation} = {spec.micro_batch * spec.dp * spec.grad_accumulation}")
-        _check_target_precision(spec, origin)
-        return spec
-
-
-def _check_target_precision(spec: JobSpec, origin: str) -> None:
-    """The recipe's precision must run on its target GPU -- the check ``load_recipe`` and every prediction make
-    (``workbench.recipe.schema.check_precision_supported``) -- so the job never trains, say, an fp8 recipe for an
-    A100 that prediction rejects. A target outside the catalog is ``load_recipe``'s to refuse."""
-    from workbench.errors import UnknownNameError
-    from workbench.hardware import get_gpu
-    from workbench.recipe.schema import PrecisionPolicy, check_precision_supported
-
-    try:
-        gpu = get_gpu(spec.target_gpu)
-    except UnknownNameError:
-        return
-    policy = PrecisionPolicy(spec.param_dtype, spec.compute_dtype,  # type: ignore[arg-type]
-                             spec.reduce_dtype, spec.fp8)
-    check_precision_supported(gpu, policy, origin)
-
-
-def _kernel_choice(entry: object, origin: str, index: int) -> KernelChoice:
-    k = Fields(entry, origin, f"kernels[{index}]")
-    shape = k.raw("shape", {}) or {}
-    config = k.raw("config", None)
-    if not isinstance(shape, dict):
-        raise k.error("shape", shape, "a mapping such as {m: 8192, n: 4096, k: 4096}")
-    if config is not None and not isinstance(config, dict):
-        raise k.error("config", config, "a mapping of kernel meta-parameters, or null")
-    predicted = k.raw("predicted_ms", None)
-    return KernelChoice(op=k.string("op"), shape=dict(shape), dtype=str(k.raw("dtype", "bf16")),
-                        choice=k.string("choice", ("triton", "vendor")), config=config,
-                        predicted_ms=None if predicted is None else float(predicted))
-
-
-def resolve_model(name: str, overrides: dict, origin: str = "<recipe>") -> Model:
-    """The catalog model ``name`` with ``overrides`` applied exactly as the recipe's predictions were made
-    (``workbench.recipe.build.revised_model``: fields replaced, ``head_dim`` kept unless overridden)."""
-    from workbench.recipe.build import revised_model
-
-    try:
-        return revised_model(name, overrides)
-    except SpecError as exc:
-        raise SpecError(origin, f"model.{exc.field}", exc.value, exc.expected) from None
-
 
 def check_supported(spec: JobSpec, world_size: int) -> None:
-    """Raise ``JobError`` for what the reference job does not run, naming the field and the way out."""
+    """Raise ``JobError`` for what the reference job does not run of a valid recipe, naming the field and the way
+    out. What the schema already checked (choices, batch arithmetic, the target's precision support, tp dividing
+    the heads and the FFN) is not checked again."""
     where = f"recipe {spec.name!r}"
     if spec.pp > 1:
         raise JobError(f"{where}: parallelism.pp = {spec.pp}: the reference job does not do pipeline parallelism "
@@ -220,6 +215,10 @@ def check_supported(spec: JobSpec, world_size: int) -> None:
     if "fp16" in (spec.param_dtype, spec.compute_dtype, spec.reduce_dtype):
         raise JobError(f"{where}: precision fp16 needs loss scaling, which the reference job does not do "
                        "(expected bf16, tf32 or fp32)")
+    if spec.fp8 not in FP8_MODES:
+        raise JobError(f"{where}: precision.fp8 = {spec.fp8!r}: the reference job's fp8 linears scale per tensor or "
+                       f"per row, not in MX blocks (expected one of {', '.join(FP8_MODES)}; train {spec.fp8} recipes "
+                       "with torchtitan: workbench recipe --format torchtitan-py or torchtitan-toml)")
     if isinstance(spec.model, HSTUModel):
         raise JobError(f"{where}: model {spec.model_name!r} is an HSTU recommender; the reference job trains "
                        "transformer (Llama-family) and DLRM models")
@@ -230,9 +229,10 @@ def check_supported(spec: JobSpec, world_size: int) -> None:
         if spec.model.ffn_activation != "swiglu" or spec.model.norm != "rmsnorm":
             raise JobError(f"{where}: model {spec.model_name!r} uses {spec.model.ffn_activation}/{spec.model.norm}; "
                            "the reference job builds Llama-style blocks (swiglu + rmsnorm)")
-        if spec.model.num_heads % spec.tp or spec.model.num_kv_heads % spec.tp or spec.model.ffn_hidden_size % spec.tp:
-            raise JobError(f"{where}: parallelism.tp = {spec.tp} must divide num_heads={spec.model.num_heads}, "
-                           f"num_kv_heads={spec.model.num_kv_heads} and ffn_hidden_size={spec.model.ffn_hidden_size}")
+        if spec.model.num_kv_heads % spec.tp:  # the schema has tp dividing num_heads and ffn_hidden_size
+            raise JobError(f"{where}: parallelism.tp = {spec.tp} must divide num_kv_heads={spec.model.num_kv_heads}: "
+                           "the reference job shards the kv heads and does not replicate them (the model allows "
+                           "a tp that is a multiple of them)")
     if isinstance(spec.model, DLRMModel):
         if spec.world_size > 1:
             raise JobError(f"{where}: DLRM on {spec.world_size} GPUs needs row-sharded tables (TorchRec); the "
@@ -251,8 +251,9 @@ def check_supported(spec: JobSpec, world_size: int) -> None:
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
-    """A ``JobSpec`` from a recipe file, read and validated by ``workbench.recipe.load_recipe``."""
-    from workbench.recipe import load_recipe
+    """The job spec of a recipe file, read and validated once by ``workbench.recipe.load_recipe`` (its errors name
+    the file, field, value and what was expected) and named after the file."""
+    from workbench.recipe.io import load_recipe
 
     path = Path(path)
-    return JobSpec.from_dict(load_recipe(path).to_dict(), str(path), name=path.stem)
+    return JobSpec.from_recipe(load_recipe(path), name=path.stem)
