@@ -10,6 +10,7 @@ import pytest
 from workbench.cli import main
 from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import get_gpu
+from workbench.perf.efficiency import default_constants
 from workbench.kernels.spaces import gemm_config_space
 from workbench.select import (VENDOR_MARGIN, autotune_pruner, kernel_choices, rank_configs, select_config, shortlist,
                               vendor_choice)
@@ -21,12 +22,13 @@ LLAMA_QKV = {"m": 8192, "n": 6144, "k": 4096}
 
 
 def test_ranks_the_whole_space_fastest_first():
-    ranked = rank_configs("gemm", LLAMA_QKV, "bf16", "h200")
+    ranked = rank_configs("gemm", LLAMA_QKV, "bf16", "h200", tma=False, split_k=False)
     assert len(ranked) == len(gemm_config_space("cuda", dtype_bytes=2))
     times = [c.time_s for c in ranked]
     assert times == sorted(times) and all(t > 0 for t in times)
     assert ranked[0].source == "calibrated"  # specs/calibration/h200-sxm-select.yaml
-    assert [c.config for c in rank_configs("gemm", LLAMA_QKV, "bf16", "h200", top_k=3)] == [c.config for c in ranked[:3]]
+    assert [c.config for c in rank_configs("gemm", LLAMA_QKV, "bf16", "h200", top_k=3, tma=False, split_k=False)] \
+        == [c.config for c in ranked[:3]]
 
 
 def test_spec_model_without_a_profile_and_on_amd():
@@ -160,12 +162,13 @@ def test_profile_roundtrip_and_validation(tmp_path, monkeypatch):
 
 
 def test_tuning_loop_finds_the_best_in_few_benchmarks():
-    ranked = rank_configs("gemm", LLAMA_QKV, "bf16", "h200")
+    ranked = rank_configs("gemm", LLAMA_QKV, "bf16", "h200", tma=False, split_k=False)  # gemm.py's space alone
     # a "GPU" on which every config runs 20% slower than predicted, except one 5th-ranked config that is the best
     target = ranked[4].config
     truth = {gemm_model.config_key(c.config): c.time_s * 1.2 for c in ranked}
     truth[gemm_model.config_key(target)] = ranked[0].time_s * 0.9
-    result = tune("gemm", LLAMA_QKV, "bf16", "h200", lambda c: truth[gemm_model.config_key(c)], patience=5)
+    result = tune("gemm", LLAMA_QKV, "bf16", "h200", lambda c: truth[gemm_model.config_key(c)], patience=5,
+                  tma=False, split_k=False)
     assert result.best == target and result.benchmarks_to_reach(ranked[0].time_s * 0.9) <= 8
     assert result.benchmarks < len(ranked)
     with pytest.raises(WorkbenchError, match="patience"):
@@ -188,7 +191,7 @@ def test_autotune_pruner_keeps_the_top_k_in_rank_order():
                              num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in space]
     prune = autotune_pruner("bf16", "h200", top_k=3)
     kept = prune(configs, {"M": 8192, "N": 6144, "K": 4096, "stride_am": 4096, "stride_bk": 6144})
-    expected = rank_configs("gemm", LLAMA_QKV, "bf16", "h200", top_k=3)
+    expected = rank_configs("gemm", LLAMA_QKV, "bf16", "h200", top_k=3, tma=False)  # gemm.py configs only
     assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages) for c in kept] \
         == [(e.config["BLOCK_M"], e.config["BLOCK_N"], e.config["BLOCK_K"], e.config["num_warps"],
              e.config["num_stages"]) for e in expected]
@@ -261,7 +264,7 @@ def test_kernels_without_a_config_take_the_pick_for_their_device():
 
 
 def test_shortlist_spreads_over_tiles():
-    ranked = rank_configs("gemm", {"m": 4096, "n": 4096, "k": 4096}, "bf16", "h200")
+    ranked = rank_configs("gemm", {"m": 4096, "n": 4096, "k": 4096}, "bf16", "h200", tma=False, split_k=False)
     three = shortlist(ranked, 3)
     tiles = {(c.config["BLOCK_M"], c.config["BLOCK_N"], c.config["BLOCK_K"]) for c in three}
     assert three[0] == ranked[0] and len(tiles) == 3
@@ -299,7 +302,10 @@ def test_hopper_fp8_space_adds_the_tma_kernel_where_its_operands_fit():
     assert not tma_keys(LLAMA_QKV, "b200", "nt")
     with pytest.raises(WorkbenchError, match="a100-sxm-80gb has no fp8 matrix path"):
         rank_configs("gemm", LLAMA_QKV, "fp8", "a100")
-    assert not {c.key for c in rank_configs("gemm", LLAMA_QKV, "bf16", "h200", layout="nt") if is_tma(c.config)}
+    # bf16 ranks them too (test_bf16_dgrad_layout_goes_to_the_tma_kernel_on_hopper), unless asked not to
+    assert {c.key for c in rank_configs("gemm", LLAMA_QKV, "bf16", "h200", layout="nt") if is_tma(c.config)}
+    assert not {c.key for c in rank_configs("gemm", LLAMA_QKV, "bf16", "h200", layout="nt", tma=False)
+                if is_tma(c.config)}
     assert tma_eligible(64, 8, 16, "nn", 2) and not tma_eligible(64, 4, 16, "nn", 2)  # bf16 output rows: N % 8
     assert not tma_eligible(64, 64, 64, "tn", 2)  # A must be row-major
 
@@ -389,3 +395,63 @@ def test_causal_kv_steps_closed_form_equals_the_per_block_sum():
         blocks = math.ceil(seq / bm)
         loop = sum(math.ceil(min(seq, (i + 1) * bm) / bn) for i in range(blocks))
         assert _kv_steps(seq, bm, bn, causal=True) == (loop, math.ceil(seq / bn)), (seq, bm, bn)
+
+
+def test_bf16_dgrad_layout_goes_to_the_tma_kernel_on_hopper():
+    """B column-major ("nt", the dgrad GEMMs) costs gemm.py a fitted per-K-step penalty that TMA does not pay;
+    the bf16 TMA configs (not swept yet) are priced from gemm.py's twins without the layout terms."""
+    from workbench.kernels.spaces import is_tma, tma_config_space
+
+    dgrad = {"m": 8192, "n": 4096, "k": 6144}  # llama3-8b qkv.dgrad
+    nt = rank_configs("gemm", dgrad, "bf16", "h200", layout="nt")
+    assert is_tma(nt[0].config) and nt[0].source == "calibrated+anchored"
+    assert not is_tma(select_config("gemm", dgrad, "bf16", "h200", layout="nt", tma=False).config)
+    gemm_only = select_config("gemm", dgrad, "bf16", "h200", layout="nt", tma=False)
+    assert nt[0].time_s < gemm_only.time_s
+    # forward ("nn"): a TMA config ties with its gemm.py twin at best, and ties stay with gemm.py (listed first)
+    assert not is_tma(select_config("gemm", LLAMA_QKV, "bf16", "h200", layout="nn").config)
+    assert not any(is_tma(c.config) for c in rank_configs("gemm", dgrad, "bf16", "h200", layout="tn"))  # A column-major
+    assert not any(is_tma(c.config) for c in rank_configs("gemm", dgrad, "bf16", "b200", layout="nt"))  # sm_90 only
+    table = load_selection_profile(get_gpu("h200"), "gemm", 2)
+    config = tma_config_space(2, warp_specialize=False)[0]
+    anchored = gemm_model.tma_anchor(config, table)
+    for term in gemm_model.TMA_LAYOUT_FREE_TERMS:
+        assert anchored[gemm_model.TERMS.index(term)] == 0.0
+    assert anchored[0] > 0 and gemm_model.tma_anchor(config, {}) is None
+
+
+def test_skinny_gemms_get_a_split_k_config_priced_from_its_unsplit_twin():
+    """M = 16 x N = 4096: 32 output tiles of 64 x 128 for 132 SMs. Split-K configs fill the GPU; they are priced
+    with their unsplit twin's fitted coefficients over SPLIT_K x the tiles and K / SPLIT_K steps, plus the fp32
+    partials' traffic and the reduction's launch."""
+    from workbench.kernels.spaces import is_split_k, split_k_config_space, split_k_fits
+
+    skinny = {"m": 16, "n": 4096, "k": 14336}
+    best = select_config("gemm", skinny, "bf16", "h200")
+    unsplit = select_config("gemm", skinny, "bf16", "h200", split_k=False)
+    assert is_split_k(best.config) and best.source == "calibrated+anchored" and best.time_s < unsplit.time_s
+    assert not is_split_k(unsplit.config)
+    # a GEMM predicted under SPLIT_K_MIN_GEMM_S is host-bound: no second launch for it
+    from workbench.select import SPLIT_K_MIN_GEMM_S
+    short = select_config("gemm", {"m": 16, "n": 4096, "k": 4096}, "bf16", "h200")
+    assert short.time_s < SPLIT_K_MIN_GEMM_S and not is_split_k(short.config)
+    # a large GEMM fills the GPU with its own tiles: no split, and the unsplit configs' prices do not move
+    assert not is_split_k(select_config("gemm", LLAMA_QKV, "bf16", "h200").config)
+    with_split = {c.key: c.time_s for c in rank_configs("gemm", skinny, "bf16", "h200") if not is_split_k(c.config)}
+    without = {c.key: c.time_s for c in rank_configs("gemm", skinny, "bf16", "h200", split_k=False)}
+    assert with_split == without
+    # NVIDIA only (AMD's split configs are not cross-compiled yet); no slice shorter than two K steps
+    assert not any(is_split_k(c.config) for c in rank_configs("gemm", skinny, "bf16", "mi300x"))
+    assert not any(is_split_k(c.config) for c in rank_configs("gemm", {"m": 16, "n": 4096, "k": 48}, "bf16", "h200"))
+    config = next(c for c in split_k_config_space(2) if c["SPLIT_K"] == 4 and c["BLOCK_K"] == 64)
+    assert split_k_fits(config, 512) and split_k_fits(config, 449) and not split_k_fits(config, 448)
+    table = load_selection_profile(get_gpu("h200"), "gemm", 2)
+    twin = {key: value for key, value in config.items() if key != "SPLIT_K"}
+    assert gemm_model.split_k_anchor(config, table) == tuple(table[gemm_model.config_key(twin)])
+    assert gemm_model.config_key(config) == gemm_model.config_key(twin) + " split4"
+    terms_split = gemm_model.terms(config, 16, 4096, 14336, "nn", 2, 132)
+    terms_twin = gemm_model.terms(twin, 16, 4096, 14336, "nn", 2, 132)
+    assert terms_split[gemm_model.TERMS.index("k_steps")] == 56 and terms_twin[0] == 224  # 1 tile/SM, K/64/4 steps
+    constants = default_constants(get_gpu("h200"))
+    assert gemm_model.split_k_reduce_s(16, 4096, 1, 2, get_gpu("h200"), constants) == 0.0
+    assert gemm_model.split_k_reduce_s(16, 4096, 4, 2, get_gpu("h200"), constants) > constants["gemm_launch_us"] * 1e-6

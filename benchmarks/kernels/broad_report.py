@@ -127,13 +127,39 @@ def rule_choice(row: dict, margin: float | None, min_dim: int) -> str | None:
     return "triton" if pred_t < pred_v * (1 - margin) and big else "vendor"
 
 
-def rule_table(rows: list[dict]) -> list[str]:
+SHIM_SPLIT = Path(__file__).resolve().parent / "shim_fit_split.json"
+"""The fit/test split of the GEMM shape ids for choosing the shim's rule (written before any rule was fitted on it):
+choose VENDOR_MARGIN / TRITON_MIN_DIM on the fit ids; the test ids' regret is the honest figure."""
+
+
+def load_split(path: Path = SHIM_SPLIT) -> dict[str, set[str]] | None:
+    """{"fit": ids, "test": ids} from ``shim_fit_split.json``, or None without one. Bounded read (1 MiB); a file
+    that is not the expected JSON raises ValueError naming the file and what it lacks."""
+    if not path.exists():
+        return None
+    if path.stat().st_size > 1 << 20:
+        raise ValueError(f"{path}: got {path.stat().st_size} bytes, expected a small JSON file (at most 1 MiB)")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if not (isinstance(doc, dict) and all(isinstance(doc.get(key), list) for key in ("fit", "test"))):
+        raise ValueError(f"{path}: expected a JSON object with 'fit' and 'test' lists of shape ids")
+    fit, test = set(map(str, doc["fit"])), set(map(str, doc["test"]))
+    if fit & test:
+        raise ValueError(f"{path}: ids in both halves: {sorted(fit & test)[:5]}")
+    return {"fit": fit, "test": test}
+
+
+def rule_table(rows: list[dict], split: dict[str, set[str]] | None = None) -> list[str]:
+    """Per candidate rule: regret per dtype, over all rows, worst, Triton picks; with ``split`` also the regret
+    (bf16 and fp8 together) over the fit ids and over the test ids apart."""
     rules = [("vendor library always", None, 0), ("Triton always", -1.0, 0)]
     rules += [(f"model, margin {m:.2f}, every dim >= {d}", m, d) for m in (0.0, 0.05, 0.10, 0.20)
               for d in (0, 1024, 2048, 4096)]
-    lines = ["| rule | regret bf16 | regret fp8 | regret all | worst | Triton picks |", "|---|---|---|---|---|---|"]
+    halves = "| regret fit | regret test " if split else ""
+    lines = [f"| rule | regret bf16 | regret fp8 | regret all {halves}| worst | Triton picks |",
+             "|---|---|---|---|" + ("---|---|" if split else "") + "---|---|"]
     for label, margin, min_dim in rules:
         per = {"bf16": [], "fp8": []}
+        by_half = {"fit": [], "test": []}
         picks, worst = 0, None
         for row in rows:
             choice = rule_choice(row, margin, min_dim)
@@ -142,11 +168,15 @@ def rule_table(rows: list[dict]) -> list[str]:
             chosen = _float(row["ours_ms"] if choice == "triton" else row["vendor_ms"])
             value = regret(row, chosen)
             per.setdefault(row["dtype"], []).append(value)
+            for half, ids in (split or {}).items():
+                if row.get("id") in ids:
+                    by_half[half].append(value)
             picks += choice == "triton"
             worst = value if worst is None or (value or 0) > worst else worst
         every = per["bf16"] + per["fp8"]
+        halves = f"{_fmt(geomean(by_half['fit']))} | {_fmt(geomean(by_half['test']))} | " if split else ""
         lines.append(f"| {label} | {_fmt(geomean(per['bf16']))} | {_fmt(geomean(per['fp8']))} | "
-                     f"{_fmt(geomean(every))} | {_fmt(worst)} | {picks}/{len(every)} |")
+                     f"{_fmt(geomean(every))} | {halves}{_fmt(worst)} | {picks}/{len(every)} |")
     return lines
 
 
@@ -232,7 +262,8 @@ def write_report(folder: Path) -> str:
               "What each rule would have picked on every measured case (from the two predictions kept in gemm.csv "
               "and the measured times; the shim as configured is `model, margin 0.10, every dim >= 2048`: "
               "`workbench.select.VENDOR_MARGIN`, `workbench.kernels.dispatch.TRITON_MIN_DIM`). Calibrate those two "
-              "constants from this table.", ""] + rule_table(gemm)
+              "constants on the fit half of `benchmarks/kernels/shim_fit_split.json` (regret fit) and judge the "
+              "choice on the test half (regret test).", ""] + rule_table(gemm, load_split())
     host_bound = [f"{r['id']} {r['dtype']}" for r in gemm if _float(r.get("ours_host_us"))
                   and _float(r.get("ours_burst_us")) and _float(r["ours_host_us"]) >= 0.9 * _float(r["ours_burst_us"])]
     listed = f" ({', '.join(host_bound[:20])})" if host_bound else ""

@@ -268,7 +268,8 @@ def gemm_case(shape: dict, dtype: str, timer: Timer, device: str, gpu: str | Non
     ours, vendor, shim = gemm_calls(dtype, gpu)
     first = sets[0]
     try:
-        config = gemm._default_config(first[0], first[1], backend(), "exact")
+        tma = dtype == "fp8" or gemm._tma_takes(first[0], first[1])  # bf16: TMA when config=None may take it
+        config = gemm._default_config(first[0], first[1], backend(), "exact", tma=tma)
         row["ours_kernel"], row["ours_config"] = config.get("KERNEL", "gemm"), config_key(config)
     except Exception as exc:  # noqa: BLE001
         errors.append(f"config: {_error_text(exc)}")

@@ -252,6 +252,17 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
         o = _Floor.apply(qg, kg, vg)
         return torch.autograd.grad(o, (qg, kg, vg), do)
 
+    o_saved, lse_saved = attention.flash_attention_fwd(q, kk, vv, causal=True)
+    # where the forward + backward overhead sits: the autograd.Function's forward alone (saves for backward, no
+    # backward run), and the backward wrapper on this thread without autograd (its three launches)
+    out += [
+        dict(case="flash_attention forward with grad (autograd.Function, no backward)", kernel="attention",
+             shape=att_shape, config="None", call=lambda: attention.flash_attention(qg, kg, vg, causal=True),
+             vendor=None),
+        dict(case="flash_attention_bwd direct (no autograd)", kernel="attention", shape=att_shape, config="None",
+             call=lambda: attention.flash_attention_bwd(do, q, kk, vv, o_saved, lse_saved, causal=True),
+             vendor=None),
+    ]
     out += [
         dict(case="flash_attention forward (no grad)", kernel="attention", shape=att_shape, config="None",
              call=lambda: attention.flash_attention(q, kk, vv, causal=True),

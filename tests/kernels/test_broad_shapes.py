@@ -146,3 +146,21 @@ def test_the_report_computes_ratios_regret_and_the_rule_table(tmp_path):
     assert "| model, margin 0.10, every dim >= 2048 | 1.000 | 1.000 | 1.000 | 1.000 | 2/3 |" in table
     report = (tmp_path / "REPORT.md").read_text()
     assert "| g2 | f | n | bf16 | 64x4096x4096 |" in report and "GEMMs below 0.90" in summary
+
+
+def test_the_shim_fit_split_halves_the_gemm_ids_and_the_report_shows_both_halves(tmp_path):
+    split = broad_report.load_split()
+    ids = {row["id"] for row in broad_shapes.load_shapes()["gemm"]}
+    assert split["fit"] | split["test"] == ids and not split["fit"] & split["test"]
+    assert len(split["fit"]) <= len(ids) // 2  # at most half to fit on
+    rows = [dict(id=i, dtype="bf16", m=4096, n=4096, k=4096, ours_ms=1.0, vendor_ms=2.0 if i in split["fit"] else 0.5,
+                 pred_triton_ms=1.0, pred_vendor_ms=2.0, vendor_takes=1, vendor_aligned=1) for i in sorted(ids)]
+    rows = [{k: str(v) for k, v in r.items()} for r in rows]
+    table = broad_report.rule_table(rows, split)
+    assert "regret fit | regret test" in table[0]
+    always_triton = next(line for line in table if line.startswith("| Triton always"))
+    assert always_triton.split(" | ")[4:6] == ["1.000", "2.000"]  # fit: Triton is the faster; test: 2x slower
+    bad = tmp_path / "split.json"
+    bad.write_text('{"fit": ["g01"], "test": ["g01"]}')
+    with pytest.raises(ValueError, match="both halves"):
+        broad_report.load_split(bad)

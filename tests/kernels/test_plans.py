@@ -164,3 +164,31 @@ def test_attention_backward_takes_a_strided_output_and_grad():
     got = attention.flash_attention_bwd(do_strided, q, k, v, o_strided, lse, causal=True)
     for ours, ref in zip(got, expected):
         assert torch.allclose(ours, ref, atol=1e-6)
+
+
+@tma
+def test_config_none_hands_a_bf16_call_the_tma_pick_and_falls_back_on_a_misaligned_base(monkeypatch):
+    """config=None on Hopper: the selector ranks TMA's bf16 configs too (the dgrad layout, B column-major); a cached
+    TMA route still runs gemm.py for a view whose base is not 16-byte aligned (TMA would refuse it)."""
+    clear_plan_caches()
+    tma_config = gemm_tma.config_space("interpreter")[0] if interpreting() else gemm_tma.config_space("bf16")[0]
+    asked = []
+
+    def default_config(a, b, kind, accumulation="exact", *, tma=None, split_k=True):
+        asked.append(tma)
+        return tma_config if tma else dict(SMALL_TILES)
+
+    routed = []
+    real_tma = gemm_tma.matmul_tma
+    monkeypatch.setattr(gemm, "_tma_takes", lambda a, b: True)
+    monkeypatch.setattr(gemm, "_default_config", default_config)
+    monkeypatch.setattr(gemm_tma, "matmul_tma", lambda a, b, config=None, **kw: routed.append(config) or real_tma(a, b, config, **kw))
+    w = _randn(48, 40, dtype=torch.float16, seed=1)  # a weight [N, K]: b = w.t() is column-major ("nt")
+    a = _randn(32, 40, dtype=torch.float16)
+    assert _error(gemm.matmul(a, w.t()), gemm.reference_matmul(a, w.t())) < gemm.TOLERANCE["fp16"]
+    assert routed == [tma_config] and True in asked
+    buffer = _randn(32 * 40 + 8, dtype=torch.float16, seed=2)
+    shifted = buffer[4:4 + 32 * 40].view(32, 40)  # same shape and strides, base 8 bytes off 16-byte alignment
+    assert shifted.data_ptr() % 16 and len(gemm._MATMUL_PLANS) == 1
+    assert _error(gemm.matmul(shifted, w.t()), gemm.reference_matmul(shifted, w.t())) < gemm.TOLERANCE["fp16"]
+    assert routed == [tma_config] and len(gemm._MATMUL_PLANS) == 1  # the cached plan ran gemm.py, no new plan

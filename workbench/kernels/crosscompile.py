@@ -81,7 +81,8 @@ def _gemm_source(config: dict, dtype: str, target: str):
     constexprs = dict(stride_ak=1, stride_bn=1, stride_cn=1, HAS_BIAS=False, ACTIVATION="none", SCALE_A=scale, SCALE_B=scale, UPCAST=False,
                       INPUT_PRECISION=precision, MAX_IMPRECISE_ACC=None, EVEN_K=True,
                       **dict.fromkeys(("DIV_M", "DIV_N", "DIV_K", "DIV_AM", "DIV_AK", "DIV_BK", "DIV_BN"), 1),
-                      **{k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")})
+                      **{k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
+                      SPLIT_K=config.get("SPLIT_K", 1))
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _gemm_kernel.arg_names}  # the kernel's parameter order
     # sizes and outer strides divisible by 16, as Triton specialises them at run time

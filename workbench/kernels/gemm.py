@@ -10,7 +10,9 @@ either per tensor (scalars) or per row of A / per column of B.
 
 A config with ``KERNEL="tma"`` runs Hopper's persistent TMA GEMM instead (``gemm_tma.py``), one with
 ``KERNEL="gluon"`` the Gluon fp8 GEMM (``gemm_gluon.py``); with ``config=None`` the selector picks among all of
-them for fp8 on Hopper when the operands suit TMA (``workbench.select``; Gluon only where it runs).
+them for fp8 on Hopper when the operands suit TMA (``workbench.select``; Gluon only where it runs), and between
+gemm.py and TMA for bf16/fp16 without bias or activation (the TMA kernel serves B column-major, the dgrad layout,
+where gemm.py's per-thread loads are slow).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from workbench.kernels._common import (BenchCase, KernelInputError, backend, che
                                        frozen, interpreting, plan_cache, tensor_key)
 from workbench.kernels.spaces import gemm_config_space as config_space
 from workbench.kernels.spaces import is_gluon, is_tma
+from workbench.kernels.spaces import tma_eligible as is_tma_eligible
+from workbench.kernels.tiling import grouped_tile
 from workbench.models import get_model
 from workbench.select import config_for_device
 
@@ -50,6 +54,7 @@ def _gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     DIV_M: tl.constexpr = 1, DIV_N: tl.constexpr = 1, DIV_K: tl.constexpr = 1,
     DIV_AM: tl.constexpr = 1, DIV_AK: tl.constexpr = 1, DIV_BK: tl.constexpr = 1, DIV_BN: tl.constexpr = 1,
+    SPLIT_K: tl.constexpr = 1,
 ):
     """One program computes C[pid_m*BLOCK_M : +BLOCK_M, pid_n*BLOCK_N : +BLOCK_N].
 
@@ -61,16 +66,16 @@ def _gemm_kernel(
     DIV_*: a power of two (2, 4 or 8) that divides M, N, K or a stride which Triton's own specialisation
     (divisible by 16) misses, 1 otherwise. Without the hint the compiler must assume such rows are unaligned:
     no vector loads, no cp.async pipeline, 2-6x slower (a K of 2008 in bf16). ``divisibility_hints`` sets them.
+
+    SPLIT_K > 1 (split-K, for GEMMs with too few output tiles to fill the GPU: skinny M, small M x N): program
+    (pid, pid_k) of the [tiles, SPLIT_K] grid walks only K slice pid_k (whole BLOCK_K steps, the last slice
+    shorter or empty) and stores its fp32 partial tile, scales applied and the bias added by slice 0 only (both
+    linear), into slab pid_k of c_ptr, an fp32 workspace [SPLIT_K, M, N]; ``_split_k_reduce_kernel`` sums the
+    slabs in fp32 and casts. No activation (it is not linear): the wrapper refuses one.
     """
+    tl.static_assert(SPLIT_K == 1 or ACTIVATION == "none", "split-K sums partial tiles: no activation")
     # Grouped ordering: program ids walk down GROUP_M tile rows before moving one tile column right.
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    tiles_per_group = GROUP_M * tiles_n
-    first_m = (pid // tiles_per_group) * GROUP_M
-    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)  # the last group may be short
-    pid_m = first_m + (pid % tiles_per_group) % rows_in_group
-    pid_n = (pid % tiles_per_group) // rows_in_group
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M] rows of A and C
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] columns of B and C
@@ -96,13 +101,22 @@ def _gemm_kernel(
     a_ptrs = a_ptr + a_rows[:, None] + a_ks[None, :]  # [BLOCK_M, BLOCK_K]
     b_ptrs = b_ptr + b_ks[:, None] + b_cols[None, :]  # [BLOCK_K, BLOCK_N]
 
+    k_end = K  # this program's K range: [k_start, k_end)
+    if SPLIT_K > 1:
+        pid_k = tl.program_id(1)
+        k_per_slice = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K  # whole BLOCK_K steps per slice
+        k_start = pid_k * k_per_slice
+        k_end = tl.minimum(K, k_start + k_per_slice)  # <= k_start for an empty last slice: no steps
+        a_ptrs += k_start * stride_ak
+        b_ptrs += k_start * stride_bk
+        k_end = tl.maximum(k_end - k_start, 0)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
+    for step in range(0, tl.cdiv(k_end, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
-            k_left = K - step * BLOCK_K
+            k_left = k_end - step * BLOCK_K
             if DIV_K > 1:
                 k_left = tl.multiple_of(k_left, DIV_K)
             a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
@@ -124,7 +138,10 @@ def _gemm_kernel(
     elif SCALE_B == "row":
         acc = acc * tl.load(scale_b_ptr + cols % N)[None, :]
     if HAS_BIAS:
-        acc = acc + tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
+        if SPLIT_K == 1:
+            acc = acc + tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
+        elif tl.program_id(1) == 0:  # the bias once, in slice 0's partial
+            acc = acc + tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
     if ACTIVATION == "relu":
         acc = tl.maximum(acc, 0.0)
     elif ACTIVATION == "gelu":
@@ -134,7 +151,26 @@ def _gemm_kernel(
         acc = acc * tl.sigmoid(acc)
 
     c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn  # [BLOCK_M, BLOCK_N]
+    if SPLIT_K > 1:  # slab pid_k of the fp32 workspace [SPLIT_K, M, N]
+        c_ptrs += tl.program_id(1) * M * N
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def _split_k_reduce_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    """C[i] = sum over s of WS[s, i] in fp32, cast to C's dtype: the split-K partials [SPLIT_K, M*N] (contiguous)
+    into C [M*N] (row-major [M, N])."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK] elements of C
+    mask = offs < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(SPLIT_K):
+        acc += tl.load(ws_ptr + s * MN + offs, mask=mask, other=0.0)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+SPLIT_K_REDUCE_BLOCK = 1024
+"""Elements of C per program of the split-K reduction (a streaming kernel: 4 warps, 8 fp32 per thread)."""
+MAX_SPLIT_K = 16
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
@@ -192,7 +228,7 @@ class _GemmPlan:
     the config runs another kernel: one of the routes below, with ``backend_plan`` (the config, use_fast_accum)."""
 
     __slots__ = ("backend", "backend_plan", "out_shape", "out_dtype", "grid", "pad_a", "pad_b", "bias_copy",
-                 "scale_copy", "scalars", "constexprs")
+                 "scale_copy", "scalars", "constexprs", "split_k", "reduce_grid")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -216,6 +252,12 @@ def _run(plan: _GemmPlan, a, b, bias, scale_a, scale_b) -> torch.Tensor:
         scale_a = scale_b = c
     elif plan.scale_copy:  # a strided scale view: the kernel reads scale[i] at element i (a scalar at 0)
         scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
+    if plan.split_k:  # fp32 partials [SPLIT_K, M, N], summed and cast into c by a second launch
+        (m, n), split = plan.out_shape, plan.split_k
+        ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+        _gemm_kernel[plan.grid](a, b, ws, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
+        _split_k_reduce_kernel[plan.reduce_grid](ws, c, m * n, SPLIT_K=split, BLOCK=SPLIT_K_REDUCE_BLOCK)
+        return c
     _gemm_kernel[plan.grid](a, b, c, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
     return c
 
@@ -226,6 +268,44 @@ def _tma_matmul(config, a, b):
     from workbench.kernels import gemm_tma  # imports this module
 
     return gemm_tma.matmul_tma(a, b, config)
+
+
+def _tma_matmul_or_gemm(plan, a, b):
+    """config=None's TMA pick for bf16/fp16: TMA needs 16-byte aligned bases, which a plan keyed on shapes and
+    strides cannot promise (a view may start mid-row), so a misaligned call runs gemm.py's pick instead."""
+    config, fallback = plan
+    if (a.data_ptr() | b.data_ptr()) % 16:
+        return _run(fallback, a, b, None, None, None)
+    return _tma_matmul(config, a, b)
+
+
+TMA_MIN_MACS = 2**32
+"""config=None hands a bf16/fp16 GEMM to the TMA kernel only from this many multiply-adds (~14 us at 600 TFLOP/s):
+below, the host time decides, and the TMA wrapper costs 20-30 us above a bare launch on the H200 against gemm.py's
+10-15 (benchmarks/results/h200/kernels/host_overhead/host_overhead.md). A guess."""
+
+
+def _tma_takes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether config=None may hand this bf16/fp16 call to ``gemm_tma.py``: it runs here and the operands' strides
+    suit it (``spaces.tma_eligible``: A row-major, B row- or column-major, 16-byte aligned rows; base alignment is
+    checked per call, ``_tma_matmul_or_gemm``)."""
+    if a.dtype not in (torch.bfloat16, torch.float16) or backend() != "cuda" or interpreting():
+        return False
+    (m, k), n = a.shape, b.shape[1]
+    if m * n * k < TMA_MIN_MACS or a.stride(1) != 1 or not (b.stride(1) == 1 or b.stride(0) == 1):
+        return False
+    layout = "nt" if b.stride(0) == 1 and b.stride(1) != 1 else "nn"
+    rows = (a.stride(0), b.stride(1) if layout == "nt" else b.stride(0))
+    if any(r * a.element_size() % 16 for r in rows) or not is_tma_eligible(m, n, k, layout, a.element_size()):
+        return False
+    return _tma_runs(a.device)
+
+
+def _tma_runs(device: torch.device) -> bool:
+    """Whether ``gemm_tma.py`` runs on ``device`` (imported here: it imports this module)."""
+    from workbench.kernels import gemm_tma
+
+    return gemm_tma.supported(device)
 
 
 def _tma_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
@@ -266,6 +346,15 @@ def _plan_matmul(a, b, bias, activation, precision, config, out_dtype) -> _GemmP
         from workbench.kernels import gemm_tma  # imports this module
         gemm_tma._plan_matmul(a, b, config, None)  # its checks, now (the call goes through its own cache)
         return _GemmPlan(backend=_tma_matmul, backend_plan=config)
+    if config is None and bias is None and activation == "none" and out_dtype == a.dtype and _tma_takes(a, b):
+        picked = _default_config(a, b, backend(), tma=True)  # bf16/fp16 on Hopper: TMA configs ranked too
+        if is_tma(picked):
+            from workbench.kernels import gemm_tma  # imports this module
+
+            gemm_tma._plan_matmul(a, b, picked, None)  # its checks, now
+            fallback = _plan_gemm(a, b, out_dtype, None, input_precision=input_precision,
+                                  upcast=interpreting() and a.dtype == torch.bfloat16)
+            return _GemmPlan(backend=_tma_matmul_or_gemm, backend_plan=(picked, fallback))
     return _plan_gemm(a, b, out_dtype, config, bias=bias, activation=activation, input_precision=input_precision,
                       upcast=interpreting() and a.dtype == torch.bfloat16)
 
@@ -346,9 +435,18 @@ def _plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, 
     a_shape, a_stride = _padded_layout(a, pad_a)
     b_shape, b_stride = _padded_layout(b, pad_b)
     (m_load, k), n_load = a_shape, b_shape[1]
-    meta, launch = _resolve_config(config, a, b)
+    meta, launch = _resolve_config(config, a, b, split_k=activation == "none")
     scale_a, scale_b = scale_kinds or ("none", "none")
+    split = meta.pop("SPLIT_K", 1)
     plan.grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+    if split > 1:
+        check(activation == "none", "config['SPLIT_K']", split,
+              f"1 with activation={activation!r}: split-K sums partial tiles, so no activation in the epilogue")
+        check(split * m * n < 2**31, "config['SPLIT_K']", split,
+              f"a split whose workspace ({split} x {m} x {n} fp32) has fewer than 2**31 elements")
+        plan.grid += (split,)
+        plan.split_k = split
+        plan.reduce_grid = (triton.cdiv(m * n, SPLIT_K_REDUCE_BLOCK),)
     plan.pad_a, plan.pad_b = pad_a, pad_b
     plan.bias_copy = bias is not None and not bias.is_contiguous()
     plan.scale_copy = scale_copy
@@ -358,7 +456,7 @@ def _plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, 
         UPCAST=upcast, INPUT_PRECISION=input_precision,
         MAX_IMPRECISE_ACC=meta["BLOCK_K"] if promote_every_block_k else None,
         EVEN_K=k % meta["BLOCK_K"] == 0, **meta, **launch,
-        **divisibility_hints(m_load, n_load, k, *a_stride, *b_stride))
+        **divisibility_hints(m_load, n_load, k, *a_stride, *b_stride), **({"SPLIT_K": split} if split > 1 else {}))
     return plan
 
 
@@ -426,11 +524,13 @@ def divisibility_hints(m: int, n: int, k: int, stride_am: int, stride_ak: int, s
     return {name: hint(value) for name, value in values.items()}
 
 
-def _resolve_config(config: dict | None, a: torch.Tensor, b: torch.Tensor) -> tuple[dict, dict]:
-    """Split a config into kernel meta-parameters and launch options (AMD-only keys only on hip)."""
+def _resolve_config(config: dict | None, a: torch.Tensor, b: torch.Tensor, *,
+                    split_k: bool = True) -> tuple[dict, dict]:
+    """Split a config into kernel meta-parameters and launch options (AMD-only keys only on hip); ``split_k``:
+    whether config=None may pick a split-K config."""
     kind = backend()
     if config is None:
-        config = _default_config(a, b, kind)
+        config = _default_config(a, b, kind, split_k=split_k)
     missing = [key for key in (*_BLOCK_KEYS, "num_warps", "num_stages") if key not in config]
     check(not missing, "config", f"a dict without {missing}", f"keys {_BLOCK_KEYS} + num_warps, num_stages")
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
@@ -438,6 +538,11 @@ def _resolve_config(config: dict | None, a: torch.Tensor, b: torch.Tensor) -> tu
         check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config[{key!r}]", value,
               "a power of two >= 16 (tl.dot's smallest tile)")
     meta = {key: config[key] for key in _BLOCK_KEYS}
+    split = config.get("SPLIT_K", 1)
+    check(isinstance(split, int) and not isinstance(split, bool) and 1 <= split <= MAX_SPLIT_K,
+          "config['SPLIT_K']", split, f"an integer from 1 to {MAX_SPLIT_K} (K slices per output tile)")
+    if split > 1:
+        meta["SPLIT_K"] = split
     launch = {key: config[key] for key in ("num_warps", "num_stages")}
     if kind == "hip":
         launch.update({key: config[key] for key in _AMD_KEYS if key in config})
@@ -448,19 +553,25 @@ _SELECTED_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_
                     torch.float8_e4m3fnuz: "fp8"}
 
 
-def _default_config(a: torch.Tensor, b: torch.Tensor, kind: str, accumulation: str = "exact") -> dict:
+def _default_config(a: torch.Tensor, b: torch.Tensor, kind: str, accumulation: str = "exact", *,
+                    tma: bool | None = None, split_k: bool = True) -> dict:
     """``config=None``: the zero-warmup selector's pick for this shape, layout and GPU (``workbench.select``, no
     benchmark, cached per shape); the static default of ``config_space`` when the GPU is not in the catalog, for
     fp32 inputs, or under the interpreter. fp8 picks are for ``accumulation`` ("exact" or "fast"); the Gluon
-    kernel's configs are offered only where it runs (``gemm_gluon.supported``: Triton with Gluon, an sm_90 GPU)."""
+    kernel's configs are offered only where it runs (``gemm_gluon.supported``: Triton with Gluon, an sm_90 GPU).
+    ``tma``: whether the TMA kernel's configs are ranked (default: for fp8 only; ``_plan_matmul`` asks for bf16
+    and fp16 when ``_tma_takes`` the call); ``split_k``: whether split-K configs are ranked (not with an
+    activation)."""
     dtype = _SELECTED_DTYPES.get(a.dtype)
     picked = None
     if kind != "interpreter" and dtype is not None:
         layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
         (m, k), n = a.shape, b.shape[1]
         gluon = dtype == "fp8" and _gluon_runs(a.device)
+        tma = dtype == "fp8" if tma is None else tma
         picked = config_for_device("gemm", {"m": m, "n": n, "k": k}, dtype, device_name(a.device.index or 0),
-                                   layout=layout, accumulation=accumulation, gluon=gluon)
+                                   layout=layout, accumulation=accumulation, gluon=gluon, tma=tma,
+                                   split_k=split_k)
     if picked is not None:
         return picked
     arch = _amd_arch(a.device) if kind == "hip" else "gfx942"

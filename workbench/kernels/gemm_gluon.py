@@ -116,7 +116,8 @@ if HAS_GLUON:
 
     @gluon.jit
     def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
-        """Grouped ordering (as gemm_tma): GROUP_M tile rows per group, so concurrent tiles share L2 panels."""
+        """Grouped ordering (``tiling.grouped_tile`` in Gluon: a ``@gluon.jit`` kernel calls only Gluon functions):
+        GROUP_M tile rows per group, so concurrent tiles share L2 panels."""
         tiles_per_group = GROUP_M * tiles_n
         first_m = (tile // tiles_per_group) * GROUP_M
         rows_in_group = gl.minimum(tiles_m - first_m, GROUP_M)  # the last group may be short

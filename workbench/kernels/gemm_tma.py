@@ -48,6 +48,7 @@ import triton
 import triton.language as tl
 
 from workbench.kernels import spaces
+from workbench.kernels.tiling import grouped_tile
 from workbench.kernels._common import (check, check_device, frozen, interpreting, plan_cache, reused_descriptors,
                                        tensor_key)
 from workbench.kernels.gemm import (  # noqa: F401
@@ -74,17 +75,6 @@ TMA_ALIGN_BYTES = 16
 """Base address and outer-stride alignment TMA requires (CUDA driver API, cuTensorMapEncodeTiled)."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE", "num_warps",
          "num_stages")
-
-
-@triton.jit
-def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
-    """Grouped ordering: consecutive tiles walk down GROUP_M tile rows before moving one tile column right."""
-    tiles_per_group = GROUP_M * tiles_n
-    first_m = (tile // tiles_per_group) * GROUP_M
-    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)  # the last group may be short
-    pid_m = first_m + (tile % tiles_per_group) % rows_in_group
-    pid_n = (tile % tiles_per_group) // rows_in_group
-    return pid_m, pid_n
 
 
 @triton.jit
@@ -136,7 +126,7 @@ def _gemm_tma_kernel(
     # FLATTEN the pipeliner then need not keep prologue values alive across the flattened K loop.
     stored_tile = first_tile - NUM_SMS
     for tile in tl.range(first_tile, tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # acc: [BLOCK_M, BLOCK_N]
@@ -154,7 +144,7 @@ def _gemm_tma_kernel(
 
         # Epilogue, in torch._scaled_mm's order: scales, then bias, then the cast.
         stored_tile += NUM_SMS
-        pid_m, pid_n = _tile_coords(stored_tile, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = grouped_tile(stored_tile, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if SCALE_A == "tensor" or SCALE_B == "tensor":

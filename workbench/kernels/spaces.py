@@ -111,6 +111,36 @@ def _default_first(configs: list[dict], default: dict) -> list[dict]:
     return [default] + [c for c in configs if c != default]
 
 
+# ------------------------------------------------------------------------------------------------ split-K
+SPLIT_K_FACTORS = (2, 4, 8)
+"""K slices per output tile in the split-K family (``gemm.py``'s SPLIT_K). cuBLAS-style heuristics split K when the
+output tiles cannot fill the GPU (skinny M <= 256, small M x N with a long K); the vendor model here searches
+1-16 (``workbench.perf.gemm.SPLIT_K``). Which factors win is a guess until a sweep times them."""
+SPLIT_K_MAX_TILE = 128 * 128
+"""The split-K family takes gemm.py's tiles up to this many outputs: large tiles leave a skinny GEMM few programs
+per split, and each slice's fp32 partial tile is written once."""
+SPLIT_K_MIN_STEPS = 2
+"""Each K slice keeps at least this many BLOCK_K steps (``split_k_fits``): shorter slices are all pipeline fill."""
+
+
+def split_k_config_space(dtype_bytes: int = 2) -> list[dict]:
+    """gemm.py's sm_90 configs of tiles up to ``SPLIT_K_MAX_TILE`` outputs, each with ``SPLIT_K`` in
+    ``SPLIT_K_FACTORS``: the split-K family for NVIDIA (AMD's is not cross-compiled yet, so not offered)."""
+    return [dict(config, SPLIT_K=split) for config in _nvidia_configs(dtype_bytes)
+            if config["BLOCK_M"] * config["BLOCK_N"] <= SPLIT_K_MAX_TILE for split in SPLIT_K_FACTORS]
+
+
+def split_k_fits(config: dict, k: int) -> bool:
+    """Whether a split config's slices keep ``SPLIT_K_MIN_STEPS`` BLOCK_K steps each for this K (True unsplit)."""
+    split = config.get("SPLIT_K", 1)
+    return split == 1 or -(-k // config["BLOCK_K"]) >= split * SPLIT_K_MIN_STEPS
+
+
+def is_split_k(config: dict | None) -> bool:
+    """True for a gemm.py config with SPLIT_K > 1."""
+    return bool(config) and config.get("SPLIT_K", 1) > 1
+
+
 # ------------------------------------------------------------------------------------------ Hopper TMA GEMM
 TMA_KERNEL = "tma"
 """The ``KERNEL`` key of a config for ``gemm_tma.py`` (persistent TMA GEMM, sm_90); gemm.py's configs have none."""

@@ -93,6 +93,8 @@ def config_key(config: dict) -> str:
         key = f"gluon {key}" + (" ws" if config["WARP_SPECIALIZE"] else "")
     if is_tma(config):
         key = f"tma {key} sub{config['EPILOGUE_SUBTILE']}" + (" ws" if config["WARP_SPECIALIZE"] else "")
+    if config.get("SPLIT_K", 1) > 1:
+        key += f" split{config['SPLIT_K']}"
     for knob, tag in (("waves_per_eu", "wpe"), ("matrix_instr_nonkdim", "nk"), ("kpack", "kp")):
         if knob in config:
             key += f" {tag}{config[knob]}"
@@ -133,9 +135,10 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     """The TERMS of one GEMM C[m, n] = A[m, k] @ B[k, n] under ``config`` on ``units`` SMs/CUs with ``resident``
     programs per unit."""
     k = padding(m, n, k, layout, operand_bytes)[2]
-    tiles = math.ceil(m / config["BLOCK_M"]) * math.ceil(n / config["BLOCK_N"])
+    split = config.get("SPLIT_K", 1)  # split-K: SPLIT_K programs per output tile, each over a K slice
+    tiles = math.ceil(m / config["BLOCK_M"]) * math.ceil(n / config["BLOCK_N"]) * split
     per_unit = math.ceil(tiles / units)
-    tile_steps = math.ceil(k / config["BLOCK_K"])
+    tile_steps = math.ceil(math.ceil(k / config["BLOCK_K"]) / split)
     steps = per_unit * tile_steps
     waves = math.ceil(tiles / (units * max(1, resident)))
     fill = min(1.0, tiles / units)
@@ -210,6 +213,54 @@ def gluon_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
     nearest = min(fitted, key=distance)
     fraction = GLUON_STEP_FRACTION[bool(config["WARP_SPECIALIZE"])]
     return tuple(value * fraction for value in table[config_key(nearest)])
+
+
+TMA_LAYOUT_FREE_TERMS = ("k_steps_tn", "k_steps_nt", "tiles_unaligned_c")
+"""Terms a TMA config does not pay, priced from a gemm.py config (``tma_anchor``): TMA copies an A or B tile as
+one 2-D box whichever dimension of it is contiguous (``gemm_tma.py``: B row-major or column-major), and stores C
+through a descriptor, without the element-wise masked store."""
+TMA_STEP_FRACTION = 1.0
+"""Time of a bf16 TMA config over gemm.py's config of the same tile, warps and stages, B row-major. A guess from the
+H200 (benchmarks/results/h200/kernels/tma/SUMMARY.md: TMA 128x256x64 w8 s3 sub2 0.989 of torch.matmul over the 12
+Llama 3 shapes, gemm.py's best of 3 configs 0.973), kept at 1 so that ties on "nn" stay with gemm.py (ranked
+first); calibrate by fitting a bf16 TMA sweep (``select_sweep.py``) into the profile, which then replaces the
+anchor."""
+
+
+def tma_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
+    """Coefficients for a TMA config that a selection profile does not cover (bf16 until a TMA sweep is fitted):
+    the fitted coefficients of gemm.py's config with the same BLOCK_M/N/K, GROUP_M and warps, at the stage count
+    that gemm.py runs fastest per K step (TMA's pipeline is not gemm.py's: on the H200 TMA 128x256x64 ran best at 3
+    stages, gemm.py at 4), without the layout and unaligned-store terms (``TMA_LAYOUT_FREE_TERMS``), times
+    ``TMA_STEP_FRACTION``. So the TMA configs of one tile tie, and the space's order (its measured default first)
+    breaks the tie. None when the profile has no gemm.py config of that tile and warps."""
+    twins = [table[key] for stages in range(1, 9)
+             if (key := config_key({**config, "KERNEL": None, "num_stages": stages})) in table]
+    if not twins:
+        return None
+    fitted = min(twins, key=lambda coefficients: coefficients[TERMS.index("k_steps")])
+    return tuple(0.0 if term in TMA_LAYOUT_FREE_TERMS else value * TMA_STEP_FRACTION
+                 for term, value in zip(TERMS, fitted))
+
+
+def split_k_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
+    """Coefficients for a split-K config (not swept yet): those fitted for its unsplit twin. A split program is the
+    twin's program over a shorter K (``terms`` counts SPLIT_K x the tiles and K / SPLIT_K steps each); the fp32
+    partials and their reduction are priced apart (``split_k_reduce_s``). None when the profile lacks the twin."""
+    twin = {key: value for key, value in config.items() if key != "SPLIT_K"}
+    fitted = table.get(config_key(twin))
+    return None if fitted is None else tuple(fitted)
+
+
+def split_k_reduce_s(m: int, n: int, split: int, out_bytes: int, gpu: GPU, constants: Constants) -> float:
+    """Split-K's extra time: the fp32 partials [split, m, n] written by the GEMM and read back by the reduction,
+    C written in its dtype, at the achievable HBM bandwidth, plus the reduction's launch (0 unsplit). The partials
+    of a skinny GEMM may stay in L2, so this leans slow (a guess to calibrate with a split-K sweep)."""
+    if split <= 1:
+        return 0.0
+    moved = 2 * split * m * n * 4 + m * n * out_bytes
+    return moved / (gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"]) + \
+        constants["gemm_launch_us"] * 1e-6
 
 
 def padding_s(m: int, n: int, k: int, layout: str, operand_bytes: int, gpu: GPU, constants: Constants) -> float:

@@ -47,12 +47,14 @@ def _similarity(a: dict, b: dict) -> float:
 
 def tune(op: str, shape: dict, dtype: str, gpu, measure: Callable[[dict], float], *, layout: str = "nn",
          patience: int = 3, min_gain: float = 0.005, max_benchmarks: int | None = None,
-         calibrated: bool = True, gluon: bool = True) -> TuneResult:
+         calibrated: bool = True, gluon: bool = True, tma: bool = True, split_k: bool = True) -> TuneResult:
     """Benchmark configs best-predicted first; ``measure(config)`` returns seconds (math.inf if it fails).
-    ``gluon=False`` leaves the Gluon fp8 kernel's configs out (as ``rank_configs``)."""
+    ``gluon=False`` / ``tma=False`` / ``split_k=False`` leave the Gluon fp8 / TMA / split-K configs out (as
+    ``rank_configs``)."""
     if patience < 1:
         raise WorkbenchError(f"patience: got {patience!r}, expected a positive integer")
-    ranked = rank_configs(op, shape, dtype, gpu, layout=layout, calibrated=calibrated, gluon=gluon)
+    ranked = rank_configs(op, shape, dtype, gpu, layout=layout, calibrated=calibrated, gluon=gluon, tma=tma,
+                          split_k=split_k)
     predicted = {config_key(c.config): c.time_s for c in ranked}
     pending = {config_key(c.config): c.config for c in ranked}
     result = TuneResult(best=ranked[0].config, best_s=math.inf, predicted_first=ranked[0])
