@@ -19,6 +19,13 @@ GPUs). Measured: torchtitan's own tokens/s (median after the warm-up steps) and 
     PYTHONPATH=/tmp/site python benchmarks/stacks/codesign_payoff.py --run --out DIR   # GPU, torchtitan offline
     python benchmarks/stacks/codesign_payoff.py --report DIR                  # CODESIGN.md from DIR's jsonl
 
+The second check of issue 18: the recipe the workbench recommends for Llama 3.2 1B on one H200 at sequence 8192
+(`codesign/llama3.2-1b-job.yaml`: `workbench recipe --model llama3.2-1b --gpu h200 --gpus 1 --seq-len 8192
+--global-batch 8 --stack workbench-job`), run by the reference job (`python -m workbench.train --recipe ...
+--metrics DIR/llama3.2-1b-job_metrics.json`), against the plain compiled loop at the same sequence
+(`plain_pytorch.py --row '{"model": "1b", "micro_batch": 2, "seq_len": 8192, "compile": true}' >
+DIR/llama3.2-1b-plain_loop.json`); `--report` adds it when both files are in DIR.
+
 `--prepare` writes `codesign/<pair>.{yaml,toml}` and `codesign/predictions.json` (committed); `--run` needs only
 torchtitan and the standard library.
 """
@@ -214,7 +221,24 @@ def report(folder: Path) -> str:
                             f"{ours['tokens_per_s']:,.0f} tokens/s: no ratio to report")
         else:
             verdicts.append(f"- {pair}: not measured")
-    return "\n".join(lines + ["", *verdicts, ""])
+    return "\n".join(lines + ["", *verdicts, "", *_plain_loop_section(folder)])
+
+
+def _plain_loop_section(folder: Path) -> list[str]:
+    job_file, plain_file = folder / "llama3.2-1b-job_metrics.json", folder / "llama3.2-1b-plain_loop.json"
+    if not (job_file.exists() and plain_file.exists()):
+        return []
+    job = json.loads(job_file.read_text())
+    plain = json.loads(plain_file.read_text())
+    ours, base = job["measured"]["tokens_per_s"], plain["tokens_per_s"]
+    return ["## The recommended recipe against the plain loop (Llama 3.2 1B, sequence 8192)", "",
+            "| run | micro-batch | tokens/s | predicted |", "|---|---|---|---|",
+            f"| reference job, the workbench's recipe (`codesign/llama3.2-1b-job.yaml`) | "
+            f"{job['settings']['micro_batch']} (x {job['settings']['grad_accumulation']} accumulation) | {ours:,.0f} | "
+            f"{job['predicted']['tokens_per_s']:,.0f} |",
+            f"| plain compiled loop (fp32 parameters under autocast, AC none) | {plain['micro_batch']} | {base:,.0f} | |",
+            "", f"- recipe / plain loop: **{ours / base:.3f}x** "
+                f"({'never slower: met' if ours >= base else 'slower than the plain loop: MISSED'})", ""]
 
 
 def main() -> None:
