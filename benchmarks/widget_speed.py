@@ -90,7 +90,8 @@ def main() -> None:
                   "three GPUs; JupyterLab + headless Chromium on the same machine; "
                   "change in the widget to the new points in the roofline's SVG; includes Python, the widget "
                   "messages and Vega rendering):", ""]
-        lines += [f"- {name}: {seconds * 1e3:.0f} ms" for name, seconds in browser.items()]
+        lines += [f"- {name}: {value * 1e3:.0f} ms" if name.endswith("_s") else f"- {name}: {value:,}"
+                  for name, value in browser.items()]
     (RESULTS / "widget_speed.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -1,9 +1,13 @@
 """The workbench notebook in a real browser: JupyterLab (localhost, random port, token) and headless Debian
-Chromium through playwright. Runs the notebook, changes the GPUs and the precision through the widgets, checks
-that the roofline re-rendered with the new points, exports a recipe through the button and reads the file.
+Chromium through playwright. Runs the notebook, changes the model, the GPUs and the precision through the widgets,
+checks that the roofline re-rendered with the new points, then with five GPUs checks every chart tab's layout (no
+chart, panel or legend leaves the notebook's output area or the window: nothing to scroll sideways) and that no two
+text labels of a tab's chart overlap, exports a recipe through the button and reads the file.
 
-Screenshots go to test-artifacts/browser/. Without chromium or playwright the test skips, except in CI (the
-``CI`` environment variable set), where it fails: CI installs both (.ci/run, the test extra).
+Screenshots go to test-artifacts/browser/ (one per tab with five GPUs under tabs/, ~100-300 kB each, not
+committed), with timings.json (render times and the output width the notebook gives). Without chromium or
+playwright the test skips, except in CI (the ``CI`` environment variable set), where it fails: CI installs both
+(.ci/run, the test extra).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--disable-quic", "--no-first-run"]
 ROOFLINE_SVG = ".wb-chart-roofline svg"
 STEP_SVG = ".wb-chart-step-time svg"
+MEMORY_SVG = ".wb-chart-memory svg"
+FIVE_GPUS = ("NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI355X", "NVIDIA H200 SXM 141GB", "NVIDIA H100 SXM5 80GB",
+             "NVIDIA A100 SXM4 80GB")
 
 
 def _require_browser():
@@ -199,10 +206,86 @@ def _step_svg_has(text: str) -> str:
             f"return svg && svg.textContent.includes({json.dumps(text)}); }})()")
 
 
+def _tick(page, gpu: str, ticked: bool) -> None:
+    """Tick or untick one GPU's checkbox in the picker (``widgets.controls.GpuPicker``)."""
+    box = page.locator(f".wb-gpu-{gpu} input[type=checkbox]")
+    if box.is_checked() != ticked:
+        box.click()
+
+
+_LAYOUT_JS = """(view) => {
+  const box = r => { const b = r.getBoundingClientRect(); return {left: b.left, right: b.right, top: b.top,
+                                                                  bottom: b.bottom, width: b.width}; };
+  const host = document.querySelector(view);
+  const area = host.closest('.jp-OutputArea-output') || host.closest('.jp-Cell-outputArea') || host.parentElement;
+  const svg = host.querySelector('svg');
+  return {viewport: window.innerWidth, area: box(area), host: box(host), svg: box(svg),
+          hostScroll: host.scrollWidth - host.clientWidth,
+          pageScroll: document.documentElement.scrollWidth - window.innerWidth,
+          legends: [...svg.querySelectorAll('g.role-legend')].map(box),
+          panels: [...svg.querySelectorAll('g.cell > g')].map(box)};  // one item per facet panel
+}"""
+
+
+def _assert_fits_sideways(page, view: str, panels: int) -> dict:
+    """The chart in ``view`` (a chart widget's CSS class), its legends and every panel lie inside the output area and
+    the window, and nothing scrolls sideways. Returns the measured boxes."""
+    layout = page.evaluate(_LAYOUT_JS, view)
+    right = min(layout["viewport"], layout["area"]["right"]) + 1
+    left = layout["area"]["left"] - 1
+    assert layout["legends"], f"{view}: no legend drawn"
+    assert len(layout["panels"]) >= panels, (view, len(layout["panels"]))
+    for what, b in [("chart", layout["svg"]), *(("legend", b) for b in layout["legends"]),
+                    *(("panel", b) for b in layout["panels"])]:
+        assert left <= b["left"] and b["right"] <= right, f"{view}: a {what} at {b} leaves {left:.0f}-{right:.0f} px"
+    assert layout["hostScroll"] <= 1 and layout["pageScroll"] <= 1, f"{view} scrolls sideways: {layout}"
+    return layout
+
+
+_OVERLAP_JS = """(selector) => {
+  const seen = [];
+  for (const svg of document.querySelectorAll(selector)) {
+    if (!svg.getClientRects().length) continue;  // a hidden chart (another tab's)
+    for (const t of svg.querySelectorAll('text')) {
+      const style = getComputedStyle(t);
+      if (!t.textContent.trim() || style.opacity === '0' || style.visibility === 'hidden'
+          || t.closest('[opacity="0"]')) continue;  // vega hides colliding axis labels with opacity 0
+      const b = t.getBoundingClientRect();
+      if (b.width > 0) seen.push({text: t.textContent, l: b.left, r: b.right, t: b.top, b: b.bottom});
+    }
+  }
+  const clash = [];
+  for (let i = 0; i < seen.length; i++) for (let j = i + 1; j < seen.length; j++) {
+    const a = seen[i], c = seen[j];
+    if (Math.min(a.r, c.r) - Math.max(a.l, c.l) > 2 && Math.min(a.b, c.b) - Math.max(a.t, c.t) > 2)
+      clash.push([a.text, c.text]);
+  }
+  return {labels: seen.length, clash};
+}"""
+
+
+def _assert_no_text_overlaps(page, selector: str = ".wb-workbench svg") -> int:
+    """No two visible text labels of the shown charts overlap (their boxes share more than 2 px each way).
+    Returns how many labels were checked."""
+    found = page.evaluate(_OVERLAP_JS, selector)
+    assert not found["clash"], f"overlapping labels: {found['clash'][:10]}"
+    return found["labels"]
+
+
+def _tab_screenshot(page, name: str) -> None:
+    """The workbench's tabs as shown (the notebook scrolls inside its panel, so a page screenshot would cut them)."""
+    page.locator(".wb-workbench .widget-tab").first.screenshot(path=str(ARTIFACTS / "tabs" / f"{name}.png"))
+
+
+def _tab(page, title: str) -> None:
+    page.click(f".wb-workbench .lm-TabBar-tab:has-text('{title}')")
+
+
 def test_workbench_in_jupyterlab(tmp_path):
     _require_browser()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    timings = {}
+    (ARTIFACTS / "tabs").mkdir(exist_ok=True)
+    timings: dict[str, object] = {}
     with _jupyter("lab", tmp_path) as (base, token, root), _chromium() as page:
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -210,7 +293,8 @@ def test_workbench_in_jupyterlab(tmp_path):
         page.screenshot(path=str(ARTIFACTS / "1-start.png"), full_page=True)
         start_text = _chart_text(page)
         assert "NVIDIA H200 SXM 141GB" in start_text and "AMD Instinct MI350X" in start_text
-        assert "fp8 matrix" not in start_text
+        assert "fp8 ridge" not in start_text and "bf16 989 TFLOP/s" in start_text  # roofs carry their peak
+        assert "HBM 4.8 TB/s" in start_text  # and the slope its bandwidth
 
         # the speed target's case: Llama 3 70B on three GPUs
         page.select_option(".wb-model select", label="llama3-70b (Llama 3 70B)")
@@ -219,65 +303,99 @@ def test_workbench_in_jupyterlab(tmp_path):
                   ".some(p => (p.getAttribute('aria-label') || '').includes('57344'))",
             "the roofline to show Llama 3 70B")
         start_points = _point_labels(page)
-        assert any("57344" in label for label in start_points)  # 70B gate_up: 2 x 28672 wide
+        described = [label for label in start_points if label]  # legend symbols have no description
+        assert described and all("GPU: " in label for label in described)  # the GPU in every tooltip
 
-        # GPUs: MI355X instead of MI350X (three GPUs still)
-        page.select_option(".wb-gpus select", label=["NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI355X",
-                                                      "NVIDIA H200 SXM 141GB"])
+        # GPUs: B200, MI355X and H200 (three still; ticked in this order, so B200 is the first: the recipe's GPU)
+        _tick(page, "mi350x", False)
+        _tick(page, "h200-sxm", False)
+        _tick(page, "mi355x", True)
+        _tick(page, "h200-sxm", True)
         timings["gpus_change_to_render_s"] = _wait_for(
-            page, _svg_has("AMD Instinct MI355X", absent="MI350X"), "the roofline to show B200, MI355X and H200")
+            page, _svg_has("NVIDIA H200", absent="MI350X"), "the roofline to show B200, MI355X and H200")
         labels = _point_labels(page)
         assert labels and labels != start_points
         page.screenshot(path=str(ARTIFACTS / "2-gpus.png"), full_page=True)
 
-        # precision: fp8 brings fp8 matrix roofs and moves the GEMM points
+        # precision: fp8 brings fp8 roofs (and their ridges) and moves the GEMM points
         page.select_option(".wb-precision select", label="fp8 (1 bytes)")
-        timings["precision_change_to_render_s"] = _wait_for(
-            page, _svg_has("fp8 matrix"), "fp8 roofs on the roofline")
+        timings["precision_change_to_render_s"] = _wait_for(page, _svg_has("fp8 ridge"), "fp8 roofs on the roofline")
         assert _point_labels(page) != labels
         page.screenshot(path=str(ARTIFACTS / "3-fp8.png"), full_page=True)
 
-        # clicking a point shows that op's detail (the selection travels back to Python)
-        point = page.locator(f"{ROOFLINE_SVG} path[aria-label*='op: attention.bwd;']").first
+        # clicking a point shows that op's detail (the selection travels back to Python); the point of one shape
+        # lists all its ops, so its tooltip names no op it does not stand for
+        point = page.locator(f"{ROOFLINE_SVG} g.mark-symbol path[aria-label*='attention.bwd']").first
         point.click(force=True)
         page.wait_for_function("document.querySelector('.wb-op-detail').textContent.includes('predicted time')",
                                timeout=30_000)
         detail = page.inner_text(".wb-op-detail")
-        assert "attention" in detail and "NVIDIA B200" in detail, detail
+        assert "attention" in detail, detail
 
-        # the other chart tabs render too; the advisor's comparison runs from its button
-        # Step time: Llama 3 70B on 8 GPUs fits none of them without checkpointing: no bars, what does not fit and
-        # what would; with full checkpointing the bars come; the stack says what every number is for
-        page.click(".wb-workbench .lm-TabBar-tab:has-text('Step time')")
-        _wait_for(page, _step_svg_has("does not fit: needs"), "the step chart to say what does not fit")
+        # five GPUs: the panels wrap into rows inside the notebook, legends underneath, nothing scrolls sideways
+        _tick(page, "h100-sxm", True)
+        _tick(page, "a100-sxm-80gb", True)
+        timings["five_gpus_to_render_s"] = _wait_for(page, _svg_has("NVIDIA A100 SXM4 80GB"), "five roofline panels")
+        assert all(name in _chart_text(page) for name in FIVE_GPUS)
+        _tab_screenshot(page, "roofline")  # before the checks
+        layout = _assert_fits_sideways(page, ".wb-chart-roofline", panels=5)
+        timings["output_area_width_px"] = round(layout["area"]["width"])
+        timings["roofline_width_px"] = round(layout["svg"]["width"])
+        timings["roofline_labels_checked"] = _assert_no_text_overlaps(page)
+
+        # Step time: Llama 3 70B on 8 GPUs does not fit without checkpointing: no bars, what does not fit; with
+        # full checkpointing the bars come; the stack says what every number is for
+        _tab(page, "Step time")
+        _wait_for(page, _step_svg_has("does not fit"), "the step chart to say what does not fit")
         step_text = page.eval_on_selector(STEP_SVG, "svg => svg.textContent")
-        assert "ideal fused step — a bound, not a measured stack" in step_text
-        assert "with full activation checkpointing, micro-batch 1 fits" in step_text
+        assert "no bar: this configuration does not fit in memory" in step_text
         assert page.locator(f"{STEP_SVG} g.mark-rect path").count() == 0  # no bar for what does not fit
+        _assert_no_text_overlaps(page)
         page.screenshot(path=str(ARTIFACTS / "4a-step-does-not-fit.png"), full_page=True)
         page.select_option(".wb-checkpointing select", label="full")
         page.wait_for_selector(f"{STEP_SVG} g.mark-rect path", timeout=30_000)
         page.select_option(".wb-stack select", label="torchtitan")
         _wait_for(page, _step_svg_has("Predicted step time: torchtitan, eager"), "the torchtitan label")
-        _wait_for(page, "document.querySelector('.wb-stack-caption').textContent.includes('torchtitan, eager')"
-                        " && document.querySelector('.wb-summary').textContent.includes('torchtitan, eager')",
-                  "the caption and the table to name the stack")
-        page.screenshot(path=str(ARTIFACTS / "4b-step-torchtitan.png"), full_page=True)
-        page.click("button:has-text('Compare direct port vs co-designed')")
-        page.wait_for_selector(".wb-advice h4", timeout=60_000)
-        page.screenshot(path=str(ARTIFACTS / "4-step-time.png"), full_page=True)
-        page.click(".wb-workbench .lm-TabBar-tab:has-text('Memory')")
-        page.wait_for_selector(".wb-chart-memory svg g.mark-rect path", timeout=30_000)
-        assert "largest micro-batch" in page.eval_on_selector(".wb-chart-memory svg", "svg => svg.textContent") \
-            or "does not fit" in page.eval_on_selector(".wb-chart-memory svg", "svg => svg.textContent")
-        page.screenshot(path=str(ARTIFACTS / "5-memory.png"), full_page=True)
+        _tab_screenshot(page, "step-time")
+        _assert_fits_sideways(page, ".wb-chart-step-time", panels=0)
+        timings["step_labels_checked"] = _assert_no_text_overlaps(page)
+
+        _tab(page, "Memory")
+        page.wait_for_selector(f"{MEMORY_SVG} g.mark-rect path", timeout=30_000)
+        memory_text = page.eval_on_selector(MEMORY_SVG, "svg => svg.textContent")
+        assert "HBM capacity" in memory_text and "usable (headroom kept)" in memory_text  # the lines' legend
+        assert "micro-batch" in memory_text or "does not fit" in memory_text
+        _tab_screenshot(page, "memory")
+        _assert_fits_sideways(page, ".wb-chart-memory", panels=5)
+        timings["memory_labels_checked"] = _assert_no_text_overlaps(page)
+
+        _tab(page, "Kernels")  # no GPU here: no chart, only the panel (its check covers any chart it shows)
+        page.wait_for_timeout(300)
+        _tab_screenshot(page, "kernels")
+        _assert_no_text_overlaps(page)
 
         # Recipe tab: export through the button, then read the file the kernel wrote
-        page.click(".wb-workbench .lm-TabBar-tab:has-text('Recipe')")
+        _tab(page, "Recipe")
         page.wait_for_selector(".wb-recipe-preview", timeout=30_000)
+        _tab_screenshot(page, "recipe")
+        _assert_no_text_overlaps(page)
         page.click("button.wb-export")
         page.wait_for_selector(".wb-export-message a.wb-download", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "6-recipe.png"), full_page=True)
+
+        # last (it searches every target, slow on 2 cores, so on three GPUs): the advisor's comparison from its button
+        _tab(page, "Step time")
+        _tick(page, "h100-sxm", False)
+        _tick(page, "a100-sxm-80gb", False)
+        _wait_for(page, f"!document.querySelector({json.dumps(STEP_SVG)}).textContent.includes('A100')", "3 GPUs")
+        started = time.perf_counter()
+        page.click("button:has-text('Compare direct port vs co-designed')")
+        page.wait_for_function("document.querySelector('.wb-advice h4') || "  # or the status line's error
+                               "document.querySelector('.wb-status').textContent.includes('error')", timeout=120_000)
+        timings["advisor_s"] = round(time.perf_counter() - started, 1)
+        page.screenshot(path=str(ARTIFACTS / "4-step-time.png"), full_page=True)
+        assert page.locator(".wb-advice h4").count(), page.inner_text(".wb-status")
+        _assert_no_text_overlaps(page)  # the comparison chart too (its GPU names)
         assert not errors, errors
 
     from workbench.recipe import load_recipe
@@ -304,9 +422,9 @@ def test_workbench_in_notebook7(tmp_path):
         errors: list[tuple[float, str]] = []
         page.on("pageerror", lambda exc: errors.append((time.perf_counter(), str(exc))))
         started = _run_notebook(page, f"{base}/notebooks/notebooks/workbench.ipynb?token={token}")
-        assert "fp8 matrix" not in _chart_text(page) and "AMD Instinct MI350X" in _chart_text(page)
+        assert "fp8 ridge" not in _chart_text(page) and "AMD Instinct MI350X" in _chart_text(page)
         page.select_option(".wb-precision select", label="fp8 (1 bytes)")
-        _wait_for(page, _svg_has("fp8 matrix"), "fp8 roofs on the roofline in Notebook 7")
+        _wait_for(page, _svg_has("fp8 ridge"), "fp8 roofs on the roofline in Notebook 7")
         page.screenshot(path=str(ARTIFACTS / "notebook7.png"), full_page=True)
         # Notebook 7.6.5 itself throws "Cannot read properties of undefined (reading 'schema')" while loading its
         # settings, on any page (the file browser too): only errors after the run started are the workbench's

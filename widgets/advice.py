@@ -17,7 +17,9 @@ import pandas as pd
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.models import Model
+from widgets import charts
 from widgets.data import has_calibration
+from widgets.formatting import count, gb, gpus_text, html_table, ms, percent, yes_no
 from widgets.state import WorkbenchState
 
 
@@ -41,7 +43,8 @@ def advise_all(state: WorkbenchState, custom_models: Mapping[str, Model] | None 
 
 
 def advice_frame(advices: Mapping[str, object]) -> pd.DataFrame:
-    """Rows target, variant (direct port / co-designed), tokens_per_s, step_ms, fits: the comparison chart's data."""
+    """Rows target, variant (direct port / co-designed), tokens_per_s, step_ms, fits (and fits_text, yes/no, for
+    the tooltip): the comparison chart's data."""
     rows = []
     for target, advice in advices.items():
         if isinstance(advice, str):
@@ -51,51 +54,84 @@ def advice_frame(advices: Mapping[str, object]) -> pd.DataFrame:
             if recipe is not None and recipe.predicted is not None:
                 p = recipe.predicted
                 rows.append({"target": name, "variant": variant, "tokens_per_s": p.tokens_per_s,
-                             "step_ms": p.step_time_s * 1e3, "fits": p.fits})
-    return pd.DataFrame(rows, columns=["target", "variant", "tokens_per_s", "step_ms", "fits"])
+                             "step_ms": p.step_time_s * 1e3, "fits": p.fits, "fits_text": yes_no(p.fits)})
+    return pd.DataFrame(rows, columns=["target", "variant", "tokens_per_s", "step_ms", "fits", "fits_text"])
 
 
 def advice_chart(frame: pd.DataFrame, source: str) -> alt.Chart:
-    """Predicted tokens/s per target GPU: the source's best recipe ported unchanged vs the co-designed one."""
-    variants = ["direct port", "co-designed"]
-    return alt.Chart(frame).mark_bar().encode(
-        y=alt.Y("variant:N", title=None, sort=variants),
-        x=alt.X("tokens_per_s:Q", title=f"predicted tokens/s (port from {source})"),
-        color=alt.Color("variant:N", sort=variants, title=None),
-        row=alt.Row("target:N", title=None),
-        opacity=alt.condition(alt.datum.fits, alt.value(1.0), alt.value(0.35)),
-        tooltip=["target:N", "variant:N", alt.Tooltip("tokens_per_s:Q", format=",.0f"),
-                 alt.Tooltip("step_ms:Q", format=",.1f"), "fits:N"],
-    ).properties(width=420, height=alt.Step(22))
+    """Predicted tokens/s per target GPU: the source's best recipe ported unchanged vs the co-designed one
+    (``widgets.charts.port_chart``: each GPU named once)."""
+    return charts.port_chart(frame, source)
+
+
+def _recipe_cell(setting: str, value: object) -> str:
+    """One value of the advisor's recipe comparison in the workbench's formats."""
+    if setting == "gpu":
+        return get_gpu(str(value)).display_name if value else "none fits"
+    if isinstance(value, bool):
+        return yes_no(value)
+    if setting == "MFU" and isinstance(value, float):
+        return percent(value)
+    if setting.endswith("(ms)") and isinstance(value, (int, float)):
+        return ms(value / 1e3)
+    if setting.endswith("(GB)") and isinstance(value, (int, float)):
+        return gb(value * 1e9)
+    if setting == "samples/s" and isinstance(value, (int, float)):
+        return f"{value:,.1f}"
+    if isinstance(value, (int, float)):
+        return count(value)
+    return str(value)
+
+
+REVISION_HEADERS: dict[str, str] = {
+    "kind": "kind", "name": "change", "field": "model or recipe field", "old": "from", "new": "to",
+    "gain_text": "predicted gain", "verdict": "verdict", "applied": "applied", "requires_retraining":
+    "needs retraining", "reason": "why"}
+"""The revisions table's columns (``Advice.revisions_frame``) with headers in words."""
+
+
+def recipe_rows(advice) -> list[dict[str, str]]:
+    """The direct-port and co-designed recipes side by side, formatted (``Advice.as_frame``)."""
+    frame = advice.as_frame()
+    words = {"tokens/s": f"tokens/s (total over {gpus_text(advice.co_designed.target.gpus)})",
+             "samples/s": f"samples/s (total over {gpus_text(advice.co_designed.target.gpus)})",
+             "peak memory (GB)": "peak memory per GPU", "MFU": "MFU (of the dense peak of the precision)"}
+    return [{"setting": words.get(r.setting, str(r.setting).replace("(ms)", "").strip()),
+             "direct port": _recipe_cell(r.setting, r.direct_port), "co-designed": _recipe_cell(r.setting, r.co_designed)}
+            for r in frame.itertuples(index=False)]
+
+
+def revision_rows(advice) -> list[dict[str, str]]:
+    """Every revision the advisor considered, headers in words, yes/no, the gain as the advisor words it."""
+    frame = advice.revisions_frame()
+    return [{header: yes_no(getattr(r, column)) if isinstance(getattr(r, column), bool) else str(getattr(r, column))
+             for column, header in REVISION_HEADERS.items()} for r in frame.itertuples(index=False)]
 
 
 def advice_html(advices: Mapping[str, object], source: str) -> str:
     """Per target: the predicted gain, the advisor's notes, every revision with its own predicted gain, and the
-    two recipes side by side."""
+    two recipes side by side (headers in words, the workbench's number formats, display names)."""
     parts = []
+    source_name = html.escape(get_gpu(source).display_name)
     for target, advice in advices.items():
         name = html.escape(get_gpu(target).display_name)
         if isinstance(advice, str):
-            parts.append(f"<h4>{html.escape(source)} &rarr; {name}</h4><p style='color:#b00'>{html.escape(advice)}</p>")
+            parts.append(f"<h4>{source_name} &rarr; {name}</h4><p style='color:#b00'>{html.escape(advice)}</p>")
             continue
         gain = advice.gain
         headline = (f"co-designed / direct port predicted throughput {advice.gain_text} (both at global batch "
-                    f"{advice.co_designed.batch.global_batch})" if gain is not None
+                    f"{advice.co_designed.batch.global_batch:,})" if gain is not None
                     else "no direct port to compare with")
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in advice.notes)
-        revisions = advice.revisions_frame()
-        if not revisions.empty:
-            revisions = revisions[["kind", "name", "field", "old", "new", "predicted_gain", "verdict", "applied",
-                                   "requires_retraining", "reason"]]
+        revisions = revision_rows(advice)
         parts.append(
-            f"<h4>{html.escape(source)} &rarr; {name}: {headline}</h4>"
+            f"<h4>{source_name} &rarr; {name}: {html.escape(headline)}</h4>"
             + (f"<ul>{notes}</ul>" if notes else "")
-            + advice.as_frame().to_html(index=False, border=0, classes="wb-table", na_rep="")
-            + ("<p><b>Changes and proposals</b> (gains from the core model, each +/- "
+            + html_table(recipe_rows(advice))
+            + ("<p><b>Changes and proposals</b> (gains from the core model, each ± "
                f"{advice.gain_uncertainty:.0%}: inside that, \"no measurable gain\"; proposals change the model's "
-               "math and need retraining, they are never applied)</p>"
-               + revisions.to_html(index=False, border=0, classes="wb-table", float_format=lambda v: f"{v:.3f}")
-               if not revisions.empty else "<p>No revisions.</p>"))
+               "math and need retraining, they are never applied)</p>" + html_table(revisions)
+               if revisions else "<p>No revisions.</p>"))
     return "".join(parts)
 
 
@@ -104,6 +140,7 @@ def advice_prompt(state: WorkbenchState) -> str:
     if len(state.gpus) < 2:
         return ("<i>Direct port vs co-designed: choose two or more GPUs; the first is the source the recipe is "
                 "ported from.</i>")
-    targets = ", ".join(state.gpus[1:])
-    return (f"<i>Direct port vs co-designed: the best recipe for <b>{html.escape(state.gpus[0])}</b> run unchanged on "
+    source = get_gpu(state.gpus[0]).display_name
+    targets = ", ".join(get_gpu(g).display_name for g in state.gpus[1:])
+    return (f"<i>Direct port vs co-designed: the best recipe for <b>{html.escape(source)}</b> run unchanged on "
             f"{html.escape(targets)}, against the advisor's co-designed recipe there (searches; press the button).</i>")

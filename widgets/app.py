@@ -6,11 +6,13 @@ the app:
     >>> wb = Workbench(model="llama3-70b", gpus=["b200", "mi350x"])
     >>> wb.set(precision="fp8", gpus=["b200", "mi350x", "h200"])   # validated, one redraw
     >>> wb.set(stack="torchtitan", compile=True)                     # what every tab's prediction is for
+    >>> wb.set(gpu_count=16, tp=2, pp=2, sharding="fsdp", global_batch=0)  # GPUs = dp x tp x pp; 0: auto batch
     >>> wb.state["gpus"], wb.precision                               # a dict, and traitlets per field
     >>> wb.show_op("b200", "gate_up.fwd")                            # what a click on a roofline point shows
     >>> wb.save_chart("roofline", "roofline.svg")                    # PNG or SVG, offline (vl-convert)
 
-Only the active tab redraws on a change; the others redraw when opened. Charts are ``alt.JupyterChart``
+Every step time, tokens/s and MFU carries its uncertainty from the validation record (``workbench.validation``);
+the "How far to trust this" tab shows that record's runs, predicted vs measured. Only the active tab redraws on a change; the others redraw when opened. Charts are ``alt.JupyterChart``
 widgets with the JavaScript bundled offline (``JupyterChart.enable_offline``), so they render without a CDN
 in JupyterLab, Notebook 7 and VS Code.
 
@@ -44,12 +46,15 @@ from widgets.data import (
     Comparison, Predictor, memory_by_checkpointing, op_detail, roofline_note, roofline_points, roofs,
     step_breakdown,
 )
-from widgets.formatting import gb, gpus_text, html_table, prediction_stack_label, stack_label
+from widgets.formatting import gb, html_table, prediction_stack_label, stack_label, uncertainty_text
 from widgets.kernels_tab import KernelsPanel
 from widgets.live import LiveChart
 from widgets.recipe_tab import RecipePanel
-from widgets.state import TABS, WorkbenchState
-from widgets.tables import memory_table, op_detail_html, stack_caption, summary_table, summary_text
+from widgets.state import TAB_TITLES, TABS, WorkbenchState
+from widgets.tables import (
+    configuration_text, memory_table, op_detail_html, record_summary, stack_caption, summary_table, summary_text,
+    trust_records, validation_frame, validation_rows,
+)
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(WorkbenchState))
 CHART_TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels")
@@ -82,8 +87,8 @@ def _chart_view() -> alt.JupyterChart:
 
 class Workbench(w.VBox):
     """The co-design workbench widget; see the module docstring. Keyword arguments are ``WorkbenchState``
-    fields (model, gpus, precision, micro_batch, seq_len, gpu_count, checkpointing, calibrated, stack, compile,
-    tab)."""
+    fields (model, gpus, precision, micro_batch, seq_len, gpu_count, tp, pp, ep, cp, virtual_stages, sharding,
+    global_batch, lora_rank, checkpointing, calibrated, stack, compile, tab)."""
 
     model = traitlets.Unicode()
     gpus = traitlets.List(traitlets.Unicode())
@@ -91,6 +96,14 @@ class Workbench(w.VBox):
     micro_batch = traitlets.Int()
     seq_len = traitlets.Int()
     gpu_count = traitlets.Int()
+    tp = traitlets.Int()
+    pp = traitlets.Int()
+    ep = traitlets.Int()
+    cp = traitlets.Int()
+    virtual_stages = traitlets.Int()
+    sharding = traitlets.Unicode()
+    global_batch = traitlets.Int()
+    lora_rank = traitlets.Int()
     checkpointing = traitlets.Unicode()
     calibrated = traitlets.Bool()
     stack = traitlets.Unicode()
@@ -123,6 +136,14 @@ class Workbench(w.VBox):
         self.roofline_notes, self.op_info = w.HTML(), w.HTML("<i>Click a point to see its op.</i>")
         self.op_info.add_class("wb-op-detail")
         self.step_caption, self.step_table, self.advice = w.HTML(), w.HTML(), w.HTML()
+        self.fit_button = w.Button(description="Use the nearest configuration that fits", icon="compress",
+                                   layout=w.Layout(width="320px", display="none"))
+        self.fit_button.add_class("wb-use-fit")
+        self.fit_button.on_click(lambda _: self._use_fit_from_button())
+        self.trust_summary, self.trust_table, self.trust_view = w.HTML(), w.HTML(), _chart_view()
+        self.trust_summary.add_class("wb-trust-summary")
+        self.trust_table.add_class("wb-trust-table")
+        self.trust_view.add_class("wb-chart-trust")
         self.step_caption.add_class("wb-stack-caption")
         self.step_table.add_class("wb-summary")
         self.advice.add_class("wb-advice")
@@ -139,19 +160,22 @@ class Workbench(w.VBox):
         self.recipe = RecipePanel()
         self.tabs = w.Tab(children=[
             w.VBox([self.roofline_notes, self.views["roofline"], self.op_info]),
-            w.VBox([self.step_caption, self.views["step time"], self.step_table,
+            w.VBox([self.step_caption, self.views["step time"], self.fit_button, self.step_table,
                     w.HBox([self.advice_button, self.advice_prompt]), self.advice_view, self.advice]),
             w.VBox([self.views["memory"], self.memory_note, self.memory_table]),
             self.kernels.box,
             self.recipe.box,
-        ], titles=[t.capitalize() for t in TABS])
+            w.VBox([self.trust_summary, self.trust_view, self.trust_table]),
+        ], titles=[TAB_TITLES[t] for t in TABS])
         self.save_format = w.Dropdown(options=list(charts.SAVE_FORMATS), value="png", layout=w.Layout(width="80px"))
         self.save_button = w.Button(description="Save chart", icon="image")
         self.save_link = w.HTML()
         self.save_button.on_click(lambda _: self._save_from_button())
+        self.save_bar = w.HBox([self.save_format, self.save_button, self.save_link])
+        """Shown only on tabs with a chart (``CHART_TABS``)."""
 
         super().__init__(children=[w.HTML(_STYLE), self.controls.box, self.model_input.box, self.status, self.tabs,
-                                   w.HBox([self.save_format, self.save_button, self.save_link])])
+                                   self.save_bar])
         self.add_class("wb-workbench")
         for name, control in self.controls.by_field.items():
             control.observe(partial(self._on_control, name), names="value")
@@ -220,6 +244,7 @@ class Workbench(w.VBox):
                 setattr(self, name, list(value) if name == "gpus" else value)
             self.controls.show(new, self._custom)
             self.tabs.selected_index = TABS.index(new.tab)
+        self.save_bar.layout.display = None if new.tab in CHART_TABS else "none"
         if changed:
             self.comparison = comparison
             self._dirty = set(TABS)
@@ -283,7 +308,7 @@ class Workbench(w.VBox):
             return
         self._dirty.discard(tab)
         {"roofline": self._draw_roofline, "step time": self._draw_step, "memory": self._draw_memory,
-         "kernels": self._draw_kernels, "recipe": self._draw_recipe}[tab]()
+         "kernels": self._draw_kernels, "recipe": self._draw_recipe, "trust": self._draw_trust}[tab]()
 
     def _stack_label(self) -> str:
         return stack_label(self._state.stack, self._state.compile)
@@ -291,15 +316,19 @@ class Workbench(w.VBox):
     def _settings_line(self) -> str:
         s = self._state
         model = self._custom.get(s.model) or get_model(s.model)
-        return (f"{getattr(model, 'display_name', None) or s.model}, {s.precision}, micro-batch {s.micro_batch} × "
-                f"{s.seq_len:,} tokens, {gpus_text(s.gpu_count)} of each type, activation checkpointing: "
-                f"{s.checkpointing}")
+        return (f"{getattr(model, 'display_name', None) or s.model}, {s.precision}, {s.seq_len:,} tokens per sample, "
+                f"activation checkpointing {s.checkpointing}; per GPU type: {configuration_text(s, model)}")
 
     def _names(self) -> list[str]:
         return [p.gpu.display_name for p in self.comparison.predictions.values()]
 
     def _draw_roofline(self) -> None:
         predictions = list(self.comparison.predictions.values())
+        if not predictions:  # every GPU refused the configuration: the status line says why
+            self.roofline_notes.value = "<i>no GPU could be predicted (see the messages above)</i>"
+            self.views["roofline"].layout.display = "none"  # not the previous configuration's chart
+            return
+        self.views["roofline"].layout.display = None
         first = self.live["roofline"].frame is None
         self.live["roofline"].show(charts.roofline_frame([roofline_points(p) for p in predictions],
                                                          [roofs(p) for p in predictions], self._names()),
@@ -333,11 +362,51 @@ class Workbench(w.VBox):
                                     title=[f"Predicted step time: {self._stack_label()}", self._settings_line()])
         self.step_caption.value = f"<b>{html.escape(stack_caption(self.comparison))}</b>"
         self.step_table.value = html_table(summary_table(self.comparison))
+        offers = [f for f in self.comparison.fit.values() if f.changes]
+        self.fit_button.layout.display = None if offers else "none"
+        self.fit_button.tooltip = "; ".join(f.suggestion for f in offers)
         self.advice_prompt.value = advice_prompt(self._state)
         self.advice_button.disabled = len(self._state.gpus) < 2
         self.advices = {}
         self.advice.value = ""
         self.advice_view.layout.display = "none"
+
+    def use_fit(self) -> dict:
+        """Apply the first non-fitting GPU's nearest fitting configuration (what the Step time tab offers); returns
+        the changes applied, {} when every GPU fits."""
+        for problem in self.comparison.fit.values():
+            if problem.changes:
+                self.set(**problem.changes)
+                return dict(problem.changes)
+        return {}
+
+    def _use_fit_from_button(self) -> None:
+        with shown_errors(self._show_error):
+            self.use_fit()
+
+    def _draw_trust(self) -> None:
+        """The validation record of every chosen GPU for the chosen stack: summary, scatter and rows (the H200's
+        where a GPU has none, said so); published-table rows are the next section."""
+        parts, rows, frames = [], [], []
+        for gpu, trust, record in trust_records(self.comparison):
+            parts.append(f"<li><b>{html.escape(gpu)}</b>: {html.escape(uncertainty_text(trust, self._state.gpu_count))}"
+                         "</li>")
+            if record is not None:
+                rows += validation_rows(record)
+                frames.append(validation_frame(record))
+                parts.append(f"<li style='list-style:none'><i>{html.escape(record_summary(record))}</i></li>")
+        self.trust_summary.value = (
+            f"<p><b>How far to trust this</b>: {html.escape(self._stack_label())}. Each measured run below is "
+            "predicted now with the current model (<code>workbench.validation</code>, record in "
+            "<code>specs/validation/</code>); errors are predicted / measured - 1; the ± is the mean over the runs "
+            "counted (test and held-out runs the stack's tables cover).</p><ul>" + "".join(parts) + "</ul>"
+            "<p class='wb-published'><b>Published results</b> (vendor and MLPerf tables): not in the record yet; "
+            "their evaluation will be listed here.</p>")
+        self.trust_table.value = html_table(rows) if rows else "<i>no measured runs for this stack</i>"
+        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        self.trust_view.layout.display = None if not frame.empty else "none"
+        if not frame.empty:
+            self.trust_view.chart = _trust_chart(frame)
 
     def compare_port(self) -> dict[str, object]:
         """Run the advisor: the first GPU's best recipe ported to each other GPU vs the co-designed recipe there
@@ -438,6 +507,26 @@ class Workbench(w.VBox):
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+def _trust_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Predicted against measured step time per run (log-log), with the line where they agree. (A small chart of
+    this tab's own; it can move to ``widgets.charts``.)"""
+    low = min(frame["measured_ms"].min(), frame["predicted_ms"].min()) / 1.2
+    high = max(frame["measured_ms"].max(), frame["predicted_ms"].max()) * 1.2
+    scale = alt.Scale(type="log", domain=[low, high])
+    points = alt.Chart(frame).mark_point(filled=True, size=60).encode(
+        x=alt.X("measured_ms:Q", title="measured step (ms)", scale=scale),
+        y=alt.Y("predicted_ms:Q", title="predicted step (ms)", scale=scale),
+        color=alt.Color("role:N", title="run", sort=["fit", "test", "holdout"]),
+        shape=alt.Shape("counted:N", title="counted in ±", sort=["yes", "no"]),
+        tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("run:N"), alt.Tooltip("role:N"),
+                 alt.Tooltip("measured_ms:Q", title="measured ms", format=",.1f"),
+                 alt.Tooltip("predicted_ms:Q", title="predicted ms", format=",.1f"),
+                 alt.Tooltip("error_pct:Q", title="error %", format="+.1f")])
+    line = alt.Chart(pd.DataFrame({"measured_ms": [low, high], "predicted_ms": [low, high]})).mark_line(
+        color="#888", strokeDash=[4, 3]).encode(x="measured_ms:Q", y="predicted_ms:Q")
+    return alt.layer(line, points).properties(width=360, height=300, title="predicted vs measured step time")
 
 
 def _binary_link(path: Path) -> str:

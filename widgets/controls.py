@@ -12,15 +12,17 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import ipywidgets as w
+import traitlets
 
-from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS
+from workbench.config import CHECKPOINTING, MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LORA_RANK, SHARDINGS, TRAINING_PRECISIONS
 from workbench.errors import SpecError, WorkbenchError
 from workbench.fileio import DEFAULT_MAX_BYTES, decode_text, parse_json
 from workbench.hardware import list_gpus
-from workbench.models import Model, from_hf_config, list_models
+from workbench.models import Model, TransformerModel, from_hf_config, get_model, list_models
 from workbench.stacks import get_stack, list_stacks
-from widgets.data import precision_label
+from widgets.data import SHARDING_WORDS, precision_label
 from widgets.state import WorkbenchState
+from widgets.tables import configuration_text
 
 _WIDE = w.Layout(width="260px")
 _NARROW = w.Layout(width="220px")
@@ -68,24 +70,81 @@ def model_options(custom: dict[str, Model]) -> list[tuple[str, str]]:
     return catalog + [(f"{name} (your config.json)", name) for name in custom]
 
 
+SHARDING_TIPS = {"fsdp": "shard parameters, gradients and optimizer states (ZeRO-3)",
+                 "zero1": "shard the optimizer states only (Megatron's distributed optimizer)",
+                 "ddp": "replicate parameters, gradients and optimizer states"}
+
+
+class GpuPicker(w.VBox):
+    """One checkbox per catalog GPU, in rows that wrap; ``value`` is the ticked GPUs in the order they were ticked
+    (the first is the advisor's source), as ``SelectMultiple``'s value is. Setting ``value`` ticks the boxes."""
+
+    value = traitlets.Tuple()
+
+    def __init__(self, value: tuple[str, ...] = (), **kwargs):
+        self.boxes = {g.name: w.Checkbox(value=g.name in value, description=g.display_name, indent=False,
+                                         layout=w.Layout(width="250px")) for g in list_gpus()}
+        for name, box in self.boxes.items():
+            box.add_class(f"wb-gpu-{name}")
+            box.observe(lambda change, name=name: self._on_box(name, change["new"]), names="value")
+        self.order = w.HTML()
+        self._syncing = False
+        super().__init__([w.HTML("<b>GPUs compared</b> (tick any number)"),
+                          w.Box(list(self.boxes.values()), layout=w.Layout(flex_flow="row wrap", width="100%")),
+                          self.order], **kwargs)
+        self.value = tuple(value)
+
+    def _on_box(self, name: str, ticked: bool) -> None:
+        if self._syncing:
+            return
+        chosen = [g for g in self.value if g != name]
+        self.value = tuple([*chosen, name] if ticked else chosen)
+
+    @traitlets.observe("value")
+    def _show(self, change) -> None:
+        self._syncing = True
+        try:
+            for name, box in self.boxes.items():
+                box.value = name in change["new"]
+        finally:
+            self._syncing = False
+        names = [self.boxes[g].description for g in change["new"] if g in self.boxes]
+        self.order.value = (f"<small>compared: {html.escape(', '.join(names))}"
+                            f"{' (the first is the port source)' if len(names) > 1 else ''}</small>")
+
+
 class Controls:
     """One widget per ``WorkbenchState`` field (``by_field``), laid out in ``box``."""
 
     def __init__(self, state: WorkbenchState, custom: dict[str, Model]):
         style = {"description_width": "initial"}
+
+        def count(value: int, description: str, minimum: int = 1, maximum: int = MAX_GPUS, tip: str = "") -> w.BoundedIntText:
+            return w.BoundedIntText(value=value, min=minimum, max=maximum, description=description, layout=_NARROW,
+                                    style=style, tooltip=tip)
+
         self.by_field: dict[str, w.ValueWidget] = {
             "model": w.Dropdown(options=model_options(custom), value=state.model, description="model", layout=_WIDE,
                                 style=style),
-            "gpus": w.SelectMultiple(options=[(g.display_name, g.name) for g in list_gpus()], value=state.gpus,
-                                     rows=6, description="GPUs", layout=w.Layout(width="300px"), style=style),
+            "gpus": GpuPicker(state.gpus, layout=w.Layout(width="100%")),
             "precision": w.Dropdown(options=[(precision_label(p), p) for p in TRAINING_PRECISIONS],
                                     value=state.precision, description="precision", layout=_NARROW, style=style),
-            "micro_batch": w.BoundedIntText(value=state.micro_batch, min=1, max=1 << 20, description="micro-batch",
-                                            layout=_NARROW, style=style),
+            "micro_batch": count(state.micro_batch, "micro-batch", maximum=1 << 20, tip="samples per GPU per micro-batch"),
             "seq_len": w.BoundedIntText(value=state.seq_len, min=1, max=1 << 22, step=1024, description="sequence length",
                                         layout=_NARROW, style=style),
-            "gpu_count": w.BoundedIntText(value=state.gpu_count, min=1, max=1 << 17, description="GPUs per job",
-                                          layout=_NARROW, style=style),
+            "gpu_count": count(state.gpu_count, "GPUs per job", tip="dp x tp x pp"),
+            "tp": count(state.tp, "tensor parallel (tp)", tip="inside one scale-up domain"),
+            "pp": count(state.pp, "pipeline stages (pp)"),
+            "ep": count(state.ep, "expert parallel (ep)", tip="MoE models: a divisor of dp x cp"),
+            "cp": count(state.cp, "context parallel (cp)", tip="each sequence split over cp ranks"),
+            "virtual_stages": count(state.virtual_stages, "virtual stages per pp rank", tip="interleaved 1F1B"),
+            "sharding": w.ToggleButtons(options=[(SHARDING_WORDS[s], s) for s in SHARDINGS], value=state.sharding,
+                                        description="data parallel", style={**style, "button_width": "64px"},
+                                        tooltips=[SHARDING_TIPS[s] for s in SHARDINGS]),
+            "lora_rank": count(state.lora_rank, "LoRA rank (0 = full)", minimum=0, maximum=MAX_LORA_RANK,
+                               tip="adapters on the attention projections; base weights frozen"),
+            "global_batch": count(state.global_batch, "global batch (0 = auto)", minimum=0, maximum=MAX_GLOBAL_BATCH,
+                                  tip="samples per optimizer step"),
             "checkpointing": w.Dropdown(options=list(CHECKPOINTING), value=state.checkpointing,
                                         description="act. checkpointing", layout=_NARROW, style=style),
             "calibrated": w.Checkbox(value=state.calibrated, description="calibrated where profiled", indent=False),
@@ -93,20 +152,23 @@ class Controls:
                                 style=style),
             "compile": w.Checkbox(value=state.compile, description="torch.compile", indent=False),
         }
-        self.by_field["stack"].add_class("wb-stack")
-        self.by_field["checkpointing"].add_class("wb-checkpointing")
-        self.by_field["compile"].add_class("wb-compile")
-        self.by_field["gpus"].add_class("wb-gpus")
-        self.by_field["precision"].add_class("wb-precision")
-        self.by_field["model"].add_class("wb-model")
+        for name, control in self.by_field.items():
+            control.add_class(f"wb-{name.replace('_', '-')}")
         c = self.by_field
-        self.box = w.HBox([
-            w.VBox([c["model"], c["precision"], c["checkpointing"], c["calibrated"]]),
+        self.split = w.HTML()
+        self.split.add_class("wb-split")
+        self.box = w.VBox([
+            w.HBox([
+                w.VBox([c["model"], c["precision"], c["checkpointing"], c["calibrated"]]),
+                w.VBox([c["micro_batch"], c["seq_len"], c["global_batch"]]),
+                w.VBox([c["gpu_count"], c["tp"], c["pp"], c["cp"]]),
+                w.VBox([c["ep"], c["virtual_stages"], c["lora_rank"]]),
+                w.VBox([c["stack"], c["compile"], c["sharding"]]),
+            ], layout=w.Layout(flex_flow="row wrap")),
+            self.split,
             c["gpus"],
-            w.VBox([c["micro_batch"], c["seq_len"], c["gpu_count"]]),
-            w.VBox([c["stack"], c["compile"]]),
         ])
-        self._show_compile(state)
+        self._show_dependent(state, custom)
 
     def show(self, state: WorkbenchState, custom: dict[str, Model]) -> None:
         """Put ``state``'s values into the controls (the caller mutes their observers meanwhile)."""
@@ -117,15 +179,23 @@ class Controls:
             value = getattr(state, name)
             if control.value != value:
                 control.value = value
-        self._show_compile(state)
+        self._show_dependent(state, custom)
 
-    def _show_compile(self, state: WorkbenchState) -> None:
-        """The compile box applies to stacks that follow the configuration; for the others it shows what the stack
-        does and is disabled."""
+    def _show_dependent(self, state: WorkbenchState, custom: dict[str, Model]) -> None:
+        """Controls that apply only sometimes say so and are disabled: compile for stacks that always or never
+        compile, ep for models without experts, tp and pp for recommendation models."""
         stack, box = get_stack(state.stack), self.by_field["compile"]
         box.disabled = stack.compile != "recipe"
         box.description = "torch.compile" if stack.compile == "recipe" else (
             f"torch.compile: {'always' if stack.compile == 'always' else 'never'} for this stack")
+        model = custom.get(state.model) or get_model(state.model)
+        transformer = isinstance(model, TransformerModel)
+        moe = transformer and model.is_moe
+        self.by_field["ep"].disabled = not moe and state.ep == 1
+        self.by_field["ep"].description = "expert parallel (ep)" if moe else "expert parallel (ep): MoE only"
+        for name in ("tp", "pp", "cp", "virtual_stages", "lora_rank"):
+            self.by_field[name].disabled = not transformer and getattr(state, name) in (0, 1)
+        self.split.value = f"<small>{html.escape(configuration_text(state, model))}</small>"
 
 
 def parse_config_text(text: str, origin: str = "pasted config.json") -> dict:
@@ -143,8 +213,13 @@ def upload_text(content: bytes, origin: str = "uploaded file") -> str:
     return decode_text(content, origin)
 
 
+PASTED = "pasted config.json"
+
+
 class ModelInput:
-    """Paste or upload a Hugging Face ``config.json`` and add it as a model (``workbench.models.from_hf_config``)."""
+    """Paste or upload a Hugging Face ``config.json``, name it, and add it as a model with the button
+    (``workbench.models.from_hf_config``). An upload only fills the text box (a file that cannot be read says so at
+    once); the model is added when "Add model" is pressed, so the name box can be filled first."""
 
     def __init__(self, on_model: Callable[[Model], None]):
         self.on_model = on_model
@@ -154,21 +229,56 @@ class ModelInput:
         self.name = w.Text(placeholder="name (optional)", layout=w.Layout(width="180px"))
         self.button = w.Button(description="Add model", icon="plus")
         self.status = w.HTML()
+        self.origin = PASTED
+        """Where the text box's text came from (the uploaded file's name until the text is edited)."""
+        self._filling = False
         self.button.on_click(lambda _: self.add_text())
         self.upload.observe(lambda change: self.add_upload(change["new"]), names="value")
+        self.text.observe(self._on_edit, names="value")
         self.box = w.Accordion([w.VBox([self.text, w.HBox([self.upload, self.name, self.button]), self.status])],
                                titles=("Your model from a Hugging Face config.json",))
         self.box.selected_index = None
 
+    def _on_edit(self, change) -> None:
+        if not self._filling:
+            self.origin = PASTED  # edited by hand: no longer the uploaded file as it was
+
     def add_text(self) -> None:
-        self._add(lambda: self._build(self.text.value, "pasted config.json"), "pasted config.json")
+        """What "Add model" does: build the model from the text box (pasted, or filled by an upload)."""
+        origin = self.origin
+        self._add(lambda: self._build(self.text.value, origin), origin)
 
     def add_upload(self, files) -> None:
+        """Read an uploaded config.json into the text box (checked: size, UTF-8, JSON object); "Add model" adds it."""
         if not files:
             return  # the upload was cleared: nothing to add
         upload = files[0]
         origin = str(upload.get("name") or "uploaded file") if isinstance(upload, Mapping) else "uploaded file"
-        self._add(lambda: self._build(upload_text(bytes(upload["content"]), origin), origin), origin)
+        with shown_errors(self._shower(origin)) as outcome:
+            text = upload_text(bytes(upload["content"]), origin)
+            if not text.strip():
+                raise SpecError(origin, "<file>", text, "the text of a Hugging Face config.json (it is empty)")
+            parse_config_text(text, origin)
+        if outcome.failed:
+            return
+        self._filling = True
+        try:
+            self.text.value = text
+        finally:
+            self._filling = False
+        self.origin = origin
+        self.status.value = (f"read <b>{html.escape(origin)}</b>: give the model a name (optional), then press "
+                             "<b>Add model</b>")
+
+    def _shower(self, origin: str) -> Callable[[str], None]:
+        def show(message: str) -> None:
+            body = message
+            for prefix in (f"{origin}: ", "<dict>: "):  # the loader's errors name the dict, or already the origin
+                while body.startswith(prefix):
+                    body = body.removeprefix(prefix)
+            self.status.value = error_html(f"{origin}: {body}")
+
+        return show
 
     def _build(self, text: str, origin: str) -> Model:
         if not text.strip():
@@ -177,12 +287,7 @@ class ModelInput:
 
     def _add(self, build: Callable[[], Model], origin: str) -> None:
         """Build the model and hand it on; the outcome, added or why not, always ends in ``status``."""
-        def show(message: str) -> None:
-            if not message.startswith(origin):  # the loader's errors name the dict, not where it came from
-                message = f"{origin}: {message.removeprefix('<dict>: ')}"
-            self.status.value = error_html(message)
-
-        with shown_errors(show) as outcome:
+        with shown_errors(self._shower(origin)) as outcome:
             model = build()
             self.on_model(model)
         if not outcome.failed:

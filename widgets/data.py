@@ -18,16 +18,18 @@ from workbench.config import CHECKPOINTING, activation_dtype
 from workbench.errors import WorkbenchError
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB, max_micro_batch, memory_breakdown
-from workbench.models import Model, get_model
+from workbench.models import Model, get_model, list_models
 from workbench.perf.efficiency import constants_for, profile_path
 from workbench.perf.roofline import achievable_roofs, matrix_peak_key
 from workbench.precision import get_precision
 from workbench.predict import Prediction, predict
 from workbench.stacks import get_stack
+from workbench.validation import Uncertainty, uncertainty
 from widgets.formatting import (
-    device_s, gb, gpus_text, host_text, mfu, ms, percent, prediction_stack_label, priced_as_bound,
+    count, device_s, gb, gpus_text, host_text, mfu, ms, percent, prediction_stack_label, priced_as_bound,
+    uncertainty_short, uncertainty_text,
 )
-from widgets.state import WorkbenchState
+from widgets.state import WorkbenchState, resolved_global_batch, training_config
 
 STEP_PARTS: tuple[tuple[str, str], ...] = (
     ("compute_bound_s", "compute-bound"),
@@ -54,11 +56,18 @@ class FitProblem:
     needs_bytes: float
     usable_bytes: float
     suggestion: str = ""
-    """e.g. "micro-batch 3 fits" (checked by predicting it), or "" when no smaller configuration was found."""
+    """e.g. "micro-batch 3 fits" (checked by predicting it with the same stack), or why nothing was found."""
+    changes: dict = field(default_factory=dict)
+    """The state changes (``Workbench.set``) that give the suggested configuration; {} when there is none."""
+
+    @property
+    def over_bytes(self) -> float:
+        return self.needs_bytes - self.usable_bytes
 
     def text(self) -> str:
-        """ "does not fit: needs 165.2 GB of 133.9 GB usable; micro-batch 3 fits" """
-        head = f"does not fit: needs {gb(self.needs_bytes)} of {gb(self.usable_bytes)} usable"
+        """ "does not fit: needs 165.2 GB of 133.9 GB usable (31.3 GB over); micro-batch 3 fits" """
+        head = (f"does not fit: needs {gb(self.needs_bytes)} of {gb(self.usable_bytes)} usable "
+                f"({gb(self.over_bytes)} over)")
         return f"{head}; {self.suggestion}" if self.suggestion else head
 
 
@@ -73,6 +82,24 @@ class Comparison:
     """GPU catalog name -> why it could not be predicted (e.g. a precision it cannot run, even by fallback)."""
     fit: dict[str, FitProblem] = field(default_factory=dict)
     """GPU catalog name -> what does not fit, for the predictions whose memory exceeds the usable HBM."""
+    uncertainty: dict[str, Uncertainty] = field(default_factory=dict)
+    """GPU catalog name -> how far to trust its prediction (``workbench.validation``)."""
+
+
+def uncertainty_for(prediction: Prediction) -> Uncertainty:
+    """The validation record a prediction is judged by: its stack's on its GPU, or the ideal bound's where the
+    step was priced as the bound (outside the stack's kernel tables)."""
+    stack = "ideal" if prediction.summary.priced_as_bound else prediction.summary.stack
+    return uncertainty(prediction.gpu.name, stack, prediction.calibrated)
+
+
+def split_problem(gpu: GPU, state: WorkbenchState) -> str:
+    """Why ``state``'s split cannot run on ``gpu`` (tensor parallelism beyond one scale-up domain), or ""."""
+    domain = int(gpu.scale_up_domain_gpus.value)
+    if state.tp > domain:
+        return (f"tp = {state.tp} is beyond the {gpu.display_name}'s scale-up domain of {gpus_text(domain)}: tensor "
+                f"parallelism runs inside one domain (choose tp <= {domain})")
+    return ""
 
 
 class Predictor:
@@ -82,18 +109,20 @@ class Predictor:
     def __init__(self, maxsize: int = 64):
         self.maxsize = maxsize
         self._cache: dict[tuple, Prediction | str] = {}
+        self._searches: dict[tuple, object] = {}
 
     def one(self, model: Model, gpu: str, state: WorkbenchState) -> Prediction | str:
         calibrated = state.calibrated and has_calibration(get_gpu(gpu))
         compile = state.compile if get_stack(state.stack).compile == "recipe" else None  # the others ignore it
-        key = (model, gpu, state.precision, state.micro_batch, state.seq_len, state.gpu_count, state.checkpointing,
-               calibrated, state.stack, compile)
+        key = (model, gpu, state.precision, state.micro_batch, state.seq_len, state.gpu_count, state.tp, state.pp,
+               state.ep, state.cp, state.virtual_stages, state.sharding, state.global_batch, state.lora_rank,
+               state.checkpointing, calibrated, state.stack, compile)
         if key not in self._cache:
             try:
-                self._cache[key] = predict(model, gpu, micro_batch=state.micro_batch, seq_len=state.seq_len or 0,
-                                           precision=state.precision, gpus=state.gpu_count,
-                                           activation_checkpointing=state.checkpointing, calibrated=calibrated,
-                                           allow_fallback=True, stack=state.stack, compile=compile)
+                problem = split_problem(get_gpu(gpu), state)
+                self._cache[key] = problem or predict(
+                    model, gpu, training_config(state, model), calibrated=calibrated, allow_fallback=True,
+                    stack=state.stack, compile=compile)
             except WorkbenchError as exc:
                 self._cache[key] = str(exc)
             while len(self._cache) > self.maxsize:
@@ -102,47 +131,124 @@ class Predictor:
 
     def compare(self, state: WorkbenchState, custom_models: Mapping[str, Model] | None = None) -> Comparison:
         model = (custom_models or {}).get(state.model) or get_model(state.model)
-        predictions, errors, fit = {}, {}, {}
+        predictions, errors, fit, trust = {}, {}, {}, {}
         for gpu in state.gpus:
             result = self.one(model, gpu, state)
             if isinstance(result, str):
                 errors[gpu] = result
             else:
                 predictions[gpu] = result
+                trust[gpu] = uncertainty_for(result)
                 if not result.summary.memory.fits:
                     fit[gpu] = self.fit_problem(model, gpu, state, result)
-        return Comparison(state, predictions, errors, fit)
+        return Comparison(state, predictions, errors, fit, trust)
+
+    def fits(self, model: Model, gpu: str, state: WorkbenchState) -> bool:
+        trial = self.one(model, gpu, state)
+        return not isinstance(trial, str) and trial.summary.memory.fits
 
     def fit_problem(self, model: Model, gpu: str, state: WorkbenchState, prediction: Prediction) -> FitProblem:
-        """What does not fit, and the nearest configuration that does: a smaller micro-batch (the summary's
-        ``max_micro_batch``), else more activation checkpointing (``workbench.memory.max_micro_batch`` per mode);
-        each suggestion is predicted with the same stack, since a stack's own memory can differ from the memory
-        model's."""
+        """What does not fit, and the nearest configuration that does, each checked by predicting it with the
+        same stack (a stack's own memory can differ from the memory model's): a smaller micro-batch (from the
+        summary's ``max_micro_batch`` down), else more activation checkpointing, else the fitting candidate of
+        ``workbench.recipe.search`` (same GPUs, same global batch) that changes the fewest of tp, pp, ep,
+        sharding and checkpointing; when none fits, the fewest GPUs (x2, x4) that do."""
         memory = prediction.summary.memory
 
-        def fits(micro_batch: int, mode: str) -> bool:
-            trial = self.one(model, gpu, dataclasses.replace(state, micro_batch=micro_batch, checkpointing=mode))
-            return not isinstance(trial, str) and trial.summary.memory.fits
+        def problem(text: str, changes: dict | None = None) -> FitProblem:
+            return FitProblem(memory.total, memory.usable, text, changes or {})
+
+        global_batch = resolved_global_batch(state, model)
+        per_rank = global_batch // state.dp if state.global_batch else 0  # auto: any micro-batch (re-rounded)
 
         def first_fitting(largest: int, mode: str) -> int:
-            while largest >= 1:  # the largest first, then halving (a few predictions at most)
-                if fits(largest, mode):
-                    return largest
-                largest //= 2
+            for mb in range(min(largest, state.micro_batch - (mode == state.checkpointing)), 0, -1):
+                if per_rank and per_rank % mb:
+                    continue  # an explicit global batch: the micro-batch must divide each rank's share
+                if self.fits(model, gpu, dataclasses.replace(state, micro_batch=mb, checkpointing=mode)):
+                    return mb
+                if mb < largest // 4:
+                    break  # a few predictions at most: the memory model's estimate is close
             return 0
 
         largest = prediction.summary.max_micro_batch
         if 0 < largest < state.micro_batch and (mb := first_fitting(largest, state.checkpointing)):
-            return FitProblem(memory.total, memory.usable, f"micro-batch {mb} fits")
+            return problem(f"micro-batch {mb} fits", {"micro_batch": mb})
         for mode in CHECKPOINTING[CHECKPOINTING.index(state.checkpointing) + 1:]:  # the modes that keep less
             cfg = dataclasses.replace(prediction.config, activation_checkpointing=mode)
             largest = min(max_micro_batch(prediction.model, cfg, prediction.gpu), state.micro_batch)
             if largest and (mb := first_fitting(largest, mode)):
-                return FitProblem(memory.total, memory.usable,
-                                  f"with {mode} activation checkpointing, micro-batch {mb} fits")
-        return FitProblem(memory.total, memory.usable,
-                          f"no micro-batch fits on {gpus_text(state.gpu_count)} with any checkpointing: add GPUs, or "
-                          "see the Recipe tab's search (TP, PP)")
+                changes = {"checkpointing": mode, **({"micro_batch": mb} if mb != state.micro_batch else {})}
+                return problem(f"with {mode} activation checkpointing, micro-batch {mb} fits", changes)
+        if state.model not in (m.name for m in list_models()):
+            return problem(f"no micro-batch fits on {gpus_text(state.gpu_count)} with any checkpointing: add GPUs "
+                           "or tensor/pipeline parallelism")
+        for gpus in (state.gpu_count, 2 * state.gpu_count, 4 * state.gpu_count):
+            if (changes := self._searched(model, gpu, state, gpus)) is not None:
+                where = "" if gpus == state.gpu_count else f"on {gpus_text(gpus)}: "
+                shown = {k: v for k, v in changes.items() if k != "gpu_count"}
+                return problem(f"{where}{describe_changes(shown)} fits (the nearest fitting configuration of "
+                               f"workbench.recipe.search)", changes)
+        return problem(f"nothing fits on up to {gpus_text(4 * state.gpu_count)} (workbench.recipe.search): use more "
+                       "GPUs or a GPU with more memory")
+
+    def _searched(self, model: Model, gpu: str, state: WorkbenchState, gpus: int) -> dict | None:
+        """The state changes to the fitting search candidate on ``gpus`` GPUs nearest to ``state``, checked with
+        the state's stack; None when none fits."""
+        from workbench.recipe.search import search
+
+        global_batch = state.global_batch if state.global_batch and state.global_batch % gpus == 0 else 0
+        key = (model, gpu, gpus, state.precision, state.seq_len, global_batch, state.calibrated)
+        if key not in self._searches:
+            try:
+                self._searches[key] = search(model, gpu, gpus, precision=state.precision, seq_len=state.seq_len,
+                                             global_batch=global_batch, calibrated=state.calibrated)
+            except WorkbenchError:
+                self._searches[key] = None
+        result = self._searches[key]
+        if result is None:
+            return None
+        here = {"tp": state.tp, "pp": state.pp, "ep": state.ep, "cp": state.cp, "virtual_stages": state.virtual_stages,
+                "sharding": state.sharding, "checkpointing": state.checkpointing, "micro_batch": state.micro_batch}
+
+        def changes_of(c) -> dict:
+            p = c.config.parallelism
+            there = {"tp": p.tp, "pp": p.pp, "ep": p.ep, "cp": p.cp, "virtual_stages": p.virtual_stages,
+                     "sharding": p.sharding, "checkpointing": c.config.activation_checkpointing,
+                     "micro_batch": c.config.micro_batch}
+            return {k: v for k, v in there.items() if v != here[k]}
+
+        def distance(c) -> tuple:
+            changed = changes_of(c)
+            return (len([k for k in changed if k != "micro_batch"]), abs(c.config.micro_batch - state.micro_batch),
+                    -c.tokens_per_s)
+
+        for candidate in sorted((c for c in result.candidates if c.fits), key=distance)[:4]:
+            changes = changes_of(candidate)
+            if gpus != state.gpu_count:
+                changes["gpu_count"] = gpus
+            if state.global_batch and not global_batch:
+                changes["global_batch"] = 0
+            try:
+                trial = state.replace(**changes)
+            except WorkbenchError:
+                continue
+            if self.fits(model, gpu, trial):
+                return changes
+        return None
+
+
+SHARDING_WORDS = {"fsdp": "FSDP", "ddp": "DDP", "zero1": "ZeRO-1"}
+
+
+def describe_changes(changes: Mapping[str, object]) -> str:
+    """State changes in words: "tp 2, selective activation checkpointing, micro-batch 1"."""
+    words = {"gpu_count": lambda v: gpus_text(int(v)), "tp": lambda v: f"tp {v}", "pp": lambda v: f"pp {v}",
+             "ep": lambda v: f"ep {v}", "cp": lambda v: f"cp {v}", "virtual_stages": lambda v: f"{v} virtual stages",
+             "sharding": lambda v: SHARDING_WORDS.get(str(v), str(v)),
+             "checkpointing": lambda v: f"{v} activation checkpointing", "micro_batch": lambda v: f"micro-batch {v}",
+             "global_batch": lambda v: "global batch auto" if not v else f"global batch {v:,}"}
+    return ", ".join(words[k](v) for k, v in changes.items() if k in words) or "the same configuration"
 
 
 # ---------------------------------------------------------------------------------------------- roofline
@@ -251,30 +357,41 @@ def op_detail(prediction: Prediction, op_name: str, compiled: bool = False) -> d
 # ---------------------------------------------------------------------------------------------- step time
 
 
+STEP_COLUMNS: tuple[str, ...] = ("gpu", "gpu_order", "layer", "part", "order", "ms", "fits", "step_ms",
+                                 "uncertainty", "uncertainty_text", "text")
+"""The Step time chart's frame (``step_breakdown``)."""
+
+
 def step_breakdown(comparison: Comparison) -> pd.DataFrame:
     """Per GPU, the step's stacked parts in ms (``layer`` "part": rows gpu, gpu_order, part, order, ms), plus one
-    ``layer`` "label" row per GPU with the text the chart writes over its bar: the step time, tokens/s and MFU,
-    or, for a configuration that does not fit, no parts at all and what does not fit by how much (``fits``
-    False). A ``layer`` "note" row (written under the bar) says when the step was priced as the fused-step bound
-    outside the stack's kernel tables, and the CPU's launch time (``StepSummary.host_s``) where the stack has one; a
-    CPU-bound step gets a part for the GPU's wait, so the parts still add up to the step time."""
+    ``layer`` "label" row per GPU with the text the chart writes over its bar: the step time with its uncertainty,
+    tokens/s in total and per GPU, and MFU against its peak; or, for a configuration that does not fit, no parts
+    at all and what does not fit by how much (``fits`` False, no step time, no MFU). A ``layer`` "note" row
+    (written under the bar) says when the step was priced as the fused-step bound outside the stack's kernel
+    tables, and the CPU's launch time (``StepSummary.host_s``) where the stack has one; a CPU-bound step gets a
+    part for the GPU's wait, so the parts still add up to the step time.
+
+    Every row of a GPU carries ``fits`` (bool), ``step_ms`` (the whole step, where an error bar is centred; null
+    when it does not fit), ``uncertainty`` (the relative step-time error of the validation record, e.g. 0.039;
+    null for a bound, an unvalidated GPU or stack, or a configuration that does not fit) and
+    ``uncertainty_text`` (``widgets.formatting.uncertainty_text``)."""
     rows = []
     for gpu_order, (name, p) in enumerate(comparison.predictions.items()):
         gpu = p.gpu.display_name
         problem = comparison.fit.get(name)
+        trust = comparison.uncertainty.get(name) or uncertainty_for(p)
+        s = p.summary
         if problem is not None:
             rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "label", "ms": 0.0, "fits": False,
-                         "text": problem.text()})
+                         "step_ms": None, "uncertainty": None, "uncertainty_text": "", "text": problem.text()})
             continue
-        s = p.summary
+        common = {"gpu": gpu, "gpu_order": gpu_order, "fits": True, "step_ms": s.step_time_s * 1e3,
+                  "uncertainty": trust.relative, "uncertainty_text": uncertainty_text(trust, s.gpus)}
         for order, (field_name, label) in enumerate(STEP_PARTS):
-            rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "part", "part": label, "order": order,
-                         "ms": getattr(s, field_name) * 1e3, "fits": True})
-        rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "part", "part": HOST_PART, "order": len(STEP_PARTS),
-                     "ms": max(0.0, s.host_s - device_s(p)) * 1e3, "fits": True})
-        text = (f"{ms(s.step_time_s)} · {s.tokens_per_s:,.0f} tokens/s total over {gpus_text(s.gpus)}"
-                f"{f' ({s.tokens_per_s / s.gpus:,.0f} per GPU)' if s.gpus > 1 else ''} · MFU {mfu(p)}")
-        rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "label", "ms": 0.0, "fits": True, "text": text})
+            rows.append({**common, "layer": "part", "part": label, "order": order, "ms": getattr(s, field_name) * 1e3})
+        rows.append({**common, "layer": "part", "part": HOST_PART, "order": len(STEP_PARTS),
+                     "ms": max(0.0, s.host_s - device_s(p)) * 1e3})
+        rows.append({**common, "layer": "label", "ms": 0.0, "text": headline(p, trust)})
         below = []  # written under the bar
         if priced_as_bound(p) and not get_stack(s.stack).bound:  # outside the stack's kernel tables
             below.append("outside this stack's kernel tables: priced as the ideal fused step (a bound)")
@@ -282,9 +399,19 @@ def step_breakdown(comparison: Comparison) -> pd.DataFrame:
             below.append(f"CPU-bound: the CPU needs {ms(s.host_s)} to launch the step" if s.host_s >= device_s(p)
                          else f"CPU launch time {ms(s.host_s)}, hidden under the GPU's {ms(device_s(p))}")
         if below:
-            rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "note", "ms": 0.0, "fits": True,
-                         "text": " · ".join(below)})
-    return pd.DataFrame(rows, columns=["gpu", "gpu_order", "layer", "part", "order", "ms", "fits", "text"])
+            rows.append({**common, "layer": "note", "ms": 0.0, "text": " · ".join(below)})
+    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
+
+def headline(prediction: Prediction, trust: Uncertainty) -> str:
+    """ "21,540.3 ms ± 3.9% · 97,345 tokens/s total over 8 GPUs (12,168 per GPU) · MFU 59.3% of the bf16 dense
+    peak ± 3.9%": every number with its uncertainty (``uncertainty_short``) and what it counts."""
+    s = prediction.summary
+    plus = f" {uncertainty_short(trust)}" if trust.relative is not None else ""
+    tail = "" if plus else f" ({uncertainty_short(trust)})"
+    return (f"{ms(s.step_time_s)}{plus} · {count(s.tokens_per_s)} tokens/s total over {gpus_text(s.gpus)}"
+            f"{f' ({count(s.tokens_per_s / s.gpus)} per GPU)' if s.gpus > 1 else ''}{plus} · MFU {mfu(prediction)}"
+            f"{plus}{tail}")
 
 
 # ---------------------------------------------------------------------------------------------- memory

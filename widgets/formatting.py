@@ -19,7 +19,9 @@ import pandas as pd
 
 from workbench.memory import GB
 from workbench.predict import Prediction
+from workbench.hardware import get_gpu
 from workbench.stacks import Stack, get_stack
+from workbench.validation import Uncertainty, ValidationRecord
 
 BOUND_LABEL = "ideal fused step — a bound, not a measured stack"
 """What the ``ideal`` stack (``Stack.bound``) is called wherever its step time, tokens/s or MFU are shown."""
@@ -30,7 +32,8 @@ def _missing(value: object) -> bool:
 
 
 def ms(seconds: float | None) -> str:
-    """A time in milliseconds with one decimal ("336.7 ms"); below 1 ms in microseconds ("52.3 µs")."""
+    """A time in milliseconds with one decimal ("336.7 ms"); below 1 ms in microseconds ("52.3 µs"). Step times
+    of seconds stay in ms ("21,540.3 ms"): one unit per quantity."""
     if _missing(seconds):
         return ""
     return f"{seconds * 1e3:,.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:,.1f} µs"
@@ -113,7 +116,55 @@ def host_text(prediction: Prediction) -> str:
     return f"{ms(host)} to launch (hidden under the GPU's {ms(device)})"
 
 
-_NUMBER = re.compile(r"^[\d,.]+(%| ms| µs| GB)?( of the \w+ dense peak)?$")
+def _record_gpu(record: ValidationRecord) -> str:
+    return get_gpu(record.gpu).display_name
+
+
+def _bound_error(record: ValidationRecord) -> str:
+    return (f"{percent(record.step_mape)} below the measured {_record_gpu(record)} steps on average "
+            f"({record.count} runs, at most {percent(abs(record.worst_step_error or 0))} below)")
+
+
+def uncertainty_short(u: Uncertainty) -> str:
+    """What goes right after a step time, tokens/s or MFU: "± 3.9%", "a bound", or "not validated"."""
+    if u.relative is not None:
+        return f"± {percent(u.relative)}"
+    if u.record is not None and u.record.bound:
+        return "a bound"
+    return "not validated on this GPU" if u.reference is not None else "not validated"
+
+
+def uncertainty_text(u: Uncertainty, gpus: int = 1) -> str:
+    """How far to trust a prediction, in one sentence, from its validation record (``workbench.validation``):
+    the mean step-time error of the measured runs on this GPU and stack (tokens/s and MFU scale with the step);
+    for the ideal stack how far below measured runs the bound sits; for a GPU without runs, the record of the GPU
+    that has them -- never a number for a GPU that was not measured. ``gpus``: the prediction's GPU count (the
+    record's runs are one GPU each, so communication is not validated)."""
+    stack = get_stack(u.stack)
+    r = u.record
+    if r is not None and r.bound:
+        text = f"a bound: {_bound_error(r)}" if r.count else "a bound (no measured run to compare with)"
+    elif r is not None and r.count:
+        text = (f"± {percent(r.step_mape)}: the mean step-time error over {r.count} measured "
+                f"{_record_gpu(r)} runs of this stack (worst {r.worst_step_error:+.1%}); tokens/s and MFU scale "
+                "with the step")
+    elif r is not None:
+        text = "not validated: every measured run of this stack here fitted its constants or is outside its tables"
+    elif u.reference is not None and u.reference.count:
+        ref = u.reference
+        what = (f"the ideal bound's error on the {_record_gpu(ref)} is {percent(ref.step_mape)}" if ref.bound else
+                f"the {stack.display_name} step's error on the {_record_gpu(ref)} is ± {percent(ref.step_mape)}")
+        text = f"not validated on this GPU: {what} ({ref.count} runs)"
+    else:
+        where = f" (its validation: {stack.validation})" if stack.validation else ""
+        text = f"not validated: no measured runs of {stack.display_name} in the validation record{where}"
+    measured = sorted({run.run.gpus for run in (r.runs if r else ())})
+    if r is not None and gpus > max(measured or [1]):
+        text += f"; measured on {gpus_text(max(measured or [1]))}, so communication on {gpus_text(gpus)} is not validated"
+    return text
+
+
+_NUMBER = re.compile(r"^[\d,.]+(%| ms| µs| GB| s)?( of the \w+ dense peak)?( ± [\d.]+%)?$")
 _NUMBER_CLASS = " class='wb-num'"
 """Cells that are one number (with its unit) do not break across lines."""
 

@@ -9,22 +9,38 @@ Recipes are searched, built and written by ``workbench.recipe`` (``search``, ``m
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
+import re
 from pathlib import Path
 
 import ipywidgets as w
 
-from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import WorkbenchError
+from workbench.models import get_model
 from workbench.predict import Prediction
-from widgets.state import WorkbenchState
+from workbench.recipe.io import FORMATS as CORE_FORMATS
+from widgets.state import WorkbenchState, resolved_global_batch, training_config
 
-FORMATS: dict[str, str] = {"yaml": ".yaml", "json": ".json", "torchtitan-py": ".py", "torchtitan-args": ".sh",
-                           "torchtitan-toml": ".toml"}
-"""Export formats offered, with their file suffixes (every format of ``workbench.recipe.FORMATS``)."""
+SUFFIXES: dict[str, str] = {"yaml": ".yaml", "json": ".json", "torchtitan-py": ".py", "torchtitan-args": ".sh",
+                            "torchtitan-toml": ".toml"}
+FORMATS: dict[str, str] = {fmt: SUFFIXES.get(fmt, ".txt") for fmt in CORE_FORMATS}
+"""Export formats offered, with their file suffixes: every format of ``workbench.recipe.FORMATS`` (what
+``workbench recipe --format`` takes), in its order."""
+_LONG_FLOAT = re.compile(r"(?<![\w.])(-?\d+\.\d{4,})(?![\w.])")
+"""A number with more than three decimals in the preview (the file keeps them all)."""
+
+
+def preview_text(text: str) -> str:
+    """The recipe text as the preview shows it: every long float to 4 significant digits, or whole from 1,000 up
+    (the exported file and the download keep full precision)."""
+    def short(value: float) -> str:
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+    return _LONG_FLOAT.sub(lambda m: short(float(m.group(1))), text)
 KINDS: dict[str, str] = {"fastest that fits": "searched", "current settings": "current"}
-"""Which recipe the tab shows: the search's best for the model, GPU, GPU count, precision and sequence length,
-or the workbench's settings as they are (FSDP over every GPU)."""
+"""Which recipe the tab shows: the search's best for the model, GPU, GPU count, precision, sequence length and
+global batch, or the workbench's settings as they are (tp, pp, ep, sharding, micro-batch)."""
 
 
 def searched_recipe(state: WorkbenchState, gpu: str, precision: str):
@@ -33,12 +49,14 @@ def searched_recipe(state: WorkbenchState, gpu: str, precision: str):
     from workbench.recipe.build import make_recipe
     from workbench.recipe.search import search
 
-    best = search(state.model, gpu, state.gpu_count, precision=precision, seq_len=state.seq_len).best
+    best = search(state.model, gpu, state.gpu_count, precision=precision, seq_len=state.seq_len,
+                  global_batch=resolved_global_batch(state, get_model(state.model))).best
     return make_recipe(state.model, gpu, best.config)
 
 
 def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None = None):
-    """The recipe for ``state``'s settings on ``gpu`` (FSDP over ``gpu_count`` GPUs), with its prediction."""
+    """The recipe for ``state``'s settings on ``gpu`` (its tp, pp, ep, sharding and global batch), with its
+    prediction."""
     try:
         from workbench.recipe import make_recipe
     except ImportError:  # not re-exported yet by the package
@@ -46,8 +64,7 @@ def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None 
 
     # a precision the GPU lacks was predicted as its fallback: the recipe records what was modelled
     precision = prediction.precision.effective.name if prediction is not None else state.precision
-    config = TrainingConfig(state.micro_batch, state.seq_len, precision, Parallelism.data_parallel(state.gpu_count),
-                            state.checkpointing)
+    config = dataclasses.replace(training_config(state, get_model(state.model)), precision=precision)
     return make_recipe(state.model, gpu, config, prediction=prediction)
 
 
@@ -100,6 +117,8 @@ class RecipePanel:
     def refresh(self, state: WorkbenchState, predictions: dict[str, Prediction], *, catalog_model: bool = True) -> None:
         """Show the recipe for ``state``; ``catalog_model`` False (a model from a config.json) explains that
         recipes name catalog models (their overrides are applied to the catalog entry)."""
+        if self.state is not None and state != self.state:
+            self.message.value = ""  # the last export's message (or error) is about the previous settings
         self.state, self.predictions, self.catalog_model = state, predictions, catalog_model
         options = list(predictions)
         if list(self.gpu.options) != options:
@@ -109,6 +128,7 @@ class RecipePanel:
         self._render()
 
     def _render(self) -> None:
+        self.note.value = ""  # nothing of the previous model's recipe (or its error) stays
         if self.state is None or not self.gpu.value:
             self.preview.value = "<i>no GPU with a prediction selected</i>"
             return
@@ -145,9 +165,11 @@ class RecipePanel:
                            "the global batch held) for this model, GPU count, precision and "
                            "sequence length (<code>workbench.recipe.search</code>), with the analytical model's "
                            "prediction." if self.kind.value == "searched" else
-                           "Recipe for the <b>current settings</b> (FSDP over every GPU of the job), with the "
-                           "analytical model's prediction.")
-        self.preview.value = f"<pre class='wb-recipe-preview' style='max-height:320px;overflow:auto'>{html.escape(self.text)}</pre>"
+                           "Recipe for the <b>current settings</b> (the workbench's tp, pp, ep, sharding, micro-batch "
+                           "and global batch), with the analytical model's prediction.")
+        self.note.value += " Numbers in the preview are rounded to 4 digits; the file keeps them in full."
+        self.preview.value = (f"<pre class='wb-recipe-preview' style='max-height:320px;overflow:auto'>"
+                              f"{html.escape(preview_text(self.text))}</pre>")
         if not self._path_edited:
             self._setting_path = True
             self.path.value = default_path(self.state, self.gpu.value, self.format.value, self.kind.value)

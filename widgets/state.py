@@ -8,6 +8,8 @@ through ``WorkbenchState.replace`` so bad input fails the same way from Python a
     ['b200', 'mi350x']
     >>> state.replace(stack="torchtitan", compile=True).stack
     'torchtitan'
+    >>> WorkbenchState().replace(gpu_count=16, tp=2, pp=2, sharding="ddp").dp   # GPUs = dp x tp x pp
+    4
 """
 
 from __future__ import annotations
@@ -17,14 +19,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.config import CHECKPOINTING, TRAINING_PRECISIONS, default_micro_batch, default_seq_len
+from workbench.config import (
+    CHECKPOINTING, SHARDINGS, TRAINING_PRECISIONS, Parallelism, TrainingConfig, default_micro_batch, default_seq_len,
+)
 from workbench.errors import SpecError, UnknownNameError
 from workbench.hardware import get_gpu
-from workbench.models import Model, get_model
+from workbench.models import Model, TransformerModel, get_model
 from workbench.stacks import DEFAULT_STACK, get_stack
 
-TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels", "recipe")
-"""The workbench's tabs, in display order."""
+TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels", "recipe", "trust")
+"""The workbench's tabs, in display order (``trust``: how far to trust this, the validation record)."""
+TAB_TITLES: dict[str, str] = {"roofline": "Roofline", "step time": "Step time", "memory": "Memory",
+                              "kernels": "Kernels", "recipe": "Recipe", "trust": "How far to trust this"}
+PARALLEL_FIELDS: tuple[str, ...] = ("tp", "pp", "ep", "cp", "virtual_stages")
 
 ORIGIN = "workbench state"
 
@@ -46,7 +53,27 @@ class WorkbenchState:
     """Tokens per sample. None: the model's default (``workbench.config.default_seq_len``); follows the model as
     ``micro_batch`` does."""
     gpu_count: int = 8
-    """GPUs of each type in the job, all FSDP data-parallel ranks."""
+    """GPUs of each type in the job: dp x tp x pp x cp (the data-parallel degree is what tp x pp x cp leaves)."""
+    tp: int = 1
+    """Tensor-parallel degree (inside one scale-up domain: a GPU whose domain is smaller gets no prediction)."""
+    pp: int = 1
+    """Pipeline stages."""
+    ep: int = 1
+    """Expert-parallel degree (MoE models only), a divisor of dp x cp: experts shard inside the ranks that hold the
+    same weights (``workbench.config.Parallelism``), so it adds no GPUs."""
+    cp: int = 1
+    """Context-parallel degree: each sample's sequence split over cp ranks (ring attention)."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank (interleaved 1F1B); 1 is plain 1F1B."""
+    sharding: str = "fsdp"
+    """How the data-parallel group holds parameters, gradients and optimizer states: fsdp shards all three, zero1
+    the optimizer states only, ddp replicates (``workbench.config.SHARDINGS``)."""
+    lora_rank: int = 0
+    """LoRA adapters' rank (frozen base weights); 0 is full training."""
+    global_batch: int = 0
+    """Samples per optimizer step; 0 is auto (``resolved_global_batch``: the search's standard,
+    ``workbench.recipe.search.default_global_batch``, as a multiple of micro-batch x dp). Gradient accumulation
+    makes up global batch / (micro-batch x dp)."""
     checkpointing: str = "none"
     """Activation checkpointing for the step-time and roofline predictions (the Memory tab shows all three)."""
     calibrated: bool = False
@@ -67,6 +94,15 @@ class WorkbenchState:
                 return  # a user's model: ``validate`` fills the defaults, knowing the user's models
             _fill_defaults(self, model)
 
+    @property
+    def dp(self) -> int:
+        """The data-parallel degree: GPUs / (tp x pp x cp)."""
+        return self.gpu_count // (self.tp * self.pp * self.cp)
+
+    def parallelism(self) -> Parallelism:
+        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep, sharding=self.sharding,  # type: ignore[arg-type]
+                           cp=self.cp, virtual_stages=self.virtual_stages)
+
     def as_dict(self) -> dict[str, Any]:
         """Plain values (the GPU tuple as a list), the form ``Workbench.state`` returns."""
         out = dataclasses.asdict(self)
@@ -86,6 +122,9 @@ class WorkbenchState:
             for name, default in (("micro_batch", default_micro_batch), ("seq_len", default_seq_len)):
                 if name not in changes and old is not None and new is not None and getattr(self, name) == default(old):
                     changes[name] = default(new)
+            if new is not None and not _splits(dataclasses.replace(self, **changes), new):
+                # a split the new model cannot take (heads tp does not divide, experts it lacks): back to 1
+                changes.update({name: 1 for name in PARALLEL_FIELDS if name not in changes})
         return validate(dataclasses.replace(self, **changes), custom_models or {})
 
 
@@ -96,6 +135,63 @@ def _model(name: object, custom_models: Mapping[str, Model]) -> Model | None:
         return get_model(name)  # type: ignore[arg-type]
     except (UnknownNameError, TypeError):
         return None
+
+
+def _splits(state: WorkbenchState, model: Model) -> bool:
+    """Whether ``model`` takes ``state``'s tp, pp and ep (the core's checks)."""
+    try:
+        _check_split(state, model)
+    except (SpecError, TypeError, ZeroDivisionError):
+        return False
+    return True
+
+
+def resolved_global_batch(state: WorkbenchState, model: Model) -> int:
+    """Samples per optimizer step: ``state.global_batch``, or for 0 (auto) the search's standard
+    (``default_global_batch``: 4M tokens for a transformer, the catalog's batch for a recommendation model) as the
+    nearest multiple of micro-batch x dp, at least one (no accumulation)."""
+    if state.global_batch:
+        return state.global_batch
+    from workbench.recipe.search import default_global_batch
+
+    unit = state.micro_batch * state.dp
+    standard = default_global_batch(model, state.gpu_count, state.seq_len or 0)
+    return max(unit, round(standard / unit) * unit)
+
+
+def training_config(state: WorkbenchState, model: Model) -> TrainingConfig:
+    """The ``workbench.config.TrainingConfig`` the state asks about (global batch resolved), unchecked."""
+    return TrainingConfig(state.micro_batch, state.seq_len or 0, state.precision, state.parallelism(),
+                          state.checkpointing, resolved_global_batch(state, model),  # type: ignore[arg-type]
+                          lora_rank=state.lora_rank)
+
+
+def _check_split(state: WorkbenchState, model: Model) -> None:
+    """GPUs = dp x tp x pp x cp, ep only for MoE models, and the core's own checks of the split (tp dividing the
+    heads, pp at most the layers, dp dividing the global batch); raises ``SpecError`` naming the field."""
+    split = state.tp * state.pp * state.cp
+    if state.gpu_count % split:
+        field = next((f for f in ("tp", "pp", "cp") if getattr(state, f) > 1), "tp")
+        raise SpecError(ORIGIN, field, getattr(state, field),
+                        f"GPUs = dp x tp x pp x cp: tp x pp x cp = {state.tp} x {state.pp} x {state.cp} = {split} "
+                        f"must divide the {state.gpu_count} GPUs per job")
+    if state.ep > 1 and not (isinstance(model, TransformerModel) and model.is_moe):
+        raise SpecError(ORIGIN, "ep", state.ep, f"1: {getattr(model, 'name', model)} has no experts (expert "
+                        "parallelism is for MoE models)")
+    if (state.dp * state.cp) % state.ep:
+        raise SpecError(ORIGIN, "ep", state.ep, f"a divisor of dp x cp = {state.dp * state.cp} (dp = "
+                        f"{state.gpu_count} GPUs / (tp x pp x cp = {split})): experts shard inside the ranks that "
+                        "hold the same weights")
+    if state.global_batch and state.global_batch % (state.micro_batch * state.dp):
+        raise SpecError(ORIGIN, "global_batch", state.global_batch,
+                        f"a multiple of micro-batch x dp = {state.micro_batch} x {state.dp} = "
+                        f"{state.micro_batch * state.dp} (or 0 for auto)")
+    try:
+        training_config(state, model).resolved(model)
+    except SpecError as exc:  # the core's check: name the widget's field, keep the core's reason
+        field = exc.field.removeprefix("parallelism.")
+        raise SpecError(ORIGIN, field if field in {f.name for f in dataclasses.fields(WorkbenchState)} else exc.field,
+                        exc.value, exc.expected) from None
 
 
 def _fill_defaults(state: WorkbenchState, model: Model) -> None:
@@ -122,10 +218,16 @@ def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> Workb
     canonical = tuple(dict.fromkeys(get_gpu(name).name for name in gpus))  # aliases resolved, order kept
     if state.precision not in TRAINING_PRECISIONS:
         raise SpecError(ORIGIN, "precision", state.precision, f"one of {', '.join(TRAINING_PRECISIONS)}")
-    for name in ("micro_batch", "seq_len", "gpu_count"):
+    for name in ("micro_batch", "seq_len", "gpu_count", *PARALLEL_FIELDS):
         value = getattr(state, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(ORIGIN, name, value, "a positive integer")
+    for name, zero in (("global_batch", "0 for auto"), ("lora_rank", "0 for full training")):
+        value = getattr(state, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(ORIGIN, name, value, f"a positive integer, or {zero}")
+    if state.sharding not in SHARDINGS:
+        raise SpecError(ORIGIN, "sharding", state.sharding, f"one of {', '.join(SHARDINGS)}")
     if state.checkpointing not in CHECKPOINTING:
         raise SpecError(ORIGIN, "checkpointing", state.checkpointing, f"one of {', '.join(CHECKPOINTING)}")
     for name in ("calibrated", "compile"):
@@ -136,4 +238,5 @@ def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> Workb
     get_stack(state.stack)  # an unknown name lists the stacks and the closest matches
     if state.tab not in TABS:
         raise SpecError(ORIGIN, "tab", state.tab, f"one of {', '.join(TABS)}")
+    _check_split(state, custom_models.get(model) or get_model(model))
     return dataclasses.replace(state, model=model, gpus=canonical)

@@ -1,5 +1,7 @@
 """Direct port vs co-designed data from the real advisor (workbench.recipe.advisor)."""
 
+import re
+
 import pytest
 
 from workbench.models import get_model
@@ -21,7 +23,13 @@ def test_advice_per_target_with_both_variants():
     port = frame[frame["variant"] == "direct port"].set_index("target")["tokens_per_s"]
     assert (co >= port * 0.999).all()  # the co-designed recipe is the target's best: never slower
     advice_chart(frame, "h100-sxm").to_dict(validate=True)
-    assert "h100-sxm &rarr;" in advice_html(advices, "h100-sxm")
+    shown = advice_html(advices, "h100-sxm")
+    assert "NVIDIA H100 SXM5 80GB &rarr; AMD Instinct MI350X" in shown and "h100-sxm" not in shown  # display names
+    headers = re.findall(r"<th[^>]*>(.*?)</th>", shown)
+    assert "predicted gain" in headers and "needs retraining" in headers
+    assert not [h for h in headers if re.search(r"\b[a-z0-9]+_[a-z0-9_]+\b", h)]  # headers in words
+    assert not re.search(r">\s*(True|False)\s*<", shown) and not re.search(r">0\.\d{4,}<", shown)
+    assert "tokens/s (total over 8 GPUs)" in shown
 
 
 def test_reasons_instead_of_advice():
@@ -33,3 +41,12 @@ def test_reasons_instead_of_advice():
     too_small = WorkbenchState(model="llama3-405b", gpus=("h100-sxm", "b200"), gpu_count=1)
     reason = advise_all(too_small)["b200"]
     assert isinstance(reason, str) and "fits" in reason
+
+
+def test_a_source_where_nothing_fits_is_shown_not_a_crash():
+    # Llama 3 70B fits no configuration of 8 H200s at sequence 8192: there is no direct port to show
+    state = WorkbenchState(model="llama3-70b", gpus=("h200-sxm", "b200"), gpu_count=8, seq_len=8192)
+    advices = advise_all(state)
+    shown = advice_html(advices, "h200-sxm")
+    assert "none fits" in shown or "does not fit" in shown
+    advice_chart(advice_frame(advices), "h200-sxm").to_dict(validate=True)

@@ -1,6 +1,7 @@
 """The Workbench widget driven from Python: real ipywidgets, altair and core predictions, no browser."""
 
 import json
+import re
 
 import pytest
 
@@ -69,7 +70,7 @@ def test_clicking_a_point_shows_the_op(wb):
 def test_tabs_draw_when_opened(wb):
     wb.set(tab="step time")
     assert wb.tabs.selected_index == 1 and "tokens/s (total over 8 GPUs)" in wb.step_table.value
-    assert "mi350x" in wb.advice_prompt.value and not wb.advice_button.disabled
+    assert "AMD Instinct MI350X" in wb.advice_prompt.value and not wb.advice_button.disabled
     wb.advice_button.click()
     advice = wb.advices["mi350x"]  # the advisor's port from b200 to mi350x
     assert advice.source_gpu == "b200" and advice.target_gpu == "mi350x" and advice.co_designed.predicted.fits
@@ -140,7 +141,9 @@ def test_a_pasted_hugging_face_config_becomes_the_model():
     wb.model_input.button.click()  # refused, shown, the model kept (tests/widgets/test_input_errors.py: the rest)
     assert "JSON" in wb.model_input.status.value and wb.state["model"] == "my-llama"
     upload = {"name": "config.json", "content": memoryview(json.dumps({"hidden_size": 64}).encode())}
-    wb.model_input.add_upload([upload])
+    wb.model_input.add_upload([upload])  # read into the text box; Add model builds it
+    assert wb.state["model"] == "my-llama" and "Add model" in wb.model_input.status.value
+    wb.model_input.button.click()
     status = wb.model_input.status.value
     assert "wb-error" in status and "config.json" in status and wb.state["model"] == "my-llama"
 
@@ -182,3 +185,101 @@ def test_kernels_tab_parses_gemm_shapes():
     for bad in ("4096x1024", "4096x1024x0", "1x2x3 int4"):
         with pytest.raises(WorkbenchError, match="GEMM shape"):
             parse_gemm_shapes(bad)
+
+
+def test_the_gpu_picker_is_checkboxes_with_the_selection_visible(wb):
+    picker = wb.controls.by_field["gpus"]
+    assert picker.value == tuple(wb.gpus) and len(picker.boxes) == 12  # every catalog GPU, none hidden
+    assert [n for n, box in picker.boxes.items() if box.value] == sorted(wb.gpus, key=list(picker.boxes).index)
+    picker.boxes["mi355x"].value = True  # a tick adds the GPU at the end
+    assert wb.state["gpus"] == ["b200", "mi350x", "mi355x"] and "AMD Instinct MI355X" in picker.order.value
+    for name in ("h100-sxm", "h200-sxm"):
+        picker.boxes[name].value = True
+    assert len(wb.state["gpus"]) == 5 and len(wb.comparison.predictions) == 5
+    picker.boxes["b200"].value = False
+    assert wb.state["gpus"] == ["mi350x", "mi355x", "h100-sxm", "h200-sxm"]
+    wb.set(gpus=["b200", "mi350x"])
+    assert [n for n, box in picker.boxes.items() if box.value] == ["b200", "mi350x"]
+
+
+def test_parallelism_controls_drive_the_prediction_and_refuse_bad_splits(wb):
+    c = wb.controls.by_field
+    assert c["ep"].disabled and "MoE only" in c["ep"].description  # llama3-8b has no experts
+    c["gpu_count"].value = 16
+    c["tp"].value = 2
+    c["pp"].value = 2
+    c["sharding"].value = "ddp"
+    assert (wb.tp, wb.pp, wb.sharding, wb.state["gpu_count"]) == (2, 2, "ddp", 16)
+    par = wb.comparison.predictions["b200"].config.parallelism
+    assert (par.dp, par.tp, par.pp, par.sharding) == (4, 2, 2, "ddp")
+    assert "16 GPUs = dp 4 × tp 2 × pp 2 (DDP)" in wb.controls.split.value
+    c["tp"].value = 3  # 3 x 2 does not divide 16: shown, not raised, control back
+    assert "must divide the 16 GPUs" in wb.status.value and c["tp"].value == 2 and wb.tp == 2
+    c["global_batch"].value = 7
+    assert "multiple of micro-batch x dp" in wb.status.value and c["global_batch"].value == 0
+    with pytest.raises(WorkbenchError, match="num_heads"):
+        wb.set(tp=64, gpu_count=64, pp=1)  # 32 heads
+    wb.set(tp=16, gpu_count=16, pp=1)  # beyond an 8-GPU NVLink domain: a message per GPU, no traceback
+    assert "scale-up domain" in wb.status.value and not wb.comparison.predictions
+    wb.set(model="mixtral-8x7b", tp=1, gpu_count=8, ep=2, sharding="fsdp")
+    assert not c["ep"].disabled and wb.comparison.predictions["b200"].config.parallelism.ep == 2
+    wb.set(model="llama3-8b")
+    assert wb.ep == 1 and c["ep"].disabled
+
+
+def test_save_chart_only_on_tabs_with_a_chart_and_the_trust_tab(wb):
+    wb.set(tab="recipe")
+    assert wb.save_bar.layout.display == "none"
+    wb.set(tab="trust", gpus=["h200", "b200"], stack="torchtitan")
+    assert wb.save_bar.layout.display == "none" and wb.tabs.get_title(5) == "How far to trust this"
+    assert "torchtitan on the NVIDIA H200 SXM 141GB" in wb.trust_summary.value
+    assert "not validated on this GPU" in wb.trust_summary.value  # the B200
+    assert "Published results" in wb.trust_summary.value
+    assert "predicted step" in wb.trust_table.value and "torchtitan/torchtitan.jsonl" in wb.trust_table.value
+    assert wb.trust_view.spec is not None and wb.trust_view.layout.display is None
+    wb.set(tab="roofline", gpus=["b200", "mi350x"], stack="ideal")
+    assert wb.save_bar.layout.display is None
+
+
+def test_a_configuration_that_does_not_fit_offers_its_nearest_fit_as_a_button():
+    wb = Workbench(model="llama3-70b", gpus=["h200"], seq_len=8192, gpu_count=8, tab="step time")
+    assert "h200-sxm" in wb.comparison.fit and wb.fit_button.layout.display is None
+    changes = wb.comparison.fit["h200-sxm"].changes
+    wb.fit_button.click()
+    assert all(wb.state[k] == v for k, v in changes.items()) and not wb.comparison.fit
+    assert wb.fit_button.layout.display == "none"
+
+
+def test_an_upload_waits_for_the_name_and_the_button():
+    wb = Workbench(gpus=["h200"])
+    upload = {"name": "config.json", "content": memoryview(json.dumps({**LLAMA_8B_CONFIG, "model_type": "llama"}).encode())}
+    wb.model_input.add_upload([upload])
+    assert wb.state["model"] == "llama3-8b" and "press <b>Add model</b>" in wb.model_input.status.value
+    assert json.loads(wb.model_input.text.value)["hidden_size"] == 4096  # the file's text, to check or edit
+    wb.model_input.name.value = "my-upload"
+    wb.model_input.button.click()
+    assert wb.state["model"] == "my-upload" and wb.model_input.status.value.startswith("added <b>my-upload</b>")
+
+
+def test_the_recipe_tab_offers_every_cli_format_and_forgets_the_last_models_error():
+    from workbench.recipe import FORMATS
+
+    wb = Workbench(model="llama3-405b", gpus=["h200"], gpu_count=1, tab="recipe")
+    assert list(wb.recipe.format.options) == list(FORMATS)
+    assert "no recipe" in wb.recipe.preview.value  # 405B on one H200: nothing fits
+    wb.set(model="llama3.2-1b")
+    assert "no recipe" not in wb.recipe.preview.value and "wb-recipe-preview" in wb.recipe.preview.value
+    assert not re.search(r"\d\.\d{5,}", wb.recipe.preview.value)  # no full floats in the preview
+
+
+def test_context_parallel_zero1_and_lora_controls(wb):
+    c = wb.controls.by_field
+    for name in ("cp", "virtual_stages", "lora_rank"):
+        assert name in c and not c[name].disabled
+    assert [v for _, v in c["sharding"].options] == ["ddp", "fsdp", "zero1"]
+    wb.set(gpus=["b200"], gpu_count=8, tp=1, pp=1, cp=2, sharding="zero1", lora_rank=16, seq_len=4096)
+    p = wb.comparison.predictions["b200"]
+    assert (p.config.parallelism.cp, p.config.parallelism.sharding, p.config.lora_rank) == (2, "zero1", 16)
+    assert (c["cp"].value, c["sharding"].value, c["lora_rank"].value) == (2, "zero1", 16)
+    assert "ZeRO-1" in wb.controls.split.value and "LoRA rank 16" in wb.controls.split.value
+    wb.set(cp=1, sharding="fsdp", lora_rank=0, gpus=["b200", "mi350x"])

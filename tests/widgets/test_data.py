@@ -121,3 +121,55 @@ def test_measured_points_from_bench_rows():
     assert len(points) == 2 and set(points["kernel"]) == {"triton", "vendor"}
     assert points.iloc[0]["tflops"] == pytest.approx(2 * 4096**3 / 0.2 / 1e9)
     assert data.measured_points(pd.DataFrame()).empty
+
+
+def test_the_prediction_is_for_the_states_split_and_batch():
+    state = WorkbenchState().replace(model="llama3-8b", gpus=("h200",), gpu_count=16, tp=2, pp=2, sharding="ddp",
+                                     global_batch=512, seq_len=4096)
+    p = data.Predictor().compare(state).predictions["h200-sxm"]
+    par = p.config.parallelism
+    assert (par.dp, par.tp, par.pp, par.sharding) == (4, 2, 2, "ddp") and p.summary.gpus == 16
+    assert p.config.global_batch == 512 and p.config.grad_accumulation == 128
+    direct = workbench.predict("llama3-8b", "h200", p.config)
+    assert p.summary.step_time_s == pytest.approx(direct.summary.step_time_s)
+
+
+def test_tp_beyond_the_scale_up_domain_is_a_message_per_gpu():
+    state = WorkbenchState().replace(model="llama3-70b", gpus=("h200", "gb200"), gpu_count=64, tp=16)
+    comparison = data.Predictor().compare(state)
+    assert "scale-up domain of 8 GPUs" in comparison.errors["h200-sxm"] and "choose tp <= 8" in comparison.errors["h200-sxm"]
+    assert "gb200" in comparison.predictions  # 72 GPUs per NVLink domain: tp 16 runs
+
+
+def test_step_frame_columns_for_the_chart():
+    state = WorkbenchState().replace(model="llama3-8b", gpus=("h200", "b200"), seq_len=4096, stack="torchtitan",
+                                     micro_batch=6)  # 6 fits a B200, not an H200
+    comparison = data.Predictor().compare(state)
+    frame = data.step_breakdown(comparison)
+    assert tuple(frame.columns) == data.STEP_COLUMNS
+    h200 = frame[frame["gpu"] == "NVIDIA H200 SXM 141GB"]
+    assert list(h200["layer"]) == ["label"] and not h200["fits"].iloc[0]  # no bar, no step, no uncertainty
+    assert h200["step_ms"].isna().all() and h200["uncertainty"].isna().all() and "MFU" not in h200["text"].iloc[0]
+    b200 = frame[frame["gpu"] == "NVIDIA B200 (HGX B200, 180GB)"]
+    assert b200["fits"].all() and b200["uncertainty"].isna().all()  # not validated on a B200: no error bar
+    assert b200["step_ms"].iloc[0] == pytest.approx(comparison.predictions["b200"].summary.step_time_s * 1e3)
+    fits = data.Predictor().compare(state.replace(micro_batch=1))
+    frame = data.step_breakdown(fits)
+    from workbench.validation import validation_record
+
+    h200 = frame[frame["gpu"] == "NVIDIA H200 SXM 141GB"]
+    assert h200["uncertainty"].iloc[0] == pytest.approx(validation_record("h200", "torchtitan").step_mape)
+    assert "±" in h200[h200["layer"] == "label"]["text"].iloc[0]
+
+
+def test_nothing_fits_on_these_gpus_offers_the_searched_split_and_it_fits():
+    state = WorkbenchState().replace(model="llama3-70b", gpus=("h200",), seq_len=8192, gpu_count=16,
+                                     checkpointing="full", micro_batch=4)
+    predictor = data.Predictor()
+    comparison = predictor.compare(state)
+    problem = comparison.fit["h200-sxm"]
+    assert problem.changes and "over)" in problem.text()
+    offered = predictor.compare(state.replace(**problem.changes))
+    assert offered.predictions["h200-sxm"].summary.memory.fits and not offered.fit  # the offer is true
+    eight = predictor.compare(state.replace(gpu_count=8, micro_batch=1)).fit["h200-sxm"]  # 70B on 8 H200s: never
+    assert eight.changes.get("gpu_count", 8) > 8 and "GPUs:" in eight.suggestion

@@ -74,7 +74,8 @@ def test_host_time_is_shown_and_cpu_bound_steps_say_so():
     assert formatting.host_text(p) == (f"CPU-bound: the CPU needs {formatting.ms(p.summary.host_s)} to launch the "
                                        f"step (the GPU needs {formatting.ms(formatting.device_s(p))})")
     comparison = Predictor().compare(WorkbenchState().replace(
-        model="llama3.2-1b", gpus=("b200",), micro_batch=1, seq_len=512, gpu_count=1, stack="pytorch-eager"))
+        model="llama3.2-1b", gpus=("b200",), micro_batch=1, seq_len=512, gpu_count=1, stack="pytorch-eager",
+        global_batch=1))  # one micro-batch per step, as the prediction above
     row = tables.summary_table(comparison)[0]
     assert row["CPU launch time"].startswith("CPU-bound: the CPU needs")
     frame = step_breakdown(comparison)  # the GPU's wait is a part of the bar: the parts still add up to the step
@@ -93,8 +94,10 @@ def test_a_configuration_that_does_not_fit_has_no_numbers_and_offers_what_fits()
     assert not h200.summary.memory.fits and 0 < h200.summary.max_micro_batch < 16
     problem = comparison.fit["h200-sxm"]
     assert problem.text() == (f"does not fit: needs {formatting.gb(h200.summary.memory.total)} of "
-                              f"{formatting.gb(h200.summary.memory.usable)} usable; micro-batch "
-                              f"{h200.summary.max_micro_batch} fits")
+                              f"{formatting.gb(h200.summary.memory.usable)} usable "
+                              f"({formatting.gb(h200.summary.memory.total - h200.summary.memory.usable)} over); "
+                              f"micro-batch {h200.summary.max_micro_batch} fits")
+    assert problem.changes == {"micro_batch": h200.summary.max_micro_batch}
     fits = Predictor().compare(state.replace(micro_batch=h200.summary.max_micro_batch))
     assert fits.predictions["h200-sxm"].summary.memory.fits  # the offer is true
     row = tables.summary_table(comparison)[0]
@@ -123,3 +126,39 @@ def test_rendered_tables_have_headers_in_words_and_yes_no():
     assert not {"True", "False"} & set(cells) and "yes" in cells and "no" in cells
     assert not [c for c in cells if re.fullmatch(r"0\.\d+", c)]  # no raw fractions (an MFU as 0.5738)
     assert not [c for c in cells if c in ("h200-sxm", "a100-sxm-80gb")]  # display names, not ids
+
+
+def test_uncertainty_says_where_it_comes_from_and_never_invents_a_number():
+    from workbench.validation import uncertainty, validation_record
+
+    titan = uncertainty("h200", "torchtitan")
+    record = validation_record("h200", "torchtitan")
+    assert titan.relative == record.step_mape and formatting.uncertainty_short(titan) == f"± {record.step_mape:.1%}"
+    text = formatting.uncertainty_text(titan, gpus=8)
+    assert text.startswith(f"± {record.step_mape:.1%}: the mean step-time error over {record.count} measured")
+    assert "communication on 8 GPUs is not validated" in text
+    assert "not validated" not in formatting.uncertainty_text(titan, gpus=1)
+    b200 = uncertainty("b200", "torchtitan")  # no run on a B200: no number for it, the H200's named as such
+    assert b200.relative is None and formatting.uncertainty_short(b200) == "not validated on this GPU"
+    assert formatting.uncertainty_text(b200) == (
+        f"not validated on this GPU: the torchtitan step's error on the NVIDIA H200 SXM 141GB is "
+        f"± {record.step_mape:.1%} ({record.count} runs)")
+    ideal = uncertainty("h200", "ideal")  # a bound: one-sided, no ±
+    assert ideal.relative is None and formatting.uncertainty_short(ideal) == "a bound"
+    assert formatting.uncertainty_text(ideal).startswith("a bound: ") and "below the measured" in formatting.uncertainty_text(ideal)
+    assert formatting.uncertainty_text(uncertainty("mi350x", "ideal")).startswith(
+        "not validated on this GPU: the ideal bound's error on the NVIDIA H200 SXM 141GB is ")
+    job = uncertainty("h200", "workbench-job")  # no run of the reference job in the record: says so
+    assert job.relative is None and formatting.uncertainty_text(job).startswith("not validated: no measured runs")
+
+
+def test_tables_show_the_uncertainty_beside_each_number():
+    comparison = Predictor().compare(WorkbenchState().replace(gpus=("h200", "b200"), seq_len=4096, stack="torchtitan"))
+    h200, b200 = tables.summary_table(comparison)
+    plus = formatting.uncertainty_short(comparison.uncertainty["h200-sxm"])
+    assert plus.startswith("± ")
+    for column in ("step time", "tokens/s (total over 8 GPUs)", "tokens/s per GPU", "MFU"):
+        assert h200[column].endswith(plus) and "±" not in b200[column]
+    assert b200["how far to trust this"].startswith("not validated on this GPU")
+    html = formatting.html_table([h200, b200])
+    assert not [h for h in _headers(html) if SNAKE.search(h)]

@@ -40,8 +40,13 @@ def _paste(wb, config: str | dict, name: str = "") -> str:
 
 
 def _upload(wb, content: bytes, filename: str = "config.json") -> str:
+    """Upload a file, then press Add model as a user does once the file is read (an upload only fills the text
+    box: a file that cannot be read is refused at once)."""
     wb.model_input.add_upload(({"name": filename, "type": "application/json", "size": len(content),
                                 "content": memoryview(content), "last_modified": 0},))
+    if "error" not in wb.model_input.status.value:
+        assert "Add model" in wb.model_input.status.value
+        wb.model_input.button.click()
     return _text(wb.model_input.status.value)
 
 
@@ -236,3 +241,10 @@ def test_a_click_on_an_unknown_point_and_a_failing_advisor_are_shown(wb, monkeyp
     with caplog.at_level(logging.ERROR, logger="widgets.controls"):
         wb.advice_button.click()
     assert "internal error: MemoryError" in _text(wb.status.value)
+
+
+def test_an_error_names_its_origin_once(wb):
+    _added(wb)
+    for message in (_paste(wb, "{}"), _upload(wb, b"{}", "mine.json"), _paste(wb, LLAMA, name="llama3-70b")):
+        origin = message.split(":")[0]
+        assert message.count(f"{origin}:") == 1, message

@@ -65,3 +65,63 @@ def test_stack_and_compile_are_validated():
     with pytest.raises(SpecError) as info:
         WorkbenchState().replace(stack="my-stack.yaml")  # a file is not a catalog stack the dropdown lists
     assert info.value.field == "stack"
+
+
+def test_parallelism_fields_compose_the_gpu_count():
+    from widgets.state import resolved_global_batch, training_config
+
+    state = WorkbenchState().replace(gpu_count=16, tp=2, pp=2, sharding="ddp", global_batch=256)
+    assert state.dp == 4 and state.parallelism().gpus == 16 and state.parallelism().sharding == "ddp"
+    from workbench.models import get_model
+
+    model = get_model(state.model)
+    cfg = training_config(state, model).resolved(model)
+    assert cfg.global_batch == 256 and cfg.grad_accumulation == 256 // (1 * 4)
+    auto = state.replace(global_batch=0, micro_batch=3)  # auto: the search's standard, a multiple of mb x dp
+    from workbench.recipe.search import default_global_batch
+
+    standard = default_global_batch(model, 16, state.seq_len)
+    assert resolved_global_batch(auto, model) % (3 * 4) == 0
+    assert abs(resolved_global_batch(auto, model) - standard) <= 3 * 4 / 2
+    assert resolved_global_batch(state.replace(global_batch=0), model) == standard
+
+
+@pytest.mark.parametrize("changes, field, expected", [
+    ({"tp": 3}, "tp", "tp x pp x cp = 3 x 1 x 1 = 3 must divide the 8 GPUs"),
+    ({"cp": 2, "seq_len": 8191}, "seq_len", "a multiple of 2 x cp = 4"),
+    ({"virtual_stages": 2}, "virtual_stages", "without pipeline parallelism"),
+    ({"lora_rank": -1}, "lora_rank", "or 0 for full training"),
+    ({"tp": 3, "gpu_count": 24}, "tp", "a divisor of num_heads=32"),
+    ({"pp": 64, "gpu_count": 64}, "pp", "at most num_layers=32"),
+    ({"ep": 2}, "ep", "has no experts"),
+    ({"model": "mixtral-8x7b", "ep": 3}, "ep", "a divisor of dp x cp = 8"),
+    ({"global_batch": 12}, "global_batch", "a multiple of micro-batch x dp = 1 x 8 = 8"),
+    ({"global_batch": -1}, "global_batch", "or 0 for auto"),
+    ({"sharding": "zero3"}, "sharding", "ddp, fsdp, zero1"),
+    ({"tp": 0}, "tp", "a positive integer"),
+])
+def test_invalid_splits_name_the_field(changes, field, expected):
+    with pytest.raises(SpecError) as info:
+        WorkbenchState().replace(**changes)
+    assert info.value.field == field and expected in str(info.value)
+
+
+def test_a_split_the_new_model_cannot_take_goes_back_to_one():
+    moe = WorkbenchState().replace(model="mixtral-8x7b", ep=2, tp=2)
+    assert (moe.ep, moe.tp) == (2, 2)
+    dense = moe.replace(model="gpt2-small")  # no experts, 12 heads tp=2 divides... ep cannot stay
+    assert dense.ep == 1
+    with pytest.raises(SpecError):  # asked for explicitly, it is refused instead
+        moe.replace(model="gpt2-small", ep=2)
+
+
+def test_context_parallelism_zero1_interleaving_and_lora_reach_the_core():
+    state = WorkbenchState().replace(gpu_count=16, cp=2, pp=2, virtual_stages=2, sharding="zero1", lora_rank=16,
+                                     seq_len=8192)
+    assert state.dp == 4 and state.parallelism().gpus == 16
+    p = state.parallelism()
+    assert (p.cp, p.virtual_stages, p.sharding) == (2, 2, "zero1")
+    from workbench.models import get_model
+    from widgets.state import training_config
+
+    assert training_config(state, get_model(state.model)).lora_rank == 16

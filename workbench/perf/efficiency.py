@@ -8,6 +8,8 @@ each value came from so the UI and reports can show "sourced", "guess" or "calib
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -111,10 +113,19 @@ def load_profile(gpu: GPU, path: str | Path | None = None) -> dict[str, float]:
             f"no calibration profile for {gpu.name} at {path} (profiles are read from {searched}); run "
             f"`workbench calibrate RESULTS.csv --gpu {gpu.name}` first, or predict with calibrated=False"
         )
-    top = Fields(load_yaml(path), str(path))
+    stat = path.stat()
+    return dict(_read_profile(gpu.name, str(path), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _read_profile(gpu_name_expected: str, path: str, mtime_ns: int, size: int) -> tuple[tuple[str, float], ...]:
+    """A profile's constants, parsed once per file version (path, modification time and size: a rewritten profile
+    is read again). A validated calibrated prediction reads it for every row; parsing it each time cost ~15 ms."""
+    del mtime_ns, size  # part of the cache key only
+    top = Fields(load_yaml(path), path)
     gpu_name = top.string("gpu")
-    if gpu_name != gpu.name:
-        raise SpecError(str(path), "gpu", gpu_name, f"{gpu.name!r} (the profile is for another GPU)")
+    if gpu_name != gpu_name_expected:
+        raise SpecError(path, "gpu", gpu_name, f"{gpu_name_expected!r} (the profile is for another GPU)")
     constants = top.sub("constants")
     families = {k.split(".")[0] for k in _defaults()[0]}
     values = {}
@@ -122,7 +133,7 @@ def load_profile(gpu: GPU, path: str | Path | None = None) -> dict[str, float]:
         if name.split(".")[0] not in families:
             raise constants.error(name, constants.data[name], f"a constant of specs/efficiency.yaml ({', '.join(sorted(families))})")
         values[name] = constants.number(name, above=0)
-    return values
+    return tuple(values.items())
 
 
 def constants_for(gpu: GPU, calibrated: bool = False) -> Constants:
