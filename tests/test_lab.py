@@ -1,6 +1,6 @@
-"""`workbench lab` starts a real JupyterLab server on the workbench notebook, and stops it (and its kernels) on
-SIGTERM and on a terminal's Ctrl-C; ``run_until_stopped``'s escalation is checked with a child that ignores
-SIGTERM. Every process a test starts is gone when it ends, failed or not (``_Lab.close``).
+"""`workbench lab` starts a real JupyterLab server on the workbench notebook, without the Jupyter news prompt
+(here and on Binder), and stops it (and its kernels) on SIGTERM and on a terminal's Ctrl-C;
+``run_until_stopped``'s escalation is checked with a child that ignores SIGTERM. Every process a test starts is gone when it ends, failed or not (``_Lab.close``).
 
 Process checks read /proc (Linux): a pid counts as gone when /proc has no entry or it is a zombie (this
 container's init may not reap orphans)."""
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.lab import run_until_stopped
+from workbench.lab import LAB_SETTINGS, OVERRIDES_FILE, install_lab_settings, lab_settings_dir, run_until_stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 STOP_BOUND_S = 15.0
@@ -81,7 +81,7 @@ class _Lab:
     """``workbench lab`` started for a test: the workbench process, the Jupyter server's pid (from its
     jpserver-<pid>.json), the kernels started through ``start_kernel``. ``close`` stops all of them."""
 
-    def __init__(self, tmp_path: Path, *, tty: bool = False):
+    def __init__(self, tmp_path: Path, *, tty: bool = False, jupyter_args: tuple[str, ...] = ()):
         self.runtime = tmp_path / "runtime"
         self.port, self.token = _free_port(), secrets.token_hex(16)
         self.base = f"http://127.0.0.1:{self.port}"
@@ -90,8 +90,9 @@ class _Lab:
         self.output: list[bytes] = []
         self._closing = threading.Event()
         command = [sys.executable, "-m", "workbench.cli", "lab", "--no-browser", "--port", str(self.port),
-                   "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}"]
-        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(self.runtime), "PYTHONUNBUFFERED": "1"}
+                   "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}", *jupyter_args]
+        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(self.runtime), "PYTHONUNBUFFERED": "1",
+               "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user-settings")}  # a fresh user: no choice made yet
         if tty:  # a terminal of its own: a Ctrl-C typed into it signals its foreground process group
             self.terminal, slave = os.openpty()
             self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=slave, stdout=slave, stderr=slave,
@@ -194,7 +195,8 @@ def _lab(tmp_path: Path, **kwargs):
 
 def test_workbench_lab_serves_the_notebook(tmp_path):
     pytest.importorskip("jupyterlab")
-    with _lab(tmp_path) as lab:
+    settings_dir = tmp_path / "lab-settings"  # JupyterLab's application settings, here empty until launch writes
+    with _lab(tmp_path, jupyter_args=(f"--LabApp.app_settings_dir={settings_dir}",)) as lab:
         notebook = lab.get("/api/contents/notebooks/workbench.ipynb")
         assert notebook["type"] == "notebook" and notebook["content"]["metadata"]["kernelspec"]["name"] == "python3"
         assert b"JupyterLab" in lab.get("/lab")
@@ -202,6 +204,17 @@ def test_workbench_lab_serves_the_notebook(tmp_path):
         url = f"http://localhost:{lab.port}/lab/tree/notebooks/workbench.ipynb?token={lab.token}"
         assert f"workbench: open {url}" in lab.text() and "ssh -L" in lab.text()
         assert b"JupyterLab" in lab.get("/lab/tree/notebooks/workbench.ipynb")
+        # No news prompt: JupyterLab asks while fetchNews is "none"; the server now gives "false" as its default
+        notification = lab.get("/lab/api/settings/@jupyterlab/apputils-extension:notification")
+        assert notification["schema"]["properties"]["fetchNews"]["default"] == "false"
+        assert notification["schema"]["properties"]["checkForUpdates"]["default"] is False
+        assert "fetchNews" not in (notification.get("settings") or {})  # the user's own choice would win
+        assert (settings_dir / OVERRIDES_FILE).is_file()
+
+
+def test_lab_settings_go_where_jupyterlab_looks_by_default():
+    labapp = pytest.importorskip("jupyterlab.labapp")
+    assert lab_settings_dir() == Path(labapp.LabApp().app_settings_dir)
 
 
 def test_lab_picks_a_port_and_token_and_prints_the_notebook_url(monkeypatch, capsys, tmp_path):
@@ -217,6 +230,48 @@ def test_lab_picks_a_port_and_token_and_prints_the_notebook_url(monkeypatch, cap
     port = next(c.split("=", 1)[1] for c in command if c.startswith("--port="))
     assert f"http://localhost:{port}/lab/tree/notebooks/workbench.ipynb?token={token}" in out
     assert token not in out.splitlines()[0]  # the command line it echoes hides the token
+
+
+def _overrides_jupyterlab_reads(settings_dir: Path) -> dict:
+    """The setting defaults JupyterLab's server takes from ``settings_dir`` (its own reader)."""
+    settings_utils = pytest.importorskip("jupyterlab_server.settings_utils")
+    overrides, error = settings_utils._get_overrides(str(settings_dir))
+    assert not error, error
+    return overrides
+
+
+def test_lab_settings_go_beside_the_owners_overrides_and_jupyterlab_reads_them(tmp_path):
+    owners = {"@jupyterlab/notebook-extension:tracker": {"scrollPastEnd": False}}
+    (tmp_path / "overrides.json").write_text(json.dumps(owners))
+    path = install_lab_settings(tmp_path)
+    assert path == tmp_path / OVERRIDES_FILE and json.loads(path.read_text()) == LAB_SETTINGS
+    assert json.loads((tmp_path / "overrides.json").read_text()) == owners  # not replaced
+    read = _overrides_jupyterlab_reads(tmp_path)
+    assert read["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    assert read["@jupyterlab/notebook-extension:tracker"] == owners["@jupyterlab/notebook-extension:tracker"]
+    before = path.stat()
+    assert install_lab_settings(tmp_path) == path
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # unchanged: kept
+    path.write_text('{"@jupyterlab/apputils-extension:notification": {"fetchNews": "none"}}')
+    install_lab_settings(tmp_path)
+    assert json.loads(path.read_text()) == LAB_SETTINGS  # an older or edited copy of ours is brought up to date
+
+
+def test_binder_post_build_installs_the_same_defaults(tmp_path):
+    """binder/postBuild's last step, run here against throwaway JupyterLab folders: this environment's (as
+    JUPYTERLAB_DIR) and repo2docker's notebook-server environment (NB_PYTHON_PREFIX)."""
+    pytest.importorskip("jupyterlab")
+    text = (ROOT / "binder" / "postBuild").read_text()
+    head, _, rest = text.partition("python - \"${NB_PYTHON_PREFIX:-}\" <<'EOF'\n")
+    assert rest and "pip install" in head, "postBuild ends by installing the JupyterLab defaults, after the project"
+    script = rest.split("\nEOF\n", 1)[0]
+    app_dir, prefix = tmp_path / "app", tmp_path / "nb-prefix"
+    env = {**os.environ, "JUPYTERLAB_DIR": str(app_dir)}
+    subprocess.run([sys.executable, "-", str(prefix)], input=script, text=True, cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=60)
+    for settings_dir in (app_dir / "settings", prefix / "share" / "jupyter" / "lab" / "settings"):
+        read = _overrides_jupyterlab_reads(settings_dir)
+        assert read["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false", settings_dir
 
 
 @needs_proc

@@ -8,12 +8,20 @@ Jupyter the way Jupyter itself documents as its clean stop, SIGTERM: it shuts it
 kernels.) So one Ctrl-C stops the server without the y/n prompt; a second stop signal while it shuts down kills
 its process group at once, and so does ``STOP_GRACE_S`` passing. Kernels live in sessions of their own (as
 ``jupyter_client`` starts them) and exit by themselves when the server is gone (ipykernel's parent poller).
+
+JupyterLab 4 asks "Would you like to get notified about official Jupyter news?" at start, until a user answers,
+while its ``@jupyterlab/apputils-extension:notification`` setting ``fetchNews`` is ``"none"`` (its default:
+ask), whatever ``--LabApp.news_url`` says. ``install_lab_settings`` (called by ``launch`` and by ``binder/postBuild``) sets that
+default to ``"false"`` in an ``overrides.d/`` file of JupyterLab's application settings folder, which
+JupyterLab reads at start (jupyterlab_server's ``_get_overrides``): a default, so a user who turns news on under
+Settings > Notifications keeps that choice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import secrets
 import signal
@@ -24,6 +32,7 @@ import threading
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.fileio import read_text, write_text
 
 DEFAULT_NOTEBOOK = Path("notebooks") / "workbench.ipynb"
 STOP_GRACE_S = 20.0
@@ -33,6 +42,16 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 """The signals ``workbench lab`` passes on to Jupyter (as SIGTERM, its clean stop)."""
 _KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows has no SIGKILL
+LAB_SETTINGS: dict[str, dict[str, object]] = {
+    "@jupyterlab/apputils-extension:notification": {
+        "fetchNews": "false",  # "none" (JupyterLab's default) asks about Jupyter news on every start
+        "checkForUpdates": False,  # the "a newer JupyterLab is available" check; it also fetches from the web
+    },
+}
+"""The JupyterLab setting defaults ``workbench lab`` and Binder install (see the module docstring)."""
+OVERRIDES_FILE = Path("overrides.d") / "workbench.json"
+"""Where in JupyterLab's application settings folder they go: a file of ours, beside (not over) any
+``overrides.json`` of the environment's owner."""
 
 
 def find_notebook(notebook: str | None = None) -> Path:
@@ -55,6 +74,12 @@ def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = T
                              "`pip install -e '.[lab]'` (./dev lab does this for you)")
     path = find_notebook(notebook)
     root = path.parent.parent if path.parent.name == "notebooks" else path.parent
+    extra = jupyter_args or []
+    try:
+        install_lab_settings(_given(extra, "--LabApp.app_settings_dir"))
+    except (OSError, WorkbenchError) as exc:  # a read-only environment: JupyterLab still starts, and asks
+        print(f"workbench: could not set JupyterLab's defaults ({exc}); it may ask about Jupyter news: answer "
+              "it once, or set Settings > Notifications > Fetch official Jupyter news to Never", flush=True)
     command = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
                str(path.relative_to(root))]
     if port:
@@ -63,7 +88,6 @@ def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = T
         command.append("--no-browser")
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root; Jupyter refuses without this
         command.append("--allow-root")
-    extra = jupyter_args or []
     token = _given(extra, "--IdentityProvider.token", "--ServerApp.token")
     if token is None:  # ours, so the notebook's own URL can be printed before Jupyter starts
         token = secrets.token_hex(24)
@@ -76,6 +100,24 @@ def launch(notebook: str | None = None, *, port: int = 0, open_browser: bool = T
     if port:
         print(notebook_url(port, path.relative_to(root), token), flush=True)
     return run_until_stopped(command, cwd=root)
+
+
+def lab_settings_dir() -> Path:
+    """JupyterLab's application settings folder, as ``jupyter lab`` run by this Python finds it by default
+    (``<app dir>/settings``; the app dir is ``$JUPYTERLAB_DIR`` or ``<sys.prefix>/share/jupyter/lab``)."""
+    from jupyterlab.commands import get_app_dir
+
+    return Path(get_app_dir()) / "settings"
+
+
+def install_lab_settings(settings_dir: str | Path | None = None) -> Path:
+    """Write ``LAB_SETTINGS`` to ``OVERRIDES_FILE`` in ``settings_dir`` (default: ``lab_settings_dir()``), unless
+    it already holds them; returns the file's path."""
+    path = Path(settings_dir or lab_settings_dir()) / OVERRIDES_FILE
+    text = json.dumps(LAB_SETTINGS, indent=2) + "\n"
+    if path.is_file() and read_text(path, what="JupyterLab settings overrides") == text:
+        return path
+    return write_text(path, text, overwrite=True)
 
 
 def notebook_url(port: int, notebook: Path, token: str) -> str:

@@ -1,6 +1,6 @@
 """06: search, export a recipe, and run it with the reference training job (tiny sizes on a CPU)."""
 
-from _workshop.cells import check, code, exercise, md, setup
+from _workshop.cells import code, exercise, md, setup
 
 
 def cells():
@@ -122,11 +122,14 @@ Write a recipe for **Llama 3 8B on 8 MI355X**: micro-batch 2, sequence 8192, `fu
 FSDP over all 8 GPUs, a global batch of 64 samples (so 4 gradient-accumulation steps), bf16. Save it to
 `my_recipe_path`.
 
-The answer cell ships with a reference solution (so CI runs clean); replace it with your own and run the
-check. It reads your file with `load_recipe` (which validates it), checks the fields asked for, and predicts
-the recipe again to see that the file's `predicted` block is the model's.
+Fill in the answer cell (build the recipe with `make_recipe`, save it with `save_recipe` and assign the path
+it returns to `my_recipe_path`), then run the check under it. It reads your file with `load_recipe` (which
+validates it), checks the fields asked for, and predicts the recipe again to see that the file's `predicted`
+block is the model's. One solution is in `solutions/06_export_a_recipe.ipynb`.
 '''),
-        exercise('''
+        *exercise(
+            {"my_recipe_path": "the path save_recipe returned"},
+            solution='''
 my_recipe = make_recipe("llama3-8b", "mi355x", TrainingConfig(
     micro_batch=2, seq_len=8192, precision="bf16", parallelism=Parallelism(dp=8),
     activation_checkpointing="full", global_batch=64))
@@ -136,8 +139,7 @@ my_recipe = make_recipe("llama3-8b", "mi355x", TrainingConfig(
     micro_batch=2, seq_len=8192, precision="bf16", parallelism=Parallelism(dp=8),
     activation_checkpointing="selective", global_batch=64))
 my_recipe_path = save_recipe(my_recipe, OUT / "my_recipe.yaml", overwrite=True)
-'''),
-        check('''
+''', check='''
 import math
 
 mine = load_recipe(my_recipe_path)

@@ -1,6 +1,6 @@
 """02: why GEMM shapes matter: tiles, waves, padding, wave quantization, alignment; model vs measured."""
 
-from _workshop.cells import check, code, exercise, md, setup
+from _workshop.cells import code, exercise, md, setup
 
 
 def cells():
@@ -154,17 +154,19 @@ dots = alt.Chart(runs).mark_point(filled=True, size=70).encode(
 2. GPT-2's vocabulary has 50257 tokens. The logits GEMM is m = 8192 tokens, k = 768, n = vocabulary. Pick a
    padded vocabulary size between 50257 and 50385 that the model predicts to be (one of) the fastest.
 
-The answer cell ships with a reference solution (so CI runs the notebook clean); replace it with your own and
-run the check, which asks the library.
+Fill in the answer cell (replace each `...`) and run the check under it, which asks the library. One solution
+is in `solutions/02_gemm_shapes.ipynb`.
 '''),
-        exercise('''
-waves_8192 = math.ceil((8192 // 256) * (8192 // 128) / 132)
+        *exercise(
+            {"waves_8192": "an integer: waves of 256 x 128 tiles over the H200's SMs",
+             "padded_vocab": "an integer between 50257 and 50385"},
+            solution='''
+waves_8192 = math.ceil((8192 // 256) * (8192 // 128) / H200.compute_units.value)
 padded_vocab = 50304  # the next multiple of 64, as nanoGPT does: rows become 16-byte aligned
 ''', wrong_answer='''
 waves_8192 = 15
 padded_vocab = 50257
-'''),
-        check('''
+''', check='''
 estimate = predict_gemm(8192, 8192, 8192)
 times = {n: predict_gemm(8192, n, 768).time_s for n in range(50257, 50386)}
 fastest = min(times.values())

@@ -1,6 +1,6 @@
 """03: zero-warmup kernel selection (workbench.select) vs autotuning, scored on the committed H200 sweep."""
 
-from _workshop.cells import check, code, exercise, md, setup
+from _workshop.cells import code, exercise, md, setup
 
 
 def cells():
@@ -186,15 +186,16 @@ Model-guided autotuning times only the selector's top *k* configs. What is the *
 geometric mean of best / chosen over the held-out shapes reaches **0.99**? (Use `scores` and
 `geomean_share`; `top{k}_ms` holds the best measured time among the top k.)
 
-The answer cell ships with a reference solution (so CI runs clean); replace it with your own and run the
-check, which recomputes the scores from the selector's ranking and the H200 measurements.
+Fill in the answer cell (replace the `...`) and run the check under it, which recomputes the scores from the
+selector's ranking and the H200 measurements. One solution is in `solutions/03_kernel_selection.ipynb`.
 '''),
-        exercise('''
+        *exercise(
+            {"smallest_k": "an integer k between 1 and K_MAX"},
+            solution='''
 smallest_k = next((k for k in range(1, K_MAX + 1) if geomean_share(f"top{k}_ms") >= 0.99), K_MAX)
 ''', wrong_answer='''
 smallest_k = K_MAX
-'''),
-        check('''
+''', check='''
 k = int(smallest_k)
 reaches = 1 <= k <= K_MAX and geomean_share(f"top{k}_ms") >= 0.99
 smaller_reaches = 1 < k <= K_MAX and geomean_share(f"top{k - 1}_ms") >= 0.99

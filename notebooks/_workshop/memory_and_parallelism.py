@@ -1,6 +1,6 @@
-"""04: fitting Llama 3 70B: memory per checkpointing mode, FSDP and TP degrees, and 288 GB vs 180 GB of HBM."""
+"""04: fitting Llama 3 70B: memory per checkpointing mode, FSDP and TP degrees, and MI350X vs B200 HBM capacity."""
 
-from _workshop.cells import check, code, exercise, md, setup
+from _workshop.cells import code, exercise, md, setup
 
 
 def cells():
@@ -9,7 +9,7 @@ def cells():
 # 4. Memory and parallelism: fitting Llama 3 70B
 
 Training a 70B-parameter model in bf16 with AdamW keeps, per parameter, an fp32 master copy, an fp32 gradient
-and two fp32 optimizer moments: 16 bytes, about 1.1 TB before a single activation is stored. No GPU holds that,
+and two fp32 optimizer moments: 16 bytes, over a terabyte before a single activation is stored (printed below). No GPU holds that,
 so the recipe has to answer three questions, and the answers depend on how much HBM each GPU has:
 
 1. **Activation checkpointing**: keep every activation (`none`), recompute the cheap ones (`selective`), or
@@ -19,8 +19,9 @@ so the recipe has to answer three questions, and the answers depend on how much 
 3. **Tensor parallelism** (TP): split each layer's matrices *tp* ways inside a node; it also splits the
    activations, at the price of collectives on the critical path.
 
-We compare two GPUs with the same 8 TB/s of bandwidth and similar peaks but different capacity:
-**MI350X (288 GB)** and **B200 (180 GB)**. All numbers come from `workbench.memory` and `workbench.predict`.
+We compare two GPUs with similar bandwidth and peaks but different HBM capacity: **MI350X** and **B200** (the
+table under the next cell, from the catalog in `specs/gpus/`). All other numbers come from `workbench.memory`
+and `workbench.predict`.
 '''),
         setup(),
         code('''
@@ -41,8 +42,13 @@ def breakdown(gpu, mode, dp=8, tp=1, micro_batch=1):
 
 print(f"{MODEL.display_name}: {MODEL.num_params / 1e9:.1f}B parameters, "
       f"{16 * MODEL.num_params / 1e12:.2f} TB of weights, gradients and AdamW states in mixed precision")
-capacity = pd.DataFrame([{"gpu": gpu.display_name, "usable_gb": breakdown(gpu, "none").usable / 1e9}
-                         for gpu in GPUS.values()])
+capacity = pd.DataFrame([{
+    "gpu": gpu.display_name,
+    "hbm_gb": gpu.hbm_capacity_gb.value,
+    "usable_gb": breakdown(gpu, "none").usable / 1e9,
+    "hbm_tb_s": gpu.hbm_bandwidth_tb_s.value,
+    "bf16_tflops": gpu.peak_tflops("bf16"),
+} for gpu in GPUS.values()])
 capacity.round(1)
 '''),
         md('''
@@ -64,9 +70,16 @@ rules = alt.Chart(capacity).mark_rule(strokeDash=[6, 3]).encode(y="usable_gb:Q",
 labels = rules.mark_text(align="left", dx=4, dy=-6).encode(x=alt.value(0), text="gpu:N")
 (bars + rules + labels).properties(width=360, height=320, title="Llama 3 70B, FSDP x 8, seq 8192, micro-batch 1")
 '''),
+        code('''
+gb = stacks.pivot(index="mode", columns="part", values="gb")
+states = gb[["params", "grads", "optimizer"]].sum(axis=1)
+for mode in MODES:
+    print(f"{mode:>9}: activations {gb.activations[mode]:5.0f} GB, sharded states (params + grads + optimizer) "
+          f"{states[mode]:.0f} GB per GPU")
+'''),
         md('''
-Activations dominate without checkpointing (about 186 GB), and only `full` brings them under 20 GB. The
-sharded states (params + grads + optimizer, about 145 GB at dp = 8) are the same in every mode.
+Activations dominate without checkpointing, and only `full` shrinks them to a small share of HBM. The sharded
+states are the same in every mode.
 
 ## 2. More FSDP ranks shrink the states, not the activations
 
@@ -122,7 +135,7 @@ for name, group in recipes[recipes.fits].groupby("name"):
           f"{best.memory_gb:.0f} GB per GPU")
 '''),
         md('''
-With 288 GB the MI350X fits recipes that recompute less; the B200 has to pay for full recomputation or more
+With its larger HBM the MI350X fits recipes that recompute less; the B200 has to pay for full recomputation or more
 tensor parallelism to fit. Peak FLOP/s alone would have
 ranked the two the other way round: capacity is a performance feature once it decides the recipe.
 
@@ -131,15 +144,16 @@ ranked the two the other way round: capacity is a performance feature once it de
 Training on B200s with FSDP only (tp = 1), `selective` checkpointing, micro-batch 1, sequence 8192: what is the
 **smallest power-of-two number of GPUs** (dp) that holds Llama 3 70B?
 
-The answer cell ships with a reference solution (so CI runs clean); replace it with your own guess and run
-the check, which asks `workbench.memory`.
+Fill in the answer cell (replace the `...`) and run the check under it, which asks `workbench.memory`. One
+solution is in `solutions/04_memory_and_parallelism.ipynb`.
 '''),
-        exercise('''
+        *exercise(
+            {"smallest_b200_dp": "a power of two: the number of B200s"},
+            solution='''
 smallest_b200_dp = next(dp for dp in (8, 16, 32, 64, 128) if breakdown(GPUS["b200"], "selective", dp=dp).fits)
 ''', wrong_answer='''
 smallest_b200_dp = 16
-'''),
-        check('''
+''', check='''
 b200 = GPUS["b200"]
 dp = int(smallest_b200_dp)
 is_power_of_two = dp > 0 and dp & (dp - 1) == 0

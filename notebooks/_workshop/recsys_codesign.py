@@ -1,6 +1,6 @@
-"""05: co-designing a recommendation model: embedding placement with 288 GB vs 180 GB of HBM."""
+"""05: co-designing a recommendation model: embedding placement on MI350X vs B200 HBM capacity."""
 
-from _workshop.cells import check, code, exercise, md, setup
+from _workshop.cells import code, exercise, md, setup
 
 
 def cells():
@@ -12,13 +12,16 @@ A language model is mostly dense matrices; a recommendation model is mostly **em
 user, item or feature value, looked up a few times per sample and updated sparsely. Their bytes, not their
 FLOPs, decide the hardware. Two models from the catalog:
 
-- **DLRM-DCNv2** (MLPerf Training): 26 tables, about 104 GB in fp32, small dense MLPs.
+- **DLRM-DCNv2** (MLPerf Training): 26 tables, small dense MLPs.
 - **HSTU** (a generative recommender, Zhai et al. 2024; representative sizes): one 100M-item table at
-  dimension 512, about 205 GB, then 16 attention-like blocks.
+  dimension 512, then 16 attention-like blocks.
+
+Their sizes in fp32 are in the first table below.
 
 Each table row also carries a row-wise Adagrad state. The question for co-design: does a table fit in one
 GPU's HBM, or must it be sharded across GPUs or spilled to host memory, and what does each choice cost? We
-compare **MI350X (288 GB)** and **B200 (180 GB)**.
+compare **MI350X** and **B200**, whose HBM capacities (from the catalog, printed below) fall on either side of
+HSTU's table.
 '''),
         setup(),
         code('''
@@ -42,6 +45,7 @@ summary = pd.DataFrame([{
     "table_gb": sum(table_bytes(t.rows, t.dim) for t in embedding_placements(model, dp=1)) / 1e9,
     "dense_params_m": model.dense_params / 1e6,
 } for model in (DLRM, HSTU)])
+print(", ".join(f"{gpu.display_name}: {gpu.hbm_capacity_gb.value:.0f} GB of HBM" for gpu in GPUS.values()))
 summary.round(1)
 '''),
         md('''
@@ -65,7 +69,7 @@ alt.Chart(tables).mark_bar().encode(
 
 `workbench.predict` on a single GPU puts every table in HBM (TorchRec-style: tables whole on one GPU, or
 row-sharded over the data-parallel GPUs). The memory breakdown says whether that fits: DLRM-DCNv2 fits on both
-GPUs; HSTU's 205 GB table fits the MI350X and not the B200.
+GPUs; HSTU's table fits the MI350X and not the B200.
 '''),
         code('''
 rows = []
@@ -146,7 +150,7 @@ print("real traffic is skewed (a few items get most lookups): keeping the hot ro
 '''),
         md('''
 Reading the picture: on the B200 the choice is between paying PCIe for every cold lookup on one GPU, or
-doubling the GPUs per table replica and paying the all-to-all. With 288 GB the whole table sits in one GPU's
+doubling the GPUs per table replica and paying the all-to-all. On the MI350X the whole table sits in one GPU's
 HBM and neither cost appears. At the recommendation scale, HBM capacity buys a simpler, faster placement.
 
 ## Exercise
@@ -154,17 +158,18 @@ HBM and neither cost appears. At the recommendation scale, HBM capacity buys a s
 What is the **smallest share of HSTU's item-table rows** that must move to host memory so that the rest of
 the training state fits one **B200**? Give a fraction between 0 and 1 (within one percentage point).
 
-The answer cell ships with a reference solution (so CI runs clean); replace it with your own and run the
-check: it shrinks the table in the library's model to the rows you keep in HBM and asks `workbench.memory`
-whether that fits, and whether one percentage point less on the host would still fit.
+Fill in the answer cell (replace the `...`) and run the check under it: it shrinks the table in the library's
+model to the rows you keep in HBM and asks `workbench.memory` whether that fits, and whether one percentage point
+less on the host would still fit. One solution is in `solutions/05_recsys_codesign.ipynb`.
 '''),
-        exercise('''
+        *exercise(
+            {"host_share_answer": "a fraction between 0 and 1"},
+            solution='''
 table = table_bytes(HSTU.item_table_rows, HSTU.embedding_dim)
 host_share_answer = (need.total - need.usable) / table
 ''', wrong_answer='''
 host_share_answer = 0.1
-'''),
-        check('''
+''', check='''
 b200 = GPUS["b200"]
 config = b200_one.config
 

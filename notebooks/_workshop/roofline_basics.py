@@ -1,6 +1,6 @@
 """01: arithmetic intensity and ridge points across H100, H200, B200, MI300X and MI355X."""
 
-from _workshop.cells import check, code, exercise, md, setup
+from _workshop.cells import code, exercise, md, setup
 
 
 def cells():
@@ -41,7 +41,7 @@ specs = pd.DataFrame([{
 specs.round(2)
 '''),
         md('''
-Notice the spread: H200 has the same compute as H100 but 43% more bandwidth, so its ridge point is *lower*
+Notice the spread: H200 has the compute of H100 but more bandwidth (`hbm_tb_s`), so its ridge point is *lower*
 (memory-bound ops speed up, compute-bound ones do not). fp8 doubles the peak over the same bandwidth, so it
 doubles the intensity an op needs to use it.
 
@@ -126,11 +126,14 @@ for n in (256, 1024, 4096):
    name, e.g. `"h100-sxm"`)
 2. What is the **smallest** n for which a square bf16 GEMM n x n x n is compute-bound on the MI355X roofline?
 
-The answer cell below ships with a reference solution so the notebook runs clean from top to bottom (that is
-how CI runs it). In a workshop, replace the right-hand sides with your own answers and run the check cell: it
-recomputes both with the library and tells you PASS or NOT YET.
+Fill in the answer cell below (each `...` is yours to replace) and run the check cell under it: it
+recomputes both with the library and tells you PASS or NOT YET. One solution is in
+`solutions/01_roofline_basics.ipynb`.
 '''),
-        exercise('''
+        *exercise(
+            {"highest_ridge_gpu": 'a catalog name, e.g. "h100-sxm"',
+             "smallest_compute_bound_n": "an integer n"},
+            solution='''
 import math
 
 highest_ridge_gpu = specs.sort_values("ridge_bf16").name.iloc[-1]
@@ -138,8 +141,7 @@ smallest_compute_bound_n = math.ceil(3 * workbench.get_gpu("mi355x").ridge_point
 ''', wrong_answer='''
 highest_ridge_gpu = "h200-sxm"
 smallest_compute_bound_n = 1024
-'''),
-        check('''
+''', check='''
 mi355x = workbench.get_gpu("mi355x")
 expected_gpu = max(GPUS, key=lambda name: workbench.get_gpu(name).ridge_point("bf16"))
 n = int(smallest_compute_bound_n)
