@@ -9,7 +9,7 @@ REQUIRED = ["a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "b300", "gb200", "m
             "mi350x", "mi355x", "mi455x"]
 
 
-def test_catalog_has_every_required_gpu():
+def test_catalog_has_every_required_gpu():  # the parts; variants are listed apart
     assert sorted(g.name for g in list_gpus()) == sorted(REQUIRED)
 
 
@@ -209,3 +209,50 @@ def test_cli_predict_takes_a_gpu_file(tmp_path, h200_spec, capsys):
     path.write_text(yaml.safe_dump(h200_spec))
     assert main(["predict", "--model", "llama3-8b", "--gpu", str(path), "--seq-len", "1024", "--json"]) == 0
     assert '"gpu": "mine"' in capsys.readouterr().out
+
+
+# --- GPU variants (specs/gpus/variants/): a part configured differently, derived with overrides ---------------
+
+from workbench.hardware import gpu_variant_from_dict, list_gpu_variants  # noqa: E402
+
+
+def _variant(**overrides) -> dict:
+    spec = {"schema_version": 1, "name": "h100-test-variant", "derived_from": "h100-sxm", "display_name": "test",
+            "sources": {"test-src": "a test citation"},
+            "overrides": {"memory.hbm_capacity_gb": {"value": 96, "source": "test-src", "kind": "secondary"}}}
+    spec.update(overrides)
+    return spec
+
+
+def test_the_grand_teton_h100_is_a_variant_of_the_sxm_part():
+    base, variant = get_gpu("h100-sxm"), get_gpu("h100-sxm-96gb-500w")
+    assert variant.derived_from == "h100-sxm" and variant.architecture == base.architecture
+    assert (variant.hbm_capacity_gb.value, variant.hbm_bandwidth_tb_s.value, variant.tdp_w.value) == (96, 2.4, 500)
+    assert "torchtitan" in variant.hbm_bandwidth_tb_s.source
+    assert variant.peak_dense_tflops == base.peak_dense_tflops and variant.compute_units == base.compute_units
+    assert variant.measured == {}  # measured on the 700 W HBM3 part: not carried over
+    assert variant.name in [v.name for v in list_gpu_variants()]
+    assert variant.name not in [g.name for g in list_gpus()]  # the parts list is unchanged
+
+
+def test_a_variant_overrides_only_what_it_names():
+    gpu = gpu_variant_from_dict(_variant())
+    base = get_gpu("h100-sxm")
+    assert gpu.hbm_capacity_gb.value == 96 and gpu.hbm_capacity_gb.source == "a test citation"
+    assert gpu.hbm_bandwidth_tb_s == base.hbm_bandwidth_tb_s and gpu.tdp_w == base.tdp_w
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"derived_from": "h100-sxm5"}, "h100-sxm5"),
+    ({"overrides": {"memory.hbm_capacty_gb": {"value": 96, "source": "test-src", "kind": "secondary"}}},
+     "overrides.memory.hbm_capacty_gb"),
+    ({"overrides": {"vendor": {"value": "amd", "source": "test-src", "kind": "secondary"}}}, "overrides.vendor"),
+    ({"overrides": {"memory.hbm_capacity_gb": {"value": 96, "source": "nowhere", "kind": "secondary"}}}, "source"),
+    ({"overrides": {"memory.hbm_bandwidth_tb_s": {"value": 2400, "source": "test-src", "kind": "secondary"}}}, "GB/s"),
+    ({"sources": {"nv-h100": "a clash with the base's id"}}, "sources.nv-h100"),
+    ({"overrides": {}}, "overrides"),
+])
+def test_a_bad_variant_is_refused_naming_the_field(change, field):
+    with pytest.raises((SpecError, UnknownNameError)) as err:
+        gpu_variant_from_dict(_variant(**change))
+    assert field in str(err.value)

@@ -24,6 +24,9 @@ def test_wheel_carries_the_specs(wheel):
     assert "workbench/specs/models/llama3-70b.yaml" in names
     assert "workbench/specs/efficiency.yaml" in names
     assert "workbench/specs/calibration/h200-sxm.yaml" in names
+    assert "workbench/specs/stacks/torchtitan.yaml" in names
+    assert "workbench/specs/validation/h200_stacks.yaml" in names
+    assert "workbench/specs/gpus/variants/h100-sxm-96gb-500w.yaml" in names
 
 
 def test_wheel_works_without_the_source_tree(wheel, tmp_path):

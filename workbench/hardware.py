@@ -2,10 +2,17 @@
 
 Users add their own GPU as a YAML file or a dict with the same schema (``load_gpu``); the exemplar with
 every field explained is ``specs/gpus/h200-sxm.yaml``.
+
+A *variant* is a catalog part configured differently (another memory, a lower power limit): a file in
+``specs/gpus/variants/`` naming the part it is ``derived_from`` and only the figures that differ, each with its
+own source (``gpu_variant_from_dict``). It is validated like any GPU; ``get_gpu`` finds it by name,
+``list_gpus`` lists the parts only and ``list_gpu_variants`` the variants.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -75,6 +82,8 @@ class GPU:
     transposed operand); None when no document says so for this GPU."""
     aliases: tuple[str, ...] = ()
     origin: str = "<dict>"
+    derived_from: str = ""
+    """For a variant: the catalog part it overrides (empty for a part)."""
 
     # Derived, not stored (STYLE 3).
     def peak_tflops(self, peak_key: str) -> float:
@@ -338,19 +347,106 @@ def _catalog_dir() -> Path:
     return specs_dir() / "gpus"
 
 
+def _variants_dir() -> Path:
+    return _catalog_dir() / "variants"
+
+
+VARIANT_SECTIONS: tuple[str, ...] = ("peak_dense_tflops", "memory", "compute_units", "interconnect", "tdp_w")
+"""Where an override may point: a figure of these sections of the base file (``memory.hbm_capacity_gb``,
+``peak_dense_tflops.bf16``, ``tdp_w``), or a new ``measured.*`` figure of the variant's own."""
+
+
+def gpu_variant_from_dict(data: object, origin: str = "<dict>", base_data: dict | None = None) -> GPU:
+    """A variant of a catalog part: the base's file with ``overrides`` applied, validated as a GPU.
+
+    Keys: ``schema_version``, ``name``, ``display_name``, ``derived_from`` (a catalog part's exact name),
+    ``sources`` (ids must not repeat the base's), ``overrides`` (dotted figure path -> a figure with its source),
+    optional ``aliases`` and ``note``. The base's ``measured`` figures are not carried over (they were measured on
+    the base part); the variant may state its own as ``measured.*`` overrides. ``base_data``: the base's parsed file
+    (read from the catalog folder when None)."""
+    top = Fields(data, origin)
+    version = top.number("schema_version", integer=True)
+    if version != SCHEMA_VERSION:
+        raise top.error("schema_version", version, f"{SCHEMA_VERSION} (the only schema this version reads)")
+    base_name = top.string("derived_from")
+    if base_data is None:
+        parts = sorted(p.stem for p in _catalog_dir().glob("*.yaml"))
+        if base_name not in parts:
+            raise UnknownNameError("GPU", base_name, parts)
+        base_data = load_yaml(_catalog_dir() / f"{base_name}.yaml")
+    merged = copy.deepcopy(base_data)
+    if merged.get("name") != base_name:
+        raise top.error("derived_from", base_name, f"the base file's name ({merged.get('name')!r})")
+    raw_sources = top.raw("sources")
+    if not isinstance(raw_sources, dict) or not raw_sources:
+        raise top.error("sources", raw_sources, "a mapping of source id -> citation text")
+    clash = sorted(set(raw_sources) & set(merged.get("sources") or {}))
+    if clash:
+        raise top.error(f"sources.{clash[0]}", raw_sources[clash[0]], f"an id the base {base_name!r} does not use")
+    merged["sources"] = {**merged["sources"], **raw_sources}
+    merged.pop("measured", None)
+    overrides = top.raw("overrides")
+    if not isinstance(overrides, dict) or not overrides:
+        raise top.error("overrides", overrides, "a mapping of dotted figure path -> figure (what differs from the base)")
+    for key, figure in overrides.items():
+        head, *rest = str(key).split(".")
+        if head not in (*VARIANT_SECTIONS, "measured"):
+            raise top.error(f"overrides.{key}", figure, f"a path under {', '.join(VARIANT_SECTIONS)} or measured")
+        node = merged
+        for part in [head, *rest][:-1]:
+            if head == "measured":  # the variant's own measurements: new keys are fine
+                node = node.setdefault(part, {}) if isinstance(node, dict) else None
+            else:
+                node = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(node, dict):
+                raise top.error(f"overrides.{key}", figure, f"a figure of the base {base_name!r}")
+        leaf = [head, *rest][-1]
+        if head != "measured" and not isinstance(node.get(leaf), dict):
+            raise top.error(f"overrides.{key}", figure, f"a figure of the base {base_name!r}")
+        node[leaf] = figure
+    merged.update(name=top.string("name"), display_name=top.string("display_name"),
+                  aliases=list(top.string_list("aliases", default=[])))
+    if top.has("note"):
+        top.string("note")
+    top.finish()
+    return dataclasses.replace(gpu_from_dict(merged, origin), derived_from=base_name)
+
+
+def load_gpu_variant(spec: str | Path | dict) -> GPU:
+    """A variant from a YAML file path or a dict (``gpu_variant_from_dict``)."""
+    if isinstance(spec, dict):
+        return gpu_variant_from_dict(spec)
+    return gpu_variant_from_dict(load_yaml(spec), str(spec))
+
+
 @cache
 def _catalog() -> dict[str, GPU]:
     return load_catalog(_catalog_dir(), load_gpu)
 
 
 @cache
+def _variants() -> dict[str, GPU]:
+    folder = _variants_dir()
+    variants = load_catalog(folder, load_gpu_variant) if folder.is_dir() else {}
+    for name, gpu in variants.items():
+        if name in _catalog():
+            raise SpecError(gpu.origin, "name", name, "a name no catalog part has")
+    return variants
+
+
+@cache
 def _aliases() -> dict[str, str]:
-    return {alias: gpu.name for gpu in _catalog().values() for alias in gpu.aliases}
+    return {alias: gpu.name for gpu in (*_catalog().values(), *_variants().values()) for alias in gpu.aliases}
 
 
 def list_gpus() -> list[GPU]:
-    """Every catalog GPU, in file-name order."""
+    """Every catalog GPU (the parts, not their variants), in file-name order."""
     return list(_catalog().values())
+
+
+def list_gpu_variants() -> list[GPU]:
+    """Every catalog variant (``specs/gpus/variants/``), in file-name order."""
+    return list(_variants().values())
 
 
 def get_gpu(name: str | GPU) -> GPU:
@@ -358,7 +454,7 @@ def get_gpu(name: str | GPU) -> GPU:
     if isinstance(name, GPU):
         return name
     key = str(name).lower()
-    catalog = _catalog()
+    catalog = {**_catalog(), **_variants()}
     key = _aliases().get(key, key)
     if key not in catalog:
         raise UnknownNameError("GPU", name, list(catalog) + list(_aliases()))

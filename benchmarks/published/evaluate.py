@@ -28,10 +28,14 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from workbench.config import Parallelism, TrainingConfig  # noqa: E402
 from workbench.errors import SpecError, UnknownNameError, WorkbenchError  # noqa: E402
-from workbench.fileio import load_yaml, read_csv_text, write_text  # noqa: E402
+from workbench.fileio import load_yaml, read_csv_text, read_text, write_text  # noqa: E402
 
 MAPPING = Path(__file__).with_name("rows.yaml")
+AUDIT = Path(__file__).with_name("audit.md")
+"""The row-by-row audit of the mapping (prose, written by hand); copied into EVALUATION.md."""
 OUT_DIR = ROOT / "benchmarks" / "results" / "published"
+BASELINE = OUT_DIR / "evaluation_before_audit.csv"
+"""The per-row results before the audit (evaluation.csv as it was), for the before/after tables."""
 SCORED_METRICS: tuple[str, ...] = ("tokens_per_sec_per_gpu", "train_step_time", "train_throughput", "tflops_per_gpu")
 SCORED_CONFIDENCE: tuple[str, ...] = ("high", "medium")
 TIME_TO_TRAIN = "mlperf_time_to_train"
@@ -94,6 +98,70 @@ def is_scorable(row: dict[str, str]) -> bool:
     return row["confidence"] in SCORED_CONFIDENCE and row["metric"] in SCORED_METRICS
 
 
+MAPPING_SECTIONS = {"schema_version", "csv", "frameworks", "framework_assumptions", "models", "gpus",
+                    "gpu_by_framework", "rows"}
+FRAMEWORK_KEYS = {"stack", "proxy", "why"}
+
+
+def validate_mapping(mapping: object, origin: str = str(MAPPING)) -> dict:
+    """Check the row mapping before any row is priced: every model, GPU (variants included) and stack it names
+    must be in the catalog, every row entry must use known keys. A typo is an error naming the section and key,
+    never a row quietly reported as not expressible."""
+    from workbench.hardware import get_gpu
+    from workbench.models import get_model
+    from workbench.stacks import get_stack
+
+    if not isinstance(mapping, dict):
+        raise SpecError(origin, "<top>", type(mapping).__name__, "a mapping with sections " + ", ".join(sorted(MAPPING_SECTIONS)))
+    unknown = set(mapping) - MAPPING_SECTIONS
+    if unknown:
+        raise SpecError(origin, sorted(unknown)[0], "?", f"one of the sections {', '.join(sorted(MAPPING_SECTIONS))}")
+    for section in ("frameworks", "models", "gpus", "rows"):
+        if not isinstance(mapping.get(section), dict):
+            raise SpecError(origin, section, mapping.get(section), "a mapping")
+    for name, fw in mapping["frameworks"].items():
+        if not isinstance(fw, dict) or "stack" not in fw or set(fw) - FRAMEWORK_KEYS:
+            raise SpecError(origin, f"frameworks.{name}", fw, f"a mapping with 'stack' and optionally {', '.join(sorted(FRAMEWORK_KEYS - {'stack'}))}")
+        try:
+            get_stack(str(fw["stack"]))
+        except UnknownNameError as e:
+            raise SpecError(origin, f"frameworks.{name}.stack", fw["stack"], str(e)) from None
+    for label, model in mapping["models"].items():
+        try:
+            get_model(str(model))
+        except UnknownNameError as e:
+            raise SpecError(origin, f"models.{label}", model, str(e)) from None
+    gpu_entries = [(f"gpus.{k}", v) for k, v in mapping["gpus"].items()]
+    by_framework = mapping.get("gpu_by_framework") or {}
+    if not isinstance(by_framework, dict):
+        raise SpecError(origin, "gpu_by_framework", by_framework, "a mapping framework -> {gpu column: catalog name}")
+    for fw, table in by_framework.items():
+        if fw not in mapping["frameworks"]:
+            raise SpecError(origin, f"gpu_by_framework.{fw}", table, f"a framework of the frameworks section")
+        if not isinstance(table, dict):
+            raise SpecError(origin, f"gpu_by_framework.{fw}", table, "a mapping gpu column -> catalog name")
+        gpu_entries += [(f"gpu_by_framework.{fw}.{k}", v) for k, v in table.items()]
+    for where, gpu in gpu_entries:
+        try:
+            get_gpu(str(gpu))
+        except UnknownNameError as e:
+            raise SpecError(origin, where, gpu, str(e)) from None
+    for rid, spec in mapping["rows"].items():
+        if not isinstance(spec, dict):
+            raise SpecError(origin, f"rows.{rid}", spec, "a mapping of step-shape fields")
+        bad = set(spec) - SHAPE_KEYS
+        if bad:
+            raise SpecError(origin, f"rows.{rid}", sorted(bad)[0], f"one of {', '.join(sorted(SHAPE_KEYS))}")
+    return mapping
+
+
+def resolve_gpu(row: dict[str, str], mapping: dict) -> str:
+    """The catalog name a row is priced on: the framework's variant for that GPU column when there is one
+    (``gpu_by_framework``: a part the framework's tables ran on), else the plain ``gpus`` map."""
+    variant = ((mapping.get("gpu_by_framework") or {}).get(row["framework"]) or {}).get(row["gpu"])
+    return str(variant or _lookup(mapping, "gpus", row["gpu"], row["id"]))
+
+
 def _lookup(mapping: dict, section: str, key: str, row_id: str) -> object:
     table = mapping.get(section) or {}
     if key not in table:
@@ -123,8 +191,7 @@ def build_call(row: dict[str, str], mapping: dict, without: frozenset[str] = fro
     if "not_expressible" in spec:
         raise NotExpressible(str(spec["not_expressible"]))
     model = str(_lookup(mapping, "models", row["model"], rid))
-    gpu = str((mapping.get("gpu_by_framework") or {}).get(row["framework"], {}).get(row["gpu"])
-              or _lookup(mapping, "gpus", row["gpu"], rid))
+    gpu = resolve_gpu(row, mapping)
     framework = _lookup(mapping, "frameworks", row["framework"], rid)
     par = {k: spec[k] for k in ("dp", "tp", "pp", "ep", "sharding")}
     cfg = {"micro_batch": spec["micro_batch"], "seq_len": spec["seq_len"], "precision": spec["precision"],
@@ -168,7 +235,10 @@ def evaluate_row(row: dict[str, str], mapping: dict, without: frozenset[str] = f
 
     framework = (mapping.get("frameworks") or {}).get(row["framework"], {})
     model_name = str((mapping.get("models") or {}).get(row["model"], row["model"]))
-    gpu_name = str((mapping.get("gpus") or {}).get(row["gpu"], row["gpu"]))
+    try:
+        gpu_name = resolve_gpu(row, mapping)
+    except SpecError:
+        gpu_name = row["gpu"]
     try:
         vendor = get_gpu(gpu_name).vendor
     except WorkbenchError:
@@ -183,9 +253,9 @@ def evaluate_row(row: dict[str, str], mapping: dict, without: frozenset[str] = f
         p = predict(model, gpu, cfg, stack=stack, compile=compile_)
     except NotExpressible as e:
         return RowResult(**base, reason=str(e))
-    except UnknownNameError as e:
-        return RowResult(**base, reason=f"not in the catalog: {str(e).splitlines()[0]}")
-    except WorkbenchError as e:  # a validation error (SpecError) or an implausible prediction
+    except UnknownNameError:  # validate_mapping checked every name: this is a bug, not a row to skip
+        raise
+    except WorkbenchError as e:  # a configuration the model refuses (SpecError) or an implausible prediction
         return RowResult(**base, reason=str(e).splitlines()[0])
     bound = p.summary.priced_as_bound and stack != "ideal"
     return RowResult(**base, predicted=metric_value(p, row["metric"]), bound=bound, fits=p.summary.memory.fits,
@@ -195,8 +265,14 @@ def evaluate_row(row: dict[str, str], mapping: dict, without: frozenset[str] = f
 def evaluate(table: Path, mapping_path: Path = MAPPING, without: frozenset[str] = frozenset()
              ) -> tuple[list[RowResult], list[tuple[str, list[str]]]]:
     """(scorable rows' results, time-to-train rows with the ids of their scored twins)."""
-    mapping = load_yaml(mapping_path, what="row mapping")
+    mapping = validate_mapping(load_yaml(mapping_path, what="row mapping"), str(mapping_path))
     rows = load_table(table)
+    missing = sorted(r["id"] for r in rows if is_scorable(r) and r["id"] not in mapping["rows"])
+    if missing:
+        raise SpecError(str(mapping_path), "rows", missing[0], f"an entry for every scorable row ({len(missing)} missing)")
+    stray = sorted(set(mapping["rows"]) - {r["id"] for r in rows if is_scorable(r)})
+    if stray:
+        raise SpecError(str(mapping_path), f"rows.{stray[0]}", "?", "the id of a scorable row of the table")
     results = [evaluate_row(r, mapping, without) for r in rows if is_scorable(r)]
     scored = {r.id for r in results}
     twins = [(r["id"], sorted(i for i in scored if i.startswith(r["id"] + "-")))
@@ -249,7 +325,44 @@ def targets(results: list[RowResult]) -> list[tuple[str, bool, str]]:
     return out
 
 
-def render_markdown(results: list[RowResult], twins: list[tuple[str, list[str]]]) -> str:
+def load_baseline(path: Path) -> dict[str, tuple[dict[str, str], float | None]]:
+    """id -> (the row's fields, its error) from an earlier ``evaluation.csv``."""
+    out = {}
+    for row in load_table(path):
+        out[row["id"]] = (row, float(row["error"]) if row.get("error") else None)
+    return out
+
+
+def render_comparison(results: list[RowResult], baseline: dict[str, tuple[dict[str, str], float | None]]) -> list[str]:
+    """MAPE before (the baseline file) and after (these results) per vendor, stack, model family and precision.
+    Groups are keyed by the row's group now; a row expressed before and not now counts in 'before' only."""
+    lines = ["", "## Before and after the audit", "",
+             f"Before: `{BASELINE.relative_to(ROOT)}` (the evaluation as it stood); after: this run. Rows no longer "
+             "expressed leave the 'after' column (see Not expressible).", ""]
+    for key, title in (("vendor", "vendor"), ("stack", "stack"), ("family", "model family"), ("precision", "precision")):
+        lines += [f"| {title} | rows before | MAPE before | rows after | MAPE after |", "|---|---|---|---|---|"]
+        for name in sorted({getattr(r, key) for r in results}):
+            group = [r for r in results if getattr(r, key) == name]
+            before = [abs(baseline[r.id][1]) for r in group if r.id in baseline and baseline[r.id][1] is not None]
+            after = [abs(r.error) for r in group if r.error is not None]
+            fmt = lambda xs: _pct(statistics.fmean(xs)) if xs else "-"  # noqa: E731
+            lines.append(f"| {name} | {len(before)} | {fmt(before)} | {len(after)} | {fmt(after)} |")
+        lines.append("")
+    before_all = [abs(e) for _, e in baseline.values() if e is not None]
+    after_all = [abs(r.error) for r in results if r.error is not None]
+    lines.append(f"All rows: {len(before_all)} at MAPE {_pct(statistics.fmean(before_all)) if before_all else '-'} "
+                 f"before, {len(after_all)} at {_pct(statistics.fmean(after_all)) if after_all else '-'} after.")
+    both = [r for r in results if r.error is not None and r.id in baseline and baseline[r.id][1] is not None]
+    if both:
+        lines.append(f"The {len(both)} rows expressed both times: MAPE "
+                     f"{_pct(statistics.fmean(abs(baseline[r.id][1]) for r in both))} before, "
+                     f"{_pct(statistics.fmean(abs(r.error) for r in both))} after (what the mapping fixes changed, "
+                     "apart from the rows taken out).")
+    return lines
+
+
+def render_markdown(results: list[RowResult], twins: list[tuple[str, list[str]]],
+                    baseline: dict[str, tuple[dict[str, str], float | None]] | None = None, audit: str = "") -> str:
     overall = score("all", results)
     lines = [
         "# Published training results: predicted vs published",
@@ -274,6 +387,10 @@ def render_markdown(results: list[RowResult], twins: list[tuple[str, list[str]]]
                   "|---|---|---|---|---|---|"]
         lines += [f"| {g.name} | {g.rows} | {g.expressed} | {_pct(g.mape)} | {_pct(g.median_ape)} | {_pct(g.mean_error)} |"
                   for g in grouped(results, key)]
+    if baseline:
+        lines += render_comparison(results, baseline)
+    if audit:
+        lines += ["", audit.strip()]
     lines += ["", "## Rows", "", "| id | stack | model | GPU | precision | metric | published | predicted | error | flags |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -311,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mapping", type=Path, default=MAPPING)
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--print", action="store_true", help="print the Markdown; write nothing")
+    parser.add_argument("--baseline", type=Path, default=BASELINE,
+                        help="an earlier evaluation.csv to compare against (before/after tables; skipped if absent)")
     parser.add_argument("--without", default="", help=f"comma-separated features to treat as absent (an ablation; "
                         f"implies --print unless --out is given): {', '.join(ABLATIONS)}")
     args = parser.parse_args(argv)
@@ -318,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     if without - set(ABLATIONS):
         parser.error(f"--without {args.without!r}: expected names from {', '.join(ABLATIONS)}")
     results, twins = evaluate(args.table, args.mapping, without)
-    markdown = render_markdown(results, twins)
+    baseline = load_baseline(args.baseline) if args.baseline and args.baseline.exists() else None
+    audit = read_text(AUDIT) if AUDIT.exists() else ""
+    markdown = render_markdown(results, twins, baseline, audit)
     if args.print or (without and args.out == OUT_DIR):
         sys.stdout.write(markdown)
         return 0
