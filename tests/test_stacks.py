@@ -121,3 +121,45 @@ def test_golden_predictions(key):
     step_ms, memory_gb = GOLDEN[key]
     assert p.summary.step_time_s * 1e3 == pytest.approx(step_ms, rel=1e-4)
     assert p.summary.memory.total / 1e9 == pytest.approx(memory_gb, rel=1e-4)
+
+
+# torchtitan float8 (torchao rowwise) on one GPU, one per configuration of benchmarks/stacks/fp8_split.json
+# (8b4l = llama3-8b cut to 4 layers, 1b = llama3.2-1b with an untied head, as torchtitan's flavors)
+FP8_GOLDEN = {
+    ("8b4l", 2, 4096, "full", True): (147.252, 36.08),
+    ("1b", 4, 4096, "selective", True): (279.496, 49.404),
+    ("8b4l", 1, 8192, "none", True): (141.442, 39.745),
+    ("1b", 2, 4096, "full", False): (491.05, 37.411),
+}
+
+
+def _fp8_model(name: str):
+    import dataclasses
+
+    from workbench.models import get_model
+    if name == "8b4l":
+        return dataclasses.replace(get_model("llama3-8b"), num_layers=4)
+    return dataclasses.replace(get_model("llama3.2-1b"), tied_embeddings=False)
+
+
+@pytest.mark.parametrize("key", list(FP8_GOLDEN))
+def test_fp8_golden_predictions(key):
+    model, mb, seq, ac, compile_ = key
+    p = predict(_fp8_model(model), "h200", TrainingConfig(mb, seq, "fp8", Parallelism(), ac), stack="torchtitan",
+                compile=compile_)
+    assert not p.summary.priced_as_bound
+    step_ms, memory_gb = FP8_GOLDEN[key]
+    assert p.summary.step_time_s * 1e3 == pytest.approx(step_ms, rel=1e-4)
+    assert p.summary.memory.total / 1e9 == pytest.approx(memory_gb, rel=1e-4)
+
+
+def test_other_fp8_recipes_and_stacks_stay_bounds():
+    from workbench.graph import stacked
+    cfg = TrainingConfig(2, 4096, "fp8_gw_hp", Parallelism(), "full")
+    gap = stacked.scope_gap(_fp8_model("1b"), cfg, "torchtitan")
+    assert gap and "rowwise_with_gw_hp" in gap
+    assert stacked.scope_gap(_fp8_model("1b"), TrainingConfig(2, 4096, "fp8", Parallelism(), "full"), "pytorch")
+    assert stacked.scope_gap(_fp8_model("1b"), TrainingConfig(2, 4096, "fp8", Parallelism(), "full"), "torchtitan") is None
+    fp8 = TrainingConfig(2, 4096, "fp8", Parallelism(), "full")
+    assert predict(_fp8_model("1b"), "h200", fp8, stack="pytorch-eager").summary.priced_as_bound
+    assert not predict(_fp8_model("1b"), "h200", fp8, stack="torchtitan").summary.priced_as_bound

@@ -112,11 +112,13 @@ def activation_bytes(d: Dims, flavor: StackFlavor, policy: Policy) -> tuple[floa
 def weight_copy_bytes(d: Dims, flavor: StackFlavor, policy: Policy) -> float:
     """Autocast's bf16 copies of the linears' weights alive at the loss: every block's (the cache lives for the
     forward; each linear saves its copy for dgrad) unless the block is checkpointed (the checkpoint saves only its
-    input, the cache is cleared when the autocast region exits), plus the head's."""
+    input, the cache is cleared when the autocast region exits), plus the head's. Under torchao float8 the blocks'
+    linears keep none: ``matmul_with_hp_or_float8_args`` (torchao/float8/float8_linear.py) saves the fp32 parameter
+    itself and the bf16 input, as a bf16 linear saves its input; the fp8 operands are cast again in backward."""
     if not flavor.autocast:
         return 0.0
     head = 2 * d.vocab * d.hidden
-    block = 2 * (d.block_params - 2 * d.hidden)
+    block = 2 * (d.block_params - 2 * d.hidden) if flavor.float8 == "none" else 0.0
     if policy == "none":
         return head + d.layers * block
     if policy.startswith("selective-") and policy not in ("selective-op", "selective-op-all-mm"):

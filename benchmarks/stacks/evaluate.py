@@ -24,6 +24,8 @@ from workbench.validation import benchmark_model, predict_row
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "h200" / "stacks"
 SPLIT = ROOT / "benchmarks" / "stacks" / "host_fit_split.json"
+FP8_SPLIT = ROOT / "benchmarks" / "stacks" / "fp8_split.json"
+"""The torchtitan float8 rows' roles: fit (the fp8 tables' casts and constants) and test."""
 GPU = "h200"
 STEP_TARGET, MEMORY_TARGET = 0.08, 0.10
 
@@ -53,7 +55,10 @@ def rows() -> list[dict]:
                         "micro_batch": r["micro_batch"], "seq_len": r["seq_len"], "param_dtype": r["param_dtype"],
                         "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"],
                         "source": f"plain_pytorch/{file}"})
-    for file, holdout in (("torchtitan.jsonl", False), ("torchtitan_holdout.jsonl", True)):
+    fp8_split = json.loads(FP8_SPLIT.read_text())
+    fp8_role = {**{n: "fit" for n in fp8_split["fit"]}, **{n: "test" for n in fp8_split["test"]}}
+    for file, holdout in (("torchtitan.jsonl", False), ("torchtitan_holdout.jsonl", True),
+                          ("fp8/torchtitan_fp8.jsonl", False)):
         for r in _jsonl(RESULTS / "torchtitan" / file):
             if "step_time_s" not in r:
                 continue
@@ -61,7 +66,8 @@ def rows() -> list[dict]:
                 ac = f"selective-{r['selective_ac_option']}"
             else:
                 ac = r["ac_mode"]
-            out.append({"stack": "torchtitan", "label": f"torchtitan {r['name']}", "role": "holdout" if holdout else "test",
+            role = "holdout" if holdout else fp8_role.get(r["name"], "test") if r["float8_recipe"] else "test"
+            out.append({"stack": "torchtitan", "label": f"torchtitan {r['name']}", "role": role,
                         "model": _model(r["flavor"], untied=True), "precision": "fp8" if r["float8_recipe"] else "bf16",
                         "ac": ac, "compile": r["compile"], "micro_batch": r["local_batch_size"],
                         "seq_len": r["seq_len"], "param_dtype": "fp32", "measured_s": r["step_time_s"],

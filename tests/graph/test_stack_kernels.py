@@ -112,3 +112,42 @@ def test_step_ops_price_every_op():
     for flavor in (pytorch_flavor("fp32"), pytorch_flavor("bf16", compile=True), torchtitan_flavor(True)):
         ops = stack_step_ops(model, 1, 512, flavor, "selective-op")
         assert ops and all(o.count >= 1 for o in ops)
+
+
+# torchao float8 rowwise (torchtitan [quantize.linear.float8] recipe_name = "rowwise", filter_fqns = ["output"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_float8_rowwise_linears_run_fp8_gemms_and_keep_no_bf16_weight_copy(compiled):
+    fwd, bwd = block_ops(D, torchtitan_flavor(compiled, "rowwise"))
+    gemms = [o for o in fwd + bwd if o.kind == "gemm"]
+    assert len(gemms) == 3 * 7 and {o.dtype for o in gemms} == {"fp8"}  # fwd, dgrad and wgrad of 7 linears
+    assert not [o for o in fwd if o.extra.get("aten") == "cast_weight"]  # torchao casts the fp32 weight itself
+    # the wgrad's bf16 output still goes to the fp32 parameter's gradient
+    assert len([o for o in bwd if o.name.endswith(".weight_grad.to_fp32")]) == 7
+    bf16_fwd, _ = block_ops(D, torchtitan_flavor(compiled))
+    assert {o.dtype for o in bf16_fwd if o.kind == "gemm"} == {"bf16"}
+
+
+def test_float8_eager_casts_by_hand():
+    fwd, bwd = block_ops(D, torchtitan_flavor(False, "rowwise"))
+    # wq's forward casts: x [8, 16] bf16 (abs 4 B, amax 2, upcast 6, * scale 8, clamp 8, to e4m3 5 = 33 B) and its
+    # fp32 weight [16, 16] (abs 8, amax 4, * scale 8, clamp 8, to e4m3 5 = 33 B), 3 layers; plus the 7 launch-only
+    # scale kernels over the [rows, 1] amax (8 B per row: x's 8 token rows, W^T's 16 output rows)
+    assert _bytes(fwd, "wq.x.fp8") == (33 * 8 * 16 + 7 * 8 * 8) * 3
+    assert _bytes(fwd, "wq.w.fp8") == (33 * 16 * 16 + 7 * 8 * 16) * 3
+    # backward: dy along -1, and the three transposed operands each with its K-major copy (2 B per element)
+    copies = [o for o in bwd if o.name.startswith("wq.") and o.name.endswith("k_major_copy")]
+    assert len(copies) == 3 and all(o.extra.get("transpose") for o in copies)
+    assert _bytes(bwd, "wq.dy_t.fp8", "bwd") == ((33 + 2) * 8 * 16 + 7 * 8 * 16) * 3  # dy [8, 16] scaled per column
+
+
+def test_float8_compiled_recompute_follows_the_partitioner():
+    fwd, _ = block_ops(D, torchtitan_flavor(True, "rowwise"))
+    full = recompute_ops(fwd, "full", D.layers)
+    # full AC: w2's forward (GEMM and casts) feeds only the residual add and is never rerun
+    assert not [o for o in full if o.name.startswith("recompute.w2.")]
+    assert [o for o in full if o.name.startswith("recompute.w1.")]
+    sel = {o.name for o in recompute_ops(fwd, "selective-op", D.layers)}
+    # per-op SAC saves wq, wv, w1, w2's outputs: their weight casts are not rerun; wq's input cast feeds wk: rerun
+    assert "recompute.wk.fwd" in sel and "recompute.wq.fwd" not in sel
+    assert "recompute.wq.w.fp8.fp8_weight_row_cast" not in sel and "recompute.wk.w.fp8.fp8_weight_row_cast" in sel
+    assert "recompute.wq.x.fp8.fp8_row_cast" in sel and "recompute.w2.x.fp8.fp8_row_cast" not in sel

@@ -1,4 +1,4 @@
-"""Search: the fast evaluator reproduces predict(); ranking, feasibility, Pareto set and enumeration."""
+"""Search: every candidate is predict()'s own numbers (one step-model pipeline); ranking, feasibility, Pareto set and enumeration."""
 
 import math
 
@@ -12,8 +12,8 @@ from workbench.predict import predict
 from workbench.recipe.search import (
     STEP_TIME_UNCERTAINTY,
     Candidate,
-    FastEvaluator,
     SearchResult,
+    StepEvaluator,
     default_global_batch,
     layouts,
     search,
@@ -21,36 +21,58 @@ from workbench.recipe.search import (
 )
 
 
-@pytest.mark.parametrize("model, gpu, gpus, global_batch", [
-    ("llama3-8b", "h200", 8, 0),
-    ("llama3-70b", "h100", 32, 256),
-    ("mixtral-8x7b", "mi300x", 16, 0),
-    ("dlrm-dcnv2", "mi350x", 8, 0),
-    ("hstu-gr", "b200", 4, 0),
+def _summary_fields(s):
+    return (s.step_time_s, s.tokens_per_s, s.samples_per_s, s.mfu, s.communication_s, s.memory.total / 1e9,
+            s.memory.fits, s.priced_as_bound)
+
+
+def _candidate_fields(c):
+    return (c.step_time_s, c.tokens_per_s, c.samples_per_s, c.mfu, c.communication_s, c.peak_memory_gb, c.fits,
+            c.priced_as_bound)
+
+
+@pytest.mark.parametrize("model, gpu, gpus, global_batch, stack", [
+    ("llama3-8b", "h200", 8, 0, None),
+    ("llama3-70b", "h100", 32, 256, None),
+    ("mixtral-8x7b", "mi300x", 16, 0, None),
+    ("dlrm-dcnv2", "mi350x", 8, 0, None),
+    ("hstu-gr", "b200", 4, 0, None),
+    ("llama3.2-1b", "h200", 8, 64, "torchtitan"),
+    ("llama3.2-1b", "h200", 2, 16, "workbench-job"),
 ])
-def test_fast_evaluator_matches_predict_on_a_sample(model, gpu, gpus, global_batch):
-    result = search(model, gpu, gpus, global_batch=global_batch)
-    sample = [c for c in result.candidates if c.fits][::5][:12]
+def test_search_candidates_are_exactly_predict(model, gpu, gpus, global_batch, stack):
+    # the search asks the pipeline predict runs (workbench.step): not close to predict, the same numbers
+    result = search(model, gpu, gpus, global_batch=global_batch, stack=stack)
+    sample = [c for c in result.candidates if c.fits][::3][:40]
     assert sample
     for c in sample:
-        s = predict(model, gpu, c.config).summary
-        assert c.step_time_s == pytest.approx(s.step_time_s, rel=1e-9)
-        assert c.tokens_per_s == pytest.approx(s.tokens_per_s, rel=1e-9)
-        assert c.samples_per_s == pytest.approx(s.samples_per_s, rel=1e-9)
-        assert c.mfu == pytest.approx(s.mfu, rel=1e-9)
-        assert c.communication_s == pytest.approx(s.communication_s, rel=1e-9, abs=1e-15)
-        assert c.peak_memory_gb == pytest.approx(s.memory.total / 1e9, rel=1e-12)
-        assert c.fits == s.memory.fits
+        s = predict(model, gpu, c.config, stack=stack, compile=c.compile if stack else None).summary
+        assert _candidate_fields(c) == _summary_fields(s)
+    # a candidate that does not fit is not priced (memory first) and stops its micro-batch climb
+    for c in result.candidates:
+        if not c.fits:
+            assert c.step_time_s == math.inf and c.peak_memory_gb == predict(
+                model, gpu, c.config, stack=stack, compile=c.compile if stack else None).summary.memory.total / 1e9
 
 
-def test_all_checkpointing_modes_and_pipeline_depths_match_predict():
-    ev = FastEvaluator("llama3-8b", "h100")
-    for ac in ("none", "selective", "full"):
-        for pp in (1, 2, 4):
-            cfg = TrainingConfig(2, 4096, "bf16", Parallelism(dp=8 // pp, pp=pp), ac, global_batch=8 * 2 // pp * 4)
-            cfg = cfg.resolved(ev.model)
-            assert ev.evaluate(cfg).step_time_s == pytest.approx(predict("llama3-8b", "h100", cfg).summary.step_time_s,
-                                                                 rel=1e-9)
+def test_all_checkpointing_modes_pipeline_depths_and_the_job_match_predict_exactly():
+    from workbench.graph.execution import Execution
+
+    for execution in (None, Execution(compile=False)):
+        ev = StepEvaluator("llama3-8b", "h100", execution=execution)
+        for ac in ("none", "selective", "full"):
+            for pp in (1, 2, 4):
+                cfg = TrainingConfig(2, 4096, "bf16", Parallelism(dp=8 // pp, pp=pp), ac, global_batch=8 * 2 // pp * 4)
+                cfg = cfg.resolved(ev.model)
+                s = predict("llama3-8b", "h100", cfg, execution=execution).summary
+                assert _candidate_fields(ev.evaluate(cfg, compile=ev.compile_options[0])) == _summary_fields(s)
+
+
+def test_the_evaluator_tries_the_compile_flags_its_stack_follows():
+    assert StepEvaluator("llama3-8b", "h200").compile_options == (True,)  # the fused step is the compiled step
+    assert StepEvaluator("llama3-8b", "h200", "torchtitan").compile_options == (False, True)
+    assert StepEvaluator("llama3-8b", "h200", "pytorch-eager").compile_options == (False,)
+    assert StepEvaluator("llama3-8b", "h200", "ideal").stack == StepEvaluator("llama3-8b", "h200").stack == "ideal"
 
 
 def test_ranked_are_feasible_and_fastest_first():
@@ -201,7 +223,7 @@ def test_search_keeps_the_simpler_of_two_tied_candidates():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# search for a named stack (StackEvaluator): every candidate is predict(..., stack=, compile=) itself
+# search for a named stack: every candidate is predict(..., stack=, compile=)'s numbers
 
 
 def _llama_4l():
@@ -234,13 +256,14 @@ def test_stack_search_prices_each_candidate_with_predict_eager_and_compiled():
 
 
 def test_a_candidate_priced_as_the_bound_never_beats_a_priced_one():
-    # fp8 is outside torchtitan's kernel tables: priced as the fused-step bound, far faster than any priced bf16
-    # step, so it must rank after them and never be recommended while a priced candidate fits
+    # fp8 with the weight gradient in bf16 (rowwise_with_gw_hp) is outside torchtitan's kernel tables (rowwise is in
+    # them): priced as the fused-step bound, faster than any priced step, so it must rank after them and never be
+    # recommended while a priced candidate fits
     result = search(_llama_4l(), "h200", 1, seq_len=8192, global_batch=1, stack="torchtitan",
-                    precisions=("fp8", "bf16"))
+                    precisions=("fp8_gw_hp", "bf16"))
     bound = [c for c in result.ranked if c.priced_as_bound]
     priced = [c for c in result.ranked if not c.priced_as_bound]
-    assert bound and priced and all(c.config.precision == "fp8" for c in bound)
+    assert bound and priced and all(c.config.precision == "fp8_gw_hp" for c in bound)
     assert max(c.tokens_per_s for c in bound) > max(c.tokens_per_s for c in priced)
     assert result.ranked[:len(priced)] == priced
     assert not result.best.priced_as_bound and result.best.config.precision == "bf16"

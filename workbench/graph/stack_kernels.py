@@ -34,6 +34,7 @@ from workbench.graph.execution import ROPE_BWD, ROPE_FWD, Kernel, kernels
 from workbench.graph.ops import AttentionShape, Op, attention, gemm_with_grads
 
 ParamDtype = Literal["fp32", "bf16"]
+Float8Recipe = Literal["none", "rowwise"]
 Policy = str
 """Activation checkpointing: ``none``, ``full``, ``selective-op`` (torchtitan's per-op policy) or ``selective-N``
 (every N-th block fully checkpointed, torchtitan's ``selective_ac_option = "N"``)."""
@@ -60,6 +61,9 @@ class StackFlavor:
     rope: Literal["halves", "complex"] = "halves"
     grad_clip: bool = False
     tied: bool = False
+    float8: Float8Recipe = "none"
+    """torchao ``Float8Linear`` on the blocks' linears (torchtitan's ``[quantize.linear.float8]`` with
+    ``filter_fqns = ["output"]``: the head stays bf16); ``none``: every linear in bf16."""
 
     @property
     def autocast(self) -> bool:
@@ -76,9 +80,10 @@ def pytorch_flavor(param_dtype: ParamDtype = "fp32", compile: bool = False, tied
                        False, tied)
 
 
-def torchtitan_flavor(compile: bool = False) -> StackFlavor:
-    """torchtitan 0.2.2 llama3 on one GPU: autocast, fp32 parameters, untied head, compile = blocks + loss."""
-    return StackFlavor("torchtitan", "fp32", compile, compile, "complex", True, False)
+def torchtitan_flavor(compile: bool = False, float8: Float8Recipe = "none") -> StackFlavor:
+    """torchtitan 0.2.2 llama3 on one GPU: autocast, fp32 parameters, untied head, compile = blocks + loss;
+    ``float8``: torchao's recipe on the blocks' linears."""
+    return StackFlavor("torchtitan", "fp32", compile, compile, "complex", True, False, float8)
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,95 @@ def adamw_table(param_bytes: int) -> tuple[Kernel, ...]:
 GRAD_CLIP: tuple[Kernel, ...] = (("foreach_norm", 4, 0, True), ("foreach_mul", 4, 4, True))
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# torchao 0.16 float8, recipe "rowwise" (torchao/float8/config.py Float8LinearConfig.from_recipe_name: input,
+# weight and grad_output AXISWISE e4m3, round_scales_to_power_of_2). matmul_with_hp_or_float8_args
+# (torchao/float8/float8_linear.py) saves the bf16 input and the fp32 weight (no autocast copy: Float8Linear.forward
+# casts only the input to bf16) and casts each GEMM's operands itself, six casts per linear y = x W^T:
+# forward x along -1 and W^T along 0; backward dy along -1 and W^T along -1 (dgrad), dy along 0 and x along 0
+# (wgrad, in fp8 too). One cast = hp_tensor_to_float8_dynamic (torchao/float8/float8_scaling_utils.py):
+# tensor_to_scale (torchao/float8/float8_utils.py: amax(abs(x), dim, keepdim), .to(float64), finfo.max /
+# clamp(amax, EPS), .to(float32), _round_scale_down_to_power_of_2 = exp2(floor(log2))) then _ToFloat8ConstrFunc
+# (torchao/float8/float8_training_tensor.py: x.to(float32) * scale, to_fp8_saturated = clamp, .to(e4m3)).
+# float8_ops.py preprocess_addmm makes _scaled_mm's A row-major and B column-major with .contiguous(): dgrad's W,
+# wgrad's dy^T and x are transposing copies. The GEMMs are ``_scaled_mm`` (cuBLASLt fp8, rowwise scales) with the
+# operand's original dtype out (bf16); the weight gradient reaches the fp32 parameter through autograd's cast.
+#
+# Eager, per element of the cast tensor; the [rows, 1] scale ops launch only (7 kernels: to float64, clamp,
+# div, to float32, log2, floor, exp2).
+_FP8_SCALE_OPS: tuple[Kernel, ...] = tuple((n, 0, 0, True) for n in ("amax.to_f64", "amax.clamp", "max_div_amax",
+                                                                       "scale.to_f32", "log2", "floor", "exp2"))
+FP8_CAST_EAGER_BF16: tuple[Kernel, ...] = (
+    ("abs", 2, 2, True), ("amax", 2, 0, True), *_FP8_SCALE_OPS, ("x.to_f32", 2, 4, False),
+    ("mul_scale", 4, 4, False), ("clamp", 4, 4, True), ("to_e4m3", 4, 1, True))
+"""A bf16 operand (x, dy): the upcast is TensorIterator's non-vectorized copy, ``* scale`` broadcasts [rows, 1]."""
+FP8_CAST_EAGER_FP32: tuple[Kernel, ...] = (
+    ("abs", 4, 4, True), ("amax", 4, 0, True), *_FP8_SCALE_OPS, ("mul_scale", 4, 4, False), ("clamp", 4, 4, True),
+    ("to_e4m3", 4, 1, True))
+"""The fp32 weight: ``.to(float32)`` is a no-op."""
+FP8_K_MAJOR_COPY: tuple[Kernel, ...] = (("k_major_copy", 1, 1, "transpose"),)
+"""preprocess_addmm's ``.contiguous()`` of a transposed fp8 operand (the job's FP8_TRANSPOSE, sourced there)."""
+# Compiled (inductor), from the kernel names of the fit traces (benchmarks/results/h200/stacks/torchtitan/fp8/
+# f-8b4l-fp8row-full-compile and f-1b-fp8row-selop-compile, benchmarks/stacks/fp8_split.json), per element:
+# - a row cast of an activation is fused into the kernel that makes it (triton_red_fused__fused_rms_norm__scaled_mm_
+#   _to_copy_abs_amax_clamp_exp2_floor_log2_mul_reciprocal_t_view_0; ..._silu_t_view_10 for w2's input): that
+#   kernel's second loop re-reads the row and writes fp8 (2 + 1 B); one per distinct input (q/k/v share theirs,
+#   so do w1/w3: identical casts are one node after CSE);
+# - a row cast of the fp32 weight (triton_red_fused__scaled_mm__to_copy_abs_amax_..._t_view_9): amax loop, cast
+#   loop (4 + 4 B), fp8 out;
+# - dy along -1 fused into dy's producer (rms_norm backward, silu backward: ..._fused_rms_norm_backward__scaled_mm_
+#   _to_copy_abs_add_amax...): 2 + 1 B;
+# - a column cast (dy, x, W along the reduction dim of wgrad / dgrad): a column amax (triton_red_fused_abs_amax_t_*)
+#   then a pointwise cast that writes the transposed fp8 operand (triton_poi_fused__to_copy_clamp_exp2_floor_log2_
+#   mul_reciprocal_t_*). The cast reads its rows coalesced and writes the fp8 columns with a stride: its read is
+#   priced as a streaming kernel and its write on the transposing path (memory_transpose_efficiency, sourced on
+#   eager fp8 copies that stride on both sides), as two ops of one kernel (the write op adds a launch cost that
+#   the kernel does not have: 4 us x 18 per block). Fitted choice: the fit traces' transposing casts reach ~0.55
+#   TB/s (triton_poi_..._t_7, [T, ffn] in 721 us), between the two paths; calibrate me (a Triton transpose
+#   efficiency of its own);
+# - wgrad's bf16 output to the fp32 parameter's gradient: as the bf16 tables' upcast.
+FP8_ROW_CAST_FUSED: tuple[Kernel, ...] = (("fp8_row_cast", 2, 1, True),)
+FP8_WEIGHT_ROW_CAST: tuple[Kernel, ...] = (("fp8_weight_row_cast", 8, 1, True),)
+def fp8_column_cast(hp_bytes: int) -> tuple[Kernel, ...]:
+    return (("fp8_col_amax", hp_bytes, 0, True), ("fp8_col_cast.read", hp_bytes, 0, True),
+            ("fp8_col_cast.write_t", 0, 1, "transpose"))
+
+
+def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm_index: int, count: int,
+                        layer: str, input_cast: bool = True, shared_input: bool = False) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) kernels of torchao's rowwise casts of one linear y[t, o] = x[t, i] W[o, i]^T, ``count``
+    times. Compiled, the activation casts (x along -1 and 0) run once per distinct input: ``input_cast`` False for
+    a linear that shares its input with an earlier one (wk, wv after wq; w3 after w1), ``shared_input`` True for
+    the first of those (wq, w1)."""
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    tag = {"aten": "fp8_cast", "mm_index": mm_index}
+    if not compiled:
+        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", FP8_CAST_EAGER_BF16, t * i, "fwd", count, layer, "fp8_cast",
+                       rows=t), **tag)
+        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", FP8_CAST_EAGER_FP32, i * o, "fwd", count, layer, "fp8_cast",
+                       rows=o), **tag)
+        bwd += _k(f"{name}.dy.fp8", "fp8_quantize", FP8_CAST_EAGER_BF16, t * o, "bwd", count, layer, "fp8_cast", rows=t)
+        for operand, elements, table, rows in (("w_t", i * o, FP8_CAST_EAGER_FP32, i),
+                                               ("dy_t", t * o, FP8_CAST_EAGER_BF16, o),
+                                               ("x_t", t * i, FP8_CAST_EAGER_BF16, i)):
+            bwd += _k(f"{name}.{operand}.fp8", "fp8_quantize", table + FP8_K_MAJOR_COPY, elements, "bwd", count,
+                      layer, "fp8_cast", rows=rows)
+        return fwd, bwd
+    tag["compiled_cast"] = True
+    if input_cast:  # a shared input's cast is rerun when any GEMM it feeds is: wq's feeds wk, w1's feeds w3
+        x_tag = {**tag, "mm_index": mm_index + 1 if shared_input else mm_index}
+        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", FP8_ROW_CAST_FUSED, t * i, "fwd", count, layer, "fp8_cast"),
+                    **x_tag)
+        bwd += _k(f"{name}.x_t.fp8", "fp8_quantize", fp8_column_cast(2), t * i, "bwd", count, layer, "fp8_cast")
+    fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", FP8_WEIGHT_ROW_CAST, i * o, "fwd", count, layer, "fp8_cast"),
+                **tag)
+    bwd += _k(f"{name}.dy.fp8", "fp8_quantize", FP8_ROW_CAST_FUSED, t * o, "bwd", count, layer, "fp8_cast")
+    bwd += _k(f"{name}.w_t.fp8", "fp8_quantize", fp8_column_cast(4), i * o, "bwd", count, layer, "fp8_cast")
+    bwd += _k(f"{name}.dy_t.fp8", "fp8_quantize", fp8_column_cast(2), t * o, "bwd", count, layer, "fp8_cast")
+    return fwd, bwd
+
+
 def _tag(ops: list[Op], **extra) -> list[Op]:
     return [dataclasses.replace(op, extra={**op.extra, **extra}) for op in ops]
 
@@ -231,14 +325,21 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
     fwd: list[Op] = []
     bwd: list[Op] = []
     A, s = flavor.autocast, flavor.stream_bytes
+    f8 = flavor.float8 != "none"
+    gemm_dtype = "fp8" if f8 else "bf16"  # rowwise: all three GEMMs in fp8 (workbench.precision)
 
     def linear(name: str, i: int, o: int, mm_index: int, layer: str) -> None:
-        f, dg, wg = gemm_with_grads(name, t, o, i, "bf16", count=n, layer=layer)
-        if A:  # the weight's cast to bf16 (fwd) and its grad's back to fp32 (bwd)
-            fwd.extend(_k(f"{name}.weight", "copy", CAST_TO_BF16, i * o, "fwd", n, layer, "cast_weight"))
+        f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
+        if A:  # the weight's cast to bf16 (fwd; not under float8: torchao casts the fp32 weight) and its grad's
+            if not f8:  # back to fp32 (bwd)
+                fwd.extend(_k(f"{name}.weight", "copy", CAST_TO_BF16, i * o, "fwd", n, layer, "cast_weight"))
             bwd.extend(_k(f"{name}.weight_grad", "copy", CAST_TO_FP32, i * o, "bwd", n, layer, "cast"))
         fwd.extend(_tag([f], aten="mm", mm_index=mm_index))
         bwd.extend([dg, wg])
+        if f8:
+            cf, cb = float8_linear_casts(name, t, i, o, compiled=False, mm_index=mm_index, count=n, layer=layer)
+            fwd.extend(cf)
+            bwd.extend(cb)
 
     if flavor.compile_blocks:
         tables = compiled_block_tables(s)
@@ -256,7 +357,20 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
                 fwd.extend(_k(f"rope.{x}", "rope", (("complex_mul", 4, 4, False),), t * w, "fwd", n, "attention", "rope"))
                 bwd.extend(_k(f"rope.{x}", "rope", (("complex_mul", 4, 4, False),), t * w, "bwd", n, "attention", "rope"))
         for idx, (name, i, o) in enumerate(d.linears(), 1):
-            f, dg, wg = gemm_with_grads(name, t, o, i, "bf16", count=n, layer="attention" if idx <= 4 else "mlp")
+            layer = "attention" if idx <= 4 else "mlp"
+            f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
+            if f8:
+                cf, cb = float8_linear_casts(name, t, i, o, compiled=True, mm_index=idx, count=n, layer=layer,
+                                             input_cast=name not in ("wk", "wv", "w3"),
+                                             shared_input=name in ("wq", "w1"))
+                # w2's forward feeds only the residual add: the partitioner never recomputes it (the fit trace of
+                # f-8b4l-fp8row-full-compile has 108 _scaled_mm per step, not 4 x 7 x 4 = 112)
+                last = {"last": True} if name == "w2" else {}
+                fwd.extend(_tag([f], aten="mm", mm_index=idx, **last) + _tag(cf, **last))
+                bwd.extend([dg, wg] + cb)
+                if A:  # the wgrad's bf16 output to the fp32 parameter's gradient
+                    bwd.extend(_k(f"{name}.weight_grad", "copy", (("to_fp32", 2, 4, True),), i * o, "bwd", n, layer, "cast"))
+                continue
             fwd.extend(_tag([f], aten="mm", mm_index=idx))
             bwd.extend([dg, wg])
             if A:  # triton_poi_fused__to_copy_t_* (fwd cast, recomputed under AC) and _to_copy_* (wgrad upcast)
@@ -343,8 +457,9 @@ def recompute_ops(fwd: list[Op], policy: Policy, layers: int) -> list[Op]:
             return True
         if policy == "full":
             return False
-        if policy == "selective-op":
-            return a == "sdpa" or (a == "mm" and op.extra["mm_index"] % 2 == 1)
+        if policy == "selective-op":  # (a float8 cast of a saved GEMM's operand: only compiled, by the partitioner)
+            return a == "sdpa" or (a == "mm" and op.extra["mm_index"] % 2 == 1) or (
+                a == "fp8_cast" and op.extra.get("compiled_cast", False) and op.extra["mm_index"] % 2 == 1)
         raise ValueError(f"unknown checkpointing policy {policy!r} (none, full, selective-op, selective-N)")
 
     out = []

@@ -36,8 +36,19 @@ from workbench.stack_memory import host_time_s, launch_counts, stack_memory
 from workbench.stacks import Stack
 
 
-def scope_gap(model: Model, cfg: TrainingConfig) -> str | None:
-    """What of this configuration the stack kernel tables do not cover (None: they cover all of it)."""
+FLOAT8_STACKS: dict[str, str] = {"torchtitan": "rowwise"}
+"""Stacks whose tables price ``fp8`` training, and the torchao recipe they price it as: torchtitan's float8
+(``[quantize.linear.float8] recipe_name = "rowwise"``, ``filter_fqns = ["output"]``) on one GPU."""
+
+
+def float8_recipe(kernels: str, cfg: TrainingConfig) -> str:
+    """The torchao recipe ``kernels``' tables price for ``cfg`` (``none`` for bf16)."""
+    return FLOAT8_STACKS[kernels] if cfg.precision == "fp8" and kernels in FLOAT8_STACKS else "none"
+
+
+def scope_gap(model: Model, cfg: TrainingConfig, kernels: str = "") -> str | None:
+    """What of this configuration the stack kernel tables do not cover (None: they cover all of it);
+    ``kernels``: the stack's tables (``torchtitan`` prices fp8 as torchao's rowwise recipe on one GPU)."""
     if not isinstance(model, TransformerModel):
         return f"{model.kind} models"
     if model.is_moe:
@@ -48,7 +59,11 @@ def scope_gap(model: Model, cfg: TrainingConfig) -> str | None:
     if p.tp > 1 or p.pp > 1:
         return "tensor and pipeline parallelism"
     if is_8bit_training(cfg.precision):
-        return f"{cfg.precision} training (torchao float8 is not in the tables yet)"
+        if cfg.precision == "fp8" and kernels in FLOAT8_STACKS and p.dp == 1:
+            return None
+        where = ("only as torchao rowwise on one GPU: tensorwise, rowwise_with_gw_hp, mxfp8 and FSDP2's float8 "
+                 "are not in the tables" if kernels in FLOAT8_STACKS else "torchao float8 is not in this stack's tables")
+        return f"{cfg.precision} training ({where})"
     if cfg.precision not in ("bf16",):
         return f"{cfg.precision} training"
     return None
@@ -92,7 +107,7 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
     d = Dims.of(model, cfg.micro_batch, cfg.seq_len)
     fsdp = p.dp > 1 and p.sharding == "fsdp"
     if stack.kernels == "torchtitan":
-        flavor = torchtitan_flavor(compiled)
+        flavor = torchtitan_flavor(compiled, float8_recipe(stack.kernels, cfg))
         if fsdp:  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16): bf16 parameters in compute, no autocast
             flavor = dataclasses.replace(flavor, param_dtype="bf16")
     else:

@@ -33,7 +33,7 @@ from workbench.memory import GB, HEADROOM_FRACTION
 from workbench.models import Model, TransformerModel, get_model
 from workbench.recipe.build import make_recipe, revised_model
 from workbench.recipe.schema import Recipe, Revision
-from workbench.recipe.search import STEP_TIME_UNCERTAINTY, Candidate, FastEvaluator, default_global_batch, search
+from workbench.recipe.search import STEP_TIME_UNCERTAINTY, Candidate, StepEvaluator, default_global_batch, search
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -211,7 +211,7 @@ def advise(
     kwargs = dict(precision=precision, precisions=precisions, seq_len=seq_len, global_batch=global_batch)
     notes: list[str] = []
     items: list[AdviceItem] = []
-    target_eval = FastEvaluator(base, target, calibrated=calibrated)
+    target_eval = StepEvaluator(base, target, calibrated=calibrated)
 
     source_result = search(base, source, gpus, calibrated=calibrated, **kwargs)
     source_recipe = port = None
@@ -236,7 +236,7 @@ def advise(
             revised_overrides[item.field] = int(item.new)  # type: ignore[arg-type]
     items += model_items
     final_model = revised_model(name, revised_overrides)
-    final_eval = target_eval if final_model == base else FastEvaluator(final_model, target, calibrated=calibrated)
+    final_eval = target_eval if final_model == base else StepEvaluator(final_model, target, calibrated=calibrated)
     final = search(final_model, target, gpus, evaluator=final_eval, **kwargs).best if final_model != base else first
     revisions = [Revision(i.name, i.field, int(i.old), int(i.new), i.reason, i.predicted_gain)  # type: ignore[arg-type]
                  for i in model_items if i.applied]
@@ -263,7 +263,7 @@ def _gain(model: Model, gpu: GPU, cfg: TrainingConfig, calibrated: bool, referen
         resolved = cfg.resolved(model)
     except SpecError:
         return math.nan, False
-    c = FastEvaluator(model, gpu, calibrated=calibrated).evaluate(resolved)
+    c = StepEvaluator(model, gpu, calibrated=calibrated).evaluate(resolved)
     return c.tokens_per_s / reference, c.fits
 
 
@@ -317,7 +317,7 @@ def _chain_model_gains(items: list[AdviceItem], name: str, overrides: dict, port
     return out
 
 
-def _recipe_steps(port: Recipe, final: TrainingConfig, ev: FastEvaluator, gpu: GPU) -> list[AdviceItem]:
+def _recipe_steps(port: Recipe, final: TrainingConfig, ev: StepEvaluator, gpu: GPU) -> list[AdviceItem]:
     """Walk from the direct port to the co-designed config one setting group at a time, predicting each step."""
     from workbench.recipe.build import training_config
 
@@ -417,7 +417,7 @@ def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibra
     def fewest(gpu: GPU) -> int:
         for dp in (1, 2, 4, 8, 16, 32, 64, 128, 256):
             trial = TrainingConfig(1, cfg.seq_len, cfg.precision, Parallelism(dp=dp, sharding="ddp"))
-            if FastEvaluator(model, gpu, calibrated=calibrated).evaluate(trial.resolved(model)).fits:
+            if StepEvaluator(model, gpu, calibrated=calibrated).evaluate(trial.resolved(model)).fits:
                 return dp
         return 0
 
@@ -426,7 +426,7 @@ def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibra
     batch = cfg.samples_per_step  # both GPU counts train at the co-designed recipe's global batch
     if (need_source and need_target and need_target < need_source
             and batch % need_target == 0 and batch % need_source == 0):
-        ev = FastEvaluator(model, target, calibrated=calibrated)
+        ev = StepEvaluator(model, target, calibrated=calibrated)
         per_gpu = []
         for dp in (need_target, need_source):
             best = search(model, target, dp, precision=cfg.precision, global_batch=batch, evaluator=ev).best

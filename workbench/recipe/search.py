@@ -12,26 +12,21 @@ candidate is feasible when its peak memory fits HBM with the memory model's head
 ``SearchResult.best`` is not simply the fastest: every feasible candidate within ``STEP_TIME_UNCERTAINTY`` of the
 fastest is a tie the model cannot break, and among those the simplest wins (``simplicity_key``).
 
-``stack`` names what will run the recipe (``workbench.stacks``): the ideal fused step (the default, a bound) is
-ranked by ``FastEvaluator``; any other stack by ``StackEvaluator``, which calls ``predict(..., stack=...)`` itself
-for every candidate (so the search never re-implements a stack's arithmetic) and, where the stack follows the
-recipe's compile flag, tries the step eager and compiled. A candidate outside the stack's kernel tables is priced
-as the bound (``Candidate.priced_as_bound``) and is recommended only when no covered candidate fits: an optimistic
-bound must not beat a priced step.
-
-``FastEvaluator`` gives the numbers ``workbench.predict`` gives (tested to 1e-9 relative) at a fraction of the
-cost: the op graph of one micro-batch depends only on (micro-batch, tp, ep, checkpointing, precision), and a
-transformer's blocks are ``ceil(layers / pp)`` copies of one block, so per-micro-batch compute is cached per
-such key (and every op time per op shape) and reused across data-parallel degree, sharding, pipeline degree and
-global batch. Memory, optimizer and collectives are the core model's own functions.
+``stack`` names what will run the recipe (``workbench.stacks``): the ideal fused step (the default, a bound) or
+any named stack, every candidate priced by ``StepEvaluator``, which asks the step-model pipeline ``predict`` runs
+(``workbench.step.StepModel.summary``) -- the search has no step arithmetic of its own -- and, where the stack
+follows the recipe's compile flag, tries the step eager and compiled. A candidate outside the stack's kernel tables
+is priced as the bound (``Candidate.priced_as_bound``) and is recommended only when no covered candidate fits: an
+optimistic bound must not beat a priced step. The pipeline's caches make a candidate cheap: op times are memoized
+per op shape, a transformer's blocks are copies of one block priced once, and the optimizer, data-parallel plan and
+largest micro-batch are cached by what they read.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,34 +37,16 @@ from workbench.config import (
     MAX_SEQ_LEN,
     Parallelism,
     TrainingConfig,
-    activation_dtype,
     default_seq_len,
 )
 from workbench.errors import SpecError, WorkbenchError
 from workbench.graph.execution import Execution
-from workbench.graph.ops import Op
-from workbench.graph.transformer import (
-    block_ops,
-    embedding_ops,
-    head_ops,
-    model_flops_per_sample,
-)
 from workbench.hardware import GPU, get_gpu
-from workbench.memory import GB, memory_breakdown
+from workbench.memory import GB
 from workbench.models import Model, TransformerModel, get_model
-from workbench.perf import op_time
-from workbench.perf.efficiency import constants_for
 from workbench.precision import resolve_precision
-from workbench.predict import (
-    DataParallelPlan,
-    _communication,
-    _microbatch_ops,
-    _optimizer_op,
-    _step_ops,
-    data_parallel_plan,
-    predict,
-)
 from workbench.stacks import Stack, get_stack
+from workbench.step import StepModel
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,7 +87,7 @@ class Candidate:
     fits: bool
     compile: bool = True
     """The recipe's compile flag. The fused step is the compiled step; a stack that follows the flag is priced
-    with it (``StackEvaluator``)."""
+    with it (``StepEvaluator``)."""
     stack: str = IDEAL
     """The stack the candidate was priced for."""
     priced_as_bound: bool = True
@@ -127,187 +104,50 @@ class Candidate:
                 "communication_ms": self.communication_s * 1e3, "fits": self.fits}
 
 
-@dataclass(frozen=True)
-class _MicrobatchCost:
-    """One micro-batch's op time split by bound (count included, accumulation not), and its useful FLOPs."""
+class StepEvaluator:
+    """Candidates for many configurations of one model on one GPU type as one stack runs them: each is
+    ``workbench.step.StepModel.summary``, the pipeline ``predict`` runs (its caches -- op times, one block's ops,
+    optimizer, data-parallel plans -- shared by every candidate), so a candidate's numbers are ``predict``'s exactly.
+    ``stack`` None is the fused-step bound (``ideal``); ``execution`` the reference job's (``predict(execution=)``,
+    the ``workbench-job`` stack)."""
 
-    compute_s: float
-    memory_s: float
-    useful_flops: float
-
-    @property
-    def total_s(self) -> float:
-        return self.compute_s + self.memory_s
-
-
-class FastEvaluator:
-    """``predict()``'s summary numbers for many configurations of one model on one GPU type, with caching."""
-
-    def __init__(self, model: str | Model, gpu: str | GPU, *, calibrated: bool = False,
-                 execution: Execution | None = None):
+    def __init__(self, model: str | Model, gpu: str | GPU, stack: str | Stack | None = None, *,
+                 calibrated: bool = False, execution: Execution | None = None):
+        if stack is None and execution is None:
+            stack = IDEAL  # the search's default is the bound, whatever predict's default stack is
+        self.step = StepModel(model, gpu, stack=stack, calibrated=calibrated, execution=execution)
+        self.model = self.step.model
+        self.gpu = self.step.gpu
         self.execution = execution
-        """As ``predict(execution=...)``: the reference job's extra ops (None: the fused step)."""
-        self.stack = "workbench-job" if execution is not None else IDEAL
-        self.compile_options: tuple[bool, ...] = (execution.compile if execution is not None else True,)
-        """One option: the fused step is the compiled step; the reference job's execution carries its flag."""
-        self.model = get_model(model)
-        self.gpu = get_gpu(gpu)
-        self.constants = constants_for(self.gpu, calibrated)
-        self._op_times: dict[tuple, tuple[float, str]] = {}
-        self._microbatch: dict[tuple, _MicrobatchCost] = {}
-        self._optimizers: dict[Parallelism, tuple[float, float]] = {}
-        self._flops_per_sample: dict[int, float] = {}
-        self._peaks: dict[str, float] = {}
-        self._embedding: dict[tuple, tuple[float, float]] = {}
-        self._plans: dict[tuple, DataParallelPlan] = {}
-
-    def _time(self, op: Op, phase: str | None = None) -> tuple[float, str]:
-        """(time, bound) of one execution, cached by everything ``op_time`` reads; ``phase`` overrides op.phase.
-        Only attention's time depends on the phase (forward and backward rates), so only its key holds it."""
-        phase = phase or op.phase
-        key = (op.kind, phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
-               op.bytes_written, bool(op.extra.get("unvectorized")), bool(op.extra.get("transpose")),
-               op.extra.get("bandwidth_kind"))
-        hit = self._op_times.get(key)
-        if hit is None:
-            timed = op if phase == op.phase else dataclasses.replace(op, phase=phase)
-            t = op_time(timed, self.gpu, self.constants)
-            hit = self._op_times[key] = (t.time_s, t.bound)
-        return hit
-
-    def _sum(self, ops: Iterable[Op], phase: str | None = None, useful: bool = True) -> _MicrobatchCost:
-        """Ops' time split by bound (count included); ``useful`` False leaves their FLOPs out (recomputation)."""
-        compute = memory = flops = 0.0
-        for op in ops:
-            time_s, bound = self._time(op, phase)
-            if bound == "compute":
-                compute += time_s * op.count
-            else:
-                memory += time_s * op.count
-            if useful and not op.name.startswith("recompute."):
-                flops += op.flops * op.count
-        return _MicrobatchCost(compute, memory, flops)
-
-    def microbatch_cost(self, cfg: TrainingConfig) -> _MicrobatchCost:
-        """Op time of one micro-batch on the busiest stage; ``cfg`` resolved."""
-        p, model = cfg.parallelism, self.model
-        if not isinstance(model, TransformerModel):
-            key = (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing)
-            if key not in self._microbatch:
-                self._microbatch[key] = self._sum(_microbatch_ops(model, cfg, self.execution))
-            return self._microbatch[key]
-        key = (cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep)
-        parts = self._microbatch.get(key)
-        if parts is None:
-            parts = self._microbatch[key] = self._transformer_parts(cfg)  # type: ignore[assignment]
-        ends, fwd, bwd, selective, full = parts  # type: ignore[misc]
-        again = {"none": None, "selective": selective, "full": full}[cfg.activation_checkpointing]
-        block_compute = fwd.compute_s + bwd.compute_s + (again.compute_s if again else 0.0)
-        block_memory = fwd.memory_s + bwd.memory_s + (again.memory_s if again else 0.0)
-        layers = math.ceil(model.num_layers / p.pp)
-        return _MicrobatchCost(ends.compute_s + layers * block_compute, ends.memory_s + layers * block_memory,
-                               ends.useful_flops + layers * (fwd.useful_flops + bwd.useful_flops))
-
-    def _transformer_parts(self, cfg: TrainingConfig) -> tuple[_MicrobatchCost, ...]:
-        """Embedding + head, one block's forward and backward (count 1), and its recomputation under selective and
-        full checkpointing. Full recomputes the whole forward in the backward phase (as ``block_ops`` builds it), so
-        one graph serves all three modes."""
-        selective = TrainingConfig(cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.parallelism, "selective")
-        fwd, bwd, recompute = block_ops(self.model, selective, 1, self.execution)
-        ends = self._sum(embedding_ops(self.model, cfg) + head_ops(self.model, cfg, self.execution))
-        full = self._sum(fwd, phase="bwd", useful=False)  # block_ops renames the forward ops into the bwd phase
-        return ends, self._sum(fwd), self._sum(bwd), self._sum(recompute), full
-
-    def _optimizer(self, cfg: TrainingConfig) -> tuple[float, float]:
-        """(time, FLOPs) of the AdamW update over the local parameters (they depend on the parallelism only), plus
-        the reference job's once-per-step ops (FSDP2 copies, the sparse table update) when ``execution`` is set."""
-        key = (cfg.parallelism, cfg.micro_batch, cfg.grad_accumulation) if self.execution else cfg.parallelism
-        hit = self._optimizers.get(key)
-        if hit is None:
-            op = _optimizer_op(self.model, cfg)
-            step_ops = _step_ops(self.model, cfg, self.execution)
-            time_s = op_time(op, self.gpu, self.constants).time_s + sum(
-                op_time(o, self.gpu, self.constants).time_s * o.count for o in step_ops)
-            flops = op.flops + sum(o.flops * o.count for o in step_ops)
-            hit = self._optimizers[key] = (time_s, flops)
-        return hit
-
-    def _embedding_windows(self, cfg: TrainingConfig) -> tuple[float, float]:
-        """(forward, backward) seconds of a transformer's embedding per micro-batch: the compute beside the first
-        block's FSDP collectives (``predict``'s windows, ``workbench.perf.overlap``); (0, 0) for other models."""
-        if not isinstance(self.model, TransformerModel):
-            return 0.0, 0.0
-        key = (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.parallelism.tp)
-        hit = self._embedding.get(key)
-        if hit is None:
-            ops = embedding_ops(self.model, cfg)
-            hit = self._embedding[key] = (self._sum([o for o in ops if o.phase == "fwd"]).total_s,
-                                          self._sum([o for o in ops if o.phase == "bwd"]).total_s)
-        return hit
-
-    def _data_parallel_plan(self, cfg: TrainingConfig) -> DataParallelPlan:
-        """``predict.data_parallel_plan``, cached by what it reads (not the micro-batch)."""
-        key = (cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision))
-        hit = self._plans.get(key)
-        if hit is None:
-            hit = self._plans[key] = data_parallel_plan(self.model, cfg, self.gpu, self.constants)
-        return hit
-
-    def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False, compile: bool = True) -> Candidate:
-        """Predicted step of ``cfg`` (already ``resolved`` for the model; precision native on the GPU); ``compile``
-        is recorded, not priced (the fused step is compiled)."""
-        memory = memory_breakdown(self.model, cfg, self.gpu)
-        if check_memory_first and not memory.fits:
-            return Candidate(cfg, math.inf, 0.0, 0.0, 0.0, memory.total / GB, 0.0, False, self.compile_options[0],
-                             self.stack, self.execution is None)
-        p = cfg.parallelism
-        accum = cfg.grad_accumulation
-        mb = self.microbatch_cost(cfg)
-        optimizer_s, optimizer_flops = self._optimizer(cfg)
-        fwd_s, bwd_s = self._embedding_windows(cfg)
-        comms = _communication(self.model, cfg, self.gpu, self.constants, accum * mb.total_s,
-                               embedding_fwd_s=fwd_s, embedding_bwd_s=bwd_s, plan=self._data_parallel_plan(cfg))
-        comm_s = sum(c.exposed_s for c in comms)
-        bubble_s = (p.pp - 1) * mb.total_s if p.pp > 1 else 0.0
-        step = accum * mb.compute_s + accum * mb.memory_s + optimizer_s + bubble_s + comm_s
-        samples = cfg.samples_per_step
-        if isinstance(self.model, TransformerModel):
-            if cfg.seq_len not in self._flops_per_sample:
-                self._flops_per_sample[cfg.seq_len] = model_flops_per_sample(self.model, cfg.seq_len)
-            model_flops = self._flops_per_sample[cfg.seq_len] * samples
-            tokens = samples * cfg.seq_len
+        named = self.step.stack
+        self.stack = named.name
+        if execution is not None:
+            options: tuple[bool, ...] = (execution.compile,)
+        elif named.kernels == "fused":
+            options = (True,)
+        elif named.compile == "recipe":
+            options = (False, True)
         else:
-            model_flops = (mb.useful_flops * accum + optimizer_flops) * p.gpus  # as predict(): optimizer included
-            tokens = samples * (cfg.seq_len if self.model.kind == "hstu" else 1)
-        peak = self._peaks.get(cfg.precision)
-        if peak is None:
-            peak = self._peaks[cfg.precision] = self.gpu.peak_tflops(
-                resolve_precision(self.gpu, cfg.precision).effective.peak_key) * 1e12
-        return Candidate(cfg, step, tokens / step, samples / step, model_flops / (step * p.gpus * peak),
-                         memory.total / GB, comm_s, memory.fits, self.compile_options[0], self.stack,
-                         self.execution is None)
-
-
-class StackEvaluator:
-    """``predict(..., stack=...)`` for many configurations of one model on one GPU type: the step as a named stack
-    runs it. Each candidate is one ``predict`` call (a few milliseconds): the stack's kernel tables, host time and
-    memory are ``predict``'s own, never copied here."""
-
-    def __init__(self, model: str | Model, gpu: str | GPU, stack: str | Stack, *, calibrated: bool = False):
-        self.model = get_model(model)
-        self.gpu = get_gpu(gpu)
-        self.stack = get_stack(stack).name
-        self.calibrated = calibrated
-        named = get_stack(stack)
-        self.compile_options: tuple[bool, ...] = (False, True) if named.compile == "recipe" else (
-            named.compiled(True),)
-        """Eager and compiled where the stack follows the recipe's flag; else the one way the stack runs."""
+            options = (named.compiled(True),)
+        self.compile_options = options
+        """The compile flags tried: the fused step is the compiled step; the reference job's execution carries its
+        flag; a stack that follows the recipe's flag is tried eager and compiled; else the one way it runs."""
 
     def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False, compile: bool = True) -> Candidate:
-        """The stack's predicted step of ``cfg`` (resolved; precision native on the GPU) with ``compile``."""
-        s = predict(self.model, self.gpu, cfg, stack=self.stack, compile=compile, calibrated=self.calibrated).summary
+        """The predicted step of ``cfg`` (resolved for the model; precision native on the GPU) with ``compile``;
+        ``check_memory_first``: a configuration that does not fit gets its memory only (no step time)."""
+        if check_memory_first:
+            memory = self.step.memory(cfg, compile=compile)
+            if not memory.fits:
+                return Candidate(cfg, math.inf, 0.0, 0.0, 0.0, memory.total / GB, 0.0, False, compile, self.stack,
+                                 self.step.priced_as_bound(cfg, compile=compile))
+        s = self.step.summary(cfg, compile=compile, max_micro_batch=False)
         return Candidate(cfg, s.step_time_s, s.tokens_per_s, s.samples_per_s, s.mfu, s.memory.total / GB,
                          s.communication_s, s.memory.fits, compile, self.stack, s.priced_as_bound)
+
+
+FastEvaluator = StepEvaluator
+"""The evaluator's former name (``workbench.recipe`` exports it)."""
 
 
 def simplicity_key(candidate: Candidate, precisions: Sequence[str] = ()) -> tuple:
@@ -508,7 +348,7 @@ def search(
     checkpointing: Sequence[str] = CHECKPOINTING,
     shardings: Sequence[str] = ("fsdp", "ddp"),
     calibrated: bool = False,
-    evaluator: FastEvaluator | StackEvaluator | None = None,
+    evaluator: StepEvaluator | None = None,
     execution: Execution | None = None,
     stack: str | Stack | None = None,
 ) -> SearchResult:
@@ -516,7 +356,7 @@ def search(
     ``default_global_batch`` (the model's standard: 4M tokens for a transformer, the catalog's ``default_batch``
     for a recommendation model, as a power of two per GPU). Every candidate has exactly that global batch
     (micro-batch x dp x accumulation); layouts whose dp does not divide it are skipped. ``execution`` predicts the
-    reference job (see ``predict``); ``stack`` prices every candidate as that stack runs it (``StackEvaluator``;
+    reference job (see ``predict``); ``stack`` prices every candidate as that stack runs it (``StepEvaluator``;
     None or ``ideal``: the fused step); both are ignored when ``evaluator`` is given."""
     model = get_model(model)
     gpu = get_gpu(gpu)
@@ -525,13 +365,12 @@ def search(
     _check_count("global_batch", global_batch, 0, MAX_GLOBAL_BATCH, "0: the model's standard, default_global_batch")
     if evaluator is not None:
         ev = evaluator
-    elif stack is not None and get_stack(stack).name != IDEAL:
-        if execution is not None:
+    else:
+        if execution is not None and stack is not None and get_stack(stack).name != IDEAL:
             raise SpecError("search", "stack", get_stack(stack).name, "no stack with execution= (the reference job's "
                             "execution is the workbench-job stack: pass stack='workbench-job' alone)")
-        ev = StackEvaluator(model, gpu, stack, calibrated=calibrated)
-    else:
-        ev = FastEvaluator(model, gpu, calibrated=calibrated, execution=execution)
+        named = None if stack is None or get_stack(stack).name == IDEAL else stack
+        ev = StepEvaluator(model, gpu, named, calibrated=calibrated, execution=execution)
     seq = seq_len or default_seq_len(model)
     global_batch = global_batch or default_global_batch(model, gpus, seq)
     searched = tuple(precisions or (precision,))
@@ -567,7 +406,7 @@ def _divisors_cached(n: int) -> tuple[int, ...]:
     return tuple(_divisors(n))
 
 
-def _climb(ev: FastEvaluator | StackEvaluator, result: SearchResult, micro_batches: Sequence[int], p: Parallelism,
+def _climb(ev: StepEvaluator, result: SearchResult, micro_batches: Sequence[int], p: Parallelism,
            precision: str, seq: int, ac: str, global_batch: int, compile: bool = True) -> None:
     """The micro-batches that divide the per-rank batch, smallest first, until memory no longer fits (memory grows
     with the micro-batch); accumulation makes up the rest of ``global_batch``."""

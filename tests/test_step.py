@@ -1,0 +1,94 @@
+"""The step-model pipeline (workbench.step): its op graph is the family's, its memoized timer is op_time, and its
+fast summary is exactly the prediction's, on every path (stacks, cp, virtual stages, zero1, LoRA, the job)."""
+
+import dataclasses
+import itertools
+
+import pytest
+
+from workbench.config import Parallelism, TrainingConfig
+from workbench.graph.execution import Execution
+from workbench.graph.ops import FlatShape, memory_op
+from workbench.graph.transformer import transformer_microbatch_ops
+from workbench.hardware import get_gpu
+from workbench.models import get_model
+from workbench.perf import op_time
+from workbench.perf.efficiency import constants_for
+from workbench.predict import predict
+from workbench.step import StepModel, microbatch_ops
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b", "gpt2-small"])
+def test_one_block_times_the_stage_is_the_family_graph(model):
+    m = get_model(model)
+    for ac, pp, execution, lora in itertools.product(("none", "selective", "full"), (1, 3), (None, Execution()),
+                                                     (0, 8)):
+        cfg = TrainingConfig(2, 1024, "bf16", Parallelism(dp=2, tp=2, pp=pp, sharding="ddp"), ac,
+                             lora_rank=lora).resolved(m)
+        ours, theirs = microbatch_ops(m, cfg, execution), transformer_microbatch_ops(m, cfg, execution)
+        assert ours == theirs
+        assert [o.extra for o in ours] == [o.extra for o in theirs]  # extra is not compared by Op equality
+
+
+def test_the_prediction_lists_the_family_graph_op_by_op():
+    m = get_model("llama3-8b")
+    cfg = TrainingConfig(1, 4096, "bf16", Parallelism(dp=4, pp=4), "selective", 32).resolved(m)
+    p = predict(m, "h100", cfg)
+    micro = transformer_microbatch_ops(m, cfg)
+    assert [o.op for o in p.ops[:len(micro)]] == micro
+    assert [o.executions for o in p.ops[:len(micro)]] == [op.count * cfg.grad_accumulation for op in micro]
+
+
+def test_the_memoized_timer_tells_apart_what_op_time_reads():
+    gpu = get_gpu("h200")
+    step = StepModel("llama3-8b", gpu)
+    base = memory_op("copy", "copy", FlatShape(1 << 24), "bf16", reads=1, writes=1)
+    variants = [base, dataclasses.replace(base, extra={"transpose": True}),
+                dataclasses.replace(base, extra={"unvectorized": True}),
+                dataclasses.replace(base, extra={"gather": "torch"}),
+                dataclasses.replace(base, extra={"bandwidth_kind": "rmsnorm"}),
+                dataclasses.replace(base, dtype="fp32", bytes_read=base.bytes_read * 2)]
+    times = [step.op_time(op) for op in variants]  # each first, then again from the memo
+    assert [step.op_time(op) for op in variants] == times
+    assert times == [op_time(op, gpu, constants_for(gpu, False)) for op in variants]
+    assert len({t.time_s for t in times}) == len(times)
+
+
+CONFIGS = [
+    TrainingConfig(2, 4096, "bf16", Parallelism(dp=8), "none", 64),
+    TrainingConfig(1, 8192, "bf16", Parallelism(dp=2, tp=4, cp=2), "full", 8),
+    TrainingConfig(1, 4096, "fp8", Parallelism(dp=4, pp=4, virtual_stages=2, sharding="zero1"), "selective", 32),
+    TrainingConfig(4, 2048, "bf16", Parallelism(dp=8, sharding="ddp"), "none", 64, lora_rank=16),
+    TrainingConfig(1, 8192, "bf16", Parallelism(dp=1), "selective", 4),
+]
+
+
+@pytest.mark.parametrize("stack, execution", [(None, None), ("torchtitan", None), ("pytorch-eager", None),
+                                               ("workbench-job", None), (None, Execution(compile=True))])
+def test_summary_is_exactly_the_prediction(stack, execution):
+    step = StepModel("llama3.2-1b", "h200", stack=stack, execution=execution)
+    for cfg in CONFIGS + CONFIGS[::-1]:  # a second pass runs from the caches
+        cfg = cfg.resolved(step.model)
+        for compile in (False, True):
+            full = predict("llama3.2-1b", "h200", cfg, stack=stack, execution=execution, compile=compile)
+            assert step.summary(cfg, compile=compile) == full.summary
+            assert step.prediction(cfg, compile=compile).summary == full.summary
+            fast = step.summary(cfg, compile=compile, max_micro_batch=False)
+            assert fast == dataclasses.replace(full.summary, max_micro_batch=-1)
+
+
+def test_the_bubble_shrinks_with_virtual_stages_on_every_path():
+    step = StepModel("llama3-8b", "h100")
+    one, two = (TrainingConfig(1, 4096, "bf16", Parallelism(dp=2, pp=4, virtual_stages=v), "none", 16)
+                for v in (1, 2))
+    assert step.summary(two).bubble_s == pytest.approx(step.summary(one).bubble_s / 2, rel=1e-12)
+    assert step.summary(two).bubble_s == predict("llama3-8b", "h100", two).summary.bubble_s
+
+
+def test_context_parallelism_hides_its_ring_behind_attention_in_the_summary():
+    cfg = TrainingConfig(1, 32768, "bf16", Parallelism(dp=2, cp=4), "none", 8)
+    s = StepModel("llama3-8b", "h200").summary(cfg)
+    comms = predict("llama3-8b", "h200", cfg).comms
+    ring = next(c for c in comms if c.name == "cp.ring_send_recv_kv")
+    assert ring.exposed_s < ring.time_s  # attention compute hides part of it
+    assert s.communication_s == sum(c.exposed_s for c in comms)

@@ -1,0 +1,483 @@
+"""One step-model pipeline: the op graph of a training step for the model family and the stack that runs it, every
+op priced by one memoized timer, the collectives and their overlap added, and the step summarized.
+
+    >>> from workbench.step import StepModel
+    >>> step = StepModel("llama3-8b", "h200")
+    >>> step.prediction(TrainingConfig(1, 8192)).summary.tokens_per_s   # per-op detail: what predict returns
+    >>> step.summary(cfg)                                                # the same numbers, fast: what search asks
+
+``workbench.predict`` is one ``prediction`` call; recipe search (``workbench.recipe.search``) calls ``summary`` for
+every candidate of one model on one GPU type. Both run the same arithmetic (``_fold`` and ``_summarize``), so a
+candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is caching, never a second formula:
+
+- op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``_timer_key``);
+- a transformer's blocks are copies of one block: one block's ops are built and priced once per (micro-batch,
+  sequence, precision, tp, ep, cp, checkpointing, LoRA) and multiplied by the busiest stage's
+  ``ceil(layers / pp)`` (its op counts), reused across dp, sharding, pp and global batch;
+- the optimizer, the data-parallel plan and the largest fitting micro-batch are cached by what they read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from workbench.config import TrainingConfig, activation_dtype
+from workbench.graph import stacked
+from workbench.graph.execution import Execution
+from workbench.graph.ops import FlatShape, Op, memory_op
+from workbench.graph.recsys import dlrm_job_embedding_ops, dlrm_microbatch_ops, hstu_microbatch_ops
+from workbench.graph.transformer import (
+    block_ops,
+    embedding_ops,
+    head_ops,
+    model_flops_per_sample,
+    transformer_step_ops,
+)
+from workbench.hardware import GPU, get_gpu
+from workbench.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from workbench.models import DLRMModel, Model, TransformerModel, get_model
+from workbench.perf import OpTime, op_time
+from workbench.perf.efficiency import Constants, constants_for
+from workbench.precision import resolve_precision
+from workbench.stacks import Stack, get_stack
+from workbench.step_comm import CommPrediction, DataParallelPlan, communication, data_parallel_plan
+from workbench.step_result import OpPrediction, Prediction, StepSummary, check_plausible, implausible_notes
+
+TABLE_KERNELS = ("pytorch", "torchtitan")
+"""Stacks priced from their own kernel tables (``workbench.graph.stacked``)."""
+
+
+# ----------------------------------------------------------------------------------------------- the op graphs
+def microbatch_ops(model: Model, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
+    """Every op of one micro-batch on the busiest pipeline stage (fused step, or the reference job's)."""
+    if isinstance(model, TransformerModel):
+        return [op if op.count == n else dataclasses.replace(op, count=n)
+                for op, n in _transformer_microbatch(model, cfg, execution)]
+    if isinstance(model, DLRMModel):
+        return dlrm_microbatch_ops(model, cfg, execution)
+    return hstu_microbatch_ops(model, cfg)
+
+
+def _transformer_microbatch(model: TransformerModel, cfg: TrainingConfig,
+                            execution: Execution | None) -> list[tuple[Op, int]]:
+    """(op, its count on the busiest stage) in ``transformer_microbatch_ops``'s order: one block's ops, their
+    counts x the stage's ``ceil(layers / pp)`` (``_stage``)."""
+    return _stage(_block_pieces(model, cfg, execution), math.ceil(model.num_layers / cfg.parallelism.pp))
+
+
+def _block_pieces(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple[list, ...]:
+    """(embedding, one block's forward, head, one block's backward, its recomputation): the ops of a micro-batch
+    before the blocks are multiplied (independent of pp)."""
+    fwd, bwd, recompute = block_ops(model, cfg, 1, execution)
+    return embedding_ops(model, cfg), fwd, head_ops(model, cfg, execution), bwd, recompute
+
+
+def _stage(pieces: tuple[list, ...], layers: int) -> list:
+    """``_block_pieces``' items in micro-batch order, a block item's count x ``layers``. An item is an op, or a
+    tuple whose first two fields are (op, count)."""
+    ends, fwd, head, bwd, recompute = pieces
+
+    def each(items, times):
+        return [(item, item.count * times) if isinstance(item, Op) else (item[0], item[1] * times, *item[2:])
+                for item in items]
+
+    return each(ends, 1) + each(fwd, layers) + each(head, 1) + each(bwd, layers) + each(recompute, layers)
+
+
+def step_ops(model: Model, cfg: TrainingConfig, execution: Execution | None) -> list[Op]:
+    """Ops that run once per step (the reference job's FSDP2 copies, its sparse table update)."""
+    if execution is None:
+        return []
+    if isinstance(model, TransformerModel):
+        return transformer_step_ops(model, cfg, execution)
+    if isinstance(model, DLRMModel):
+        return dlrm_job_embedding_ops(model, cfg)[1]
+    return []
+
+
+def optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
+    """AdamW over the local dense parameters: read p, g, m, v (fp32), write p, m, v and the bf16 copy."""
+    p = cfg.parallelism
+    if isinstance(model, TransformerModel) and cfg.lora:  # only the adapters train (zero1: this rank's shard)
+        params = (math.ceil(model.num_layers / p.pp) * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets)
+                  / p.tp / (p.weight_replicas if p.sharding == "zero1" else 1))
+    elif isinstance(model, TransformerModel):
+        params = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=p.shards_optimizer)
+    else:
+        params = model.dense_params  # tables update inside their backward kernel
+    return memory_op("optimizer.adamw", "optimizer", FlatShape(max(1, int(params))), "fp32", reads=4, writes=3.5,
+                     phase="optimizer", layer="optimizer")
+
+
+# ------------------------------------------------------------------------------------------- priced op lists
+@dataclass(frozen=True)
+class PricedOps:
+    """Ops priced once, with what the step sums of them: (seconds per execution, count) pairs filtered as the
+    summary sums them. ``counts`` are the ops' counts on the busiest stage (a block op's count x its layers)."""
+
+    ops: tuple[Op, ...]
+    counts: tuple[int, ...]
+    times: tuple[OpTime, ...]
+    bounds: tuple[str, ...]
+    """The bound reported per op (the fused step's optimizer: memory)."""
+    compute: tuple[tuple[float, int], ...]
+    """Compute-bound ops outside the optimizer phase."""
+    memory: tuple[tuple[float, int], ...]
+    optimizer: tuple[tuple[float, int], ...]
+    embedding_fwd: tuple[tuple[float, int], ...]
+    embedding_bwd: tuple[tuple[float, int], ...]
+    attention: tuple[tuple[float, int], ...]
+    useful: tuple[tuple[float, int], ...]
+    """(FLOPs, count) of every op but recomputation."""
+    pairs: tuple[tuple[float, int], ...]
+    """Every op."""
+
+    @staticmethod
+    def of(entries: Sequence[tuple[Op, int, OpTime, str]]) -> PricedOps:
+        """From (op, count, time, reported bound) entries: one pass sorting each into the sums it enters."""
+        compute, memory, optimizer, emb_fwd, emb_bwd, attention, useful, pairs = [], [], [], [], [], [], [], []
+        for op, n, t, bound in entries:
+            pair = (t.time_s, n)
+            pairs.append(pair)
+            if op.phase == "optimizer":
+                optimizer.append(pair)
+            else:
+                (compute if bound == "compute" else memory).append(pair)
+            if op.layer == "embedding" and op.phase in ("fwd", "bwd"):
+                (emb_fwd if op.phase == "fwd" else emb_bwd).append(pair)
+            if op.kind == "attention":
+                attention.append(pair)
+            if not op.name.startswith("recompute."):
+                useful.append((op.flops, n))
+        return PricedOps(tuple(e[0] for e in entries), tuple(e[1] for e in entries), tuple(e[2] for e in entries),
+                         tuple(e[3] for e in entries), tuple(compute), tuple(memory), tuple(optimizer),
+                         tuple(emb_fwd), tuple(emb_bwd), tuple(attention), tuple(useful), tuple(pairs))
+
+    def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:
+        """One ``OpPrediction`` per op, its count x ``copies`` (a block's layers on the stage); executions = that
+        count x ``executions_per_count`` (the micro-batches)."""
+        return [OpPrediction(op if op.count == n * copies else dataclasses.replace(op, count=n * copies), t.time_s,
+                             t.roofline_s, bound, n * copies * executions_per_count)
+                for op, n, t, bound in zip(self.ops, self.counts, self.times, self.bounds)]
+
+
+Stage = tuple[tuple[PricedOps, int], ...]
+"""Priced op lists in step order, each with how many copies of it run (a block's ops: the stage's layers)."""
+
+
+@dataclass(frozen=True)
+class _Sums:
+    compute_bound_s: float
+    memory_bound_s: float
+    optimizer_s: float
+    microbatch_s: float
+    embedding_fwd_s: float
+    embedding_bwd_s: float
+    attention_s: float
+    useful_flops: float
+
+
+def _fold(micro: Stage, accum: int, once: Stage) -> _Sums:
+    """The step's sums over the micro-batch ops (executed count x ``accum``) and the once-per-step ops, in op order:
+    the left-to-right sums the summary has always made (a term is seconds x executions, the executions an exact
+    integer however it is grouped), so every path gives the same bits."""
+    def total(field: str, per_micro: int) -> float:
+        s = 0
+        for part, copies in micro:
+            k = copies * per_micro
+            for t, n in getattr(part, field):
+                s += t * (n * k)
+        for part, copies in once:
+            for t, n in getattr(part, field):
+                s += t * (n * copies)
+        return s
+
+    def microbatch_s() -> float:
+        s = 0
+        for part, copies in micro:
+            for t, n in part.pairs:
+                s += t * (n * copies)
+        return s
+
+    return _Sums(total("compute", accum), total("memory", accum), total("optimizer", accum), microbatch_s(),
+                 total("embedding_fwd", 1), total("embedding_bwd", 1), total("attention", 1), total("useful", accum))
+
+
+# ---------------------------------------------------------------------------------------------- the pipeline
+class StepModel:
+    """The step model of one model on one GPU type as one stack runs it, with its caches (op times, op graphs,
+    optimizer, data-parallel plans, largest micro-batch). ``prediction`` gives per-op detail (``predict``),
+    ``summary`` the same summary numbers without it (recipe search). ``constants``: the efficiency constants
+    (None: the GPU's spec constants, or its calibration profile when ``calibrated``); ``execution``: the reference
+    job's execution (``predict(execution=...)``; implies the ``workbench-job`` stack)."""
+
+    def __init__(self, model: str | Model, gpu: str | GPU, *, stack: str | Stack | None = None,
+                 calibrated: bool = False, constants: Constants | None = None, execution: Execution | None = None):
+        if execution is not None and stack is None:
+            stack = "workbench-job"
+        self.stack = get_stack(stack)
+        self.model = get_model(model)
+        self.gpu = get_gpu(gpu)
+        self.calibrated = calibrated
+        self.execution = execution
+        self._given_constants = constants
+        self._op_times: dict[tuple, OpTime] = {}
+        self._graphs: dict[tuple, object] = {}
+        self._fits: dict[tuple, tuple[object, tuple[str, ...]]] = {}
+        self._peaks: dict[str, float] = {}
+        self._last_memory: tuple = (None, None)
+
+    @functools.cached_property
+    def constants(self) -> Constants:
+        """The efficiency constants every op is priced with (read on first use: a missing profile raises then)."""
+        return self._given_constants or constants_for(self.gpu, self.calibrated)
+
+    # -- the memoized timer
+    def op_time(self, op: Op) -> OpTime:
+        """``workbench.perf.op_time`` of ``op``, memoized by everything it reads of an op (``_timer_key``)."""
+        key = _timer_key(op)
+        hit = self._op_times.get(key)
+        if hit is None:
+            hit = self._op_times[key] = op_time(op, self.gpu, self.constants)
+        return hit
+
+    def _entries(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None) -> list:
+        """(op, count, its time under the stack profile ``fit``, its bound) of each (op, count)."""
+        entries = []
+        scaled = fit.applied
+        for op, n in ops:
+            t = fit.op_time(op, self.op_time(op)) if scaled else self.op_time(op)
+            entries.append((op, n, t, bound or t.bound))
+        return entries
+
+    def _price(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None) -> PricedOps:
+        return PricedOps.of(self._entries(ops, fit, bound))
+
+    def _cached(self, key: tuple, build):
+        hit = self._graphs.get(key)
+        if hit is None:
+            if len(self._graphs) > 50_000:  # a long-lived model: start over rather than grow without bound
+                self._graphs.clear()
+            hit = self._graphs[key] = build()
+        return hit
+
+    # -- the step's parts
+    def _mode(self, compile: bool | None, param_dtype: str | None) -> tuple[bool, str, Execution | None]:
+        """(compiled, parameter dtype, execution) of one step as this stack runs it."""
+        dtype = self.stack.param_dtype(param_dtype)
+        if compile is None:  # the reference job's execution carries its recipe's flag; else torch's default, off
+            compile = self.execution.compile if self.execution is not None else False
+        compiled = self.stack.compiled(compile)
+        execution = self.execution
+        if self.stack.kernels == "reference-job" and execution is None:
+            execution = Execution(compile=compiled)
+        return compiled, dtype, execution
+
+    def _tables(self, cfg: TrainingConfig, compiled: bool, dtype: str) -> tuple[stacked.StackStep | None, str | None]:
+        """The stack's own kernel tables for ``cfg`` and, where they do not cover it, what they lack."""
+        if self.stack.kernels not in TABLE_KERNELS:
+            return None, None
+        return self._cached(("tables", cfg, compiled, dtype), lambda: self._build_tables(cfg, compiled, dtype))
+
+    def _build_tables(self, cfg: TrainingConfig, compiled: bool, dtype: str):
+        gap = cfg.beyond_stack_tables() or stacked.scope_gap(self.model, cfg, self.stack.kernels)
+        if gap is not None:
+            return None, gap
+        return stacked.stack_step(self.model, cfg, self.stack, compiled=compiled, param_dtype=dtype), None
+
+    def _fit(self, compiled: bool, tables: stacked.StackStep | None):
+        """The stack profile fitted on a trace of the user's job (``workbench calibrate --trace``), and the notes
+        saying so; ``stacked.trace_fit`` decides, once per mode."""
+        key = (compiled, tables is None)
+        hit = self._fits.get(key)
+        if hit is None:
+            notes: list[str] = []
+            fit = stacked.trace_fit(self.stack, self.gpu, compiled, notes,
+                                    calibrated=self.calibrated and self._given_constants is None, tables=tables)
+            hit = self._fits[key] = (fit, tuple(notes))
+        return hit
+
+    def _parts(self, cfg: TrainingConfig, fit, tables, execution) -> tuple[Stage, Stage]:
+        """(the micro-batch's ops, the once-per-step ops and optimizer) priced, in step order."""
+        f = id(fit)
+        if tables is not None:
+            return (((self._price([(op, op.count) for op in tables.microbatch_ops], fit), 1),),
+                    ((self._price([(op, op.count) for op in tables.step_ops], fit), 1),))
+        model, p = self.model, cfg.parallelism
+        if isinstance(model, TransformerModel):  # one block priced once, its copies the stage's layers
+            ends, fwd, head, bwd, recompute = self._block(cfg, execution, fit)
+            layers = math.ceil(model.num_layers / p.pp)
+            micro: Stage = ((ends, 1), (fwd, layers), (head, 1), (bwd, layers), (recompute, layers))
+        else:
+            key = (cfg if execution is not None else
+                   (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing))
+            micro = ((self._cached(("micro", key, execution, f), lambda: self._price(
+                [(op, op.count) for op in microbatch_ops(model, cfg, execution)], fit)), 1),)
+        optimizer = self._cached(("optimizer", p, cfg.lora_rank, cfg.lora_targets, f),
+                                 lambda: self._price([(optimizer_op(model, cfg), 1)], fit, bound="memory"))
+        if execution is None:
+            return micro, ((optimizer, 1),)
+        once = self._cached(("step", cfg, execution, f), lambda: self._price(
+            [(op, op.count) for op in step_ops(model, cfg, execution)], fit))
+        return micro, ((once, 1), (optimizer, 1))
+
+    def _block(self, cfg: TrainingConfig, execution, fit) -> tuple[PricedOps, ...]:
+        """``_block_pieces`` priced (one block, independent of pp). Checkpointing changes only the recomputation
+        (``graph.transformer.block_ops``), so the other pieces are priced once for all three modes."""
+        p = cfg.parallelism
+        block = (cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep, p.cp, cfg.lora_rank, cfg.lora_targets,
+                 execution, id(fit))
+        mode = cfg.activation_checkpointing
+        hit = self._graphs.get(("block", mode) + block)
+        if hit is None:
+            pieces = _block_pieces(self.model, cfg, execution)
+            shared = self._cached(("block pieces",) + block, lambda: tuple(
+                self._price([(op, op.count) for op in piece], fit) for piece in pieces[:4]))
+            hit = self._cached(("block", mode) + block, lambda: shared + (
+                self._price([(op, op.count) for op in pieces[4]], fit),))
+        return hit
+
+    def _plan(self, cfg: TrainingConfig) -> DataParallelPlan:
+        """``step_comm.data_parallel_plan``, cached by what it reads (not the micro-batch)."""
+        key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
+               cfg.lora_targets)
+        return self._cached(key, lambda: data_parallel_plan(self.model, cfg, self.gpu, self.constants))
+
+    def _max_micro_batch(self, cfg: TrainingConfig) -> int:
+        key = ("max_micro_batch", cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
+               cfg.lora_rank, cfg.lora_targets)
+        return self._cached(key, lambda: max_micro_batch(self.model, cfg, self.gpu))
+
+    def _peak(self, precision: str) -> float:
+        peak = self._peaks.get(precision)
+        if peak is None:
+            peak = self._peaks[precision] = self.gpu.peak_tflops(
+                resolve_precision(self.gpu, precision).effective.peak_key) * 1e12
+        return peak
+
+    def memory(self, cfg: TrainingConfig, *, compile: bool | None = None,
+               param_dtype: str | None = None) -> MemoryBreakdown:
+        """Peak memory per GPU of ``cfg`` (resolved): the stack's own terms on one GPU where its tables cover the
+        configuration, else the sharded model of ``workbench.memory``."""
+        compiled, dtype, _ = self._mode(compile, param_dtype)
+        return self._memory(cfg, self._tables(cfg, compiled, dtype)[0])
+
+    def _memory(self, cfg: TrainingConfig, tables) -> MemoryBreakdown:
+        key = (cfg, id(tables))  # the last one asked: search checks memory first, then prices the same cfg
+        if self._last_memory[0] == key:
+            return self._last_memory[1]
+        if tables is not None and cfg.parallelism.gpus == 1:
+            memory = tables.memory(self.stack, self.gpu.hbm_capacity_gb.value * 1e9)
+        else:
+            memory = memory_breakdown(self.model, cfg, self.gpu)
+        self._last_memory = (key, memory)
+        return memory
+
+    def priced_as_bound(self, cfg: TrainingConfig, *, compile: bool | None = None,
+                        param_dtype: str | None = None) -> bool:
+        """Whether ``cfg``'s step is the fused-step bound (``StepSummary.priced_as_bound``)."""
+        compiled, dtype, _ = self._mode(compile, param_dtype)
+        return self._bound(self._tables(cfg, compiled, dtype)[0])
+
+    def _bound(self, tables) -> bool:
+        return self.stack.kernels == "fused" or (self.stack.kernels in TABLE_KERNELS and tables is None)
+
+    # -- the step
+    def summary(self, cfg: TrainingConfig, *, compile: bool | None = None, param_dtype: str | None = None,
+                max_micro_batch: bool = True) -> StepSummary:
+        """The step's summary for ``cfg`` (resolved for the model, its precision one this GPU runs natively):
+        exactly ``prediction``'s, without the per-op detail and notes. ``max_micro_batch`` False leaves out the
+        largest fitting micro-batch (a binary search over the memory model; ``StepSummary.max_micro_batch`` is then
+        -1): the search climbs the micro-batches itself."""
+        compiled, dtype, execution = self._mode(compile, param_dtype)
+        tables, _ = self._tables(cfg, compiled, dtype)
+        fit, _ = self._fit(compiled, tables)
+        return self._step(cfg, fit, tables, execution, self._peak(cfg.precision), max_micro_batch)[0]
+
+    def prediction(self, config: TrainingConfig, *, compile: bool | None = None, param_dtype: str | None = None,
+                   allow_fallback: bool = False) -> Prediction:
+        """Predict one step of ``config`` (``predict``'s arguments; ``config`` need not be resolved)."""
+        resolved = resolve_precision(self.gpu, config.precision, allow_fallback=allow_fallback)
+        notes = [resolved.note] if resolved.note else []
+        cfg = dataclasses.replace(config, precision=resolved.effective.name).resolved(self.model)
+        c = self.constants
+        if self.gpu.is_uncertain:
+            notes.append(f"{self.gpu.display_name} is announced, not shipping: several of its figures are estimates")
+        if getattr(self.model, "approximation", None):  # a Hugging Face config read as a family it is not
+            notes.append(self.model.approximation)
+        compiled, dtype, execution = self._mode(compile, param_dtype)
+        tables, gap = self._tables(cfg, compiled, dtype)
+        if gap is not None:
+            notes.append(f"{self.stack.display_name}: {gap} are outside this stack's kernel tables; priced as the "
+                         "ideal fused step (a bound)")
+        fit, fit_notes = self._fit(compiled, tables)
+        notes += fit_notes
+        summary, (micro, once), comms = self._step(
+            cfg, fit, tables, execution, self.gpu.peak_tflops(resolved.effective.peak_key) * 1e12)
+        ops = [o for part, copies in micro for o in part.predictions(copies, cfg.grad_accumulation)]
+        ops += [o for part, copies in once for o in part.predictions(copies, 1)]
+        p = cfg.parallelism
+        if tables is not None and p.gpus > 1:
+            notes.append(f"{self.stack.display_name}: memory on {p.gpus} GPUs is the sharded model of the reference "
+                         "job (workbench.memory); the stack's own memory terms cover one GPU")
+        memory = summary.memory
+        if not memory.fits:
+            notes.append(f"does not fit: needs {memory.total / 1e9:.1f} GB of {memory.usable / 1e9:.1f} GB usable "
+                         "HBM per GPU")
+        notes += implausible_notes(summary)
+        return Prediction(self.model, self.gpu, cfg, resolved, ops, comms, summary,
+                          calibrated=c.calibrated or fit.applied, notes=notes)
+
+    def _step(self, cfg: TrainingConfig, fit, tables, execution, peak: float, with_max_micro_batch: bool = True):
+        """(summary, priced parts, collectives) of ``cfg``: the one place the step's arithmetic lives."""
+        model, gpu, p = self.model, self.gpu, cfg.parallelism
+        accum = cfg.grad_accumulation
+        micro, once = parts = self._parts(cfg, fit, tables, execution)
+        s = _fold(micro, accum, once)
+        comms: list[CommPrediction] = communication(
+            model, cfg, gpu, self.constants, accum * s.microbatch_s, embedding_fwd_s=s.embedding_fwd_s,
+            embedding_bwd_s=s.embedding_bwd_s, plan=self._plan(cfg), attention_s=s.attention_s)
+        # 1F1B's bubble, 1/virtual_stages of it interleaved (Narayanan et al. 2021, Sec. 2.2: (p - 1) / (v m))
+        bubble_s = (p.pp - 1) * s.microbatch_s / p.virtual_stages if p.pp > 1 else 0.0
+        comm_s = sum(cm.exposed_s for cm in comms)
+        step = s.compute_bound_s + s.memory_bound_s + s.optimizer_s + bubble_s + comm_s
+        host_s = fit.host_s(tables.host_s(self.stack, accum)) if tables else 0.0
+        step = max(step + fit.idle_gap_s, host_s)  # the CPU enqueues ahead of the GPU; the step ends at the later
+        samples = cfg.samples_per_step
+        if isinstance(model, TransformerModel):
+            flops = self._cached(("flops", cfg.seq_len, cfg.lora),
+                                 lambda: model_flops_per_sample(model, cfg.seq_len, lora=cfg.lora))
+            model_flops = flops * samples
+            tokens = samples * cfg.seq_len
+        else:
+            model_flops = s.useful_flops * p.gpus
+            tokens = samples * (cfg.seq_len if model.kind == "hstu" else 1)
+        memory = self._memory(cfg, tables)
+        summary = StepSummary(
+            step_time_s=step, compute_bound_s=s.compute_bound_s, memory_bound_s=s.memory_bound_s,
+            communication_s=comm_s, communication_total_s=sum(cm.time_s for cm in comms),
+            optimizer_s=s.optimizer_s, bubble_s=bubble_s, samples_per_s=samples / step, tokens_per_s=tokens / step,
+            mfu=model_flops / (step * p.gpus * peak), model_flops_per_step=model_flops, memory=memory,
+            max_micro_batch=self._max_micro_batch(cfg) if with_max_micro_batch else -1, gpus=p.gpus, host_s=host_s, stack=self.stack.name,
+            priced_as_bound=self._bound(tables))
+        check_plausible(summary, model, gpu)
+        return summary, parts, comms
+
+
+def _timer_key(op: Op) -> tuple:
+    """Everything ``workbench.perf.op_time`` reads of an op (``perf.gemm``: shape, dtype; ``perf.attention``: shape,
+    dtype, FLOPs, bytes and, alone, the phase; ``perf.memory_bound``: kind, dtype, bytes and the ``extra`` flags;
+    ``perf.roofline``: kind, dtype, FLOPs, bytes). A field the timer starts to read must join this key."""
+    extra = op.extra
+    return (op.kind, op.phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
+            op.bytes_written, extra.get("host_idle"), extra.get("bandwidth_kind"), bool(extra.get("unvectorized")),
+            bool(extra.get("transpose")), extra.get("gather")) if extra else (
+            op.kind, op.phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
+            op.bytes_written)
+
+
+__all__ = ["PricedOps", "StepModel", "microbatch_ops", "optimizer_op", "step_ops"]

@@ -1,0 +1,166 @@
+"""The collectives of one training step (``workbench.step.StepModel`` adds them to the priced ops): the
+data-parallel plan (FSDP2 gathers and reduce-scatters, DDP all-reduces, ZeRO-1's distributed optimizer) on the
+schedule of ``workbench.perf.overlap``, and the tensor-, expert-, pipeline- and context-parallel traffic on the
+critical path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from workbench.config import TrainingConfig, activation_dtype
+from workbench.graph.transformer import local_tokens
+from workbench.hardware import GPU
+from workbench.models import DLRMModel, Model, TransformerModel
+from workbench.perf.comm import collective_time, group_link
+from workbench.perf.efficiency import Constants
+from workbench.perf.overlap import (
+    ScheduledCollective,
+    ddp_last_bucket_bytes,
+    ddp_schedule,
+    exposed_seconds,
+    fsdp_schedule,
+    megatron_bucket_params,
+    ring_exchange_exposed_s,
+    zero1_schedule,
+)
+from workbench.precision import get_precision
+
+
+@dataclass(frozen=True)
+class CommPrediction:
+    name: str
+    collective: str
+    size_bytes: float
+    group: int
+    link: str
+    time_s: float
+    """All occurrences in one step."""
+    exposed_s: float
+    """What compute does not hide."""
+    position: str = "hidden"
+    """Where it sits in the step: hidden (issued while compute runs, hidden jointly with the other such traffic),
+    forward_start / backward_end (an edge of the data-parallel schedule: ``workbench.perf.overlap``) or critical
+    (tensor-, expert-, pipeline-parallel traffic on the critical path, all exposed)."""
+
+
+
+DataParallelPlan = list[tuple[ScheduledCollective, int, str, float]]
+"""The data-parallel collectives of one step: (collective, group size, link name, seconds per occurrence)."""
+
+
+def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> DataParallelPlan:
+    """The step's data-parallel collectives (FSDP2 gathers and reduce-scatters, DDP all-reduces) on the schedule of
+    ``workbench.perf.overlap``, each timed once. Depends on the parallelism, gradient accumulation and activation
+    dtype only -- not on the micro-batch -- so ``workbench.step.StepModel`` caches it."""
+    p = cfg.parallelism
+    accum = cfg.grad_accumulation
+    dp_spans = p.weight_replicas * p.tp > gpu.scale_up_domain_gpus.value
+    planned: list[tuple[ScheduledCollective, int]] = []
+
+    def plan(schedule: list[ScheduledCollective], group: int) -> None:
+        if group > 1:
+            planned.extend((s, group) for s in schedule)
+
+    if isinstance(model, TransformerModel):
+        act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+        layers = math.ceil(model.num_layers / p.pp)
+        # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
+        # only over the dp / ep ranks that hold the same experts
+        experts = layers * model.expert_params_per_layer() / p.tp
+        dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
+        root = model.embedding_params() / p.tp  # embedding and head (the final norm's h weights are negligible)
+        block = (dense - root) / layers
+        expert_group = p.weight_replicas // p.ep
+        replicas = p.weight_replicas  # dp x cp: the ranks holding the same weights
+        if cfg.lora:  # frozen base: only the adapters' gradients reduce (fsdp: one rank only, config.py)
+            adapters = layers * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets) / p.tp * 4
+            if p.sharding == "zero1":
+                plan(zero1_schedule("zero1.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0), adapters / 2,
+                                    ddp_last_bucket_bytes(adapters, 0.0) / 2), replicas)
+            else:
+                plan(ddp_schedule("ddp.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0)), replicas)
+        elif p.sharding == "zero1":  # Megatron's distributed optimizer: RS gradients (fp32), AG bf16 parameters
+            cap = megatron_bucket_params(replicas)
+            last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4, cap * 4)
+            plan(zero1_schedule("zero1", dense * 4, last, dense * act_bytes, last / 4 * act_bytes), replicas)
+            if experts:
+                plan(zero1_schedule("zero1.experts", experts / p.ep * 4, 0.0, experts / p.ep * act_bytes, 0.0),
+                     expert_group)
+        elif p.sharding == "fsdp":
+            plan(fsdp_schedule("fsdp", root, block, layers, gather_bytes=act_bytes, reduce_bytes=4,
+                               grad_accumulation=accum), replicas)
+            plan(fsdp_schedule("fsdp.experts", 0.0, experts / p.ep / layers, layers, gather_bytes=act_bytes,
+                               reduce_bytes=4, grad_accumulation=accum), expert_group)
+        else:  # the token embedding's gradient comes last: DDP's last bucket
+            last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4)
+            plan(ddp_schedule("ddp", dense * 4, last), replicas)
+            if experts:
+                plan([ScheduledCollective("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, 1,
+                                          "hidden")], expert_group)
+    else:
+        grads = model.dense_params * 4  # the first dense layers' gradients come last: DDP's last bucket
+        plan(ddp_schedule("ddp.dense", grads, ddp_last_bucket_bytes(grads, 0.0)), p.dp)
+    link = group_link(gpu, c, dp_spans)  # every data-parallel group spans the same ranks' links
+    return [(s, group, link.name, collective_time(s.collective, s.size_bytes, group, link)) for s, group in planned]
+
+
+def communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
+                   embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0,
+                   plan: DataParallelPlan | None = None, attention_s: float = 0.0) -> list[CommPrediction]:
+    """Collectives of one step. Data-parallel traffic (FSDP gathers, gradient reductions: ``plan``, else
+    ``data_parallel_plan``) follows the FSDP2 / DDP schedule of ``workbench.perf.overlap``: what is issued while
+    compute runs shares one window of compute to hide behind (exposed = max(0, sum - comm_overlap x step compute),
+    split in proportion); the schedule's edges (the root's and first block's all-gathers before the first compute,
+    their reduce-scatters or DDP's last bucket after the last) are exposed, less the embedding compute
+    (``embedding_fwd_s`` / ``embedding_bwd_s`` per micro-batch) that runs beside the first block's. Tensor-, expert-
+    and pipeline-parallel traffic sits on the critical path and stays exposed; an interleaved pipeline sends
+    virtual_stages times as often (Narayanan et al. 2021, Sec. 2.2). Context parallelism's ring K/V exchange hides
+    behind the step's attention compute (``attention_s``, per micro-batch): ``overlap.ring_exchange_exposed_s``."""
+    p = cfg.parallelism
+    accum = cfg.grad_accumulation
+    domain = gpu.scale_up_domain_gpus.value
+    act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    exposed: list[CommPrediction] = []
+
+    def add(name, kind, size, group, spans, times):
+        if group <= 1:
+            return
+        link = group_link(gpu, c, spans)
+        total = collective_time(kind, size, group, link) * times
+        exposed.append(CommPrediction(name, kind, size, group, link.name, total, total, "critical"))
+
+    if isinstance(model, TransformerModel):
+        tokens = local_tokens(cfg)
+        layers = math.ceil(model.num_layers / p.pp)
+        recompute_tp = 2 if cfg.activation_checkpointing == "full" else 0
+        add("tp.all_reduce_activations", "all_reduce", tokens * model.hidden_size * act_bytes, p.tp, p.tp > domain,
+            (4 + recompute_tp) * layers * accum)
+        if model.is_moe:
+            routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
+            add("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain, 4 * layers * accum)
+        add("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp, p.pp,
+            p.gpus > domain, 2 * accum * p.virtual_stages)
+        if p.cp > 1:  # each ring step passes one K/V chunk: fwd cp-1 steps, bwd K/V and dK/dV (full AC: fwd again)
+            chunk = tokens * 2 * max(model.kv_size // p.tp, model.head_dim) * act_bytes
+            steps = (p.cp - 1) * (4 if cfg.activation_checkpointing == "full" else 3) * layers * accum
+            link = group_link(gpu, c, p.cp * p.tp > domain)
+            total = collective_time("send_recv", chunk, p.cp, link) * steps
+            exposed.append(CommPrediction("cp.ring_send_recv_kv", "send_recv", chunk, p.cp, link.name, total,
+                                          ring_exchange_exposed_s(total, attention_s * accum), "critical"))
+    else:
+        if isinstance(model, DLRMModel):
+            pooled = cfg.micro_batch * len(model.tables) * model.embedding_dim * act_bytes
+        else:
+            pooled = cfg.micro_batch * cfg.seq_len * model.embedding_dim * act_bytes
+        add("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * accum)
+
+    planned = data_parallel_plan(model, cfg, gpu, c) if plan is None else plan
+    schedule = [s for s, _, _, _ in planned]
+    times = [t for _, _, _, t in planned]
+    exposed_s = exposed_seconds(schedule, times, comm_overlap=c["comm_overlap"], step_compute_s=step_compute,
+                                embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
+    data_parallel = [CommPrediction(s.name, s.collective, s.size_bytes, group, link, t * s.occurrences, e, s.edge)
+                     for (s, group, link, t), e in zip(planned, exposed_s, strict=True)]
+    return data_parallel + exposed
