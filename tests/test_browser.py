@@ -2,7 +2,8 @@
 Chromium through playwright. Runs the notebook, changes the model, the GPUs and the precision through the widgets,
 checks that the roofline re-rendered with the new points, then with five GPUs checks every chart tab's layout (no
 chart, panel or legend leaves the notebook's output area or the window: nothing to scroll sideways) and that no two
-text labels of a tab's chart overlap, exports a recipe through the button and reads the file.
+text labels of a tab's chart overlap, exports a recipe through the button and reads the file, and last uploads
+a profiler trace (its op classes beside the prediction in the Step time tab, its measured points on the roofline).
 
 Screenshots go to test-artifacts/browser/ (one per tab with five GPUs under tabs/, ~100-300 kB each, not
 committed), with timings.json (render times and the output width the notebook gives). Without chromium or
@@ -35,6 +36,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 ROOFLINE_SVG = ".wb-chart-roofline svg"
 STEP_SVG = ".wb-chart-step-time svg"
 MEMORY_SVG = ".wb-chart-memory svg"
+PLAIN_TRACE = ROOT / "benchmarks" / "results" / "h200" / "stacks" / "plain_pytorch" / "traces" / \
+    "1b-mb3-s2048-fp32-eager-none.json.gz"
+"""A committed profiler trace (the plain loop's, 2 profiled steps without annotations): the upload's file."""
 FIVE_GPUS = ("NVIDIA B200 (HGX B200, 180GB)", "AMD Instinct MI355X", "NVIDIA H200 SXM 141GB", "NVIDIA H100 SXM5 80GB",
              "NVIDIA A100 SXM4 80GB")
 
@@ -396,6 +400,28 @@ def test_workbench_in_jupyterlab(tmp_path):
         page.screenshot(path=str(ARTIFACTS / "4-step-time.png"), full_page=True)
         assert page.locator(".wb-advice h4").count(), page.inner_text(".wb-status")
         _assert_no_text_overlaps(page)  # the comparison chart too (its GPU names)
+
+        # a profiler trace uploaded in the Step time tab's trace section, for the H200: the table of op classes
+        # (measured beside predicted, the calibration warning beside its button), then its diamonds on the roofline
+        page.select_option(".wb-trace-gpu select", label="NVIDIA H200 SXM 141GB")
+        page.fill(".wb-trace-steps input", "2")
+        page.press(".wb-trace-steps input", "Enter")
+        started = time.perf_counter()
+        with page.expect_file_chooser() as chooser:  # the FileUpload's input is not inside its button
+            page.click(".wb-trace-upload")
+        chooser.value.set_files(str(PLAIN_TRACE))
+        page.wait_for_function("document.querySelector('.wb-trace-info').textContent.includes('1b-mb3-s2048')",
+                               timeout=60_000)
+        timings["trace_upload_s"] = round(time.perf_counter() - started, 1)
+        assert "measured for:" in page.inner_text(".wb-trace-info"), page.inner_text(".wb-trace-message")
+        assert "gemm" in page.inner_text(".wb-trace-table") and "25/30" in page.inner_text(".wb-trace-warning")
+        assert page.locator(".wb-advice h4").count()  # loading a trace keeps the advisor's result
+        _tab(page, "Roofline")
+        _wait_for(page, _svg_has("measured (trace)"), "the trace's measured points on the roofline")
+        trace_points = [label for label in _point_labels(page) if "op class: " in label]
+        assert trace_points and all("GPU: NVIDIA H200 SXM 141GB" in label for label in trace_points)
+        _tab_screenshot(page, "roofline-trace")
+        _assert_no_text_overlaps(page)
         assert not errors, errors
 
     from workbench.recipe import load_recipe

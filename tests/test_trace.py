@@ -22,7 +22,9 @@ from workbench.stack_calibration import (
     write_stack_profile,
 )
 from workbench.hardware import get_gpu
-from workbench.trace import CLASSES, class_frame, class_table, classify, load_trace, op_class, parse_trace
+from workbench.trace import (
+    CLASSES, class_frame, class_table, classify, load_trace, op_class, parse_trace, trace_from_bytes,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PLAIN_TRACE = REPO / "benchmarks/results/h200/stacks/plain_pytorch/traces/1b-mb3-s2048-fp32-eager-none.json.gz"
@@ -172,6 +174,27 @@ def test_truncated_or_fake_gzip_and_a_too_large_trace(tmp_path, monkeypatch):
     with pytest.raises(InputFileError, match="limit for a trace"):
         load_trace(tmp_path / "big.json")
 
+
+
+def test_trace_from_bytes_reads_an_upload_as_load_trace_reads_the_file(tmp_path, monkeypatch):
+    """The bytes entry point (a notebook upload) gives what the file gives, with the upload's name in errors."""
+    text = json.dumps(tiny_trace()).encode()
+    (tmp_path / "t.json").write_bytes(text)
+    from_file = load_trace(tmp_path / "t.json")
+    for data in (text, gzip.compress(text), memoryview(gzip.compress(text))):
+        t = trace_from_bytes(data, "upload.json")
+        assert t.origin == "upload.json" and t.steps == 2 and t.kernels == from_file.kernels
+    assert trace_from_bytes(json.dumps(tiny_trace(annotate=False)).encode(), "u.json", steps=2).steps_from == "given"
+    for data, message in ((b"", "is empty"), (b"<html>", "expected valid JSON"), (b"{}", "without traceEvents"),
+                          ("{}", "expected the bytes")):
+        with pytest.raises(InputFileError, match=message) as info:
+            trace_from_bytes(data, "upload.json")
+        assert "upload.json" in str(info.value)
+    with pytest.raises(InputFileError, match="not gzip data"):
+        trace_from_bytes(b"{}", "upload.json.gz")
+    monkeypatch.setattr(trace_module, "TABLE_MAX_BYTES", 10)
+    with pytest.raises(InputFileError, match="limit for a chrome trace"):
+        trace_from_bytes(text, "upload.json")
 
 def test_every_model_op_of_a_stack_step_has_a_class():
     p = predict("llama3.2-1b", "h200", TrainingConfig(1, 2048, activation_checkpointing="full"), stack="pytorch-eager")

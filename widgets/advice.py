@@ -4,6 +4,12 @@
 The first chosen GPU is the source: its best recipe (``workbench.recipe.search``) is run unchanged on every other
 chosen GPU (the direct port) and compared with the best recipe for that GPU after the advisor's revisions (the
 co-designed one). The advisor searches, so the tab computes this when asked (a button), not on every redraw.
+
+What the advisor takes from the state (``advise``'s parameters): the model, the GPU count, the precision, the
+sequence length and the global batch (0: the search's standard), all held fixed on both sides. It has no parameter
+for the state's split (tp, pp, cp, ep, virtual stages, sharding), checkpointing, micro-batch, LoRA rank or stack:
+it searches the split, checkpointing and micro-batch itself and prices every recipe as the ideal fused step
+(``held_fixed`` says so in the panel).
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ import pandas as pd
 
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
-from workbench.models import Model
+from workbench.models import Model, get_model
 from widgets import charts
-from widgets.data import has_calibration
-from widgets.formatting import count, gb, gpus_text, html_table, ms, percent, yes_no
+from workbench.stacks import get_stack
+from widgets.data import SHARDING_WORDS, has_calibration
+from widgets.formatting import count, gb, gpus_text, html_table, ms, percent, stack_label, yes_no
 from widgets.state import WorkbenchState
 
 
@@ -36,7 +43,7 @@ def advise_all(state: WorkbenchState, custom_models: Mapping[str, Model] | None 
         calibrated = state.calibrated and has_calibration(get_gpu(source)) and has_calibration(get_gpu(target))
         try:
             out[target] = advise(state.model, source, target, state.gpu_count, state.precision,
-                                 seq_len=state.seq_len, calibrated=calibrated)
+                                 seq_len=state.seq_len, global_batch=state.global_batch, calibrated=calibrated)
         except WorkbenchError as exc:
             out[target] = str(exc)
     return out
@@ -108,10 +115,31 @@ def revision_rows(advice) -> list[dict[str, str]]:
              for column, header in REVISION_HEADERS.items()} for r in frame.itertuples(index=False)]
 
 
-def advice_html(advices: Mapping[str, object], source: str) -> str:
+def held_fixed(state: WorkbenchState) -> str:
+    """What the advisor holds fixed from the state, what it searches, and which of the state's settings it does
+    not take (plain text)."""
+    batch = f"global batch {state.global_batch:,}" if state.global_batch else "global batch auto (the search's standard)"
+    split = [f"{f} {getattr(state, f)}" for f in ("tp", "pp", "cp", "ep", "virtual_stages") if getattr(state, f) > 1]
+    split_words = ", ".join(split + [SHARDING_WORDS.get(state.sharding, state.sharding)])
+    stack = get_stack(state.stack)
+    stack_words = (f"prices every recipe as the ideal fused step (a bound), not as {stack_label(state.stack, state.compile)}"
+                   if not stack.bound else "prices every recipe as the ideal fused step (a bound), as chosen")
+    try:
+        model = get_model(state.model).display_name or state.model
+    except WorkbenchError:  # a user's model: the advisor refuses it, and says so
+        model = state.model
+    return (f"Held fixed on both sides: {model}, {gpus_text(state.gpu_count)} per GPU type, {state.precision}, "
+            f"sequence {state.seq_len:,}, {batch}. Searched by the advisor (not taken from the controls): the split "
+            f"(yours: {split_words}), activation checkpointing (yours: {state.checkpointing}) and micro-batch (yours: "
+            f"{state.micro_batch}){f', LoRA rank {state.lora_rank} not taken' if state.lora_rank else ''}; it "
+            f"{stack_words} (workbench.recipe.advisor.advise has no split or stack parameter).")
+
+
+def advice_html(advices: Mapping[str, object], source: str, state: WorkbenchState | None = None) -> str:
     """Per target: the predicted gain, the advisor's notes, every revision with its own predicted gain, and the
-    two recipes side by side (headers in words, the workbench's number formats, display names)."""
-    parts = []
+    two recipes side by side (headers in words, the workbench's number formats, display names); with ``state``,
+    first what the comparison holds fixed (``held_fixed``)."""
+    parts = [f"<p class='wb-advice-fixed'><i>{html.escape(held_fixed(state))}</i></p>"] if state is not None else []
     source_name = html.escape(get_gpu(source).display_name)
     for target, advice in advices.items():
         name = html.escape(get_gpu(target).display_name)
@@ -143,4 +171,5 @@ def advice_prompt(state: WorkbenchState) -> str:
     source = get_gpu(state.gpus[0]).display_name
     targets = ", ".join(get_gpu(g).display_name for g in state.gpus[1:])
     return (f"<i>Direct port vs co-designed: the best recipe for <b>{html.escape(source)}</b> run unchanged on "
-            f"{html.escape(targets)}, against the advisor's co-designed recipe there (searches; press the button).</i>")
+            f"{html.escape(targets)}, against the advisor's co-designed recipe there (searches; press the button). "
+            f"{html.escape(held_fixed(state))}</i>")

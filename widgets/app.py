@@ -10,9 +10,13 @@ the app:
     >>> wb.state["gpus"], wb.precision                               # a dict, and traitlets per field
     >>> wb.show_op("b200", "gate_up.fwd")                            # what a click on a roofline point shows
     >>> wb.save_chart("roofline", "roofline.svg")                    # PNG or SVG, offline (vl-convert)
+    >>> wb.load_trace("run.json.gz", steps=2)                        # a profiler trace of this configuration
+    >>> wb.calibrate_from_trace()                                    # its stack profile, in the user's folder
 
 Every step time, tokens/s and MFU carries its uncertainty from the validation record (``workbench.validation``);
-the "How far to trust this" tab shows that record's runs, predicted vs measured. Only the active tab redraws on a change; the others redraw when opened. Charts are ``alt.JupyterChart``
+the "How far to trust this" tab shows that record's runs, predicted vs measured. A loaded profiler trace
+(``widgets.trace_panel``) puts its kernels per op class on the roofline and beside the prediction in the Step time
+tab, for the configuration it was loaded with (stale, and said so, after a change). Only the active tab redraws on a change; the others redraw when opened. Charts are ``alt.JupyterChart``
 widgets with the JavaScript bundled offline (``JupyterChart.enable_offline``), so they render without a CDN
 in JupyterLab, Notebook 7 and VS Code.
 
@@ -51,6 +55,7 @@ from widgets.kernels_tab import KernelsPanel
 from widgets.live import LiveChart
 from widgets.recipe_tab import RecipePanel
 from widgets.state import TAB_TITLES, TABS, WorkbenchState
+from widgets.trace_panel import TracePanel
 from widgets.tables import (
     configuration_text, memory_table, op_detail_html, record_summary, stack_caption, summary_table, summary_text,
     trust_records, validation_frame, validation_rows,
@@ -158,10 +163,14 @@ class Workbench(w.VBox):
         self.memory_table, self.memory_note = w.HTML(), w.HTML()
         self.kernels = KernelsPanel(self._prediction_on, lambda: self.views["kernels"])
         self.recipe = RecipePanel()
+        self.trace_panel = TracePanel(lambda: self._state, self._prediction_on, self._current_model,
+                                      self._trace_changed, lambda changes: self.set(**changes))
+        """The Step time tab's trace section (``load_trace``)."""
         self.tabs = w.Tab(children=[
             w.VBox([self.roofline_notes, self.views["roofline"], self.op_info]),
             w.VBox([self.step_caption, self.views["step time"], self.fit_button, self.step_table,
-                    w.HBox([self.advice_button, self.advice_prompt]), self.advice_view, self.advice]),
+                    self.trace_panel.box, w.HBox([self.advice_button, self.advice_prompt]), self.advice_view,
+                    self.advice]),
             w.VBox([self.views["memory"], self.memory_note, self.memory_table]),
             self.kernels.box,
             self.recipe.box,
@@ -218,6 +227,31 @@ class Workbench(w.VBox):
                     self._custom[built.name] = replaced
             raise
         return built.name
+
+    def load_trace(self, path: str | Path, steps: int | None = None, *, gpu: str | None = None):
+        """Load a ``torch.profiler`` chrome trace (``.json`` / ``.json.gz``, ``workbench.trace.load_trace``) as
+        measured for the current configuration on ``gpu`` (default: the first chosen); ``steps``: the profiled
+        steps, needed without ``ProfilerStep#`` annotations. Returns the ``workbench.trace.Trace``."""
+        from workbench.trace import load_trace
+
+        return self.trace_panel.load(load_trace(path, steps=steps), Path(path).name, gpu)
+
+    def calibrate_from_trace(self, *, overwrite: bool = False):
+        """What "Calibrate from this trace" does: fit the stack's profile on the loaded trace and write it into the
+        user's folder (an existing one only with ``overwrite``); returns the ``TraceFit``, None when kept."""
+        return self.trace_panel.calibrate(overwrite=overwrite)
+
+    def _trace_changed(self, recalibrated: bool) -> None:
+        if recalibrated:  # a stack profile was written: calibrated predictions change
+            self.clear_cache()
+            self._apply(self._state, force=True)
+            return
+        self.trace_panel.refresh()  # in place: a redraw of the Step time tab would clear the advisor's result
+        self._dirty.add("roofline")
+        self._draw(self._state.tab)
+
+    def _current_model(self) -> Model:
+        return self._custom.get(self._state.model) or get_model(self._state.model)
 
     def clear_cache(self) -> None:
         """Forget remembered predictions (the next change predicts every GPU again; benchmarks use it)."""
@@ -330,7 +364,10 @@ class Workbench(w.VBox):
             return
         self.views["roofline"].layout.display = None
         first = self.live["roofline"].frame is None
-        self.live["roofline"].show(charts.roofline_frame([roofline_points(p) for p in predictions],
+        points = [roofline_points(p) for p in predictions]
+        if (measured := self.trace_panel.points()) is not None and not measured.empty:
+            points.append(measured)
+        self.live["roofline"].show(charts.roofline_frame(points,
                                                          [roofs(p) for p in predictions], self._names()),
                                    title=[f"Roofline of the predicted step, op by op: {self._stack_label()}",
                                           self._settings_line()])
@@ -341,6 +378,8 @@ class Workbench(w.VBox):
                  if (note := roofline_note(p, self.comparison.fit.get(g)))]
         if self._state.calibrated and uncalibrated:
             notes.append(f"no calibration profile (spec constants): {', '.join(uncalibrated)}")
+        if trace_note := self.trace_panel.roofline_note():
+            notes.append(trace_note)
         self.roofline_notes.value = "<br>".join(html.escape(n) for n in notes)
         self.selected_op = None
         self.op_info.value = "<i>Click a point to see its op (double-click clears).</i>"
@@ -362,6 +401,7 @@ class Workbench(w.VBox):
                                     title=[f"Predicted step time: {self._stack_label()}", self._settings_line()])
         self.step_caption.value = f"<b>{html.escape(stack_caption(self.comparison))}</b>"
         self.step_table.value = html_table(summary_table(self.comparison))
+        self.trace_panel.refresh()
         offers = [f for f in self.comparison.fit.values() if f.changes]
         self.fit_button.layout.display = None if offers else "none"
         self.fit_button.tooltip = "; ".join(f.suggestion for f in offers)
@@ -417,7 +457,7 @@ class Workbench(w.VBox):
         if not frame.empty:
             self.advice_view.chart = advice_chart(frame, self._state.gpus[0])
             self.advice_view.layout.display = None
-        self.advice.value = (advice_html(self.advices, self._state.gpus[0])
+        self.advice.value = (advice_html(self.advices, self._state.gpus[0], self._state)
                              + f"<p><i>advisor: {time.perf_counter() - start:.2f} s</i></p>")
         return self.advices
 

@@ -31,6 +31,8 @@ ROOFLINE_COLUMNS: tuple[str, ...] = (
     "op", "ops", "count", "kind", "shape", "dtype", "flops", "bytes", "time_ms", "executions", "total_ms",
     "share_pct", "bound",  # predicted ops (one row per drawn point)
     "case", "module", "kernel",  # measured kernels
+    "cls", "measured", "predicted_tflops", "measured_ms", "predicted_ms", "ratio", "measured_kernels", "trace",
+    # a trace's kernels per op class (widgets.trace_data.trace_points)
 )
 """What the roofline charts encode or show in tooltips; other columns are not sent to the browser."""
 SHARE_DOMAIN: tuple[float, float] = (0.0, 40.0)
@@ -197,7 +199,8 @@ def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
                    gpu_order: Sequence[str] = (), width: float = PANEL_WIDTH) -> pd.DataFrame:
     """One long frame for a faceted roofline (a facet needs one data source): ``layer`` says which mark draws
     each row (roof line vertices, ridge points, labels, op points: ``aggregate_ops``; rows with a ``kernel``
-    are measured kernels, drawn as they are); ``gpu_order`` orders the panels; ``width``: a panel's pixels."""
+    are benchmarked kernels, rows with a ``cls`` a trace's op classes, both drawn as they are); ``gpu_order``
+    orders the panels; ``width``: a panel's pixels."""
     x_range = intensity_range(points, roof_frames)
     roofs = pd.concat(list(roof_frames), ignore_index=True) if roof_frames else pd.DataFrame()
     lines = roof_lines(roofs, x_range).assign(layer="roof") if not roofs.empty else pd.DataFrame()
@@ -216,8 +219,10 @@ def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
     pixels = _Pixels(x_range, tflops, width)
     ops = aggregate_ops(given[is_op].rename(columns={"tflops": "achieved_tflops"}), pixels)
     labels = _labels(roofs, x_range, pixels) if not roofs.empty else pd.DataFrame()
+    is_trace = given["cls"].notna() & ~is_op if "cls" in given else pd.Series(False, index=given.index)
     parts = [f for f in (lines, ridges, labels, ops.assign(layer="op") if not ops.empty else ops,
-                         given[~is_op].assign(layer="measured")) if not f.empty]
+                         given[~is_op & ~is_trace].assign(layer="measured"), given[is_trace].assign(layer="trace"))
+             if not f.empty]
     if not parts:  # no GPU could be predicted: an empty chart
         return pd.DataFrame(columns=["gpu", "gpu_order", "layer", "intensity", "tflops"])
     frame = pd.concat(parts, ignore_index=True)
@@ -279,11 +284,30 @@ def _op_tooltip() -> list[alt.Tooltip]:
             alt.Tooltip("share_pct:Q", title="% of step", format=".1f"), alt.Tooltip("bound:N")]
 
 
+def _trace_layer() -> alt.Chart:
+    """A loaded trace's kernels per op class (``layer == "trace"``): hollow diamonds at the predicted class's
+    intensity and the measured achieved TFLOP/s, one legend entry "measured (trace)" (its domain from the data:
+    no entry without a trace)."""
+    return alt.Chart().transform_filter(alt.datum.layer == "trace").mark_point(
+        filled=False, color="#111", strokeWidth=1.8, size=110).encode(
+        x=X_LOG, y=_y("TFLOP/s (predicted achieved)"),
+        shape=alt.Shape("measured:N", scale=alt.Scale(range=["diamond"]), legend=legend("trace")),
+        tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("cls:N", title="op class"),
+                 alt.Tooltip("trace:N", title="trace"),
+                 alt.Tooltip("measured_ms:Q", title="measured ms per step", format=",.2f"),
+                 alt.Tooltip("predicted_ms:Q", title="predicted ms per step", format=",.2f"),
+                 alt.Tooltip("ratio:Q", title="measured / predicted", format=".3f"),
+                 alt.Tooltip("tflops:Q", title="measured TFLOP/s", format=",.1f"),
+                 alt.Tooltip("predicted_tflops:Q", title="predicted TFLOP/s", format=",.1f"),
+                 alt.Tooltip("intensity:Q", title="FLOP/byte (predicted class)", format=".1f"),
+                 alt.Tooltip("measured_kernels:Q", title="kernels per step", format=",.0f")])
+
+
 def roofline_chart(frame: pd.DataFrame) -> alt.FacetChart:
     """Log-log roofline per GPU (``roofline_frame`` rows), in rows of ``COLUMNS`` panels with the legends
     underneath: labelled roofs, ridge points, and the step's ops as points sized by their share of the step (a
-    fixed scale) and coloured by kind, small points over large; clicking a point selects it (selection ``op`` on
-    fields gpu and op). The chart's structure does not depend on the data (``LiveChart`` swaps only the data)."""
+    fixed scale) and coloured by kind, small points over large, and a loaded trace's op classes as hollow diamonds
+    ("measured (trace)"); clicking an op point selects it (selection ``op`` on fields gpu and op). The chart's structure does not depend on the data (``LiveChart`` swaps only the data)."""
     select = alt.selection_point(name=OP_SELECTION, fields=["gpu", "op"], on="click", clear="dblclick")
     ops = alt.Chart().transform_filter(alt.datum.layer == "op").mark_circle(opacity=0.8, stroke="black").encode(
         x=X_LOG, y=_y("TFLOP/s (predicted achieved)"),
@@ -295,7 +319,7 @@ def roofline_chart(frame: pd.DataFrame) -> alt.FacetChart:
         strokeWidth=alt.StrokeWidthValue(0.5, condition={"param": OP_SELECTION, "empty": False, "value": 2.5}),
         tooltip=_op_tooltip(),
     ).add_params(select)
-    layered = alt.layer(*_roofline_layers("TFLOP/s (predicted achieved)"), ops).properties(
+    layered = alt.layer(*_roofline_layers("TFLOP/s (predicted achieved)"), ops, _trace_layer()).properties(
         width=PANEL_WIDTH, height=PANEL_HEIGHT)
     return fit_width(layered.facet(facet=wrapped_facet(), columns=COLUMNS, data=frame, spacing=SPACING).resolve_axis(
         x="independent"))

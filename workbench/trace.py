@@ -5,6 +5,7 @@ one of the analytical model's op classes, and the same classes summed over a ``w
     >>> trace = load_trace("run.json.gz", steps=2)          # ProfilerStep#N annotations give the steps if present
     >>> rows = class_table(trace, predict("llama3.2-1b", "h200", micro_batch=2, seq_len=4096, stack="pytorch-eager"))
     >>> [(r.cls, r.measured_ms, r.predicted_ms) for r in rows]   # ms per step; class_frame(rows) for a DataFrame
+    >>> trace_from_bytes(upload_bytes, "run.json.gz", steps=2)     # the same from bytes in memory (an upload)
 
 Pure Python, no torch import: a trace written on the GPU machine is read anywhere. Kernels are the trace's
 device events (categories ``kernel``, ``gpu_memcpy``, ``gpu_memset``); nothing is dropped: a kernel no rule knows is
@@ -549,8 +550,21 @@ def parse_trace(document: Any, origin: str = "<trace>", *, steps: int | None = N
 def load_trace(path: str | os.PathLike, *, steps: int | None = None) -> Trace:
     """Read a ``torch.profiler`` chrome trace (``.json``, or gzipped whatever its name) through the bounded loader.
     ``steps``: how many steps it profiled, needed when it has no ``ProfilerStep#N`` annotations."""
-    origin = str(path)
-    data = read_bytes(path, what="chrome trace", max_bytes=TABLE_MAX_BYTES)
+    return trace_from_bytes(read_bytes(path, what="chrome trace", max_bytes=TABLE_MAX_BYTES), str(path), steps=steps)
+
+
+def trace_from_bytes(data: bytes, origin: str = "<trace>", *, steps: int | None = None) -> Trace:
+    """``load_trace`` of a file's bytes already in memory (a notebook upload): the same limits (the file at most
+    ``fileio.TABLE_MAX_BYTES``, inflated at most ``TRACE_MAX_BYTES``), gzip told by its magic bytes, the same
+    errors naming ``origin`` (the upload's file name); empty or non-JSON data is an ``InputFileError``."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InputFileError(origin, f"got a {type(data).__name__}: expected the bytes of a .json or .json.gz trace")
+    data = bytes(data)
+    if not data:
+        raise InputFileError(origin, "is empty: expected a .json or .json.gz chrome trace")
+    if len(data) > TABLE_MAX_BYTES:
+        raise InputFileError(origin, f"{len(data)} bytes is over the {TABLE_MAX_BYTES / MiB:g} MiB limit for a "
+                                     "chrome trace: expected a smaller file (profile fewer steps)")
     if data[:2] == b"\x1f\x8b":
         data = _decompress(data, origin)
     elif len(data) > TRACE_MAX_BYTES:

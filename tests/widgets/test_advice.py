@@ -50,3 +50,21 @@ def test_a_source_where_nothing_fits_is_shown_not_a_crash():
     shown = advice_html(advices, "h200-sxm")
     assert "none fits" in shown or "does not fit" in shown
     advice_chart(advice_frame(advices), "h200-sxm").to_dict(validate=True)
+
+
+def test_the_advisor_gets_the_global_batch_and_the_panel_says_what_is_held(monkeypatch):
+    import workbench.recipe.advisor as advisor
+
+    seen = []
+    monkeypatch.setattr(advisor, "advise", lambda *args, **kwargs: seen.append((args, kwargs)) or "stub")
+    state = WorkbenchState().replace(gpus=["h200", "b200"], gpu_count=16, tp=2, pp=2, sharding="ddp",
+                                     global_batch=512, stack="torchtitan", seq_len=4096)
+    assert advise_all(state) == {"b200": "stub"}
+    (args, kwargs), = seen
+    assert args == ("llama3-8b", "h200-sxm", "b200", 16, "bf16")
+    assert kwargs["global_batch"] == 512 and kwargs["seq_len"] == 4096
+    text = advice_prompt(state)
+    for words in ("Held fixed on both sides: Llama 3 8B, 16 GPUs per GPU type, bf16, sequence 4,096, global batch 512",
+                  "yours: tp 2, pp 2, DDP", "not as torchtitan, eager", "has no split or stack parameter"):
+        assert words in text, text
+    assert "global batch auto" in advice_prompt(WorkbenchState())
