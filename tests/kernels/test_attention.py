@@ -5,7 +5,8 @@ space, FLOP counts and bench cases."""
 import pytest
 import torch
 
-from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels import attention
+from workbench.kernels._common import KernelInputError, clear_plan_caches, interpreting
 from workbench.kernels.attention import (
     TOLERANCE, bench_cases, bytes_moved, config_space, flash_attention, flash_attention_bwd, flash_attention_fwd,
     flops, reference_attention, reference_attention_grads,
@@ -149,6 +150,32 @@ def test_backward_checks_its_extra_arguments():
         flash_attention_bwd(_t(1, 2, 8, 32), q, q, q, q, lse)
     with pytest.raises(KernelInputError, match=r"^lse\b"):
         flash_attention_bwd(q, q, q, q, q, lse.double())
+
+
+def test_repeated_calls_resolve_no_config_and_cached_checks_still_fail_bad_calls(monkeypatch):
+    """Issue 20: the forward + backward through autograd and the direct backward work out their configs and checks
+    once per distinct call; a bad call after good ones of the same shapes still fails naming the argument."""
+    clear_plan_caches()
+    resolved = []
+    real = attention._resolve_config
+    monkeypatch.setattr(attention, "_resolve_config", lambda *a, **kw: resolved.append(a[1]) or real(*a, **kw))
+    q, k, v, do = _inputs(1, 4, 2, 20, 16, torch.float32)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    for _ in range(3):
+        o = flash_attention(qg, kg, vg, causal=True)
+        grads = torch.autograd.grad(o, (qg, kg, vg), do)
+    assert resolved == ["fwd", "bwd"]  # the first call only: one plan for both passes
+    o64, _, ref = _reference_grads(q, k, v, do, True)
+    assert _error(o, o64) < 1e-5 and all(_error(g, r) < 1e-5 for g, r in zip(grads, ref))
+    o, lse = flash_attention_fwd(q, k, v, causal=True)
+    for _ in range(2):
+        direct = flash_attention_bwd(do, q, k, v, o, lse, causal=True)
+    assert resolved == ["fwd", "bwd"] and len(attention._BWD_CHECKED) == 1
+    assert all(_error(g, r) < 1e-5 for g, r in zip(direct, ref))
+    with pytest.raises(KernelInputError, match=r"^lse\b"):  # same shapes, a dtype the cached key does not hold
+        flash_attention_bwd(do, q, k, v, o, lse.double(), causal=True)
+    with pytest.raises(KernelInputError, match=r"^o\b"):
+        flash_attention_bwd(do, q, k, v, o.half(), lse, causal=True)
 
 
 # ---------------------------------------------------------------------------------------------- config space

@@ -3,12 +3,13 @@
 Algorithm: FlashAttention-2 (Dao 2023, arXiv:2307.08691). Forward: one program per (query block, batch, query
 head) streams the key/value blocks of its kv head once, keeping a running row max and row sum in fp32 (online
 softmax, base-2 exponentials), and writes O and the natural-log log-sum-exp ``lse`` [B, Hq, S] (fp32).
-Backward (Sec. 3.1.2 of the paper), three launches:
+Backward (Sec. 3.1.2 of the paper), two launches:
 
-1. ``delta = rowsum(dO * O)`` [B, Hq, S] (fp32);
+1. dQ: one program per (query block, batch, query head) loops over the key blocks; it first computes
+   ``delta = rowsum(dO * O)`` [B, Hq, S] (fp32) of its rows (the paper's preprocessing, fused: one launch less)
+   and stores it for
 2. dK, dV: one program per (key block, batch, kv head) holds its K, V tile and loops over the query blocks of
-   every query head of its GQA group, so the group sum happens in registers: no atomics, no fp32 buffers;
-3. dQ: one program per (query block, batch, query head) loops over the key blocks.
+   every query head of its GQA group, so the group sum happens in registers: no atomics, no fp32 buffers.
 
 Computing dQ in its own pass (Triton's fused-attention tutorial does it in a second loop) recomputes S = QK^T
 and dP = dO V^T: 7 GEMMs instead of the paper's 5, but deterministic and atomic-free. ``flops`` still counts
@@ -67,15 +68,17 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, o
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale  # s: [BLOCK_M, BLOCK_N], log2 units
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")  # s: [BLOCK_M, BLOCK_N], unscaled
         if MASKED:
             keep = offs_n[None, :] < seq_len
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= offs_n[None, :])
             s = tl.where(keep, s, float("-inf"))
         # The first block visited holds key 0 or a key below the query block, so m_new is finite for every row.
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
+        # m_i is in log2 units; the scale (> 0) goes onto the row max and into exp2's argument, one FMA per
+        # score (s * qk_scale - m) instead of a multiply and a subtract (Triton's fused-attention tutorial).
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
@@ -132,22 +135,6 @@ def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, 
 
 
 # ---------------------------------------------------------------------------------------------------- backward
-@triton.jit
-def _bwd_delta_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_os, stride_db, stride_dh, stride_ds,
-                      seq_len, heads_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Grid (cdiv(S, BLOCK_M), B * Hq): delta[b, h, m] = sum_d O * dO in fp32. Tiles [BLOCK_M, HEAD_DIM]."""
-    bh = tl.program_id(1)
-    b = (bh // heads_q).to(tl.int64)
-    h = (bh % heads_q).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    rows = offs_m[:, None] < seq_len
-    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :], mask=rows)
-    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :], mask=rows)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(DELTA + bh.to(tl.int64) * seq_len + offs_m, delta, mask=offs_m < seq_len)
-
-
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
                 start, end, seq_len, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
@@ -272,14 +259,17 @@ def _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_
 
 
 @triton.jit
-def _attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
+def _attn_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,  # delta [B, Hq, S] fp32: written here, read by dK/dV
                         stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-                        stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
+                        stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
+                        stride_dob, stride_doh, stride_dos,
                         stride_dqb, stride_dqh, stride_dqs,
                         seq_len, heads_q, group, sm_scale, qk_scale,
                         CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
-    """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, do, dq [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM]."""
+    """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, o, do, dq [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM].
+    Runs first: each program owns whole rows, so it computes delta = rowsum(dO * O) of its query block itself
+    (FlashAttention-2's preprocessing step, without a launch of its own) and stores it for the dK/dV pass."""
     pid_m = tl.program_id(0)
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -295,11 +285,14 @@ def _attn_bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
                 mask=rows, other=0.0)
     do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :],
                  mask=rows, other=0.0)
+    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
+                mask=rows, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # delta: [BLOCK_M] fp32
+    tl.store(DELTA + bh.to(tl.int64) * seq_len + offs_m, delta, mask=offs_m < seq_len)
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
     lse = tl.load(LSE + bh.to(tl.int64) * seq_len + offs_m, mask=offs_m < seq_len, other=0.0)
-    delta = tl.load(DELTA + bh.to(tl.int64) * seq_len + offs_m, mask=offs_m < seq_len, other=0.0)
     k_base = K + b * stride_kb + h_kv * stride_kh
     v_base = V + b * stride_vb + h_kv * stride_vh
 
@@ -414,17 +407,15 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
                                BLOCK_N=config["BLOCK_N"], **options)
     block_q, block_k = bwd_config["BLOCK_M"], bwd_config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
     bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N")}
-    plan.bwd_grids = ((triton.cdiv(s, block_k), b * hq), (triton.cdiv(s, block_k), b * hkv),
-                      (triton.cdiv(s, block_k), b * hq))
-    # dO's strides are the call's: the delta and both gradient passes read them (in _backward)
-    plan.bwd_args = ((o_strides, (s, hq)),
+    plan.bwd_grids = ((triton.cdiv(s, block_k), b * hq), (triton.cdiv(s, block_k), b * hkv))  # dQ, dK/dV
+    # dO's strides are the call's: both gradient passes read them (in _backward); O and dQ are contiguous
+    plan.bwd_args = (((*q_strides, *k_strides, *v_strides, *o_strides), (*o_strides, s, hq, group, scale,
+                                                                         qk_scale)),
                      ((*q_strides, *k_strides, *v_strides), (*kv_strides, *kv_strides, s, hkv, group, scale,
-                                                             qk_scale)),
-                     ((*q_strides, *k_strides, *v_strides), (*o_strides, s, hq, group, scale, qk_scale)))
-    plan.bwd_constexprs = (dict(HEAD_DIM=d, BLOCK_M=block_k),
-                           dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
+                                                             qk_scale)))
+    plan.bwd_constexprs = (dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_k, BLOCK_N=block_q, UPCAST=upcast,
                                 **bwd_options),
-                           dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_k, BLOCK_N=block_q, UPCAST=upcast,
+                           dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
                                 **bwd_options))
     if key is not None:
         _PLANS.put(key, plan)
@@ -477,13 +468,13 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    (o_strides, delta_args), (qkv_strides, dkdv_args), (_, dq_args) = plan.bwd_args
-    delta_c, dkdv_c, dq_c = plan.bwd_constexprs
-    grid_delta, grid_dkdv, grid_dq = plan.bwd_grids
-    _bwd_delta_kernel[grid_delta](o, do, delta, *o_strides, *do_strides, *delta_args, **delta_c)
-    _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, *qkv_strides, *do_strides, *dkdv_args,
+    (dq_strides, dq_args), (dkdv_strides, dkdv_args) = plan.bwd_args
+    dq_c, dkdv_c = plan.bwd_constexprs
+    grid_dq, grid_dkdv = plan.bwd_grids
+    # dQ first: it writes delta, which the dK/dV pass reads (same stream, so ordered)
+    _attn_bwd_dq_kernel[grid_dq](q, k, v, o, do, lse, delta, dq, *dq_strides, *do_strides, *dq_args, **dq_c)
+    _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, *dkdv_strides, *do_strides, *dkdv_args,
                                      **dkdv_c)
-    _attn_bwd_dq_kernel[grid_dq](q, k, v, do, lse, delta, dq, *qkv_strides, *do_strides, *dq_args, **dq_c)
     return dq, dk, dv
 
 
@@ -500,6 +491,24 @@ def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     """dQ, dK, dV from dO and the forward's O and lse. ``config`` keys: BLOCK_M = query tile and BLOCK_N = key
     tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys)."""
     plan = _plan(q, k, v, causal, scale, None, config)
+    if _copy_o(q, do, o, lse):  # the plan reads O as flash_attention_fwd writes it
+        o = o.contiguous()
+    return _backward(plan, do, *_kernel_inputs(plan, q, k, v), o, lse)
+
+
+_BWD_CHECKED = plan_cache()
+"""(q, do, o, lse) keys whose checks passed -> whether o needs a contiguous copy."""
+
+
+def _copy_o(q, do, o, lse) -> bool:
+    """Check flash_attention_bwd's extra arguments (once per distinct layout); whether o needs a copy."""
+    try:
+        key = (tensor_key(q), tensor_key(do), tensor_key(o), tensor_key(lse))
+        copy = _BWD_CHECKED.get(key)
+        if copy is not None:
+            return copy
+    except (AttributeError, TypeError):  # not tensors: the checks below say which
+        key = None
     for name, t in (("do", do), ("o", o)):
         check(isinstance(t, torch.Tensor) and t.shape == q.shape and t.dtype == q.dtype, name,
               f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__,
@@ -508,9 +517,10 @@ def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
           and lse.is_contiguous(), "lse", f"{tuple(lse.shape)} {lse.dtype}" if isinstance(lse, torch.Tensor)
           else type(lse).__name__, f"a contiguous fp32 tensor of shape {tuple(q.shape[:3])}")
     check_device(q, do, o, lse, names=("q", "do", "o", "lse"))
-    if o.stride() != (*_contiguous_strides(o.shape), 1):  # the plan reads O as flash_attention_fwd writes it
-        o = o.contiguous()
-    return _backward(plan, do, *_kernel_inputs(plan, q, k, v), o, lse)
+    copy = o.stride() != (*_contiguous_strides(o.shape), 1)
+    if key is not None:
+        _BWD_CHECKED.put(key, copy)
+    return copy
 
 
 class _FlashAttention(torch.autograd.Function):
