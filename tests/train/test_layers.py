@@ -161,6 +161,25 @@ def test_chunked_cross_entropy_matches_torch(monkeypatch):
     assert relative_error(grad, ref_grad) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_chunked_cross_entropy_matches_the_eager_one(monkeypatch, dtype):
+    monkeypatch.setattr(layers, "CE_CHUNK_ELEMENTS", 1000)  # several full chunks and a shorter last one
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(37, 300)).to(dtype).requires_grad_()
+    targets = torch.randint(0, 300, (37,))
+    results = []
+    for compiled in (False, True):
+        loss = ChunkedCrossEntropy.apply(logits, targets, compiled)
+        (grad,) = torch.autograd.grad(3 * loss, logits)
+        assert grad.dtype == dtype
+        results.append((loss.item(), grad))
+    (eager, eager_grad), (ours, grad) = results
+    assert abs(ours - eager) < 1e-5
+    assert relative_error(grad, eager_grad) < (1e-5 if dtype == torch.float32 else 1e-2)
+    assert set(layers._COMPILED_CE) == {"lse", "grad"}  # the compiled path ran
+    assert KernelSet(compile_loss=True).cross_entropy(logits, targets).item() == pytest.approx(ours, abs=1e-6)
+
+
 def test_memory_model_counts_the_loss_chunk_this_loss_uses():
     from workbench.memory import LOSS_CHUNK_ELEMENTS
 

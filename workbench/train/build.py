@@ -35,7 +35,7 @@ class Built:
 
 def kernel_set(spec: JobSpec) -> KernelSet:
     return KernelSet(triton=spec.triton_ops(), gemm_configs=spec.kernel_configs("gemm"),
-                     gemm_vendor=spec.vendor_shapes("gemm"))
+                     gemm_vendor=spec.vendor_shapes("gemm"), compile_loss=spec.compile)
 
 
 def _get(module: nn.Module, path: str) -> nn.Module:

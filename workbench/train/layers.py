@@ -71,6 +71,9 @@ class KernelSet:
 
     gemm_vendor: frozenset[tuple] = frozenset()
     """GEMM shapes (same keys) the recipe gave to the vendor library (cuBLAS/hipBLASLt): the per-vendor shim."""
+    compile_loss: bool = False
+    """Run ``ChunkedCrossEntropy``'s per-chunk math through torch.compile (the recipe compiles): each chunk's
+    upcast, log-sum-exp and gradient fuse into one pass over the bf16 logits instead of eager fp32 temporaries."""
 
     def gemm_config(self, m: int, n: int, k: int) -> dict | None:
         return self.gemm_configs.get((("k", k), ("m", m), ("n", n)))
@@ -105,7 +108,7 @@ class KernelSet:
         """Mean loss (fp32) of logits [N, V] against targets [N]."""
         if self.uses("cross_entropy") and _triton_usable(logits):
             return _triton_cross_entropy(logits, targets)
-        return ChunkedCrossEntropy.apply(logits, targets)
+        return ChunkedCrossEntropy.apply(logits, targets, self.compile_loss)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal attention: q [B, Hq, S, D], k/v [B, Hkv, S, D] -> [B, Hq, S, D]."""
@@ -158,21 +161,59 @@ CE_CHUNK_ELEMENTS = 1 << 28
 """fp32 logits upcast per chunk of rows in ``ChunkedCrossEntropy`` (1 GiB): bounds the loss's extra memory."""
 
 
+def _chunk_lse(logits: torch.Tensor) -> torch.Tensor:
+    """log-sum-exp [rows] in fp32 of a logits chunk [rows, V]."""
+    return torch.logsumexp(logits.float(), dim=1)
+
+
+def _chunk_grad_into(out: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor,
+                     scale: torch.Tensor) -> None:
+    """out [rows, V] (a chunk of dlogits, the logits dtype) = (softmax - one-hot(targets)) * scale, in fp32;
+    compiled, one kernel that writes the chunk in place."""
+    probs = (logits.float() - lse[:, None]).exp()  # softmax [rows, V]
+    cols = torch.arange(logits.shape[1], device=logits.device)
+    probs = probs - (cols[None, :] == targets[:, None]).float()  # - one-hot
+    out.copy_((probs * scale).to(logits.dtype))
+
+
+def _chunk_grad_eager(logits, targets, lse, scale):
+    """``_chunk_grad_into``'s gradient, returned, with in-place eager ops (one fp32 temporary fewer)."""
+    probs = (logits.float() - lse[:, None]).exp_()  # softmax [rows, V]
+    probs.scatter_add_(1, targets[:, None], torch.full_like(probs[:, :1], -1.0))  # - one-hot
+    return (probs * scale).to(logits.dtype)
+
+
+_COMPILED_CE: dict[str, object] = {}
+
+
+def _compiled(name: str):
+    """The torch.compile'd per-chunk function, made once per process (a full chunk compiles static; another shape,
+    such as the last chunk, recompiles once with dynamic shapes)."""
+    if name not in _COMPILED_CE:
+        _COMPILED_CE[name] = torch.compile({"lse": _chunk_lse, "grad": _chunk_grad_into}[name])
+    return _COMPILED_CE[name]
+
+
 class ChunkedCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of logits [N, V] (any float dtype) with torch ops, computed in fp32 a chunk of rows at
     a time: it keeps only the logits and the fp32 log-sum-exp [N] for backward, and the gradient comes back in
     the logits dtype. ``F.cross_entropy(logits.float())`` would hold fp32 log-probabilities [N, V] and, in
-    backward, two more fp32 [N, V] tensors: 50 GB at 32k tokens x 128k vocabulary."""
+    backward, two more fp32 [N, V] tensors: 50 GB at 32k tokens x 128k vocabulary. With ``compiled`` (a compiled
+    recipe) each chunk's math runs through torch.compile: the same fp32 operations, fused into one kernel per chunk
+    reading the bf16 chunk (forward), and one reading it and writing its gradient into dlogits (backward): no
+    fp32 [rows, V] temporaries."""
 
     @staticmethod
-    def forward(ctx, logits, targets):  # logits: [N, V], targets: [N]
+    def forward(ctx, logits, targets, compiled: bool = False):  # logits: [N, V], targets: [N]
         n, v = logits.shape
         rows = max(1, CE_CHUNK_ELEMENTS // v)
+        lse_fn = _compiled("lse") if compiled else _chunk_lse
         lse = torch.empty(n, device=logits.device, dtype=torch.float32)  # [N]
         picked = logits.gather(1, targets[:, None]).squeeze(1).float()  # [N]
         for start in range(0, n, rows):
-            lse[start:start + rows] = torch.logsumexp(logits[start:start + rows].float(), dim=1)
+            lse[start:start + rows] = lse_fn(logits[start:start + rows])
         ctx.save_for_backward(logits, targets, lse)
+        ctx.compiled = compiled
         return (lse - picked).mean()
 
     @staticmethod
@@ -184,10 +225,11 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         dlogits = torch.empty_like(logits)  # [N, V] in the logits dtype
         for start in range(0, n, rows):
             chunk = slice(start, start + rows)
-            probs = (logits[chunk].float() - lse[chunk, None]).exp_()  # softmax [rows, V]
-            probs.scatter_add_(1, targets[chunk, None], torch.full_like(probs[:, :1], -1.0))  # - one-hot
-            dlogits[chunk] = (probs * scale).to(logits.dtype)
-        return dlogits, None
+            if ctx.compiled:
+                _compiled("grad")(dlogits[chunk], logits[chunk], targets[chunk], lse[chunk], scale)
+            else:
+                dlogits[chunk] = _chunk_grad_eager(logits[chunk], targets[chunk], lse[chunk], scale)
+        return dlogits, None, None
 
 
 @torch.compiler.disable
