@@ -9,18 +9,20 @@ prediction. Rates are given per wall-clock second and per CPU second of this pro
 shared machine the CPU-time rate is the per-core figure the target speaks of. The agreement column is the largest relative difference of step time against ``predict()`` on every
 fifth fitting candidate. One process, one thread (the interpreter is single-threaded).
 
-    python benchmarks/search_speed.py        # writes benchmarks/results/search_speed.csv and prints the table
+    python benchmarks/search_speed.py        # writes benchmarks/results/search_speed.csv and .md, prints the table
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
 import platform
 import statistics
 import time
 from pathlib import Path
 
+from workbench.fileio import write_text
 from workbench.predict import predict
 from workbench.recipe.build import revised_model
 from workbench.recipe.search import StepEvaluator, search
@@ -94,15 +96,22 @@ def main() -> None:
         total[rate] = round(total["candidates"] / total[seconds])
     rows.append(total)
     rows += stack_rows  # reported apart: a named stack's candidates inside its tables build the stack's own graph
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("w", newline="") as handle:
-        handle.write(f"# benchmarks/search_speed.py on {platform.processor() or platform.machine()}, "
-                     f"Python {platform.python_version()}, one core; load average {load_before:.1f} before / "
-                     f"{os.getloadavg()[0]:.1f} after on {os.cpu_count()} cores (shared machine); "
-                     "target >= 10,000 candidates/s\n")
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    header = (f"benchmarks/search_speed.py on {platform.processor() or platform.machine()}, "
+              f"Python {platform.python_version()}, one core; load average {load_before:.1f} before / "
+              f"{os.getloadavg()[0]:.1f} after on {os.cpu_count()} cores (shared machine); "
+              "target >= 10,000 candidates/s")
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(RESULTS, f"# {header}\n{table.getvalue()}", overwrite=True)
+    shown = ("model", "stack", "gpu", "gpus", "precisions", "candidates", "timed", "cold_per_cpu_s", "warm_per_cpu_s",
+             "max_rel_diff_vs_predict")
+    lines = [f"# Recipe search speed\n\n{header}. Cold: a fresh evaluator, median of {COLD_RUNS} runs; warm: the same "
+             "evaluator searching again. Candidates per CPU second of this process.\n",
+             "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(str(r[c]) for c in shown) + " |" for r in rows]
+    write_text(RESULTS.with_suffix(".md"), "\n".join(lines) + "\n", overwrite=True)
     columns = list(rows[0])
     print("  ".join(columns))
     for r in rows:

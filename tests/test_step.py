@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from workbench.config import Parallelism, TrainingConfig
+from workbench.config import CHECKPOINTING, Parallelism, TrainingConfig
 from workbench.graph.execution import Execution
 from workbench.graph.ops import FlatShape, memory_op
 from workbench.graph.transformer import transformer_microbatch_ops
@@ -15,7 +15,7 @@ from workbench.models import get_model
 from workbench.perf import op_time
 from workbench.perf.efficiency import constants_for
 from workbench.predict import predict
-from workbench.step import StepModel, microbatch_ops
+from workbench.step import StepModel, _block_graph, _block_pieces, microbatch_ops
 
 
 @pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b", "gpt2-small"])
@@ -92,3 +92,31 @@ def test_context_parallelism_hides_its_ring_behind_attention_in_the_summary():
     ring = next(c for c in comms if c.name == "cp.ring_send_recv_kv")
     assert ring.exposed_s < ring.time_s  # attention compute hides part of it
     assert s.communication_s == sum(c.exposed_s for c in comms)
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b", "gpt2-small"])
+def test_one_build_gives_the_block_of_every_checkpointing_mode(model):
+    m = get_model(model)
+    for precision, tp, execution, lora in itertools.product(("bf16", "fp8"), (1, 2),
+                                                            (None, Execution(), Execution(compile=True)), (0, 8)):
+        base = TrainingConfig(2, 1024, precision, Parallelism(dp=2, tp=tp, sharding="ddp"),
+                              lora_rank=lora).resolved(m)
+        ends, fwd, head, bwd, recompute = _block_graph(m, base, execution)
+        for ac in CHECKPOINTING:
+            theirs = _block_pieces(m, dataclasses.replace(base, activation_checkpointing=ac), execution)
+            ours = (ends, fwd, head, bwd, recompute[ac])
+            assert ours == theirs, (precision, tp, execution, lora, ac)
+            assert [[o.extra for o in piece] for piece in ours] == [[o.extra for o in piece] for piece in theirs]
+
+
+def test_the_caches_shared_by_sharding_and_layout_give_each_config_its_own_numbers():
+    # one model warmed by configurations that share a micro-batch graph, accumulation or collectives: each summary
+    # must still be exactly a fresh predict's (a cache keyed too narrowly would hand one config another's numbers)
+    step = StepModel("mixtral-8x7b", "mi300x")
+    configs = [TrainingConfig(mb, 4096, precision, Parallelism(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, sharding=sharding),
+                              ac, global_batch).resolved(step.model)
+               for mb, precision, (dp, tp, pp, ep, cp), sharding, ac, global_batch in itertools.product(
+                   (1, 2), ("bf16", "fp8"), ((4, 2, 2, 2, 1), (8, 2, 1, 4, 1), (4, 2, 1, 2, 2), (4, 2, 1, 2, 1),
+                                             (2, 2, 4, 1, 1)), ("fsdp", "ddp", "zero1"), ("none", "full"), (64, 128))]
+    for cfg in configs + configs[::-1]:
+        assert step.summary(cfg) == predict("mixtral-8x7b", "mi300x", cfg).summary, cfg

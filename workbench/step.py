@@ -7,14 +7,19 @@ op priced by one memoized timer, the collectives and their overlap added, and th
     >>> step.summary(cfg)                                                # the same numbers, fast: what search asks
 
 ``workbench.predict`` is one ``prediction`` call; recipe search (``workbench.recipe.search``) calls ``summary`` for
-every candidate of one model on one GPU type. Both run the same arithmetic (``_fold`` and ``_summarize``), so a
+every candidate of one model on one GPU type. Both run the same arithmetic (``_fold`` and ``_step``), so a
 candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is caching, never a second formula:
 
 - op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``_timer_key``);
-- a transformer's blocks are copies of one block: one block's ops are built and priced once per (micro-batch,
-  sequence, precision, tp, ep, cp, checkpointing, LoRA) and multiplied by the busiest stage's
-  ``ceil(layers / pp)`` (its op counts), reused across dp, sharding, pp and global batch;
-- the optimizer, the data-parallel plan and the largest fitting micro-batch are cached by what they read.
+- a transformer's blocks are copies of one block: one block's graph is built once per (micro-batch, sequence,
+  precision, tp, ep, cp, LoRA) for all three checkpointing modes (``_block_graph``), priced once (the
+  recomputation per mode) and multiplied by the busiest stage's ``ceil(layers / pp)`` (its op counts), reused
+  across dp, sharding, pp and global batch;
+- the micro-batch's running sums are cached per (micro-batch graph, accumulation), the part FSDP, DDP and ZeRO-1
+  share (``_micro_sums``; the once-per-step ops are added after, in the same order, so the bits are the same);
+- the optimizer, the data-parallel plan, the critical-path collectives (per layout and micro-batch), memory, a
+  stack's priced kernel tables and its launch time, and the largest fitting micro-batch are cached by what they
+  read; ``summary`` sums the collectives without making a ``CommPrediction`` for each.
 """
 
 from __future__ import annotations
@@ -44,7 +49,15 @@ from workbench.perf import OpTime, op_time
 from workbench.perf.efficiency import Constants, constants_for
 from workbench.precision import resolve_precision
 from workbench.stacks import Stack, get_stack
-from workbench.step_comm import CommPrediction, DataParallelPlan, communication, data_parallel_plan
+from workbench.step_comm import (
+    CommPrediction,
+    CriticalPath,
+    DataParallelPlan,
+    communication,
+    communication_seconds,
+    critical_path,
+    data_parallel_plan,
+)
 from workbench.step_result import OpPrediction, Prediction, StepSummary, check_plausible, implausible_notes
 
 TABLE_KERNELS = ("pytorch", "torchtitan")
@@ -74,6 +87,19 @@ def _block_pieces(model: TransformerModel, cfg: TrainingConfig, execution: Execu
     before the blocks are multiplied (independent of pp)."""
     fwd, bwd, recompute = block_ops(model, cfg, 1, execution)
     return embedding_ops(model, cfg), fwd, head_ops(model, cfg, execution), bwd, recompute
+
+
+def _block_graph(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple:
+    """``_block_pieces`` for every checkpointing mode at once: (embedding, forward, head, backward, {mode:
+    recomputation}). ``graph.transformer.block_ops`` reads the mode only to pick the recomputation -- none
+    recomputes nothing, selective its listed ops, full every forward op, each renamed ``recompute.*`` in the
+    backward -- so one ``selective`` build gives all three (``tests/test_step.py`` checks each against
+    ``block_ops`` run in that mode)."""
+    ends, fwd, head, bwd, selective = _block_pieces(model, dataclasses.replace(
+        cfg, activation_checkpointing="selective"), execution)
+    full = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
+               op.bytes_written, op.count, op.layer, op.extra) for op in fwd]
+    return ends, fwd, head, bwd, {"none": [], "selective": selective, "full": full}
 
 
 def _stage(pieces: tuple[list, ...], layers: int) -> list:
@@ -181,30 +207,45 @@ class _Sums:
     useful_flops: float
 
 
-def _fold(micro: Stage, accum: int, once: Stage) -> _Sums:
-    """The step's sums over the micro-batch ops (executed count x ``accum``) and the once-per-step ops, in op order:
-    the left-to-right sums the summary has always made (a term is seconds x executions, the executions an exact
-    integer however it is grouped), so every path gives the same bits."""
-    def total(field: str, per_micro: int) -> float:
+_ACCUMULATED = ("compute", "memory", "optimizer", "useful")
+"""``PricedOps``' sums that count every micro-batch (x accumulation)."""
+_ONE_MICRO = ("pairs", "embedding_fwd", "embedding_bwd", "attention")
+"""``PricedOps``' sums that count one micro-batch (``pairs``: the micro-batch's own time, ``microbatch_s``)."""
+
+
+def _micro_sums(micro: Stage, accum: int, fields: Sequence[str]) -> tuple:
+    """``_fold``'s running sums of ``fields`` after the micro-batch ops, in op order, each term x ``accum``: the
+    part FSDP and DDP (and every once-per-step op list) share for one micro-batch graph and accumulation, so
+    ``StepModel`` caches it (``_ONE_MICRO`` with ``accum`` 1, by the graph alone)."""
+    sums = []
+    for field in fields:
         s = 0
         for part, copies in micro:
-            k = copies * per_micro
+            k = copies * accum
             for t, n in getattr(part, field):
                 s += t * (n * k)
+        sums.append(s)
+    return tuple(sums)
+
+
+def _fold(micro: Stage, accum: int, once: Stage, micro_sums: tuple[tuple, tuple] | None = None) -> _Sums:
+    """The step's sums over the micro-batch ops (executed count x ``accum``) and the once-per-step ops, in op order:
+    the left-to-right sums the summary has always made (a term is seconds x executions, the executions an exact
+    integer however it is grouped), so every path gives the same bits. ``micro_sums``: ``_micro_sums`` of
+    ``_ACCUMULATED`` (x ``accum``) and of ``_ONE_MICRO`` (x 1) already made; the running sums go on from them over
+    ``once`` (the same additions in the same order). ``microbatch_s`` has no once-per-step term."""
+    per_step, per_micro = micro_sums or (_micro_sums(micro, accum, _ACCUMULATED), _micro_sums(micro, 1, _ONE_MICRO))
+
+    def go_on(s, field: str) -> float:
         for part, copies in once:
             for t, n in getattr(part, field):
                 s += t * (n * copies)
         return s
 
-    def microbatch_s() -> float:
-        s = 0
-        for part, copies in micro:
-            for t, n in part.pairs:
-                s += t * (n * copies)
-        return s
-
-    return _Sums(total("compute", accum), total("memory", accum), total("optimizer", accum), microbatch_s(),
-                 total("embedding_fwd", 1), total("embedding_bwd", 1), total("attention", 1), total("useful", accum))
+    compute, memory, optimizer, useful = (go_on(s, f) for s, f in zip(per_step, _ACCUMULATED, strict=True))
+    microbatch, emb_fwd, emb_bwd, attention = per_micro[0], *(
+        go_on(s, f) for s, f in zip(per_micro[1:], _ONE_MICRO[1:], strict=True))
+    return _Sums(compute, memory, optimizer, microbatch, emb_fwd, emb_bwd, attention, useful)
 
 
 # ---------------------------------------------------------------------------------------------- the pipeline
@@ -229,7 +270,6 @@ class StepModel:
         self._graphs: dict[tuple, object] = {}
         self._fits: dict[tuple, tuple[object, tuple[str, ...]]] = {}
         self._peaks: dict[str, float] = {}
-        self._last_memory: tuple = (None, None)
 
     @functools.cached_property
     def constants(self) -> Constants:
@@ -249,8 +289,14 @@ class StepModel:
         """(op, count, its time under the stack profile ``fit``, its bound) of each (op, count)."""
         entries = []
         scaled = fit.applied
-        for op, n in ops:
-            t = fit.op_time(op, self.op_time(op)) if scaled else self.op_time(op)
+        times, gpu, constants = self._op_times, self.gpu, self.constants
+        for op, n in ops:  # self.op_time, inlined: the cold search's innermost loop
+            key = _timer_key(op)
+            t = times.get(key)
+            if t is None:
+                t = times[key] = op_time(op, gpu, constants)
+            if scaled:
+                t = fit.op_time(op, t)
             entries.append((op, n, t, bound or t.bound))
         return entries
 
@@ -304,9 +350,10 @@ class StepModel:
     def _parts(self, cfg: TrainingConfig, fit, tables, execution) -> tuple[Stage, Stage]:
         """(the micro-batch's ops, the once-per-step ops and optimizer) priced, in step order."""
         f = id(fit)
-        if tables is not None:
-            return (((self._price([(op, op.count) for op in tables.microbatch_ops], fit), 1),),
-                    ((self._price([(op, op.count) for op in tables.step_ops], fit), 1),))
+        if tables is not None:  # the tables ride in the cached value: their id stays theirs while it lives
+            return self._cached(("table parts", id(tables), f), lambda: (
+                (((self._price([(op, op.count) for op in tables.microbatch_ops], fit), 1),),
+                 ((self._price([(op, op.count) for op in tables.step_ops], fit), 1),)), tables))[0]
         model, p = self.model, cfg.parallelism
         if isinstance(model, TransformerModel):  # one block priced once, its copies the stage's layers
             ends, fwd, head, bwd, recompute = self._block(cfg, execution, fit)
@@ -327,18 +374,19 @@ class StepModel:
 
     def _block(self, cfg: TrainingConfig, execution, fit) -> tuple[PricedOps, ...]:
         """``_block_pieces`` priced (one block, independent of pp). Checkpointing changes only the recomputation
-        (``graph.transformer.block_ops``), so the other pieces are priced once for all three modes."""
+        (``graph.transformer.block_ops``), so the graph is built once for all three modes (``_block_graph``) and
+        the other pieces are priced once."""
         p = cfg.parallelism
         block = (cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep, p.cp, cfg.lora_rank, cfg.lora_targets,
                  execution, id(fit))
         mode = cfg.activation_checkpointing
         hit = self._graphs.get(("block", mode) + block)
         if hit is None:
-            pieces = _block_pieces(self.model, cfg, execution)
+            graph = self._cached(("block graph",) + block[:-1], lambda: _block_graph(self.model, cfg, execution))
             shared = self._cached(("block pieces",) + block, lambda: tuple(
-                self._price([(op, op.count) for op in piece], fit) for piece in pieces[:4]))
+                self._price([(op, op.count) for op in piece], fit) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
-                self._price([(op, op.count) for op in pieces[4]], fit),))
+                self._price([(op, op.count) for op in graph[4][mode]], fit),))
         return hit
 
     def _plan(self, cfg: TrainingConfig) -> DataParallelPlan:
@@ -346,6 +394,13 @@ class StepModel:
         key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
                cfg.lora_targets)
         return self._cached(key, lambda: data_parallel_plan(self.model, cfg, self.gpu, self.constants))
+
+    def _critical(self, cfg: TrainingConfig) -> CriticalPath:
+        """``step_comm.critical_path``, cached by what it reads (every parallel degree but the sharding)."""
+        p = cfg.parallelism
+        key = ("critical", cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing,
+               cfg.grad_accumulation, p.dp, p.tp, p.pp, p.ep, p.cp, p.virtual_stages)
+        return self._cached(key, lambda: critical_path(self.model, cfg, self.gpu, self.constants))
 
     def _max_micro_batch(self, cfg: TrainingConfig) -> int:
         key = ("max_micro_batch", cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
@@ -367,15 +422,14 @@ class StepModel:
         return self._memory(cfg, self._tables(cfg, compiled, dtype)[0])
 
     def _memory(self, cfg: TrainingConfig, tables) -> MemoryBreakdown:
-        key = (cfg, id(tables))  # the last one asked: search checks memory first, then prices the same cfg
-        if self._last_memory[0] == key:
-            return self._last_memory[1]
+        # search checks memory first, then prices the same cfg; eager and compiled outside the tables share it
+        key = ("memory", cfg, id(tables))  # the tables ride in the cached value: their id stays theirs
+        return self._cached(key, lambda: (self._build_memory(cfg, tables), tables))[0]
+
+    def _build_memory(self, cfg: TrainingConfig, tables) -> MemoryBreakdown:
         if tables is not None and cfg.parallelism.gpus == 1:
-            memory = tables.memory(self.stack, self.gpu.hbm_capacity_gb.value * 1e9)
-        else:
-            memory = memory_breakdown(self.model, cfg, self.gpu)
-        self._last_memory = (key, memory)
-        return memory
+            return tables.memory(self.stack, self.gpu.hbm_capacity_gb.value * 1e9)
+        return memory_breakdown(self.model, cfg, self.gpu)
 
     def priced_as_bound(self, cfg: TrainingConfig, *, compile: bool | None = None,
                         param_dtype: str | None = None) -> bool:
@@ -396,7 +450,8 @@ class StepModel:
         compiled, dtype, execution = self._mode(compile, param_dtype)
         tables, _ = self._tables(cfg, compiled, dtype)
         fit, _ = self._fit(compiled, tables)
-        return self._step(cfg, fit, tables, execution, self._peak(cfg.precision), max_micro_batch)[0]
+        return self._step(cfg, fit, tables, execution, self._peak(cfg.precision), max_micro_batch,
+                          detail=False)[0]
 
     def prediction(self, config: TrainingConfig, *, compile: bool | None = None, param_dtype: str | None = None,
                    allow_fallback: bool = False) -> Prediction:
@@ -432,20 +487,35 @@ class StepModel:
         return Prediction(self.model, self.gpu, cfg, resolved, ops, comms, summary,
                           calibrated=c.calibrated or fit.applied, notes=notes)
 
-    def _step(self, cfg: TrainingConfig, fit, tables, execution, peak: float, with_max_micro_batch: bool = True):
-        """(summary, priced parts, collectives) of ``cfg``: the one place the step's arithmetic lives."""
+    def _step(self, cfg: TrainingConfig, fit, tables, execution, peak: float, with_max_micro_batch: bool = True,
+              detail: bool = True):
+        """(summary, priced parts, collectives) of ``cfg``: the one place the step's arithmetic lives. ``detail``
+        False leaves out the collectives (None; their sums are the same: ``step_comm.communication_seconds``)."""
         model, gpu, p = self.model, self.gpu, cfg.parallelism
         accum = cfg.grad_accumulation
         micro, once = parts = self._parts(cfg, fit, tables, execution)
-        s = _fold(micro, accum, once)
-        comms: list[CommPrediction] = communication(
-            model, cfg, gpu, self.constants, accum * s.microbatch_s, embedding_fwd_s=s.embedding_fwd_s,
-            embedding_bwd_s=s.embedding_bwd_s, plan=self._plan(cfg), attention_s=s.attention_s)
+        # the micro-batch graph rides in the cached values: its parts' ids stay theirs while they live
+        graph = tuple((id(part), copies) for part, copies in micro)
+        step_sums = self._cached(("micro sums", accum) + graph,
+                                 lambda: (micro, _micro_sums(micro, accum, _ACCUMULATED)))
+        micro_sums = self._cached(("micro sums",) + graph, lambda: (micro, _micro_sums(micro, 1, _ONE_MICRO)))
+        s = _fold(micro, accum, once, (step_sums[1], micro_sums[1]))
+        comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s, plan=self._plan(cfg),
+                         attention_s=s.attention_s, critical=self._critical(cfg))
+        if detail:
+            comms: list[CommPrediction] | None = communication(model, cfg, gpu, self.constants,
+                                                               accum * s.microbatch_s, **comm_args)
+            comm_s = sum(cm.exposed_s for cm in comms)
+            comm_total_s = sum(cm.time_s for cm in comms)
+        else:  # the same sums, without a CommPrediction per collective
+            comms = None
+            comm_s, comm_total_s = communication_seconds(model, cfg, gpu, self.constants, accum * s.microbatch_s,
+                                                         **comm_args)
         # 1F1B's bubble, 1/virtual_stages of it interleaved (Narayanan et al. 2021, Sec. 2.2: (p - 1) / (v m))
         bubble_s = (p.pp - 1) * s.microbatch_s / p.virtual_stages if p.pp > 1 else 0.0
-        comm_s = sum(cm.exposed_s for cm in comms)
         step = s.compute_bound_s + s.memory_bound_s + s.optimizer_s + bubble_s + comm_s
-        host_s = fit.host_s(tables.host_s(self.stack, accum)) if tables else 0.0
+        host_s = fit.host_s(self._cached(("host", id(tables), accum), lambda: (
+            tables.host_s(self.stack, accum), tables))[0]) if tables else 0.0
         step = max(step + fit.idle_gap_s, host_s)  # the CPU enqueues ahead of the GPU; the step ends at the later
         samples = cfg.samples_per_step
         if isinstance(model, TransformerModel):
@@ -459,7 +529,7 @@ class StepModel:
         memory = self._memory(cfg, tables)
         summary = StepSummary(
             step_time_s=step, compute_bound_s=s.compute_bound_s, memory_bound_s=s.memory_bound_s,
-            communication_s=comm_s, communication_total_s=sum(cm.time_s for cm in comms),
+            communication_s=comm_s, communication_total_s=comm_total_s,
             optimizer_s=s.optimizer_s, bubble_s=bubble_s, samples_per_s=samples / step, tokens_per_s=tokens / step,
             mfu=model_flops / (step * p.gpus * peak), model_flops_per_step=model_flops, memory=memory,
             max_micro_batch=self._max_micro_batch(cfg) if with_max_micro_batch else -1, gpus=p.gpus, host_s=host_s, stack=self.stack.name,

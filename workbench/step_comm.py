@@ -108,21 +108,72 @@ def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants
 
 def communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
                    embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0,
-                   plan: DataParallelPlan | None = None, attention_s: float = 0.0) -> list[CommPrediction]:
+                   plan: DataParallelPlan | None = None, attention_s: float = 0.0,
+                   critical: CriticalPath | None = None) -> list[CommPrediction]:
     """Collectives of one step. Data-parallel traffic (FSDP gathers, gradient reductions: ``plan``, else
     ``data_parallel_plan``) follows the FSDP2 / DDP schedule of ``workbench.perf.overlap``: what is issued while
     compute runs shares one window of compute to hide behind (exposed = max(0, sum - comm_overlap x step compute),
     split in proportion); the schedule's edges (the root's and first block's all-gathers before the first compute,
     their reduce-scatters or DDP's last bucket after the last) are exposed, less the embedding compute
     (``embedding_fwd_s`` / ``embedding_bwd_s`` per micro-batch) that runs beside the first block's. Tensor-, expert-
-    and pipeline-parallel traffic sits on the critical path and stays exposed; an interleaved pipeline sends
-    virtual_stages times as often (Narayanan et al. 2021, Sec. 2.2). Context parallelism's ring K/V exchange hides
-    behind the step's attention compute (``attention_s``, per micro-batch): ``overlap.ring_exchange_exposed_s``."""
+    and pipeline-parallel traffic sits on the critical path and stays exposed (``critical_path``, or ``critical``
+    already made). Context parallelism's ring K/V exchange hides behind the step's attention compute
+    (``attention_s``, per micro-batch): ``overlap.ring_exchange_exposed_s``."""
+    planned, exposed_s, critical_comms = _scheduled(model, cfg, gpu, c, step_compute, embedding_fwd_s,
+                                                    embedding_bwd_s, plan, attention_s, critical)
+    data_parallel = [CommPrediction(s.name, s.collective, s.size_bytes, group, link, t * s.occurrences, e, s.edge)
+                     for (s, group, link, t), e in zip(planned, exposed_s, strict=True)]
+    return data_parallel + critical_comms
+
+
+def communication_seconds(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
+                          embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0,
+                          plan: DataParallelPlan | None = None, attention_s: float = 0.0,
+                          critical: CriticalPath | None = None) -> tuple[float, float]:
+    """(exposed, all) seconds of ``communication``'s collectives, summed in its order (the same ``sum`` over the
+    same numbers, so the same bits), without making a ``CommPrediction`` per collective: recipe search's path."""
+    planned, exposed_s, critical_comms = _scheduled(model, cfg, gpu, c, step_compute, embedding_fwd_s,
+                                                    embedding_bwd_s, plan, attention_s, critical)
+    return (sum(exposed_s + [cm.exposed_s for cm in critical_comms]),
+            sum([t * s.occurrences for s, _, _, t in planned] + [cm.time_s for cm in critical_comms]))
+
+
+def _scheduled(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float,
+               embedding_fwd_s: float, embedding_bwd_s: float, plan: DataParallelPlan | None, attention_s: float,
+               critical: CriticalPath | None) -> tuple[DataParallelPlan, list[float], list[CommPrediction]]:
+    """(the data-parallel plan, each collective's exposed seconds, the critical-path collectives with the cp ring's
+    overlap applied): ``communication``'s arithmetic, shared by ``communication_seconds``."""
+    exposed, ring = critical_path(model, cfg, gpu, c) if critical is None else critical
+    if ring is not None:
+        chunk, group, link, total = ring
+        exposed = exposed + [CommPrediction("cp.ring_send_recv_kv", "send_recv", chunk, group, link, total,
+                                            ring_exchange_exposed_s(total, attention_s * cfg.grad_accumulation),
+                                            "critical")]
+    planned = data_parallel_plan(model, cfg, gpu, c) if plan is None else plan
+    schedule = [s for s, _, _, _ in planned]
+    times = [t for _, _, _, t in planned]
+    exposed_s = exposed_seconds(schedule, times, comm_overlap=c["comm_overlap"], step_compute_s=step_compute,
+                                embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
+    return planned, exposed_s, exposed
+
+
+CriticalPath = tuple[list[CommPrediction], "tuple[float, int, str, float] | None"]
+"""The critical-path collectives of one step (tensor-, expert-, pipeline-parallel, all exposed) and context
+parallelism's ring exchange as (chunk bytes, group, link name, seconds in the step), or None without cp."""
+
+
+def critical_path(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> CriticalPath:
+    """The step's tensor-, expert- and pipeline-parallel collectives, on the critical path and all exposed (an
+    interleaved pipeline sends virtual_stages times as often: Narayanan et al. 2021, Sec. 2.2), and context
+    parallelism's ring K/V exchange before its overlap with attention (``communication`` adds it). Reads the
+    micro-batch, sequence, precision, checkpointing, accumulation and every parallel degree but the sharding, so
+    ``workbench.step.StepModel`` caches it for FSDP, DDP and ZeRO-1 alike."""
     p = cfg.parallelism
     accum = cfg.grad_accumulation
     domain = gpu.scale_up_domain_gpus.value
     act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
     exposed: list[CommPrediction] = []
+    ring = None
 
     def add(name, kind, size, group, spans, times):
         if group <= 1:
@@ -146,21 +197,11 @@ def communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, ste
             chunk = tokens * 2 * max(model.kv_size // p.tp, model.head_dim) * act_bytes
             steps = (p.cp - 1) * (4 if cfg.activation_checkpointing == "full" else 3) * layers * accum
             link = group_link(gpu, c, p.cp * p.tp > domain)
-            total = collective_time("send_recv", chunk, p.cp, link) * steps
-            exposed.append(CommPrediction("cp.ring_send_recv_kv", "send_recv", chunk, p.cp, link.name, total,
-                                          ring_exchange_exposed_s(total, attention_s * accum), "critical"))
+            ring = (chunk, p.cp, link.name, collective_time("send_recv", chunk, p.cp, link) * steps)
     else:
         if isinstance(model, DLRMModel):
             pooled = cfg.micro_batch * len(model.tables) * model.embedding_dim * act_bytes
         else:
             pooled = cfg.micro_batch * cfg.seq_len * model.embedding_dim * act_bytes
         add("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * accum)
-
-    planned = data_parallel_plan(model, cfg, gpu, c) if plan is None else plan
-    schedule = [s for s, _, _, _ in planned]
-    times = [t for _, _, _, t in planned]
-    exposed_s = exposed_seconds(schedule, times, comm_overlap=c["comm_overlap"], step_compute_s=step_compute,
-                                embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
-    data_parallel = [CommPrediction(s.name, s.collective, s.size_bytes, group, link, t * s.occurrences, e, s.edge)
-                     for (s, group, link, t), e in zip(planned, exposed_s, strict=True)]
-    return data_parallel + exposed
+    return exposed, ring
