@@ -273,3 +273,19 @@ def test_cli_calibrates_from_the_committed_plain_loop_trace(home, capsys):
     assert main([*args, "--force"]) == 0
     assert main(["calibrate", "--trace", str(PLAIN_TRACE), "--stack", "pytorch-eager"]) == 2
     assert "--model, --micro-batch, --seq-len" in capsys.readouterr().err
+
+
+def test_a_trace_profile_alone_calibrates_a_gpu_without_a_gpu_profile(home):
+    # the H100 ships no calibration profile: calibrated=True used to fail even after `calibrate --trace` wrote one
+    cfg = TrainingConfig(2, 4096)
+    with pytest.raises(WorkbenchError, match="no calibration profile"):
+        predict("llama3.2-1b", "h100", cfg, stack="pytorch-eager", calibrated=True)
+    base = predict("llama3.2-1b", "h100", cfg, stack="pytorch-eager")
+    trace = parse_trace(synthetic_trace(base, {"gemm": 0.9}, idle_us=1000.0), "synthetic")
+    fit = fit_trace(trace, "llama3.2-1b", "h100", cfg, stack="pytorch-eager")
+    assert fit.profile.base == "spec"
+    write_stack_profile(fit.profile)
+    after = predict("llama3.2-1b", "h100", cfg, stack="pytorch-eager", calibrated=True)
+    assert after.calibrated and after.summary.step_time_s * 1e3 == pytest.approx(fit.calibrated_step_ms, rel=1e-9)
+    with pytest.raises(WorkbenchError, match="no calibration profile"):  # another stack has no profile: still an error
+        predict("llama3.2-1b", "h100", cfg, stack="pytorch-compile", calibrated=True)

@@ -46,7 +46,7 @@ from workbench.hardware import GPU, get_gpu
 from workbench.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from workbench.models import DLRMModel, Model, TransformerModel, get_model
 from workbench.perf import OpTime, op_time
-from workbench.perf.efficiency import Constants, constants_for
+from workbench.perf.efficiency import Constants, constants_for, profile_path
 from workbench.precision import resolve_precision
 from workbench.stacks import Stack, get_stack
 from workbench.step_comm import (
@@ -273,8 +273,17 @@ class StepModel:
 
     @functools.cached_property
     def constants(self) -> Constants:
-        """The efficiency constants every op is priced with (read on first use: a missing profile raises then)."""
-        return self._given_constants or constants_for(self.gpu, self.calibrated)
+        """The efficiency constants every op is priced with (read on first use: a missing profile raises then).
+        Calibrated with no GPU profile but a trace profile for this stack and GPU: the spec constants, which that
+        profile's factors were fitted over (``stack_calibration.base_constants``)."""
+        if self._given_constants is not None:
+            return self._given_constants
+        if self.calibrated and not profile_path(self.gpu).is_file():
+            from workbench.stack_calibration import load_stack_profile
+
+            if load_stack_profile(self.stack.name, self.gpu) is not None:
+                return constants_for(self.gpu, False)
+        return constants_for(self.gpu, self.calibrated)
 
     # -- the memoized timer
     def op_time(self, op: Op) -> OpTime:
