@@ -37,6 +37,7 @@ from workbench.errors import WorkbenchError
 from workbench.graph.execution import Execution
 from workbench.hardware import GPU, Figure, list_gpus
 from workbench.models import list_models
+from workbench.recipe.schema import SHARDINGS as RECIPE_SHARDINGS
 
 FACTORS = (1.1, 2.0, 10.0)
 TOLERANCE = 1e-9
@@ -108,7 +109,7 @@ def grid(quick: bool = False):
     counts = (8,) if quick else (1, 8, 64)
     for model, gpu in itertools.product(list_models(), list_gpus()):
         if model.kind == "transformer":
-            batches, seqs, shardings = (1, 4), (128, 2048), ("fsdp", "ddp")
+            batches, seqs, shardings = (1, 4), (128, 2048), RECIPE_SHARDINGS
         elif model.kind == "dlrm":
             batches, seqs, shardings = (1024, 65536), (0,), ("ddp",)
         else:

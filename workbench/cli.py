@@ -313,7 +313,10 @@ def _read(path: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workbench.config import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LORA_RANK, MAX_MICRO_BATCH, MAX_SEQ_LEN, SHARDINGS
+    from workbench.config import (
+        CHECKPOINTING, MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LORA_RANK, MAX_MICRO_BATCH, MAX_SEQ_LEN, SHARDINGS,
+    )
+    from workbench.recipe.schema import KERNEL_DTYPES, PARAM_DTYPES
 
     parser = argparse.ArgumentParser(prog="workbench", description="Hardware/model co-design workbench for AI training.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -347,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sharding", choices=list(SHARDINGS), default="fsdp",
                    help="ddp replicates; fsdp shards parameters, gradients and optimizer states; zero1 shards the "
                         "optimizer states only (Megatron's distributed optimizer)")
-    p.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
+    p.add_argument("--checkpointing", choices=list(CHECKPOINTING), default="none")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
     p.add_argument("--allow-fallback", action="store_true", help="model an unsupported precision as its documented fallback")
     p.add_argument("--stack", default=None,
@@ -356,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile on, for stacks that follow the run's setting (torchtitan, workbench-job); "
                         "default off")
-    p.add_argument("--param-dtype", choices=["fp32", "bf16"], default=None,
+    p.add_argument("--param-dtype", choices=list(PARAM_DTYPES), default=None,
                    help="fp32 parameters under autocast, or bf16 parameters (where the stack trains with either; "
                         "default: the stack's)")
     p.add_argument("--top", type=int_flag(1, 1 << 31), default=12, help="ops to list")
@@ -385,10 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", type=int_flag(1, MAX_MICRO_BATCH), default=None)
     p.add_argument("--seq-len", type=int_flag(1, MAX_SEQ_LEN), default=None)
     p.add_argument("--precision", default="bf16")
-    p.add_argument("--ac", choices=["none", "selective", "full"], default="none", help="activation checkpointing")
+    p.add_argument("--ac", choices=list(CHECKPOINTING), default="none", help="activation checkpointing")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="the job ran torch.compile (stacks that follow the run's setting)")
-    p.add_argument("--param-dtype", choices=["fp32", "bf16"], default=None)
+    p.add_argument("--param-dtype", choices=list(PARAM_DTYPES), default=None)
     p.add_argument("--steps", type=int_flag(1, 1 << 20), default=None,
                    help="profiled steps in the trace (needed when it has no ProfilerStep# annotations)")
     p.set_defaults(func=cmd_calibrate)
@@ -406,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = kernels.add_parser("inspect", help="cross-compile kernel configs for AMD and NVIDIA targets on this CPU")
     p.add_argument("--kernel", choices=["gemm", "attention"], default="gemm")
     p.add_argument("--targets", default="gfx942,gfx950,sm_90", help="from gfx942, gfx950, sm_90, sm_100")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "tf32", "fp32"])
+    p.add_argument("--dtype", default="bf16", choices=list(KERNEL_DTYPES))
     p.add_argument("--all", action="store_true", help="every config of the space, not only the default")
     p.set_defaults(func=cmd_kernels_inspect)
     p = kernels.add_parser("check", help="check every kernel against its reference on the CPU (Triton interpreter)")

@@ -1,7 +1,8 @@
 """Measured CUDA kernels of a stack run against the kernels ``workbench.graph.stack_kernels`` says it launches.
 
 A profile row (``benchmarks/stacks/plain_pytorch.py``'s ``kernels``: name, calls and microseconds per step) is
-sorted into the model's op classes by kernel name (``classify``); the stack's ops are priced by the existing timer
+sorted into the model's op classes by kernel name (``classify``: ``workbench.trace.classify``'s
+class, coarsened); the stack's ops are priced by the existing timer
 (``workbench.perf.op_time`` with ``constants_for(gpu, calibrated)``) and sorted into the same classes by what the
 op is (``op_class``). ``compare`` gives, per class, measured and predicted microseconds and kernel counts.
 No torch import: the benchmark scripts and the tests use this on recorded JSON.
@@ -9,9 +10,9 @@ No torch import: the benchmark scripts and the tests use this on recorded JSON.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from workbench import trace
 from workbench.graph.ops import Op
 from workbench.graph.stack_kernels import StackFlavor, pytorch_flavor, stack_step_ops, torchtitan_flavor
 from workbench.hardware import get_gpu
@@ -21,40 +22,31 @@ from workbench.perf.efficiency import constants_for
 CLASSES: tuple[str, ...] = ("gemm", "attention", "norm", "rope/elementwise", "cast/copy", "loss", "optimizer",
                             "embedding", "fsdp copies", "other")
 
-# first match wins: (class, regular expression on the kernel name)
-_RULES: tuple[tuple[str, str], ...] = (
-    ("gemm", r"^nvjet_|gemm|cutlass|sm90_xmma|cublas"),
-    ("attention", r"sdpa|flash|fmha|cudnn::fusion|attention"),
-    ("optimizer", r"FusedOptimizerTensorListMetadata|FusedAdam|LpNormFunctor|lpnorm_cleanup|"
-                  r"multi_tensor_apply_kernel<.*TensorListMetadata<1>"),
-    ("loss", r"SoftMax|softmax|nll_loss|cross_entropy|log_softmax"),
-    ("fsdp copies", r"chunk_cat|all_gather_copy|split_with_sizes_copy|foreach_copy|nccl"),
-    ("embedding", r"embedding|gather_kernel|compute_grad_weight|sum_and_scatter|radix_sort|unique_by_key|"
-                  r"krn_partial|compute_num_of_partial|DeviceScan|DeviceCompact|arange_cuda"),
-    ("norm", r"layer_norm|GammaBeta|rms_norm|RowwiseMoments|reduce_kernel<.*sum_functor"),
-    ("cast/copy", r"_copy_kernel|direct_copy|bfloat16_copy|triton_poi_fused__to_copy|"
-                  r"triton_poi_fused_clone|Memcpy|FillFunctor"),
-    ("rope/elementwise", r"elementwise_kernel|CatArrayBatchedCopy|triton_poi|triton_red|triton_per|neg_kernel|silu|"
-                         r"conj_kernel"),
+COARSE_CLASSES: dict[str, str] = {
+    "gemm": "gemm", "attention_fwd": "attention", "attention_bwd": "attention", "norm": "norm",
+    "reduction": "norm", "activation": "rope/elementwise", "elementwise": "rope/elementwise",
+    "rope": "rope/elementwise", "fused": "rope/elementwise", "cross_entropy": "loss", "optimizer": "optimizer",
+    "embedding_fwd": "embedding", "embedding_bwd": "embedding", "copy_cast": "cast/copy", "fp8_quantize": "cast/copy",
+    "fsdp": "fsdp copies", "communication": "fsdp copies", "other": "other",
+}
+"""``workbench.trace.CLASSES`` -> ``CLASSES``, the classes ``op_class`` sorts the stack tables' ops into. A reduction
+is a norm: the tables' only reductions are RMSNorm's weight-gradient sums (``reduce_kernel<sum_functor>``);
+inductor's unnamed fusions, activations and RoPE are ``rope/elementwise``; NCCL goes with the FSDP copies."""
+_BY_NAME: tuple[tuple[str, str], ...] = (
+    ("CatArrayBatchedCopy", "rope/elementwise"),  # trace: a copy; op_class counts RoPE's torch.cat with RoPE
+    ("Memset", "other"),  # trace: a copy; no table op is a memset, so it shows as unmodelled
+    ("NormTwoOps", "other"),  # trace: a reduction; gradient clipping's norm, which the tables do not hold
 )
-_COMPILED = [(c, re.compile(p)) for c, p in _RULES]
+"""Kernels ``op_class`` counts in another class than ``COARSE_CLASSES`` of their trace class (substring of the name)."""
 
 
 def classify(kernel_name: str) -> str:
-    """The op class of a measured CUDA kernel name (one of ``CLASSES``)."""
-    # inductor names its fused kernels after the aten ops in them: read the dominant one first
-    if kernel_name.startswith("triton_"):
-        if "rms_norm" in kernel_name:
-            return "norm"
-        if "log_softmax" in kernel_name or "nll_loss" in kernel_name:
-            return "loss"
-        if re.search(r"fused__to_copy(_t|_view)?_\d+$", kernel_name) or "clone_transpose" in kernel_name:
-            return "cast/copy"
-        return "rope/elementwise"
-    for cls, pattern in _COMPILED:
-        if pattern.search(kernel_name):
+    """The op class (one of ``CLASSES``) of a measured CUDA kernel name: ``workbench.trace.classify`` (with no CPU
+    frames) mapped by ``COARSE_CLASSES``, except the few kernels of ``_BY_NAME``."""
+    for part, cls in _BY_NAME:
+        if part in kernel_name:
             return cls
-    return "other"
+    return COARSE_CLASSES[trace.classify(kernel_name)]
 
 
 COPY_KERNELS = frozenset({"logits.float", "dlogits.to_bf16", "zero_grad_input", "zero_table_grad"})

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from workbench._data import specs_dir
+from workbench.config import CHECKPOINTING
 from workbench.errors import SpecError, UnknownNameError
 from workbench.schema import Fields, check_number, load_catalog, load_yaml
 
@@ -32,7 +33,6 @@ KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtit
 ``reference-job`` (the project's job, ``workbench.graph.execution``), ``pytorch`` and ``torchtitan``
 (``workbench.graph.stack_kernels``)."""
 COMPILE_MODES: tuple[str, ...] = ("never", "always", "recipe")
-PARAM_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 CHECKPOINT_POLICIES: tuple[str, ...] = ("none", "full", "workbench-selective", "selective-op", "selective-2")
 """What a stack runs for each of the workbench's modes: ``workbench-selective`` recomputes the memory-bound ops and
 saves every GEMM output (the fused step's and the reference job's selective); ``selective-op`` is torchtitan's
@@ -95,12 +95,15 @@ class Stack:
 
 def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
     """A stack from its parsed YAML, validated: unknown keys, bad values and missing sources are errors."""
+    # The recipe schema spells the parameter dtypes; imported here because workbench.recipe imports this module.
+    from workbench.recipe.schema import PARAM_DTYPES
+
     top = Fields(data, origin)
     version = top.number("schema_version", integer=True)
     if version != SCHEMA_VERSION:
         raise top.error("schema_version", version, f"{SCHEMA_VERSION}")
     ck = top.sub("checkpointing")
-    checkpointing = {mode: ck.string(mode, CHECKPOINT_POLICIES) for mode in ("none", "selective", "full")}
+    checkpointing = {mode: ck.string(mode, CHECKPOINT_POLICIES) for mode in CHECKPOINTING}
     ck.finish()
     if checkpointing["none"] != "none" or checkpointing["full"] != "full":
         raise ck.error("none", checkpointing["none"], "none -> none and full -> full (only selective differs)")

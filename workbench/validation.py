@@ -32,6 +32,7 @@ from workbench.config import CHECKPOINTING, Parallelism, TrainingConfig
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model
 from workbench.predict import Prediction, predict
+from workbench.recipe.schema import PARAM_DTYPES
 from workbench.schema import Fields, load_yaml
 from workbench.stacks import Stack, get_stack
 
@@ -160,7 +161,7 @@ def load_runs(path: str | Path) -> tuple[MeasuredRun, ...]:
             checkpointing=f.string("checkpointing"), compile=f.boolean("compile"),
             micro_batch=int(f.number("micro_batch", minimum=1, integer=True)),
             seq_len=int(f.number("seq_len", minimum=1, integer=True)),
-            param_dtype=f.string("param_dtype", ("fp32", "bf16")), gpus=int(f.number("gpus", minimum=1, integer=True)),
+            param_dtype=f.string("param_dtype", PARAM_DTYPES), gpus=int(f.number("gpus", minimum=1, integer=True)),
             measured_step_s=float(f.number("measured_step_s", above=0)),
             measured_peak_reserved_gb=float(f.number("measured_peak_reserved_gb", above=0)),
             source=f.string("source"))

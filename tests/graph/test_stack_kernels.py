@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from workbench import trace
 from workbench.graph.stack_kernels import (
     Dims,
     block_ops,
@@ -13,7 +14,7 @@ from workbench.graph.stack_kernels import (
     torchtitan_flavor,
 )
 from workbench.models import get_model
-from workbench.stack_check import classify, compare
+from workbench.stack_check import CLASSES, COARSE_CLASSES, classify, compare
 
 # a small hand-countable shape: 2 x 4 tokens, hidden 16, 4 heads of 4 (2 kv heads), ffn 32
 D = Dims(tokens=8, seq=4, batch=2, hidden=16, q=16, kv=8, ffn=32, vocab=64, heads=4, kv_heads=2, head_dim=4, layers=3)
@@ -95,6 +96,11 @@ def test_checkpoint_policies_follow_torchtitan():
 ])
 def test_classify_real_kernel_names(name, cls):
     assert classify(name) == cls
+
+
+def test_coarse_classes_cover_every_trace_class():
+    assert set(COARSE_CLASSES) == set(trace.CLASSES) and set(COARSE_CLASSES.values()) <= set(CLASSES)
+    assert classify("ncclDevKernel_AllGather_RING_LL") == "fsdp copies"  # trace: communication
 
 
 def test_compare_covers_every_kernel_of_a_row():

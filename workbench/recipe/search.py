@@ -45,6 +45,7 @@ from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB
 from workbench.models import Model, TransformerModel, get_model
 from workbench.precision import resolve_precision
+from workbench.recipe.schema import SHARDINGS as RECIPE_SHARDINGS
 from workbench.stacks import Stack, get_stack
 from workbench.step import StepModel
 
@@ -66,7 +67,7 @@ and torchtitan, worst 6.8%, all within 8%) and the reference job's (``benchmarks
 REPORT.md``: 11 of 11 runs within 10%). 5% is a round figure just above that MAPE, a judgement; the default
 search ranks the fused step (no stack), whose absolute error is larger, but it is shared by candidates of one
 model on one GPU and largely cancels in their ratio. Re-derive it from a new evaluation, not by taste."""
-CHECKPOINTING_ORDER = {"none": 0, "selective": 1, "full": 2}
+CHECKPOINTING_ORDER = {mode: rank for rank, mode in enumerate(CHECKPOINTING)}
 """Simplest first: no recomputation, then the saved-matmul policy, then the whole forward again."""
 IDEAL = "ideal"
 """The fused-step bound (``workbench.stacks``), what the search ranks when no stack is named."""
@@ -346,7 +347,7 @@ def search(
     seq_len: int = 0,
     global_batch: int = 0,
     checkpointing: Sequence[str] = CHECKPOINTING,
-    shardings: Sequence[str] = ("fsdp", "ddp"),
+    shardings: Sequence[str] = RECIPE_SHARDINGS,
     calibrated: bool = False,
     evaluator: StepEvaluator | None = None,
     execution: Execution | None = None,

@@ -32,7 +32,7 @@ from workbench.hardware import get_gpu
 from workbench.models import TransformerModel
 from workbench.recipe.build import recipe_model
 from workbench.recipe.io import header_lines
-from workbench.recipe.schema import Recipe
+from workbench.recipe.schema import FP8_RECIPES, MODELLED_PRECISION, Recipe
 
 # workbench catalog name -> (torchtitan module, flavor, preset function, standard hf_assets_path, preset lr)
 _TORCHTITAN_MODELS = {
@@ -49,8 +49,10 @@ _FLAVOR_FIELDS = {"num_layers": "n_layers", "vocab_size": "vocab_size", "hidden_
                   "num_kv_heads": "n_kv_heads", "ffn_hidden_size": "hidden_dim (via ffn_dim_multiplier/multiple_of)",
                   "head_dim": "head_dim (dim / n_heads)"}
 _DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16"}
-FLOAT8_RECIPE_NAMES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
-"""The workbench fp8 recipes that are torchtitan 0.2.x [quantize.linear.float8] recipes, spelled the same."""
+FLOAT8_RECIPE_NAMES = tuple(r for r in FP8_RECIPES if MODELLED_PRECISION.get(r) in ("fp8", "fp8_gw_hp"))
+"""The workbench fp8 recipes that are torchtitan 0.2.x [quantize.linear.float8] recipes, spelled the same: the
+schema's torchao float8 recipes (tensorwise, rowwise, rowwise_with_gw_hp), those modelled as fp8 or fp8_gw_hp;
+mxfp8 goes to [quantize.linear.mx]."""
 _FP8_ARCHS = ("hopper", "blackwell", "blackwell-ultra", "cdna3", "cdna4", "cdna5")
 """float8 linears: NVIDIA SM89+ or AMD gfx942+ (both versions' float8.py)."""
 _SELECTIVE_NOTE = ("selective = torchtitan's per-op policy (saves matmul/attention outputs, recomputes every second "
