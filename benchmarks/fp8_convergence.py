@@ -17,7 +17,7 @@ killed script leaves them.
 
 ``--resume`` keeps the complete runs already in ``--out`` (same settings) and runs the rest: a budget that ran out
 before the last seeds costs a second invocation, not the first one's runs. ``--analyze DIR`` judges the metrics
-already in DIR (CPU, no runs). The verdict is ``fp8_convergence_analysis``'s; it needs all 8 planned seeds, so
+already in DIR (CPU, no runs). The verdict is ``workbench.train.convergence``'s; it needs all 8 planned seeds, so
 ``--seeds`` subsets report "incomplete". Writes ``recipes/``, ``metrics/``, ``logs/`` (one per run, stdout and
 stderr), ``runs.json``, ``REPORT.md``, ``convergence.csv``, ``curves.csv`` and ``summary.json`` under ``--out``.
 """
@@ -36,31 +36,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-for path in (REPO, REPO / "benchmarks"):
+for path in (REPO,):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from fp8_convergence_analysis import (
+from workbench.schema import write_atomic  # noqa: E402
+from workbench.train.convergence import (  # noqa: E402
     FP8_RECIPES,
     PLAN_EVAL_EVERY,
     PLAN_EVAL_WINDOWS,
     PLAN_LR,
     PLAN_STEPS,
+    RECIPES,
     REFERENCE,
     RERUN_SEED,
     STAGES,
+    Run,
     curve_of,
+    plan_runs,
     run_name,
     schedule_of,
 )
-from fp8_convergence_report import environment, load_metrics, write_outputs
-
-from workbench.schema import write_atomic
-from workbench.train.schedule import CONSTANT_LR, LrSchedule
+from workbench.train.convergence_report import environment, load_metrics, write_outputs  # noqa: E402
+from workbench.train.schedule import CONSTANT_LR, LrSchedule  # noqa: E402
 
 PLAN = REPO / "benchmarks" / "results" / "h200" / "train" / "fp8_convergence" / "PLAN.md"
-RECIPES: tuple[str, ...] = (REFERENCE, *FP8_RECIPES)
-"""The order of one seed's runs."""
 WORKERS = 4
 BUDGET_S = 450.0
 """Default whole-run budget: 7.5 minutes, inside an 8-minute device slot."""
@@ -84,17 +84,6 @@ QUICK = {"micro_batch": 2, "seq_len": 64, "steps": 20, "eval_every": 2, "eval_wi
 
 
 @dataclass(frozen=True)
-class Run:
-    recipe: str
-    seed: int
-    rerun: bool = False
-
-    @property
-    def name(self) -> str:
-        return run_name(self.recipe, self.seed, self.rerun)
-
-
-@dataclass(frozen=True)
 class Settings:
     """What every run gets besides its recipe and seed."""
 
@@ -103,15 +92,6 @@ class Settings:
     eval_windows: int
     lr: float
     lr_schedule: LrSchedule = CONSTANT_LR
-
-
-def plan_runs(seeds: tuple[int, ...], recipes: tuple[str, ...], rerun: bool = True) -> list[Run]:
-    """Seed by seed, each seed's recipes in ``RECIPES`` order, then (``rerun``) the bf16 rerun (at ``RERUN_SEED``, or
-    the first seed when that is not among ``seeds``) when bf16 runs at all."""
-    runs = [Run(r, s) for s in seeds for r in RECIPES if r in recipes]
-    if rerun and REFERENCE in recipes:
-        runs.append(Run(REFERENCE, RERUN_SEED if RERUN_SEED in seeds else seeds[0], rerun=True))
-    return runs
 
 
 def build_recipes(recipes: tuple[str, ...], quick: bool) -> dict:
@@ -261,7 +241,7 @@ def execute(runs: list[Run], out: Path, recipe_paths: dict[str, Path], settings:
 # ------------------------------------------------------------------------------------------------ outputs
 def report(out: Path, runs: list[dict], context: dict, stage: int = 1, earlier: tuple[Path, ...] = ()) -> dict:
     """Analyse the metrics under ``out`` -- with those of ``earlier`` stages' folders, whose seeds the verdict also
-    counts -- and write every output (``fp8_convergence_report.write_outputs``) by ``stage``'s rule."""
+    counts -- and write every output (``workbench.train.convergence_report.write_outputs``) by ``stage``'s rule."""
     metrics = load_metrics(out / "metrics")
     for folder in earlier:
         previous = load_metrics(folder / "metrics")

@@ -41,18 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
-for _path in (REPO, HERE):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-from nccl_overlap import device_activity, nccl_overlap
-
-from workbench.config import Parallelism, TrainingConfig
-from workbench.memory import GB
-from workbench.recipe import save_recipe
-from workbench.recipe.build import make_recipe, predict_recipe
-from workbench.schema import write_atomic
+from workbench.config import Parallelism, TrainingConfig  # noqa: E402
+from workbench.memory import GB  # noqa: E402
+from workbench.recipe import save_recipe  # noqa: E402
+from workbench.recipe.build import make_recipe, predict_recipe  # noqa: E402
+from workbench.schema import write_atomic  # noqa: E402
+from workbench.train.nccl_overlap import device_activity, nccl_overlap  # noqa: E402
 
 MODEL, OVERRIDES, SEQ, MICRO_BATCH, GPU = "llama3-8b", {"num_layers": 8}, 4096, 2, "h200-sxm"
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

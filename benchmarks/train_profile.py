@@ -11,7 +11,7 @@ between two ``torch.cuda.synchronize()``), then ``--steps`` steps under torch.pr
 Python frames too on eager runs, which is how RoPE's ops are found). Writes, under ``--out``:
 
 - ``<run>_kernels.csv``: every kernel / memcpy / memset: name, class, phase, launching op, ms and count per step;
-- ``<run>_classes.csv``: per class (``train_profile_classes.CLASSES``) measured and predicted ms per step, split
+- ``<run>_classes.csv``: per class (``workbench.trace.CLASSES``) measured and predicted ms per step, split
   fwd / bwd / optimizer, then total kernel time, device busy time (union of kernel intervals), step wall time
   (the unprofiled timed steps' median) and the idle gap = wall - busy (launch- and CPU-bound time);
 - ``<run>_trace.json.gz``: the chrome trace (chrome://tracing or ui.perfetto.dev);
@@ -44,15 +44,10 @@ for path in (REPO, HERE):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from train_profile_classes import (  # noqa: E402
-    busy_us,
-    class_rows,
-    kernel_rows,
-    measured_by_class,
-    predicted_by_class,
-    read_trace,
-)
 from train_proof import run_logged  # noqa: E402
+
+from workbench.trace import busy_us, kernel_rows, measured_by_class, read_trace  # noqa: E402
+from workbench.train.profile_classes import class_rows, predicted_by_class  # noqa: E402
 
 RECIPES = REPO / "benchmarks" / "results" / "h200" / "train" / "recipes"
 """The recipes the H200 proof ran (``train_proof.py`` wrote them; their predictions are calibrated)."""

@@ -21,7 +21,7 @@ Kernels are compiled first, in parallel worker processes running each case's wra
 full-size inputs (the same specialisations), so the timed loop loads them from Triton's cache. ``--budget-s`` bounds
 the whole run: GEMMs stop at GEMM_SHARE of it (attention then gets the rest), every row is appended to the CSV as
 it is measured, and the report is written from what was measured. Writes DIR/gemm.csv, DIR/attention.csv,
-DIR/environment.json, DIR/REPORT.md (``broad_report.py``); prints a short summary last.
+DIR/environment.json, DIR/REPORT.md (``workbench.kernels.broad_report``); prints a short summary last.
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
 
-import broad_report  # noqa: E402  (pure Python: the report generator)
+from workbench.kernels import broad_report  # noqa: E402  (pure Python: the report generator)
 
 SHAPES = HERE / "shapes.yaml"
+SHIM_SPLIT = HERE / "shim_fit_split.json"
+"""The fit/test split of the GEMM shape ids for choosing the shim's rule (``broad_report.load_split``)."""
 L2_BYTES = 50 * 2**20
 """H200 L2 cache (50 MB, NVIDIA H200 datasheet): an input set smaller than this is rotated with others."""
 MAX_SETS = 64
@@ -557,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes that compile the kernels before the timed run (0: compile inline)")
     args = parser.parse_args(argv)
     if args.report is not None:
-        print(broad_report.write_report(args.report))
+        print(broad_report.write_report(args.report, SHIM_SPLIT))
         return 0
     if args.out is None:
         parser.error("--out is required (or --report DIR)")
@@ -627,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             attention_log.add(row)
             print(broad_report.attention_line(row) + f"  [{time.monotonic() - t0:.1f} s]", flush=True)
-    print(broad_report.write_report(args.out))
+    print(broad_report.write_report(args.out, SHIM_SPLIT))
     print(f"total {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

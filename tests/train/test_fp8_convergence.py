@@ -1,5 +1,6 @@
-"""benchmarks/fp8_convergence.py: the PLAN's verdict on constructed held-out curves (crossings, lags, Student's t
-intervals, agree / disagree / inconclusive / incomplete), the outputs, and a --quick run end to end on the CPU."""
+"""workbench.train.convergence and convergence_report, the analysis benchmarks/fp8_convergence.py runs: the PLAN's
+verdict on constructed held-out curves (crossings, lags, Student's t intervals, agree / disagree / inconclusive /
+incomplete), the plan's runs and the outputs; and the script itself (--quick end to end, --analyze) on the CPU."""
 
 import json
 import math
@@ -8,13 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
 import pytest
-from fp8_convergence import RECIPES, Run, main, plan_runs
-from fp8_convergence_analysis import (
+
+from workbench.train.convergence import (
     PLAN_SEEDS,
+    RECIPES,
+    Run,
     analyze,
     curve_of,
     determinism_check,
@@ -25,12 +25,22 @@ from fp8_convergence_analysis import (
     lag,
     paired_interval,
     parse_run_name,
+    plan_runs,
     quality_window_start,
     run_name,
     t_quantile_975,
     verdict,
 )
-from fp8_convergence_report import write_outputs
+from workbench.train.convergence_report import write_outputs
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "fp8_convergence.py"
+
+
+def script(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``benchmarks/fp8_convergence.py ARGS`` in its own process, from the repository root."""
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
 def curve(l0: float = 5.5, floor: float = 0.25, tau: float = 30.0, total: int = 300, every: int = 10):
@@ -214,18 +224,21 @@ def test_outputs_are_written_and_summary_is_strict_json(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ the script
 def test_budget_skips_runs_and_the_report_says_incomplete(tmp_path):
-    assert main(["--quick", "--seeds", "100", "--recipes", "bf16", "--budget-s", "1", "--out", str(tmp_path)]) == 0
+    proc = script("--quick", "--seeds", "100", "--recipes", "bf16", "--budget-s", "1", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
     runs = json.loads((tmp_path / "runs.json").read_text())
     assert [r["status"] for r in runs] == ["skipped", "skipped"] and "time budget" in runs[0]["error"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["verdicts"].values()) == {"incomplete"}
 
 
-def test_bad_arguments_are_refused(tmp_path, capsys):
+def test_bad_arguments_are_refused(tmp_path):
+    errors = ""
     for args in (["--seeds", "1,1"], ["--recipes", "fp16"], ["--workers", "0"], []):
-        with pytest.raises(SystemExit):
-            main(["--quick", *args] + (["--out", str(tmp_path)] if args else []))
-    assert "expected" in capsys.readouterr().err
+        proc = script("--quick", *args, *(["--out", str(tmp_path)] if args else []))
+        assert proc.returncode == 2, (args, proc.stderr[-3000:])  # argparse's usage error
+        errors += proc.stderr
+    assert "expected" in errors
 
 
 def test_quick_run_end_to_end_then_analyze(tmp_path):
@@ -260,7 +273,7 @@ def test_quick_run_end_to_end_then_analyze(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ stage 2
 def test_t_quantile_beyond_the_95_percent_table():
-    from fp8_convergence_analysis import t_quantile
+    from workbench.train.convergence import t_quantile
 
     assert t_quantile(7) == t_quantile_975(7) == 2.365
     assert t_quantile(7, 0.950001) == pytest.approx(2.365, abs=1e-3)  # the solver agrees with the table
@@ -270,8 +283,7 @@ def test_t_quantile_beyond_the_95_percent_table():
 
 
 def test_stage_two_judges_all_24_seeds_at_97_5_percent_with_the_earlier_folder(tmp_path):
-    from fp8_convergence import report
-    from fp8_convergence_analysis import STAGES
+    from workbench.train.convergence import STAGES
 
     stage = STAGES[2]
     assert stage.planned_seeds == tuple(range(100, 124)) and not set(stage.seeds) & set(PLAN_SEEDS)
@@ -283,10 +295,14 @@ def test_stage_two_judges_all_24_seeds_at_97_5_percent_with_the_earlier_folder(t
             for name, c in ((run_name("bf16", s), curve(tau=30 + s % 8)),
                             (run_name("rowwise_with_gw_hp", s), curve(tau=30 + s % 8, floor=0.2505))):
                 (folder / "metrics" / f"{name}.json").write_text(json.dumps(_metrics(c)))
-    summary = report(second, [], {"command": "test"}, stage=2, earlier=(first,))
+    proc = script("--analyze", str(second), "--stage", "2", "--with", str(first))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((second / "summary.json").read_text())
     judged = summary["recipes"]["rowwise_with_gw_hp"]
-    assert summary["confidence"] == 0.975 and judged["intervals"]["r"].n == 24 and judged["status"] == "agree"
+    assert summary["confidence"] == 0.975 and judged["intervals"]["r"]["n"] == 24 and judged["status"] == "agree"
     assert "PLAN_STAGE2.md" in (second / "REPORT.md").read_text() and "97.5%" in (second / "REPORT.md").read_text()
-    assert report(second, [], {"command": "test"}, stage=2)["recipes"]["rowwise_with_gw_hp"]["status"] == "incomplete"
-    with pytest.raises(ValueError, match="in one folder"):
-        report(second, [], {"command": "test"}, stage=2, earlier=(second,))
+    assert script("--analyze", str(second), "--stage", "2").returncode == 0
+    summary = json.loads((second / "summary.json").read_text())
+    assert summary["recipes"]["rowwise_with_gw_hp"]["status"] == "incomplete"
+    proc = script("--analyze", str(second), "--stage", "2", "--with", str(second))
+    assert proc.returncode != 0 and "in one folder" in proc.stderr

@@ -1,7 +1,10 @@
-"""benchmarks/multi_gpu_proof.py and nccl_overlap.py: NCCL interval arithmetic on hand-made traces, the dry run's
-recipes, predictions and plan, and the whole script on a tiny recipe on the CPU (torchrun on gloo)."""
+"""benchmarks/multi_gpu_proof.py and workbench.train.nccl_overlap: NCCL interval arithmetic on hand-made traces,
+the dry run's recipes, predictions and plan, and the whole script on a tiny recipe on the CPU (torchrun on gloo)."""
 
+import importlib.util
 import json
+import os
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -9,12 +12,7 @@ from pathlib import Path
 import pytest
 
 from workbench.recipe import load_recipe
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import multi_gpu_proof
-from nccl_overlap import (
+from workbench.train.nccl_overlap import (
     Activity,
     covered_length,
     device_activity,
@@ -22,6 +20,24 @@ from nccl_overlap import (
     nccl_overlap,
     uncovered_length,
 )
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "multi_gpu_proof.py"
+
+
+@pytest.fixture(scope="module")
+def multi_gpu_proof():
+    """The script as a module, loaded from its file (not through sys.path): its plan, recipes and report, and its
+    ``main`` with the model constants patched to a tiny recipe (no CLI option sets them)."""
+    name = "benchmarks_multi_gpu_proof"  # a name no import statement uses; its dataclasses look it up
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[name]
 
 
 def test_interval_union_and_difference():
@@ -64,10 +80,12 @@ def test_nccl_time_not_overlapped_by_other_work_on_the_same_gpu():
         nccl_overlap([Activity("k", 0, 1, "0", "7")], steps=0)
 
 
-def test_dry_run_prints_predictions_and_the_plan(tmp_path, capsys):
+def test_dry_run_prints_predictions_and_the_plan(multi_gpu_proof, tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    assert multi_gpu_proof.main(["--out", str(out), "--work", str(work), "--dry-run"]) == 0
-    text = capsys.readouterr().out
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--work", str(work), "--dry-run"],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
     plan = [line for line in text.splitlines() if line.startswith("[multi] plan ")]
     assert [line.split()[2].rstrip(":") for line in plan] == [
         "eager_job1", "eager_job2", "eager_profile2", "compiled_job1", "compiled_job2", "compiled_profile2"]
@@ -87,7 +105,7 @@ def test_dry_run_prints_predictions_and_the_plan(tmp_path, capsys):
         multi_gpu_proof.Run("eager", 1, "job"), multi_gpu_proof.Run("eager", 2, "job")]
 
 
-def test_communication_difference_method():
+def test_communication_difference_method(multi_gpu_proof):
     predictions = {"eager_1": {"job": {"optimizer_ms": 20.0, "step_ms": 300.0, "exposed_comm_ms": 0.0,
                                        "total_comm_ms": 0.0, "peak_gb": 60.0}},
                    "eager_2": {"job": {"optimizer_ms": 10.0, "step_ms": 305.0, "exposed_comm_ms": 12.0,
@@ -107,7 +125,7 @@ def test_communication_difference_method():
     assert "measured_difference_ms" not in multi_gpu_proof.communication("eager", 2, predictions, {})
 
 
-def test_whole_script_on_a_tiny_recipe_on_the_cpu(tiny_recipe, tmp_path, monkeypatch):
+def test_whole_script_on_a_tiny_recipe_on_the_cpu(multi_gpu_proof, tiny_recipe, tmp_path, monkeypatch):
     """Eager only (inductor needs a compiler): one-process job, torchrun job and torchrun profile pass on gloo."""
     monkeypatch.setattr(multi_gpu_proof, "OVERRIDES", dict(load_recipe(tiny_recipe()).model.overrides))
     monkeypatch.setattr(multi_gpu_proof, "SEQ", 64)

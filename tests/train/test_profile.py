@@ -1,24 +1,19 @@
-"""benchmarks/train_profile.py: kernel classes from a hand-made CUDA trace, the model's prediction in the same
-classes, and a tiny recipe profiled end to end on the CPU (where classes are CPU ops' self times)."""
+"""workbench.trace and workbench.train.profile_classes, the analysis benchmarks/train_profile.py runs: kernel
+classes from a hand-made CUDA trace, the model's prediction in the same classes, and a tiny recipe profiled end to
+end on the CPU by the script itself (where classes are CPU ops' self times)."""
 
 import csv
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from workbench.trace import CLASSES, busy_us, classify, kernel_rows, measured_by_class, read_trace
+from workbench.train.profile_classes import predicted_by_class
 
-from train_profile_classes import (  # noqa: E402
-    CLASSES,
-    busy_us,
-    classify,
-    kernel_rows,
-    measured_by_class,
-    predicted_by_class,
-    read_trace,
-)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _host(name, tid, ts, dur, cat="cpu_op", **args):
@@ -113,14 +108,14 @@ def test_prediction_splits_into_classes_that_add_up_to_the_step():
         assert total == pytest.approx(p.summary.step_time_s * 1e3, rel=1e-6)
 
 
-def test_tiny_recipe_profiles_on_the_cpu(tiny_recipe, tmp_path, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    from train_profile import main
-
+def test_tiny_recipe_profiles_on_the_cpu(tiny_recipe, tmp_path):
     recipe = tiny_recipe("tiny-eager")
     out = tmp_path / "profile"
-    assert main(["--recipe", str(recipe), "--out", str(out), "--device", "cpu", "--in-process", "--warmup", "1",
-                 "--timed", "1", "--steps", "2", "--stack", "off"]) == 0
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "train_profile.py"), "--recipe", str(recipe), "--out", str(out),
+         "--device", "cpu", "--in-process", "--warmup", "1", "--timed", "1", "--steps", "2", "--stack", "off"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "0"})
+    assert result.returncode == 0, result.stderr[-4000:]
     for suffix in ("_kernels.csv", "_classes.csv", "_trace.json.gz", "_summary.json"):
         assert (out / f"tiny-eager{suffix}").stat().st_size > 0
     with open(out / "tiny-eager_classes.csv") as f:

@@ -1,5 +1,6 @@
-"""Analysis of ``fp8_convergence.py``: the verdict of ``results/h200/train/fp8_convergence/PLAN.md``, as pure
-functions of held-out curves (no torch; ``fp8_convergence_report.py`` writes them out).
+"""Analysis of ``benchmarks/fp8_convergence.py``: the verdict of ``results/h200/train/fp8_convergence/PLAN.md``,
+as pure functions of held-out curves, and the plan's runs (no torch; ``workbench.train.convergence_report`` writes
+them out).
 
 A curve is a run's ``heldout_losses``: [(optimizer steps done, held-out loss), ...], from step 0. Per seed s each
 fp8 run is paired with the bf16 run of its seed:
@@ -366,3 +367,28 @@ def analyze(metrics: dict[str, dict], planned_seeds: tuple[int, ...] = PLAN_SEED
                             for name, m in metrics.items() if (parse_run_name(name) or ("", 0, False))[2]},
             "mean_curves": mean_curves({r: complete.get(r, {}) for r in (REFERENCE, *recipes)}, total, every),
             "plan_deviations": deviations, "plan_conformant": not deviations}
+
+
+# ------------------------------------------------------------------------------------------------ the plan's runs
+RECIPES: tuple[str, ...] = (REFERENCE, *FP8_RECIPES)
+"""The order of one seed's runs."""
+
+
+@dataclass(frozen=True)
+class Run:
+    recipe: str
+    seed: int
+    rerun: bool = False
+
+    @property
+    def name(self) -> str:
+        return run_name(self.recipe, self.seed, self.rerun)
+
+
+def plan_runs(seeds: tuple[int, ...], recipes: tuple[str, ...], rerun: bool = True) -> list[Run]:
+    """Seed by seed, each seed's recipes in ``RECIPES`` order, then (``rerun``) the bf16 rerun (at ``RERUN_SEED``, or
+    the first seed when that is not among ``seeds``) when bf16 runs at all."""
+    runs = [Run(r, s) for s in seeds for r in RECIPES if r in recipes]
+    if rerun and REFERENCE in recipes:
+        runs.append(Run(REFERENCE, RERUN_SEED if RERUN_SEED in seeds else seeds[0], rerun=True))
+    return runs

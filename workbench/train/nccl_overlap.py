@@ -1,7 +1,7 @@
 """How much of a step's NCCL time the GPU spends on NCCL alone: interval arithmetic over a torch.profiler trace.
 
 Pure Python (no torch import): ``benchmarks/multi_gpu_proof.py`` profiles a few steps on rank 0 and calls
-``device_activity`` and ``nccl_overlap``; the tests feed them hand-made traces.
+``device_activity`` and ``nccl_overlap``; ``tests/train/test_multi_gpu_proof.py`` feeds them hand-made traces.
 
 Per step, on one GPU:
 
@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-"""Chrome-trace categories of device activity (``gpu_user_annotation`` ranges are not activity)."""
+from workbench.trace import DEVICE_CATEGORIES  # kernel, gpu_memcpy, gpu_memset: device activity
+
 NCCL = re.compile(r"nccl", re.IGNORECASE)
 """NCCL kernels' names: ``ncclDevKernel_AllGather_RING_LL(...)``, ``ncclKernel_ReduceScatter_...``."""
 

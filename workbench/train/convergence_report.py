@@ -1,5 +1,5 @@
-"""Outputs of ``fp8_convergence.py``: REPORT.md, convergence.csv, curves.csv and summary.json from the runs'
-metrics and ``fp8_convergence_analysis.analyze`` (every file written atomically)."""
+"""Outputs of ``benchmarks/fp8_convergence.py``: REPORT.md, convergence.csv, curves.csv and summary.json from the runs'
+metrics and ``workbench.train.convergence.analyze`` (every file written atomically)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from fp8_convergence_analysis import (  # benchmarks/ is on sys.path (fp8_convergence.py, the tests)
+from workbench.train.convergence import (
     FP8_RECIPES,
     LEVELS,
     PLAN_SEEDS,
@@ -23,7 +23,6 @@ from fp8_convergence_analysis import (  # benchmarks/ is on sys.path (fp8_conver
     pair_quantities,
     parse_run_name,
 )
-
 from workbench.schema import write_atomic
 from workbench.train.schedule import CONSTANT_LR, LrSchedule
 
