@@ -8,10 +8,8 @@ each value came from so the UI and reports can show "sourced", "guess" or "calib
 
 from __future__ import annotations
 
-import functools
-
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from workbench._data import specs_dir
@@ -117,7 +115,7 @@ def load_profile(gpu: GPU, path: str | Path | None = None) -> dict[str, float]:
     return dict(_read_profile(gpu.name, str(path), stat.st_mtime_ns, stat.st_size))
 
 
-@functools.lru_cache(maxsize=64)
+@lru_cache(maxsize=64)
 def _read_profile(gpu_name_expected: str, path: str, mtime_ns: int, size: int) -> tuple[tuple[str, float], ...]:
     """A profile's constants, parsed once per file version (path, modification time and size: a rewritten profile
     is read again). A validated calibrated prediction reads it for every row; parsing it each time cost ~15 ms."""
