@@ -1,0 +1,342 @@
+"""DeepSpeed ZeRO-2 and ZeRO-3 training Hugging Face transformers' ``LlamaForCausalLM``, timed on the local GPU:
+the ``deepspeed-zero2`` and ``deepspeed-zero3`` stacks' ground truth (issue 16).
+
+What runs is what a fine-tuning or pretraining script built on DeepSpeed runs (one GPU, world size 1):
+
+    model = LlamaForCausalLM(LlamaConfig(..., attn_implementation="sdpa"))   # from a config, no download
+    model.gradient_checkpointing_enable()                                   # ac = full only
+    engine, *_ = deepspeed.initialize(model=model, config={"bf16": {"enabled": True},
+                                      "zero_optimization": {"stage": 2 | 3}, "optimizer": {"type": "AdamW"}, ...})
+    loss = engine(input_ids=x, labels=x).loss; engine.backward(loss); engine.step()
+
+bf16 parameters, fp32 master weights and Adam moments in the ZeRO optimizer, ZeRO's defaults for every bucket
+(``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8 elements, ``overlap_comm`` on for stage 3 only),
+gradient clipping at 1.0 (what the HF Trainer's ``max_grad_norm`` passes). The optimizer is DeepSpeed's ``AdamW``
+(its ``FusedAdam``, JIT-built once per machine by a preflight process); if that build fails, every row runs
+``torch.optim.AdamW(fused=True)`` as DeepSpeed's client optimizer (``zero_allow_untested_optimizer``). Each row
+records which ran (``optimizer_impl``).
+
+Each configuration runs in its own process (clean peak memory; an out-of-memory row does not end the sweep) and
+writes one JSON line: median step time over the timed steps (host clock around synchronized steps), peak allocated
+and reserved memory, and CUDA kernel time per kernel name from a ``torch.profiler`` pass of one further step; rows
+marked ``trace`` also write that step's Kineto trace (gzipped) under ``DIR/traces/``. The roles of the rows (fit /
+test / holdout) are ``benchmarks/stacks/deepspeed_split.json``, written before any of them ran.
+
+    python benchmarks/stacks/deepspeed_runs.py --sweep [main|holdout] --out DIR [--budget-s 240]
+    python benchmarks/stacks/deepspeed_runs.py --row '{"stack": "deepspeed-zero2", "model": "1b", ...}'
+    python benchmarks/stacks/deepspeed_runs.py --list [--sweep holdout]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+MODELS = {
+    # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): tied embeddings, rope_theta 500000 (llama3 scaling left
+    # out: it changes the rotary tables' values, not a kernel)
+    "1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+               intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True, head_dim=64),
+    # Llama 3 8B (meta-llama/Meta-Llama-3-8B config.json), 4 of its 32 layers
+    "8b-4l": dict(hidden_size=4096, num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8,
+                  intermediate_size=14336, vocab_size=128256, tie_word_embeddings=False, head_dim=128),
+    # a smoke test of this script (tiny shapes)
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, vocab_size=256, tie_word_embeddings=True, head_dim=16),
+}
+STAGES = {"deepspeed-zero2": 2, "deepspeed-zero3": 3}
+DEVICE = os.environ.get("DEEPSPEED_RUNS_DEVICE", "cuda")
+"""``cpu``: a smoke test of this script without a GPU (DeepSpeed's CPU accelerator, gloo; no timing meaning)."""
+EXTENSIONS_DIR = os.environ.get("TORCH_EXTENSIONS_DIR", "/tmp/ds_torch_extensions")
+"""Where DeepSpeed's JIT-built FusedAdam lands (one build per machine, shared by the row processes)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    stack: str  # deepspeed-zero2 or deepspeed-zero3
+    model: str
+    micro_batch: int
+    seq_len: int
+    ac: str = "none"  # none, or full (HF gradient_checkpointing_enable())
+    optimizer: str = "deepspeed"  # deepspeed (its AdamW: FusedAdam) or torch (torch.optim.AdamW(fused=True))
+    trace: bool = False
+    steps: int = 6
+    warmup: int = 3
+
+    @property
+    def label(self) -> str:
+        """The row's name in ``deepspeed_split.json``."""
+        return f"{self.stack} {self.model} mb{self.micro_batch} s{self.seq_len} ac={self.ac}"
+
+
+def _main() -> list[Row]:
+    """Per stack: the 1B shape at three token counts and both checkpointing modes, the 8B shape cut to 4 layers."""
+    shapes = (("1b", 1, 2048, "none"), ("1b", 2, 4096, "none"), ("1b", 1, 8192, "full"), ("1b", 4, 2048, "full"),
+              ("8b-4l", 1, 4096, "none"), ("8b-4l", 1, 8192, "full"))
+    return [Row(stack, m, mb, s, ac, trace=(i == 0)) for stack in STAGES for i, (m, mb, s, ac) in enumerate(shapes)]
+
+
+def _holdout() -> list[Row]:
+    """Configurations of no main row, chosen with the split file before anything ran: never fitted on."""
+    return [Row("deepspeed-zero2", "1b", 2, 8192, "full"), Row("deepspeed-zero2", "8b-4l", 1, 2048, "none"),
+            Row("deepspeed-zero3", "1b", 2, 2048, "none"), Row("deepspeed-zero3", "1b", 1, 4096, "full"),
+            Row("deepspeed-zero3", "8b-4l", 2, 4096, "full")]
+
+
+SWEEPS = {"main": _main, "holdout": _holdout}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one row (torch, transformers and deepspeed imported only in the row process)
+
+def ds_config(row: Row) -> dict:
+    config = {
+        "train_micro_batch_size_per_gpu": row.micro_batch,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 1.0,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": STAGES[row.stack]},  # every bucket and threshold at DeepSpeed's default
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    if row.optimizer == "deepspeed":
+        config["optimizer"] = {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                           "weight_decay": 0.1}}
+    else:
+        config["zero_allow_untested_optimizer"] = True
+    return config
+
+
+def _init_distributed() -> None:
+    """World size 1, as a launcher would set it up."""
+    port = str(29500 + os.getpid() % 2000)  # a fresh port per row process
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", port), ("RANK", "0"), ("WORLD_SIZE", "1"),
+                       ("LOCAL_RANK", "0"), ("DS_ACCELERATOR", DEVICE)):
+        os.environ.setdefault(key, value)
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="nccl" if DEVICE == "cuda" else "gloo")
+
+
+def build(row: Row):
+    import deepspeed
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**MODELS[row.model], max_position_embeddings=max(8192, row.seq_len), rope_theta=500000.0,
+                         rms_norm_eps=1e-5, attn_implementation="sdpa", use_cache=False)
+    with torch.device(DEVICE):
+        model = LlamaForCausalLM(config)
+    if row.ac == "full":
+        model.gradient_checkpointing_enable()
+    model.train()
+    client = None
+    if row.optimizer == "torch":
+        client = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                                   fused=DEVICE == "cuda")
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=client, config=ds_config(row),
+                                                   model_parameters=None if client else model.parameters())
+
+    def step(x):
+        loss = engine(input_ids=x, labels=x).loss
+        engine.backward(loss)
+        engine.step()
+        return loss
+
+    inner = getattr(optimizer, "optimizer", optimizer)
+    params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    info = {"params": params, "zero_optimizer": type(optimizer).__name__, "optimizer_impl": type(inner).__name__,
+            "attn_implementation": model.config._attn_implementation,
+            "gradient_checkpointing": bool(getattr(model, "is_gradient_checkpointing", False)),
+            "param_dtype": str(next(iter(engine.module.parameters())).dtype).replace("torch.", "")}
+    return step, info
+
+
+def run_row(row: Row) -> dict:
+    import torch
+
+    cuda = DEVICE == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    _init_distributed()
+    torch.manual_seed(0)
+    step, info = build(row)
+    vocab = MODELS[row.model]["vocab_size"]
+    data = [torch.randint(0, vocab, (row.micro_batch, row.seq_len), device=DEVICE) for _ in range(4)]
+    t0 = time.perf_counter()
+    for i in range(row.warmup):
+        step(data[i % len(data)])
+    sync()
+    warmup_s = time.perf_counter() - t0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times, losses = [], []
+    for i in range(row.steps):
+        sync()
+        start = time.perf_counter()
+        loss = step(data[i % len(data)])
+        sync()
+        times.append(time.perf_counter() - start)
+        losses.append(float(loss.detach()))
+    peak_alloc, peak_reserved = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()) if cuda \
+        else (0, 0)
+    kernels = profile_kernels(step, data, trace=_trace_path(row)) if cuda else []
+    times.sort()
+    median = times[len(times) // 2]
+    return {**asdict(row), "label": row.label, **info, "step_time_s": median, "step_times_s": times,
+            "tokens_per_s": row.micro_batch * row.seq_len / median, "warmup_s": warmup_s,
+            "peak_allocated_gb": peak_alloc / 1e9, "peak_reserved_gb": peak_reserved / 1e9,
+            "loss_first": losses[0], "loss_last": losses[-1], "kernels": kernels, "versions": versions()}
+
+
+def _trace_path(row: Row) -> str | None:
+    folder = os.environ.get("DEEPSPEED_TRACE_DIR")
+    if not (folder and row.trace):
+        return None
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, row.label.replace(" ", "-").replace("=", "") + ".json")
+
+
+def profile_kernels(step, data, steps: int = 1, trace: str | None = None) -> list[dict]:
+    """CUDA kernel time per kernel name over ``steps`` profiled steps, per step, largest first; ``trace``: also
+    write them as a gzipped Kineto chrome trace (``trace + ".gz"``)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            step(data[i % len(data)])
+        torch.cuda.synchronize()
+    if trace:
+        import gzip
+        import shutil
+
+        prof.export_chrome_trace(trace)
+        with open(trace, "rb") as raw, gzip.open(trace + ".gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)
+        os.remove(trace)
+    out = []
+    for event in prof.key_averages():
+        device_us = getattr(event, "self_device_time_total", None)
+        if device_us is None:
+            device_us = event.self_cuda_time_total
+        if device_us > 0:
+            out.append({"name": event.key[:200], "calls": event.count / steps, "us": device_us / steps})
+    return sorted(out, key=lambda k: -k["us"])
+
+
+def versions() -> dict:
+    import importlib.metadata as metadata
+
+    out = {}
+    for name in ("torch", "transformers", "deepspeed", "accelerate", "pydantic", "triton"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def environment() -> dict:
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": versions()}
+    try:
+        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,power.limit,clocks.max.sm",
+                                        "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    return env
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the sweep
+
+def preflight_fused_adam(timeout_s: float) -> dict:
+    """JIT-build DeepSpeed's FusedAdam once (``FusedAdamBuilder().load()``) in its own process; the rows then load
+    the cached build. Returns {"ok": bool, "seconds": ..., "error": ...}."""
+    code = "from deepspeed.ops.op_builder import FusedAdamBuilder; FusedAdamBuilder().load()"
+    start = time.time()
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+        ok, error = proc.returncode == 0, (proc.stderr or proc.stdout)[-800:] if proc.returncode else ""
+    except subprocess.TimeoutExpired:
+        ok, error = False, f"timeout after {timeout_s:.0f} s"
+    return {"ok": ok, "seconds": round(time.time() - start, 1), "error": error}
+
+
+def run_subprocess(row: Row, timeout_s: float) -> dict:
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--row", json.dumps(asdict(row))], capture_output=True,
+                              text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {**asdict(row), "label": row.label, "error": "timeout"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    return {**asdict(row), "label": row.label, "error": (proc.stderr or proc.stdout)[-1200:]}
+
+
+def sweep(out: str, budget_s: float, name: str, optimizer: str, build_timeout_s: float) -> None:
+    deadline = time.time() + budget_s
+    os.makedirs(out, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = EXTENSIONS_DIR
+    os.environ.setdefault("DEEPSPEED_TRACE_DIR", os.path.join(out, "traces"))
+    env = {**environment(), "command": " ".join(sys.argv)}
+    if optimizer == "auto":
+        env["fused_adam_build"] = preflight_fused_adam(min(build_timeout_s, max(1.0, deadline - time.time() - 60)))
+        optimizer = "deepspeed" if env["fused_adam_build"]["ok"] else "torch"
+        print(f"FusedAdam JIT build: {env['fused_adam_build']}; rows use optimizer={optimizer}", flush=True)
+    env["optimizer"] = optimizer
+    with open(os.path.join(out, f"environment_{name}.json"), "w") as handle:
+        json.dump(env, handle, indent=2)
+    results = os.path.join(out, "deepspeed.jsonl" if name == "main" else f"deepspeed_{name}.jsonl")
+    for row in SWEEPS[name]():
+        row = Row(**{**asdict(row), "optimizer": optimizer})
+        left = deadline - time.time()
+        record = {**asdict(row), "label": row.label, "skipped": "time budget"} if left < 15 else \
+            run_subprocess(row, left)
+        failed = "error" in record and "out of memory" not in record["error"].lower()
+        if failed and row.optimizer == "deepspeed" and time.time() < deadline - 15:  # FusedAdam's load, say
+            retry = run_subprocess(Row(**{**asdict(row), "optimizer": "torch"}), deadline - time.time())
+            record = {**retry, "first_error": record["error"][-400:]} if "step_time_s" in retry else record
+        with open(results, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        brief = (f"{record['step_time_s'] * 1e3:8.1f} ms {record['peak_allocated_gb']:6.1f} GB alloc "
+                 f"{record['peak_reserved_gb']:6.1f} GB reserved ({record['optimizer_impl']})"
+                 if "step_time_s" in record else
+                 record.get("skipped") or (record["error"].strip().splitlines() or ["?"])[-1][:100])
+        print(f"{row.label:48} {brief}", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sweep", nargs="?", const="main", choices=sorted(SWEEPS), help="run a sweep (default: main)")
+    p.add_argument("--row", help="one row as JSON (the sweep's subprocess), result to stdout")
+    p.add_argument("--out", default="deepspeed_out")
+    p.add_argument("--budget-s", type=float, default=240)
+    p.add_argument("--optimizer", choices=("auto", "deepspeed", "torch"), default="auto",
+                   help="auto: DeepSpeed's AdamW if its FusedAdam JIT-builds, else torch's fused AdamW")
+    p.add_argument("--build-timeout-s", type=float, default=150)
+    p.add_argument("--list", action="store_true", help="print the sweep's rows")
+    args = p.parse_args()
+    if args.list:
+        for r in SWEEPS[args.sweep or "main"]():
+            print(json.dumps({**asdict(r), "label": r.label}))
+    elif args.row:
+        print(json.dumps(run_row(Row(**json.loads(args.row)))))
+    elif args.sweep:
+        sweep(args.out, args.budget_s, args.sweep, args.optimizer, args.build_timeout_s)
+    else:
+        p.error("--sweep, --row or --list")
+
+
+if __name__ == "__main__":
+    main()
