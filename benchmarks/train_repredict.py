@@ -36,6 +36,12 @@ RUN = TRAIN / "job_model_run"
 """The latest proof run (session 4: today's job)."""
 TARGET = 0.10
 """Issue #6: predicted step within 10% of measured."""
+EAGER_LOSS_NOTE = (
+    "The compiled runs of `job_model_run/` were measured before the reference job compiled its chunked loss (commit "
+    "a1295e0): their steps include the eager loss's 7-12 kernels per chunk, while the current model prices the "
+    "compiled loss (`workbench.graph.execution` `CE_COMPILED_*`), so they read fast by the eager loss's cost. The "
+    "eager runs are unaffected.")
+"""Said in the report of the default run folder (the model is not tuned to these rows)."""
 
 
 def op_class(kind: str, name: str, phase: str) -> str:
@@ -107,7 +113,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
             w.writerow({k: f"{v:.4f}" if isinstance(v, float) else v for k, v in r.items()})
 
 
-def report(runs: list[dict], classes: list[dict]) -> str:
+def report(runs: list[dict], classes: list[dict], note: str = "") -> str:
     ok_old = sum(r["within_10pct_old"] for r in runs)
     ok_new = sum(r["within_10pct_new"] for r in runs)
     lines = [
@@ -129,6 +135,7 @@ def report(runs: list[dict], classes: list[dict]) -> str:
         "(`dlrm_fused_update/`), and its eager pieces were priced after seeing the 16k eager run. No constant was "
         "fitted to a step time. Not modelled: the host idle gap of the other runs.",
         "",
+        *([note, ""] if note else []),
         "| run | compile | measured ms | old ms (err) | new spec ms (err) | new calibrated ms (err) | within 10% "
         "| peak memory: measured reserved / predicted GB (err) |",
         "|---|---|---|---|---|---|---|---|",
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     _write_csv(args.out / "REPREDICT.csv", runs)
     _write_csv(args.out / "REPREDICT_classes.csv", classes)
-    text = report(runs, classes)
+    text = report(runs, classes, EAGER_LOSS_NOTE if args.run.resolve() == RUN.resolve() else "")
     (args.out / "REPREDICT.md").write_text(text + "\n")
     print(text.split("## Per operator class")[0])
     return 0

@@ -3,6 +3,7 @@ import pytest
 from workbench import Parallelism, TrainingConfig
 from workbench.hardware import get_gpu
 from workbench.memory import (
+    COMPILED_LOSS_CHUNKS_LIVE,
     LOSS_CHUNK_ELEMENTS,
     LOSS_CHUNKS_LIVE,
     MASTER_STATE_BYTES,
@@ -40,6 +41,16 @@ def test_full_checkpointing_holds_block_inputs_and_the_loss_peak_not_the_recompu
     inputs = LLAMA8B.num_layers * LLAMA8B.hidden_size * tokens * a
     assert _block_activation_elements(LLAMA8B, "none") * tokens * a < loss
     assert m.activations == pytest.approx(inputs + loss)
+
+
+def test_the_compiled_loss_drops_the_fp32_chunks_and_fits_more():
+    cfg = TrainingConfig(8, 4096, activation_checkpointing="full").resolved(LLAMA8B)
+    eager, compiled = (memory_breakdown(LLAMA8B, cfg, H200, compiled_loss=c) for c in (False, True))
+    assert COMPILED_LOSS_CHUNKS_LIVE == 0
+    assert eager.activations - compiled.activations == pytest.approx(4 * LOSS_CHUNKS_LIVE * LOSS_CHUNK_ELEMENTS)
+    assert (eager.params, eager.grads, eager.optimizer) == (compiled.params, compiled.grads, compiled.optimizer)
+    assert memory_breakdown(LLAMA8B, cfg, H200) == eager  # the default: the eager loss
+    assert max_micro_batch(LLAMA8B, cfg, H200, compiled_loss=True) >= max_micro_batch(LLAMA8B, cfg, H200)
 
 
 def test_fsdp_shards_states_and_ddp_does_not():

@@ -16,6 +16,7 @@ from workbench.fileio import InputFileError, OutputExistsError
 from workbench.predict import predict
 from workbench.stack_calibration import (
     GROUP_OF,
+    StackFit,
     fit_trace,
     load_stack_profile,
     user_stack_profile_path,
@@ -23,7 +24,7 @@ from workbench.stack_calibration import (
 )
 from workbench.hardware import get_gpu
 from workbench.trace import (
-    CLASSES, class_frame, class_table, classify, load_trace, op_class, parse_trace, trace_from_bytes,
+    CLASSES, class_frame, class_table, classify, idle_split, load_trace, op_class, parse_trace, trace_from_bytes,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -232,7 +233,9 @@ def test_fit_recovers_known_factors_and_predict_applies_them(home):
     for group, factor in factors.items():
         assert fit.profile.scales[group] == pytest.approx(factor, rel=1e-6)
     assert fit.profile.scales["norm"] == pytest.approx(1.0, rel=1e-6)
-    assert fit.profile.idle_gap_ms == pytest.approx(2.0) and fit.profile.base == "calibrated"
+    # the idle sits after the step's last kernel: step boundary, not in-step idle
+    assert fit.profile.step_gap_ms == pytest.approx(2.0) and fit.profile.idle_gap_ms == pytest.approx(0.0)
+    assert fit.profile.base == "calibrated"
     path = write_stack_profile(fit.profile)
     assert Path(path) == user_stack_profile_path("pytorch-eager", H200) and str(home) in path
     after = predict("llama3.2-1b", "h200", cfg, stack="pytorch-eager", calibrated=True)
@@ -289,3 +292,61 @@ def test_a_trace_profile_alone_calibrates_a_gpu_without_a_gpu_profile(home):
     assert after.calibrated and after.summary.step_time_s * 1e3 == pytest.approx(fit.calibrated_step_ms, rel=1e-9)
     with pytest.raises(WorkbenchError, match="no calibration profile"):  # another stack has no profile: still an error
         predict("llama3.2-1b", "h100", cfg, stack="pytorch-compile", calibrated=True)
+
+
+def test_idle_split_separates_the_step_boundary_from_the_in_step_idle():
+    # one step range 0..10 ms: kernels 1-3 ms and 4-9 ms: 1 ms before, 1 ms after, 1 ms between
+    events = [_event("nvjet_sm90_tst_a", 1000.0, 2000.0), _event("nvjet_sm90_tst_b", 4000.0, 5000.0),
+              _event("ProfilerStep#3", 0.0, 10000.0, "user_annotation")]
+    split = idle_split(parse_trace({"traceEvents": events}, "ranges"))
+    assert split.step_gap_ms == pytest.approx(2.0) and split.in_step_ms == pytest.approx(1.0)
+    assert "ProfilerStep" in split.how
+
+
+def test_idle_split_of_back_to_back_steps_keeps_the_first_steps_idle():
+    # two steps of two kernels, no ranges: the first waits 3 ms between its kernels (an empty queue), the second 1 ms
+    events = [_event("nvjet_a", 0.0, 1000.0), _event("nvjet_b", 4000.0, 1000.0),
+              _event("nvjet_a", 5000.0, 1000.0), _event("nvjet_b", 7000.0, 1000.0)]
+    trace = parse_trace({"traceEvents": events}, "back-to-back", steps=2)
+    assert trace.idle_ms_per_step == pytest.approx(2.0)  # the average the profile kept before
+    split = idle_split(trace)
+    assert split.in_step_ms == pytest.approx(3.0) and split.step_gap_ms == pytest.approx(0.0)
+    one = idle_split(parse_trace({"traceEvents": events[:3]}, "uneven", steps=2))  # 3 kernels, 2 steps: no split
+    assert one.step_gap_ms == 0.0 and "wall minus busy" in one.how
+
+
+def test_the_step_boundary_applies_in_both_modes_and_to_a_host_bound_step(home):
+    cfg = TrainingConfig(2, 4096)
+    base = predict("llama3.2-1b", "h200", cfg, stack="pytorch-eager", calibrated=True)
+    trace = parse_trace(synthetic_trace(base, {}, idle_us=3000.0), "synthetic")
+    profile = fit_trace(trace, "llama3.2-1b", "h200", cfg, stack="pytorch-eager").profile
+    profile = type(profile)(**{**profile.__dict__, "idle_gap_ms": 1.0})
+    same, other = StackFit(profile, compiled=False), StackFit(profile, compiled=True)
+    assert same.idle_gap_s == pytest.approx(4e-3) and other.idle_gap_s == pytest.approx(3e-3)
+    assert other.host_s(0.050) == pytest.approx(0.053)  # a host-bound step waits for the boundary too
+
+
+def test_a_host_bound_trace_keeps_no_kernel_factors(home):
+    cfg = TrainingConfig(2, 4096)
+    base = predict("llama3.2-1b", "h200", cfg, stack="pytorch-eager", calibrated=True)
+    doc = synthetic_trace(base, {"gemm": 0.8}, idle_us=0.0)
+    kernels = [e for e in doc["traceEvents"] if e["cat"] == "kernel"]
+    for i, e in enumerate(kernels):  # 30 ms of waiting between the kernels of a ~150 ms step
+        e["ts"] += 30000.0 * i / len(kernels)
+    step = [e for e in doc["traceEvents"] if e["cat"] == "user_annotation"][0]
+    step["dur"] = max(e["ts"] + e["dur"] for e in kernels)
+    fit = fit_trace(parse_trace(doc, "host-bound"), "llama3.2-1b", "h200", cfg, stack="pytorch-eager")
+    assert fit.profile.scales == {} and fit.profile.idle_gap_ms == 0.0
+    assert "host-bound" in fit.profile.skipped["gemm"] and "idle_gap" in fit.profile.skipped
+    assert fit.in_step_idle_ms == pytest.approx(30.0 * (len(kernels) - 1) / len(kernels))
+
+
+def test_a_profile_without_a_step_gap_reads_as_zero(home):
+    path = user_stack_profile_path("pytorch-eager", H200)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"schema_version": 1, "stack": "pytorch-eager", "gpu": "h200-sxm",
+                                    "compiled": False, "base_constants": "spec", "scales": {"gemm": 0.9},
+                                    "idle_gap_ms": 1.5, "unmatched_ms": 0, "classes": ["gemm"]}))
+    profile = load_stack_profile("pytorch-eager", H200)
+    assert profile.step_gap_ms == 0.0 and profile.idle_gap_ms == 1.5
+    assert "step_gap_ms" in profile.as_document()

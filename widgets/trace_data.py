@@ -47,7 +47,7 @@ probably not the one traced (the same check ``workbench.stack_calibration.descri
 TRACE_LOOP = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200" / "stacks" / "TRACE_LOOP.md"
 """The core's evaluation of trace calibration (``benchmarks/stacks/trace_loop.py``); its summary line is quoted
 next to the calibrate button."""
-_SUMMARY = re.compile(r"^All test rows: .*$", re.M)
+_SUMMARY = re.compile(r"^All (?:test|new holdout) rows: .*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -177,14 +177,13 @@ def trace_warnings(rows: list[ClassTime], prediction: Prediction) -> list[str]:
 def calibration_warning() -> str:
     """The core's finding on calibrating from one trace, quoted from its evaluation (``TRACE_LOOP``) where the
     repository has it, so the numbers are the evaluation's and never copied here."""
-    head = ("Calibrating from one trace fits this configuration; the core's evaluation found that it makes "
-            "predictions of other configurations worse")
+    head = ("Calibrating from one trace fits this configuration; how well it carries to the job's other "
+            "configurations is the core's evaluation")
     try:
-        match = _SUMMARY.search(read_text(TRACE_LOOP, what="trace-loop evaluation"))
+        found = [m.group(0).rstrip(".") for m in _SUMMARY.finditer(read_text(TRACE_LOOP, what="trace-loop evaluation"))]
     except WorkbenchError:
-        match = None
+        found = []
     where = "benchmarks/results/h200/stacks/TRACE_LOOP.md"
-    if match is None:
+    if not found:
         return f"{head} (see {where})."
-    found = match.group(0).rstrip(".")
-    return f"{head} ({found[0].lower()}{found[1:]}; {where})."
+    return f"{head}: {'; '.join(line[0].lower() + line[1:] for line in found)} ({where})."

@@ -22,10 +22,18 @@ activation term is 1/cp. An interleaved pipeline (``virtual_stages`` v > 1) make
 Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", Sec. 2.2).
 LoRA (Hu et al. 2021) freezes the base: its weights are held in bf16 only (2 bytes, no master copy, gradient or
 moments); the adapters take the full 16 bytes per parameter.
+
+CPU offload (``TrainingConfig.offload``; DeepSpeed's ZeRO-Offload, Ren et al. 2021, and ZeRO-Infinity, Rajbhandari
+et al. 2021): the fp32 master weights and both moments (12 bytes per parameter of the rank's shard) leave HBM; the
+GPU keeps its bf16 parameters. Under ZeRO-3 (fsdp) the reduced gradient shard is copied to the host as it is made
+(DeepSpeed's stage 3 ``partition_grads`` writes it into the host's fp32 gradient buffer), so no gradient shard stays
+in HBM; under ZeRO-1/2 (zero1) the gradients stay as without offload. ``optimizer+params`` (fsdp only) also moves
+the bf16 parameter shard to the host: HBM holds only the gathered layers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -50,6 +58,12 @@ LOSS_CHUNKS_LIVE = 3
 """fp32 chunks live at once in that loss's backward: the previous chunk's probabilities while the next chunk's
 upcast and its difference from the log-sum-exp are made (``ChunkedCrossEntropy.backward``); counted from the code,
 an upper bound (one chunk only: 2.5)."""
+COMPILED_LOSS_CHUNKS_LIVE = 0
+"""fp32 [rows, V] chunks the same loss holds when the recipe compiles (``KernelSet.compile_loss``): none. Inductor's
+kernel for a chunk's log-sum-exp keeps only [rows] fp32 buffers (the max and the result), and the gradient's kernel
+stores each chunk's bf16 gradient straight into dlogits (``workbench.graph.execution`` ``CE_COMPILED_*``). The H200
+runs of the recommended Llama 3.2 1B recipe agree: the job's peak allocated memory fell by 3.221 GB when the loss was
+compiled, 3 fp32 chunks of 2^28 (``benchmarks/results/h200/stacks/codesign/``, ``before_compiled_loss/``)."""
 ROWWISE_ADAGRAD_BYTES_PER_ROW = 4
 
 
@@ -96,7 +110,8 @@ def _block_activation_elements(model: TransformerModel, mode: str) -> float:
     return saved
 
 
-def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
+def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
+                        compiled_loss: bool) -> MemoryBreakdown:
     p = cfg.parallelism
     layers = math.ceil(model.num_layers / p.pp)
     fsdp = p.sharding == "fsdp"
@@ -113,7 +128,8 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU) 
     recompute_peak = _block_activation_elements(model, "none") * tokens * a / p.tp if cfg.activation_checkpointing != "none" else 0
     logits = tokens * math.ceil(model.vocab_size / p.tp)
     # the loss's backward holds the saved logits, their gradient (both in the activation dtype) and fp32 chunks
-    loss_peak = 2 * a * logits + 4 * LOSS_CHUNKS_LIVE * min(logits, LOSS_CHUNK_ELEMENTS)
+    chunks = COMPILED_LOSS_CHUNKS_LIVE if compiled_loss else LOSS_CHUNKS_LIVE
+    loss_peak = 2 * a * logits + 4 * chunks * min(logits, LOSS_CHUNK_ELEMENTS)
     # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
     activations = in_flight * layers * per_block + max(recompute_peak, loss_peak)
     if cfg.lora or p.sharding == "zero1":
@@ -176,19 +192,32 @@ def _recsys_memory(model: DLRMModel | HSTUModel, cfg: TrainingConfig, gpu: GPU) 
     )
 
 
-def memory_breakdown(model: Model, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
-    """Peak bytes per GPU for a validated training config (``TrainingConfig.resolved``)."""
+def memory_breakdown(model: Model, cfg: TrainingConfig, gpu: GPU, *, compiled_loss: bool = False) -> MemoryBreakdown:
+    """Peak bytes per GPU for a validated training config (``TrainingConfig.resolved``); ``compiled_loss``: the
+    job's chunked loss runs compiled (``COMPILED_LOSS_CHUNKS_LIVE``; ``Execution.compiled_loss``)."""
     if isinstance(model, TransformerModel):
-        return _transformer_memory(model, cfg, gpu)
+        breakdown = _transformer_memory(model, cfg, gpu, compiled_loss)
+        return _offloaded(model, cfg, breakdown) if cfg.offload != "none" else breakdown
     return _recsys_memory(model, cfg, gpu)
 
 
-def max_micro_batch(model: Model, cfg: TrainingConfig, gpu: GPU, limit: int = 1 << 20) -> int:
+def _offloaded(model: TransformerModel, cfg: TrainingConfig, m: MemoryBreakdown) -> MemoryBreakdown:
+    """What stays in HBM under CPU offload (the module docstring), from the breakdown without it."""
+    p = cfg.parallelism
+    shard = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=True)  # the rank's optimizer shard
+    if p.sharding == "fsdp":  # params = 4 x shard (fp32, the master) + gathered bf16 layers
+        kept = 0 if cfg.offload == "optimizer+params" else 2 * shard  # the bf16 shard
+        return dataclasses.replace(m, params=m.params - 4 * shard + kept, grads=0.0, optimizer=0.0)
+    return dataclasses.replace(m, params=m.params - 4 * shard, optimizer=0.0)  # zero1: the fp32 master shard
+
+
+def max_micro_batch(model: Model, cfg: TrainingConfig, gpu: GPU, limit: int = 1 << 20, *,
+                    compiled_loss: bool = False) -> int:
     """The largest micro-batch that fits in HBM with headroom (0 if not even 1 does)."""
     def fits(mb: int) -> bool:
         trial = TrainingConfig(mb, cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
-                               lora_rank=cfg.lora_rank, lora_targets=cfg.lora_targets)
-        return memory_breakdown(model, trial, gpu).fits
+                               lora_rank=cfg.lora_rank, lora_targets=cfg.lora_targets, offload=cfg.offload)
+        return memory_breakdown(model, trial, gpu, compiled_loss=compiled_loss).fits
 
     if not fits(1):
         return 0

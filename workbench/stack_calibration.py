@@ -14,11 +14,20 @@ The model of the calibrated step (one configuration informs it, so it is kept to
   that a name-only trace tells apart the same way the model's tables do), never below its roofline time;
   library kernels (GEMM, attention, collectives) carry over to the other compile mode, the inductor- and
   ATen-generated ones only to the mode the trace ran in;
-- measured kernel time of groups the model has no op for (``unmatched_ms``) and the trace's idle gap (wall minus
-  busy, per step) are held constant per step: step = max(calibrated device time + gap, host time);
-- host time is not fitted: a device-bound trace does not show it, and a host-bound one (the GPU idle more than
-  ``HOST_BOUND_IDLE`` of the step) overstates it, the profiler's CUPTI callbacks slowing every launch (the plain
-  loop's host-bound bf16 trace: 120.4 ms a step, 102.2 ms unprofiled); its idle gap is dropped too.
+- the trace's idle time (wall minus busy, per step) is held constant per step, in two parts
+  (``workbench.trace.idle_split``): the step boundary (``step_gap_ms``: the GPU idle before the step's first kernel
+  and after its last, the trainer's data loading, logging and synchronize; torchtitan's trace: 7.3 of its 10.0 ms)
+  is host work between steps, the same in both compile modes and whether the step is host- or device-bound; the
+  in-step idle (``idle_gap_ms``) and the measured kernel time of groups the model has no op for (``unmatched_ms``)
+  belong to the traced mode. A trace of steps run back to back gives the in-step idle of its first step, which
+  starts on an empty queue as a synchronized step does (the plain loop's 1B trace: 4.47 ms, the later step 3.24):
+  step = max(calibrated device time + in-step idle, host time) + step boundary;
+- host time is not fitted: a device-bound trace does not show it, and a host-bound one (the GPU idle between
+  kernels more than ``HOST_BOUND_IDLE`` of the step) overstates it, the profiler's CUPTI callbacks slowing every
+  launch (the plain loop's host-bound bf16 trace: 120.4 ms a step, 102.2 ms unprofiled). A host-bound trace keeps
+  neither its in-step idle nor its kernel factors: its idle GPU runs the kernels faster than a busy one does (that
+  trace's GEMMs 0.82 x the model, 0.94 in the same loop at twice the tokens, device-bound), so its factors do not
+  carry to the device-bound configurations a prediction is for.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from workbench.fileio import check_output, load_yaml, write_text
 from workbench.hardware import GPU, get_gpu
 from workbench.paths import find_calibration_file, user_calibration_dir
 from workbench.schema import Fields
-from workbench.trace import CLASSES, Trace, op_class
+from workbench.trace import CLASSES, Trace, idle_split, op_class
 
 SCHEMA_VERSION = 1
 FIT_GROUPS: dict[str, tuple[str, ...]] = {
@@ -61,8 +70,9 @@ assert set(GROUP_OF) == set(CLASSES), "every trace class has a fit group"
 LIBRARY_GROUPS = frozenset({"gemm", "attention_fwd", "attention_bwd", "communication"})
 """Groups whose kernels come from libraries (cuBLAS, cuDNN / flash, NCCL), the same with and without compile."""
 HOST_BOUND_IDLE = 0.10
-"""A policy: a trace whose GPU idles more than this share of the step's wall time is host-bound (the plain loop's
-device-bound traces idle 1-3%; its host-bound bf16 row 26%); its idle gap is not kept (see the module docstring)."""
+"""A policy: a trace whose GPU idles between the step's kernels more than this share of the step's wall time is
+host-bound (the committed device-bound traces idle 1.0-3.6% in-step; the plain loop's host-bound bf16 trace 31%);
+neither its in-step idle nor its kernel factors are kept (see the module docstring)."""
 
 
 def profile_name(stack: str, gpu: GPU) -> str:
@@ -95,10 +105,13 @@ class StackProfile:
     """The op classes the model had ops of at the traced configuration: a group's factor applies to its ops of
     these classes only (the bf16 trace's pointwise factor says nothing of an fp8 run's quantization kernels)."""
     idle_gap_ms: float
+    """Per step, the GPU idle between the traced step's kernels: applies to runs in the traced compile mode."""
     unmatched_ms: float
     host_scale: float | None
     base: str
     """The constants the factors multiply: ``calibrated`` (the GPU's profile, what calibrated=True reads) or ``spec``."""
+    step_gap_ms: float = 0.0
+    """Per step, the GPU idle at the step's boundary (host work between steps): applies to runs in both modes."""
     fitted_on: dict = field(default_factory=dict)
     measured_ms: dict[str, float] = field(default_factory=dict)
     predicted_ms: dict[str, float] = field(default_factory=dict)
@@ -120,6 +133,7 @@ class StackProfile:
                 "date": dt.date.today().isoformat(),
                 "scales": {k: round(v, 5) for k, v in self.scales.items()}, "gemm_dtypes": list(self.gemm_dtypes),
                 "classes": list(self.classes),
+                "step_gap_ms": round(self.step_gap_ms, 4),
                 "idle_gap_ms": round(self.idle_gap_ms, 4), "unmatched_ms": round(self.unmatched_ms, 4),
                 "host_scale": None if self.host_scale is None else round(self.host_scale, 5),
                 "measured_ms": {k: round(v, 4) for k, v in self.measured_ms.items()},
@@ -151,13 +165,14 @@ def stack_profile_from_dict(data: object, origin: str = "<dict>") -> StackProfil
     fitted_on, skipped = top.raw("fitted_on", {}), top.raw("not_fitted", {})
     profile = StackProfile(
         stack=top.string("stack"), gpu=get_gpu(top.string("gpu")).name, compiled=top.boolean("compiled"),
-        scales=scales, gemm_dtypes=top.string_list("gemm_dtypes", default=("bf16",)),
+        scales=scales, gemm_dtypes=top.string_list("gemm_dtypes", default=["bf16"]),
         classes=top.string_list("classes", CLASSES),
         idle_gap_ms=top.number("idle_gap_ms", minimum=0), unmatched_ms=top.number("unmatched_ms", minimum=0),
         host_scale=host, base=top.string("base_constants", ("calibrated", "spec")),
+        step_gap_ms=top.number("step_gap_ms", minimum=0, default=0.0),
         fitted_on=fitted_on if isinstance(fitted_on, dict) else {}, measured_ms=tables["measured_ms"],
         predicted_ms=tables["predicted_ms"], skipped=skipped if isinstance(skipped, dict) else {}, origin=origin)
-    top.string("date", default="")
+    top.raw("date", None)  # informational; an older or hand-written profile may lack it
     top.finish()
     return profile
 
@@ -208,13 +223,20 @@ class StackFit:
         return t if factor == 1.0 else dataclasses.replace(t, time_s=max(t.time_s * factor, t.roofline_s))
 
     def host_s(self, host_s: float) -> float:
+        """The stack's host time of a step, plus the trace's step boundary (a host-bound step waits for it too)."""
+        if self.profile is None:
+            return host_s
         scale = self.profile.host_scale if self.same_mode else None
-        return host_s * scale if scale else host_s
+        return (host_s * scale if scale else host_s) + self.profile.step_gap_ms / 1e3
 
     @property
     def idle_gap_s(self) -> float:
-        """Per step: the trace's idle gap and its kernels the model has no op for (same compile mode only)."""
-        return (self.profile.idle_gap_ms + self.profile.unmatched_ms) / 1e3 if self.same_mode else 0.0
+        """Per step: the trace's step boundary (both modes) and, in the traced compile mode only, its in-step idle
+        and its kernels the model has no op for."""
+        if self.profile is None:
+            return 0.0
+        same = self.profile.idle_gap_ms + self.profile.unmatched_ms if self.same_mode else 0.0
+        return (self.profile.step_gap_ms + same) / 1e3
 
 
 NO_FIT = StackFit()
@@ -230,8 +252,9 @@ def stack_fit(stack: str, gpu: GPU, compiled: bool, notes: list[str] | None = No
         on = profile.fitted_on
         what = (f"{on.get('model', '?')} mb{on.get('micro_batch', '?')} s{on.get('seq_len', '?')} "
                 f"ac={on.get('checkpointing', '?')}{' compiled' if profile.compiled else ''}")
-        part = "" if profile.compiled == compiled else (" (GEMM and attention factors only: it was fitted on a "
-                                                        f"{'compiled' if profile.compiled else 'eager'} run)")
+        part = "" if profile.compiled == compiled else (" (GEMM and attention factors and the step boundary only: "
+                                                        f"it was fitted on a {'compiled' if profile.compiled else 'eager'} "
+                                                        "run)")
         notes.append(f"stack profile {profile.origin} applied{part}: fitted on a trace of {what}")
     return StackFit(profile, compiled)
 
@@ -259,6 +282,8 @@ class TraceFit:
     calibrated_step_ms: float
     predicted_host_ms: float
     unknown_kernels: list[tuple[str, float]]
+    in_step_idle_ms: float = 0.0
+    """The trace's in-step idle (``workbench.trace.idle_split``), kept or not."""
 
 
 def base_constants(gpu: GPU):
@@ -314,24 +339,31 @@ def fit_trace(trace: Trace, model: Any, gpu: str | GPU, config: Any, *, stack: s
             rows.append(GroupRow(g, m, q, None, "not in the trace"))
     wall, busy = trace.wall_ms_per_step, trace.busy_ms_per_step
     host_ms = p.summary.host_s * 1e3
-    idle = max(0.0, wall - busy)
+    split = idle_split(trace)
+    idle = split.in_step_ms
     host_scale = None  # not fitted from a trace: see HOST_BOUND_IDLE
     if wall > 0 and idle / wall > HOST_BOUND_IDLE:
-        skipped["idle_gap"] = (f"the GPU idles {idle / wall:.1%} of the traced step: a host-bound trace, whose CPU "
-                               "the profiler slowed (CUPTI callbacks on every launch); neither its gap nor a host "
-                               "scale is kept, the stack's host constants keep their values")
+        skipped["idle_gap"] = (f"the GPU idles {idle / wall:.1%} of the traced step between its kernels: a host-bound "
+                               "trace, whose CPU the profiler slowed (CUPTI callbacks on every launch) and whose idle "
+                               "GPU ran its kernels faster than a busy one does; neither its in-step idle, a host "
+                               "scale nor its kernel factors are kept")
         idle = 0.0
+        for g in list(scales):
+            skipped[g] = f"measured / predicted {scales.pop(g):.3f} on a host-bound trace: not kept"
+        rows = [dataclasses.replace(r, scale=None, note="not kept (host-bound)") if r.scale is not None else r
+                for r in rows]
     elif host_ms > 0:
-        skipped["host_scale"] = (f"the GPU idles {idle / wall:.1%} of the traced step (host-bound above "
-                                 f"{HOST_BOUND_IDLE:.0%}): the stack's host constants keep their values")
+        skipped["host_scale"] = (f"the GPU idles {idle / wall:.1%} of the traced step between its kernels (host-bound "
+                                 f"above {HOST_BOUND_IDLE:.0%}): the stack's host constants keep their values")
     gemm_dtypes = tuple(sorted({o.op.dtype for o in p.ops if o.op.kind == "gemm"}))
     classes = tuple(c for c in CLASSES if any(op_class(o.op) == c and o.total_s > 0 for o in p.ops))
     on = {"trace": trace.origin, "steps": trace.steps, "model": p.model.name, "layers": getattr(p.model, "num_layers", 0),
           "micro_batch": p.config.micro_batch, "seq_len": p.config.seq_len, "precision": p.config.precision,
           "checkpointing": p.config.activation_checkpointing, "compile": compiled,
           "param_dtype": stack_obj.param_dtype(param_dtype)}
+    on["idle_split"] = split.how
     profile = StackProfile(stack_obj.name, gpu.name, compiled, scales, gemm_dtypes, classes, idle, unmatched, host_scale, base,
-                           on, {g: measured[g] for g in FIT_GROUPS if measured[g]},
+                           split.step_gap_ms, on, {g: measured[g] for g in FIT_GROUPS if measured[g]},
                            {g: predicted[g] for g in FIT_GROUPS if predicted[g]}, skipped)
     fit = StackFit(profile, compiled)
     device = 0.0
@@ -340,7 +372,7 @@ def fit_trace(trace: Trace, model: Any, gpu: str | GPU, config: Any, *, stack: s
     device += sum(c.exposed_s for c in p.comms)
     calibrated = max(device + fit.idle_gap_s, fit.host_s(p.summary.host_s)) * 1e3
     return TraceFit(profile, rows, wall, busy, p.summary.step_time_s * 1e3, calibrated, host_ms,
-                    trace.unknown_kernels)
+                    trace.unknown_kernels, split.in_step_ms)
 
 
 def write_stack_profile(profile: StackProfile, path: str | Path | None = None, *, overwrite: bool = False) -> str:
@@ -364,13 +396,15 @@ def describe(fit: TraceFit) -> list[str]:
     pr = fit.profile
     lines.append(f"{'kernels':<15} {sum(r.measured_ms for r in fit.rows):12.2f} "
                  f"{sum(r.predicted_ms for r in fit.rows):13.2f}")
-    lines.append(f"step: measured wall {fit.measured_wall_ms:.2f} ms (busy {fit.measured_busy_ms:.2f}, idle gap "
-                 f"{fit.measured_wall_ms - fit.measured_busy_ms:.2f}); predicted {fit.predicted_step_ms:.2f} ms "
-                 f"({pr.base} constants, host {fit.predicted_host_ms:.2f}), calibrated {fit.calibrated_step_ms:.2f} ms "
-                 f"({fit.calibrated_step_ms / fit.measured_wall_ms - 1:+.1%})" if fit.measured_wall_ms else "")
+    lines.append(f"step: measured wall {fit.measured_wall_ms:.2f} ms (busy {fit.measured_busy_ms:.2f}, idle "
+                 f"{fit.measured_wall_ms - fit.measured_busy_ms:.2f}: step boundary {pr.step_gap_ms:.2f}, in-step "
+                 f"{fit.in_step_idle_ms:.2f} from {pr.fitted_on.get('idle_split', '?')}); predicted "
+                 f"{fit.predicted_step_ms:.2f} ms ({pr.base} constants, host {fit.predicted_host_ms:.2f}), calibrated "
+                 f"{fit.calibrated_step_ms:.2f} ms ({fit.calibrated_step_ms / fit.measured_wall_ms - 1:+.1%})"
+                 if fit.measured_wall_ms else "")
     if "idle_gap" in pr.skipped:
-        lines.append("warning: a host-bound trace; its kernel factors may not carry to device-bound configurations "
-                     "(an idle GPU runs its kernels at higher clocks than a power-limited busy one)")
+        lines.append("warning: a host-bound trace: its kernel factors and in-step idle are not kept (an idle GPU runs "
+                     "its kernels faster than a busy one); trace a configuration that keeps the GPU busy")
     far = [r.group for r in fit.rows if r.scale is not None and not 0.5 <= r.scale <= 2.0 and r.measured_ms > 1.0]
     if far:
         lines.append(f"warning: measured / predicted is below 0.5 or above 2 for {', '.join(far)}: check that the "

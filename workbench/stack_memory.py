@@ -80,14 +80,17 @@ def saved_per_token(d: Dims, flavor: StackFlavor, mode: str) -> float:
     input, w1 and w3's outputs, and recomputes the pointwise rest (a guess from the partitioner's rule, not counted
     from a graph).
     selective-op: the outputs torchtitan's policy MUST_SAVEs (wq, wv, w1, w2 outputs; SDPA out and lse) and the
-    checkpoint's input. full: the checkpoint's input.
+    checkpoint's input; compiled, all but w2's (the AOT forward graph of a checkpointed block under torch.compile,
+    torch 2.13, returns the policy's outputs that its backward reads, and the residual add reads none). full: the
+    checkpoint's input.
     """
     h, q, kv, f, s = d.hidden, d.q, d.kv, d.ffn, flavor.stream_bytes
     lse = 4 * d.heads
     if mode == "full":
         return s * h
-    if mode == "selective-op":
-        return s * h + 2 * q + 2 * kv + 2 * f + 2 * h + 2 * q + lse
+    if mode == "selective-op":  # compiled: the partitioner keeps a MUST_SAVE output only if backward needs it,
+        w2_out = 0 if flavor.compile_blocks else 2 * h  # and w2's output feeds only the residual add
+        return s * h + 2 * q + 2 * kv + 2 * f + w2_out + 2 * q + lse
     if flavor.compile_blocks:
         return s * h + 2 * h + 2 * q + 4 * kv + 2 * q + 2 * q + 2 * h + 4 * f + lse
     casts_attn, casts_ffn = (3, 2) if flavor.autocast else (1, 1)
@@ -129,8 +132,10 @@ def weight_copy_bytes(d: Dims, flavor: StackFlavor, policy: Policy) -> float:
 def loss_bytes(d: Dims, flavor: StackFlavor) -> float:
     """Peak of the loss per logit x logits. Eager: the bf16 logits (the caller's variable holds them), log_softmax's
     fp32 output (saved), in its backward the zeroed fp32 grad and the fp32 result: 2 + 4 + 4 + 4 = 14 B.
-    Compiled (torchtitan): bf16 logits, the saved fp32 log-probs, the bf16 dlogits: 8 B."""
-    per_logit = 8 if flavor.compile_loss else 14
+    Compiled (torchtitan's ``cross_entropy_loss`` under torch.compile): the bf16 logits and the bf16 dlogits, 4 B.
+    Its AOT forward graph (torch 2.13) saves the bf16 input and two fp32 values per row (the max and the log of the
+    sum), not the log-probs, and its backward recomputes the softmax inside the kernel that writes the bf16 grad."""
+    per_logit = 4 if flavor.compile_loss else 14
     return per_logit * d.tokens * d.vocab
 
 

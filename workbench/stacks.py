@@ -9,7 +9,7 @@ stack="torchtitan")`` prices the step as that stack runs it; ``ideal`` is the fu
     >>> get_stack("pytorch-eager").compiled(recipe_compile=True)
     False
     >>> [s.name for s in list_stacks()]
-    ['ideal', 'pytorch-compile', 'pytorch-eager', 'torchtitan', 'workbench-job']
+    ['deepspeed-zero2', 'deepspeed-zero3', 'ideal', 'megatron-local', 'megatron', 'pytorch-compile', 'pytorch-eager', 'torchtitan', 'workbench-job']
 
 Users add a stack as a YAML file with the same schema (``load_stack``); each constant carries a source or says it
 is a guess to calibrate.
@@ -28,14 +28,18 @@ from workbench.errors import SpecError, UnknownNameError
 from workbench.schema import Fields, check_number, load_catalog, load_yaml
 
 SCHEMA_VERSION = 1
-KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan")
+KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te",
+                                  "hf-deepspeed")
 """How a stack's ops are priced: ``fused`` (one fused kernel per memory-bound op, ``workbench.graph.transformer``),
 ``reference-job`` (the project's job, ``workbench.graph.execution``), ``pytorch`` and ``torchtitan``
-(``workbench.graph.stack_kernels``)."""
+(``workbench.graph.stack_kernels``), ``megatron-local`` and ``megatron-te`` (``workbench.graph.stack_kernels_megatron``),
+``hf-deepspeed`` (HF transformers' Llama under DeepSpeed ZeRO, ``workbench.graph.stack_kernels_hf``)."""
 COMPILE_MODES: tuple[str, ...] = ("never", "always", "recipe")
-CHECKPOINT_POLICIES: tuple[str, ...] = ("none", "full", "workbench-selective", "selective-op", "selective-2")
+CHECKPOINT_POLICIES: tuple[str, ...] = ("none", "full", "workbench-selective", "selective-op", "selective-2",
+                                        "selective-core-attn")
 """What a stack runs for each of the workbench's modes: ``workbench-selective`` recomputes the memory-bound ops and
-saves every GEMM output (the fused step's and the reference job's selective); ``selective-op`` is torchtitan's
+saves every GEMM output (the fused step's and the reference job's selective); ``selective-core-attn`` is
+Megatron's (``recompute_modules=["core_attn"]``); ``selective-op`` is torchtitan's
 per-op policy (saves SDPA and every second matmul's output); ``selective-N`` fully checkpoints every N-th block."""
 CONSTANT_KINDS: tuple[str, ...] = ("sourced", "fitted", "guess")
 DEFAULT_STACK = "ideal"
@@ -61,7 +65,7 @@ class Stack:
     summary: str
     """One line: what this stack assumes (``workbench stacks`` prints it)."""
     source: str
-    kernels: Literal["fused", "reference-job", "pytorch", "torchtitan"]
+    kernels: Literal["fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed"]
     compile: Literal["never", "always", "recipe"]
     param_dtypes: tuple[str, ...]
     """Parameter dtypes this stack trains with; the first is its default (fp32 = fp32 parameters under autocast)."""

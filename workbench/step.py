@@ -45,8 +45,10 @@ from workbench.graph.transformer import (
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from workbench.models import DLRMModel, Model, TransformerModel, get_model
+from workbench.offload import offload_note, offload_time
 from workbench.perf import OpTime, op_time
 from workbench.perf.efficiency import Constants, constants_for, profile_path
+from workbench.power import tensor_throughput_scale
 from workbench.precision import resolve_precision
 from workbench.stacks import Stack, get_stack
 from workbench.step_comm import (
@@ -60,7 +62,7 @@ from workbench.step_comm import (
 )
 from workbench.step_result import OpPrediction, Prediction, StepSummary, check_plausible, implausible_notes
 
-TABLE_KERNELS = ("pytorch", "torchtitan")
+TABLE_KERNELS = ("pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed")
 """Stacks priced from their own kernel tables (``workbench.graph.stacked``)."""
 
 
@@ -294,8 +296,10 @@ class StepModel:
             hit = self._op_times[key] = op_time(op, self.gpu, self.constants)
         return hit
 
-    def _entries(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None) -> list:
-        """(op, count, its time under the stack profile ``fit``, its bound) of each (op, count)."""
+    def _entries(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None, power: float = 1.0) -> list:
+        """(op, count, its time under the stack profile ``fit``, its bound) of each (op, count). ``power``: the
+        sustained tensor throughput under the power limit (``workbench.power``); a compute-bound op's time is
+        divided by it (memory-bound ops are left as they are)."""
         entries = []
         scaled = fit.applied
         times, gpu, constants = self._op_times, self.gpu, self.constants
@@ -306,11 +310,18 @@ class StepModel:
                 t = times[key] = op_time(op, gpu, constants)
             if scaled:
                 t = fit.op_time(op, t)
+            if power != 1.0 and t.bound == "compute":
+                t = dataclasses.replace(t, time_s=t.time_s / power)
             entries.append((op, n, t, bound or t.bound))
         return entries
 
-    def _price(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None) -> PricedOps:
-        return PricedOps.of(self._entries(ops, fit, bound))
+    def _price(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
+        return PricedOps.of(self._entries(ops, fit, bound, power))
+
+    def _power(self, cfg: TrainingConfig) -> float:
+        """Sustained tensor throughput under ``cfg``'s power limit, or the GPU's (``workbench.power``): 1 at the
+        rating."""
+        return self._cached(("power", cfg.power_limit_w), lambda: tensor_throughput_scale(self.gpu, cfg.power_limit_w))
 
     def _cached(self, key: tuple, build):
         hit = self._graphs.get(key)
@@ -357,45 +368,48 @@ class StepModel:
         return hit
 
     def _parts(self, cfg: TrainingConfig, fit, tables, execution) -> tuple[Stage, Stage]:
-        """(the micro-batch's ops, the once-per-step ops and optimizer) priced, in step order."""
-        f = id(fit)
+        """(the micro-batch's ops, the once-per-step ops and optimizer) priced, in step order. CPU offload
+        (``cfg.offload``) moves the optimizer to the host: no GPU optimizer op (``_step`` adds the host's time)."""
+        power = self._power(cfg)
+        f = (id(fit), power)
         if tables is not None:  # the tables ride in the cached value: their id stays theirs while it lives
             return self._cached(("table parts", id(tables), f), lambda: (
-                (((self._price([(op, op.count) for op in tables.microbatch_ops], fit), 1),),
-                 ((self._price([(op, op.count) for op in tables.step_ops], fit), 1),)), tables))[0]
+                (((self._price([(op, op.count) for op in tables.microbatch_ops], fit, power=power), 1),),
+                 ((self._price([(op, op.count) for op in tables.step_ops], fit, power=power), 1),)), tables))[0]
         model, p = self.model, cfg.parallelism
         if isinstance(model, TransformerModel):  # one block priced once, its copies the stage's layers
-            ends, fwd, head, bwd, recompute = self._block(cfg, execution, fit)
+            ends, fwd, head, bwd, recompute = self._block(cfg, execution, fit, power)
             layers = math.ceil(model.num_layers / p.pp)
             micro: Stage = ((ends, 1), (fwd, layers), (head, 1), (bwd, layers), (recompute, layers))
         else:
             key = (cfg if execution is not None else
                    (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing))
             micro = ((self._cached(("micro", key, execution, f), lambda: self._price(
-                [(op, op.count) for op in microbatch_ops(model, cfg, execution)], fit)), 1),)
-        optimizer = self._cached(("optimizer", p, cfg.lora_rank, cfg.lora_targets, f),
-                                 lambda: self._price([(optimizer_op(model, cfg), 1)], fit, bound="memory"))
+                [(op, op.count) for op in microbatch_ops(model, cfg, execution)], fit, power=power)), 1),)
+        on_gpu = cfg.offload == "none"
+        optimizer = self._cached(("optimizer", p, cfg.lora_rank, cfg.lora_targets, on_gpu, f), lambda: self._price(
+            [(optimizer_op(model, cfg), 1)] if on_gpu else [], fit, bound="memory", power=power))
         if execution is None:
             return micro, ((optimizer, 1),)
         once = self._cached(("step", cfg, execution, f), lambda: self._price(
-            [(op, op.count) for op in step_ops(model, cfg, execution)], fit))
+            [(op, op.count) for op in step_ops(model, cfg, execution)], fit, power=power))
         return micro, ((once, 1), (optimizer, 1))
 
-    def _block(self, cfg: TrainingConfig, execution, fit) -> tuple[PricedOps, ...]:
+    def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0) -> tuple[PricedOps, ...]:
         """``_block_pieces`` priced (one block, independent of pp). Checkpointing changes only the recomputation
         (``graph.transformer.block_ops``), so the graph is built once for all three modes (``_block_graph``) and
         the other pieces are priced once."""
         p = cfg.parallelism
         block = (cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep, p.cp, cfg.lora_rank, cfg.lora_targets,
-                 execution, id(fit))
+                 execution, id(fit), power)
         mode = cfg.activation_checkpointing
         hit = self._graphs.get(("block", mode) + block)
         if hit is None:
-            graph = self._cached(("block graph",) + block[:-1], lambda: _block_graph(self.model, cfg, execution))
+            graph = self._cached(("block graph",) + block[:-2], lambda: _block_graph(self.model, cfg, execution))
             shared = self._cached(("block pieces",) + block, lambda: tuple(
-                self._price([(op, op.count) for op in piece], fit) for piece in graph[:4]))
+                self._price([(op, op.count) for op in piece], fit, power=power) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
-                self._price([(op, op.count) for op in graph[4][mode]], fit),))
+                self._price([(op, op.count) for op in graph[4][mode]], fit, power=power),))
         return hit
 
     def _plan(self, cfg: TrainingConfig) -> DataParallelPlan:
@@ -411,10 +425,10 @@ class StepModel:
                cfg.grad_accumulation, p.dp, p.tp, p.pp, p.ep, p.cp, p.virtual_stages)
         return self._cached(key, lambda: critical_path(self.model, cfg, self.gpu, self.constants))
 
-    def _max_micro_batch(self, cfg: TrainingConfig) -> int:
+    def _max_micro_batch(self, cfg: TrainingConfig, compiled_loss: bool = False) -> int:
         key = ("max_micro_batch", cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
-               cfg.lora_rank, cfg.lora_targets)
-        return self._cached(key, lambda: max_micro_batch(self.model, cfg, self.gpu))
+               cfg.lora_rank, cfg.lora_targets, cfg.offload, compiled_loss)
+        return self._cached(key, lambda: max_micro_batch(self.model, cfg, self.gpu, compiled_loss=compiled_loss))
 
     def _peak(self, precision: str) -> float:
         peak = self._peaks.get(precision)
@@ -427,18 +441,19 @@ class StepModel:
                param_dtype: str | None = None) -> MemoryBreakdown:
         """Peak memory per GPU of ``cfg`` (resolved): the stack's own terms on one GPU where its tables cover the
         configuration, else the sharded model of ``workbench.memory``."""
-        compiled, dtype, _ = self._mode(compile, param_dtype)
-        return self._memory(cfg, self._tables(cfg, compiled, dtype)[0])
+        compiled, dtype, execution = self._mode(compile, param_dtype)
+        return self._memory(cfg, self._tables(cfg, compiled, dtype)[0], _compiled_loss(execution))
 
-    def _memory(self, cfg: TrainingConfig, tables) -> MemoryBreakdown:
+    def _memory(self, cfg: TrainingConfig, tables, compiled_loss: bool = False) -> MemoryBreakdown:
         # search checks memory first, then prices the same cfg; eager and compiled outside the tables share it
-        key = ("memory", cfg, id(tables))  # the tables ride in the cached value: their id stays theirs
-        return self._cached(key, lambda: (self._build_memory(cfg, tables), tables))[0]
+        # (but the reference job's compiled loss, which holds no fp32 chunks)
+        key = ("memory", cfg, id(tables), compiled_loss)  # the tables ride in the cached value: their id stays theirs
+        return self._cached(key, lambda: (self._build_memory(cfg, tables, compiled_loss), tables))[0]
 
-    def _build_memory(self, cfg: TrainingConfig, tables) -> MemoryBreakdown:
-        if tables is not None and cfg.parallelism.gpus == 1:
+    def _build_memory(self, cfg: TrainingConfig, tables, compiled_loss: bool) -> MemoryBreakdown:
+        if tables is not None and (cfg.parallelism.gpus == 1 or tables.covers_data_parallel_memory):
             return tables.memory(self.stack, self.gpu.hbm_capacity_gb.value * 1e9)
-        return memory_breakdown(self.model, cfg, self.gpu)
+        return memory_breakdown(self.model, cfg, self.gpu, compiled_loss=compiled_loss)
 
     def priced_as_bound(self, cfg: TrainingConfig, *, compile: bool | None = None,
                         param_dtype: str | None = None) -> bool:
@@ -485,9 +500,12 @@ class StepModel:
         ops = [o for part, copies in micro for o in part.predictions(copies, cfg.grad_accumulation)]
         ops += [o for part, copies in once for o in part.predictions(copies, 1)]
         p = cfg.parallelism
-        if tables is not None and p.gpus > 1:
+        if tables is not None and p.gpus > 1 and not tables.covers_data_parallel_memory:
             notes.append(f"{self.stack.display_name}: memory on {p.gpus} GPUs is the sharded model of the reference "
                          "job (workbench.memory); the stack's own memory terms cover one GPU")
+        if cfg.offload != "none":  # the same terms _step added, itemized
+            microbatch_s = _micro_sums(micro, 1, ("pairs",))[0]
+            notes.append(offload_note(offload_time(self.model, cfg, self.gpu, microbatch_s), cfg))
         memory = summary.memory
         if not memory.fits:
             notes.append(f"does not fit: needs {memory.total / 1e9:.1f} GB of {memory.usable / 1e9:.1f} GB usable "
@@ -522,7 +540,10 @@ class StepModel:
                                                          **comm_args)
         # 1F1B's bubble, 1/virtual_stages of it interleaved (Narayanan et al. 2021, Sec. 2.2: (p - 1) / (v m))
         bubble_s = (p.pp - 1) * s.microbatch_s / p.virtual_stages if p.pp > 1 else 0.0
-        step = s.compute_bound_s + s.memory_bound_s + s.optimizer_s + bubble_s + comm_s
+        optimizer_s = s.optimizer_s  # CPU offload: the host step's exposed seconds instead (workbench.offload)
+        if cfg.offload != "none":
+            optimizer_s += offload_time(model, cfg, gpu, s.microbatch_s).exposed_s
+        step = s.compute_bound_s + s.memory_bound_s + optimizer_s + bubble_s + comm_s
         host_s = fit.host_s(self._cached(("host", id(tables), accum), lambda: (
             tables.host_s(self.stack, accum), tables))[0]) if tables else 0.0
         step = max(step + fit.idle_gap_s, host_s)  # the CPU enqueues ahead of the GPU; the step ends at the later
@@ -535,16 +556,23 @@ class StepModel:
         else:
             model_flops = s.useful_flops * p.gpus
             tokens = samples * (cfg.seq_len if model.kind == "hstu" else 1)
-        memory = self._memory(cfg, tables)
+        compiled_loss = _compiled_loss(execution)
+        memory = self._memory(cfg, tables, compiled_loss)
         summary = StepSummary(
             step_time_s=step, compute_bound_s=s.compute_bound_s, memory_bound_s=s.memory_bound_s,
             communication_s=comm_s, communication_total_s=comm_total_s,
-            optimizer_s=s.optimizer_s, bubble_s=bubble_s, samples_per_s=samples / step, tokens_per_s=tokens / step,
+            optimizer_s=optimizer_s, bubble_s=bubble_s, samples_per_s=samples / step, tokens_per_s=tokens / step,
             mfu=model_flops / (step * p.gpus * peak), model_flops_per_step=model_flops, memory=memory,
-            max_micro_batch=self._max_micro_batch(cfg) if with_max_micro_batch else -1, gpus=p.gpus, host_s=host_s, stack=self.stack.name,
+            max_micro_batch=self._max_micro_batch(cfg, compiled_loss) if with_max_micro_batch else -1, gpus=p.gpus, host_s=host_s, stack=self.stack.name,
             priced_as_bound=self._bound(tables))
         check_plausible(summary, model, gpu)
         return summary, parts, comms
+
+
+def _compiled_loss(execution: Execution | None) -> bool:
+    """Whether the step's loss is the reference job's chunked loss, compiled (``Execution.compiled_loss``): its
+    memory holds no fp32 chunks (``workbench.memory.COMPILED_LOSS_CHUNKS_LIVE``)."""
+    return execution is not None and execution.compiled_loss
 
 
 def _timer_key(op: Op) -> tuple:

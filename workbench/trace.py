@@ -444,6 +444,8 @@ class Trace:
     device: str = ""
     """The GPU the trace ran on (``deviceProperties[0].name``), when the trace says."""
     has_cpu_events: bool = False
+    step_ranges_us: tuple[tuple[float, float], ...] = ()
+    """(start, end) of each ``ProfilerStep#N`` range, in step order; empty when the trace has none."""
 
     @property
     def kernel_ms_per_step(self) -> float:
@@ -471,6 +473,49 @@ class Trace:
             if e.klass == "other":
                 times[e.name] += e.duration_us / self.steps / 1e3
         return sorted(times.items(), key=lambda kv: -kv[1])
+
+
+@dataclass(frozen=True)
+class IdleSplit:
+    """Where a traced step's GPU idled, per step: at the step's edges, or between its kernels."""
+
+    step_gap_ms: float
+    """Idle at the step's boundary: inside a ``ProfilerStep#N`` range before its first kernel and after its last
+    (the trainer's data loading, logging, the synchronize that ends the step), else between consecutive steps. The
+    host's work between steps: the same with and without compile."""
+    in_step_ms: float
+    """Idle between the step's first and last kernel (the GPU waiting on launches, the GPU's own gap between
+    kernels). Of steps run back to back without step ranges, the first step's: the profiler starts on an empty
+    queue, as a step timed between two ``cuda.synchronize()`` does, while the later steps find their first kernels
+    queued by the step before."""
+    how: str
+
+
+def idle_split(trace: Trace) -> IdleSplit:
+    """The trace's idle time per step (wall minus busy), split into its step boundary and its in-step part."""
+    kernels = sorted(trace.kernels, key=lambda e: e.start_us)
+    if trace.step_ranges_us:
+        edges, inside, counted = 0.0, 0.0, 0
+        for start, end in trace.step_ranges_us:
+            mine = [k for k in kernels if start <= k.start_us < end]
+            if not mine:
+                continue
+            last = max(k.start_us + k.duration_us for k in mine)
+            edge = (mine[0].start_us - start) + max(0.0, end - last)
+            edges += edge
+            inside += max(0.0, end - start - busy_us(mine) - edge)
+            counted += 1
+        if counted:
+            return IdleSplit(edges / counted / 1e3, inside / counted / 1e3, "ProfilerStep# ranges")
+    n = len(kernels)
+    if trace.steps >= 2 and n % trace.steps == 0:
+        per = n // trace.steps
+        chunks = [kernels[i * per:(i + 1) * per] for i in range(trace.steps)]
+        spans = [max(k.start_us + k.duration_us for k in c) - c[0].start_us for c in chunks]
+        between = max(0.0, trace.wall_us - sum(spans)) / (trace.steps - 1)
+        first = max(0.0, spans[0] - busy_us(chunks[0]))
+        return IdleSplit(between / 1e3, first / 1e3, f"the first of {trace.steps} steps (split by kernel count)")
+    return IdleSplit(0.0, trace.idle_ms_per_step, "wall minus busy, per step")
 
 
 def _decompress(data: bytes, origin: str) -> bytes:
@@ -526,12 +571,14 @@ def parse_trace(document: Any, origin: str = "<trace>", *, steps: int | None = N
     for e in events:
         match = PROFILER_STEP.match(str(e.get("name", "")))
         if match and e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op"):
-            step_ranges[int(match.group(1))] = float(e.get("dur", 0.0))
+            start = float(e.get("ts", 0.0))
+            step_ranges[int(match.group(1))] = (start, start + float(e.get("dur", 0.0)))
     if step_ranges:
         if steps is not None and steps != len(step_ranges):
             raise WorkbenchError(f"{origin}: the trace's ProfilerStep# annotations mark {len(step_ranges)} step(s), "
                                  f"not the {steps} given: leave steps out, or give {len(step_ranges)}")
-        steps_from, wall = f"{len(step_ranges)} ProfilerStep# annotations", sum(step_ranges.values())
+        steps_from = f"{len(step_ranges)} ProfilerStep# annotations"
+        wall = sum(end - start for start, end in step_ranges.values())
         steps = len(step_ranges)
     else:
         if steps is None:
@@ -544,7 +591,8 @@ def parse_trace(document: Any, origin: str = "<trace>", *, steps: int | None = N
     props = document.get("deviceProperties")
     device = props[0].get("name", "") if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     has_cpu = any(e.get("cat") in OP_CATEGORIES for e in events)
-    return Trace(origin, tuple(kernels), steps, steps_from, wall, str(device), has_cpu)
+    ranges = tuple(step_ranges[n] for n in sorted(step_ranges))
+    return Trace(origin, tuple(kernels), steps, steps_from, wall, str(device), has_cpu, ranges)
 
 
 def load_trace(path: str | os.PathLike, *, steps: int | None = None) -> Trace:

@@ -57,6 +57,20 @@ EXTENSIONS_DIR = os.environ.get("TORCH_EXTENSIONS_DIR", "/tmp/ds_torch_extension
 """Where DeepSpeed's JIT-built FusedAdam lands (one build per machine, shared by the row processes)."""
 
 
+def deepspeed_arch_list(value: str) -> str:
+    """``TORCH_CUDA_ARCH_LIST`` as DeepSpeed 0.19.8's JIT op builder can read it: its
+    ``compute_capability_args`` parses every entry as numbers, so the H200 image's ``9.0a`` (sm_90a, the
+    arch-specific target) made the FusedAdam build fail (``int('0a')``); FusedAdam needs no sm_90a feature, so the
+    suffix is dropped (``9.0a`` -> ``9.0``, ``+PTX`` kept). Untested on the device machine: the first sweep's
+    ``environment_*.json`` records the list and whether the build then worked."""
+    entries = [e for e in value.replace(" ", ";").split(";") if e]
+    out = []
+    for entry in entries:
+        arch, ptx = entry.split("+")[0], "+PTX" if entry.endswith("+PTX") else ""
+        out.append(arch.rstrip("af") + ptx)
+    return ";".join(dict.fromkeys(out))
+
+
 @dataclass(frozen=True)
 class Row:
     stack: str  # deepspeed-zero2 or deepspeed-zero3
@@ -288,8 +302,12 @@ def sweep(out: str, budget_s: float, name: str, optimizer: str, build_timeout_s:
     deadline = time.time() + budget_s
     os.makedirs(out, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = EXTENSIONS_DIR
+    image_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if image_arch:  # the preflight build and every row process inherit it
+        os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(image_arch)
     os.environ.setdefault("DEEPSPEED_TRACE_DIR", os.path.join(out, "traces"))
-    env = {**environment(), "command": " ".join(sys.argv)}
+    env = {**environment(), "command": " ".join(sys.argv), "torch_cuda_arch_list":
+           {"image": image_arch, "for_deepspeed": os.environ.get("TORCH_CUDA_ARCH_LIST")}}
     if optimizer == "auto":
         env["fused_adam_build"] = preflight_fused_adam(min(build_timeout_s, max(1.0, deadline - time.time() - 60)))
         optimizer = "deepspeed" if env["fused_adam_build"]["ok"] else "torch"
@@ -331,6 +349,8 @@ def main() -> None:
         for r in SWEEPS[args.sweep or "main"]():
             print(json.dumps({**asdict(r), "label": r.label}))
     elif args.row:
+        if os.environ.get("TORCH_CUDA_ARCH_LIST"):  # a row run on its own: as the sweep sets it
+            os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(os.environ["TORCH_CUDA_ARCH_LIST"])
         print(json.dumps(run_row(Row(**json.loads(args.row)))))
     elif args.sweep:
         sweep(args.out, args.budget_s, args.sweep, args.optimizer, args.build_timeout_s)

@@ -26,6 +26,14 @@ RESULTS = ROOT / "benchmarks" / "results" / "h200" / "stacks"
 SPLIT = ROOT / "benchmarks" / "stacks" / "host_fit_split.json"
 FP8_SPLIT = ROOT / "benchmarks" / "stacks" / "fp8_split.json"
 """The torchtitan float8 rows' roles: fit (the fp8 tables' casts and constants) and test."""
+MEGATRON_SPLIT = ROOT / "benchmarks" / "stacks" / "megatron_split.json"
+"""The megatron-local rows' roles (fit, test, holdout), written before any of them ran."""
+DEEPSPEED_SPLIT = ROOT / "benchmarks" / "stacks" / "deepspeed_split.json"
+"""The deepspeed-zero2/-zero3 rows' roles (fit, test, holdout), written before any of them ran."""
+NEW_HOLDOUT = "holdout-2"
+"""Rows of ``benchmarks/stacks/trace_holdout.json``, chosen and committed (6e924f0) before they ran; nothing is fitted
+to them. The compiled-memory terms of ``workbench.stack_memory`` (the compiled loss, compiled selective checkpointing)
+changed after they ran and before their memory was read, from torch's AOT graphs, not from any row."""
 GPU = "h200"
 STEP_TARGET, MEMORY_TARGET = 0.08, 0.10
 
@@ -38,6 +46,27 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def _plain(r: dict, role: str, source: str) -> dict:
+    """A plain-loop row (``plain_pytorch.py``'s record) for the table."""
+    label = (f"{r['model']} mb{r['micro_batch']} s{r['seq_len']} {r['param_dtype']} "
+             f"{'compile' if r['compile'] else 'eager'} ac={r['ac']}")
+    return {"stack": "pytorch-compile" if r["compile"] else "pytorch-eager", "label": label, "role": role,
+            "model": _model(r["model"]), "precision": "bf16", "ac": r["ac"], "compile": r["compile"],
+            "micro_batch": r["micro_batch"], "seq_len": r["seq_len"], "param_dtype": r["param_dtype"],
+            "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"], "source": source}
+
+
+def _torchtitan(r: dict, role: str, source: str) -> dict:
+    """A torchtitan row (``torchtitan_runs.py``'s record) for the table."""
+    option = r.get("selective_ac_option", "op")
+    ac = f"selective-{option}" if r["ac_mode"] == "selective" and option != "op" else r["ac_mode"]
+    return {"stack": "torchtitan", "label": f"torchtitan {r['name']}", "role": role,
+            "model": _model(r["flavor"], untied=True), "precision": "fp8" if r.get("float8_recipe") else "bf16",
+            "ac": ac, "compile": r["compile"], "micro_batch": r["local_batch_size"], "seq_len": r["seq_len"],
+            "param_dtype": "fp32", "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"],
+            "source": source}
+
+
 def rows() -> list[dict]:
     """Every measured row: stack, label, role, model, configuration, measured step and reserved peak."""
     split = json.loads(SPLIT.read_text())
@@ -45,33 +74,41 @@ def rows() -> list[dict]:
     out = []
     for file, holdout in (("plain_pytorch.jsonl", False), ("plain_pytorch_holdout.jsonl", True)):
         for r in _jsonl(RESULTS / "plain_pytorch" / file):
-            if "step_time_s" not in r:
-                continue
-            label = (f"{r['model']} mb{r['micro_batch']} s{r['seq_len']} {r['param_dtype']} "
-                     f"{'compile' if r['compile'] else 'eager'} ac={r['ac']}")
-            out.append({"stack": "pytorch-compile" if r["compile"] else "pytorch-eager", "label": label,
-                        "role": "holdout" if holdout else "fit" if label in fit else "test",
-                        "model": _model(r["model"]), "precision": "bf16", "ac": r["ac"], "compile": r["compile"],
-                        "micro_batch": r["micro_batch"], "seq_len": r["seq_len"], "param_dtype": r["param_dtype"],
-                        "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"],
-                        "source": f"plain_pytorch/{file}"})
+            if "step_time_s" in r:
+                row = _plain(r, "holdout", f"plain_pytorch/{file}")
+                out.append({**row, "role": "holdout" if holdout else "fit" if row["label"] in fit else "test"})
     fp8_split = json.loads(FP8_SPLIT.read_text())
     fp8_role = {**{n: "fit" for n in fp8_split["fit"]}, **{n: "test" for n in fp8_split["test"]}}
     for file, holdout in (("torchtitan.jsonl", False), ("torchtitan_holdout.jsonl", True),
                           ("fp8/torchtitan_fp8.jsonl", False)):
         for r in _jsonl(RESULTS / "torchtitan" / file):
-            if "step_time_s" not in r:
-                continue
-            if r["ac_mode"] == "selective" and r["selective_ac_option"] != "op":
-                ac = f"selective-{r['selective_ac_option']}"
-            else:
-                ac = r["ac_mode"]
-            role = "holdout" if holdout else fp8_role.get(r["name"], "test") if r["float8_recipe"] else "test"
-            out.append({"stack": "torchtitan", "label": f"torchtitan {r['name']}", "role": role,
-                        "model": _model(r["flavor"], untied=True), "precision": "fp8" if r["float8_recipe"] else "bf16",
-                        "ac": ac, "compile": r["compile"], "micro_batch": r["local_batch_size"],
-                        "seq_len": r["seq_len"], "param_dtype": "fp32", "measured_s": r["step_time_s"],
-                        "measured_gb": r["peak_reserved_gb"], "source": f"torchtitan/{file}"})
+            if "step_time_s" in r:
+                role = "holdout" if holdout else fp8_role.get(r["name"], "test") if r["float8_recipe"] else "test"
+                out.append(_torchtitan(r, role, f"torchtitan/{file}"))
+    for r in _jsonl(RESULTS / "trace_holdout" / "trace_holdout.jsonl"):  # benchmarks/stacks/trace_holdout.json
+        if "step_time_s" in r:
+            source = "trace_holdout/trace_holdout.jsonl"
+            out.append(_plain(r, NEW_HOLDOUT, source) if r["kind"] == "plain" else _torchtitan(r, NEW_HOLDOUT, source))
+    megatron_split = json.loads(MEGATRON_SPLIT.read_text())
+    megatron_role = {label: role for role in ("fit", "test", "holdout") for label in megatron_split[role]}
+    for file in ("megatron_local.jsonl", "megatron_local_holdout.jsonl"):  # benchmarks/stacks/megatron_runs.py
+        for r in _jsonl(RESULTS / "megatron" / file):
+            if "step_time_s" in r:
+                out.append({"stack": "megatron-local", "label": r["label"], "role": megatron_role[r["label"]],
+                            "model": _model(r["model"]), "precision": "bf16", "ac": r["ac"], "compile": False,
+                            "micro_batch": r["micro_batch"], "seq_len": r["seq_len"], "param_dtype": "bf16",
+                            "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"],
+                            "source": f"megatron/{file}"})
+    deepspeed_split = json.loads(DEEPSPEED_SPLIT.read_text())
+    deepspeed_role = {label: role for role in ("fit", "test", "holdout") for label in deepspeed_split[role]}
+    for file in ("deepspeed.jsonl", "deepspeed_holdout.jsonl"):  # benchmarks/stacks/deepspeed_runs.py
+        for r in _jsonl(RESULTS / "deepspeed" / file):
+            if "step_time_s" in r:
+                out.append({"stack": r["stack"], "label": r["label"], "role": deepspeed_role[r["label"]],
+                            "model": _model(r["model"]), "precision": "bf16", "ac": r["ac"], "compile": False,
+                            "micro_batch": r["micro_batch"], "seq_len": r["seq_len"], "param_dtype": "bf16",
+                            "measured_s": r["step_time_s"], "measured_gb": r["peak_reserved_gb"],
+                            "source": f"deepspeed/{file}"})
     return out
 
 
@@ -123,7 +160,7 @@ def report(table: list[dict]) -> str:
              "ideal MAPE (before) | job-level MAPE (before) | worst step, spec |",
              "|---|---|---|---|---|---|---|---|"]
     for stack in sorted({t["stack"] for t in covered}):
-        for role in ("fit", "test", "holdout"):
+        for role in ("fit", "test", "holdout", NEW_HOLDOUT):
             sel = [t for t in covered if t["stack"] == stack and t["role"] == role]
             if sel:
                 lines.append(_summary_line(f"{stack}, {role}", sel))

@@ -33,11 +33,15 @@ HEADER = """\
 """
 
 
+ROLE = {evaluate.NEW_HOLDOUT: "holdout"}
+"""evaluate.py's roles as the record spells them: its second holdout is a holdout (chosen and committed before it ran)."""
+
+
 def record() -> dict:
     runs = []
     for r in evaluate.rows():
         runs.append({
-            "label": r["label"], "stack": r["stack"], "role": r["role"], "model": r["model"].name,
+            "label": r["label"], "stack": r["stack"], "role": ROLE.get(r["role"], r["role"]), "model": r["model"].name,
             "model_changes": model_changes(r["model"]), "precision": r["precision"], "checkpointing": r["ac"],
             "compile": bool(r["compile"]), "micro_batch": int(r["micro_batch"]), "seq_len": int(r["seq_len"]),
             "param_dtype": r["param_dtype"], "gpus": 1, "measured_step_s": round(float(r["measured_s"]), 6),

@@ -3,11 +3,12 @@
 The step graphs (``transformer.py``, ``recsys.py``) price every memory-bound op as one fused kernel moving the
 fewest bytes. That is what a compiled production stack runs; the project's own job differs wherever its torch
 code runs outside ``torch.compile`` (``compile: false`` recipes, and the head, loss, FSDP2 and fp8 quantization
-in every recipe). Given an ``Execution``, the graphs emit instead the op sequence the job's torch code launches:
-one ``Op`` per CUDA kernel, with the bytes that kernel moves (per element of the tensor it walks), each paying
-the model's per-kernel fixed cost (``memory_launch_us``) and priced at the achievable bandwidth of what it is --
-a reduction (``memory_fraction.sum``) or a pointwise op (``memory_fraction.add``), not the fused op class it is
-reported under. Sources are the job's files, quoted per table below.
+in every recipe; a compiled recipe compiles only the loss's per-chunk math, ``CE_COMPILED_*``). Given an
+``Execution``, the graphs emit instead the op sequence the job's torch code launches: one ``Op`` per CUDA kernel,
+with the bytes that kernel moves (per element of the tensor it walks), each paying the model's per-kernel fixed
+cost (``memory_launch_us``) and priced at the achievable bandwidth of what it is -- a reduction
+(``memory_fraction.sum``) or a pointwise op (``memory_fraction.add``), not the fused op class it is reported under.
+Sources are the job's files, quoted per table below.
 
 Kernels that TensorIterator cannot vectorize (an operand broadcast, e.g. ``* rstd`` [T, 1], or a
 non-contiguous view, e.g. the halves of RoPE or SwiGLU's ``chunk``) are marked ``unvectorized``: PyTorch's CUDA
@@ -43,6 +44,12 @@ class Execution:
     def fused(self, op: str) -> bool:
         """Whether ``op`` *outside* the compiled blocks (head, loss) runs as one fused kernel."""
         return op in self.triton_ops
+
+    @property
+    def compiled_loss(self) -> bool:
+        """Whether the loss is the chunked cross-entropy compiled per chunk (a compiled recipe that does not route
+        it to the Triton kernel: ``workbench.train.layers.KernelSet.compile_loss``)."""
+        return self.compile and not self.fused("cross_entropy")
 
 
 # A kernel of an unfused sequence: (name, bytes read, bytes written per element of the walked tensor, path).
@@ -99,6 +106,20 @@ CE_BWD: tuple[Kernel, ...] = (
     ("logits.float", 2, 4, False), ("sub_lse", 4, 4, False), ("exp_", 4, 4, True), ("scatter_add_", 0, 0, True),
     ("mul_scale", 4, 4, True), ("to_bf16", 4, 2, True), ("copy_into_dlogits", 2, 2, True),
 )
+# The same loss in a compiled recipe (``ChunkedCrossEntropy(..., compiled=True)``, ``KernelSet.compile_loss``): the
+# same chunks, each chunk's math one torch.compile'd function. Forward, ``_chunk_lse`` (upcast, amax, exp-sum, log)
+# is one inductor reduction kernel (triton_red_fused__to_copy_logsumexp): logsumexp's decomposition puts a where()
+# between the amax and the subtraction, so inductor's online-softmax rewrite (fx_passes/post_grad.py,
+# ``prepare_softmax_pattern``: x - amax(x)) does not match, and the looped reduction walks each [V] row twice (the
+# max, then the sum of exp): 2 x 2 B of bf16 read per logit, an fp32 [rows] out; then the eager copy of that [rows]
+# into lse (launch only). Backward, ``_chunk_grad_into`` (upcast, - lse, exp, - one-hot, * scale, .to(bf16), copy_)
+# is one pointwise kernel (triton_poi_fused__to_copy_arange_copy__eq_exp_mul_sub_...) that writes the chunk of
+# dlogits in place: 2 B read, 2 B written. The kernel structure is inductor's for these two functions (its generated
+# code for them on torch 2.13: one kernel each, no [rows, V] buffer, the gradient stored into the dlogits view);
+# no H200 trace of the compiled loss yet (the committed job trace, stacks/job_trace/, predates it): calibrate me on
+# one. Priced like the compiled loss of the stacks' tables (graph/stack_kernels.py ``LOSS_COMPILED_*``).
+CE_COMPILED_FWD: tuple[Kernel, ...] = (("logsumexp", 4, 0, True), ("lse_copy", 0, 0, True))
+CE_COMPILED_BWD: tuple[Kernel, ...] = (("softmax_grad_into_dlogits", 2, 2, True),)
 CE_CHUNK_ELEMENTS = 1 << 28
 """layers.py ``CE_CHUNK_ELEMENTS``: logits rows per chunk = this // vocab."""
 
@@ -169,18 +190,20 @@ def eager_rope(prefix: str, tokens: int, q: int, kv: int, head_dim: int, seq: in
     return fwd, bwd
 
 
-def chunked_cross_entropy(tokens: int, vocab: int, *, layer: str = "head") -> list[Op]:
-    """ChunkedCrossEntropy forward and backward, one op per kernel per chunk (chunks share a count)."""
+def chunked_cross_entropy(tokens: int, vocab: int, *, compiled: bool = False, layer: str = "head") -> list[Op]:
+    """ChunkedCrossEntropy forward and backward, one op per kernel per chunk (chunks share a count); ``compiled``:
+    its compiled per-chunk kernels (``CE_COMPILED_FWD``, ``CE_COMPILED_BWD``), else the eager ones."""
     rows = max(1, CE_CHUNK_ELEMENTS // vocab)
+    fwd_table, bwd_table = (CE_COMPILED_FWD, CE_COMPILED_BWD) if compiled else (CE_FWD, CE_BWD)
     chunks, last = divmod(tokens, rows)
     ops: list[Op] = []
     for n_chunks, chunk_rows, tag in ((chunks, rows, ""), (1 if last else 0, last, ".last")):
         if not n_chunks:
             continue
         e = chunk_rows * vocab
-        ops += kernels(f"cross_entropy{tag}.fwd", "cross_entropy", CE_FWD, e, phase="fwd", count=n_chunks,
+        ops += kernels(f"cross_entropy{tag}.fwd", "cross_entropy", fwd_table, e, phase="fwd", count=n_chunks,
                        layer=layer, rows=chunk_rows)
-        ops += kernels(f"cross_entropy{tag}.bwd", "cross_entropy", CE_BWD, e, phase="bwd", count=n_chunks,
+        ops += kernels(f"cross_entropy{tag}.bwd", "cross_entropy", bwd_table, e, phase="bwd", count=n_chunks,
                        layer=layer, rows=chunk_rows)
     # the picked logits (gather + float) and the mean of lse - picked: launch-only
     ops += kernels("cross_entropy.picked", "cross_entropy", (("gather", 0, 0, True), ("float", 0, 0, True),

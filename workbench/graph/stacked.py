@@ -79,6 +79,9 @@ class StackStep:
     step_ops: list[Op]
     dims: Dims
 
+    covers_data_parallel_memory = False
+    """Whether ``memory`` holds on several data-parallel GPUs (else the step model uses ``workbench.memory``)."""
+
     def host_s(self, stack: Stack, grad_accumulation: int) -> float:
         """CPU seconds to launch the step's kernels (``workbench.stack_memory.host_time_s``)."""
         constants = {name: c.value for name, c in stack.constants.items()}  # host_time_s fills the guesses
@@ -106,6 +109,12 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
     p = cfg.parallelism
     d = Dims.of(model, cfg.micro_batch, cfg.seq_len)
     fsdp = p.dp > 1 and p.sharding == "fsdp"
+    if stack.kernels.startswith("megatron"):  # Megatron-Core's tables (import here: that module imports this one)
+        from workbench.graph.stacked_megatron import megatron_stack_step
+        return megatron_stack_step(model, cfg, stack)
+    if stack.kernels == "hf-deepspeed":  # HF Llama under DeepSpeed ZeRO (that module imports this one)
+        from workbench.graph.stack_kernels_hf import deepspeed_step
+        return deepspeed_step(model, cfg, stack)
     if stack.kernels == "torchtitan":
         flavor = torchtitan_flavor(compiled, float8_recipe(stack.kernels, cfg))
         if fsdp:  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16): bf16 parameters in compute, no autocast
@@ -143,5 +152,5 @@ def trace_fit(stack: Stack, gpu, compiled: bool, notes: list[str], *, calibrated
     nothing for a bound (``ideal``, or a configuration outside the stack's kernel tables, ``tables`` None)."""
     from workbench.stack_calibration import NO_FIT, stack_fit
 
-    bound = stack.bound or stack.kernels == "fused" or (stack.kernels in ("pytorch", "torchtitan") and tables is None)
+    bound = stack.bound or stack.kernels == "fused" or (stack.kernels not in ("fused", "reference-job") and tables is None)
     return stack_fit(stack.name, gpu, compiled, notes) if calibrated and not bound else NO_FIT

@@ -195,7 +195,8 @@ def head_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution 
 
     The reference job (``execution``) runs all three outside the compiled blocks: the final norm is its eager
     RMSNorm, the head stays a bf16 linear under fp8 (only the blocks' linears are swapped), and the loss is
-    ``ChunkedCrossEntropy`` (fp32 per chunk) unless the recipe routes it to the Triton kernel."""
+    ``ChunkedCrossEntropy`` (fp32 per chunk; its per-chunk math compiled when the recipe compiles) unless the recipe
+    routes it to the Triton kernel."""
     if cfg.lora:  # a frozen head: no weight gradient
         return [op for op in head_ops(model, replace(cfg, lora_rank=0), execution) if op.name != "lm_head.wgrad"]
     tokens, h = local_tokens(cfg), model.hidden_size
@@ -213,7 +214,7 @@ def head_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution 
         if execution.fused("cross_entropy"):
             ops += head_ops(model, cfg)[-2:]
         else:
-            ops += chunked_cross_entropy(tokens, vocab)
+            ops += chunked_cross_entropy(tokens, vocab, compiled=execution.compiled_loss)
         return ops
     ops = [
         memory_op("final_norm.fwd", model.norm, RowsShape(tokens, h), act, reads=1, writes=1, layer="head"),
