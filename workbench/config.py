@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,6 +18,10 @@ FFN's gate, up (the dense FFN's only input projection when ungated) and down pro
 DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o")
 """The MLPerf Llama 2 70B LoRA reference: rank 16 on the attention projections (mlcommons/training
 llama2_70b_lora, ``target_modules=["q_proj", "v_proj", "k_proj", "o_proj"]``, ``r=16``)."""
+Offload = Literal["none", "optimizer", "optimizer+params"]
+OFFLOADS: tuple[str, ...] = ("none", "optimizer", "optimizer+params")
+"""CPU offload (``TrainingConfig.offload``, ``workbench.offload``): DeepSpeed's ZeRO-Offload (the optimizer states
+and step on the host) and ZeRO-Infinity's parameter offload on top of it (ZeRO-3's parameter shards on the host)."""
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
 TRAINING_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp8_gw_hp", "mxfp8")
@@ -32,6 +37,8 @@ MAX_SEQ_LEN = 1 << 24
 """16,777,216 tokens per sample (long-context training reaches ~2^20)."""
 MAX_GLOBAL_BATCH = 1 << 32
 """Samples per optimizer step."""
+MAX_POWER_LIMIT_W = 20_000
+"""The GPU figures' own bound on board power (``workbench.hardware.GPU_BOUNDS['tdp_w']``)."""
 MAX_LORA_RANK = 1 << 16
 """65,536: past any hidden size the catalog holds (a LoRA rank is at most the layer's width; 8-256 in practice)."""
 
@@ -113,6 +120,16 @@ class TrainingConfig:
     base weight-gradient GEMMs, gradients or optimizer states). 0: full training."""
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     """The linear layers that carry adapters when ``lora_rank`` > 0 (``LORA_TARGETS``)."""
+    offload: Offload = "none"
+    """CPU offload (``OFFLOADS``; ``workbench.offload``): ``optimizer`` keeps the fp32 master weights and AdamW
+    moments on the host and runs the step there (gradients copied down, parameters up, over the host link);
+    ``optimizer+params`` also keeps ZeRO-3's parameter shards on the host (fsdp only), fetched every pass."""
+    offload_delayed_update: bool = False
+    """ZeRO-Offload's one-step delayed parameter update (Ren et al. 2021, Sec. 4.3): the host step of step i
+    runs beside the GPU's step i+1 instead of between them. Off by default (DeepSpeed's default)."""
+    power_limit_w: float = 0
+    """The board power limit the GPUs run under (``workbench.power``: compute-bound ops slow with it); 0: the GPU's
+    own (its rating, or a power-limited variant's limit)."""
 
     @property
     def lora(self) -> bool:
@@ -124,7 +141,8 @@ class TrainingConfig:
         p = self.parallelism
         gaps = [name for name, on in (("context parallelism", p.cp > 1), ("interleaved pipeline stages",
                                       p.virtual_stages > 1), ("LoRA fine-tuning", self.lora),
-                                      ("zero1 sharding", p.sharding == "zero1")) if on]
+                                      ("zero1 sharding", p.sharding == "zero1"),
+                                      ("CPU offload", self.offload != "none")) if on]
         return ", ".join(gaps) or None
 
     @property
@@ -196,8 +214,33 @@ class TrainingConfig:
                             f"{model.kind} models (LoRA and zero1 are modelled for transformers)")
         if isinstance(model, (DLRMModel,)) and p.ep > 1:
             raise SpecError(origin, "parallelism.ep", p.ep, "1 (DLRM has no experts)")
-        return TrainingConfig(mb, seq, self.precision, p, self.activation_checkpointing, self.global_batch,
-                              self.lora_rank, self.lora_targets)
+        _check_offload(self, model, origin)
+        if isinstance(self.power_limit_w, bool) or not isinstance(self.power_limit_w, (int, float)) or not (
+                0 <= self.power_limit_w <= MAX_POWER_LIMIT_W):
+            raise SpecError(origin, "power_limit_w", self.power_limit_w,
+                            f"watts, 0..{MAX_POWER_LIMIT_W:,} (0: the GPU's own)")
+        return dataclasses.replace(self, micro_batch=mb, seq_len=seq)
+
+
+def _check_offload(cfg: TrainingConfig, model: Model, origin: str) -> None:
+    """CPU offload as DeepSpeed runs it: ZeRO-1/2/3 (zero1 or fsdp here; ZeRO-0 cannot offload), transformers,
+    full training; parameter offload with ZeRO-3 only."""
+    if cfg.offload not in OFFLOADS:
+        raise SpecError(origin, "offload", cfg.offload, f"one of {', '.join(OFFLOADS)}")
+    if not isinstance(cfg.offload_delayed_update, bool):
+        raise SpecError(origin, "offload_delayed_update", cfg.offload_delayed_update, "True or False")
+    if cfg.offload == "none":
+        if cfg.offload_delayed_update:
+            raise SpecError(origin, "offload_delayed_update", True, "False without CPU offload (offload 'none')")
+        return
+    sharding = cfg.parallelism.sharding
+    if not isinstance(model, TransformerModel) or cfg.lora:
+        raise SpecError(origin, "offload", cfg.offload, "'none' for LoRA and for non-transformer models (CPU "
+                        "offload is modelled for full training of transformers)")
+    if sharding == "ddp" or (cfg.offload == "optimizer+params" and sharding != "fsdp"):
+        raise SpecError(origin, "parallelism.sharding", sharding,
+                        "fsdp (ZeRO-3) for parameter offload" if cfg.offload == "optimizer+params" else
+                        "fsdp (ZeRO-3) or zero1 (ZeRO-1/2) with CPU offload (DeepSpeed offloads from ZeRO-1 up)")
 
 
 def _check_transformer_split(model: TransformerModel, p: Parallelism, origin: str) -> None:

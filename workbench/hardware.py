@@ -75,6 +75,7 @@ class GPU:
     scale_up_domain_gpus: Figure
     scale_out_gb_s_per_direction: Figure
     tdp_w: Figure
+    """The board power the part runs at: its rating, or (a power-limited variant) the limit it runs under."""
     measured: dict[str, Figure] = field(default_factory=dict)
     """Public achievable ceilings: ``matmul_tflops.<precision>``, ``hbm_bandwidth_tb_s``."""
     matrix_k_major_only: Figure | None = None
@@ -84,6 +85,14 @@ class GPU:
     origin: str = "<dict>"
     derived_from: str = ""
     """For a variant: the catalog part it overrides (empty for a part)."""
+    host_link_gb_s_per_direction: Figure | None = None
+    """The GPU's link to its host CPU (PCIe Gen5 x16 on HGX boards), GB/s per direction; what CPU offload copies
+    over (``workbench.offload``). None when no document gives it for this GPU."""
+    rated_tdp_w: float | None = None
+    """For a power-limited variant (one that lowers the base's ``tdp_w`` and keeps its tensor peaks): the base
+    part's rated board power in W (its ``tdp_w``, sourced in the base's file), against which ``workbench.power``
+    scales the sustained tensor clock. None otherwise (the part runs at its rating, or the variant's own peaks
+    already say what the lower power gives). Not a resource figure: a higher rating at the same limit is slower."""
 
     # Derived, not stored (STYLE 3).
     def peak_tflops(self, peak_key: str) -> float:
@@ -112,6 +121,8 @@ class GPU:
             out[name] = getattr(self, name)
         if self.matrix_k_major_only is not None:
             out["matrix_k_major_only"] = self.matrix_k_major_only
+        if self.host_link_gb_s_per_direction is not None:
+            out["host_link_gb_s_per_direction"] = self.host_link_gb_s_per_direction
         out.update({f"measured.{k}": v for k, v in self.measured.items()})
         return out
 
@@ -183,6 +194,9 @@ GPU_BOUNDS: dict[str, Bound] = {
                                                       "200 (MI250X) to 1800 (MI455X), NVLink 7 about 3600; PCIe 3.0 "
                                                       "x16 is 16",
                                                       ((1e3, "MB/s"), (1e9, "bytes/s"), (1e-3, "TB/s"))),
+    "interconnect.host_link_gb_s_per_direction": Bound(1, 2_000, "GB/s", "GPU-to-host links per direction: PCIe "
+                                                       "4.0 x16 is 32, 5.0 x16 64, 6.0 x16 128; NVLink-C2C 450",
+                                                       ((1e3, "MB/s"), (1e9, "bytes/s"), (1e-3, "TB/s"))),
     "interconnect.scale_up_domain_gpus": Bound(1, 4_096, "GPUs", "8 (HGX) to 72 (NVL72); NVL576 is the largest "
                                                "announced"),
     "interconnect.scale_out_gb_s_per_direction": Bound(1, 10_000, "GB/s", "NICs per GPU: 12.5 (100 Gb/s) to 300 "
@@ -301,6 +315,8 @@ def gpu_from_dict(data: object, origin: str = "<dict>") -> GPU:
         scale_up_gb_s_per_direction=_figure(link, "scale_up_gb_s_per_direction", sources),
         scale_up_domain_gpus=_figure(link, "scale_up_domain_gpus", sources, check=integer),
         scale_out_gb_s_per_direction=_figure(link, "scale_out_gb_s_per_direction", sources),
+        host_link_gb_s_per_direction=(_figure(link, "host_link_gb_s_per_direction", sources)
+                                      if link.has("host_link_gb_s_per_direction") else None),
         tdp_w=_figure(top, "tdp_w", sources),
         measured=_measured(top, sources),
         aliases=tuple(a.lower() for a in top.string_list("aliases", default=[])),
@@ -363,7 +379,8 @@ def gpu_variant_from_dict(data: object, origin: str = "<dict>", base_data: dict 
     ``sources`` (ids must not repeat the base's), ``overrides`` (dotted figure path -> a figure with its source),
     optional ``aliases`` and ``note``. The base's ``measured`` figures are not carried over (they were measured on
     the base part); the variant may state its own as ``measured.*`` overrides. ``base_data``: the base's parsed file
-    (read from the catalog folder when None)."""
+    (read from the catalog folder when None). A variant that lowers ``tdp_w`` and overrides no tensor peak runs
+    power-limited: ``rated_tdp_w`` keeps the base's rating (``workbench.power`` derives the sustained clock)."""
     top = Fields(data, origin)
     version = top.number("schema_version", integer=True)
     if version != SCHEMA_VERSION:
@@ -409,7 +426,10 @@ def gpu_variant_from_dict(data: object, origin: str = "<dict>", base_data: dict 
     if top.has("note"):
         top.string("note")
     top.finish()
-    return dataclasses.replace(gpu_from_dict(merged, origin), derived_from=base_name)
+    gpu = gpu_from_dict(merged, origin)
+    base_tdp = float(_figure(Fields(base_data, origin), "tdp_w", merged["sources"]).value)
+    power_limited = gpu.tdp_w.value < base_tdp and not any(str(k).startswith("peak_dense_tflops.") for k in overrides)
+    return dataclasses.replace(gpu, derived_from=base_name, rated_tdp_w=base_tdp if power_limited else None)
 
 
 def load_gpu_variant(spec: str | Path | dict) -> GPU:

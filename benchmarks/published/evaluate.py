@@ -52,9 +52,12 @@ FEATURES: tuple[tuple[str, object, type, str], ...] = (
     ("cp", 1, Parallelism, "context parallelism (cp)"),
     ("virtual_stages", 1, Parallelism, "interleaved pipeline schedules (virtual_stages)"),
     ("lora_rank", 0, TrainingConfig, "LoRA fine-tuning (lora_rank)"),
+    ("offload", "none", TrainingConfig, "CPU offload (offload)"),
+    ("power_limit_w", 0, TrainingConfig, "a power limit below the GPU's own (power_limit_w)"),
 )
 SHAPE_KEYS = {"dp", "tp", "pp", "cp", "ep", "sharding", "virtual_stages", "micro_batch", "global_batch", "seq_len",
-              "precision", "checkpointing", "compile", "lora_rank", "assumptions", "not_expressible"}
+              "precision", "checkpointing", "compile", "lora_rank", "offload", "power_limit_w", "assumptions",
+              "not_expressible"}
 
 
 class NotExpressible(Exception):
@@ -173,7 +176,7 @@ def _family(model_name: str) -> str:
     return model_name.split("-")[0]
 
 
-ABLATIONS: tuple[str, ...] = ("cp", "virtual_stages", "lora_rank", "zero1")
+ABLATIONS: tuple[str, ...] = ("cp", "virtual_stages", "lora_rank", "zero1", "offload")
 """Features ``--without`` can switch off, to show what each adds (a row that needs one becomes not expressible)."""
 
 
