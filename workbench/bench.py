@@ -200,11 +200,32 @@ def _cases(suite: str, ops: tuple[str, ...], gemm_shapes: list[dict] | None = No
             yield name, None, f"{type(exc).__name__}: {exc}"
 
 
-def _predicted_ms(row: dict, gpu: GPU | None) -> float:
-    """The model's prediction for the vendor baseline of a case, when its op is a predict-ops op."""
-    if gpu is None or row.get("op") not in ("gemm", "attention", "copy", "add", "gelu", "sum", "layernorm",
-                                            "rmsnorm", "softmax"):
+PREDICT_OPS_ROWS = ("gemm", "attention", "copy", "add", "gelu", "sum", "layernorm", "rmsnorm", "softmax")
+"""Suite ops that are a ``predict-ops`` row as they stand (``workbench.rows``)."""
+FUSED_PASS_TRAFFIC: dict[str, tuple[str, tuple[tuple[int, int], tuple[int, int]]]] = {
+    "rmsnorm": ("rmsnorm", ((1, 1), (2, 1))),
+    "layernorm": ("layernorm", ((1, 1), (2, 1))),
+    "gelu": ("gelu", ((1, 1), (2, 1))),
+    "swiglu": ("swiglu", ((2, 1), (3, 2))),  # cols = F: gate, up -> out; gate, up, dout -> dgate, dup
+    "cross_entropy": ("cross_entropy", ((1, 0), (1, 1))),  # logits -> loss; logits -> dlogits
+}
+"""Suite ops priced as the training-step graph prices the fused op (``workbench.graph.transformer``'s
+``elementwise``/``norm_op`` and ``head_ops``): op -> (model op kind, (reads, writes) of full [rows, cols] tensors in
+the forward and in the backward). A ``<op>_fwd_bwd`` case is the two passes, a plain ``<op>`` case the forward."""
+GATHER_OPS = {"embedding_bag": "embedding"}
+"""Suite ops priced as one random-row gather of the case's bytes (torch's kernel, ``memory_gather_efficiency``)."""
+
+
+def predicted_ms(row: dict, gpu: GPU | None, case_bytes: float = 0.0) -> float:
+    """The model's prediction for the vendor baseline of a suite case (``BenchCase.row``, ``BenchCase.bytes``):
+    a predict-ops row as it stands, a fused op's passes (``FUSED_PASS_TRAFFIC``), a gather (``GATHER_OPS``);
+    nan without a catalog GPU or for an op the model does not price."""
+    op = str(row.get("op", ""))
+    base, both = (op.removesuffix("_fwd_bwd"), True) if op.endswith("_fwd_bwd") else (op, False)
+    if gpu is None or (op not in PREDICT_OPS_ROWS and base not in FUSED_PASS_TRAFFIC and base not in GATHER_OPS):
         return math.nan
+    from workbench.graph.ops import FlatShape, Op, RowsShape, memory_op
+    from workbench.perf import op_time
     from workbench.perf.efficiency import constants_for
     from workbench.rows import predict_row_ms, row_to_op
 
@@ -212,7 +233,18 @@ def _predicted_ms(row: dict, gpu: GPU | None) -> float:
         constants = constants_for(gpu, calibrated=True)
     except WorkbenchError:  # no calibration profile for this GPU yet: spec-only constants
         constants = constants_for(gpu, calibrated=False)
-    return predict_row_ms(row_to_op({k: str(v) for k, v in row.items()}, 0, gpu), gpu, constants)
+    if op in PREDICT_OPS_ROWS:
+        return predict_row_ms(row_to_op({k: str(v) for k, v in row.items()}, 0, gpu), gpu, constants)
+    dtype = str(row.get("dtype", "bf16"))
+    if base in GATHER_OPS:
+        ops = [Op(op, GATHER_OPS[base], "fwd", FlatShape(int(row["rows"]) * int(row["cols"])), dtype,
+                  flops=0.0, bytes_read=float(case_bytes), bytes_written=0.0, extra={"gather": "torch"})]
+    else:
+        kind, passes = FUSED_PASS_TRAFFIC[base]
+        shape = RowsShape(int(row["rows"]), int(row["cols"]))
+        ops = [memory_op(f"{op}.{phase}", kind, shape, dtype, reads=reads, writes=writes, phase=phase)
+               for phase, (reads, writes) in zip(("fwd", "bwd"), passes[:2 if both else 1])]
+    return sum(op_time(o, gpu, constants).time_s for o in ops) * 1e3
 
 
 def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = None, *, use_cache: bool = True,
@@ -273,7 +305,7 @@ def run_suite(suite: str = "quick", ops: tuple[str, ...] | list[str] | None = No
 
                 peak = gpu.catalog.peak_tflops(get_precision(case.dtype).peak_key)
                 row["pct_of_peak"] = row["achieved_tflops"] / peak * 100
-            row["predicted_baseline_ms"] = _predicted_ms(case.row, gpu.catalog)
+            row["predicted_baseline_ms"] = predicted_ms(case.row, gpu.catalog, case.bytes)
             row["measured_over_predicted"] = row["baseline_ms"] / row["predicted_baseline_ms"]
             del inputs
         except Exception as exc:  # noqa: BLE001 - recorded in the row; the suite goes on

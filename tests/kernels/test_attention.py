@@ -4,6 +4,7 @@ space, FLOP counts and bench cases."""
 
 import pytest
 import torch
+import triton
 
 from workbench.kernels import attention
 from workbench.kernels._common import KernelInputError, clear_plan_caches, interpreting
@@ -11,6 +12,7 @@ from workbench.kernels.attention import (
     TOLERANCE, bench_cases, bytes_moved, config_space, flash_attention, flash_attention_bwd, flash_attention_fwd,
     flops, reference_attention, reference_attention_grads,
 )
+from workbench.kernels.spaces import attention_pinned_config, attention_seq_bucket
 from workbench.rows import row_to_op
 
 pytestmark = pytest.mark.skipif(not interpreting() and not torch.cuda.is_available(),
@@ -76,6 +78,61 @@ def test_forward_and_backward_match_float64_reference(dtype, causal, b, hq, hkv,
     errors = {name: _error(ours, ref) for name, ours, ref in
               (("o", o, o64), ("lse", lse, lse64), ("dq", dq, dq64), ("dk", dk, dk64), ("dv", dv, dv64))}
     assert all(e < tol for e in errors.values()), errors
+
+
+# The TMA path (device-built descriptors, rows past S zero-filled by the descriptor): tails, causal, GQA groups of
+# 1, 2 and 4 (the dK/dV pass builds one Q and one dO descriptor per query head of the group), bf16 upcast.
+TMA_CASES = [CASES[1], CASES[3], CASES[6], CASES[8]]
+
+
+@pytest.mark.parametrize("dtype,causal,b,hq,hkv,s,d,tiles", TMA_CASES,
+                         ids=[f"{str(c[0])[6:]}-{'causal' if c[1] else 'full'}-hq{c[3]}hkv{c[4]}s{c[5]}" for c in TMA_CASES])
+def test_tma_loads_match_float64_reference(dtype, causal, b, hq, hkv, s, d, tiles):
+    q, k, v, do = _inputs(b, hq, hkv, s, d, dtype)
+    config = {**_config(tiles), "TMA": True}
+    o, lse = flash_attention_fwd(q, k, v, causal, config=config)
+    dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, causal, config=config)
+    plan = attention._plan(q, k, v, causal, None, None, config)
+    assert plan.bwd_tma and plan.bwd_constexprs[0]["TMA"] and attention._plan(q, k, v, causal, None, config, None).fwd_tma
+    o64, lse64, (dq64, dk64, dv64) = _reference_grads(q, k, v, do, causal)
+    errors = {name: _error(ours, ref) for name, ours, ref in
+              (("o", o, o64), ("lse", lse, lse64), ("dq", dq, dq64), ("dk", dk, dk64), ("dv", dv, dv64))}
+    assert all(e < TEST_TOLERANCE[dtype] for e in errors.values()), errors
+
+
+def test_tma_needs_aligned_strides_and_bases():
+    """Head strides of 8 bytes (d=2 cannot be: a [B, S, H, 16] fp32 view has 64-byte head strides, so use an odd
+    row stride instead) plan pointer loads; a base off the 16-byte grid launches the pointer build of a TMA plan."""
+    config = {**_config("16x16"), "TMA": True}
+    q, k, v, do = _inputs(1, 2, 2, 20, 16, torch.float32)
+    odd = torch.randn(1, 2, 20, 17).to(DEVICE)[..., :16]  # row stride 17 floats: 68 bytes, not 16-aligned
+    assert not attention._plan(odd, odd, odd, True, None, config, None).fwd_tma
+    assert attention._plan(q, k, v, True, None, config, None).fwd_tma
+    shifted = torch.randn(2 * 20 * 16 + 1).to(DEVICE)[1:].view(1, 2, 20, 16)  # base 4 bytes off
+    o = flash_attention(shifted, k, v, causal=True, config=config)
+    assert _error(o, reference_attention(shifted, k, v, causal=True)) < 1e-5
+
+
+def test_a_failed_tma_build_falls_back_to_pointer_loads(monkeypatch):
+    real = attention._attn_fwd_kernel
+
+    class RefusesTma:  # a Triton that cannot build the TMA variant
+        def __getitem__(self, grid):
+            def launch(*args, **constexprs):
+                if constexprs["TMA"]:
+                    raise triton.compiler.errors.CompilationError("fake", None, "no TMA here")
+                return real[grid](*args, **constexprs)
+            return launch
+
+    monkeypatch.setattr(attention, "_attn_fwd_kernel", RefusesTma())
+    clear_plan_caches()
+    q, k, v, _ = _inputs(1, 2, 1, 20, 16, torch.float32)
+    with pytest.warns(RuntimeWarning, match="TMA build failed"):
+        o = flash_attention(q, k, v, config={**_config("16x16"), "TMA": True})
+    assert _error(o, reference_attention(q, k, v)) < 1e-5
+    plan = attention._plan(q, k, v, False, None, {**_config("16x16"), "TMA": True}, None)
+    assert not plan.fwd_tma and not plan.fwd_constexprs["TMA"] and not plan.bwd_tma
+    clear_plan_caches()
 
 
 def test_autograd_function_with_strided_inputs_and_custom_scale():
@@ -206,6 +263,23 @@ def test_config_space_defaults():
     assert {c["waves_per_eu"] for c in hip} == {0, 1, 2} and {c["matrix_instr_nonkdim"] for c in hip} == {16, 32}
     with pytest.raises(KernelInputError, match="^backend"):
         config_space("tpu")
+
+
+def test_pinned_configs_per_bucket():
+    assert [attention_seq_bucket(s) for s in (1, 1024, 1025, 4096, 4097, 1 << 20)] == [0, 0, 1, 1, 2, 2]
+    for pass_ in ("fwd", "bwd"):
+        for d in (64, 128):
+            for causal in (False, True):
+                for seq in (512, 2048, 16384):
+                    pinned = attention_pinned_config("sm_90", pass_, d, causal, seq)
+                    if pinned is None:
+                        continue
+                    assert set(pinned) == {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA"}
+                    assert {k: v for k, v in pinned.items() if k != "TMA"} in config_space("cuda", pass_, d)
+    assert attention_pinned_config("sm_90", "bwd", 128, True, 8192)["BLOCK_N"] == 64
+    assert attention_pinned_config("sm_80", "bwd", 128, True, 8192) is None
+    with pytest.raises(KernelInputError, match=r"^config"):
+        flash_attention(_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), config={**_config("16x16"), "TMA": 1.5})
 
 
 # ---------------------------------------------------------------------------------------------- counts, bench

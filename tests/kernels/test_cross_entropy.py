@@ -117,6 +117,36 @@ def test_none_reduction_with_per_row_grad():
     assert rel_err(x.grad, r.grad) < 1e-5
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_gradient_written_by_the_forward_is_scaled_by_the_upstream_gradient(reduction):
+    """mean/sum: the forward writes dlogits for an upstream gradient of 1; the backward scales it (3.5 here) or
+    leaves it (1, where the scaling kernel returns at once), and the logits are not kept for the backward."""
+    logits, targets = make(6, 2100, torch.float32, seed=6, ignored=(4,))
+    want = ce.reference_cross_entropy_grad(logits, targets, reduction=reduction)
+    for upstream in (3.5, 1.0):
+        x = logits.clone().requires_grad_(True)
+        loss = ce.cross_entropy(x, targets, reduction=reduction, config=SMALL)
+        assert loss.grad_fn.saved_tensors == ()  # nothing saved: the gradient is already there
+        (loss * upstream).backward()
+        assert rel_err(x.grad, upstream * want) < 1e-5
+        assert torch.all(x.grad[4] == 0)
+    with pytest.raises(RuntimeError, match="second backward"):
+        loss = ce.cross_entropy(logits.clone().requires_grad_(True), targets, reduction=reduction, config=SMALL)
+        loss.backward(retain_graph=True)
+        loss.backward()
+
+
+def test_pipeline_depth_is_a_config_choice():
+    logits, targets = make(3, 3000, torch.float32, seed=7)
+    want = ce.reference_cross_entropy_grad(logits, targets)
+    for stages in (1, 4):
+        x = logits.clone().requires_grad_(True)
+        ce.cross_entropy(x, targets, config={**SMALL, "num_stages": stages}).backward()
+        assert rel_err(x.grad, want) < 1e-5
+    with pytest.raises(KernelInputError, match="num_stages"):
+        ce.cross_entropy(logits, targets, config={**SMALL, "num_stages": 0})
+
+
 @pytest.mark.parametrize("call, argument", [
     (lambda: ce.cross_entropy(torch.randn(10), torch.zeros(10, dtype=torch.long)), "logits"),
     (lambda: ce.cross_entropy(torch.randn(2, 3).double(), torch.zeros(2, dtype=torch.long)), "logits"),

@@ -240,8 +240,8 @@ def test_cuda_config_space_fits_sm90_shared_memory(dtype_bytes):
     assert all(_shared_bytes(c, dtype_bytes, c["num_stages"]) <= 227 * 1024 for c in configs)
     assert not any(key in c for c in configs for key in ("waves_per_eu", "matrix_instr_nonkdim", "kpack"))
     assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)
-    default = configs[0]  # the measured best single config on the H200 (gemm_sweep.csv)
-    expected = {1: (256, 128, 128), 2: (128, 256, 128), 4: (128, 128, 128)}[dtype_bytes]
+    default = configs[0]  # the measured best single config on the H200 (gemm_sweep.csv); tf32: bf16's tile
+    expected = {1: (256, 128, 128), 2: (128, 256, 128), 4: (128, 256, 128)}[dtype_bytes]
     assert (default["BLOCK_M"], default["BLOCK_N"], default["BLOCK_K"] * dtype_bytes) == expected
     assert default["num_warps"] == 8 and default["num_stages"] in (3, 4)
 
@@ -326,3 +326,19 @@ def test_a_tma_config_runs_the_tma_kernel():
     assert torch.allclose(gemm.matmul(x, w, config=config).float(), (x.float() @ w.float()), atol=1e-2, rtol=1e-2)
     with pytest.raises(KernelInputError, match="TMA config"):
         gemm.matmul(x, w, config=config, activation="relu")
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt"])
+def test_tf32_reads_both_operands_k_major(layout):
+    """tf32: an N-major B (or M-major A) is copied K-major before the kernel (Hopper's wgmma reads tf32 only
+    K-major); the product is unchanged, also with an unaligned K padded with zeros."""
+    from workbench.kernels.gemm import _k_major_copies
+
+    for m, n, k in ((40, 24, 32), (33, 17, 30)):
+        a = _randn(k, m).t() if layout[0] == "t" else _randn(m, k)
+        b = _randn(n, k).t() if layout[1] == "t" else _randn(k, n)
+        pad_a, pad_b = _k_major_copies(a, b)
+        k_to = -(-k // 4) * 4
+        assert pad_a == (None if layout[0] == "n" and k_to == k else (m, k_to, True))
+        assert pad_b == (None if layout[1] == "t" and k_to == k else (k_to, n, False))
+        assert _error(matmul(a, b, precision="tf32"), reference_matmul(a, b)) < TOLERANCE["tf32"]

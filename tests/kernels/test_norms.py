@@ -228,3 +228,32 @@ def test_forward_only_path_matches_the_autograd_path():
         tracked = fn(x.clone().requires_grad_(True), *params)
         assert direct.grad_fn is None and tracked.grad_fn is not None
         assert torch.equal(direct, tracked.detach())
+
+
+def test_partial_sums_reduce_many_programs_and_both_weights():
+    """The backward's per-program sums [groups, programs, cols] -> [groups, cols]: more programs than one step
+    of the reduction takes, columns not a multiple of its block, cast to the weight dtype."""
+    g = torch.Generator().manual_seed(11)
+    parts, cols = norms.PARTIAL_SUM_BLOCK[0] * 2 + 5, 70
+    partials = torch.randn(2, parts, cols, generator=g)
+    out = torch.empty(2, cols, dtype=torch.bfloat16)
+    block_p, block_c = norms.PARTIAL_SUM_BLOCK
+    norms._partial_sum_kernel[(-(-cols // block_c), 2)](partials, out, parts, cols, BLOCK_P=block_p, BLOCK_C=block_c)
+    assert rel_err(out, partials.double().sum(1)) < 1e-2
+
+
+@pytest.mark.parametrize("stages", [1, 4])
+def test_pipeline_depth_is_a_config_choice(stages):
+    assert_matches((9, 100), torch.float32, True, config={"num_warps": 2, "num_stages": stages})
+    with pytest.raises(KernelInputError, match="num_stages"):
+        norms.rms_norm(torch.randn(2, 8), torch.ones(8), config={"num_stages": 0})
+
+
+def test_repeated_calls_reuse_the_plan_and_still_check():
+    x, w, _, dy = make((4, 40), torch.float32, False)
+    first = norms.rms_norm(x, w)
+    assert torch.equal(norms.rms_norm(x, w), first)  # the cached plan gives the same result
+    with pytest.raises(KernelInputError, match="weight"):
+        norms.rms_norm(x, torch.ones(39))
+    with pytest.raises(KernelInputError, match="eps"):
+        norms.rms_norm(x, w, eps=-1.0)

@@ -20,6 +20,14 @@ Causal: query i sees keys 0..i; key blocks wholly above the diagonal are never v
 blocks that need no mask (no per-element ``where``, unmasked loads) and the few on the diagonal or the sequence
 tail that do. Causal grids launch the longest query blocks first.
 
+Loads: on sm_90 the K/V loop of the forward and dQ passes and the Q/dO loop of the dK/dV pass read their tiles
+through device-built TMA descriptors (``tl.make_tensor_descriptor`` over one head's [S, D] rows: the copy engine
+zero-fills rows past S, so no load masks; 128 bytes of global scratch each, from ``triton.set_allocator``), where
+the strides and base addresses are 16-byte aligned; elsewhere, and with ``config["TMA"] = False``, pointer loads.
+A TMA build that fails to compile switches that plan to pointer loads with a RuntimeWarning. Configs for
+config=None: the pinned per-bucket table of ``spaces.attention_pinned_config`` (head_dim, causal, sequence
+bucket; measured by ``benchmarks/kernels/attention_sweep.py``), then the selector (forward), then the default.
+
 Precision: tiles stay in the input dtype into tl.dot (fp32 accumulation); P and dS are rounded to it before
 their GEMMs, as in FlashAttention-2. fp32 inputs use IEEE fp32 dots (no TF32): a parity path, slow on the GPU.
 Under the interpreter bf16 tiles are upcast to fp32 first (its bf16 tl.dot is broken, triton issue #11584).
@@ -27,7 +35,9 @@ Under the interpreter bf16 tiles are upcast to fp32 first (its bf16 tl.dot is br
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from typing import Literal
 
 import torch
@@ -38,38 +48,65 @@ from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
 from workbench.kernels._common import (BenchCase, backend, check, check_device, device_name, frozen, interpreting,
                                        needs_grad, plan_cache, tensor_key)
-from workbench.kernels.spaces import HEAD_DIMS
+from workbench.kernels.spaces import HEAD_DIMS, attention_pinned_config
 from workbench.kernels.spaces import attention_config_space as config_space
+from workbench.kernels.gemm_tma import _use_torch_allocator
 from workbench.select import config_for_device
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+TMA_ALIGN_BYTES = 16
+"""Base address and outer-stride alignment TMA requires (CUDA driver API, cuTensorMapEncodeTiled)."""
+HAS_TENSOR_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")
+"""Device-built tensor descriptors (``tl.make_tensor_descriptor``, Triton >= 3.4)."""
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
 """Relative Frobenius error against float64 accepted per input dtype (bench cases: O; fwd_bwd also dQ, dK, dV)."""
 
 
 # ----------------------------------------------------------------------------------------------------- forward
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, start, end, seq_len,
-               qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+def _rows_source(base, stride_s, seq_len, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TMA: tl.constexpr):
+    """Where a loop reads [BLOCK, HEAD_DIM] row tiles of one head's [S, HEAD_DIM] rows: a device-built TMA
+    descriptor (rows past S read as zeros) or the base pointer itself."""
+    if TMA:
+        return tl.make_tensor_descriptor(base, shape=[seq_len, HEAD_DIM], strides=[stride_s, 1],
+                                         block_shape=[BLOCK, HEAD_DIM])
+    else:
+        return base
+
+
+@triton.jit
+def _load_rows(src, start, stride_s, seq_len, offs_d, MASKED: tl.constexpr, BLOCK: tl.constexpr,
+               TMA: tl.constexpr, UPCAST: tl.constexpr):
+    """Rows [start, start + BLOCK) of ``_rows_source``'s head: [BLOCK, HEAD_DIM]. Pointer loads mask rows past S
+    only where MASKED (the tail block); TMA zero-fills them in hardware."""
+    if TMA:
+        tile = src.load([start, 0])
+    else:
+        offs = start + tl.arange(0, BLOCK)
+        ptrs = src + offs[:, None] * stride_s + offs_d[None, :]
+        if MASKED:
+            tile = tl.load(ptrs, mask=offs[:, None] < seq_len, other=0.0)
+        else:
+            tile = tl.load(ptrs)
+    if UPCAST:
+        tile = tile.to(tl.float32)
+    return tile
+
+
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, start, end, seq_len,
+               qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+               UPCAST: tl.constexpr):
     """Key blocks [start, end) of one query block. acc: [BLOCK_M, HEAD_DIM] fp32; l_i, m_i: [BLOCK_M] fp32."""
     for start_n in range(start, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = k_base + offs_n[:, None] * stride_ks + offs_d[None, :]  # k: [BLOCK_N, HEAD_DIM]
-        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]  # v: [BLOCK_N, HEAD_DIM]
-        if MASKED:
-            k = tl.load(k_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
-            v = tl.load(v_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load_rows(k_src, start_n, stride_ks, seq_len, offs_d, MASKED, BLOCK_N, TMA, UPCAST)  # [BLOCK_N, D]
         s = tl.dot(q, tl.trans(k), input_precision="ieee")  # s: [BLOCK_M, BLOCK_N], unscaled
         if MASKED:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
             keep = offs_n[None, :] < seq_len
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= offs_n[None, :])
@@ -81,6 +118,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, o
         p = tl.math.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load_rows(v_src, start_n, stride_vs, seq_len, offs_d, MASKED, BLOCK_N, TMA, UPCAST)  # [BLOCK_N, D]
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
         m_i = m_new
     return acc, l_i, m_i
@@ -92,8 +130,9 @@ def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, 
                      stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
                      seq_len, heads_q, group, qk_scale,
                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     UPCAST: tl.constexpr):
-    """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, acc [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM]."""
+                     TMA: tl.constexpr, UPCAST: tl.constexpr):
+    """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, acc [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM]. GQA by
+    program mapping: query head h reads kv head h // group (no repeated K/V)."""
     pid_m = tl.program_id(0)
     if CAUSAL:  # the last query blocks do the most work: launch them first
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -105,27 +144,26 @@ def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
 
-    q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
-    q = tl.load(q_ptrs, mask=offs_m[:, None] < seq_len, other=0.0)  # q: [BLOCK_M, HEAD_DIM]
-    if UPCAST:
-        q = q.to(tl.float32)
-    k_base = K + b * stride_kb + h_kv * stride_kh
-    v_base = V + b * stride_vb + h_kv * stride_vh
+    q_src = _rows_source(Q + b * stride_qb + h * stride_qh, stride_qs, seq_len, HEAD_DIM, BLOCK_M, TMA)
+    q = _load_rows(q_src, start_m, stride_qs, seq_len, offs_d, True, BLOCK_M, TMA, UPCAST)  # q: [BLOCK_M, D]
+    k_src = _rows_source(K + b * stride_kb + h_kv * stride_kh, stride_ks, seq_len, HEAD_DIM, BLOCK_N, TMA)
+    v_src = _rows_source(V + b * stride_vb + h_kv * stride_vh, stride_vs, seq_len, HEAD_DIM, BLOCK_N, TMA)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    # Key blocks every row of this query block sees in full, then the diagonal and tail blocks (masked).
+    # Key blocks every row of this query block sees in full (off the diagonal: no mask), then the diagonal and
+    # tail blocks (masked).
     if CAUSAL:
         unmasked_end = (tl.minimum(start_m + 1, seq_len) // BLOCK_N) * BLOCK_N
         end = tl.minimum(start_m + BLOCK_M, seq_len)
     else:
         unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
         end = seq_len
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                               0, unmasked_end, seq_len, qk_scale, False, CAUSAL, BLOCK_N, UPCAST)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                               unmasked_end, end, seq_len, qk_scale, True, CAUSAL, BLOCK_N, UPCAST)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d,
+                               0, unmasked_end, seq_len, qk_scale, False, CAUSAL, BLOCK_N, TMA, UPCAST)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d,
+                               unmasked_end, end, seq_len, qk_scale, True, CAUSAL, BLOCK_N, TMA, UPCAST)
 
     o = acc / l_i[:, None]
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
@@ -136,27 +174,20 @@ def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, 
 
 # ---------------------------------------------------------------------------------------------------- backward
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
+def _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
                 start, end, seq_len, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                BLOCK_M: tl.constexpr, UPCAST: tl.constexpr):
+                BLOCK_M: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr):
     """Query blocks [start, end) of one query head against a key block; tiles are transposed: [keys, queries]."""
     for start_m in range(start, end, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q_ptrs = q_base + offs_m[:, None] * stride_qs + offs_d[None, :]  # q: [BLOCK_M, HEAD_DIM]
-        do_ptrs = do_base + offs_m[:, None] * stride_dos + offs_d[None, :]  # do: [BLOCK_M, HEAD_DIM]
+        q = _load_rows(q_src, start_m, stride_qs, seq_len, offs_d, MASKED, BLOCK_M, TMA, UPCAST)  # [BLOCK_M, D]
         if MASKED:
-            q = tl.load(q_ptrs, mask=offs_m[:, None] < seq_len, other=0.0)
-            do = tl.load(do_ptrs, mask=offs_m[:, None] < seq_len, other=0.0)
             lse = tl.load(lse_base + offs_m, mask=offs_m < seq_len, other=0.0)
             delta = tl.load(delta_base + offs_m, mask=offs_m < seq_len, other=0.0)
         else:
-            q = tl.load(q_ptrs)
-            do = tl.load(do_ptrs)
             lse = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
-        if UPCAST:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
         s_t = tl.dot(k, tl.trans(q), input_precision="ieee")  # s_t: [BLOCK_N, BLOCK_M]
         p_t = tl.math.exp2(s_t * qk_scale - lse[None, :] * 1.4426950408889634)
         if MASKED:
@@ -164,6 +195,7 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, 
             if CAUSAL:
                 keep = keep & (offs_m[None, :] >= offs_n[:, None])
             p_t = tl.where(keep, p_t, 0.0)
+        do = _load_rows(do_src, start_m, stride_dos, seq_len, offs_d, MASKED, BLOCK_M, TMA, UPCAST)  # [BLOCK_M, D]
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
         dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")  # dp_t: [BLOCK_N, BLOCK_M]
         ds_t = p_t * (dp_t - delta[None, :])
@@ -178,7 +210,7 @@ def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,  # dk, dv shaped like
                           stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
                           seq_len, heads_kv, group, sm_scale, qk_scale,
                           CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+                          BLOCK_N: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr):
     """Grid (cdiv(S, BLOCK_N), B * Hkv). Tiles: k, v, dk, dv [BLOCK_N, HEAD_DIM]; q, do [BLOCK_M, HEAD_DIM]."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
@@ -198,7 +230,8 @@ def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,  # dk, dv shaped like
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
 
     # Query blocks: [lo, diag_end) cross the diagonal (masked), [diag_end, full_end) are unmasked, the tail
-    # block [full_end, S) is masked. Key rows past S only pollute dk/dv rows that are never stored.
+    # block [full_end, S) is masked. Causal: query blocks wholly above the diagonal (before lo) are skipped. Key
+    # rows past S only pollute dk/dv rows that are never stored.
     full_end = (seq_len // BLOCK_M) * BLOCK_M
     if CAUSAL:
         lo = (start_n // BLOCK_M) * BLOCK_M
@@ -210,16 +243,16 @@ def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,  # dk, dv shaped like
     heads_q = heads_kv * group
     for g in range(0, group):  # the query heads of this kv head: their dK, dV sum here
         h = h_kv * group + g
-        q_base = Q + b * stride_qb + h * stride_qh
-        do_base = DO + b * stride_dob + h * stride_doh
+        q_src = _rows_source(Q + b * stride_qb + h * stride_qh, stride_qs, seq_len, HEAD_DIM, BLOCK_M, TMA)
+        do_src = _rows_source(DO + b * stride_dob + h * stride_doh, stride_dos, seq_len, HEAD_DIM, BLOCK_M, TMA)
         lse_base = LSE + (b * heads_q + h) * seq_len
         delta_base = DELTA + (b * heads_q + h) * seq_len
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                             offs_d, lo, diag_end, seq_len, qk_scale, True, CAUSAL, BLOCK_M, UPCAST)
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                             offs_d, diag_end, full_end, seq_len, qk_scale, False, CAUSAL, BLOCK_M, UPCAST)
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                             offs_d, full_end, seq_len, seq_len, qk_scale, True, CAUSAL, BLOCK_M, UPCAST)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n,
+                             offs_d, lo, diag_end, seq_len, qk_scale, True, CAUSAL, BLOCK_M, TMA, UPCAST)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n,
+                             offs_d, diag_end, full_end, seq_len, qk_scale, False, CAUSAL, BLOCK_M, TMA, UPCAST)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n,
+                             offs_d, full_end, seq_len, seq_len, qk_scale, True, CAUSAL, BLOCK_M, TMA, UPCAST)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + h_kv * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
@@ -229,25 +262,18 @@ def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,  # dk, dv shaped like
 
 
 @triton.jit
-def _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, start, end, seq_len,
-              qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+def _dq_inner(dq, q, do, lse, delta, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, start, end, seq_len,
+              qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+              UPCAST: tl.constexpr):
     """Key blocks [start, end) of one query block. dq: [BLOCK_M, HEAD_DIM] fp32."""
     for start_n in range(start, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = k_base + offs_n[:, None] * stride_ks + offs_d[None, :]  # k: [BLOCK_N, HEAD_DIM]
-        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]  # v: [BLOCK_N, HEAD_DIM]
-        if MASKED:
-            k = tl.load(k_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
-            v = tl.load(v_ptrs, mask=offs_n[:, None] < seq_len, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load_rows(k_src, start_n, stride_ks, seq_len, offs_d, MASKED, BLOCK_N, TMA, UPCAST)  # [BLOCK_N, D]
+        v = _load_rows(v_src, start_n, stride_vs, seq_len, offs_d, MASKED, BLOCK_N, TMA, UPCAST)  # [BLOCK_N, D]
         s = tl.dot(q, tl.trans(k), input_precision="ieee")  # s: [BLOCK_M, BLOCK_N]
         p = tl.math.exp2(s * qk_scale - lse[:, None] * 1.4426950408889634)
         if MASKED:
+            offs_n = start_n + tl.arange(0, BLOCK_N)
             keep = offs_n[None, :] < seq_len
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= offs_n[None, :])
@@ -266,7 +292,7 @@ def _attn_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,  # delta [B, Hq, S] fp32
                         stride_dqb, stride_dqh, stride_dqs,
                         seq_len, heads_q, group, sm_scale, qk_scale,
                         CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+                        BLOCK_N: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr):
     """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, o, do, dq [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM].
     Runs first: each program owns whole rows, so it computes delta = rowsum(dO * O) of its query block itself
     (FlashAttention-2's preprocessing step, without a launch of its own) and stores it for the dK/dV pass."""
@@ -293,20 +319,20 @@ def _attn_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,  # delta [B, Hq, S] fp32
         q = q.to(tl.float32)
         do = do.to(tl.float32)
     lse = tl.load(LSE + bh.to(tl.int64) * seq_len + offs_m, mask=offs_m < seq_len, other=0.0)
-    k_base = K + b * stride_kb + h_kv * stride_kh
-    v_base = V + b * stride_vb + h_kv * stride_vh
+    k_src = _rows_source(K + b * stride_kb + h_kv * stride_kh, stride_ks, seq_len, HEAD_DIM, BLOCK_N, TMA)
+    v_src = _rows_source(V + b * stride_vb + h_kv * stride_vh, stride_vs, seq_len, HEAD_DIM, BLOCK_N, TMA)
 
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:  # same split as the forward pass
+    if CAUSAL:  # same split as the forward pass: key blocks above the diagonal are skipped
         unmasked_end = (tl.minimum(start_m + 1, seq_len) // BLOCK_N) * BLOCK_N
         end = tl.minimum(start_m + BLOCK_M, seq_len)
     else:
         unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
         end = seq_len
-    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0, unmasked_end,
-                   seq_len, qk_scale, False, CAUSAL, BLOCK_N, UPCAST)
-    dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, unmasked_end, end,
-                   seq_len, qk_scale, True, CAUSAL, BLOCK_N, UPCAST)
+    dq = _dq_inner(dq, q, do, lse, delta, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, 0, unmasked_end,
+                   seq_len, qk_scale, False, CAUSAL, BLOCK_N, TMA, UPCAST)
+    dq = _dq_inner(dq, q, do, lse, delta, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, unmasked_end, end,
+                   seq_len, qk_scale, True, CAUSAL, BLOCK_N, TMA, UPCAST)
     dq = dq * sm_scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=rows)
@@ -341,16 +367,21 @@ def _check_inputs(q, k, v, causal, scale) -> float:
 
 def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Tensor | None = None,
                     k: torch.Tensor | None = None, causal: bool = False) -> dict:
-    """An explicit config, checked; or for config=None the forward pass's zero-warmup pick for this shape on a
-    catalog GPU (``workbench.select``), else the static default of ``config_space``."""
+    """An explicit config, checked; or for config=None the pinned config of the shape's bucket on sm_90
+    (``spaces.attention_pinned_config``), else (forward) the selector's zero-warmup pick for this shape on a catalog
+    GPU (``workbench.select``), else the static default of ``config_space``. A config may carry ``TMA`` (bool):
+    whether sm_90 loads go through TMA descriptors (``_use_tma``)."""
     if config is None:
         kind = backend()
         picked = None
-        if pass_ == "fwd" and q is not None and kind != "interpreter" and q.dtype in (torch.bfloat16, torch.float16):
+        if q is not None and kind == "cuda" and q.dtype in (torch.bfloat16, torch.float16):
             b, hq, s, d = q.shape
-            shape = dict(batch=b, seq=s, heads_q=hq, heads_kv=k.shape[1], head_dim=d, causal=causal)
-            dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-            picked = config_for_device("attention", shape, dtype, device_name(q.device.index or 0))
+            if _capability(q.device.index or 0) == (9, 0):
+                picked = attention_pinned_config("sm_90", pass_, d, causal, s)
+            if picked is None and pass_ == "fwd":
+                shape = dict(batch=b, seq=s, heads_q=hq, heads_kv=k.shape[1], head_dim=d, causal=causal)
+                dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+                picked = config_for_device("attention", shape, dtype, device_name(q.device.index or 0))
         return picked or config_space(kind, pass_, head_dim)[0]
     check(isinstance(config, dict) and "BLOCK_M" in config and "BLOCK_N" in config, f"config ({pass_})",
           repr(config), "a dict with BLOCK_M and BLOCK_N, e.g. an entry of config_space()")
@@ -358,17 +389,46 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
         value = config[key]
         check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config ({pass_})",
               f"{key}={value!r}", "a power of two >= 16 (tl.dot's smallest tile)")
+    check(config.get("TMA", False) in (True, False), f"config ({pass_})", f"TMA={config.get('TMA')!r}",
+          "True or False (TMA descriptor loads on sm_90)")
     return config
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    """``torch.cuda.get_device_capability`` (asked once per device)."""
+    return torch.cuda.get_device_capability(index)
+
+
+def _use_tma(config: dict, q: torch.Tensor, strides: tuple) -> bool:
+    """Whether the K/V (forward, dQ pass) and Q/dO (dK/dV pass) loops load through device-built TMA descriptors:
+    the config's ``TMA`` flag (default: on for 16-bit inputs on sm_90+, off under the interpreter and on AMD), and
+    only where TMA can address every head: 16-byte aligned batch, head and row strides (CUDA driver API,
+    cuTensorMapEncodeTiled). Base addresses are checked per call (``_aligned``)."""
+    kind = backend()
+    wanted = config.get("TMA")
+    if wanted is None:
+        wanted = kind == "cuda" and q.dtype in (torch.bfloat16, torch.float16) and _capability(q.device.index or 0) >= (9, 0)
+    possible = kind == "interpreter" or (kind == "cuda" and _capability(q.device.index or 0) >= (9, 0))
+    return bool(wanted) and possible and HAS_TENSOR_DESCRIPTORS and all(
+        stride * q.element_size() % TMA_ALIGN_BYTES == 0 for stride in strides)
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor starts on a TMA-aligned (16-byte) address."""
+    return all(t.data_ptr() % TMA_ALIGN_BYTES == 0 for t in tensors)
 
 
 class _AttentionPlan:
     """Everything the launches of one (shape, strides, dtype, device, causal, scale, configs) need besides the
     tensors, worked out and checked once (``_plan``): which inputs need a copy with unit last stride, the
-    strides the kernels then see, grids, scalar arguments and constexprs of the forward and backward passes."""
+    strides the kernels then see, grids, scalar arguments and constexprs of the forward and backward passes, and
+    whether each pass loads through TMA descriptors (``fwd_tma``, ``bwd_tma``: the constexprs say TMA=True then;
+    a call whose tensors are not TMA-aligned launches with TMA=False)."""
 
     __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "fwd_grid",
                  "fwd_args", "fwd_constexprs", "bwd_grids", "bwd_args", "bwd_constexprs", "causal", "scale",
-                 "bwd_config")
+                 "bwd_config", "fwd_tma", "bwd_tma")
 
 
 _PLANS = plan_cache()
@@ -387,7 +447,7 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
         key = None
     scale = _check_inputs(q, k, v, causal, scale)
     config = _resolve_config(config, "fwd", q.shape[-1], q, k, causal)
-    bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1])
+    bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1], q, k, causal)
     b, hq, s, d = q.shape
     hkv = k.shape[1]
     plan = _AttentionPlan()
@@ -400,13 +460,15 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     plan.device_index = q.device.index if q.is_cuda else None
     plan.causal, plan.scale, plan.bwd_config = causal, scale, bwd_config
     group, qk_scale, upcast = hq // hkv, scale * _LOG2E, _upcast(q)
-    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N")}
+    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N", "TMA")}
+    plan.fwd_tma = _use_tma(config, q, (*q_strides, *k_strides, *v_strides))
     plan.fwd_grid = (triton.cdiv(s, config["BLOCK_M"]), b * hq)
     plan.fwd_args = (*q_strides, *k_strides, *v_strides, *o_strides, s, hq, group, qk_scale)
     plan.fwd_constexprs = dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, BLOCK_M=config["BLOCK_M"],
-                               BLOCK_N=config["BLOCK_N"], **options)
+                               BLOCK_N=config["BLOCK_N"], TMA=plan.fwd_tma, **options)
     block_q, block_k = bwd_config["BLOCK_M"], bwd_config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
-    bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N")}
+    bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N", "TMA")}
+    plan.bwd_tma = _use_tma(bwd_config, q, (*q_strides, *k_strides, *v_strides))  # dO: checked per call
     plan.bwd_grids = ((triton.cdiv(s, block_k), b * hq), (triton.cdiv(s, block_k), b * hkv))  # dQ, dK/dV
     # dO's strides are the call's: both gradient passes read them (in _backward); O and dQ are contiguous
     plan.bwd_args = (((*q_strides, *k_strides, *v_strides, *o_strides), (*o_strides, s, hq, group, scale,
@@ -414,9 +476,9 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
                      ((*q_strides, *k_strides, *v_strides), (*kv_strides, *kv_strides, s, hkv, group, scale,
                                                              qk_scale)))
     plan.bwd_constexprs = (dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_k, BLOCK_N=block_q, UPCAST=upcast,
-                                **bwd_options),
+                                TMA=plan.bwd_tma, **bwd_options),
                            dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
-                                **bwd_options))
+                                TMA=plan.bwd_tma, **bwd_options))
     if key is not None:
         _PLANS.put(key, plan)
     return plan
@@ -451,7 +513,21 @@ def _forward(plan: _AttentionPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]
             return _forward(plan, q, k, v)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)  # o: [B, Hq, S, D]
     lse = torch.empty(plan.lse_shape, device=q.device, dtype=torch.float32)  # lse: [B, Hq, S]
-    _attn_fwd_kernel[plan.fwd_grid](q, k, v, o, lse, *plan.fwd_args, **plan.fwd_constexprs)
+
+    def launch(constexprs):
+        _attn_fwd_kernel[plan.fwd_grid](q, k, v, o, lse, *plan.fwd_args, **constexprs)
+
+    if not plan.fwd_tma:
+        launch(plan.fwd_constexprs)
+    elif not _aligned(q, k, v):
+        launch({**plan.fwd_constexprs, "TMA": False})
+    else:
+        _use_torch_allocator()  # device-built descriptors take 128 bytes of global scratch each
+        try:
+            launch(plan.fwd_constexprs)
+        except _TMA_BUILD_ERRORS as exc:
+            _without_tma(plan, exc)
+            launch(plan.fwd_constexprs)
     return o, lse
 
 
@@ -469,13 +545,43 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     (dq_strides, dq_args), (dkdv_strides, dkdv_args) = plan.bwd_args
-    dq_c, dkdv_c = plan.bwd_constexprs
     grid_dq, grid_dkdv = plan.bwd_grids
-    # dQ first: it writes delta, which the dK/dV pass reads (same stream, so ordered)
-    _attn_bwd_dq_kernel[grid_dq](q, k, v, o, do, lse, delta, dq, *dq_strides, *do_strides, *dq_args, **dq_c)
-    _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, *dkdv_strides, *do_strides, *dkdv_args,
-                                     **dkdv_c)
+
+    def launch(constexprs):
+        dq_c, dkdv_c = constexprs
+        # dQ first: it writes delta, which the dK/dV pass reads (same stream, so ordered)
+        _attn_bwd_dq_kernel[grid_dq](q, k, v, o, do, lse, delta, dq, *dq_strides, *do_strides, *dq_args, **dq_c)
+        _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, *dkdv_strides, *do_strides, *dkdv_args,
+                                         **dkdv_c)
+
+    if not plan.bwd_tma:
+        launch(plan.bwd_constexprs)
+    elif not (_aligned(q, k, v, do) and all(x * do.element_size() % TMA_ALIGN_BYTES == 0 for x in do_strides)):
+        launch(tuple({**c, "TMA": False} for c in plan.bwd_constexprs))
+    else:
+        _use_torch_allocator()
+        try:
+            launch(plan.bwd_constexprs)
+        except _TMA_BUILD_ERRORS as exc:
+            _without_tma(plan, exc)
+            launch(plan.bwd_constexprs)
     return dq, dk, dv
+
+
+_TMA_BUILD_ERRORS = (triton.compiler.errors.CompilationError, triton.runtime.errors.OutOfResources, RuntimeError)
+"""What a TMA build that this Triton or this config cannot compile raises (an MLIR pass failure is a RuntimeError)."""
+
+
+def _without_tma(plan: _AttentionPlan, exc: BaseException) -> None:
+    """Switch a plan whose TMA build failed to pointer loads for good (both passes), with a warning; a plan that
+    asked for nothing TMA-specific re-raises (the error is not TMA's)."""
+    if not (plan.fwd_tma or plan.bwd_tma):
+        raise exc
+    warnings.warn(f"flash attention: the TMA build failed ({type(exc).__name__}: {str(exc).strip()[:200]}); "
+                  "this shape runs with pointer loads", RuntimeWarning, stacklevel=3)
+    plan.fwd_tma = plan.bwd_tma = False
+    plan.fwd_constexprs = {**plan.fwd_constexprs, "TMA": False}
+    plan.bwd_constexprs = tuple({**c, "TMA": False} for c in plan.bwd_constexprs)
 
 
 def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

@@ -5,6 +5,13 @@ running sum of exponentials in fp32 (online log-sum-exp), and writes the row's l
 Backward: one more pass over the row using the saved ``lse``: ``dlogits = (softmax - onehot(target)) * grad``,
 written in the logits dtype, optionally into the logits buffer itself (``inplace_backward=True``).
 Neither pass materialises the [N, V] probabilities, which is where torch's log_softmax + nll_loss spends memory.
+
+When the logits need a gradient and the loss is a mean or a sum, the forward also writes the gradient (as
+Liger-Kernel and unsloth do): right after a row's log-sum-exp pass, a second pass over the same row, walked from
+its end so that its most recently read chunks come from L2, writes ``dlogits`` for an upstream gradient of 1.
+The logits are then not kept for the backward, which only scales ``dlogits`` by the upstream gradient
+(``_scale_kernel``, which returns at once when that is 1, the usual case: no host sync to find out).
+Both loops are software-pipelined (``tl.range(num_stages=)``: the next chunks load while one is reduced).
 """
 
 from __future__ import annotations
@@ -25,18 +32,32 @@ _LOGIT_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "
 _TARGET_DTYPES = (torch.int64, torch.int32)
 
 
+NUM_STAGES = 3
+"""Chunks per program in the pipelined loops (the current one and two loading): a guess, calibrate with a sweep
+(benchmarks/kernels/elementwise.py times a few); a config's ``num_stages`` overrides it."""
+
+
 @triton.jit
 def _cross_entropy_fwd_kernel(
     logits_ptr,  # [N, V], row stride `stride_row`, unit column stride
     targets_ptr,  # [N] int
     loss_ptr,  # [N] fp32 out
     lse_ptr,  # [N] fp32 out (0 for ignored rows, which are never read)
+    dlogits_ptr,  # [N, V] out when WRITE_GRAD, same strides as logits
+    valid_rows_ptr,  # [] int64: rows whose target is not ignore_index (read when WRITE_GRAD and MEAN)
     V,
     stride_row,
     ignore_index,
+    WRITE_GRAD: tl.constexpr,
+    MEAN: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
-    """Program ``row`` owns one row; block [BLOCK_V] of logits per loop step, scalar fp32 max and sum."""
+    """Program ``row`` owns one row; block [BLOCK_V] of logits per loop step, scalar fp32 max and sum.
+
+    WRITE_GRAD: then dlogits = (softmax - onehot(target)) * scale, scale = 1 / valid rows (MEAN) or 1 (sum), 0 on
+    an ignored row, from the row's last chunk to its first (those read last in the first pass are still in L2).
+    """
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     target = tl.load(targets_ptr + row).to(tl.int64)
@@ -46,7 +67,7 @@ def _cross_entropy_fwd_kernel(
 
     running_max = -float("inf")
     running_sum = 0.0
-    for start in range(0, v_end, BLOCK_V):
+    for start in tl.range(0, v_end, BLOCK_V, num_stages=NUM_STAGES):
         cols = start + tl.arange(0, BLOCK_V)
         x = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)  # x: [BLOCK_V]
         new_max = tl.maximum(running_max, tl.max(x, axis=0))
@@ -57,7 +78,22 @@ def _cross_entropy_fwd_kernel(
 
     target_logit = tl.load(row_ptr + target, mask=valid, other=0.0).to(tl.float32)
     tl.store(loss_ptr + row, tl.where(valid, lse - target_logit, 0.0))
-    tl.store(lse_ptr + row, tl.where(valid, lse, 0.0))
+    lse = tl.where(valid, lse, 0.0)
+    tl.store(lse_ptr + row, lse)
+
+    if WRITE_GRAD:
+        scale = 1.0
+        if MEAN:
+            scale = 1.0 / tl.maximum(tl.load(valid_rows_ptr), 1).to(tl.float32)  # none valid: every row ignored
+        scale = tl.where(valid, scale, 0.0)  # ignored rows: zeros, their logits unread
+        out_ptr = dlogits_ptr + row * stride_row
+        last = (V - 1) // BLOCK_V * BLOCK_V  # first column of the row's last chunk
+        for back in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):
+            cols = last - back + tl.arange(0, BLOCK_V)
+            in_row = cols < V
+            x = tl.load(row_ptr + cols, mask=in_row & valid, other=0.0).to(tl.float32)  # x: [BLOCK_V]
+            dx = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * scale
+            tl.store(out_ptr + cols, dx.to(dlogits_ptr.dtype.element_ty), mask=in_row)
 
 
 @triton.jit
@@ -72,6 +108,7 @@ def _cross_entropy_bwd_kernel(
     grad_stride,
     ignore_index,
     BLOCK_V: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
     """Program ``row`` owns one row; block [BLOCK_V]. Each chunk is read, then overwritten by its gradient."""
     row = tl.program_id(0).to(tl.int64)
@@ -81,7 +118,7 @@ def _cross_entropy_bwd_kernel(
     lse = tl.load(lse_ptr + row)
     row_in = logits_ptr + row * stride_row
     row_out = dlogits_ptr + row * stride_row
-    for start in range(0, V, BLOCK_V):
+    for start in tl.range(0, V, BLOCK_V, num_stages=NUM_STAGES):
         cols = start + tl.arange(0, BLOCK_V)
         in_row = cols < V
         # Ignored rows skip the read (masked loads move no data) and write zeros.
@@ -92,27 +129,37 @@ def _cross_entropy_bwd_kernel(
         tl.store(row_out + cols, dx.to(dlogits_ptr.dtype.element_ty), mask=in_row)
 
 
-def _launch_options(config: dict) -> tuple[int, dict]:
-    """Split a config into BLOCK_V and the compiler options (num_warps, and waves_per_eu on AMD)."""
+def _launch_options(config: dict) -> tuple[int, int, dict]:
+    """Split a config into BLOCK_V, the pipeline depth (``num_stages``, default ``NUM_STAGES``) and the compiler
+    options (num_warps, and waves_per_eu on AMD)."""
     block_v = config.get("BLOCK_V")
     check(isinstance(block_v, int) and block_v > 0 and block_v & (block_v - 1) == 0, "config['BLOCK_V']",
           block_v, "a power of two")
-    options = {k: v for k, v in config.items() if k in ("num_warps", "num_stages", "waves_per_eu")}
     unknown = set(config) - {"BLOCK_V", "num_warps", "num_stages", "waves_per_eu"}
     check(not unknown, "config", sorted(unknown), "only BLOCK_V, num_warps, num_stages, waves_per_eu")
-    return block_v, options
+    stages = config.get("num_stages", NUM_STAGES)
+    check(isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 8, "config['num_stages']",
+          stages, "an integer from 1 (no pipelining) to 8")
+    options = {k: v for k, v in config.items() if k in ("num_warps", "waves_per_eu")}
+    return block_v, stages, options
 
 
-def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int,
-                          config: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row loss [N] and log-sum-exp [N], both fp32; ignored rows get loss 0. Inputs already checked."""
+def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, config: dict, *,
+                          dlogits: torch.Tensor | None = None, valid_rows: torch.Tensor | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row loss [N] and log-sum-exp [N], both fp32; ignored rows get loss 0. Inputs already checked.
+    With ``dlogits`` ([N, V] like logits) also writes the gradient of the summed loss into it, or of the mean
+    over ``valid_rows`` (a device int64 count) when that is given."""
     n, v = logits.shape
-    block_v, options = _launch_options(config)
+    block_v, stages, options = _launch_options(config)
     loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     lse = torch.empty(n, dtype=torch.float32, device=logits.device)
     if n > 0:
-        _cross_entropy_fwd_kernel[(n,)](logits, targets, loss, lse, v, logits.stride(0), ignore_index,
-                                        BLOCK_V=block_v, **options)
+        write_grad = dlogits is not None
+        _cross_entropy_fwd_kernel[(n,)](logits, targets, loss, lse, dlogits if write_grad else logits,
+                                        valid_rows if valid_rows is not None else targets, v, logits.stride(0),
+                                        ignore_index, WRITE_GRAD=write_grad, MEAN=valid_rows is not None,
+                                        BLOCK_V=block_v, NUM_STAGES=stages, **options)
     return loss, lse
 
 
@@ -120,22 +167,53 @@ def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor, lse: tor
                            ignore_index: int, config: dict, inplace: bool = False) -> torch.Tensor:
     """dlogits [N, V] in the logits dtype; ``grad_rows`` is [N] or [1] (broadcast) fp32. ``inplace`` reuses logits."""
     n, v = logits.shape
-    block_v, options = _launch_options(config)
+    block_v, stages, options = _launch_options(config)
     dlogits = logits if inplace else torch.empty_like(logits)
     if n > 0:
         grad_stride = grad_rows.stride(0) if grad_rows.numel() > 1 else 0
         _cross_entropy_bwd_kernel[(n,)](logits, dlogits, targets, lse, grad_rows, v, logits.stride(0), grad_stride,
-                                        ignore_index, BLOCK_V=block_v, **options)
+                                        ignore_index, BLOCK_V=block_v, NUM_STAGES=stages, **options)
     return dlogits
+
+
+@triton.jit
+def _scale_kernel(x_ptr, n, scale_ptr, BLOCK: tl.constexpr):
+    """x *= scale in place over a flat [n] buffer, scale one fp32 value on the device. Block [BLOCK]; programs
+    walk blocks pid, pid + programs, ..., and return at once when scale is 1."""
+    scale = tl.load(scale_ptr).to(tl.float32)
+    if scale != 1.0:
+        lanes = tl.arange(0, BLOCK)
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, n, tl.num_programs(0) * BLOCK):
+            mask = start + lanes < n
+            x = tl.load(x_ptr + start + lanes, mask=mask, other=0.0).to(tl.float32)
+            tl.store(x_ptr + start + lanes, (x * scale).to(x_ptr.dtype.element_ty), mask=mask)
+
+
+SCALE_BLOCK = 4096
+"""Elements per step of ``_scale_kernel``: 32 per thread over 4 warps (a streaming guess)."""
+SCALE_PROGRAMS_PER_SM = 4
+"""Programs per SM/CU of ``_scale_kernel`` (a guess: enough loads in flight for a streaming pass)."""
+
+
+def _scale_in_place(x: torch.Tensor, scale: torch.Tensor) -> None:
+    """x *= scale (a one-element device tensor) without reading scale on the host."""
+    if x.numel() == 0:
+        return
+    units = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+    programs = min(triton.cdiv(x.numel(), SCALE_BLOCK), SCALE_PROGRAMS_PER_SM * units)
+    _scale_kernel[(programs,)](x, x.numel(), scale.float().reshape(1), BLOCK=SCALE_BLOCK, num_warps=4)
 
 
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, targets, ignore_index, reduction, config, inplace_backward):
-        loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index, config)  # [N], [N]
         # Counted on the device: no host sync. Mean over zero valid rows is 0/0 = nan, as in torch.
         num_valid = (targets != ignore_index).sum()
-        ctx.save_for_backward(logits, targets, lse, num_valid)
+        fused = ctx.needs_input_grad[0] and reduction != "none" and not inplace_backward
+        ctx.dlogits = torch.empty_like(logits) if fused else None  # the gradient for an upstream gradient of 1
+        loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index, config, dlogits=ctx.dlogits,
+                                               valid_rows=num_valid if reduction == "mean" else None)
+        ctx.save_for_backward(*(() if fused else (logits, targets, lse, num_valid)))
         ctx.ignore_index, ctx.reduction, ctx.config, ctx.inplace = ignore_index, reduction, config, inplace_backward
         if reduction == "none":
             return loss_rows
@@ -145,6 +223,14 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        if ctx.reduction != "none" and not ctx.inplace:  # the forward wrote the gradient for grad_out = 1
+            dlogits, ctx.dlogits = ctx.dlogits, None
+            if dlogits is None:
+                raise RuntimeError("cross_entropy: a second backward through the same loss; its gradient was "
+                                   "written by the forward and handed out by the first backward "
+                                   "(pass inplace_backward=True to recompute it from the logits instead)")
+            _scale_in_place(dlogits, grad_out)
+            return dlogits, None, None, None, None, None
         logits, targets, lse, num_valid = ctx.saved_tensors
         if ctx.reduction == "none":
             grad_rows = grad_out.float()  # [N]
@@ -164,8 +250,10 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
 
     Returns the fp32 loss: per row for ``reduction="none"`` (0 on ignored rows), else its sum, or its mean over
     rows whose target is not ``ignore_index`` (nan when every row is ignored, as torch). Differentiable in
-    ``logits``; the gradient comes back in the logits dtype. ``inplace_backward=True`` writes the gradient into
-    the logits buffer (saves N x V memory; the logits values are gone after backward). ``check_targets=False``
+    ``logits``; the gradient comes back in the logits dtype. For "mean" and "sum" the forward writes it (the
+    logits are then not kept for the backward: the same N x V memory, held from the forward on; one backward per
+    forward). ``inplace_backward=True`` instead writes the gradient into the logits buffer in the backward (saves
+    N x V memory; the logits values are gone after backward). ``check_targets=False``
     skips the target range check, the one check that copies a value back from the GPU (a host sync).
     """
     check(isinstance(logits, torch.Tensor), "logits", type(logits).__name__, "a torch.Tensor")

@@ -99,7 +99,7 @@ def _attention_source(config: dict, dtype: str, target: str):
     signature.update({name: "i32" for name in (*strides, "seq_len", "heads_q", "group")})
     signature["qk_scale"] = "fp32"
     constexprs = dict(CAUSAL=True, HEAD_DIM=config.get("HEAD_DIM", 128), BLOCK_M=config["BLOCK_M"],
-                      BLOCK_N=config["BLOCK_N"], UPCAST=False)
+                      BLOCK_N=config["BLOCK_N"], TMA=config.get("TMA", False), UPCAST=False)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
     divisible = ["Q", "K", "V", "O", "LSE", *strides, "seq_len"]

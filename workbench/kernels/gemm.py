@@ -431,7 +431,7 @@ def _plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, 
     plan = _GemmPlan(out_shape=(m, n), out_dtype=out_dtype)
     if m == 0 or n == 0:
         return plan
-    pad_a, pad_b = _padding(a, b)
+    pad_a, pad_b = _k_major_copies(a, b) if input_precision == "tf32" and backend() != "hip" else _padding(a, b)
     a_shape, a_stride = _padded_layout(a, pad_a)
     b_shape, b_stride = _padded_layout(b, pad_b)
     (m_load, k), n_load = a_shape, b_shape[1]
@@ -502,10 +502,25 @@ def _padded_layout(t: torch.Tensor, pad: tuple | None) -> tuple[tuple[int, int],
     return (rows, cols), ((cols, 1) if row_major else (1, rows))
 
 
+def _k_major_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple | None, tuple | None]:
+    """``_padding``'s decision for tf32 on NVIDIA: both operands K-major (A row-major, B column-major), K padded to
+    16 bytes where it is not. Hopper's wgmma reads tf32 operands only K-major (PTX ISA, wgmma: the transpose
+    flags are for 16-bit types), so Triton stages an N-major B into shared memory with 4-byte cp.async copies,
+    one element each, where a K-major B takes 16-byte copies (64 of 80 copies 4-byte against 0 of 32 in the sm_90
+    PTX of the 128x128x32 tile); that B ran 0.26 of cuBLAS (benchmarks/results/h200/kernels/kernels_quick.csv).
+    A copy costs one pass over the operand (~4% of an 8192 x 4096 x 4096 GEMM)."""
+    (m, k), n = a.shape, b.shape[1]
+    k_to = -(-k // 4) * 4  # fp32: 4 elements per 16 bytes
+    a_k_major = a.stride(1) == 1 and a.stride(0) % 4 == 0 and k_to == k
+    b_k_major = b.stride(0) == 1 and b.stride(1) % 4 == 0 and k_to == k
+    return (None if a_k_major else (m, k_to, True)), (None if b_k_major else (k_to, n, False))
+
+
 def _padded(t: torch.Tensor, rows: int, cols: int, row_major: bool) -> torch.Tensor:
-    """A zero [rows, cols] copy of t (in its top-left corner), row-major or column-major like t."""
-    out = (torch.zeros((rows, cols), dtype=t.dtype, device=t.device) if row_major
-           else torch.zeros((cols, rows), dtype=t.dtype, device=t.device).t())
+    """A [rows, cols] copy of t in its top-left corner, zero elsewhere, row-major or column-major as asked."""
+    alloc = torch.empty if (rows, cols) == tuple(t.shape) else torch.zeros  # no padding: every element is copied
+    out = (alloc((rows, cols), dtype=t.dtype, device=t.device) if row_major
+           else alloc((cols, rows), dtype=t.dtype, device=t.device).t())
     out[: t.shape[0], : t.shape[1]].copy_(t)
     return out
 

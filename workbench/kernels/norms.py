@@ -2,14 +2,21 @@
 
 x [..., cols] is viewed as [rows, cols]; math is fp32 whatever the input dtype (bf16, fp16, fp32).
 
-- forward: one program per ``ROWS_PER_PROGRAM`` rows; it writes y and the per-row fp32 statistics (rstd, and
-  mean for LayerNorm) that the backward reuses.
-- backward: a fixed number of programs (a few per SM) each walk a strided set of rows; dx is written per row,
-  dweight (and dbias) are summed in fp32 registers per program into a [programs, cols] buffer that torch
-  reduces afterwards (no atomics, deterministic).
+Both passes are persistent: as many programs as the GPU holds at once (``_resident_programs``: SMs times the
+blocks per SM that the compiled kernel's registers, shared memory and threads allow) each walk the row tiles
+pid, pid + programs, ... of ``ROWS_PER_PROGRAM`` rows in a software-pipelined loop (``tl.range(num_stages=)``):
+the next ``num_stages - 1`` tiles load into shared memory (cp.async on NVIDIA) while the current one is worked
+on. Without it a memory-bound loop is latency-bound: each tile's row reductions wait on its loads and the next
+loads wait on the reductions (the previous kernels, one row in flight per program, ran the backward at 0.58 of
+torch's, benchmarks/results/h200/kernels/kernels_quick.csv).
+
+- forward: writes y and the per-row fp32 statistics (rstd, and mean for LayerNorm) that the backward reuses.
+- backward: writes dx per row; dweight (and dbias) are summed in fp32 registers per program into a
+  [programs, cols] buffer that one small kernel (``_partial_sum_kernel``) reduces and casts to the weight dtype
+  (no atomics, deterministic; one launch for dweight and dbias together).
 
 Rows up to ``MAX_FWD_BLOCK_N`` (forward) / ``MAX_BWD_BLOCK_N`` (backward) columns sit in registers as one tile;
-wider rows loop over column tiles (two or three passes over x, mostly from L2, instead of one).
+wider rows loop over column tiles (two or three passes over x, mostly from L2, instead of one), not pipelined.
 
 RMSNorm: y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)      (Zhang & Sennrich 2019)
 LayerNorm: y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var(x) + eps)       (Ba et al. 2016; biased var)
@@ -25,7 +32,8 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from workbench.kernels._common import BenchCase, backend, check, check_device, needs_grad
+from workbench.kernels._common import (BenchCase, backend, check, check_device, frozen, needs_grad, plan_cache,
+                                       tensor_key)
 
 Norm = Literal["rmsnorm", "layernorm"]
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
@@ -37,11 +45,13 @@ From `ptxas -v` on the sm_90a build with 16 warps (128 registers a thread): no s
 MAX_BWD_BLOCK_N = 8192
 """The same for the backward, which holds four to five tiles (x, dy, w, dweight, dbias): no spills at 8K,
 0.6-1 KB of spills at 16K (same ptxas check)."""
-BWD_PROGRAMS_PER_SM = 4
-"""Backward programs per SM (guess: enough rows in flight to hide latency while keeping the dweight partial
-buffer small; calibrate by sweeping 1..8 on the GPU)."""
-INTERPRETER_BWD_PROGRAMS = 4
-"""Backward programs under TRITON_INTERPRET (several, so the tests exercise the partial-sum reduction)."""
+FALLBACK_PROGRAMS_PER_SM = 2
+"""Programs per SM/CU where the compiled kernel's resources cannot be read (AMD, or a Triton without
+``JITFunction.warmup``): a guess, calibrate by sweeping 1..8 on the GPU."""
+INTERPRETER_PROGRAMS = 4
+"""Programs under TRITON_INTERPRET (several, so the tests exercise the strided tiles and the partial sums)."""
+PARTIAL_SUM_BLOCK = (64, 64)
+"""(parts, columns) per step of ``_partial_sum_kernel``: a 16 KB fp32 tile, 4 warps (a guess)."""
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -49,74 +59,95 @@ ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 @triton.jit
 def _norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, x_row_stride, y_row_stride, eps,
                      LAYER_NORM: tl.constexpr, ONE_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
-                     ROWS_PER_PROGRAM: tl.constexpr):
-    """Block: [ROWS_PER_PROGRAM, BLOCK_N] of x and y; [BLOCK_N] of w (and b).
+                     ROWS_PER_PROGRAM: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """Block: [ROWS_PER_PROGRAM, BLOCK_N] of x and y; [BLOCK_N] of w (and b). Row tiles pid, pid + programs, ...
 
-    ONE_BLOCK (BLOCK_N >= cols): x is loaded once and kept in registers. Otherwise: one pass for the mean
-    (LayerNorm), one for the sum of squares, one to write y. b_ptr and mean_ptr are unused for RMSNorm.
+    ONE_BLOCK (BLOCK_N >= cols): x is loaded once and kept in registers; the tile loop is software-pipelined
+    (NUM_STAGES: the next NUM_STAGES - 1 tiles' x load into shared memory while this one is worked on).
+    Otherwise: one pass for the mean (LayerNorm), one for the sum of squares, one to write y. b_ptr and mean_ptr
+    are unused for RMSNorm.
     """
-    row = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R]
-    row_mask = row < rows
-    x_row = x_ptr + row[:, None] * x_row_stride  # [R, 1]
-    y_row = y_ptr + row[:, None] * y_row_stride
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
+    step = programs.to(tl.int64) * ROWS_PER_PROGRAM  # rows from one of this program's tiles to its next
+    row = pid.to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R] rows of its first tile
     offs = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     if ONE_BLOCK:
         col_mask = offs < cols
-        mask = row_mask[:, None] & col_mask[None, :]  # [R, BLOCK_N]
-        x = tl.load(x_row + offs[None, :], mask=mask, other=0.0).to(tl.float32)
-        mean = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
-        if LAYER_NORM:
-            mean = tl.sum(x, axis=1) / cols
-        xc = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / cols + eps)  # [R]
         w = tl.load(w_ptr + offs, mask=col_mask, other=0.0).to(tl.float32)
-        y = xc * rstd[:, None] * w[None, :]
+        b = tl.zeros([BLOCK_N], tl.float32)
         if LAYER_NORM:
-            y += tl.load(b_ptr + offs, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_row + offs[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+            b = tl.load(b_ptr + offs, mask=col_mask, other=0.0).to(tl.float32)
+        for tile in tl.range(pid, tiles, programs, num_stages=NUM_STAGES):
+            row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)  # [R]
+            row_mask = row < rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(x_ptr + row[:, None] * x_row_stride + offs[None, :], mask=mask, other=0.0).to(tl.float32)
+            mean = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
+            if LAYER_NORM:
+                mean = tl.sum(x, axis=1) / cols
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / cols + eps)  # [R]
+            y = xc * rstd[:, None] * w[None, :] + b[None, :]
+            tl.store(y_ptr + row[:, None] * y_row_stride + offs[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+            if LAYER_NORM:
+                tl.store(mean_ptr + row, mean, mask=row_mask)
+            tl.store(rstd_ptr + row, rstd, mask=row_mask)
     else:
-        mean = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
-        if LAYER_NORM:
-            total = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
+        for _ in range(pid, tiles, programs):
+            row_mask = row < rows
+            x_row = x_ptr + row[:, None] * x_row_stride  # [R, 1]
+            y_row = y_ptr + row[:, None] * y_row_stride
+            mean = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
+            if LAYER_NORM:
+                total = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
+                for start in range(0, cols, BLOCK_N):
+                    mask = row_mask[:, None] & (start + offs < cols)[None, :]
+                    total += tl.sum(tl.load(x_row + start + offs[None, :], mask=mask, other=0.0).to(tl.float32),
+                                    axis=1)
+                mean = total / cols
+            squares = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
             for start in range(0, cols, BLOCK_N):
                 mask = row_mask[:, None] & (start + offs < cols)[None, :]
-                total += tl.sum(tl.load(x_row + start + offs[None, :], mask=mask, other=0.0).to(tl.float32), axis=1)
-            mean = total / cols
-        squares = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
-        for start in range(0, cols, BLOCK_N):
-            mask = row_mask[:, None] & (start + offs < cols)[None, :]
-            x = tl.load(x_row + start + offs[None, :], mask=mask, other=0.0).to(tl.float32)
-            xc = tl.where(mask, x - mean[:, None], 0.0)
-            squares += tl.sum(xc * xc, axis=1)
-        rstd = 1.0 / tl.sqrt(squares / cols + eps)
-        for start in range(0, cols, BLOCK_N):
-            col_mask = start + offs < cols
-            mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(x_row + start + offs[None, :], mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + start + offs, mask=col_mask, other=0.0).to(tl.float32)
-            y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+                x = tl.load(x_row + start + offs[None, :], mask=mask, other=0.0).to(tl.float32)
+                xc = tl.where(mask, x - mean[:, None], 0.0)
+                squares += tl.sum(xc * xc, axis=1)
+            rstd = 1.0 / tl.sqrt(squares / cols + eps)
+            for start in range(0, cols, BLOCK_N):
+                col_mask = start + offs < cols
+                mask = row_mask[:, None] & col_mask[None, :]
+                x = tl.load(x_row + start + offs[None, :], mask=mask, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + start + offs, mask=col_mask, other=0.0).to(tl.float32)
+                y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+                if LAYER_NORM:
+                    y += tl.load(b_ptr + start + offs, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                tl.store(y_row + start + offs[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
             if LAYER_NORM:
-                y += tl.load(b_ptr + start + offs, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-            tl.store(y_row + start + offs[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
-    if LAYER_NORM:
-        tl.store(mean_ptr + row, mean, mask=row_mask)
-    tl.store(rstd_ptr + row, rstd, mask=row_mask)
+                tl.store(mean_ptr + row, mean, mask=row_mask)
+            tl.store(rstd_ptr + row, rstd, mask=row_mask)
+            row += step
 
 
 @triton.jit
 def _norm_bwd_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, db_partial_ptr,
                      rows, cols, x_row_stride, dy_row_stride, dx_row_stride,
-                     LAYER_NORM: tl.constexpr, ONE_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Block: [BLOCK_N] of one row of x, dy, dx; rows pid, pid + programs, ... run one after another.
+                     LAYER_NORM: tl.constexpr, ONE_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
+                     ROWS_PER_PROGRAM: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """Block: [ROWS_PER_PROGRAM, BLOCK_N] of x, dy, dx; row tiles pid, pid + programs, ... one after another.
 
     With xhat = (x - mean) * rstd and g = dy * w:
       dx = rstd * (g - xhat * mean(g * xhat) - mean(g))     (the mean(g) term only for LayerNorm)
       dw_partial[pid] = sum over this program's rows of dy * xhat;  db_partial[pid] = sum of dy.
-    ONE_BLOCK keeps the partials in registers and stores them once (the buffers may start uninitialised);
-    otherwise each column block adds into this program's partial row in memory (buffers start at zero).
+    ONE_BLOCK keeps the partials in registers and stores them once (the buffers may start uninitialised), and
+    pipelines the tile loop as the forward does (x and dy of the next NUM_STAGES - 1 tiles in flight); otherwise
+    each column block adds into this program's partial row in memory (buffers start at zero).
     """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
+    tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
+    step = programs.to(tl.int64) * ROWS_PER_PROGRAM
+    row = pid.to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R]
     offs = tl.arange(0, BLOCK_N)
     dw_row = dw_partial_ptr + pid.to(tl.int64) * cols
     db_row = db_partial_ptr + pid.to(tl.int64) * cols
@@ -125,62 +156,92 @@ def _norm_bwd_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_partia
         w = tl.load(w_ptr + offs, mask=col_mask, other=0.0).to(tl.float32)
         dw = tl.zeros([BLOCK_N], tl.float32)
         db = tl.zeros([BLOCK_N], tl.float32)
-        for row in range(pid.to(tl.int64), rows, programs):
-            x = tl.load(x_ptr + row * x_row_stride + offs, mask=col_mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_ptr + row * dy_row_stride + offs, mask=col_mask, other=0.0).to(tl.float32)
-            rstd = tl.load(rstd_ptr + row)
-            mean = 0.0
+        for tile in tl.range(pid, tiles, programs, num_stages=NUM_STAGES):
+            row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)  # [R]
+            row_mask = row < rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(x_ptr + row[:, None] * x_row_stride + offs[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + row[:, None] * dy_row_stride + offs[None, :], mask=mask, other=0.0).to(tl.float32)
+            rstd = tl.load(rstd_ptr + row, mask=row_mask, other=0.0)  # [R]
+            mean = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
             if LAYER_NORM:
-                mean = tl.load(mean_ptr + row)
-            xhat = tl.where(col_mask, (x - mean) * rstd, 0.0)
-            g = dy * w
-            dx = g - xhat * (tl.sum(g * xhat, axis=0) / cols)
+                mean = tl.load(mean_ptr + row, mask=row_mask, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            g = dy * w[None, :]
+            dx = g - xhat * (tl.sum(g * xhat, axis=1) / cols)[:, None]
             if LAYER_NORM:
-                dx -= tl.sum(g, axis=0) / cols
-                db += dy
-            dw += dy * xhat
-            tl.store(dx_ptr + row * dx_row_stride + offs, (dx * rstd).to(dx_ptr.dtype.element_ty), mask=col_mask)
+                dx -= (tl.sum(g, axis=1) / cols)[:, None]
+                db += tl.sum(dy, axis=0)
+            dw += tl.sum(dy * xhat, axis=0)
+            tl.store(dx_ptr + row[:, None] * dx_row_stride + offs[None, :],
+                     (dx * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
         tl.store(dw_row + offs, dw, mask=col_mask)
         if LAYER_NORM:
             tl.store(db_row + offs, db, mask=col_mask)
     else:
-        for row in range(pid.to(tl.int64), rows, programs):
-            rstd = tl.load(rstd_ptr + row)
-            mean = 0.0
+        for _ in range(pid, tiles, programs):
+            row_mask = row < rows
+            rstd = tl.load(rstd_ptr + row, mask=row_mask, other=0.0)
+            mean = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
             if LAYER_NORM:
-                mean = tl.load(mean_ptr + row)
-            sum_g_xhat = 0.0
-            sum_g = 0.0
+                mean = tl.load(mean_ptr + row, mask=row_mask, other=0.0)
+            sum_g_xhat = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
+            sum_g = tl.zeros([ROWS_PER_PROGRAM], tl.float32)
             for start in range(0, cols, BLOCK_N):
                 col_mask = start + offs < cols
-                x = tl.load(x_ptr + row * x_row_stride + start + offs, mask=col_mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_ptr + row * dy_row_stride + start + offs, mask=col_mask, other=0.0).to(tl.float32)
+                mask = row_mask[:, None] & col_mask[None, :]
+                x = tl.load(x_ptr + row[:, None] * x_row_stride + start + offs[None, :], mask=mask,
+                            other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + row[:, None] * dy_row_stride + start + offs[None, :], mask=mask,
+                             other=0.0).to(tl.float32)
                 w = tl.load(w_ptr + start + offs, mask=col_mask, other=0.0).to(tl.float32)
-                g = dy * w
-                sum_g_xhat += tl.sum(g * tl.where(col_mask, (x - mean) * rstd, 0.0), axis=0)
-                sum_g += tl.sum(g, axis=0)
+                g = dy * w[None, :]
+                sum_g_xhat += tl.sum(g * tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0), axis=1)
+                sum_g += tl.sum(g, axis=1)
             for start in range(0, cols, BLOCK_N):
                 col_mask = start + offs < cols
-                x = tl.load(x_ptr + row * x_row_stride + start + offs, mask=col_mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_ptr + row * dy_row_stride + start + offs, mask=col_mask, other=0.0).to(tl.float32)
+                mask = row_mask[:, None] & col_mask[None, :]
+                x = tl.load(x_ptr + row[:, None] * x_row_stride + start + offs[None, :], mask=mask,
+                            other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + row[:, None] * dy_row_stride + start + offs[None, :], mask=mask,
+                             other=0.0).to(tl.float32)
                 w = tl.load(w_ptr + start + offs, mask=col_mask, other=0.0).to(tl.float32)
-                xhat = tl.where(col_mask, (x - mean) * rstd, 0.0)
-                dx = dy * w - xhat * (sum_g_xhat / cols)
+                xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+                dx = dy * w[None, :] - xhat * (sum_g_xhat / cols)[:, None]
                 if LAYER_NORM:
-                    dx -= sum_g / cols
+                    dx -= (sum_g / cols)[:, None]
                     db = tl.load(db_row + start + offs, mask=col_mask, other=0.0)
-                    tl.store(db_row + start + offs, db + dy, mask=col_mask)
+                    tl.store(db_row + start + offs, db + tl.sum(dy, axis=0), mask=col_mask)
                 dw = tl.load(dw_row + start + offs, mask=col_mask, other=0.0)
-                tl.store(dw_row + start + offs, dw + dy * xhat, mask=col_mask)
-                tl.store(dx_ptr + row * dx_row_stride + start + offs, (dx * rstd).to(dx_ptr.dtype.element_ty),
-                         mask=col_mask)
+                tl.store(dw_row + start + offs, dw + tl.sum(dy * xhat, axis=0), mask=col_mask)
+                tl.store(dx_ptr + row[:, None] * dx_row_stride + start + offs[None, :],
+                         (dx * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
+            row += step
+
+
+@triton.jit
+def _partial_sum_kernel(partial_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out[g, c] = sum over p of partial[g, p, c]: the backward's per-program weight-gradient sums, partial
+    [groups, parts, cols] fp32 -> out [groups, cols] in out's dtype (group 0 dweight, 1 dbias).
+
+    Block: [BLOCK_P, BLOCK_C] of partial; grid (cdiv(cols, BLOCK_C), groups).
+    """
+    group = tl.program_id(1).to(tl.int64)
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)  # [BLOCK_C]
+    p = tl.arange(0, BLOCK_P)
+    src = partial_ptr + group * parts * cols
+    acc = tl.zeros([BLOCK_C], tl.float32)
+    for start in range(0, parts, BLOCK_P):
+        mask = (start + p < parts)[:, None] & (c < cols)[None, :]
+        acc += tl.sum(tl.load(src + (start + p)[:, None] * cols + c[None, :], mask=mask, other=0.0), axis=0)
+    tl.store(out_ptr + group * cols + c, acc.to(out_ptr.dtype.element_ty), mask=c < cols)
 
 
 # --------------------------------------------------------------------------- #
 # Launch wrappers
 # --------------------------------------------------------------------------- #
 
-_CONFIG_KEYS = ("num_warps", "ROWS_PER_PROGRAM", "waves_per_eu", "BLOCK_N")
+_CONFIG_KEYS = ("num_warps", "ROWS_PER_PROGRAM", "num_stages", "waves_per_eu", "BLOCK_N")
 
 
 def _block_n(cols: int, config: dict, limit: int) -> int:
@@ -199,6 +260,9 @@ def _resolve_config(config: dict | None, cols: int) -> dict:
         value = config.get(key)
         check(value is None or (isinstance(value, int) and value >= 1 and value & (value - 1) == 0),
               f"config[{key!r}]", value, "a power of two")
+    stages = config["num_stages"]
+    check(isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 8, "config['num_stages']",
+          stages, "an integer from 1 (no pipelining) to 8")
     return config
 
 
@@ -215,61 +279,110 @@ def _as_rows(t: torch.Tensor, cols: int) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
-def _backward_programs(rows: int, device: torch.device) -> int:
-    if device.type == "cuda":
-        programs = BWD_PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
-    else:
-        programs = INTERPRETER_BWD_PROGRAMS
-    return max(1, min(rows, programs))
+def _resident_programs(kernel, args: tuple, constexprs: dict, options: dict, device: torch.device) -> int:
+    """How many programs of ``kernel`` (launched with these arguments) the GPU runs at once: SMs times the blocks
+    per SM its registers, shared memory and threads allow, read from the compiled kernel as Triton's
+    fused-softmax tutorial does. A persistent kernel launched with more programs runs a partial second wave."""
+    if device.type != "cuda":
+        return INTERPRETER_PROGRAMS
+    props = torch.cuda.get_device_properties(device)
+    fallback = FALLBACK_PROGRAMS_PER_SM * props.multi_processor_count
+    if backend() == "hip":
+        return fallback
+    try:
+        compiled = kernel.warmup(*args, grid=(1,), **constexprs, **options)
+        compiled._init_handles()
+        registers, shared = compiled.n_regs, compiled.metadata.shared
+    except Exception:  # noqa: BLE001 - an older or newer Triton without these attributes: the guess
+        return fallback
+    threads = 32 * options["num_warps"]
+    registers = -(-max(registers, 1) // 8) * 8  # allocated per warp in units of 256 (8 a thread)
+    per_sm = min(getattr(props, "regs_per_multiprocessor", 65536) // (registers * threads),
+                 getattr(props, "max_threads_per_multi_processor", 2048) // threads,
+                 getattr(props, "shared_memory_per_multiprocessor", 228 * 1024) // shared if shared else 32)
+    return max(1, per_sm) * props.multi_processor_count
 
 
-def _norm_forward(x2, weight, bias, eps, config, layer_norm):
+class _NormPlan:
+    """What a call works out once per distinct (shapes, strides, dtypes, device, eps, config): the resolved config,
+    tiles, launch options, and the programs each pass launches (found at its first launch)."""
+
+    __slots__ = ("layer_norm", "config", "options", "rows_per_program", "stages", "fwd_block_n", "bwd_block_n",
+                 "fwd_programs", "bwd_programs")
+
+    def __init__(self, cols: int, config: dict | None, layer_norm: bool):
+        self.layer_norm = layer_norm
+        self.config = _resolve_config(config, cols)
+        self.options = _launch_options(self.config)
+        self.rows_per_program = self.config["ROWS_PER_PROGRAM"]
+        self.stages = self.config["num_stages"]
+        self.fwd_block_n = _block_n(cols, self.config, MAX_FWD_BLOCK_N)
+        self.bwd_block_n = _block_n(cols, self.config, MAX_BWD_BLOCK_N)
+        self.fwd_programs = self.bwd_programs = None
+
+
+_PLANS = plan_cache()
+
+
+def _norm_forward(x2, weight, bias, eps, plan):
     # x2: [rows, cols] -> y: [rows, cols] (x dtype), mean/rstd: [rows] fp32
     rows, cols = x2.shape
-    block_n = _block_n(cols, config, MAX_FWD_BLOCK_N)
+    layer_norm = plan.layer_norm
     y = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
     rstd = torch.empty(rows, dtype=torch.float32, device=x2.device)
     mean = torch.empty(rows if layer_norm else 0, dtype=torch.float32, device=x2.device)
     if rows == 0:
         return y, mean, rstd
-    rows_per_program = config["ROWS_PER_PROGRAM"]
-    _norm_fwd_kernel[(triton.cdiv(rows, rows_per_program),)](
-        x2, weight, bias if layer_norm else weight, y, mean if layer_norm else rstd, rstd,
-        rows, cols, x2.stride(0), y.stride(0), eps,
-        LAYER_NORM=layer_norm, ONE_BLOCK=block_n >= cols, BLOCK_N=block_n, ROWS_PER_PROGRAM=rows_per_program,
-        **_launch_options(config))
+    args = (x2, weight, bias if layer_norm else weight, y, mean if layer_norm else rstd, rstd,
+            rows, cols, x2.stride(0), y.stride(0), eps)
+    constexprs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=plan.fwd_block_n >= cols, BLOCK_N=plan.fwd_block_n,
+                      ROWS_PER_PROGRAM=plan.rows_per_program, NUM_STAGES=plan.stages)
+    if plan.fwd_programs is None:
+        plan.fwd_programs = _resident_programs(_norm_fwd_kernel, args, constexprs, plan.options, x2.device)
+    tiles = triton.cdiv(rows, plan.rows_per_program)
+    _norm_fwd_kernel[(min(tiles, plan.fwd_programs),)](*args, **constexprs, **plan.options)
     return y, mean, rstd
 
 
-def _norm_backward(dy2, x2, weight, mean, rstd, config, layer_norm):
-    # dy2, x2: [rows, cols] -> dx [rows, cols], dweight [cols], dbias [cols] or None
+def _norm_backward(dy2, x2, weight, mean, rstd, plan, bias_dtype):
+    # dy2, x2: [rows, cols] -> dx [rows, cols], dweight [cols] (weight dtype), dbias [cols] (bias dtype) or None
     rows, cols = x2.shape
-    block_n = _block_n(cols, config, MAX_BWD_BLOCK_N)
-    one_block = block_n >= cols
+    layer_norm = plan.layer_norm
+    one_block = plan.bwd_block_n >= cols
+    groups = 2 if layer_norm else 1  # dweight (and dbias)
     dx = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
-    programs = _backward_programs(rows, x2.device)
+    grads = torch.empty((groups, cols), dtype=weight.dtype, device=x2.device)  # [dweight(, dbias)]
+    if rows == 0:  # no rows: zero gradients for the weights
+        grads.zero_()
+        return dx, grads[0], grads[1].to(bias_dtype) if layer_norm else None
+    tiles = triton.cdiv(rows, plan.rows_per_program)
+    constexprs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=one_block, BLOCK_N=plan.bwd_block_n,
+                      ROWS_PER_PROGRAM=plan.rows_per_program, NUM_STAGES=plan.stages)
+    if plan.bwd_programs is None:
+        probe = torch.empty((groups, 1, cols), dtype=torch.float32, device=x2.device)
+        args = (x2, weight, dy2, mean if layer_norm else rstd, rstd, dx, probe[0], probe[-1],
+                rows, cols, x2.stride(0), dy2.stride(0), dx.stride(0))
+        plan.bwd_programs = _resident_programs(_norm_bwd_kernel, args, constexprs, plan.options, x2.device)
+    programs = min(tiles, plan.bwd_programs)
     new_partials = torch.empty if one_block else torch.zeros  # the loop path adds into them
-    dw_partial = new_partials((programs, cols), dtype=torch.float32, device=x2.device)
-    db_partial = new_partials((programs if layer_norm else 0, cols), dtype=torch.float32, device=x2.device)
-    if rows > 0:
-        _norm_bwd_kernel[(programs,)](
-            x2, weight, dy2, mean if layer_norm else rstd, rstd, dx, dw_partial, db_partial if layer_norm else dw_partial,
-            rows, cols, x2.stride(0), dy2.stride(0), dx.stride(0),
-            LAYER_NORM=layer_norm, ONE_BLOCK=one_block, BLOCK_N=block_n, **_launch_options(config))
-    else:  # no rows: zero gradients for the weights
-        dw_partial.zero_()
-        db_partial.zero_()
-    dbias = db_partial.sum(0) if layer_norm else None
-    return dx, dw_partial.sum(0), dbias
+    partials = new_partials((groups, programs, cols), dtype=torch.float32, device=x2.device)
+    _norm_bwd_kernel[(programs,)](
+        x2, weight, dy2, mean if layer_norm else rstd, rstd, dx, partials[0], partials[-1],
+        rows, cols, x2.stride(0), dy2.stride(0), dx.stride(0), **constexprs, **plan.options)
+    block_p, block_c = PARTIAL_SUM_BLOCK
+    _partial_sum_kernel[(triton.cdiv(cols, block_c), groups)](partials, grads, programs, cols, BLOCK_P=block_p,
+                                                              BLOCK_C=block_c, num_warps=4)
+    dbias = None if not layer_norm else grads[1] if bias_dtype == weight.dtype else grads[1].to(bias_dtype)
+    return dx, grads[0], dbias
 
 
 class _NormFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, eps, config, layer_norm):
+    def forward(ctx, x, weight, bias, eps, plan):
         x2 = _as_rows(x, x.shape[-1])
-        y, mean, rstd = _norm_forward(x2, weight, bias, eps, config, layer_norm)
+        y, mean, rstd = _norm_forward(x2, weight, bias, eps, plan)
         ctx.save_for_backward(x2, weight, mean, rstd)
-        ctx.config, ctx.layer_norm, ctx.x_shape = config, layer_norm, x.shape
+        ctx.plan, ctx.x_shape = plan, x.shape
         ctx.bias_dtype = None if bias is None else bias.dtype
         return y.view(x.shape)
 
@@ -277,10 +390,9 @@ class _NormFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         x2, weight, mean, rstd = ctx.saved_tensors
-        dx, dweight, dbias = _norm_backward(_as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, ctx.config,
-                                            ctx.layer_norm)
-        dbias = None if dbias is None else dbias.to(ctx.bias_dtype)
-        return dx.view(ctx.x_shape), dweight.to(weight.dtype), dbias, None, None, None
+        dx, dweight, dbias = _norm_backward(_as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, ctx.plan,
+                                            ctx.bias_dtype)
+        return dx.view(ctx.x_shape), dweight, dbias, None, None
 
 
 def _check_inputs(x, weight, bias, eps, layer_norm):
@@ -298,29 +410,36 @@ def _check_inputs(x, weight, bias, eps, layer_norm):
     check_device(x, *params.values(), names=("x", *params))
 
 
+def _norm(x, weight, bias, eps, config, layer_norm: bool) -> torch.Tensor:
+    """The checks and the plan once per distinct call (``_NormPlan``), then the launch (through autograd only
+    when a gradient is wanted: ``autograd.Function.apply`` costs ~25 us of host time per call)."""
+    try:
+        key = (tensor_key(x), tensor_key(weight), tensor_key(bias), eps, type(eps), frozen(config), layer_norm)
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable config: the checks below say which
+        key = plan = None
+    if plan is None:
+        _check_inputs(x, weight, bias, eps, layer_norm)
+        plan = _NormPlan(x.shape[-1], config, layer_norm)
+        if key is not None:
+            _PLANS.put(key, plan)
+    weight = weight.contiguous()
+    bias = None if bias is None else bias.contiguous()
+    if not needs_grad(x, weight, bias):
+        y, _, _ = _norm_forward(_as_rows(x, x.shape[-1]), weight, bias, float(eps), plan)
+        return y.view(x.shape)
+    return _NormFunction.apply(x, weight, bias, float(eps), plan)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5, config: dict | None = None) -> torch.Tensor:
     """RMSNorm of x [..., cols] with weight [cols]; differentiable in x and weight. Output in x's dtype."""
-    _check_inputs(x, weight, None, eps, layer_norm=False)
-    config = _resolve_config(config, x.shape[-1])
-    if not needs_grad(x, weight):
-        return _forward_only(x, weight.contiguous(), None, float(eps), config, False)
-    return _NormFunction.apply(x, weight.contiguous(), None, float(eps), config, False)
+    return _norm(x, weight, None, eps, config, layer_norm=False)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
                config: dict | None = None) -> torch.Tensor:
     """LayerNorm of x [..., cols] with weight and bias [cols]; differentiable in all three. Output in x's dtype."""
-    _check_inputs(x, weight, bias, eps, layer_norm=True)
-    config = _resolve_config(config, x.shape[-1])
-    if not needs_grad(x, weight, bias):
-        return _forward_only(x, weight.contiguous(), bias.contiguous(), float(eps), config, True)
-    return _NormFunction.apply(x, weight.contiguous(), bias.contiguous(), float(eps), config, True)
-
-
-def _forward_only(x, weight, bias, eps, config, layer_norm) -> torch.Tensor:
-    """``_NormFunction``'s forward without autograd's bookkeeping (~25 us of host time per call)."""
-    y, _, _ = _norm_forward(_as_rows(x, x.shape[-1]), weight, bias, eps, config, layer_norm)
-    return y.view(x.shape)
+    return _norm(x, weight, bias, eps, config, layer_norm=True)
 
 
 # --------------------------------------------------------------------------- #
@@ -341,10 +460,16 @@ def reference_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 # Config space
 # --------------------------------------------------------------------------- #
 
+NUM_STAGES = 3
+"""Tiles per program in the pipelined loop (the current one and two loading): a guess, calibrate by timing
+config_space on the GPU (benchmarks/kernels/elementwise.py sweeps a few)."""
+
+
 def config_space(backend: str) -> list[dict]:
-    """num_warps x ROWS_PER_PROGRAM; on AMD (hip) also waves_per_eu (0 = no occupancy hint)."""
+    """num_warps x ROWS_PER_PROGRAM x num_stages; on AMD (hip) also waves_per_eu (0 = no occupancy hint)."""
     check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
-    space = [{"num_warps": w, "ROWS_PER_PROGRAM": r} for r in (1, 2, 4) for w in (1, 2, 4, 8, 16)]
+    space = [{"num_warps": w, "ROWS_PER_PROGRAM": r, "num_stages": st}
+             for r in (1, 2, 4) for w in (1, 2, 4, 8, 16) for st in (1, 2, 3, 4)]
     if backend == "hip":
         space = [{**c, "waves_per_eu": waves} for c in space for waves in (0, 1, 2)]
     return space
@@ -358,7 +483,7 @@ def default_config(cols: int, backend: str) -> dict:
     rows_per_program = 4 if block_n <= 256 else 2 if block_n <= 1024 else 1
     lanes = 64 if backend == "hip" else 32
     num_warps = min(16, max(1, rows_per_program * block_n // (16 * lanes)))
-    config = {"num_warps": num_warps, "ROWS_PER_PROGRAM": rows_per_program}
+    config = {"num_warps": num_warps, "ROWS_PER_PROGRAM": rows_per_program, "num_stages": NUM_STAGES}
     return {**config, "waves_per_eu": 0} if backend == "hip" else config
 
 

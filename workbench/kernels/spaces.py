@@ -63,11 +63,13 @@ def _accumulator_fits(block_m: int, block_n: int, num_warps: int, lanes: int) ->
 
 # The config=None choice on sm_90, per operand size: the best single config over the Llama 3 8B/70B
 # projections in benchmarks/results/h200/kernels/gemm_sweep.csv (bf16: 0.976 of cuBLAS, geometric mean;
-# fp8: 0.779 of _scaled_mm). tf32 was not swept.
+# fp8: 0.779 of _scaled_mm). tf32 was not swept: its default is the bf16 one at the same bytes per K step
+# (BLOCK_K 32 fp32 = 64 bf16 = 128 bytes, the same 192 KiB of stages), a guess until
+# benchmarks/kernels/elementwise.py's tf32 sweep ranks it.
 _NVIDIA_DEFAULTS = {
     1: dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=GROUP_M, num_warps=8, num_stages=3),
     2: dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=GROUP_M, num_warps=8, num_stages=4),
-    4: dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=GROUP_M, num_warps=8, num_stages=4),
+    4: dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, GROUP_M=GROUP_M, num_warps=8, num_stages=4),
 }
 
 
@@ -265,14 +267,17 @@ def config_stages(config: dict) -> int:
 # ------------------------------------------------------------------------------------------------ config space
 # Default (first) entries per head_dim, as (BLOCK_M, BLOCK_N, num_warps, num_stages). Guesses, to calibrate by
 # timing config_space on the GPU. NVIDIA: FlashAttention-2's tiles (fwd 128 queries x 64 keys; bwd a small query
-# tile against a 128-key tile, as in Triton's fused-attention tutorial), picked among neighbours by compiling
-# for sm_90a ahead of time (bf16, 16-divisible strides): fwd d=128 uses 178 registers and no spills; bwd d=128
-# 32x128 spills 44 bytes in the dK/dV pass where 64x128 spills 372. AMD: ROCm's Triton flash attention for
-# MI300X (128x64, waves_per_eu 2, one stage for two fused GEMMs), matrix_instr_nonkdim 16; at d=128 with 8 warps,
-# because `workbench kernels inspect --kernel attention` showed 4 warps spilling 46 VGPRs on gfx942.
+# tile against a larger key tile, as in Triton's fused-attention tutorial), picked among neighbours by compiling for
+# sm_90a ahead of time (bf16, 16-divisible strides): fwd d=128 uses 178 registers and no spills (138 with TMA
+# loads). bwd, triton 3.7.1 sm_90a builds of the dK/dV pass with TMA loads: the tutorial's 32x128, 4 warps,
+# 5 stages spills 152 bytes at d=64; 32x128 with 8 warps, 3 stages uses 189 registers, no spills (d=64); at d=128
+# every 128-key tile spills (32x128 w8: 80 bytes; 16x128 w8: 16) and 32x64, 8 warps, 3 stages uses 231, no spills.
+# AMD: ROCm's Triton flash attention for MI300X (128x64, waves_per_eu 2, one stage for two fused GEMMs),
+# matrix_instr_nonkdim 16; at d=128 with 8 warps, because `workbench kernels inspect --kernel attention` showed
+# 4 warps spilling 46 VGPRs on gfx942.
 _ATTENTION_NVIDIA_DEFAULTS = {
     "fwd": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
-    "bwd": {64: (64, 128, 8, 2), 128: (32, 128, 8, 2), 256: (32, 64, 8, 2)},
+    "bwd": {64: (32, 128, 8, 3), 128: (32, 64, 8, 3), 256: (32, 64, 8, 2)},
 }
 _ATTENTION_AMD_DEFAULTS = {
     "fwd": {64: (128, 64, 4, 1), 128: (128, 64, 8, 1), 256: (64, 64, 4, 1)},
@@ -298,7 +303,7 @@ def attention_config_space(backend: str, pass_: str = "fwd", head_dim: int = 128
     keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
     if backend == "cuda":
         default = dict(zip(keys, _ATTENTION_NVIDIA_DEFAULTS[pass_][bucket]))
-        stages = (2, 3, 4) if pass_ == "fwd" else (1, 2, 3)
+        stages = (2, 3, 4) if pass_ == "fwd" else (1, 2, 3, 4, 5)
         space = [dict(zip(keys, (m, n, w, st))) for (m, n), w, st in itertools.product(tiles, (4, 8), stages)]
     else:
         default = {**dict(zip(keys, _ATTENTION_AMD_DEFAULTS[pass_][bucket])), "waves_per_eu": 2 if pass_ == "fwd" else 1,
@@ -306,3 +311,58 @@ def attention_config_space(backend: str, pass_: str = "fwd", head_dim: int = 128
         space = [{**dict(zip(keys, (m, n, w, 1))), "waves_per_eu": e, "matrix_instr_nonkdim": kdim}
                  for (m, n), w, e, kdim in itertools.product(tiles, (4, 8), (0, 1, 2), (16, 32))]
     return [default] + [c for c in space if c != default]
+
+
+# ----------------------------------------------------------------------------------- pinned attention configs
+ATTENTION_SEQ_BUCKETS = (1024, 4096)
+"""Upper sequence bounds of the pinned-config buckets: S <= 1024 (bucket 0), S <= 4096 (1), longer (2)."""
+
+_ATTENTION_PINNED = {
+    "sm_90": {
+        # (pass, head_dim, causal, seq bucket): (BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads)
+        # measured: the best of the sweep on the H200 (benchmarks/results/h200/kernels/attention_fourth/SWEEP.md)
+        ("bwd", 64, False, 1): (64, 64, 4, 3, True),
+        ("bwd", 64, True, 0): (64, 64, 4, 3, True),
+        ("bwd", 64, True, 2): (64, 64, 4, 3, True),
+        ("bwd", 128, False, 1): (32, 64, 4, 3, True),
+        ("bwd", 128, False, 2): (32, 64, 4, 3, True),
+        ("bwd", 128, True, 0): (32, 64, 4, 3, True),
+        ("bwd", 128, True, 1): (32, 64, 4, 3, True),
+        ("bwd", 128, True, 2): (32, 64, 4, 3, True),
+        ("fwd", 64, False, 1): (128, 64, 8, 3, False),
+        ("fwd", 64, True, 0): (64, 64, 4, 3, False),
+        ("fwd", 64, True, 2): (128, 64, 8, 3, False),
+        ("fwd", 128, False, 1): (64, 64, 4, 3, False),
+        ("fwd", 128, False, 2): (64, 64, 4, 3, True),
+        ("fwd", 128, True, 0): (64, 64, 4, 3, False),
+        ("fwd", 128, True, 1): (64, 64, 4, 3, False),
+        ("fwd", 128, True, 2): (128, 64, 8, 3, False),
+        # guess, calibrate me: buckets the sweep did not cover (non-spilling builds, see below)
+        ("bwd", 64, False, 0): (32, 64, 4, 4, True),
+        ("bwd", 64, False, 2): (32, 128, 8, 3, True),
+        ("bwd", 64, True, 1): (32, 128, 8, 3, True),
+        ("bwd", 128, False, 0): (32, 64, 8, 3, True),
+    },
+}
+"""Per-bucket configs on sm_90 (H100/H200), which the attention wrapper takes over the selector's modelled forward
+pick and the static default. The guessed backward entries (guess, calibrate me) are the non-spilling builds
+named above the defaults, and at d=64 64-key tiles for S <= 1024, where 128-key tiles leave the dK/dV grid
+(cdiv(S, BLOCK_N) * B * Hkv programs) short of the 132 SMs for MQA shapes. The measured entries are
+``benchmarks/kernels/attention_sweep.py``'s picks (8 shapes outside the committed set); forward buckets it did not
+cover fall back to the selector's calibrated pick (specs/calibration/h200-sxm-select.yaml)."""
+
+
+def attention_seq_bucket(seq: int) -> int:
+    """The ``ATTENTION_SEQ_BUCKETS`` index of a sequence length (len(ATTENTION_SEQ_BUCKETS) past the last bound)."""
+    return next((i for i, bound in enumerate(ATTENTION_SEQ_BUCKETS) if seq <= bound), len(ATTENTION_SEQ_BUCKETS))
+
+
+def attention_pinned_config(target: str, pass_: str, head_dim: int, causal: bool, seq: int) -> dict | None:
+    """The pinned config of a shape's bucket on ``target`` ("sm_90"), with its ``TMA`` flag; None where the table
+    has no entry (the wrapper then asks the selector, forward only, or takes ``attention_config_space``'s first)."""
+    entry = _ATTENTION_PINNED.get(target, {}).get((pass_, 64 if head_dim <= 64 else head_dim, bool(causal),
+                                                   attention_seq_bucket(seq)))
+    if entry is None:
+        return None
+    block_m, block_n, warps, stages, tma = entry
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, TMA=tma)
