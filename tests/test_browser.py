@@ -2,7 +2,8 @@
 Chromium through playwright. Runs the notebook, changes the model, the GPUs and the precision through the widgets,
 checks that the roofline re-rendered with the new points, then with five GPUs checks every chart tab's layout (no
 chart, panel or legend leaves the notebook's output area or the window: nothing to scroll sideways) and that no two
-text labels of a tab's chart overlap, exports a recipe through the button and reads the file, and last uploads
+text labels of a tab's chart overlap, that a configuration that does not fit gets no bar but says by how much and
+offers the nearest one that fits (applied through its button), shows the trust tab's measured and published rows, exports a recipe through the button and reads the file, and last uploads
 a profiler trace (its op classes beside the prediction in the Step time tab, its measured points on the roofline).
 
 Screenshots go to test-artifacts/browser/ (one per tab with five GPUs under tabs/, ~100-300 kB each, not
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -354,10 +356,20 @@ def test_workbench_in_jupyterlab(tmp_path):
         step_text = page.eval_on_selector(STEP_SVG, "svg => svg.textContent")
         assert "no bar: this configuration does not fit in memory" in step_text
         assert page.locator(f"{STEP_SVG} g.mark-rect path").count() == 0  # no bar for what does not fit
+        # what does not fit by how much, and the nearest configuration that fits (checked by predicting it), in
+        # the table and on the button that applies it
+        summary = page.inner_text(".wb-summary")
+        fit_button = page.locator("button.wb-use-fit")
+        assert fit_button.is_visible() and "nearest configuration that fits" in fit_button.inner_text()
+        suggestion = (fit_button.get_attribute("title") or "").split("; ")[0]  # the B200's, the first GPU's
+        assert suggestion == "with full activation checkpointing, micro-batch 1 fits", suggestion
+        assert re.search(r"does not fit: needs [\d,.]+ GB of [\d,.]+ GB usable \([\d,.]+ GB over\); "
+                         + re.escape(suggestion), summary), summary
         _assert_no_text_overlaps(page)
         page.screenshot(path=str(ARTIFACTS / "4a-step-does-not-fit.png"), full_page=True)
-        page.select_option(".wb-checkpointing select", label="full")
+        fit_button.click()  # applies the B200's suggestion: full checkpointing
         page.wait_for_selector(f"{STEP_SVG} g.mark-rect path", timeout=30_000)
+        assert page.eval_on_selector(".wb-checkpointing select", "s => s.value") == "full"
         page.select_option(".wb-stack select", label="torchtitan")
         _wait_for(page, _step_svg_has("Predicted step time: torchtitan, eager"), "the torchtitan label")
         _tab_screenshot(page, "step-time")
@@ -377,6 +389,19 @@ def test_workbench_in_jupyterlab(tmp_path):
         page.wait_for_timeout(300)
         _tab_screenshot(page, "kernels")
         _assert_no_text_overlaps(page)
+
+        # How far to trust this: the measured record for the stack, then the published rows of Llama 3 on these GPUs
+        _tab(page, "How far to trust this")
+        page.wait_for_selector(".wb-published-table table", timeout=30_000)
+        published = page.inner_text(".wb-published")
+        assert "Published results" in published and "llama3 family" in published, published
+        assert "NVIDIA B200 (HGX B200, 180GB): " in published and "AMD Instinct MI355X: no published llama3" in published
+        table = page.inner_text(".wb-published-table")
+        assert "TT-H100-8B-8G-1" in table and "GPT" not in table  # an H100 (variant) row; no other family's
+        assert "%" in table and "not expressed" in table
+        _tab_screenshot(page, "trust")
+        _assert_fits_sideways(page, ".wb-chart-trust", panels=0)
+        timings["trust_labels_checked"] = _assert_no_text_overlaps(page)
 
         # Recipe tab: export through the button, then read the file the kernel wrote
         _tab(page, "Recipe")

@@ -5,11 +5,12 @@ The first chosen GPU is the source: its best recipe (``workbench.recipe.search``
 chosen GPU (the direct port) and compared with the best recipe for that GPU after the advisor's revisions (the
 co-designed one). The advisor searches, so the tab computes this when asked (a button), not on every redraw.
 
-What the advisor takes from the state (``advise``'s parameters): the model, the GPU count, the precision, the
-sequence length and the global batch (0: the search's standard), all held fixed on both sides. It has no parameter
-for the state's split (tp, pp, cp, ep, virtual stages, sharding), checkpointing, micro-batch, LoRA rank or stack:
-it searches the split, checkpointing and micro-batch itself and prices every recipe as the ideal fused step
-(``held_fixed`` says so in the panel).
+What the advisor takes from the state (``advisor_controls``, ``advise``'s parameters), held fixed on both sides:
+the model, the GPU count, the precision, the sequence length, the global batch (0: the search's standard), the
+stack every recipe is priced for and the split (tp, pp, cp, ep, virtual stages, sharding). It searches the
+micro-batch with accumulation, activation checkpointing and, for a stack that follows it, torch.compile; it does
+not take the LoRA rank (it trains all weights) and the widget has no parameter-dtype control (the stack's default).
+``held_fixed`` says all this in the panel.
 """
 
 from __future__ import annotations
@@ -23,11 +24,18 @@ import pandas as pd
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model
-from widgets import charts
 from workbench.stacks import get_stack
+from widgets import charts
 from widgets.data import SHARDING_WORDS, has_calibration
-from widgets.formatting import count, gb, gpus_text, html_table, ms, percent, stack_label, yes_no
-from widgets.state import WorkbenchState
+from widgets.formatting import count, gb, gpus_text, html_table, ms, percent, yes_no
+from widgets.state import PARALLEL_FIELDS, WorkbenchState
+
+
+def advisor_controls(state: WorkbenchState) -> dict[str, object]:
+    """The controls ``advise`` holds on both sides beyond model, GPUs and precision: sequence, global batch, stack,
+    split and sharding, as its keyword arguments."""
+    return {"seq_len": state.seq_len, "global_batch": state.global_batch, "stack": state.stack,
+            **{name: getattr(state, name) for name in PARALLEL_FIELDS}, "sharding": state.sharding}
 
 
 def advise_all(state: WorkbenchState, custom_models: Mapping[str, Model] | None = None) -> dict[str, object]:
@@ -43,7 +51,7 @@ def advise_all(state: WorkbenchState, custom_models: Mapping[str, Model] | None 
         calibrated = state.calibrated and has_calibration(get_gpu(source)) and has_calibration(get_gpu(target))
         try:
             out[target] = advise(state.model, source, target, state.gpu_count, state.precision,
-                                 seq_len=state.seq_len, global_batch=state.global_batch, calibrated=calibrated)
+                                 calibrated=calibrated, **advisor_controls(state))
         except WorkbenchError as exc:
             out[target] = str(exc)
     return out
@@ -75,6 +83,8 @@ def _recipe_cell(setting: str, value: object) -> str:
     """One value of the advisor's recipe comparison in the workbench's formats."""
     if setting == "gpu":
         return get_gpu(str(value)).display_name if value else "none fits"
+    if setting == "stack" and value:
+        return get_stack(str(value)).display_name
     if isinstance(value, bool):
         return yes_no(value)
     if setting == "MFU" and isinstance(value, float):
@@ -119,20 +129,22 @@ def held_fixed(state: WorkbenchState) -> str:
     """What the advisor holds fixed from the state, what it searches, and which of the state's settings it does
     not take (plain text)."""
     batch = f"global batch {state.global_batch:,}" if state.global_batch else "global batch auto (the search's standard)"
-    split = [f"{f} {getattr(state, f)}" for f in ("tp", "pp", "cp", "ep", "virtual_stages") if getattr(state, f) > 1]
-    split_words = ", ".join(split + [SHARDING_WORDS.get(state.sharding, state.sharding)])
+    split = ", ".join([f"{name.replace('_', ' ')} {getattr(state, name)}" for name in PARALLEL_FIELDS]
+                      + [SHARDING_WORDS.get(state.sharding, state.sharding)])
     stack = get_stack(state.stack)
-    stack_words = (f"prices every recipe as the ideal fused step (a bound), not as {stack_label(state.stack, state.compile)}"
-                   if not stack.bound else "prices every recipe as the ideal fused step (a bound), as chosen")
+    priced = "the ideal fused step (a bound)" if stack.bound else stack.display_name
+    searched = [f"micro-batch with accumulation (yours: {state.micro_batch})",
+                f"activation checkpointing (yours: {state.checkpointing})"]
+    if stack.compile == "recipe":
+        searched.append(f"eager or torch.compile (yours: {'torch.compile' if state.compile else 'eager'})")
     try:
         model = get_model(state.model).display_name or state.model
     except WorkbenchError:  # a user's model: the advisor refuses it, and says so
         model = state.model
     return (f"Held fixed on both sides: {model}, {gpus_text(state.gpu_count)} per GPU type, {state.precision}, "
-            f"sequence {state.seq_len:,}, {batch}. Searched by the advisor (not taken from the controls): the split "
-            f"(yours: {split_words}), activation checkpointing (yours: {state.checkpointing}) and micro-batch (yours: "
-            f"{state.micro_batch}){f', LoRA rank {state.lora_rank} not taken' if state.lora_rank else ''}; it "
-            f"{stack_words} (workbench.recipe.advisor.advise has no split or stack parameter).")
+            f"sequence {state.seq_len:,}, {batch}, split {split}; every recipe priced as {priced} at the stack's "
+            f"default parameter dtype. Searched by the advisor: {', '.join(searched)}"
+            f"{f'; LoRA rank {state.lora_rank} not taken (it trains all weights)' if state.lora_rank else ''}.")
 
 
 def advice_html(advices: Mapping[str, object], source: str, state: WorkbenchState | None = None) -> str:

@@ -1,4 +1,5 @@
-"""``Workbench()``: the notebook app. Controls on top, five tabs (Roofline, Step time, Memory, Kernels, Recipe).
+"""``Workbench()``: the notebook app. Controls on top, six tabs (Roofline, Step time, Memory, Kernels, Recipe, How
+far to trust this).
 
 State is one ``WorkbenchState``, readable and settable from Python so a notebook, a test or a teacher can drive
 the app:
@@ -12,13 +13,20 @@ the app:
     >>> wb.save_chart("roofline", "roofline.svg")                    # PNG or SVG, offline (vl-convert)
     >>> wb.load_trace("run.json.gz", steps=2)                        # a profiler trace of this configuration
     >>> wb.calibrate_from_trace()                                    # its stack profile, in the user's folder
+    >>> wb.compare_port()            # the advisor: first GPU's best recipe ported vs co-designed, the controls held
 
 Every step time, tokens/s and MFU carries its uncertainty from the validation record (``workbench.validation``);
-the "How far to trust this" tab shows that record's runs, predicted vs measured. A loaded profiler trace
+the "How far to trust this" tab (``widgets.trust_tab``) shows that record's runs, predicted vs measured, and the
+published results of the model's family on the chosen GPUs, predicted vs published. A loaded profiler trace
 (``widgets.trace_panel``) puts its kernels per op class on the roofline and beside the prediction in the Step time
-tab, for the configuration it was loaded with (stale, and said so, after a change). Only the active tab redraws on a change; the others redraw when opened. Charts are ``alt.JupyterChart``
-widgets with the JavaScript bundled offline (``JupyterChart.enable_offline``), so they render without a CDN
-in JupyterLab, Notebook 7 and VS Code.
+tab, for the configuration it was loaded with (stale, and said so, after a change).
+
+Each tab is a panel (``widgets.panels``: a ``box`` and a ``draw(context)``): Roofline, Step time and Memory in
+``widgets.chart_tabs`` (the Step time tab holds the trace section and the advisor, ``widgets.advisor_panel``),
+Kernels in ``widgets.kernels_tab``, Recipe in ``widgets.recipe_tab``, trust in ``widgets.trust_tab``; the controls
+are ``widgets.controls``. This module holds the state, the Python API and the wiring. Only the active tab redraws
+on a change; the others redraw when opened. Charts are ``alt.JupyterChart`` widgets with the JavaScript bundled
+offline (``JupyterChart.enable_offline``), so they render without a CDN in JupyterLab, Notebook 7 and VS Code.
 
 From Python, bad input raises ``WorkbenchError``; from the UI (a control, a tab, a click, a button, a pasted or
 uploaded config.json) it ends in a status line instead, and so does any unexpected exception, as "internal
@@ -37,29 +45,23 @@ from pathlib import Path
 
 import altair as alt
 import ipywidgets as w
-import pandas as pd
 import traitlets
 
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model, list_models
 from widgets import charts
-from widgets.advice import advice_chart, advice_frame, advice_html, advice_prompt, advise_all
+from widgets.advisor_panel import AdvisorPanel
+from widgets.chart_tabs import MemoryPanel, RooflinePanel, StepPanel
 from widgets.controls import Controls, ModelInput, error_html, shown_errors
-from widgets.data import (
-    Comparison, Predictor, memory_by_checkpointing, op_detail, roofline_note, roofline_points, roofs,
-    step_breakdown,
-)
-from widgets.formatting import gb, html_table, prediction_stack_label, stack_label, uncertainty_text
+from widgets.data import Comparison, Predictor
 from widgets.kernels_tab import KernelsPanel
-from widgets.live import LiveChart
+from widgets.panels import Panel, PanelContext, chart_view
 from widgets.recipe_tab import RecipePanel
 from widgets.state import TAB_TITLES, TABS, WorkbenchState
+from widgets.tables import summary_text
 from widgets.trace_panel import TracePanel
-from widgets.tables import (
-    configuration_text, memory_table, op_detail_html, record_summary, stack_caption, summary_table, summary_text,
-    trust_records, validation_frame, validation_rows,
-)
+from widgets.trust_tab import TrustPanel
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(WorkbenchState))
 CHART_TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels")
@@ -81,13 +83,6 @@ _STYLE = """<style>
 .wb-table tr:nth-child(even) { background: #f4f4f4; }
 .wb-table td.wb-num { white-space: nowrap; }
 </style>"""
-
-
-def _chart_view() -> alt.JupyterChart:
-    """An empty chart widget. SVG rather than canvas: marks stay in the DOM (sharp when zoomed, accessible, and
-    countable by the browser test)."""
-    return alt.JupyterChart(alt.Chart(pd.DataFrame({"x": []})).mark_point(),
-                            embed_options={"renderer": "svg", "actions": False})
 
 
 class Workbench(w.VBox):
@@ -123,7 +118,6 @@ class Workbench(w.VBox):
         self._muted = False
         self._dirty: set[str] = set(TABS)
         self.comparison: Comparison | None = None
-        self.selected_op: dict | None = None
         self.last_redraw_s = 0.0
         """Seconds the last state change took to predict and redraw the active tab (benchmarks read it)."""
 
@@ -131,51 +125,32 @@ class Workbench(w.VBox):
         self.model_input = ModelInput(self.add_model)
         self.status = w.HTML()
         self.status.add_class("wb-status")
-        self.views = {name: _chart_view() for name in CHART_TABS}
-        for name, view in self.views.items():
-            view.add_class(f"wb-chart-{name.replace(' ', '-')}")
-        self.live = {"roofline": LiveChart(self.views["roofline"], charts.roofline_chart),
-                     "step time": LiveChart(self.views["step time"], charts.step_chart),
-                     "memory": LiveChart(self.views["memory"], charts.memory_chart)}
-        """The chart tabs drawn from data frames (see ``widgets.live``)."""
-        self.roofline_notes, self.op_info = w.HTML(), w.HTML("<i>Click a point to see its op.</i>")
-        self.op_info.add_class("wb-op-detail")
-        self.step_caption, self.step_table, self.advice = w.HTML(), w.HTML(), w.HTML()
-        self.fit_button = w.Button(description="Use the nearest configuration that fits", icon="compress",
-                                   layout=w.Layout(width="320px", display="none"))
-        self.fit_button.add_class("wb-use-fit")
-        self.fit_button.on_click(lambda _: self._use_fit_from_button())
-        self.trust_summary, self.trust_table, self.trust_view = w.HTML(), w.HTML(), _chart_view()
-        self.trust_summary.add_class("wb-trust-summary")
-        self.trust_table.add_class("wb-trust-table")
-        self.trust_view.add_class("wb-chart-trust")
-        self.step_caption.add_class("wb-stack-caption")
-        self.step_table.add_class("wb-summary")
-        self.advice.add_class("wb-advice")
-        self.advice_button = w.Button(description="Compare direct port vs co-designed", icon="exchange",
-                                      layout=w.Layout(width="300px"))
-        self.advice_button.on_click(lambda _: self._compare_from_button())
-        self.advice_prompt = w.HTML()
-        self.advice_view = _chart_view()
-        self.advice_view.layout.display = "none"
-        self.advices: dict[str, object] = {}
-        """Target GPU -> ``workbench.recipe.advisor.Advice`` (or why none) of the last comparison."""
-        self.memory_table, self.memory_note = w.HTML(), w.HTML()
-        self.kernels = KernelsPanel(self._prediction_on, lambda: self.views["kernels"])
-        self.recipe = RecipePanel()
         self.trace_panel = TracePanel(lambda: self._state, self._prediction_on, self._current_model,
                                       self._trace_changed, lambda changes: self.set(**changes))
         """The Step time tab's trace section (``load_trace``)."""
-        self.tabs = w.Tab(children=[
-            w.VBox([self.roofline_notes, self.views["roofline"], self.op_info]),
-            w.VBox([self.step_caption, self.views["step time"], self.fit_button, self.step_table,
-                    self.trace_panel.box, w.HBox([self.advice_button, self.advice_prompt]), self.advice_view,
-                    self.advice]),
-            w.VBox([self.views["memory"], self.memory_note, self.memory_table]),
-            self.kernels.box,
-            self.recipe.box,
-            w.VBox([self.trust_summary, self.trust_view, self.trust_table]),
-        ], titles=[TAB_TITLES[t] for t in TABS])
+        self.advisor = AdvisorPanel(self._compare_from_button)
+        self.roofline = RooflinePanel(self.trace_panel, self._on_select)
+        self.step = StepPanel(self.trace_panel, self.advisor, self._use_fit_from_button)
+        self.memory = MemoryPanel()
+        kernels_view = chart_view("wb-chart-kernels")
+        self.kernels = KernelsPanel(self._prediction_on, lambda: kernels_view)
+        self.recipe = RecipePanel()
+        self.trust = TrustPanel()
+        self.panels: dict[str, Panel] = {"roofline": self.roofline, "step time": self.step, "memory": self.memory,
+                                         "kernels": self.kernels, "recipe": self.recipe, "trust": self.trust}
+        """One panel per tab (``widgets.panels``), in ``TABS`` order."""
+        self.views = {"roofline": self.roofline.view, "step time": self.step.view, "memory": self.memory.view,
+                      "kernels": kernels_view}
+        self.live = {"roofline": self.roofline.live, "step time": self.step.live, "memory": self.memory.live}
+        """The chart tabs drawn from data frames (see ``widgets.live``)."""
+        # the panels' widgets by the names tests and notebooks have used
+        self.roofline_notes, self.op_info = self.roofline.notes, self.roofline.op_info
+        self.step_caption, self.step_table, self.fit_button = self.step.caption, self.step.table, self.step.fit_button
+        self.advice_button, self.advice_prompt = self.advisor.button, self.advisor.prompt
+        self.advice_view, self.advice = self.advisor.view, self.advisor.text
+        self.memory_table, self.memory_note = self.memory.table, self.memory.note
+        self.trust_summary, self.trust_table, self.trust_view = self.trust.summary, self.trust.table, self.trust.view
+        self.tabs = w.Tab(children=[self.panels[t].box for t in TABS], titles=[TAB_TITLES[t] for t in TABS])
         self.save_format = w.Dropdown(options=list(charts.SAVE_FORMATS), value="png", layout=w.Layout(width="80px"))
         self.save_button = w.Button(description="Save chart", icon="image")
         self.save_link = w.HTML()
@@ -190,6 +165,16 @@ class Workbench(w.VBox):
             control.observe(partial(self._on_control, name), names="value")
         self.tabs.observe(self._on_tab, names="selected_index")
         self._apply(self._state, force=True)
+
+    @property
+    def selected_op(self) -> dict | None:
+        """The op detail a roofline click (or ``show_op``) showed last; None after a redraw."""
+        return self.roofline.selected_op
+
+    @property
+    def advices(self) -> dict[str, object]:
+        """Target GPU -> ``workbench.recipe.advisor.Advice`` (or why none) of the last comparison."""
+        return self.advisor.advices
 
     # ------------------------------------------------------------------------------------------- state API
 
@@ -337,79 +322,18 @@ class Workbench(w.VBox):
 
     # ------------------------------------------------------------------------------------------- drawing
 
+    def _context(self) -> PanelContext:
+        return PanelContext(self._state, self.comparison, self._current_model(), self._custom)
+
     def _draw(self, tab: str) -> None:
         if tab not in self._dirty:
             return
         self._dirty.discard(tab)
-        {"roofline": self._draw_roofline, "step time": self._draw_step, "memory": self._draw_memory,
-         "kernels": self._draw_kernels, "recipe": self._draw_recipe, "trust": self._draw_trust}[tab]()
-
-    def _stack_label(self) -> str:
-        return stack_label(self._state.stack, self._state.compile)
-
-    def _settings_line(self) -> str:
-        s = self._state
-        model = self._custom.get(s.model) or get_model(s.model)
-        return (f"{getattr(model, 'display_name', None) or s.model}, {s.precision}, {s.seq_len:,} tokens per sample, "
-                f"activation checkpointing {s.checkpointing}; per GPU type: {configuration_text(s, model)}")
-
-    def _names(self) -> list[str]:
-        return [p.gpu.display_name for p in self.comparison.predictions.values()]
-
-    def _draw_roofline(self) -> None:
-        predictions = list(self.comparison.predictions.values())
-        if not predictions:  # every GPU refused the configuration: the status line says why
-            self.roofline_notes.value = "<i>no GPU could be predicted (see the messages above)</i>"
-            self.views["roofline"].layout.display = "none"  # not the previous configuration's chart
-            return
-        self.views["roofline"].layout.display = None
-        first = self.live["roofline"].frame is None
-        points = [roofline_points(p) for p in predictions]
-        if (measured := self.trace_panel.points()) is not None and not measured.empty:
-            points.append(measured)
-        self.live["roofline"].show(charts.roofline_frame(points,
-                                                         [roofs(p) for p in predictions], self._names()),
-                                   title=[f"Roofline of the predicted step, op by op: {self._stack_label()}",
-                                          self._settings_line()])
-        if first:  # the selection traits exist from the first chart on (the structure never changes)
-            self.views["roofline"].selections.observe(self._on_select, names=[charts.OP_SELECTION])
-        uncalibrated = [p.gpu.display_name for p in predictions if not p.calibrated]
-        notes = [note for g, p in self.comparison.predictions.items()
-                 if (note := roofline_note(p, self.comparison.fit.get(g)))]
-        if self._state.calibrated and uncalibrated:
-            notes.append(f"no calibration profile (spec constants): {', '.join(uncalibrated)}")
-        if trace_note := self.trace_panel.roofline_note():
-            notes.append(trace_note)
-        self.roofline_notes.value = "<br>".join(html.escape(n) for n in notes)
-        self.selected_op = None
-        self.op_info.value = "<i>Click a point to see its op (double-click clears).</i>"
+        self.panels[tab].draw(self._context())
 
     def show_op(self, gpu: str, op: str) -> dict:
         """Show (and return) the model's detail for one op on one GPU (catalog or display name)."""
-        by_name = {key: p for name, p in self.comparison.predictions.items() for key in (name, p.gpu.display_name)}
-        if gpu not in by_name:
-            gpu = get_gpu(gpu).name  # an alias; an unknown name raises with suggestions
-        if gpu not in by_name:
-            raise WorkbenchError(f"no prediction for GPU {gpu!r}; shown: {', '.join(self.comparison.predictions)}")
-        detail = op_detail(by_name[gpu], op, self._state.compile)
-        self.selected_op = detail
-        self.op_info.value = op_detail_html(detail)
-        return detail
-
-    def _draw_step(self) -> None:
-        self.live["step time"].show(step_breakdown(self.comparison),
-                                    title=[f"Predicted step time: {self._stack_label()}", self._settings_line()])
-        self.step_caption.value = f"<b>{html.escape(stack_caption(self.comparison))}</b>"
-        self.step_table.value = html_table(summary_table(self.comparison))
-        self.trace_panel.refresh()
-        offers = [f for f in self.comparison.fit.values() if f.changes]
-        self.fit_button.layout.display = None if offers else "none"
-        self.fit_button.tooltip = "; ".join(f.suggestion for f in offers)
-        self.advice_prompt.value = advice_prompt(self._state)
-        self.advice_button.disabled = len(self._state.gpus) < 2
-        self.advices = {}
-        self.advice.value = ""
-        self.advice_view.layout.display = "none"
+        return self.roofline.show_op(self._context(), gpu, op)
 
     def use_fit(self) -> dict:
         """Apply the first non-fitting GPU's nearest fitting configuration (what the Step time tab offers); returns
@@ -424,65 +348,11 @@ class Workbench(w.VBox):
         with shown_errors(self._show_error):
             self.use_fit()
 
-    def _draw_trust(self) -> None:
-        """The validation record of every chosen GPU for the chosen stack: summary, scatter and rows (the H200's
-        where a GPU has none, said so); published-table rows are the next section."""
-        parts, rows, frames = [], [], []
-        for gpu, trust, record in trust_records(self.comparison):
-            parts.append(f"<li><b>{html.escape(gpu)}</b>: {html.escape(uncertainty_text(trust, self._state.gpu_count))}"
-                         "</li>")
-            if record is not None:
-                rows += validation_rows(record)
-                frames.append(validation_frame(record))
-                parts.append(f"<li style='list-style:none'><i>{html.escape(record_summary(record))}</i></li>")
-        self.trust_summary.value = (
-            f"<p><b>How far to trust this</b>: {html.escape(self._stack_label())}. Each measured run below is "
-            "predicted now with the current model (<code>workbench.validation</code>, record in "
-            "<code>specs/validation/</code>); errors are predicted / measured - 1; the ± is the mean over the runs "
-            "counted (test and held-out runs the stack's tables cover).</p><ul>" + "".join(parts) + "</ul>"
-            "<p class='wb-published'><b>Published results</b> (vendor and MLPerf tables): not in the record yet; "
-            "their evaluation will be listed here.</p>")
-        self.trust_table.value = html_table(rows) if rows else "<i>no measured runs for this stack</i>"
-        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        self.trust_view.layout.display = None if not frame.empty else "none"
-        if not frame.empty:
-            self.trust_view.chart = _trust_chart(frame)
-
     def compare_port(self) -> dict[str, object]:
-        """Run the advisor: the first GPU's best recipe ported to each other GPU vs the co-designed recipe there
-        (shown in the Step time tab); returns target GPU -> ``Advice`` or the reason there is none."""
-        start = time.perf_counter()
-        self.advices = advise_all(self._state, self._custom)
-        frame = advice_frame(self.advices)
-        if not frame.empty:
-            self.advice_view.chart = advice_chart(frame, self._state.gpus[0])
-            self.advice_view.layout.display = None
-        self.advice.value = (advice_html(self.advices, self._state.gpus[0], self._state)
-                             + f"<p><i>advisor: {time.perf_counter() - start:.2f} s</i></p>")
-        return self.advices
-
-    def _draw_memory(self) -> None:
-        frames = [memory_by_checkpointing(p).assign(gpu_order=i) for i, p in enumerate(self.comparison.predictions.values())]
-        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        if frame.empty:
-            self.memory_table.value = "<i>no prediction</i>"
-            return
-        self.live["memory"].show(frame, title=["Memory per GPU by activation checkpointing (the workbench memory "
-                                               "model, workbench.memory)", self._settings_line()])
-        self.memory_table.value = html_table(memory_table(frame))
-        self.memory_note.value = "<br>".join(
-            html.escape(f"{p.gpu.display_name}, as the Step time tab predicts it "
-                        f"({prediction_stack_label(p, self._state.compile)}, activation checkpointing: "
-                        f"{self._state.checkpointing}): {gb(p.summary.memory.total)} per GPU of "
-                        f"{gb(p.summary.memory.usable)} usable")
-            for p in self.comparison.predictions.values())
-
-    def _draw_kernels(self) -> None:
-        if self.kernels.check() and self.kernels.results is not None:
-            self.kernels.show(self.kernels.results)
-
-    def _draw_recipe(self) -> None:
-        self.recipe.refresh(self._state, self.comparison.predictions, catalog_model=self._state.model not in self._custom)
+        """Run the advisor with the current controls: the first GPU's best recipe ported to each other GPU vs the
+        co-designed recipe there (shown in the Step time tab); returns target GPU -> ``Advice`` or the reason there
+        is none."""
+        return self.advisor.compare(self._state, self._custom)
 
     # ------------------------------------------------------------------------------------------- files
 
@@ -548,25 +418,6 @@ class Workbench(w.VBox):
     def __repr__(self) -> str:
         return self.summary()
 
-
-def _trust_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Predicted against measured step time per run (log-log), with the line where they agree. (A small chart of
-    this tab's own; it can move to ``widgets.charts``.)"""
-    low = min(frame["measured_ms"].min(), frame["predicted_ms"].min()) / 1.2
-    high = max(frame["measured_ms"].max(), frame["predicted_ms"].max()) * 1.2
-    scale = alt.Scale(type="log", domain=[low, high])
-    points = alt.Chart(frame).mark_point(filled=True, size=60).encode(
-        x=alt.X("measured_ms:Q", title="measured step (ms)", scale=scale),
-        y=alt.Y("predicted_ms:Q", title="predicted step (ms)", scale=scale),
-        color=alt.Color("role:N", title="run", sort=["fit", "test", "holdout"]),
-        shape=alt.Shape("counted:N", title="counted in ±", sort=["yes", "no"]),
-        tooltip=[alt.Tooltip("gpu:N", title="GPU"), alt.Tooltip("run:N"), alt.Tooltip("role:N"),
-                 alt.Tooltip("measured_ms:Q", title="measured ms", format=",.1f"),
-                 alt.Tooltip("predicted_ms:Q", title="predicted ms", format=",.1f"),
-                 alt.Tooltip("error_pct:Q", title="error %", format="+.1f")])
-    line = alt.Chart(pd.DataFrame({"measured_ms": [low, high], "predicted_ms": [low, high]})).mark_line(
-        color="#888", strokeDash=[4, 3]).encode(x="measured_ms:Q", y="predicted_ms:Q")
-    return alt.layer(line, points).properties(width=360, height=300, title="predicted vs measured step time")
 
 
 def _binary_link(path: Path) -> str:

@@ -57,6 +57,12 @@ class KernelsPanel:
         self.chart: alt.TopLevelMixin | None = None
         self.checked = False
 
+    def draw(self, context) -> None:
+        """The tab opened or the settings changed (``widgets.panels.Panel``): check for a GPU, redraw the last
+        results against the current prediction."""
+        if self.check() and self.results is not None:
+            self.show(self.results)
+
     def check(self) -> bool:
         """Detect the local GPU once (imports torch, hence not at start-up); True when benchmarks can run."""
         if self.checked:

@@ -114,6 +114,10 @@ class RecipePanel:
         if not self._setting_path:
             self._path_edited = True
 
+    def draw(self, context) -> None:
+        """``refresh`` from a ``widgets.panels.PanelContext`` (``widgets.panels.Panel``)."""
+        self.refresh(context.state, context.comparison.predictions, catalog_model=context.catalog_model)
+
     def refresh(self, state: WorkbenchState, predictions: dict[str, Prediction], *, catalog_model: bool = True) -> None:
         """Show the recipe for ``state``; ``catalog_model`` False (a model from a config.json) explains that
         recipes name catalog models (their overrides are applied to the catalog entry)."""

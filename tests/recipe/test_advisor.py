@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from workbench.errors import WorkbenchError
+
 from workbench.predict import predict
 from workbench.recipe import dumps, loads
 from workbench.recipe.advisor import GAIN_UNCERTAINTY, AdviceItem, advise, gain_text, gain_verdict
@@ -131,3 +133,35 @@ def test_the_advisor_never_reports_a_global_batch_change_as_a_gain(model, source
             assert micro * accumulation * dp == batch
     assert math.prod(i.predicted_gain for i in a.revisions if i.kind in ("model", "recipe")) == pytest.approx(
         a.gain, rel=1e-9)
+
+
+def test_the_stack_and_the_split_pass_through_to_every_recipe():
+    a = advise("llama3-8b", "h100-sxm", "h200-sxm", 8, seq_len=4096, stack="torchtitan", tp=2, pp=1,
+               sharding="fsdp")
+    assert a.stack == "torchtitan" and a.held == {"stack": "torchtitan", "tp": 2, "pp": 1, "sharding": "fsdp"}
+    for recipe in (a.source, a.direct_port, a.co_designed):
+        p = recipe.parallelism
+        assert (p.tp, p.pp, p.sharding) == (2, 1, "fsdp") and recipe.predicted.stack == "torchtitan"
+        again = predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), stack="torchtitan",
+                        compile=recipe.compile)
+        assert again.summary.tokens_per_s == pytest.approx(recipe.predicted.tokens_per_s, rel=1e-9)
+    assert a.gain_verdict == gain_verdict(a.gain) and "+/- 5%" in a.gain_text
+    gains = math.prod(i.predicted_gain for i in a.revisions if i.applied and i.kind in ("model", "recipe"))
+    assert gains == pytest.approx(a.gain, rel=1e-6)  # the chain still multiplies to the whole gain
+
+
+def test_held_virtual_stages_are_priced_and_said():
+    a = advise("llama3-8b", "h100-sxm", "h200-sxm", 8, seq_len=4096, pp=2, virtual_stages=2)
+    port, co = a.configs
+    assert port.parallelism.virtual_stages == co.parallelism.virtual_stages == 2 and co.parallelism.pp == 2
+    assert "vs2" in {r["setting"]: r["co_designed"] for r in a.rows()}["parallelism"]
+    assert any("virtual stages" in n for n in a.notes)
+
+
+def test_a_split_or_dtype_that_cannot_hold_fails_clearly():
+    with pytest.raises(WorkbenchError, match="no layout of 8 x NVIDIA H200 SXM 141GB holds tp 3"):
+        advise("llama3-8b", "h100-sxm", "h200-sxm", 8, tp=3)
+    with pytest.raises(WorkbenchError, match="param_dtype"):
+        advise("llama3-8b", "h100-sxm", "h200-sxm", 8, stack="torchtitan", param_dtype="bf16")
+    with pytest.raises(WorkbenchError, match="context parallelism"):
+        advise("llama3-8b", "h100-sxm", "h200-sxm", 8, cp=2)

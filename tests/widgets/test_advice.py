@@ -52,7 +52,7 @@ def test_a_source_where_nothing_fits_is_shown_not_a_crash():
     advice_chart(advice_frame(advices), "h200-sxm").to_dict(validate=True)
 
 
-def test_the_advisor_gets_the_global_batch_and_the_panel_says_what_is_held(monkeypatch):
+def test_the_advisor_gets_the_controls_and_the_panel_says_what_is_held(monkeypatch):
     import workbench.recipe.advisor as advisor
 
     seen = []
@@ -62,9 +62,26 @@ def test_the_advisor_gets_the_global_batch_and_the_panel_says_what_is_held(monke
     assert advise_all(state) == {"b200": "stub"}
     (args, kwargs), = seen
     assert args == ("llama3-8b", "h200-sxm", "b200", 16, "bf16")
-    assert kwargs["global_batch"] == 512 and kwargs["seq_len"] == 4096
+    assert kwargs == {"seq_len": 4096, "global_batch": 512, "stack": "torchtitan", "tp": 2, "pp": 2, "ep": 1,
+                      "cp": 1, "virtual_stages": 1, "sharding": "ddp", "calibrated": False}
     text = advice_prompt(state)
     for words in ("Held fixed on both sides: Llama 3 8B, 16 GPUs per GPU type, bf16, sequence 4,096, global batch 512",
-                  "yours: tp 2, pp 2, DDP", "not as torchtitan, eager", "has no split or stack parameter"):
+                  "split tp 2, pp 2, ep 1, cp 1, virtual stages 1, DDP", "every recipe priced as torchtitan",
+                  "eager or torch.compile (yours: eager)", "activation checkpointing (yours: none)"):
         assert words in text, text
     assert "global batch auto" in advice_prompt(WorkbenchState())
+    assert "LoRA rank 8 not taken (it trains all weights)" in advice_prompt(state.replace(lora_rank=8))
+
+
+def test_the_advisor_holds_the_split_and_prices_the_stack():
+    state = WorkbenchState().replace(model="llama3-8b", gpus=["h100-sxm", "h200"], gpu_count=8, tp=2,
+                                     stack="pytorch-eager", seq_len=4096)
+    advice = advise_all(state)["h200-sxm"]
+    assert advice.stack == "pytorch-eager" and advice.held["tp"] == 2 and advice.held["sharding"] == "fsdp"
+    for recipe in (advice.source, advice.direct_port, advice.co_designed):
+        assert recipe.parallelism.tp == 2 and recipe.parallelism.pp == 1 and recipe.predicted.stack == "pytorch-eager"
+    shown = advice_html({"h200-sxm": advice}, "h100-sxm", state)
+    assert "+/- 5%: " in advice.gain_text and advice.gain_text in shown  # the gain with its uncertainty
+    assert "priced as Plain PyTorch, eager" in shown and ">Plain PyTorch, eager<" in shown  # in words, text and table
+    cp = advise_all(state.replace(gpu_count=8, tp=1, cp=2))["h200-sxm"]
+    assert isinstance(cp, str) and "context parallelism" in cp  # a reason, not a crash

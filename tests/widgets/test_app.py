@@ -234,11 +234,29 @@ def test_save_chart_only_on_tabs_with_a_chart_and_the_trust_tab(wb):
     assert wb.save_bar.layout.display == "none" and wb.tabs.get_title(5) == "How far to trust this"
     assert "torchtitan on the NVIDIA H200 SXM 141GB" in wb.trust_summary.value
     assert "not validated on this GPU" in wb.trust_summary.value  # the B200
-    assert "Published results" in wb.trust_summary.value
     assert "predicted step" in wb.trust_table.value and "torchtitan/torchtitan.jsonl" in wb.trust_table.value
     assert wb.trust_view.spec is not None and wb.trust_view.layout.display is None
     wb.set(tab="roofline", gpus=["b200", "mi350x"], stack="ideal")
     assert wb.save_bar.layout.display is None
+
+
+def test_the_trust_tab_lists_the_published_rows_of_the_gpus_and_the_model_family(wb):
+    from workbench.published import published_rows_for
+
+    wb.set(tab="trust", model="llama3-8b", gpus=["h100", "b200", "mi350x"], stack="torchtitan")
+    published, table = wb.trust.published.value, wb.trust.published_table.value
+    assert "Published results" in published and "llama3 family" in published
+    h100 = published_rows_for("h100-sxm", "llama3")
+    assert f"NVIDIA H100 SXM5 80GB: {len(h100)} published llama3 rows" in published
+    assert "AMD Instinct MI350X: no published llama3 rows" in published
+    shown = {r.id for r in (*h100, *published_rows_for("b200", "llama3"))}
+    assert all(f">{rid}<" in table for rid in shown)  # every row of those GPUs and that family, and no other
+    assert "GPT3" not in table and "gpt3" not in table and "mixtral" not in table
+    expressed = next(r for r in h100 if r.error is not None)
+    assert f"{expressed.error:+.1%}" in table and "predicted" in table and "published" in table
+    assert "not expressed" in table  # B200 rows the workbench cannot express say so, with the reason
+    wb.set(model="mixtral-8x7b", gpus=["h100"])
+    assert "mixtral" in wb.trust.published.value and "GPT3" not in wb.trust.published_table.value
 
 
 def test_a_configuration_that_does_not_fit_offers_its_nearest_fit_as_a_button():

@@ -212,10 +212,10 @@ def test_a_failing_tab_draw_is_shown(wb, monkeypatch, caplog):
     _added(wb)
     wb.set(micro_batch=3)  # every tab is redrawn on its next opening
 
-    def broken():
+    def broken(context):
         raise KeyError("step_ms")
 
-    monkeypatch.setattr(wb, "_draw_step", broken)
+    monkeypatch.setattr(wb.panels["step time"], "draw", broken)
     with caplog.at_level(logging.ERROR, logger="widgets.controls"):
         wb.tabs.selected_index = 1  # clicking the Step time tab
     assert "internal error: KeyError" in _text(wb.status.value)
@@ -224,7 +224,7 @@ def test_a_failing_tab_draw_is_shown(wb, monkeypatch, caplog):
 
 
 def test_a_click_on_an_unknown_point_and_a_failing_advisor_are_shown(wb, monkeypatch, caplog):
-    import widgets.app
+    import widgets.advisor_panel
 
     _added(wb)
 
@@ -237,7 +237,7 @@ def test_a_click_on_an_unknown_point_and_a_failing_advisor_are_shown(wb, monkeyp
     def broken(*args, **kwargs):
         raise MemoryError()
 
-    monkeypatch.setattr(widgets.app, "advise_all", broken)
+    monkeypatch.setattr(widgets.advisor_panel, "advise_all", broken)
     with caplog.at_level(logging.ERROR, logger="widgets.controls"):
         wb.advice_button.click()
     assert "internal error: MemoryError" in _text(wb.status.value)

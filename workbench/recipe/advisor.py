@@ -17,13 +17,22 @@
 Both sides train the same run: one global batch (the caller's, else ``search.default_global_batch``) for the
 source, the direct port and the co-designed recipe, so no gain comes from changing it. Every gain is reported with
 ``GAIN_UNCERTAINTY``; one inside it is "no measurable gain" (``gain_verdict``), in the text and in ``as_dict``.
+
+What runs the recipes and how the GPUs are split can be held too (the widget passes its controls):
+
+    >>> advise("llama3-70b", "h100-sxm", "b200", 16, stack="torchtitan", tp=2, pp=2, sharding="fsdp")
+
+``stack`` and ``param_dtype`` price every recipe as that stack runs it (``search(stack=, param_dtype=)``; None: the
+fused-step bound, as before); each of ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` given is
+held on the source, the direct port and the co-designed recipe alike (``held_layouts``), and what is left None the
+search chooses. ``Advice.held`` lists what was held.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from workbench.config import Parallelism, TrainingConfig, default_seq_len
@@ -31,9 +40,13 @@ from workbench.errors import SpecError, WorkbenchError
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB, HEADROOM_FRACTION
 from workbench.models import Model, TransformerModel, get_model
+from workbench.predict import predict
 from workbench.recipe.build import make_recipe, revised_model
-from workbench.recipe.schema import Recipe, Revision
-from workbench.recipe.search import STEP_TIME_UNCERTAINTY, Candidate, StepEvaluator, default_global_batch, search
+from workbench.recipe.schema import PrecisionPolicy, Recipe, Revision
+from workbench.recipe.search import (
+    IDEAL, STEP_TIME_UNCERTAINTY, Candidate, StepEvaluator, default_global_batch, layouts, search,
+)
+from workbench.stacks import get_stack
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,6 +81,72 @@ def gain_text(gain: float | None, uncertainty: float = GAIN_UNCERTAINTY) -> str:
     if verdict is None:
         return "no prediction"
     return f"x{gain:.3f} +/- {uncertainty:.0%}: {verdict}"
+
+
+SPLIT_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "virtual_stages")
+"""The ``Parallelism`` degrees ``advise`` can hold (``held_layouts``); ``sharding`` is held through the search's
+``shardings``."""
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How the advisor prices every recipe: the stack that runs it (None: the fused-step bound, the search's
+    default), its parameter dtype (None: the stack's default) and the GPU's calibration profile."""
+
+    stack: str | None = None
+    param_dtype: str | None = None
+    calibrated: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        """Nothing named: the fused-step bound at its default dtype, each recipe predicted by ``make_recipe``."""
+        return self.stack is None and self.param_dtype is None
+
+    def evaluator(self, model: Model, gpu: GPU) -> StepEvaluator:
+        return StepEvaluator(model, gpu, self.stack, calibrated=self.calibrated, param_dtype=self.param_dtype)
+
+    def recipe(self, name: str, gpu: GPU, candidate: Candidate, overrides: Mapping[str, int],
+               revisions: Sequence[Revision] = ()) -> Recipe:
+        """``candidate``'s configuration as a recipe on ``gpu``, predicted as this pricing prices it (with the
+        candidate's compile flag where a stack is named)."""
+        if self.is_default:
+            return make_recipe(name, gpu, candidate.config, overrides=overrides, revisions=revisions,
+                               calibrated=self.calibrated)
+        model = revised_model(name, dict(overrides))
+        cfg = candidate.config.resolved(model)
+        dtype = get_stack(self.stack or IDEAL).param_dtype(self.param_dtype)
+        prediction = predict(model, gpu, cfg, calibrated=self.calibrated, stack=self.stack or IDEAL,
+                             compile=candidate.compile, param_dtype=dtype)
+        policy = replace(PrecisionPolicy.for_precision(cfg.precision), param_dtype=dtype)
+        return make_recipe(name, gpu, cfg, overrides=overrides, revisions=revisions, compile=candidate.compile,
+                           precision=policy, prediction=prediction, calibrated=self.calibrated)
+
+
+def held_layouts(model: Model, gpu: GPU, gpus: int, split: Mapping[str, int]) -> list[Parallelism] | None:
+    """The layouts of ``gpus`` GPUs the search may try with the degrees in ``split`` held (``SPLIT_FIELDS``; e.g.
+    ``{"tp": 2, "cp": 2}``), each checked by the core (tp dividing the heads, pp at most the layers, ep dividing
+    dp x cp, ...); None when nothing is held (every layout ``search.layouts`` gives), [] when none is valid. The
+    layouts are ``search.layouts`` of ``gpus / cp`` GPUs, given the held cp, ep and virtual stages."""
+    if not split:
+        return None
+    cp = split.get("cp", 1)
+    if gpus % cp:
+        return []
+    out: dict[Parallelism, None] = {}
+    for base in layouts(model, gpu, gpus // cp):
+        p = replace(base, cp=cp, ep=split.get("ep", base.ep), virtual_stages=split.get("virtual_stages", 1))
+        if any(getattr(p, name) != value for name, value in split.items()):
+            continue
+        try:
+            TrainingConfig(1, parallelism=p).resolved(model)
+        except SpecError:
+            continue
+        out[p] = None
+    return list(out)
+
+
+def _split_text(split: Mapping[str, object]) -> str:
+    return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in split.items())
 
 
 @dataclass(frozen=True)
@@ -114,6 +193,14 @@ class Advice:
     co_designed: Recipe
     revisions: tuple[AdviceItem, ...]
     notes: tuple[str, ...] = ()
+    stack: str = IDEAL
+    """The stack every recipe is priced for (``ideal``: the fused-step bound)."""
+    held: Mapping[str, object] = field(default_factory=dict)
+    """What the caller held on both sides beyond the model, GPU count, precision, sequence and global batch: the
+    stack, parameter dtype, parallel degrees and sharding given to ``advise`` (empty: all searched)."""
+    configs: tuple[TrainingConfig | None, TrainingConfig] | None = None
+    """(direct port, co-designed) configurations as priced, cp and virtual stages included (recipes record
+    neither)."""
 
     @property
     def gain(self) -> float | None:
@@ -140,8 +227,9 @@ class Advice:
         """Plain data for the widget: both recipes, the side-by-side rows, revisions (each with its ``verdict``)
         and notes; ``gain`` with ``gain_uncertainty`` and ``gain_verdict``."""
         return {"model": self.model, "source_gpu": self.source_gpu, "target_gpu": self.target_gpu, "gpus": self.gpus,
-                "precision": self.precision, "gain": self.gain, "gain_uncertainty": self.gain_uncertainty,
-                "gain_verdict": self.gain_verdict, "gain_text": self.gain_text, "notes": list(self.notes),
+                "precision": self.precision, "stack": self.stack, "held": dict(self.held), "gain": self.gain,
+                "gain_uncertainty": self.gain_uncertainty, "gain_verdict": self.gain_verdict,
+                "gain_text": self.gain_text, "notes": list(self.notes),
                 "source": self.source.to_dict() if self.source else None,
                 "direct_port": self.direct_port.to_dict() if self.direct_port else None,
                 "co_designed": self.co_designed.to_dict(), "side_by_side": self.rows(),
@@ -149,22 +237,30 @@ class Advice:
 
     def rows(self) -> list[dict]:
         """One row per setting or prediction: direct port vs co-designed."""
-        def cells(recipe: Recipe | None) -> dict:
+        def cells(recipe: Recipe | None, cfg: TrainingConfig | None) -> dict:
             if recipe is None:
                 return {}
             p, b, pred = recipe.parallelism, recipe.batch, recipe.predicted
+            layout = f"dp{p.dp} ({p.sharding}) tp{p.tp} pp{p.pp} ep{p.ep}"
+            if cfg is not None:  # cp and virtual stages, which the recipe does not record
+                c = cfg.parallelism
+                layout += f" cp{c.cp}" if c.cp > 1 else ""
+                layout += f" vs{c.virtual_stages}" if c.virtual_stages > 1 else ""
             out = {"gpu": recipe.target.gpu, "model overrides": _text(recipe.model.overrides),
                    "precision": recipe.precision.workbench_precision, "micro-batch": b.micro_batch,
                    "global batch": b.global_batch, "grad accumulation": b.grad_accumulation,
-                   "activation checkpointing": recipe.activation_checkpointing.mode,
-                   "parallelism": f"dp{p.dp} ({p.sharding}) tp{p.tp} pp{p.pp} ep{p.ep}"}
+                   "activation checkpointing": recipe.activation_checkpointing.mode, "parallelism": layout}
+            if self.stack != IDEAL:
+                out.update({"stack": self.stack, "torch.compile": recipe.compile,
+                            "parameter dtype": recipe.precision.param_dtype})
             if pred is not None:
                 out.update({"step time (ms)": round(pred.step_time_s * 1e3, 2), "tokens/s": round(pred.tokens_per_s),
                             "samples/s": round(pred.samples_per_s, 2), "MFU": round(pred.mfu, 4),
                             "peak memory (GB)": round(pred.peak_memory_gb, 1), "fits": pred.fits})
             return out
 
-        port, codesigned = cells(self.direct_port), cells(self.co_designed)
+        port_cfg, co_cfg = self.configs or (None, None)
+        port, codesigned = cells(self.direct_port, port_cfg), cells(self.co_designed, co_cfg)
         return [{"setting": key, "direct_port": port.get(key), "co_designed": value}
                 for key, value in codesigned.items()]
 
@@ -199,76 +295,118 @@ def advise(
     global_batch: int = 0,
     precisions: Sequence[str] | None = None,
     calibrated: bool = False,
+    stack: str | None = None,
+    param_dtype: str | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    cp: int | None = None,
+    ep: int | None = None,
+    virtual_stages: int | None = None,
+    sharding: str | None = None,
 ) -> Advice:
     """Direct port vs co-designed recipe for ``model`` (a catalog name plus ``overrides``) on ``gpus`` target GPUs,
-    both at one global batch: ``global_batch`` samples per step, or 0 for ``search.default_global_batch``."""
+    both at one global batch: ``global_batch`` samples per step, or 0 for ``search.default_global_batch``.
+
+    ``stack`` (a ``workbench.stacks`` name; None: the fused-step bound) and ``param_dtype`` (None: the stack's
+    default) price every recipe; ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` are held on
+    both sides when given, searched when None."""
     base_overrides = dict(overrides or {})
     base = revised_model(model, base_overrides)
     name = get_model(model).name
     source, target = get_gpu(source_gpu), get_gpu(target_gpu)
     seq_len = seq_len or default_seq_len(base)
     global_batch = global_batch or default_global_batch(base, gpus, seq_len)  # fixed once, for both sides
+    named = None if stack is None else get_stack(stack).name  # an unknown name lists the stacks
+    pricing = Pricing(None if named == IDEAL else named, param_dtype, calibrated)
+    if param_dtype is not None:
+        get_stack(named or IDEAL).param_dtype(param_dtype)  # one the stack does not train with fails here
+    split = {f: v for f, v in zip(SPLIT_FIELDS, (tp, pp, cp, ep, virtual_stages)) if v is not None}
+    held = {k: v for k, v in (("stack", named), ("param_dtype", param_dtype), *split.items(), ("sharding", sharding))
+            if v is not None}
+    if split.get("cp", 1) != 1:
+        raise SpecError("advise", "cp", split["cp"], "1 or None: recipes (workbench.recipe.build.make_recipe) do not "
+                        "record context parallelism yet")
     kwargs = dict(precision=precision, precisions=precisions, seq_len=seq_len, global_batch=global_batch)
+    if sharding is not None:
+        kwargs["shardings"] = (sharding,)
     notes: list[str] = []
+    if split.get("virtual_stages", 1) > 1:
+        notes.append(f"{split['virtual_stages']} virtual stages per pipeline rank are priced; the recipes do not "
+                     "record them (workbench.recipe.build), so an exported recipe says plain 1F1B")
     items: list[AdviceItem] = []
-    target_eval = StepEvaluator(base, target, calibrated=calibrated)
+    target_eval = pricing.evaluator(base, target)
 
-    source_result = search(base, source, gpus, calibrated=calibrated, **kwargs)
-    source_recipe = port = None
+    source_layouts = held_layouts(base, source, gpus, split)
+    source_result = search(base, source, gpus, evaluator=pricing.evaluator(base, source),
+                           parallelisms=source_layouts, **kwargs)
+    source_recipe = port = port_config = None
     if source_result.ranked:
         best = source_result.best
-        source_recipe = make_recipe(name, source, best.config, overrides=base_overrides, calibrated=calibrated)
-        port = make_recipe(name, target, best.config, overrides=base_overrides, calibrated=calibrated)
+        port_config = best.config
+        source_recipe = pricing.recipe(name, source, best, base_overrides)
+        port = pricing.recipe(name, target, best, base_overrides)
         if not port.predicted.fits:
             usable = target.hbm_capacity_gb.value * (1 - HEADROOM_FRACTION)
             notes.append(f"the direct port does not fit the {target.display_name}: it needs "
                          f"{port.predicted.peak_memory_gb:.1f} GB of {usable:.1f} GB usable per GPU")
+    elif source_layouts == []:
+        notes.append(f"no layout of {gpus} x {source.display_name} holds {_split_text(split)} for {name}: no "
+                     "direct port")
     else:
-        notes.append(f"no configuration of {name} fits {gpus} x {source.display_name}: no direct port")
+        notes.append(f"no configuration of {name} fits {gpus} x {source.display_name}"
+                     f"{f' with {_split_text(held)}' if held else ''}: no direct port")
 
-    first = search(base, target, gpus, evaluator=target_eval, **kwargs).best  # raises when nothing fits the target
+    target_layouts = held_layouts(base, target, gpus, split)
+    if target_layouts == []:
+        raise WorkbenchError(f"no layout of {gpus} x {target.display_name} holds {_split_text(split)} for {name} "
+                             f"(tp inside the {int(target.scale_up_domain_gpus.value)}-GPU scale-up domain and "
+                             "dividing the heads, dp x tp x pp x cp = the GPUs, ep dividing dp x cp)")
+    first = search(base, target, gpus, evaluator=target_eval, parallelisms=target_layouts,
+                   **kwargs).best  # raises when nothing fits the target
 
     # Structural revisions that keep the model's function, applied when the model predicts a gain.
     revised_overrides = dict(base_overrides)
-    model_items = _padding_items(name, base, base_overrides, target, first, calibrated)
+    model_items = _padding_items(name, base, base_overrides, target, first, pricing)
     for item in model_items:
         if item.applied:
             revised_overrides[item.field] = int(item.new)  # type: ignore[arg-type]
     items += model_items
     final_model = revised_model(name, revised_overrides)
-    final_eval = target_eval if final_model == base else StepEvaluator(final_model, target, calibrated=calibrated)
-    final = search(final_model, target, gpus, evaluator=final_eval, **kwargs).best if final_model != base else first
+    final_eval = target_eval if final_model == base else pricing.evaluator(final_model, target)
+    final = (search(final_model, target, gpus, evaluator=final_eval, parallelisms=target_layouts, **kwargs).best
+             if final_model != base else first)
     revisions = [Revision(i.name, i.field, int(i.old), int(i.new), i.reason, i.predicted_gain)  # type: ignore[arg-type]
                  for i in model_items if i.applied]
-    co_designed = make_recipe(name, target, final.config, overrides=revised_overrides, revisions=revisions,
-                              calibrated=calibrated)
+    co_designed = pricing.recipe(name, target, final, revised_overrides, revisions)
     for recipe in (source_recipe, port, co_designed):
         if recipe is not None and recipe.batch.global_batch != global_batch:  # search holds it: a broken invariant
             raise WorkbenchError(f"advisor: a recipe has global batch {recipe.batch.global_batch}, not the "
                                  f"{global_batch} both sides must share")
 
     if port is not None:
-        items = _chain_model_gains(items, name, base_overrides, port, target, calibrated)
-        items += _recipe_steps(port, final.config, final_eval, target)
-    items += _proposals(name, final_model, revised_overrides, target, final, calibrated)
+        items = _chain_model_gains(items, name, base_overrides, port_config, best.compile,
+                                   port.predicted.tokens_per_s, target, pricing)
+        items += _recipe_steps(port_config, best.compile, final, final_eval, target)
+    items += _proposals(name, final_model, revised_overrides, target, final, pricing)
     if not isinstance(base, TransformerModel):
-        items += _placement(base, source, target, final, calibrated)
+        items += _placement(base, source, target, final, pricing)
     return Advice(name, source.name, target.name, gpus, precision, source_recipe, port, co_designed, tuple(items),
-                  tuple(notes))
+                  tuple(notes), stack=named or IDEAL, held=held, configs=(port_config, final.config))
 
 
-def _gain(model: Model, gpu: GPU, cfg: TrainingConfig, calibrated: bool, reference: float) -> tuple[float, bool]:
+def _gain(model: Model, gpu: GPU, cfg: TrainingConfig, pricing: Pricing, reference: float,
+          compile: bool = True) -> tuple[float, bool]:
     """(throughput gain over ``reference`` tokens/s, fits) of ``cfg`` on ``model``; NaN gain if invalid."""
     try:
         resolved = cfg.resolved(model)
     except SpecError:
         return math.nan, False
-    c = StepEvaluator(model, gpu, calibrated=calibrated).evaluate(resolved)
+    c = pricing.evaluator(model, gpu).evaluate(resolved, compile=compile)
     return c.tokens_per_s / reference, c.fits
 
 
 def _padding_items(name: str, base: Model, overrides: dict, gpu: GPU, best: Candidate,
-                   calibrated: bool) -> list[AdviceItem]:
+                   pricing: Pricing) -> list[AdviceItem]:
     """Pad vocabulary and FFN width (zero rows/columns keep the function) to the multiple the model likes best."""
     if not isinstance(base, TransformerModel):
         return []
@@ -281,8 +419,8 @@ def _padding_items(name: str, base: Model, overrides: dict, gpu: GPU, best: Cand
             new = _round_up(old, multiple * best.config.parallelism.tp)
             if new == old or any(t[0] == new for t in tried):
                 continue
-            gain, fits = _gain(revised_model(name, {**overrides, field: new}), gpu, best.config, calibrated,
-                               best.tokens_per_s)
+            gain, fits = _gain(revised_model(name, {**overrides, field: new}), gpu, best.config, pricing,
+                               best.tokens_per_s, best.compile)
             tried.append((new, multiple, gain, fits))
         good = [t for t in tried if t[3] and t[2] >= MIN_GAIN]
         if good:
@@ -292,15 +430,13 @@ def _padding_items(name: str, base: Model, overrides: dict, gpu: GPU, best: Cand
     return items
 
 
-def _chain_model_gains(items: list[AdviceItem], name: str, overrides: dict, port: Recipe, gpu: GPU,
-                       calibrated: bool) -> list[AdviceItem]:
-    """Re-predict applied model revisions one after another at the direct-port config, so that the gains of the
-    whole chain (model revisions, then recipe steps) multiply to the co-designed / direct-port ratio."""
-    from workbench.recipe.build import training_config
-
-    cfg = training_config(port)
+def _chain_model_gains(items: list[AdviceItem], name: str, overrides: dict, port: TrainingConfig, compile: bool,
+                       port_tokens_per_s: float, gpu: GPU, pricing: Pricing) -> list[AdviceItem]:
+    """Re-predict applied model revisions one after another at the direct-port config (``port``, run with
+    ``compile``, predicted at ``port_tokens_per_s``), so that the gains of the whole chain (model revisions, then
+    recipe steps) multiply to the co-designed / direct-port ratio."""
     current = dict(overrides)
-    reference = port.predicted.tokens_per_s if port.predicted else math.nan
+    reference = port_tokens_per_s
     out = []
     for item in items:
         if item.kind != "model" or not item.applied:
@@ -308,7 +444,7 @@ def _chain_model_gains(items: list[AdviceItem], name: str, overrides: dict, port
             continue
         current[item.field] = int(item.new)  # type: ignore[arg-type]
         revised = revised_model(name, current)
-        gain, _ = _gain(revised, gpu, cfg, calibrated, reference)
+        gain, _ = _gain(revised, gpu, port, pricing, reference, compile)
         if math.isnan(gain):
             out.append(item)
             continue
@@ -317,23 +453,32 @@ def _chain_model_gains(items: list[AdviceItem], name: str, overrides: dict, port
     return out
 
 
-def _recipe_steps(port: Recipe, final: TrainingConfig, ev: StepEvaluator, gpu: GPU) -> list[AdviceItem]:
-    """Walk from the direct port to the co-designed config one setting group at a time, predicting each step."""
-    from workbench.recipe.build import training_config
-
-    final = replace(final, global_batch=final.samples_per_step)  # explicit, as recipes hold it
-    current = training_config(port).resolved(ev.model)
+def _recipe_steps(port: TrainingConfig, port_compile: bool, final: Candidate, ev: StepEvaluator,
+                  gpu: GPU) -> list[AdviceItem]:
+    """Walk from the direct port (``port``, run with ``port_compile``) to the co-designed candidate one setting
+    group at a time, predicting each step (the compile flag last, where the stack follows it)."""
+    target = replace(final.config, global_batch=final.config.samples_per_step)  # explicit, as recipes hold it
+    current, compiled = port.resolved(ev.model), port_compile
     steps = [
-        ("precision", "precision", lambda c: replace(c, precision=final.precision)),
-        ("parallel layout", "parallelism", lambda c: replace(c, parallelism=final.parallelism)),
+        ("precision", "precision", lambda c: replace(c, precision=target.precision)),
+        ("parallel layout", "parallelism", lambda c: replace(c, parallelism=target.parallelism)),
         ("activation checkpointing", "activation_checkpointing",
-         lambda c: replace(c, activation_checkpointing=final.activation_checkpointing)),
+         lambda c: replace(c, activation_checkpointing=target.activation_checkpointing)),
         ("micro-batch", "micro_batch",
-         lambda c: replace(c, micro_batch=final.micro_batch, global_batch=final.global_batch)),
+         lambda c: replace(c, micro_batch=target.micro_batch, global_batch=target.global_batch)),
     ]
     usable = gpu.hbm_capacity_gb.value * (1 - HEADROOM_FRACTION)
-    before = ev.evaluate(current)
+    before = ev.evaluate(current, compile=compiled)
     items, pending = [], []
+
+    def record(after: Candidate) -> None:
+        old = ", ".join(_describe(before, f) for _, f in pending)
+        new = ", ".join(_describe(after, f) for _, f in pending)
+        reason = (f"peak memory {before.peak_memory_gb:.1f} -> {after.peak_memory_gb:.1f} GB of {usable:.1f} GB usable"
+                  f"{'' if after.fits else ' (this intermediate step alone does not fit)'}")
+        items.append(AdviceItem("recipe", " + ".join(p[0] for p in pending), "+".join(p[1] for p in pending), old, new,
+                                reason, after.tokens_per_s / before.tokens_per_s, True))
+
     for label, field, change in steps:
         nxt = change(current)
         if nxt == current:
@@ -344,26 +489,27 @@ def _recipe_steps(port: Recipe, final: TrainingConfig, ev: StepEvaluator, gpu: G
         except SpecError:
             current = nxt  # invalid on its own (e.g. batch divisibility): merge into the next step
             continue
-        after = ev.evaluate(nxt)
-        old = ", ".join(_describe(before.config, f) for _, f in pending)
-        new = ", ".join(_describe(after.config, f) for _, f in pending)
-        reason = (f"peak memory {before.peak_memory_gb:.1f} -> {after.peak_memory_gb:.1f} GB of {usable:.1f} GB usable"
-                  f"{'' if after.fits else ' (this intermediate step alone does not fit)'}")
-        items.append(AdviceItem("recipe", " + ".join(p[0] for p in pending), "+".join(p[1] for p in pending), old, new,
-                                reason, after.tokens_per_s / before.tokens_per_s, True))
+        after = ev.evaluate(nxt, compile=compiled)
+        record(after)
         before, current, pending = after, nxt, []
+    if final.compile != compiled and not pending:  # a stack that follows the flag: compiled on one side only
+        pending.append(("torch.compile", "compile"))
+        record(ev.evaluate(current, compile=final.compile))
     return items
 
 
-def _describe(cfg: TrainingConfig, field: str) -> str:
+def _describe(candidate: Candidate, field: str) -> str:
+    cfg = candidate.config
     p = cfg.parallelism
+    layout = (f"dp{p.dp} {p.sharding} tp{p.tp} pp{p.pp} ep{p.ep}{f' cp{p.cp}' if p.cp > 1 else ''}"
+              f"{f' vs{p.virtual_stages}' if p.virtual_stages > 1 else ''}")
     return {"precision": cfg.precision, "activation_checkpointing": cfg.activation_checkpointing,
             "micro_batch": f"micro-batch {cfg.micro_batch} x accumulation {cfg.grad_accumulation}",
-            "parallelism": f"dp{p.dp} {p.sharding} tp{p.tp} pp{p.pp} ep{p.ep}"}[field]
+            "parallelism": layout, "compile": "compiled" if candidate.compile else "eager"}[field]
 
 
 def _proposals(name: str, model: Model, overrides: dict, gpu: GPU, best: Candidate,
-               calibrated: bool) -> list[AdviceItem]:
+               pricing: Pricing) -> list[AdviceItem]:
     """Changes to the model's math, with predicted gains at the co-designed config: never applied."""
     if not isinstance(model, TransformerModel):
         return []
@@ -393,7 +539,7 @@ def _proposals(name: str, model: Model, overrides: dict, gpu: GPU, best: Candida
             candidate_model = revised_model(name, {**overrides, **change})
         except SpecError:
             continue
-        gain, fits = _gain(candidate_model, gpu, best.config, calibrated, best.tokens_per_s)
+        gain, fits = _gain(candidate_model, gpu, best.config, pricing, best.tokens_per_s, best.compile)
         if math.isnan(gain):
             continue
         verdict = ("" if gain_verdict(gain) == "gain" else
@@ -408,7 +554,7 @@ def _proposals(name: str, model: Model, overrides: dict, gpu: GPU, best: Candida
     return list(best_per_label.values())
 
 
-def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibrated: bool) -> list[AdviceItem]:
+def _placement(model: Model, source: GPU, target: GPU, final: Candidate, pricing: Pricing) -> list[AdviceItem]:
     """Embedding tables (recommendation models): how many GPUs' HBM they need on each GPU type, and what
     holding them on fewer target GPUs is predicted to give per GPU."""
     table_bytes = model.embedding_params * 4  # fp32 rows, as workbench.memory holds them
@@ -417,7 +563,7 @@ def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibra
     def fewest(gpu: GPU) -> int:
         for dp in (1, 2, 4, 8, 16, 32, 64, 128, 256):
             trial = TrainingConfig(1, cfg.seq_len, cfg.precision, Parallelism(dp=dp, sharding="ddp"))
-            if StepEvaluator(model, gpu, calibrated=calibrated).evaluate(trial.resolved(model)).fits:
+            if pricing.evaluator(model, gpu).evaluate(trial.resolved(model)).fits:
                 return dp
         return 0
 
@@ -426,7 +572,7 @@ def _placement(model: Model, source: GPU, target: GPU, final: Candidate, calibra
     batch = cfg.samples_per_step  # both GPU counts train at the co-designed recipe's global batch
     if (need_source and need_target and need_target < need_source
             and batch % need_target == 0 and batch % need_source == 0):
-        ev = StepEvaluator(model, target, calibrated=calibrated)
+        ev = pricing.evaluator(model, target)
         per_gpu = []
         for dp in (need_target, need_source):
             best = search(model, target, dp, precision=cfg.precision, global_batch=batch, evaluator=ev).best

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from workbench.config import (
@@ -113,7 +113,7 @@ class StepEvaluator:
     the ``workbench-job`` stack)."""
 
     def __init__(self, model: str | Model, gpu: str | GPU, stack: str | Stack | None = None, *,
-                 calibrated: bool = False, execution: Execution | None = None):
+                 calibrated: bool = False, execution: Execution | None = None, param_dtype: str | None = None):
         if stack is None and execution is None:
             stack = IDEAL  # the search's default is the bound, whatever predict's default stack is
         self.step = StepModel(model, gpu, stack=stack, calibrated=calibrated, execution=execution)
@@ -121,6 +121,8 @@ class StepEvaluator:
         self.gpu = self.step.gpu
         self.execution = execution
         named = self.step.stack
+        self.param_dtype = named.param_dtype(param_dtype)
+        """The parameter dtype every candidate is priced at (checked against the stack's; None: its default)."""
         self.stack = named.name
         if execution is not None:
             options: tuple[bool, ...] = (execution.compile,)
@@ -138,11 +140,12 @@ class StepEvaluator:
         """The predicted step of ``cfg`` (resolved for the model; precision native on the GPU) with ``compile``;
         ``check_memory_first``: a configuration that does not fit gets its memory only (no step time)."""
         if check_memory_first:
-            memory = self.step.memory(cfg, compile=compile)
+            memory = self.step.memory(cfg, compile=compile, param_dtype=self.param_dtype)
             if not memory.fits:
                 return Candidate(cfg, math.inf, 0.0, 0.0, 0.0, memory.total / GB, 0.0, False, compile, self.stack,
-                                 self.step.priced_as_bound(cfg, compile=compile))
-        s = self.step.summary(cfg, compile=compile, max_micro_batch=False)
+                                 self.step.priced_as_bound(cfg, compile=compile,
+                                                         param_dtype=self.param_dtype))
+        s = self.step.summary(cfg, compile=compile, param_dtype=self.param_dtype, max_micro_batch=False)
         return Candidate(cfg, s.step_time_s, s.tokens_per_s, s.samples_per_s, s.mfu, s.memory.total / GB,
                          s.communication_s, s.memory.fits, compile, self.stack, s.priced_as_bound)
 
@@ -352,13 +355,17 @@ def search(
     evaluator: StepEvaluator | None = None,
     execution: Execution | None = None,
     stack: str | Stack | None = None,
+    param_dtype: str | None = None,
+    parallelisms: Sequence[Parallelism] | None = None,
 ) -> SearchResult:
     """Enumerate and predict every configuration at one global batch: ``global_batch`` samples per step, or 0 for
     ``default_global_batch`` (the model's standard: 4M tokens for a transformer, the catalog's ``default_batch``
     for a recommendation model, as a power of two per GPU). Every candidate has exactly that global batch
     (micro-batch x dp x accumulation); layouts whose dp does not divide it are skipped. ``execution`` predicts the
     reference job (see ``predict``); ``stack`` prices every candidate as that stack runs it (``StepEvaluator``;
-    None or ``ideal``: the fused step); both are ignored when ``evaluator`` is given."""
+    None or ``ideal``: the fused step) at ``param_dtype`` (None: the stack's default); these three are ignored when
+    ``evaluator`` is given. ``parallelisms``: the layouts to try (each splits ``gpus``, with its cp, ep and virtual
+    stages; the sharding comes from ``shardings``), None for every layout ``layouts`` gives."""
     model = get_model(model)
     gpu = get_gpu(gpu)
     _check_count("gpus", gpus, 1, MAX_GPUS)
@@ -371,7 +378,7 @@ def search(
             raise SpecError("search", "stack", get_stack(stack).name, "no stack with execution= (the reference job's "
                             "execution is the workbench-job stack: pass stack='workbench-job' alone)")
         named = None if stack is None or get_stack(stack).name == IDEAL else stack
-        ev = StepEvaluator(model, gpu, named, calibrated=calibrated, execution=execution)
+        ev = StepEvaluator(model, gpu, named, calibrated=calibrated, execution=execution, param_dtype=param_dtype)
     seq = seq_len or default_seq_len(model)
     global_batch = global_batch or default_global_batch(model, gpus, seq)
     searched = tuple(precisions or (precision,))
@@ -382,13 +389,13 @@ def search(
     limit = MAX_MICRO_BATCH[model.kind]
     for prec in searched:
         resolve_precision(gpu, prec)  # an unsupported precision fails here, naming what the GPU runs
-        for base in layouts(model, gpu, gpus):
+        for base in layouts(model, gpu, gpus) if parallelisms is None else parallelisms:
             if global_batch % base.dp:
                 continue  # no micro-batch and accumulation give this global batch on this many ranks
             micro_batches = [mb for mb in _divisors_cached(global_batch // base.dp) if mb <= limit]
             for sharding in shardings:
-                p = Parallelism(dp=base.dp, tp=base.tp, pp=base.pp, ep=base.ep, sharding=sharding)
-                if sharding == "ddp" and p.dp == 1 and "fsdp" in shardings:
+                p = replace(base, sharding=sharding)
+                if sharding == "ddp" and p.weight_replicas == 1 and "fsdp" in shardings:
                     continue  # one data-parallel rank: ddp and fsdp are the same run
                 for ac in ac_modes:
                     for compiled in ev.compile_options:
