@@ -1,7 +1,7 @@
 """Gluon fp8 GEMM (workbench/kernels/gemm_gluon.py) without a GPU: Gluon has no interpreter, so these check the
 host side (input validation, the empty-product shortcuts, the config checks and space) and compile the default
 configs for sm_90 ahead of time (registers, spills, shared memory, the overlapped wgmma wait). Numerics and
-speed are benchmarks/gluon_fp8_probe.py's job on an H200."""
+speed are benchmarks/archive/gluon_fp8_probe.py's job on an H200."""
 
 import json
 import os

@@ -155,7 +155,7 @@ def test_load_sweeps_names_gluon_rows(tmp_path):
 
 
 def test_sweep_refuses_two_kernels_at_once():
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "select_sweep.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "select" / "select_sweep.py"
     result = subprocess.run([sys.executable, str(script), "--out", "unused", "--tma", "--gluon"],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2 and "pick one kernel" in result.stderr

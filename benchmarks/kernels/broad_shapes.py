@@ -7,8 +7,8 @@
 
 Shapes: ``benchmarks/kernels/shapes.yaml`` (72 GEMMs, each in bf16 and fp8 with per-row scales; 20 attention
 shapes, forward and forward + backward). Per GEMM case: our kernel through the normal wrapper with config=None
-(``gemm.matmul`` / ``gemm.scaled_matmul``: gemm.py, TMA or Gluon as the selector picks), the vendor library
-(``torch.matmul`` / ``torch._scaled_mm``) and the shim (``dispatch.matmul`` / ``dispatch.scaled_matmul``), each
+(``dispatch.triton_matmul`` / ``dispatch.triton_scaled_matmul``: gemm.py, TMA or Gluon as the selector picks), the
+vendor library (``torch.matmul`` / ``torch._scaled_mm``) and the shim (``dispatch.matmul`` / ``dispatch.scaled_matmul``), each
 checked against the vendor's result (relative Frobenius error within ``gemm.TOLERANCE``; against an fp32 product
 where the vendor refuses the shape) and timed with ``triton.testing.do_bench`` (median; ROUNDS alternating rounds
 of WARMUP_MS / REP_MS, the median of the round medians; do_bench flushes the L2 before every launch, and inputs
@@ -242,13 +242,13 @@ def gemm_calls(dtype: str, gpu: str | None):
     """(ours, vendor, shim) callables over one input set."""
     import torch
 
-    from workbench.kernels import dispatch, gemm
+    from workbench.kernels import dispatch
 
     if dtype == "fp8":
-        return (lambda a, b, sa, sb: gemm.scaled_matmul(a, b, sa, sb),
+        return (lambda a, b, sa, sb: dispatch.triton_scaled_matmul(a, b, sa, sb),
                 lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
                 lambda a, b, sa, sb: dispatch.scaled_matmul(a, b, sa, sb, gpu=gpu))
-    return gemm.matmul, torch.matmul, lambda a, b: dispatch.matmul(a, b, gpu=gpu)
+    return dispatch.triton_matmul, torch.matmul, lambda a, b: dispatch.matmul(a, b, gpu=gpu)
 
 
 def gemm_case(shape: dict, dtype: str, timer: Timer, device: str, gpu: str | None) -> dict:
@@ -269,8 +269,8 @@ def gemm_case(shape: dict, dtype: str, timer: Timer, device: str, gpu: str | Non
     ours, vendor, shim = gemm_calls(dtype, gpu)
     first = sets[0]
     try:
-        tma = dtype == "fp8" or gemm._tma_takes(first[0], first[1])  # bf16: TMA when config=None may take it
-        config = gemm._default_config(first[0], first[1], backend(), "exact", tma=tma)
+        tma = dtype == "fp8" or dispatch._tma_takes(first[0], first[1])  # bf16: TMA when config=None may take it
+        config = dispatch._default_config(first[0], first[1], backend(), "exact", tma=tma)
         row["ours_kernel"], row["ours_config"] = config.get("KERNEL", "gemm"), config_key(config)
     except Exception as exc:  # noqa: BLE001
         errors.append(f"config: {_error_text(exc)}")

@@ -96,6 +96,7 @@ def make_case(op: str, pass_: str, tokens: int, width: int):
 
     from workbench.kernels import cross_entropy as ce
     from workbench.kernels import norms, swiglu
+    from workbench.kernels.reference import torch_swiglu
 
     bf16, backward = torch.bfloat16, pass_ == "fwd_bwd"
     if op in ("rmsnorm", "layernorm"):
@@ -110,7 +111,7 @@ def make_case(op: str, pass_: str, tokens: int, width: int):
             return leaves, (torch.randn_like(x) if backward else None)
         nbytes = norms.bytes_moved(op, tokens, width, "bf16", pass_)
     elif op == "swiglu":
-        ours, torch_fn = swiglu.swiglu, swiglu.torch_swiglu
+        ours, torch_fn = swiglu.swiglu, torch_swiglu
 
         def inputs():
             gate_up = torch.randn(tokens, 2 * width, device="cuda", dtype=bf16).requires_grad_(backward)
@@ -181,7 +182,7 @@ def run_row(op: str, pass_: str, tokens: int, width: int, compiled_fns: dict, gp
 def tf32_row(m: int, n: int, k: int, config: dict | None = None) -> dict:
     import torch
 
-    from workbench.kernels.gemm import matmul
+    from workbench.kernels.dispatch import triton_matmul as matmul
 
     row = {"m": m, "n": n, "k": k}
     a = torch.randn(m, k, device="cuda")  # a: [M, K] row-major, b: [K, N] row-major, as torch.matmul's nn case

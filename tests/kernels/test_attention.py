@@ -8,8 +8,9 @@ import triton
 
 from workbench.kernels import attention
 from workbench.kernels._common import KernelInputError, clear_plan_caches, interpreting
+from workbench.kernels.cases import attention_cases as bench_cases
 from workbench.kernels.attention import (
-    TOLERANCE, bench_cases, bytes_moved, config_space, flash_attention, flash_attention_bwd, flash_attention_fwd,
+    TOLERANCE, bytes_moved, config_space, flash_attention, flash_attention_bwd, flash_attention_fwd,
     flops, reference_attention, reference_attention_grads,
 )
 from workbench.kernels.spaces import attention_pinned_config, attention_seq_bucket

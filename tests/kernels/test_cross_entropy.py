@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from workbench.kernels import cases
 from workbench.kernels import cross_entropy as ce
 from workbench.kernels._common import KernelInputError
 
@@ -164,7 +165,7 @@ def test_pipeline_depth_is_a_config_choice():
     (lambda: ce.cross_entropy(torch.randn(2, 3), torch.tensor([0, 1]), config={"BLOCK_V": 64, "BLOCK": 1}),
      "config"),
     (lambda: ce.config_space("metal"), "backend"),
-    (lambda: ce.bench_cases("huge"), "suite"),
+    (lambda: cases.cross_entropy_cases("huge"), "suite"),
 ])
 def test_bad_inputs_name_the_argument(call, argument):
     with pytest.raises(KernelInputError, match=argument):
@@ -197,7 +198,7 @@ def test_counts():
 
 
 def test_bench_cases():
-    quick, full = ce.bench_cases("quick"), ce.bench_cases("full")
+    quick, full = cases.cross_entropy_cases("quick"), cases.cross_entropy_cases("full")
     assert 0 < len(quick) < len(full) == 6
     shapes = {(c.row["rows"], c.row["cols"]) for c in full}
     assert shapes == {(4096, 128256), (8192, 128256), (16384, 32000)}
@@ -210,7 +211,7 @@ def test_bench_cases():
 
 @pytest.mark.parametrize("pass_", ["fwd", "fwd_bwd"])
 def test_bench_case_callables_on_a_small_shape(pass_):
-    case = ce._bench_case(6, 1500, "tiny", pass_)
+    case = cases._cross_entropy_case(6, 1500, "tiny", pass_)
     args = case.make_inputs(str(torch.empty(0).device))  # the default device: CPU, or the GPU
     assert args[0].dtype == torch.bfloat16 and args[0].requires_grad == (pass_ == "fwd_bwd")
     want = case.reference(*args)

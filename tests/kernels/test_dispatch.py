@@ -98,7 +98,7 @@ class _Calls:
     def __init__(self, monkeypatch):
         self.log = []
         for owner, name, label in ((torch, "matmul", "vendor"), (torch, "_scaled_mm", "vendor"),
-                                   (gemm, "matmul", "triton"), (gemm, "scaled_matmul", "triton")):
+                                   (dispatch, "triton_matmul", "triton"), (dispatch, "triton_scaled_matmul", "triton")):
             real = getattr(owner, name)
             monkeypatch.setattr(owner, name, self._wrap(real, label))
 

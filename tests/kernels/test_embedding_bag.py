@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from workbench.kernels import cases
 from workbench.kernels import embedding_bag as eb
 from workbench.kernels._common import KernelInputError
 
@@ -147,7 +148,7 @@ def test_counts():
 
 
 def test_bench_cases():
-    quick, full = eb.bench_cases("quick"), eb.bench_cases("full")
+    quick, full = cases.embedding_bag_cases("quick"), cases.embedding_bag_cases("full")
     assert len(quick) == 2 and len(full) == 6
     assert {c.row["pooling"] for c in full} == {1, 8, 100}
     for case in full:
@@ -156,15 +157,15 @@ def test_bench_cases():
         assert case.row["dtype"] == case.dtype == "fp32" and case.tolerance == 1e-5
         assert case.flops > 0 and case.bytes > 0
     with pytest.raises(KernelInputError, match="suite"):
-        eb.bench_cases("everything")
+        cases.embedding_bag_cases("everything")
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "fwd_bwd"])
 def test_bench_case_callables_on_a_small_table(monkeypatch, pass_):
-    monkeypatch.setattr(eb, "_DLRM_ROWS", 26 * 8)
-    monkeypatch.setattr(eb, "_DLRM_DIM", 40)
-    monkeypatch.setattr(eb, "_DLRM_BATCH", 30)
-    case = eb._bench_case(5, pass_)
+    monkeypatch.setattr(cases, "DLRM_ROWS", 26 * 8)
+    monkeypatch.setattr(cases, "DLRM_DIM", 40)
+    monkeypatch.setattr(cases, "DLRM_BATCH", 30)
+    case = cases._embedding_bag_case(5, pass_)
     args = case.make_inputs(str(torch.empty(0).device))  # the default device: CPU, or the GPU
     weight, indices, offsets = args[:3]
     assert indices.shape == (150,) and offsets[-1] == 150

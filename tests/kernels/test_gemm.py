@@ -5,12 +5,14 @@ scales, bias and every activation; plus input checks, the per-backend config spa
 import pytest
 import torch
 
-from workbench.kernels import gemm
-from workbench.kernels._common import KernelInputError, interpreting
-from workbench.kernels.gemm import (
-    ACTIVATIONS, TOLERANCE, bench_cases, bytes_moved, config_space, flops, matmul, reference_matmul,
-    reference_scaled_matmul, scaled_matmul,
-)
+from workbench.kernels import cases, dispatch, gemm
+from workbench.kernels._common import KernelInputError, amd_arch, interpreting
+from workbench.kernels.cases import gemm_cases as bench_cases
+from workbench.kernels.checks import ACTIVATIONS
+from workbench.kernels.dispatch import triton_matmul as matmul
+from workbench.kernels.dispatch import triton_scaled_matmul as scaled_matmul
+from workbench.kernels.gemm import TOLERANCE, bytes_moved, config_space, flops
+from workbench.kernels.reference import reference_matmul, reference_scaled_matmul
 from workbench.rows import row_to_op
 
 pytestmark = [
@@ -179,7 +181,7 @@ def test_scaled_matmul_agrees_with_torch_scaled_mm():
 @pytest.mark.skipif(interpreting(), reason="the triton 3.7.1 interpreter cannot load float8_e4m3fnuz "
                     "('fail to convert fp8e4b8 to ir type'); e4m3fnuz is only checked on an MI300 (gfx942)")
 def test_scaled_matmul_fp8_fnuz():
-    if not torch.version.hip or gemm._amd_arch(torch.device(DEVICE)) != "gfx942":
+    if not torch.version.hip or amd_arch(torch.device(DEVICE)) != "gfx942":
         pytest.skip("float8_e4m3fnuz runs only on gfx942")
     a, b = _fp8_operands(64, 64, 64, torch.float8_e4m3fnuz)
     scale = torch.tensor(1.0, device=DEVICE)
@@ -298,8 +300,7 @@ def test_bench_cases(suite, count):
 def test_shape_cases_build_user_gemms():
     from workbench.kernels._common import KernelInputError as Bad
 
-    cases = gemm.shape_cases([{"m": 40, "n": 48, "k": 32, "dtype": "fp16"}])
-    case = cases[0]
+    case = cases.gemm_shape_cases([{"m": 40, "n": 48, "k": 32, "dtype": "fp16"}])[0]
     assert case.row == {"op": "gemm", "m": 40, "n": 48, "k": 32, "dtype": "fp16"} and case.flops == 2 * 40 * 48 * 32
     device = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
     inputs = case.make_inputs(device)
@@ -307,7 +308,7 @@ def test_shape_cases_build_user_gemms():
     assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) <= case.tolerance
     for bad in ([{"m": 0, "n": 1, "k": 1}], [{"m": 8, "n": 8, "k": 8, "dtype": "int8"}], ["8x8x8"]):
         with pytest.raises(Bad):
-            gemm.shape_cases(bad)
+            cases.gemm_shape_cases(bad)
 
 
 def test_a_tma_config_runs_the_tma_kernel():
@@ -319,13 +320,13 @@ def test_a_tma_config_runs_the_tma_kernel():
     a = torch.randn(40, 32).to(DEVICE, torch.float8_e4m3fn)
     b = torch.randn(48, 32).to(DEVICE, torch.float8_e4m3fn).t()  # column-major [K, N]
     scale_a, scale_b = torch.tensor(0.5, device=DEVICE), torch.tensor(2.0, device=DEVICE)
-    ours = gemm.scaled_matmul(a, b, scale_a, scale_b, config=config)
+    ours = dispatch.triton_scaled_matmul(a, b, scale_a, scale_b, config=config)
     ref = reference_scaled_matmul(a, b, scale_a, scale_b)
     assert ((ours.double() - ref.to(ours.device)).norm() / ref.norm()).item() < TOLERANCE["fp8"]
     x, w = torch.randn(40, 32).to(DEVICE, torch.float16), torch.randn(32, 48).to(DEVICE, torch.float16)
-    assert torch.allclose(gemm.matmul(x, w, config=config).float(), (x.float() @ w.float()), atol=1e-2, rtol=1e-2)
+    assert torch.allclose(dispatch.triton_matmul(x, w, config=config).float(), (x.float() @ w.float()), atol=1e-2, rtol=1e-2)
     with pytest.raises(KernelInputError, match="TMA config"):
-        gemm.matmul(x, w, config=config, activation="relu")
+        dispatch.triton_matmul(x, w, config=config, activation="relu")
 
 
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt"])

@@ -257,3 +257,50 @@ def test_repeated_calls_reuse_the_plan_and_still_check():
         norms.rms_norm(x, torch.ones(39))
     with pytest.raises(KernelInputError, match="eps"):
         norms.rms_norm(x, w, eps=-1.0)
+
+
+def test_a_repeated_fwd_bwd_only_allocates_and_launches(monkeypatch):
+    """What a training step repeats: the first call plans (the grids, from each pass's compiled kernel), later
+    ones launch forward, backward and the partial sums with the same grids and nothing else, and give bitwise
+    the same gradients (the weight-gradient sums run in a fixed order, without atomics)."""
+    sized, launches = [], []
+    real_resident_programs = norms._resident_programs
+
+    def resident_programs(kernel, *args):
+        sized.append(kernel)
+        return real_resident_programs(kernel, *args)
+
+    class Recorder:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            launches.append((self, grid))
+            return self.kernel[grid]
+
+    monkeypatch.setattr(norms, "_resident_programs", resident_programs)
+    for name in ("_norm_fwd_kernel", "_norm_bwd_kernel", "_partial_sum_kernel"):
+        monkeypatch.setattr(norms, name, Recorder(getattr(norms, name)))
+    x, weight, bias, dy = make((13, 40), torch.float32, True, seed=5)  # a shape no other test plans
+    first, *again = [run_ours(x, weight, bias, dy) for _ in range(3)]
+    assert sized == [norms._norm_fwd_kernel, norms._norm_bwd_kernel]  # once per pass, at the first call
+    assert len(launches) == 9
+    kernels = [norms._norm_fwd_kernel, norms._norm_bwd_kernel, norms._partial_sum_kernel]
+    assert [kernel for kernel, _ in launches[:3]] == kernels
+    assert launches[:3] == launches[3:6] == launches[6:]
+    assert launches[1][1] == (min(13, norms.INTERPRETER_PROGRAMS),)  # several programs: partial sums to reduce
+    for results in again:
+        assert all(torch.equal(a, b) for a, b in zip(first, results))
+
+
+def test_two_dimensional_inputs_pass_through_and_dy_may_repeat_one_row():
+    x, weight, _, _ = make((6, 24), torch.float32, False, seed=9)
+    assert norms._as_rows(x, 24) is x  # no reshape or view on the common [rows, cols] call
+    leaf, w = x.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    row = torch.randn(24, generator=torch.Generator().manual_seed(1))
+    dy = row.expand(6, 24)  # strides (0, 1): every row of dy is the same memory
+    got = torch.autograd.grad(norms.rms_norm(leaf, w), (leaf, w), dy)
+    ref_x, ref_w = x.double().requires_grad_(True), weight.double().requires_grad_(True)
+    want = torch.autograd.grad(norms.reference_rms_norm(ref_x, ref_w), (ref_x, ref_w), dy.double())
+    for g, r in zip(got, want):
+        assert rel_err(g, r) < 1e-5

@@ -5,7 +5,7 @@ call still fails naming the argument, also after a good call of the same shapes.
 import pytest
 import torch
 
-from workbench.kernels import attention, gemm, gemm_tma
+from workbench.kernels import attention, dispatch, gemm, gemm_tma
 from workbench.kernels._common import KernelInputError, PlanCache, clear_plan_caches, interpreting
 
 pytestmark = pytest.mark.skipif(not interpreting() and not torch.cuda.is_available(),
@@ -26,20 +26,20 @@ def test_repeated_calls_reuse_one_plan_and_new_layouts_get_their_own():
     clear_plan_caches()
     a, b = _randn(37, 29), _randn(29, 53, seed=1)
     for _ in range(3):
-        assert _error(gemm.matmul(a, b), gemm.reference_matmul(a, b)) < gemm.TOLERANCE["fp32"]
-    assert len(gemm._MATMUL_PLANS) == 1
+        assert _error(dispatch.triton_matmul(a, b), gemm.reference_matmul(a, b)) < gemm.TOLERANCE["fp32"]
+    assert len(dispatch._MATMUL_PLANS) == 1
     a2, b2 = _randn(37, 29, seed=2), _randn(29, 53, seed=3)  # other tensors, same shapes and strides: same plan
-    assert _error(gemm.matmul(a2, b2), gemm.reference_matmul(a2, b2)) < gemm.TOLERANCE["fp32"]
-    assert len(gemm._MATMUL_PLANS) == 1
+    assert _error(dispatch.triton_matmul(a2, b2), gemm.reference_matmul(a2, b2)) < gemm.TOLERANCE["fp32"]
+    assert len(dispatch._MATMUL_PLANS) == 1
     a_col = a.t().contiguous().t()  # the same values column-major: another layout, another plan
-    assert _error(gemm.matmul(a_col, b), gemm.reference_matmul(a, b)) < gemm.TOLERANCE["fp32"]
-    assert len(gemm._MATMUL_PLANS) == 2
+    assert _error(dispatch.triton_matmul(a_col, b), gemm.reference_matmul(a, b)) < gemm.TOLERANCE["fp32"]
+    assert len(dispatch._MATMUL_PLANS) == 2
 
 
 @pytest.mark.parametrize("change", ["fp16", "bias_relu", "out_fp32", "strided_bias", "small_tiles", "k_tail"])
 def test_calls_that_differ_in_what_a_plan_depends_on_get_the_right_result(change):
     a, b = _randn(37, 32), _randn(32, 53, seed=1)
-    gemm.matmul(a, b)  # a plan for the plain call first: none of the calls below may reuse it
+    dispatch.triton_matmul(a, b)  # a plan for the plain call first: none of the calls below may reuse it
     kwargs, ref_kwargs = {}, {}
     if change == "fp16":
         a, b = a.half(), b.half()
@@ -55,7 +55,7 @@ def test_calls_that_differ_in_what_a_plan_depends_on_get_the_right_result(change
     else:
         a, b = a[:, :29], b[:29]  # K = 29 in views of the same buffers (strides kept, a K tail)
     dtype = "fp16" if a.dtype == torch.float16 else "fp32"
-    assert _error(gemm.matmul(a, b, **kwargs), gemm.reference_matmul(a, b, **ref_kwargs)) < gemm.TOLERANCE[dtype]
+    assert _error(dispatch.triton_matmul(a, b, **kwargs), gemm.reference_matmul(a, b, **ref_kwargs)) < gemm.TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("bad,argument", [
@@ -67,10 +67,10 @@ def test_calls_that_differ_in_what_a_plan_depends_on_get_the_right_result(change
 ])
 def test_bad_calls_fail_after_good_calls_of_the_same_shapes(bad, argument):
     a, b = _randn(37, 29), _randn(29, 53)
-    gemm.matmul(a, b, config=SMALL_TILES)
-    gemm.matmul(a, b, bias=_randn(53), activation="relu")
+    dispatch.triton_matmul(a, b, config=SMALL_TILES)
+    dispatch.triton_matmul(a, b, bias=_randn(53), activation="relu")
     with pytest.raises(KernelInputError) as info:
-        gemm.matmul(a, b, **bad)
+        dispatch.triton_matmul(a, b, **bad)
     assert str(info.value).startswith(f"{argument}: got ")
 
 
@@ -99,7 +99,7 @@ def test_scaled_matmul_takes_every_scale_form(scales):
         sa, sb = (_randn(m, 2).abs() + 0.5)[:, :1], (_randn(n, 2, seed=1).abs() + 0.5)[:, :1].t()
         assert not sa.is_contiguous() and not sb.is_contiguous()
     for _ in range(2):  # the second call runs the cached plan
-        out = gemm.scaled_matmul(a, b, sa, sb)
+        out = dispatch.triton_scaled_matmul(a, b, sa, sb)
         assert _error(out, gemm.reference_scaled_matmul(a, b, sa, sb)) < gemm.TOLERANCE["fp8"]
 
 
@@ -180,15 +180,16 @@ def test_config_none_hands_a_bf16_call_the_tma_pick_and_falls_back_on_a_misalign
 
     routed = []
     real_tma = gemm_tma.matmul_tma
-    monkeypatch.setattr(gemm, "_tma_takes", lambda a, b: True)
-    monkeypatch.setattr(gemm, "_default_config", default_config)
+    monkeypatch.setattr(dispatch, "_tma_takes", lambda a, b: True)
+    monkeypatch.setattr(dispatch, "_default_config", default_config)
+    monkeypatch.setattr(gemm, "default_config", lambda *args, **kw: default_config(*args, tma=False))
     monkeypatch.setattr(gemm_tma, "matmul_tma", lambda a, b, config=None, **kw: routed.append(config) or real_tma(a, b, config, **kw))
     w = _randn(48, 40, dtype=torch.float16, seed=1)  # a weight [N, K]: b = w.t() is column-major ("nt")
     a = _randn(32, 40, dtype=torch.float16)
-    assert _error(gemm.matmul(a, w.t()), gemm.reference_matmul(a, w.t())) < gemm.TOLERANCE["fp16"]
+    assert _error(dispatch.triton_matmul(a, w.t()), gemm.reference_matmul(a, w.t())) < gemm.TOLERANCE["fp16"]
     assert routed == [tma_config] and True in asked
     buffer = _randn(32 * 40 + 8, dtype=torch.float16, seed=2)
     shifted = buffer[4:4 + 32 * 40].view(32, 40)  # same shape and strides, base 8 bytes off 16-byte alignment
-    assert shifted.data_ptr() % 16 and len(gemm._MATMUL_PLANS) == 1
-    assert _error(gemm.matmul(shifted, w.t()), gemm.reference_matmul(shifted, w.t())) < gemm.TOLERANCE["fp16"]
-    assert routed == [tma_config] and len(gemm._MATMUL_PLANS) == 1  # the cached plan ran gemm.py, no new plan
+    assert shifted.data_ptr() % 16 and len(dispatch._MATMUL_PLANS) == 1
+    assert _error(dispatch.triton_matmul(shifted, w.t()), gemm.reference_matmul(shifted, w.t())) < gemm.TOLERANCE["fp16"]
+    assert routed == [tma_config] and len(dispatch._MATMUL_PLANS) == 1  # the cached plan ran gemm.py, no new plan

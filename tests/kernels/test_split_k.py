@@ -4,9 +4,11 @@ scales per partial; and the plan caches: a repeated call resolves no config."""
 import pytest
 import torch
 
-from workbench.kernels import attention, gemm
+from workbench.kernels import attention, dispatch, gemm
 from workbench.kernels._common import KernelInputError, clear_plan_caches, interpreting
-from workbench.kernels.gemm import TOLERANCE, matmul, reference_matmul, reference_scaled_matmul, scaled_matmul
+from workbench.kernels.dispatch import triton_matmul as matmul
+from workbench.kernels.dispatch import triton_scaled_matmul as scaled_matmul
+from workbench.kernels.gemm import TOLERANCE, reference_matmul, reference_scaled_matmul
 
 pytestmark = pytest.mark.skipif(not interpreting() and not torch.cuda.is_available(),
                                 reason="needs TRITON_INTERPRET=1 or a GPU")
@@ -82,18 +84,18 @@ def test_split_k_refuses_an_activation_and_bad_factors():
 def test_a_repeated_gemm_call_resolves_no_config(monkeypatch):
     clear_plan_caches()
     calls = []
-    real = gemm._default_config
+    real = gemm.default_config
 
     def counting(*args, **kwargs):
         calls.append(args[:2])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gemm, "_default_config", counting)
+    monkeypatch.setattr(gemm, "default_config", counting)
     a, b = _randn(24, 32), _randn(32, 40, seed=1)
-    first = gemm.matmul(a, b)
+    first = dispatch.triton_matmul(a, b)
     resolved = len(calls)
     assert resolved >= 1
-    second = gemm.matmul(_randn(24, 32, seed=2), _randn(32, 40, seed=3))  # same shapes and strides: the plan
+    second = dispatch.triton_matmul(_randn(24, 32, seed=2), _randn(32, 40, seed=3))  # same shapes and strides: the plan
     assert len(calls) == resolved and first.shape == second.shape
 
 

@@ -5,6 +5,7 @@ import torch
 
 from workbench.kernels import swiglu as sw
 from workbench.kernels._common import KernelInputError
+from workbench.kernels.cases import make_swiglu_case, swiglu_cases
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # relative Frobenius error
 IDS = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -130,7 +131,7 @@ def test_bad_inputs_name_the_argument():
         (lambda: sw.gelu(a, config={"BLOCK_N": 1024}), "config"),
         (lambda: sw.swiglu(a, config={"num_warps": 0}), "num_warps"),
         (lambda: sw.config_space("tpu"), "backend"),
-        (lambda: sw.bench_cases("huge"), "suite"),
+        (lambda: swiglu_cases("huge"), "suite"),
     ]
     for call, argument in cases:
         with pytest.raises(KernelInputError, match=argument):
@@ -159,7 +160,7 @@ def test_flop_and_byte_counts():
 
 
 def test_bench_cases_describe_the_rows():
-    quick, full = sw.bench_cases("quick"), sw.bench_cases("full")
+    quick, full = swiglu_cases("quick"), swiglu_cases("full")
     assert len(quick) == 4 and len(full) == 12
     assert {c.op for c in full} == {"swiglu", "gelu", "swiglu_fwd_bwd", "gelu_fwd_bwd"}
     assert {(c.row["rows"], c.row["cols"]) for c in full} == {(8192, 14336), (8192, 28672)}
@@ -173,7 +174,7 @@ def test_bench_cases_describe_the_rows():
                          ids=["swiglu", "swiglu-gate_up", "gelu"])
 def test_bench_case_runs_small(op, concat, fwd_bwd):
     torch.manual_seed(0)
-    case = sw.make_bench_case(op, 6, 40, "bf16", fwd_bwd, concat=concat)
+    case = make_swiglu_case(op, 6, 40, "bf16", fwd_bwd, concat=concat)
     inputs = case.make_inputs(str(torch.empty(0).device))  # the default device: CPU, or the GPU
     want = case.reference(*inputs)
     assert want.dtype == torch.float64

@@ -1,15 +1,28 @@
-"""Conventions shared by the kernel files.
+"""Conventions shared by the kernel package, and the small helpers every layer of it uses.
+
+The package reads in layers (bottom up; a module imports only from the layers below it):
+
+- ``_common`` (this file, pure Python), ``spaces`` (the GEMM and attention config spaces, pure Python), ``_tiling``
+  (grouped tile order, block-size checks, TMA alignment and scratch), ``checks`` (input validation) and
+  ``reference`` (torch references);
+- the kernels, one per file: ``gemm.py``, ``gemm_tma.py``, ``gemm_gluon.py`` (three GEMM backends that do not
+  import one another), ``attention.py``, ``swiglu.py``, ``cross_entropy.py``, ``embedding_bag.py``,
+  ``rowwise_adagrad.py``, ``norms.py``;
+- ``dispatch``: the GEMM front door, the only module that imports all three GEMM backends (the Triton route
+  among them and the per-vendor shim); ``crosscompile``: a service the kernels register their compile
+  signatures with (it imports none of them); ``cases``: the benchmark cases of ``workbench bench``.
 
 Every kernel module ``workbench/kernels/<op>.py`` reads top to bottom as:
 
 1. the ``@triton.jit`` kernel(s), block shapes in the docstring, shapes in comments;
-2. the launch wrapper ``<op>(...)``: checks inputs (``check``), allocates, launches; ``config=None`` takes the
+2. the launch wrapper ``<op>(...)``: checks inputs (``checks``), allocates, launches; ``config=None`` takes the
    first entry of ``config_space(backend())``;
-3. ``reference_<op>(...)``: the torch reference (higher precision where it matters);
-4. ``config_space(backend) -> list[dict]``: meta-parameters plus ``num_warps``/``num_stages`` (NVIDIA), and on
+3. ``config_space(backend) -> list[dict]``: meta-parameters plus ``num_warps``/``num_stages`` (NVIDIA), and on
    AMD also ``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack`` where they apply;
-5. ``flops(...)`` / ``bytes_moved(...)``: the counts the benchmark turns into TFLOP/s and GB/s;
-6. ``bench_cases(suite) -> list[BenchCase]``: what ``workbench bench`` runs, next to the vendor baseline.
+4. ``flops(...)`` / ``bytes_moved(...)``: the counts the benchmark turns into TFLOP/s and GB/s.
+
+Its torch reference ``reference_<op>(...)`` lives in ``reference`` (re-exported by the kernel module), its
+benchmark cases in ``cases`` (``norms.py`` still keeps its own).
 
 Under ``TRITON_INTERPRET=1`` (set before importing a kernel module) the kernels run on CPU tensors.
 """
@@ -17,7 +30,9 @@ Under ``TRITON_INTERPRET=1`` (set before importing a kernel module) the kernels 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,6 +66,57 @@ def device_name(index: int) -> str:
     import torch
 
     return torch.cuda.get_device_name(index)
+
+
+@functools.lru_cache(maxsize=16)
+def sm_count(index: int) -> int:
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD) of GPU ``index`` (asked once per device)."""
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=16)
+def capability(index: int) -> tuple[int, int]:
+    """``torch.cuda.get_device_capability`` of GPU ``index`` (asked once per device)."""
+    import torch
+
+    return tuple(torch.cuda.get_device_capability(index))
+
+
+def amd_arch(device) -> str:
+    """'gfx942' (MI300X/MI325X) or 'gfx950' (MI350X/MI355X) from the device's gcnArchName."""
+    import torch
+
+    return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+
+
+def fp8_dtype(device):
+    """The fp8 e4m3 dtype of ``device``: e4m3fn, except e4m3fnuz on MI300-class GPUs (gfx942), whose hardware and
+    _scaled_mm take only that."""
+    import torch
+
+    if torch.version.hip and amd_arch(torch.device(device)) == "gfx942":
+        return torch.float8_e4m3fnuz
+    return torch.float8_e4m3fn
+
+
+def moved(module: str, names: dict[str, str]):
+    """A module ``__getattr__`` (PEP 562) for public names that moved to another module of the package, so that
+    callers outside it keep working until they import the new home: ``names`` maps each old name to
+    "package.module:name". The target is imported on first use (the new homes import the old module, so an
+    import at the top would be a cycle) and then kept in the old module, so later lookups cost nothing extra."""
+
+    def __getattr__(name: str):
+        target = names.get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        home, _, attribute = target.partition(":")
+        value = getattr(importlib.import_module(home), attribute)
+        setattr(sys.modules[module], name, value)
+        return value
+
+    return __getattr__
 
 
 class PlanCache(dict):
@@ -97,6 +163,31 @@ def reused_descriptors(plan: Any, descriptor_class: type, a: Any, b: Any, c: Any
     dc.__dict__.update(fields[2])
     da.base, db.base, dc.base = a, b, c
     return da, db, dc
+
+
+def launch_operands(plan: Any, c: Any, bias: Any, scale_a: Any, scale_b: Any) -> tuple:
+    """(bias, scale_a, scale_b) as a GEMM launch of a cached ``plan`` passes them: the output ``c`` stands in for an
+    absent one (the kernel's constexprs say it is absent, so it is never read); a strided bias or scale view is
+    copied (``plan.bias_copy``, ``plan.scale_copy``: the kernels read element i at offset i, a scalar at 0)."""
+    if bias is None:
+        bias = c
+    elif plan.bias_copy:
+        bias = bias.contiguous()
+    if scale_a is None:
+        scale_a = scale_b = c
+    elif plan.scale_copy:
+        scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
+    return bias, scale_a, scale_b
+
+
+def without_launch(plan: Any, c: Any, bias: Any) -> Any:
+    """C of a persistent GEMM plan that launches nothing: ``plan.route`` "empty" (M or N is 0) or "zero_k" (K = 0:
+    TMA descriptors need every dimension >= 1; the product is the epilogue of a zero accumulator, the bias)."""
+    if plan.route == "zero_k":
+        c.zero_()
+        if bias is not None:
+            c.add_(bias.to(c.dtype))
+    return c
 
 
 _PLAN_CACHES: list[PlanCache] = []

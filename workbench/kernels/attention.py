@@ -35,8 +35,6 @@ Under the interpreter bf16 tiles are upcast to fp32 first (its bf16 tl.dot is br
 
 from __future__ import annotations
 
-import functools
-import math
 import warnings
 from typing import Literal
 
@@ -46,19 +44,19 @@ import triton.language as tl
 
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
-from workbench.kernels._common import (BenchCase, backend, check, check_device, device_name, frozen, interpreting,
-                                       needs_grad, plan_cache, tensor_key)
-from workbench.kernels.spaces import HEAD_DIMS, attention_pinned_config
+from workbench.kernels import crosscompile
+from workbench.kernels._common import (backend, capability, check, device_name, frozen, interpreting, moved, needs_grad,
+                                       plan_cache, tensor_key)
+from workbench.kernels._tiling import TMA_ALIGN_BYTES, is_power_of_two, use_torch_allocator
+from workbench.kernels.checks import check_attention_grads, check_attention_inputs
+from workbench.kernels.reference import reference_attention, reference_attention_grads  # noqa: F401 - re-exported
+from workbench.kernels.spaces import attention_pinned_config
 from workbench.kernels.spaces import attention_config_space as config_space
-from workbench.kernels.gemm_tma import _use_torch_allocator
 from workbench.select import config_for_device
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
 
-_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
-TMA_ALIGN_BYTES = 16
-"""Base address and outer-stride alignment TMA requires (CUDA driver API, cuTensorMapEncodeTiled)."""
 HAS_TENSOR_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")
 """Device-built tensor descriptors (``tl.make_tensor_descriptor``, Triton >= 3.4)."""
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
@@ -339,30 +337,6 @@ def _attn_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,  # delta [B, Hq, S] fp32
 
 
 # ----------------------------------------------------------------------------------------------------- wrappers
-def _check_inputs(q, k, v, causal, scale) -> float:
-    """Raise KernelInputError naming the first bad argument; return the softmax scale (default 1/sqrt(D))."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
-        check(t.dim() == 4, name, f"shape {tuple(t.shape)}", "a 4-D tensor [batch, heads, seq, head_dim]")
-    b, hq, s, d = q.shape
-    hkv = k.shape[1]
-    check(v.shape == k.shape, "v", f"shape {tuple(v.shape)}", f"k's shape {tuple(k.shape)}")
-    check(k.shape[0] == b, "k", f"batch {k.shape[0]}", f"q's batch {b}")
-    check(k.shape[2] == s, "k", f"seq {k.shape[2]}", f"q's seq {s} (self-attention)")
-    check(k.shape[3] == d, "k", f"head_dim {k.shape[3]}", f"q's head_dim {d}")
-    check(d in HEAD_DIMS, "q", f"head_dim {d}", f"one of {', '.join(map(str, HEAD_DIMS))}")
-    check(min(b, hq, s, hkv) > 0, "q", f"shape {tuple(q.shape)} with k {tuple(k.shape)}", "no empty dimension")
-    check(hq % hkv == 0, "k", f"{hkv} heads", f"a divisor of q's {hq} heads (grouped-query attention)")
-    check(q.dtype in _DTYPES, "q", f"dtype {q.dtype}", "torch.bfloat16, torch.float16 or torch.float32")
-    for name, t in (("k", k), ("v", v)):
-        check(t.dtype == q.dtype, name, f"dtype {t.dtype}", f"q's dtype {q.dtype}")
-    check_device(q, k, v, names=("q", "k", "v"))
-    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
-    if scale is None:
-        return d ** -0.5
-    check(isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0, "scale", repr(scale),
-          "a positive finite float, or None for 1/sqrt(head_dim)")
-    return float(scale)
 
 
 def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Tensor | None = None,
@@ -376,7 +350,7 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
         picked = None
         if q is not None and kind == "cuda" and q.dtype in (torch.bfloat16, torch.float16):
             b, hq, s, d = q.shape
-            if _capability(q.device.index or 0) == (9, 0):
+            if capability(q.device.index or 0) == (9, 0):
                 picked = attention_pinned_config("sm_90", pass_, d, causal, s)
             if picked is None and pass_ == "fwd":
                 shape = dict(batch=b, seq=s, heads_q=hq, heads_kv=k.shape[1], head_dim=d, causal=causal)
@@ -387,17 +361,11 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
           repr(config), "a dict with BLOCK_M and BLOCK_N, e.g. an entry of config_space()")
     for key in ("BLOCK_M", "BLOCK_N"):
         value = config[key]
-        check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config ({pass_})",
-              f"{key}={value!r}", "a power of two >= 16 (tl.dot's smallest tile)")
+        check(is_power_of_two(value, 16), f"config ({pass_})", f"{key}={value!r}",
+              "a power of two >= 16 (tl.dot's smallest tile)")
     check(config.get("TMA", False) in (True, False), f"config ({pass_})", f"TMA={config.get('TMA')!r}",
           "True or False (TMA descriptor loads on sm_90)")
     return config
-
-
-@functools.cache
-def _capability(index: int) -> tuple[int, int]:
-    """``torch.cuda.get_device_capability`` (asked once per device)."""
-    return torch.cuda.get_device_capability(index)
 
 
 def _use_tma(config: dict, q: torch.Tensor, strides: tuple) -> bool:
@@ -408,8 +376,9 @@ def _use_tma(config: dict, q: torch.Tensor, strides: tuple) -> bool:
     kind = backend()
     wanted = config.get("TMA")
     if wanted is None:
-        wanted = kind == "cuda" and q.dtype in (torch.bfloat16, torch.float16) and _capability(q.device.index or 0) >= (9, 0)
-    possible = kind == "interpreter" or (kind == "cuda" and _capability(q.device.index or 0) >= (9, 0))
+        wanted = (kind == "cuda" and q.dtype in (torch.bfloat16, torch.float16)
+                  and capability(q.device.index or 0) >= (9, 0))
+    possible = kind == "interpreter" or (kind == "cuda" and capability(q.device.index or 0) >= (9, 0))
     return bool(wanted) and possible and HAS_TENSOR_DESCRIPTORS and all(
         stride * q.element_size() % TMA_ALIGN_BYTES == 0 for stride in strides)
 
@@ -445,7 +414,7 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
                 return plan
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks below say which
         key = None
-    scale = _check_inputs(q, k, v, causal, scale)
+    scale = check_attention_inputs(q, k, v, causal, scale)
     config = _resolve_config(config, "fwd", q.shape[-1], q, k, causal)
     bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1], q, k, causal)
     b, hq, s, d = q.shape
@@ -522,7 +491,7 @@ def _forward(plan: _AttentionPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]
     elif not _aligned(q, k, v):
         launch({**plan.fwd_constexprs, "TMA": False})
     else:
-        _use_torch_allocator()  # device-built descriptors take 128 bytes of global scratch each
+        use_torch_allocator()  # device-built descriptors take 128 bytes of global scratch each (thread-local)
         try:
             launch(plan.fwd_constexprs)
         except _TMA_BUILD_ERRORS as exc:
@@ -559,7 +528,7 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
     elif not (_aligned(q, k, v, do) and all(x * do.element_size() % TMA_ALIGN_BYTES == 0 for x in do_strides)):
         launch(tuple({**c, "TMA": False} for c in plan.bwd_constexprs))
     else:
-        _use_torch_allocator()
+        use_torch_allocator()
         try:
             launch(plan.bwd_constexprs)
         except _TMA_BUILD_ERRORS as exc:
@@ -615,14 +584,7 @@ def _copy_o(q, do, o, lse) -> bool:
             return copy
     except (AttributeError, TypeError):  # not tensors: the checks below say which
         key = None
-    for name, t in (("do", do), ("o", o)):
-        check(isinstance(t, torch.Tensor) and t.shape == q.shape and t.dtype == q.dtype, name,
-              f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__,
-              f"q's shape {tuple(q.shape)} and dtype {q.dtype}")
-    check(isinstance(lse, torch.Tensor) and lse.shape == q.shape[:3] and lse.dtype == torch.float32
-          and lse.is_contiguous(), "lse", f"{tuple(lse.shape)} {lse.dtype}" if isinstance(lse, torch.Tensor)
-          else type(lse).__name__, f"a contiguous fp32 tensor of shape {tuple(q.shape[:3])}")
-    check_device(q, do, o, lse, names=("q", "do", "o", "lse"))
+    check_attention_grads(q, do, o, lse)
     copy = o.stride() != (*_contiguous_strides(o.shape), 1)
     if key is not None:
         _BWD_CHECKED.put(key, copy)
@@ -669,65 +631,6 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return _forward(plan, *_kernel_inputs(plan, q, k, v))[0]
 
 
-# ---------------------------------------------------------------------------------------------------- reference
-_REFERENCE_SCORE_ELEMENTS = 1 << 28
-"""float64 scores per chunk of (batch, head) pairs (2 GiB), so a 70B-size reference fits next to the inputs."""
-
-
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        scale: float | None = None, return_lse: bool = False):
-    """Attention in float64 torch math (differentiable); kv heads repeated per query head for GQA.
-    Returns O [B, Hq, S, D] float64, and with ``return_lse`` also lse [B, Hq, S]."""
-    b, hq, s, d = q.shape
-    scale = d ** -0.5 if scale is None else scale
-    group = hq // k.shape[1]
-    q64 = q.double().flatten(0, 1)  # [B*Hq, S, D]
-    k64 = k.double().repeat_interleave(group, dim=1).flatten(0, 1)
-    v64 = v.double().repeat_interleave(group, dim=1).flatten(0, 1)
-    visible = torch.ones(s, s, dtype=torch.bool, device=q.device).tril() if causal else None
-    chunk = max(1, _REFERENCE_SCORE_ELEMENTS // (s * s))
-    outs, lses = [], []
-    for i in range(0, b * hq, chunk):
-        scores = q64[i:i + chunk] @ k64[i:i + chunk].transpose(-1, -2) * scale  # [chunk, S, S]
-        if causal:
-            scores = scores.masked_fill(~visible, float("-inf"))
-        outs.append(torch.softmax(scores, dim=-1) @ v64[i:i + chunk])
-        lses.append(torch.logsumexp(scores, dim=-1))
-    o = torch.cat(outs).view(b, hq, s, d)
-    return (o, torch.cat(lses).view(b, hq, s)) if return_lse else o
-
-
-def reference_attention_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
-                              causal: bool = False, scale: float | None = None) -> tuple[torch.Tensor, ...]:
-    """O, dQ, dK, dV in float64 by the closed form, chunked like ``reference_attention`` and without autograd
-    (whose saved scores would not fit at benchmark sizes): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)),
-    dQ = scale * dS K, dK = scale * dS^T Q; the query heads of a GQA group sum into their kv head."""
-    b, hq, s, d = q.shape
-    hkv = k.shape[1]
-    group = hq // hkv
-    scale = d ** -0.5 if scale is None else scale
-    with torch.no_grad():
-        q64, do64 = (t.double().flatten(0, 1) for t in (q, do))  # [B*Hq, S, D]
-        k64, v64 = (t.double().repeat_interleave(group, dim=1).flatten(0, 1) for t in (k, v))
-        o, dq, dk, dv = (torch.empty_like(q64) for _ in range(4))
-        visible = torch.ones(s, s, dtype=torch.bool, device=q.device).tril() if causal else None
-        chunk = max(1, _REFERENCE_SCORE_ELEMENTS // (s * s))
-        for i in range(0, b * hq, chunk):
-            c = slice(i, i + chunk)
-            scores = q64[c] @ k64[c].transpose(-1, -2) * scale  # [chunk, S, S]
-            if causal:
-                scores = scores.masked_fill(~visible, float("-inf"))
-            p = torch.softmax(scores, dim=-1)
-            del scores
-            o[c] = p @ v64[c]
-            dv[c] = p.transpose(-1, -2) @ do64[c]
-            ds = p * (do64[c] @ v64[c].transpose(-1, -2) - (do64[c] * o[c]).sum(-1, keepdim=True))
-            dq[c] = ds @ k64[c] * scale
-            dk[c] = ds.transpose(-1, -2) @ q64[c] * scale
-        kv_shape = (b, hkv, group, s, d)
-        return (o.view(b, hq, s, d), dq.view(b, hq, s, d), dk.view(kv_shape).sum(2), dv.view(kv_shape).sum(2))
-
-
 # ------------------------------------------------------------------------------------------------- FLOPs, bytes
 def _attention_op(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, pass_: Pass, dtype: str):
     """The analytical model's op for this shape, so measured and predicted points count the same work."""
@@ -750,61 +653,26 @@ def bytes_moved(b: int, hq: int, hkv: int, s: int, d: int, causal: bool, pass_: 
     return _attention_op(b, hq, hkv, s, d, causal, pass_, dtype).bytes
 
 
-# ---------------------------------------------------------------------------------------------------- benchmarks
-_LLAMA3 = (("llama3-8b", 32, 8, 128), ("llama3-70b", 64, 8, 128))  # name, heads_q, heads_kv, head_dim
-_TOKENS = 16384  # batch * seq of every case
+# ---------------------------------------------------------------------------------------- cross-compilation
+def crosscompile_source(config: dict, dtype: str, target: str) -> crosscompile.CompileSource:
+    """What ``crosscompile.inspect_config("attention", config, target, dtype)`` compiles: the causal forward kernel
+    (``config``'s HEAD_DIM, default 128) with contiguous strides and the sequence divisible by 16."""
+    t = crosscompile.TRITON_DTYPES[dtype]
+    signature = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "O": f"*{t}", "LSE": "*fp32"}
+    strides = [f"stride_{x}{y}" for x in "qkvo" for y in "bhs"]
+    signature.update({name: "i32" for name in (*strides, "seq_len", "heads_q", "group")})
+    signature["qk_scale"] = "fp32"
+    constexprs = dict(CAUSAL=True, HEAD_DIM=config.get("HEAD_DIM", 128), BLOCK_M=config["BLOCK_M"],
+                      BLOCK_N=config["BLOCK_N"], TMA=config.get("TMA", False), UPCAST=False)
+    signature.update({name: "constexpr" for name in constexprs})
+    signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
+    divisible = ["Q", "K", "V", "O", "LSE", *strides, "seq_len"]
+    return crosscompile.CompileSource(_attn_fwd_kernel, signature, constexprs, divisible)
 
 
-def bench_cases(suite: str) -> list[BenchCase]:
-    """Llama 3 8B and 70B attention (GQA, causal, bf16), B * S = 16384 tokens; quick: S 4096; full: S 2k-16k.
-    Each shape twice: forward, and forward + backward (pass fwd_bwd), next to torch SDPA (default backend)."""
-    check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
-    seqs = (4096,) if suite == "quick" else (2048, 4096, 8192, 16384)
-    return [_bench_case(model, hq, hkv, d, s, pass_) for model, hq, hkv, d in _LLAMA3 for s in seqs
-            for pass_ in ("fwd", "fwd_bwd")]
-
-
-def _bench_case(model: str, hq: int, hkv: int, d: int, s: int, pass_: Pass) -> BenchCase:
-    b = max(1, _TOKENS // s)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def make_inputs(device: str) -> tuple:
-        q = torch.randn(b, hq, s, d, device=device, dtype=torch.bfloat16)
-        k = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16)
-        v = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16)
-        if pass_ == "fwd":
-            return (q, k, v)
-        do = torch.randn(b, hq, s, d, device=device, dtype=torch.bfloat16)
-        return (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do)
-
-    if pass_ == "fwd":
-        def run(q, k, v):
-            return flash_attention(q, k, v, causal=True)
-
-        def baseline(q, k, v):
-            return sdpa(q, k, v, is_causal=True, enable_gqa=True)
-
-        def reference(q, k, v):
-            return reference_attention(q, k, v, causal=True)
-    else:
-        # Both return (O, dQ, dK, dV), so the check covers the gradients too; autograd.grad, not .backward(),
-        # so that repeated timing runs do not accumulate into q.grad.
-        def run(q, k, v, do):
-            o = flash_attention(q, k, v, causal=True)
-            return (o, *torch.autograd.grad(o, (q, k, v), do))
-
-        def baseline(q, k, v, do):
-            o = sdpa(q, k, v, is_causal=True, enable_gqa=True)
-            return (o, *torch.autograd.grad(o, (q, k, v), do))
-
-        def reference(q, k, v, do):
-            return reference_attention_grads(q, k, v, do, causal=True)
-
-    row = {"op": "attention", "batch": b, "seq": s, "heads_q": hq, "heads_kv": hkv, "head_dim": d,
-           "causal": "true", "pass": pass_, "dtype": "bf16"}
-    return BenchCase(op="attention", name=f"{model} attention {pass_} b{b} s{s} hq{hq} hkv{hkv} d{d} causal",
-                     dtype="bf16", row=row, make_inputs=make_inputs, run=run, baseline=baseline,
-                     reference=reference, flops=flops(b, hq, s, d, True, pass_),
-                     bytes=bytes_moved(b, hq, hkv, s, d, True, pass_, "bf16"), tolerance=TOLERANCE["bf16"],
-                     extra={"pass": pass_})
-
+# Names that moved out of this file, for callers outside the package that still import them from here.
+__getattr__ = moved(__name__, {
+    "bench_cases": "workbench.kernels.cases:attention_cases",
+    "_check_inputs": "workbench.kernels.checks:check_attention_inputs",
+    "_capability": "workbench.kernels._common:capability",
+})

@@ -23,7 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device
+from workbench.kernels._common import KernelInputError, backend, check, check_device, moved
+from workbench.kernels.reference import (  # noqa: F401 - re-exported
+    reference_cross_entropy,
+    reference_cross_entropy_grad,
+)
 
 Reduction = Literal["mean", "sum", "none"]
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
@@ -281,22 +285,6 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
     return _CrossEntropy.apply(logits, targets.contiguous(), ignore_index, reduction, config, inplace_backward)
 
 
-def reference_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                            reduction: Reduction = "mean") -> torch.Tensor:
-    """torch's cross-entropy on the same logits promoted to float64."""
-    return torch.nn.functional.cross_entropy(logits.detach().double(), targets.long(), ignore_index=ignore_index,
-                                             reduction=reduction)
-
-
-def reference_cross_entropy_grad(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
-                                 reduction: Reduction = "mean") -> torch.Tensor:
-    """d(mean/sum loss)/d logits in float64 (for "none", the gradient of the summed per-row losses)."""
-    x = logits.detach().double().requires_grad_(True)
-    loss = torch.nn.functional.cross_entropy(x, targets.long(), ignore_index=ignore_index, reduction=reduction)
-    (grad,) = torch.autograd.grad(loss.sum(), x)
-    return grad
-
-
 def config_space(backend: str) -> list[dict]:
     """BLOCK_V x num_warps; AMD adds waves_per_eu. The first entry is the default (measured best on the H200)."""
     check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
@@ -330,46 +318,7 @@ def bytes_moved(rows: int, cols: int, dtype: str, pass_: Pass = "fwd") -> float:
     return float({"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[pass_])
 
 
-def bench_cases(suite: str) -> list[BenchCase]:
-    """Llama 3 (V 128256) at 4k and 8k tokens, Llama 2 / Mistral (V 32000) at 16k tokens; bf16, fwd and fwd+bwd."""
-    check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
-    shapes = [(4096, 128256, "llama3 4k tokens")]
-    if suite == "full":
-        shapes += [(8192, 128256, "llama3 8k tokens"), (16384, 32000, "llama2 16k tokens")]
-    cases = []
-    for n, v, label in shapes:
-        for pass_ in ("fwd", "fwd_bwd"):
-            cases.append(_bench_case(n, v, label, pass_))
-    return cases
-
-
-def _bench_case(n: int, v: int, label: str, pass_: Pass) -> BenchCase:
-    op = "cross_entropy" if pass_ == "fwd" else "cross_entropy_fwd_bwd"
-
-    def make_inputs(device: str) -> tuple:
-        logits = torch.randn(n, v, device=device, dtype=torch.bfloat16) * 2.0
-        targets = torch.randint(0, v, (n,), device=device)
-        return (logits.requires_grad_(pass_ == "fwd_bwd"), targets)
-
-    if pass_ == "fwd":
-        # The target range check is a host sync; torch's kernel does not do one either.
-        def run(logits, targets):
-            return cross_entropy(logits, targets, check_targets=False)
-
-        def baseline(logits, targets):
-            return torch.nn.functional.cross_entropy(logits, targets)
-
-        reference, tolerance = reference_cross_entropy, 1e-3  # relative error of the mean loss
-    else:
-        def run(logits, targets):
-            return torch.autograd.grad(cross_entropy(logits, targets, check_targets=False), logits)[0]
-
-        def baseline(logits, targets):
-            return torch.autograd.grad(torch.nn.functional.cross_entropy(logits, targets), logits)[0]
-
-        reference, tolerance = reference_cross_entropy_grad, 2e-2  # relative Frobenius error of dlogits
-
-    return BenchCase(op=op, name=f"{label} cross-entropy {pass_} {n}x{v}", dtype="bf16",
-                     row={"op": op, "rows": n, "cols": v, "dtype": "bf16"}, make_inputs=make_inputs, run=run,
-                     baseline=baseline, reference=reference, flops=flops(n, v, pass_),
-                     bytes=bytes_moved(n, v, "bf16", pass_), tolerance=tolerance, extra={"pass": pass_})
+# Names that moved out of this file, for callers outside the package that still import them from here.
+__getattr__ = moved(__name__, {
+    "bench_cases": "workbench.kernels.cases:cross_entropy_cases",
+})

@@ -5,10 +5,15 @@ NVIDIA sm_90 (H100/H200) and sm_100 (B200), on the CPU, and read what the compil
 reports shared memory/LDS bytes, registers (VGPR/SGPR on AMD, from the amdgcn listing; per thread on NVIDIA,
 from ``cuobjdump --dump-resource-usage`` of the cubin), spills, and the occupancy that follows. A config that
 fits MI350X's 160 KiB LDS but not MI300X's 64 KiB is flagged by comparing the two targets.
+
+A service the kernels call: each kernel module says what to compile (``crosscompile_source``: its ``@triton.jit``
+function, signature, constexprs and divisibility hints; ``KERNELS`` names the modules, imported on first use), and
+this module compiles it (``compile_for``) and reads the result. It imports no kernel module.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -17,12 +22,13 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels._common import KernelInputError, interpreting, moved
 
 TARGETS: dict[str, GPUTarget] = {
     "gfx942": GPUTarget("hip", "gfx942", 64),
@@ -37,8 +43,12 @@ REGISTERS_PER_UNIT = {"gfx942": 512, "gfx950": 512, "sm_90": 65536, "sm_100": 65
 MAX_WAVES_PER_SIMD = 8
 """CDNA3/CDNA4: at most 8 waves per SIMD (ROCm MI300 ISA guide)."""
 MAX_WARPS_PER_SM = 64
-KERNELS = ("gemm", "attention")
-_TRITON_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "fp32"}
+KERNELS = {"gemm": "workbench.kernels.gemm", "attention": "workbench.kernels.attention"}
+"""Kernel name -> the module whose ``crosscompile_source(config, dtype, target)`` says what to compile. The modules
+register here by name and are imported on first use: this service imports no kernel at import time (the kernels
+import it: ``gemm_tma.crosscompile`` and ``gemm_gluon.crosscompile`` build through it too)."""
+TRITON_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "tf32": "fp32"}
+"""Triton's type names of the 16- and 32-bit kernel dtypes (tf32 operands are fp32)."""
 
 
 @dataclass(frozen=True)
@@ -62,51 +72,34 @@ class Inspection:
         return {**asdict(self), "config": json.dumps(self.config, sort_keys=True)}
 
 
-def _fp8_type(target: str) -> str:
-    return "fp8e4b8" if target == "gfx942" else "fp8e4nv"  # e4m3fnuz on MI300-class, OCP e4m3 elsewhere
+def triton_type(dtype: str, target: str) -> str:
+    """Triton's name of a kernel dtype's operand type on ``target``: fp8 is e4m3fnuz on MI300-class GPUs (gfx942),
+    OCP e4m3 elsewhere; tf32 operands are fp32."""
+    if dtype == "fp8":
+        return "fp8e4b8" if target == "gfx942" else "fp8e4nv"
+    return TRITON_DTYPES[dtype]
 
 
-def _gemm_source(config: dict, dtype: str, target: str):
-    from workbench.kernels.gemm import _gemm_kernel
+class CompileSource(NamedTuple):
+    """What a kernel module says to compile for one config (its ``crosscompile_source(config, dtype, target)``)."""
 
-    operand = _fp8_type(target) if dtype == "fp8" else _TRITON_DTYPE[dtype]
-    out = "bf16" if dtype == "fp8" else _TRITON_DTYPE[dtype]
-    signature = {"a_ptr": f"*{operand}", "b_ptr": f"*{operand}", "c_ptr": f"*{out}", "bias_ptr": f"*{out}",
-                 "scale_a_ptr": "*fp32", "scale_b_ptr": "*fp32"}
-    signature.update({name: "i32" for name in ("M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk",
-                                               "stride_cm")})
-    scale = "tensor" if dtype == "fp8" else "none"
-    precision = {"tf32": "tf32" if target != "gfx950" else "bf16x3", "fp32": "ieee"}.get(dtype)
-    # Row-major operands: Triton specialises the unit inner strides to constants at run time, so do we here
-    constexprs = dict(stride_ak=1, stride_bn=1, stride_cn=1, HAS_BIAS=False, ACTIVATION="none", SCALE_A=scale, SCALE_B=scale, UPCAST=False,
-                      INPUT_PRECISION=precision, MAX_IMPRECISE_ACC=None, EVEN_K=True,
-                      **dict.fromkeys(("DIV_M", "DIV_N", "DIV_K", "DIV_AM", "DIV_AK", "DIV_BK", "DIV_BN"), 1),
-                      **{k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
-                      SPLIT_K=config.get("SPLIT_K", 1))
-    signature.update({name: "constexpr" for name in constexprs})
-    signature = {name: signature[name] for name in _gemm_kernel.arg_names}  # the kernel's parameter order
-    # sizes and outer strides divisible by 16, as Triton specialises them at run time
-    divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk", "stride_cm"]
-    return _gemm_kernel, signature, constexprs, divisible
+    fn: Any
+    """The ``@triton.jit`` function."""
+    signature: dict
+    """Argument name -> Triton type ("*bf16", "i32", "constexpr"), in the kernel's parameter order."""
+    constexprs: dict
+    divisible: list
+    """Arguments specialised as divisible by 16, as Triton does at run time for aligned sizes and pointers."""
 
 
-def _attention_source(config: dict, dtype: str, target: str):
-    from workbench.kernels.attention import _attn_fwd_kernel
-
-    t = _TRITON_DTYPE[dtype]
-    signature = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "O": f"*{t}", "LSE": "*fp32"}
-    strides = [f"stride_{x}{y}" for x in "qkvo" for y in "bhs"]
-    signature.update({name: "i32" for name in (*strides, "seq_len", "heads_q", "group")})
-    signature["qk_scale"] = "fp32"
-    constexprs = dict(CAUSAL=True, HEAD_DIM=config.get("HEAD_DIM", 128), BLOCK_M=config["BLOCK_M"],
-                      BLOCK_N=config["BLOCK_N"], TMA=config.get("TMA", False), UPCAST=False)
-    signature.update({name: "constexpr" for name in constexprs})
-    signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
-    divisible = ["Q", "K", "V", "O", "LSE", *strides, "seq_len"]
-    return _attn_fwd_kernel, signature, constexprs, divisible
-
-
-_SOURCES = {"gemm": _gemm_source, "attention": _attention_source}
+def source_for(kernel, config: dict, dtype: str, target: str) -> CompileSource:
+    """``kernel``'s compile source: a name of ``KERNELS`` (its module is imported now, not with this one) or any
+    object with a ``crosscompile_source(config, dtype, target)`` method or function (a kernel module)."""
+    if isinstance(kernel, str):
+        if kernel not in KERNELS:
+            raise KernelInputError(f"kernel: got {kernel!r}, expected one of {', '.join(KERNELS)}")
+        kernel = importlib.import_module(KERNELS[kernel])
+    return CompileSource(*kernel.crosscompile_source(config, dtype, target))
 
 
 def _options(config: dict, target: str) -> dict:
@@ -118,24 +111,23 @@ def _options(config: dict, target: str) -> dict:
     return options
 
 
-def inspect_config(kernel: str, config: dict, target: str, dtype: str = "bf16") -> Inspection:
-    """Compile one config of ``kernel`` for ``target`` on this machine and read its resource use."""
+def inspect_config(kernel, config: dict, target: str, dtype: str = "bf16") -> Inspection:
+    """Compile one config of ``kernel`` (a name of ``KERNELS``, or a kernel module with ``crosscompile_source``)
+    for ``target`` on this machine and read its resource use."""
     if interpreting():
         raise KernelInputError("TRITON_INTERPRET: got 1, expected it unset: under the interpreter the kernels are "
                                "Python functions, not compilable ones (run with TRITON_INTERPRET=0)")
-    if kernel not in _SOURCES:
+    if isinstance(kernel, str) and kernel not in KERNELS:
         raise KernelInputError(f"kernel: got {kernel!r}, expected one of {', '.join(KERNELS)}")
     if target not in TARGETS:
         raise KernelInputError(f"target: got {target!r}, expected one of {', '.join(TARGETS)}")
-    fn, signature, constexprs, divisible = _SOURCES[kernel](config, dtype, target)
-    names = list(signature)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
-    base = Inspection(kernel, target, dtype, config)
+    source = source_for(kernel, config, dtype, target)
+    name = kernel if isinstance(kernel, str) else kernel.__name__.rsplit(".", 1)[-1]
+    base = Inspection(name, target, dtype, config)
     try:
-        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGETS[target],
-                                  options=_options(config, target))
+        compiled = compile_for(target, source, _options(config, target))
     except Exception as exc:  # noqa: BLE001 - a config that does not compile is a result
-        return _replace(base, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
+        return failed(base, exc)
     shared = int(compiled.metadata.shared)
     warps = config.get("num_warps", 4)
     if TARGETS[target].backend == "hip":
@@ -154,6 +146,20 @@ def inspect_config(kernel: str, config: dict, target: str, dtype: str = "bf16") 
     occupancy = int(min(MAX_WARPS_PER_SM, warps_by_regs // warps * warps, warps_by_shared))
     return _replace(base, shared_bytes=shared, registers=registers, spills=spill_bytes, occupancy=occupancy,
                     fits=shared <= SHARED_LIMIT_BYTES[target] and spill_bytes == 0 and occupancy >= warps)
+
+
+def compile_for(target: str, source: CompileSource, options: dict):
+    """``triton.compile`` of ``source`` for ``target`` (a key of ``TARGETS``) on this machine; raises what the
+    compiler raises."""
+    names = list(source.signature)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in source.divisible}
+    return triton.compile(ASTSource(source.fn, source.signature, source.constexprs, attrs), target=TARGETS[target],
+                          options=options)
+
+
+def failed(base: Inspection, exc: BaseException) -> Inspection:
+    """The inspection of a config that did not compile: the compiler's last line as its error."""
+    return _replace(base, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
 
 
 def _replace(base: Inspection, **changes) -> Inspection:
@@ -192,3 +198,10 @@ def inspect_space(kernel: str, configs: list[dict], targets=("gfx942", "gfx950",
     flagged = [key for key, per in by_config.items()
                if "gfx950" in per and "gfx942" in per and per["gfx950"].fits and not per["gfx942"].fits]
     return results, flagged
+
+
+# Names that moved out of this file, for callers outside the package that still import them from here.
+__getattr__ = moved(__name__, {
+    "_gemm_source": "workbench.kernels.gemm:crosscompile_source",
+    "_attention_source": "workbench.kernels.attention:crosscompile_source",
+})

@@ -17,7 +17,11 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import BenchCase, KernelInputError, backend, check, check_device, needs_grad
+from workbench.kernels._common import KernelInputError, backend, check, check_device, moved, needs_grad
+from workbench.kernels.reference import (  # noqa: F401 - re-exported
+    reference_embedding_bag,
+    reference_embedding_bag_grad,
+)
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
 
@@ -245,26 +249,6 @@ def _check_bags(num_rows: int, indices: torch.Tensor, offsets: torch.Tensor) -> 
                                f"[0, {num_rows}) of weight")
 
 
-def reference_embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
-                            per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
-    """torch's embedding_bag (sum, include_last_offset=True) on float64 weight and sample weights."""
-    return torch.nn.functional.embedding_bag(
-        indices.long(), weight.detach().double(), offsets.long(), mode="sum", include_last_offset=True,
-        per_sample_weights=None if per_sample_weights is None else per_sample_weights.detach().double())
-
-
-def reference_embedding_bag_grad(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
-                                 grad_out: torch.Tensor,
-                                 per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
-    """d(<out, grad_out>)/d weight in float64, through torch's autograd."""
-    w = weight.detach().double().requires_grad_(True)
-    psw = None if per_sample_weights is None else per_sample_weights.detach().double()
-    out = torch.nn.functional.embedding_bag(indices.long(), w, offsets.long(), mode="sum", include_last_offset=True,
-                                            per_sample_weights=psw)
-    (grad,) = torch.autograd.grad(out, w, grad_out.double())
-    return grad
-
-
 def config_space(backend: str) -> list[dict]:
     """BLOCK_D x num_warps (BLOCK_N fixed); AMD adds waves_per_eu. First entry is the default, a guess for D 128."""
     check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
@@ -299,59 +283,7 @@ def bytes_moved(lookups: int, bags: int, dim: int, dtype: str, pass_: Pass = "fw
     return float({"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[pass_])
 
 
-# DLRM-like workload: 26 sparse features (Criteo) with their tables folded into one 4M-row table; each bag reads
-# from its feature's slice of rows. Batch and pooling factors are the brief's sweep, not a specific model's.
-_DLRM_TABLES = 26
-_DLRM_ROWS = 4 * 1024 * 1024
-_DLRM_DIM = 128
-_DLRM_BATCH = 65536
-
-
-def bench_cases(suite: str) -> list[BenchCase]:
-    """Pooling 8 fwd and fwd+bwd (quick); pooling 1, 8 and 100, fwd and fwd+bwd (full). fp32, D 128."""
-    check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
-    poolings = (8,) if suite == "quick" else (1, 8, 100)
-    return [_bench_case(p, pass_) for p in poolings for pass_ in ("fwd", "fwd_bwd")]
-
-
-def _bench_case(pooling: int, pass_: Pass) -> BenchCase:
-    op = "embedding_bag" if pass_ == "fwd" else "embedding_bag_fwd_bwd"
-    rows, dim, batch = _DLRM_ROWS, _DLRM_DIM, _DLRM_BATCH
-    lookups = batch * pooling
-
-    def make_inputs(device: str) -> tuple:
-        weight = torch.randn(rows, dim, device=device, dtype=torch.float32)
-        table_rows = rows // _DLRM_TABLES
-        table_start = (torch.arange(batch, device=device) % _DLRM_TABLES) * table_rows  # bag b reads table b % 26
-        indices = table_start.repeat_interleave(pooling) + torch.randint(0, table_rows, (lookups,), device=device)
-        offsets = torch.arange(batch + 1, device=device) * pooling
-        if pass_ == "fwd":
-            return (weight, indices, offsets)
-        grad_out = torch.randn(batch, dim, device=device, dtype=torch.float32)
-        return (weight.requires_grad_(True), indices, offsets, grad_out)
-
-    if pass_ == "fwd":
-        def run(weight, indices, offsets):
-            return embedding_bag(weight, indices, offsets, check_values=False)  # torch checks no values either
-
-        def baseline(weight, indices, offsets):
-            return torch.nn.functional.embedding_bag(indices, weight, offsets, mode="sum", include_last_offset=True)
-
-        reference = reference_embedding_bag
-    else:
-        def run(weight, indices, offsets, grad_out):
-            out = embedding_bag(weight, indices, offsets, check_values=False)
-            return torch.autograd.grad(out, weight, grad_out)[0]
-
-        def baseline(weight, indices, offsets, grad_out):
-            out = torch.nn.functional.embedding_bag(indices, weight, offsets, mode="sum", include_last_offset=True)
-            return torch.autograd.grad(out, weight, grad_out)[0]
-
-        def reference(weight, indices, offsets, grad_out):
-            return reference_embedding_bag_grad(weight, indices, offsets, grad_out)
-
-    return BenchCase(op=op, name=f"dlrm {_DLRM_TABLES} tables in {rows}x{dim}, batch {batch}, pooling {pooling}, {pass_}",
-                     dtype="fp32", row={"op": op, "rows": lookups, "cols": dim, "dtype": "fp32", "pooling": pooling},
-                     make_inputs=make_inputs, run=run, baseline=baseline, reference=reference,
-                     flops=flops(lookups, dim, pass_), bytes=bytes_moved(lookups, batch, dim, "fp32", pass_, rows),
-                     tolerance=1e-5, extra={"pass": pass_, "bags": batch, "num_rows": rows})
+# Names that moved out of this file, for callers outside the package that still import them from here.
+__getattr__ = moved(__name__, {
+    "bench_cases": "workbench.kernels.cases:embedding_bag_cases",
+})

@@ -8,32 +8,28 @@ consecutive programs share A row panels and B column panels in L2.
 fp8 follows ``torch._scaled_mm``: ``out = (A_fp8 * scale_a) @ (B_fp8 * scale_b) + bias`` in bf16, with scales
 either per tensor (scalars) or per row of A / per column of B.
 
-A config with ``KERNEL="tma"`` runs Hopper's persistent TMA GEMM instead (``gemm_tma.py``), one with
-``KERNEL="gluon"`` the Gluon fp8 GEMM (``gemm_gluon.py``); with ``config=None`` the selector picks among all of
-them for fp8 on Hopper when the operands suit TMA (``workbench.select``; Gluon only where it runs), and between
-gemm.py and TMA for bf16/fp16 without bias or activation (the TMA kernel serves B column-major, the dgrad layout,
-where gemm.py's per-thread loads are slow).
+This file is one of three GEMM backends (with ``gemm_tma.py`` and ``gemm_gluon.py``) and imports neither of the
+others: it plans and launches its own kernel for inputs already checked (``plan_gemm``, ``run``). The public entry
+points, with the input checks and the choice among the three kernels (a config's ``KERNEL`` key, or the
+selector's pick for ``config=None``), are the front door's: ``dispatch.triton_matmul`` and
+``dispatch.triton_scaled_matmul``. ``gemm.matmul`` and ``gemm.scaled_matmul`` still name them (see the end of
+this file) for callers outside the package.
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import (BenchCase, KernelInputError, backend, check, check_device, device_name,
-                                       frozen, interpreting, plan_cache, tensor_key)
+from workbench.kernels import crosscompile
+from workbench.kernels._common import amd_arch, backend, check, device_name, launch_operands, moved
+from workbench.kernels._tiling import grouped_tile, is_power_of_two
+from workbench.kernels.checks import ACTIVATIONS  # noqa: F401 - the epilogue's activations, re-exported
+from workbench.kernels.reference import reference_matmul, reference_scaled_matmul  # noqa: F401 - re-exported
 from workbench.kernels.spaces import gemm_config_space as config_space
-from workbench.kernels.spaces import is_gluon, is_tma
-from workbench.kernels.spaces import tma_eligible as is_tma_eligible
-from workbench.kernels.tiling import grouped_tile
-from workbench.models import get_model
 from workbench.select import config_for_device
 
-ACTIVATIONS = ("none", "relu", "gelu", "silu")
-"""Epilogue activations; gelu is the tanh approximation (``F.gelu(x, approximate="tanh")``)."""
 PRECISIONS = ("ieee", "tf32")
 """fp32 matmul precision (``tl.dot`` input_precision); ignored for 16-bit and fp8 inputs."""
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
@@ -173,61 +169,10 @@ SPLIT_K_REDUCE_BLOCK = 1024
 MAX_SPLIT_K = 16
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None, activation: str = "none",
-           precision: str = "ieee", config: dict | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``act(a @ b + bias)`` for bf16, fp16 or fp32 a [M, K] and b [K, N] of any strides; returns [M, N] in
-    ``out_dtype`` (default: the input dtype). ``precision`` ("ieee" or "tf32") applies to fp32 inputs.
-    A row- or column-major operand whose rows are not 16-byte aligned is first copied into a padded buffer
-    (``pad_unaligned``: one extra pass and that buffer's memory, for loads 2-5x faster).
+class GemmPlan:
+    """One gemm.py launch, minus the tensors: what ``run`` needs besides them (``plan_gemm`` works it out)."""
 
-    The checks, the config (``config=None``: the selector's pick), padding, grid and constexprs are worked out
-    once per distinct (shapes, strides, dtypes, devices, options, config) and cached (``_GemmPlan``); a repeated
-    call costs a dictionary lookup, the output allocation and the launch."""
-    try:
-        key = (tensor_key(a), tensor_key(b), tensor_key(bias),
-               activation, precision, out_dtype, frozen(config))
-        plan = _MATMUL_PLANS.get(key)
-    except (AttributeError, TypeError):  # not tensors, or an unhashable option: the checks below say which
-        key = plan = None
-    if plan is None:
-        plan = _plan_matmul(a, b, bias, activation, precision, config, out_dtype)
-        if key is not None:
-            _MATMUL_PLANS.put(key, plan)
-    if plan.backend is not None:  # a TMA config: gemm_tma's wrapper (and its own plan cache)
-        return plan.backend(plan.backend_plan, a, b)
-    return _run(plan, a, b, bias, None, None)
-
-
-def scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
-                  bias: torch.Tensor | None = None, config: dict | None = None,
-                  use_fast_accum: bool = False) -> torch.Tensor:
-    """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16, as ``torch._scaled_mm(..., out_dtype=bf16)``.
-
-    Scales are fp32: one scalar each (per tensor), or scale_a [M] (or [M, 1]) per row of A and scale_b [N]
-    (or [1, N]) per column of B. ``use_fast_accum`` as in ``_scaled_mm``: on sm_90 the fp8 tensor cores then
-    accumulate the whole K in their reduced-precision accumulator; False adds each BLOCK_K partial into fp32.
-    Cached per distinct call like ``matmul``; the plan also says which kernel runs (gemm.py, TMA or Gluon).
-    """
-    try:
-        key = (tensor_key(a_fp8), tensor_key(b_fp8), tensor_key(scale_a), tensor_key(scale_b), tensor_key(bias),
-               bool(use_fast_accum), frozen(config))
-        plan = _SCALED_PLANS.get(key)
-    except (AttributeError, TypeError):
-        key = plan = None
-    if plan is None:
-        plan = _plan_scaled_matmul(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum)
-        if key is not None:
-            _SCALED_PLANS.put(key, plan)
-    if plan.backend is not None:  # a TMA or Gluon config: that kernel's wrapper (and its own plan cache)
-        return plan.backend(plan.backend_plan, a_fp8, b_fp8, scale_a, scale_b, bias)
-    return _run(plan, a_fp8, b_fp8, bias, scale_a, scale_b)
-
-
-class _GemmPlan:
-    """One gemm.py launch, minus the tensors: what ``_run`` needs besides them. ``backend`` is set instead when
-    the config runs another kernel: one of the routes below, with ``backend_plan`` (the config, use_fast_accum)."""
-
-    __slots__ = ("backend", "backend_plan", "out_shape", "out_dtype", "grid", "pad_a", "pad_b", "bias_copy",
+    __slots__ = ("out_shape", "out_dtype", "grid", "pad_a", "pad_b", "bias_copy",
                  "scale_copy", "scalars", "constexprs", "split_k", "reduce_grid")
 
     def __init__(self, **fields):
@@ -235,7 +180,7 @@ class _GemmPlan:
             setattr(self, name, fields.get(name))
 
 
-def _run(plan: _GemmPlan, a, b, bias, scale_a, scale_b) -> torch.Tensor:
+def run(plan: GemmPlan, a, b, bias=None, scale_a=None, scale_b=None) -> torch.Tensor:
     """Allocate C [M, N] and launch one program per output tile (the per-call work of a cached plan)."""
     c = torch.empty(plan.out_shape, dtype=plan.out_dtype, device=a.device)  # c: [M, N] row-major
     if plan.grid is None:  # M or N is 0
@@ -244,14 +189,7 @@ def _run(plan: _GemmPlan, a, b, bias, scale_a, scale_b) -> torch.Tensor:
         a = _padded(a, *plan.pad_a)
     if plan.pad_b is not None:
         b = _padded(b, *plan.pad_b)
-    if bias is None:
-        bias = c
-    elif plan.bias_copy:  # the kernel reads bias[N] with unit stride
-        bias = bias.contiguous()
-    if scale_a is None:
-        scale_a = scale_b = c
-    elif plan.scale_copy:  # a strided scale view: the kernel reads scale[i] at element i (a scalar at 0)
-        scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
+    bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
     if plan.split_k:  # fp32 partials [SPLIT_K, M, N], summed and cast into c by a second launch
         (m, n), split = plan.out_shape, plan.split_k
         ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
@@ -262,173 +200,15 @@ def _run(plan: _GemmPlan, a, b, bias, scale_a, scale_b) -> torch.Tensor:
     return c
 
 
-# Routes of a TMA or Gluon config: that module's public wrapper, looked up at each call (its own plan cache
-# makes the second lookup cheap, ~2 us; tests replace the wrapper to watch the routing).
-def _tma_matmul(config, a, b):
-    from workbench.kernels import gemm_tma  # imports this module
-
-    return gemm_tma.matmul_tma(a, b, config)
-
-
-def _tma_matmul_or_gemm(plan, a, b):
-    """config=None's TMA pick for bf16/fp16: TMA needs 16-byte aligned bases, which a plan keyed on shapes and
-    strides cannot promise (a view may start mid-row), so a misaligned call runs gemm.py's pick instead."""
-    config, fallback = plan
-    if (a.data_ptr() | b.data_ptr()) % 16:
-        return _run(fallback, a, b, None, None, None)
-    return _tma_matmul(config, a, b)
-
-
-TMA_MIN_MACS = 2**32
-"""config=None hands a bf16/fp16 GEMM to the TMA kernel only from this many multiply-adds (~14 us at 600 TFLOP/s):
-below, the host time decides, and the TMA wrapper costs 20-30 us above a bare launch on the H200 against gemm.py's
-10-15 (benchmarks/results/h200/kernels/host_overhead/host_overhead.md). A guess."""
-
-
-def _tma_takes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether config=None may hand this bf16/fp16 call to ``gemm_tma.py``: it runs here and the operands' strides
-    suit it (``spaces.tma_eligible``: A row-major, B row- or column-major, 16-byte aligned rows; base alignment is
-    checked per call, ``_tma_matmul_or_gemm``)."""
-    if a.dtype not in (torch.bfloat16, torch.float16) or backend() != "cuda" or interpreting():
-        return False
-    (m, k), n = a.shape, b.shape[1]
-    if m * n * k < TMA_MIN_MACS or a.stride(1) != 1 or not (b.stride(1) == 1 or b.stride(0) == 1):
-        return False
-    layout = "nt" if b.stride(0) == 1 and b.stride(1) != 1 else "nn"
-    rows = (a.stride(0), b.stride(1) if layout == "nt" else b.stride(0))
-    if any(r * a.element_size() % 16 for r in rows) or not is_tma_eligible(m, n, k, layout, a.element_size()):
-        return False
-    return _tma_runs(a.device)
-
-
-def _tma_runs(device: torch.device) -> bool:
-    """Whether ``gemm_tma.py`` runs on ``device`` (imported here: it imports this module)."""
-    from workbench.kernels import gemm_tma
-
-    return gemm_tma.supported(device)
-
-
-def _tma_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
-    from workbench.kernels import gemm_tma
-
-    return gemm_tma.scaled_matmul_tma(a_fp8, b_fp8, scale_a, scale_b, bias, plan[0], use_fast_accum=plan[1])
-
-
-def _gluon_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
-    from workbench.kernels import gemm_gluon  # imports this module
-
-    return gemm_gluon.scaled_matmul_gluon(a_fp8, b_fp8, scale_a, scale_b, bias, plan[0], use_fast_accum=plan[1])
-
-
-_MATMUL_PLANS = plan_cache()
-_SCALED_PLANS = plan_cache()
-
-
-def _plan_matmul(a, b, bias, activation, precision, config, out_dtype) -> _GemmPlan:
-    """``matmul``'s checks and launch plan for these inputs (raises ``KernelInputError`` naming the argument)."""
-    _check_operands(a, b, "a", "b")
-    check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
-          f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul)")
-    check(b.dtype == a.dtype, "b.dtype", b.dtype, f"a's dtype {a.dtype}")
-    check(precision in PRECISIONS, "precision", repr(precision), f"one of {PRECISIONS}")
-    out_dtype = a.dtype if out_dtype is None else out_dtype
-    check(out_dtype in MATMUL_DTYPES, "out_dtype", out_dtype, f"one of {', '.join(map(str, MATMUL_DTYPES))}")
-    _check_epilogue(a, b, bias, activation, "a")
-    # fp32 takes the precision asked for; 16-bit inputs take the compiler default (the argument is ignored).
-    input_precision = precision if a.dtype == torch.float32 else None
-    if input_precision == "tf32" and backend() == "hip" and _amd_arch(a.device) == "gfx950":
-        input_precision = "bf16x3"  # CDNA4 dropped XF32; Triton emulates fp32 with three bf16 products
-    check(not is_gluon(config), "config", "a Gluon config (KERNEL='gluon')",
-          "a gemm.py or TMA config: the Gluon kernel is fp8-only (use scaled_matmul)")
-    if is_tma(config):
-        check(bias is None and activation == "none" and out_dtype == a.dtype, "config", "a TMA config (KERNEL='tma')",
-              "a gemm.py config: the TMA kernel has no bias, activation or other output dtype for bf16/fp16")
-        from workbench.kernels import gemm_tma  # imports this module
-        gemm_tma._plan_matmul(a, b, config, None)  # its checks, now (the call goes through its own cache)
-        return _GemmPlan(backend=_tma_matmul, backend_plan=config)
-    if config is None and bias is None and activation == "none" and out_dtype == a.dtype and _tma_takes(a, b):
-        picked = _default_config(a, b, backend(), tma=True)  # bf16/fp16 on Hopper: TMA configs ranked too
-        if is_tma(picked):
-            from workbench.kernels import gemm_tma  # imports this module
-
-            gemm_tma._plan_matmul(a, b, picked, None)  # its checks, now
-            fallback = _plan_gemm(a, b, out_dtype, None, input_precision=input_precision,
-                                  upcast=interpreting() and a.dtype == torch.bfloat16)
-            return _GemmPlan(backend=_tma_matmul_or_gemm, backend_plan=(picked, fallback))
-    return _plan_gemm(a, b, out_dtype, config, bias=bias, activation=activation, input_precision=input_precision,
-                      upcast=interpreting() and a.dtype == torch.bfloat16)
-
-
-def _plan_scaled_matmul(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum) -> _GemmPlan:
-    """``scaled_matmul``'s checks and launch plan, or the TMA / Gluon kernel's for their configs."""
-    _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8")
-    check(a_fp8.dtype in FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype, f"one of {', '.join(map(str, FP8_DTYPES))}")
-    check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
-    (m, _), n = a_fp8.shape, b_fp8.shape[1]
-    kinds = [_scale_kind(scale, name, rows, (rows, 1) if name == "scale_a" else (1, rows), a_fp8)
-             for scale, name, rows in ((scale_a, "scale_a", m), (scale_b, "scale_b", n))]
-    _check_epilogue(a_fp8, b_fp8, bias, "none", "a_fp8")
-    accumulation = "fast" if use_fast_accum else "exact"
-    config = _default_config(a_fp8, b_fp8, backend(), accumulation) if config is None else config
-    if is_gluon(config):  # the selector's pick on Hopper when Gluon runs here (``spaces.gluon_eligible``)
-        check(config.get("ACCUMULATION", accumulation) == accumulation, "config",
-              f"a Gluon config for {config.get('ACCUMULATION')} accumulation",
-              f"one for {accumulation} accumulation (use_fast_accum={use_fast_accum}): "
-              f"spaces.gluon_config_space({accumulation!r})")
-        return _GemmPlan(backend=_gluon_scaled_matmul, backend_plan=(config, bool(use_fast_accum)))
-    if is_tma(config):  # the selector's pick on Hopper for TMA-aligned operands (``spaces.tma_eligible``)
-        return _GemmPlan(backend=_tma_scaled_matmul, backend_plan=(config, bool(use_fast_accum)))
-    return _plan_gemm(a_fp8, b_fp8, torch.bfloat16, config, bias=bias, upcast=interpreting(), scale_kinds=kinds,
-                      scale_copy=not (scale_a.is_contiguous() and scale_b.is_contiguous()),
-                      promote_every_block_k=not use_fast_accum)
-
-
-def _check_operands(a, b, a_name: str, b_name: str) -> None:
-    check_pair(a, b, a_name, b_name)
-    for t, name in ((a, a_name), (b, b_name)):  # the kernel's offsets are int32
-        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-        check(last < 2**31, name, f"a view reaching element {last}", "fewer than 2**31 elements from its start")
-
-
-def check_pair(a, b, a_name: str, b_name: str) -> None:
-    """a [M, K] and b [K, N]: 2-D tensors that multiply, on one device."""
-    for t, name in ((a, a_name), (b, b_name)):
-        check(isinstance(t, torch.Tensor), name, type(t).__name__, "a torch.Tensor")
-        check(t.dim() == 2, name, f"a {t.dim()}-D tensor of shape {tuple(t.shape)}", "a 2-D tensor")
-    check(a.shape[1] == b.shape[0], f"{b_name}.shape", tuple(b.shape),
-          f"[K, N] with K = {a.shape[1]} ({a_name} is {tuple(a.shape)})")
-    check_device(a, b, names=(a_name, b_name))
-
-
-def _check_epilogue(a, b, bias, activation: str, a_name: str) -> None:
-    check(activation in ACTIVATIONS, "activation", repr(activation), f"one of {ACTIVATIONS}")
-    if bias is not None:
-        n = b.shape[1]
-        check(isinstance(bias, torch.Tensor) and bias.shape == (n,), "bias",
-              tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__, f"a tensor of shape [{n}]")
-        check(bias.dtype.is_floating_point, "bias.dtype", bias.dtype, "a floating-point dtype")
-        check_device(a, bias, names=(a_name, "bias"))
-
-
-def _scale_kind(scale, name: str, rows: int, column_shape: tuple[int, int], a) -> str:
-    check(isinstance(scale, torch.Tensor), name, type(scale).__name__, "a torch.Tensor")
-    check(scale.dtype == torch.float32, f"{name}.dtype", scale.dtype, "torch.float32")
-    check_device(a, scale, names=("a_fp8", name))
-    if scale.numel() == 1 and scale.dim() <= 1:
-        return "tensor"
-    check(tuple(scale.shape) in ((rows,), column_shape), f"{name}.shape", tuple(scale.shape),
-          f"a scalar (per tensor), [{rows}] or {list(column_shape)} (per row)")
-    return "row"
-
-
-def _plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, activation: str = "none",
-               scale_kinds: list[str] | None = None, scale_copy: bool = False, input_precision: str | None = None,
-               promote_every_block_k: bool = False, upcast: bool = False) -> _GemmPlan:
-    """The launch of one program per output tile for checked inputs. scale_kinds: the two scales' kinds
+def plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, activation: str = "none",
+              scale_kinds: list[str] | None = None, scale_copy: bool = False, input_precision: str | None = None,
+              promote_every_block_k: bool = False, upcast: bool = False) -> GemmPlan:
+    """The launch of one program per output tile for checked inputs (``dispatch`` checks them; ``config=None``:
+    ``default_config``, gemm.py's configs only). scale_kinds: the two scales' kinds
     ("tensor" / "row") or None; promote_every_block_k: fp8 partial products leave the tensor cores' accumulator
     every BLOCK_K (sm_90)."""
     (m, k), n = a.shape, b.shape[1]
-    plan = _GemmPlan(out_shape=(m, n), out_dtype=out_dtype)
+    plan = GemmPlan(out_shape=(m, n), out_dtype=out_dtype)
     if m == 0 or n == 0:
         return plan
     pad_a, pad_b = _k_major_copies(a, b) if input_precision == "tf32" and backend() != "hip" else _padding(a, b)
@@ -545,13 +325,12 @@ def _resolve_config(config: dict | None, a: torch.Tensor, b: torch.Tensor, *,
     whether config=None may pick a split-K config."""
     kind = backend()
     if config is None:
-        config = _default_config(a, b, kind, split_k=split_k)
+        config = default_config(a, b, kind, split_k=split_k)
     missing = [key for key in (*_BLOCK_KEYS, "num_warps", "num_stages") if key not in config]
     check(not missing, "config", f"a dict without {missing}", f"keys {_BLOCK_KEYS} + num_warps, num_stages")
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         value = config[key]
-        check(isinstance(value, int) and value >= 16 and value & (value - 1) == 0, f"config[{key!r}]", value,
-              "a power of two >= 16 (tl.dot's smallest tile)")
+        check(is_power_of_two(value, 16), f"config[{key!r}]", value, "a power of two >= 16 (tl.dot's smallest tile)")
     meta = {key: config[key] for key in _BLOCK_KEYS}
     split = config.get("SPLIT_K", 1)
     check(isinstance(split, int) and not isinstance(split, bool) and 1 <= split <= MAX_SPLIT_K,
@@ -564,74 +343,30 @@ def _resolve_config(config: dict | None, a: torch.Tensor, b: torch.Tensor, *,
     return meta, launch
 
 
-_SELECTED_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8",
-                    torch.float8_e4m3fnuz: "fp8"}
+SELECTED_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8",
+                   torch.float8_e4m3fnuz: "fp8"}
+"""Dtypes the selector ranks configs for (fp32 takes the static default)."""
 
 
-def _default_config(a: torch.Tensor, b: torch.Tensor, kind: str, accumulation: str = "exact", *,
-                    tma: bool | None = None, split_k: bool = True) -> dict:
+def default_config(a: torch.Tensor, b: torch.Tensor, kind: str, accumulation: str = "exact", *,
+                   tma: bool = False, gluon: bool = False, split_k: bool = True) -> dict:
     """``config=None``: the zero-warmup selector's pick for this shape, layout and GPU (``workbench.select``, no
     benchmark, cached per shape); the static default of ``config_space`` when the GPU is not in the catalog, for
-    fp32 inputs, or under the interpreter. fp8 picks are for ``accumulation`` ("exact" or "fast"); the Gluon
-    kernel's configs are offered only where it runs (``gemm_gluon.supported``: Triton with Gluon, an sm_90 GPU).
-    ``tma``: whether the TMA kernel's configs are ranked (default: for fp8 only; ``_plan_matmul`` asks for bf16
-    and fp16 when ``_tma_takes`` the call); ``split_k``: whether split-K configs are ranked (not with an
-    activation)."""
-    dtype = _SELECTED_DTYPES.get(a.dtype)
+    fp32 inputs, or under the interpreter. fp8 picks are for ``accumulation`` ("exact" or "fast"). ``tma`` /
+    ``gluon``: whether the TMA / Gluon kernels' configs are ranked too (the front door says, ``dispatch``: it
+    knows where they run); ``split_k``: whether split-K configs are ranked (not with an activation)."""
+    dtype = SELECTED_DTYPES.get(a.dtype)
     picked = None
     if kind != "interpreter" and dtype is not None:
         layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
         (m, k), n = a.shape, b.shape[1]
-        gluon = dtype == "fp8" and _gluon_runs(a.device)
-        tma = dtype == "fp8" if tma is None else tma
         picked = config_for_device("gemm", {"m": m, "n": n, "k": k}, dtype, device_name(a.device.index or 0),
                                    layout=layout, accumulation=accumulation, gluon=gluon, tma=tma,
                                    split_k=split_k)
     if picked is not None:
         return picked
-    arch = _amd_arch(a.device) if kind == "hip" else "gfx942"
+    arch = amd_arch(a.device) if kind == "hip" else "gfx942"
     return config_space(kind, arch=arch, dtype_bytes=a.element_size())[0]
-
-
-def _gluon_runs(device: torch.device) -> bool:
-    """Whether ``gemm_gluon.py`` runs on ``device`` (imported here: it imports this module)."""
-    from workbench.kernels import gemm_gluon
-
-    return gemm_gluon.supported(device)
-
-
-def _amd_arch(device: torch.device) -> str:
-    """'gfx942' (MI300X/MI325X) or 'gfx950' (MI350X/MI355X) from the device's gcnArchName."""
-    return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-
-
-def reference_matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
-                     activation: str = "none") -> torch.Tensor:
-    """``act(a @ b + bias)`` in float64 (returns float64)."""
-    out = a.double() @ b.double()
-    if bias is not None:
-        out = out + bias.double()
-    return _reference_activation(out, activation)
-
-
-def reference_scaled_matmul(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.Tensor,
-                            scale_b: torch.Tensor, *, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in float64 from the dequantised inputs."""
-    sa = scale_a.double().reshape(-1, 1) if scale_a.numel() > 1 else scale_a.double().reshape(())  # [M, 1] or scalar
-    sb = scale_b.double().reshape(1, -1) if scale_b.numel() > 1 else scale_b.double().reshape(())  # [1, N] or scalar
-    return reference_matmul(a_fp8.double() * sa, b_fp8.double() * sb, bias=bias)
-
-
-def _reference_activation(x: torch.Tensor, activation: str) -> torch.Tensor:
-    if activation == "relu":
-        return torch.relu(x)
-    if activation == "gelu":
-        return torch.nn.functional.gelu(x, approximate="tanh")
-    if activation == "silu":
-        return torch.nn.functional.silu(x)
-    if activation != "none":
-        raise KernelInputError(f"activation: got {activation!r}, expected one of {ACTIVATIONS}")
-    return x
 
 
 DTYPE_BYTES = {"bf16": (2, 2), "fp16": (2, 2), "tf32": (4, 4), "fp32": (4, 4), "fp8": (1, 2)}
@@ -652,130 +387,45 @@ def bytes_moved(m: int, n: int, k: int, dtype: str) -> float:
     return float((m * k + k * n) * operand + m * n * output)
 
 
-TOKENS = 8192
-"""Tokens per GEMM in the Llama cases: one 8k-token microbatch (e.g. 1 x 8192 or 2 x 4096)."""
+# ---------------------------------------------------------------------------------------- cross-compilation
+def crosscompile_source(config: dict, dtype: str, target: str) -> crosscompile.CompileSource:
+    """What ``crosscompile.inspect_config("gemm", config, target, dtype)`` compiles: ``_gemm_kernel`` for
+    row-major operands with every size and outer stride divisible by 16, as Triton specialises them at run time."""
+    operand = crosscompile.triton_type(dtype, target)
+    out = "bf16" if dtype == "fp8" else crosscompile.TRITON_DTYPES[dtype]
+    signature = {"a_ptr": f"*{operand}", "b_ptr": f"*{operand}", "c_ptr": f"*{out}", "bias_ptr": f"*{out}",
+                 "scale_a_ptr": "*fp32", "scale_b_ptr": "*fp32"}
+    signature.update({name: "i32" for name in ("M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk",
+                                               "stride_cm")})
+    scale = "tensor" if dtype == "fp8" else "none"
+    precision = {"tf32": "tf32" if target != "gfx950" else "bf16x3", "fp32": "ieee"}.get(dtype)
+    # Row-major operands: Triton specialises the unit inner strides to constants at run time, so do we here
+    constexprs = dict(stride_ak=1, stride_bn=1, stride_cn=1, HAS_BIAS=False, ACTIVATION="none", SCALE_A=scale,
+                      SCALE_B=scale, UPCAST=False, INPUT_PRECISION=precision, MAX_IMPRECISE_ACC=None, EVEN_K=True,
+                      **dict.fromkeys(("DIV_M", "DIV_N", "DIV_K", "DIV_AM", "DIV_AK", "DIV_BK", "DIV_BN"), 1),
+                      **{k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
+                      SPLIT_K=config.get("SPLIT_K", 1))
+    signature.update({name: "constexpr" for name in constexprs})
+    signature = {name: signature[name] for name in _gemm_kernel.arg_names}  # the kernel's parameter order
+    divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk", "stride_cm"]
+    return crosscompile.CompileSource(_gemm_kernel, signature, constexprs, divisible)
 
 
-def _llama_gemms(model_name: str) -> list[tuple[str, int, int]]:
-    """(layer, N, K) of one Llama block's projections, derived from the model catalog."""
-    model = get_model(model_name)
-    hidden = model.hidden_size
-    return [("qkv", model.q_size + 2 * model.kv_size, hidden), ("o", hidden, model.q_size),
-            ("gate_up", 2 * model.ffn_hidden_size, hidden), ("down", hidden, model.ffn_hidden_size)]
-
-
-def _case(name: str, dtype: str, m: int, n: int, k: int, make_inputs, run, baseline, reference,
-          **extra) -> BenchCase:
-    return BenchCase(op="gemm", name=f"{name} {m}x{n}x{k}", dtype=dtype,
-                     row={"op": "gemm", "m": m, "n": n, "k": k, "dtype": dtype}, make_inputs=make_inputs, run=run,
-                     baseline=baseline, reference=reference, flops=flops(m, n, k), bytes=bytes_moved(m, n, k, dtype),
-                     tolerance=TOLERANCE[dtype], extra=extra)
-
-
-def _dense_inputs(m: int, n: int, k: int, dtype: torch.dtype, bias: bool = False):
-    def make(device: str) -> tuple:
-        a = torch.randn(m, k, device=device, dtype=dtype)  # a: [M, K] row-major
-        b = torch.randn(k, n, device=device, dtype=dtype)  # b: [K, N] row-major
-        return (a, b, torch.randn(n, device=device, dtype=dtype)) if bias else (a, b)
-    return make
-
-
-def _fp8_inputs(m: int, n: int, k: int):
-    def make(device: str) -> tuple:
-        fp8 = _fp8_dtype(device)
-        a = torch.randn(m, k, device=device).to(fp8)  # a: [M, K] row-major
-        b = torch.randn(n, k, device=device).to(fp8).t()  # b: [K, N] column-major, as _scaled_mm requires
-        scale_a = torch.rand((), device=device) + 0.5  # per-tensor scales: fp32 scalars
-        scale_b = torch.rand((), device=device) + 0.5
-        return a, b, scale_a, scale_b
-    return make
-
-
-def _fp8_dtype(device: str) -> torch.dtype:
-    """e4m3fn, except e4m3fnuz on MI300-class GPUs (gfx942), whose hardware and _scaled_mm take only that."""
-    if torch.version.hip and _amd_arch(torch.device(device)) == "gfx942":
-        return torch.float8_e4m3fnuz
-    return torch.float8_e4m3fn
-
-
-def _torch_tf32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")  # cuBLAS may use TF32
-    try:
-        return torch.matmul(a, b)
-    finally:
-        torch.set_float32_matmul_precision(previous)
-
-
-def _torch_addmm_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return torch.relu(torch.addmm(bias, a, b))
-
-
-def _torch_scaled_mm(a, b, scale_a, scale_b, use_fast_accum: bool = False) -> torch.Tensor:
-    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=use_fast_accum)
-
-
-def _matmul_bias_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return matmul(a, b, bias=bias, activation="relu")
-
-
-def _reference_bias_relu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return reference_matmul(a, b, bias=bias, activation="relu")
-
-
-def bench_cases(suite: str = "quick") -> list[BenchCase]:
-    """quick: one case per kind (6); full: bf16 and fp8 on every Llama 3 8B/70B projection plus recsys, fp16
-    and tf32 cases, fp8 with and without fast accumulation on both sides (29). Llama GEMMs are M = TOKENS rows of activations times the weight [K, N]."""
-    check(suite in ("quick", "full"), "suite", repr(suite), "'quick' or 'full'")
-    llama = {model: _llama_gemms(model) for model in ("llama3-8b", "llama3-70b")}
-    shapes = {(model, layer): (n, k) for model, gemms in llama.items() for layer, n, k in gemms}
-    m = TOKENS
-
-    def dense(model, layer, dtype_name):
-        n, k = shapes[model, layer]
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[dtype_name]
-        run = functools.partial(matmul, precision="tf32") if dtype_name == "tf32" else matmul
-        baseline = _torch_tf32_matmul if dtype_name == "tf32" else torch.matmul
-        return _case(f"{model} {layer}", dtype_name, m, n, k, _dense_inputs(m, n, k, dtype), run, baseline,
-                     reference_matmul, model=model, layer=layer)
-
-    def fp8(model, layer, fast_accum=False):
-        n, k = shapes[model, layer]
-        run = functools.partial(scaled_matmul, use_fast_accum=fast_accum)
-        baseline = functools.partial(_torch_scaled_mm, use_fast_accum=fast_accum)
-        label = f"{model} {layer}{' fast-accum' if fast_accum else ''}"
-        return _case(label, "fp8", m, n, k, _fp8_inputs(m, n, k), run, baseline, reference_scaled_matmul,
-                     model=model, layer=layer, scaling="per-tensor", use_fast_accum=fast_accum)
-
-    rm, rn, rk = 65536, 1024, 1024  # a DLRM-style top-MLP layer over a 64k batch
-    recsys = _case("recsys mlp addmm+relu", "bf16", rm, rn, rk, _dense_inputs(rm, rn, rk, torch.bfloat16, bias=True),
-                   _matmul_bias_relu, _torch_addmm_relu,
-                   _reference_bias_relu, bias=True, activation="relu")
-    if suite == "quick":
-        return [dense("llama3-8b", "qkv", "bf16"), dense("llama3-70b", "down", "bf16"), recsys,
-                dense("llama3-8b", "o", "fp16"), dense("llama3-8b", "o", "tf32"), fp8("llama3-8b", "gate_up")]
-    return ([dense(model, layer, "bf16") for model, layer in shapes] + [recsys]
-            + [dense("llama3-8b", layer, "fp16") for layer in ("qkv", "o")]
-            + [dense("llama3-8b", layer, "tf32") for layer in ("o", "down")]
-            + [fp8(model, layer) for model, layer in shapes]
-            + [fp8(model, layer, fast_accum=True) for model, layer in shapes])
-
-
-def shape_cases(shapes: list[dict]) -> list[BenchCase]:
-    """Bench cases for user-chosen GEMMs: each a dict with m, n, k and dtype (bf16, fp16 or fp8), row-major
-    A [m, k] @ B [k, n] against torch.matmul / torch._scaled_mm."""
-    cases = []
-    for i, shape in enumerate(shapes):
-        check(isinstance(shape, dict), f"shapes[{i}]", type(shape).__name__, "a dict with m, n, k, dtype")
-        m, n, k = (shape.get(key) for key in ("m", "n", "k"))
-        dtype = shape.get("dtype", "bf16")
-        check(all(isinstance(v, int) and v > 0 for v in (m, n, k)), f"shapes[{i}]", shape, "positive integers m, n, k")
-        check(dtype in ("bf16", "fp16", "fp8"), f"shapes[{i}]['dtype']", repr(dtype), "'bf16', 'fp16' or 'fp8'")
-        if dtype == "fp8":
-            cases.append(_case("custom", "fp8", m, n, k, _fp8_inputs(m, n, k), scaled_matmul, _torch_scaled_mm,
-                               reference_scaled_matmul, scaling="per-tensor"))
-        else:
-            torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
-            cases.append(_case("custom", dtype, m, n, k, _dense_inputs(m, n, k, torch_dtype), matmul, torch.matmul,
-                               reference_matmul))
-    return cases
+# Names that moved out of this file, for callers outside the package that still import them from here: the
+# public entry points are the front door's (dispatch), the cases and references have modules of their own.
+__getattr__ = moved(__name__, {
+    "matmul": "workbench.kernels.dispatch:triton_matmul",
+    "scaled_matmul": "workbench.kernels.dispatch:triton_scaled_matmul",
+    "_default_config": "workbench.kernels.dispatch:_default_config",
+    "_gluon_runs": "workbench.kernels.dispatch:_gluon_runs",
+    "_amd_arch": "workbench.kernels._common:amd_arch",
+    "_fp8_dtype": "workbench.kernels._common:fp8_dtype",
+    "check_pair": "workbench.kernels.checks:check_pair",
+    "_scale_kind": "workbench.kernels.checks:scale_kind",
+    "bench_cases": "workbench.kernels.cases:gemm_cases",
+    "shape_cases": "workbench.kernels.cases:gemm_shape_cases",
+    "TOKENS": "workbench.kernels.cases:GEMM_TOKENS",
+    "_llama_gemms": "workbench.kernels.cases:llama_gemms",
+    "_fp8_inputs": "workbench.kernels.cases:_fp8_inputs",
+    "_torch_scaled_mm": "workbench.kernels.cases:_torch_scaled_mm",
+})

@@ -44,7 +44,7 @@ against ~150 inline (sm_90 SASS), 64 of them the promotion's FADDs.
 
 Edges: K not a multiple of BLOCK_K reads zeros past K (TMA zero-fills out-of-bounds boxes), rows past M and
 columns past N are dropped by the TMA store. Inputs: as ``gemm_tma.scaled_matmul_tma`` (A row-major, B
-column-major, 16-byte aligned rows, N % 8 == 0), errors via ``check``.
+column-major, 16-byte aligned rows, N % 8 == 0; ``checks.check_fp8_tma_operands``).
 
 Versions: written against Triton 3.6.0 (the H200 machine) and 3.7.1; ``crosscompile`` builds it for sm_90
 on a CPU-only machine. Gluon has no interpreter: on the CPU only the host-side checks run.
@@ -62,10 +62,11 @@ from pathlib import Path
 import torch
 import triton
 
-from workbench.kernels._common import (check, check_device, frozen, interpreting, plan_cache, reused_descriptors,
-                                       tensor_key)
-from workbench.kernels.gemm import _scale_kind, reference_scaled_matmul  # noqa: F401 - the reference, re-exported
-from workbench.kernels.gemm_tma import TMA_FP8_DTYPES, _check_operands
+from workbench.kernels._common import (capability, check, frozen, interpreting, launch_operands, moved, plan_cache,
+                                       reused_descriptors, sm_count, tensor_key, without_launch)
+from workbench.kernels._tiling import grouped_tile_gluon, is_power_of_two, tma_aligned
+from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
+from workbench.kernels.reference import reference_scaled_matmul  # noqa: F401 - the reference, re-exported
 from workbench.kernels.spaces import (
     GLUON_KERNEL,
     gluon_config_space,
@@ -115,17 +116,6 @@ for the config check. The builds of ``config_space`` use 20-52 (``inspect_build`
 if HAS_GLUON:
 
     @gluon.jit
-    def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
-        """Grouped ordering (``tiling.grouped_tile`` in Gluon: a ``@gluon.jit`` kernel calls only Gluon functions):
-        GROUP_M tile rows per group, so concurrent tiles share L2 panels."""
-        tiles_per_group = GROUP_M * tiles_n
-        first_m = (tile // tiles_per_group) * GROUP_M
-        rows_in_group = gl.minimum(tiles_m - first_m, GROUP_M)  # the last group may be short
-        pid_m = first_m + (tile % tiles_per_group) % rows_in_group
-        pid_n = (tile % tiles_per_group) // rows_in_group
-        return pid_m, pid_n
-
-    @gluon.jit
     def _schedule(M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):
         """This program's share of the work: (first tile, programs, tiles_m, tiles_n, its tile count, k_steps).
         The grid is min(SMs, tiles), so every program has at least one tile."""
@@ -161,7 +151,7 @@ if HAS_GLUON:
             local += 1
             # past the last tile: any real tile (its loads are predicated off), not a division by zero
             tile = gl.minimum(first_tile + local * programs, tiles_m * tiles_n - 1)
-            pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+            pid_m, pid_n = grouped_tile_gluon(tile, tiles_m, tiles_n, GROUP_M)
         return p + 1, k, local, pid_m, pid_n
 
     @gluon.jit
@@ -239,14 +229,14 @@ if HAS_GLUON:
 
         zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=MMA)  # a constant: use_acc=False reads nothing
         # The load cursor (inline loads only): (loads issued, its K block, its tile number, that tile's pid_m, pid_n).
-        ld_m, ld_n = _tile_coords(first_tile, tiles_m, tiles_n, GROUP_M)
+        ld_m, ld_n = grouped_tile_gluon(first_tile, tiles_m, tiles_n, GROUP_M)
         ld = (0, 0, 0, ld_m, ld_n)
         if not WARP_SPECIALIZE:
             for _ in gl.static_range(NUM_STAGES - 1):
                 ld = _issue_load(ld, M, N, K, a_desc, b_desc, ready, a_ring, b_ring, GROUP_M, NUM_STAGES)
         c = 0  # K blocks consumed
         for local in range(my_tiles):
-            pid_m, pid_n = _tile_coords(first_tile + local * programs, tiles_m, tiles_n, GROUP_M)
+            pid_m, pid_n = grouped_tile_gluon(first_tile + local * programs, tiles_m, tiles_n, GROUP_M)
             a_tile, b_tile = _wait_ready(c, ready, a_ring, b_ring, NUM_STAGES)
             c += 1
             if EXACT:
@@ -297,7 +287,7 @@ if HAS_GLUON:
         first_tile, programs, tiles_m, tiles_n, my_tiles, k_steps = _schedule(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
         p = 0
         for local in range(my_tiles):
-            pid_m, pid_n = _tile_coords(first_tile + local * programs, tiles_m, tiles_n, GROUP_M)
+            pid_m, pid_n = grouped_tile_gluon(first_tile + local * programs, tiles_m, tiles_n, GROUP_M)
             for k in range(k_steps):
                 slot = p % NUM_STAGES
                 mbarrier.wait(empty.index(slot), ((p // NUM_STAGES) & 1) ^ 1)
@@ -387,21 +377,10 @@ _PLANS = plan_cache()
 
 
 def _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum: bool, out) -> _GluonPlan:
-    """``scaled_matmul_gluon``'s checks and launch plan (also ``gemm.scaled_matmul``'s for a Gluon config)."""
-    _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
-    check(a_fp8.dtype in TMA_FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype,
-          f"one of {', '.join(map(str, TMA_FP8_DTYPES))} (e4m3fnuz: gemm.scaled_matmul)")
-    check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
-    check(b_fp8.stride(0) == 1 or b_fp8.shape[0] == 1, "b_fp8", f"strides {tuple(b_fp8.stride())}",
-          "column-major [K, N] (b = w.t() of a row-major w [N, K]), the layout fp8 wgmma and _scaled_mm take")
+    """``scaled_matmul_gluon``'s checks and launch plan (also the front door's for a Gluon config)."""
+    check_fp8_tma_operands(a_fp8, b_fp8, out)
     (m, k), n = a_fp8.shape, b_fp8.shape[1]
-    kind_a = _scale_kind(scale_a, "scale_a", m, (m, 1), a_fp8)
-    kind_b = _scale_kind(scale_b, "scale_b", n, (1, n), a_fp8)
-    if bias is not None:
-        check(isinstance(bias, torch.Tensor) and tuple(bias.shape) == (n,), "bias",
-              tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__, f"a tensor of shape [{n}]")
-        check(bias.dtype.is_floating_point, "bias.dtype", bias.dtype, "a floating-point dtype")
-        check_device(a_fp8, bias, names=("a_fp8", "bias"))
+    kind_a, kind_b = fp8_epilogue_kinds(a_fp8, b_fp8, scale_a, scale_b, bias)
     config = resolve_config(config, exact=not use_fast_accum)
     check(out is None or out.dtype == torch.bfloat16, "out.dtype", getattr(out, "dtype", None), "torch.bfloat16")
     plan = _GluonPlan(route="launch", out_shape=(m, n), bias_copy=bias is not None and not bias.is_contiguous(),
@@ -414,13 +393,13 @@ def _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum: b
         return plan
     check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
     check(not interpreting(), "TRITON_INTERPRET", "1", "unset: Gluon kernels have no interpreter (use gemm_tma)")
-    check(_capability(a_fp8.device.index or 0) == (9, 0), "device", f"compute capability "
-          f"{_capability(a_fp8.device.index or 0)}", "(9, 0): the kernel uses sm_90's wgmma (Hopper only)")
+    check(capability(a_fp8.device.index or 0) == (9, 0), "device", f"compute capability "
+          f"{capability(a_fp8.device.index or 0)}", "(9, 0): the kernel uses sm_90's wgmma (Hopper only)")
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     plan.blocks = ([bm, bk], [bn, bk], [bm, bn])
     plan.layouts = (_operand_layout(bm, bk), _operand_layout(bn, bk), _output_layout(bm, bn))
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    plan.grid = (min(config.get("NUM_SMS") or _sm_count(a_fp8.device.index or 0), tiles),)
+    plan.grid = (min(config.get("NUM_SMS") or sm_count(a_fp8.device.index or 0), tiles),)
     plan.scalars = (m, n, k)
     plan.constexprs = dict(_constexprs(config, exact=not use_fast_accum, has_bias=bias is not None, scale_a=kind_a,
                                        scale_b=kind_b), num_warps=config["num_warps"])
@@ -431,21 +410,12 @@ def _run(plan: _GluonPlan, a_fp8, b_fp8, bias, scale_a, scale_b, out) -> torch.T
     """Allocate C (or take ``out``), build the descriptors and launch: the per-call work of a cached plan."""
     c = torch.empty(plan.out_shape, dtype=torch.bfloat16, device=a_fp8.device) if out is None else out  # c: [M, N]
     if plan.route != "launch":
-        if plan.route == "zero_k":
-            c.zero_()
-            if bias is not None:
-                c.add_(bias.to(c.dtype))
-        return c
-    if (a_fp8.data_ptr() | b_fp8.data_ptr() | c.data_ptr()) % 16:  # the plan checked strides, not addresses
-        _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
+        return without_launch(plan, c, bias)
+    if not tma_aligned(a_fp8.data_ptr() | b_fp8.data_ptr() | c.data_ptr()):  # the plan checked strides, not addresses
+        check_tma_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
     b_t = b_fp8.t()  # [N, K] row-major
     a_desc, b_desc, c_desc = reused_descriptors(plan, GluonTensorDescriptor, a_fp8, b_t, c, plan.blocks, plan.layouts)
-    if bias is None:
-        bias = c
-    elif plan.bias_copy:
-        bias = bias.contiguous()
-    if plan.scale_copy:  # strided scale views: the kernel reads scale[i] at element i (a scalar at 0)
-        scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
+    bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
     _gemm_fp8_kernel[plan.grid](a_desc, b_desc, c_desc, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
     return c
 
@@ -474,22 +444,12 @@ def _mma_layout(block_m: int, block_n: int, num_warps: int):
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_n, 32])
 
 
-@functools.lru_cache(maxsize=16)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-@functools.lru_cache(maxsize=16)
-def _capability(index: int) -> tuple[int, int]:
-    return tuple(torch.cuda.get_device_capability(index))
-
-
 def supported(device: torch.device | str | None = None) -> bool:
     """True when this kernel can run on ``device``: Triton has Gluon, and the device is an sm_90 GPU."""
     if not HAS_GLUON or interpreting() or torch.version.hip or not torch.cuda.is_available():
         return False
     device = torch.device("cuda") if device is None else torch.device(device)
-    return device.type == "cuda" and _capability(device.index or 0) == (9, 0)
+    return device.type == "cuda" and capability(device.index or 0) == (9, 0)
 
 
 # ------------------------------------------------------------------------------------------------ config space
@@ -520,8 +480,7 @@ def resolve_config(config: dict | None, *, exact: bool = True) -> dict:
     check(not missing, "config", f"a dict without {missing}", f"keys {_KEYS} (NUM_SMS optional)")
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         value = config[key]
-        check(isinstance(value, int) and value >= 32 and value & (value - 1) == 0, f"config[{key!r}]", value,
-              "a power of two >= 32")
+        check(is_power_of_two(value, 32), f"config[{key!r}]", value, "a power of two >= 32")
     warps = config["num_warps"]
     check(warps in (4, 8), "config['num_warps']", warps, "4 or 8 (one or two warpgroups)")
     check(config["BLOCK_M"] == WGMMA_ROWS_PER_WARPGROUP * (warps // 4), "config['BLOCK_M']", config["BLOCK_M"],
@@ -636,3 +595,10 @@ def inspect_build(config: dict, *, exact: bool = True, scaling: str = "tensor", 
         spill_bytes=int(spills.group(1)) if spills else 0, launched_warps=int(kernel.metadata.num_warps),
         wait_groups=tuple(sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})),
         ptxas_remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
+
+
+# Names that moved out of this file, for callers outside the package that still import them from here.
+__getattr__ = moved(__name__, {
+    "_scale_kind": "workbench.kernels.checks:scale_kind",
+    "_check_operands": "workbench.kernels.checks:check_tma_operands",
+})

@@ -30,7 +30,7 @@ TMA constraints (CUDA driver API, ``cuTensorMapEncodeTiled``): 16-byte aligned b
 aligned outer strides, unit inner stride. So A must be row-major with K * elem_size % 16 == 0, B row-major
 ([K, N], N * elem_size % 16 == 0) or column-major (``b = w.t()`` of a row-major w [N, K]), and C [M, N] needs
 N * 2 % 16 == 0. Inputs that break this raise ``KernelInputError``: use ``gemm.matmul`` / ``gemm.scaled_matmul``
-(any strides) for them. fp8 takes B column-major only (Hopper's fp8 ``wgmma`` reads both operands K-major,
+(any strides) for them (the checks: ``checks.check_tma_operands``). fp8 takes B column-major only (Hopper's fp8 ``wgmma`` reads both operands K-major,
 as ``torch._scaled_mm`` requires).
 
 Needs Triton >= 3.4 (host tensor descriptors; ``tl.range`` ``flatten``/``warp_specialize``) and sm_90+; see
@@ -40,26 +40,18 @@ to fp32 before the dot, as the interpreter's bf16 dot is wrong).
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 import torch
 import triton
 import triton.language as tl
 
+from workbench.kernels import crosscompile as xc
 from workbench.kernels import spaces
-from workbench.kernels.tiling import grouped_tile
-from workbench.kernels._common import (check, check_device, frozen, interpreting, plan_cache, reused_descriptors,
-                                       tensor_key)
-from workbench.kernels.gemm import (  # noqa: F401
-    TOLERANCE,
-    _scale_kind,
-    bytes_moved,
-    check_pair,
-    flops,
-    reference_matmul,
-    reference_scaled_matmul,
-)
+from workbench.kernels._common import (check, frozen, interpreting, launch_operands, moved, plan_cache,
+                                       reused_descriptors, sm_count, tensor_key, without_launch)
+from workbench.kernels._tiling import TMA_ALIGN_BYTES, grouped_tile, is_power_of_two, use_torch_allocator
+from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
 
 try:  # host-side tensor descriptors: Triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -69,10 +61,6 @@ except ImportError:  # pragma: no cover - older Triton
 HAS_WARP_SPECIALIZE = "warp_specialize" in inspect.signature(tl.range.__init__).parameters
 """``tl.range(..., warp_specialize=...)`` exists (Triton >= 3.4)."""
 MATMUL_DTYPES = (torch.bfloat16, torch.float16)
-TMA_FP8_DTYPES = (torch.float8_e4m3fn,)
-"""OCP e4m3, the fp8 of sm_89+ tensor cores (gemm.py also takes MI300's e4m3fnuz, which NVIDIA has not)."""
-TMA_ALIGN_BYTES = 16
-"""Base address and outer-stride alignment TMA requires (CUDA driver API, cuTensorMapEncodeTiled)."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE", "num_warps",
          "num_stages")
 
@@ -204,8 +192,8 @@ def scaled_matmul_tma(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.T
 
 
 def _plan_matmul(a, b, config: dict | None, out) -> _TmaPlan:
-    """``matmul_tma``'s checks and launch plan for these inputs (also ``gemm.matmul``'s for a TMA config)."""
-    _check_operands(a, b, "a", "b", out)
+    """``matmul_tma``'s checks and launch plan for these inputs (also the front door's for a TMA config)."""
+    check_tma_operands(a, b, "a", "b", out)
     check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
           f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul_tma; fp32: gemm.matmul)")
     check(b.dtype == a.dtype, "b.dtype", b.dtype, f"a's dtype {a.dtype}")
@@ -213,62 +201,15 @@ def _plan_matmul(a, b, config: dict | None, out) -> _TmaPlan:
 
 
 def _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config: dict | None, use_fast_accum: bool, out) -> _TmaPlan:
-    """``scaled_matmul_tma``'s checks and launch plan (also ``gemm.scaled_matmul``'s for a TMA config)."""
-    _check_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
-    check(a_fp8.dtype in TMA_FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype,
-          f"one of {', '.join(map(str, TMA_FP8_DTYPES))} (e4m3fnuz: gemm.scaled_matmul)")
-    check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
-    check(b_fp8.stride(0) == 1 or b_fp8.shape[0] == 1, "b_fp8", f"strides {tuple(b_fp8.stride())}",
-          "column-major [K, N] (b = w.t() of a row-major w [N, K]), the layout fp8 wgmma and _scaled_mm take")
+    """``scaled_matmul_tma``'s checks and launch plan (also the front door's for a TMA config)."""
+    check_fp8_tma_operands(a_fp8, b_fp8, out)
     if config is not None and "BLOCK_K" in config:
         check(config["BLOCK_K"] >= 32, "config['BLOCK_K']", config["BLOCK_K"],
               "at least 32 for fp8 (sm_90's fp8 wgmma takes K in steps of 32)")
-    (m, _), n = a_fp8.shape, b_fp8.shape[1]
-    kind_a = _scale_kind(scale_a, "scale_a", m, (m, 1), a_fp8)
-    kind_b = _scale_kind(scale_b, "scale_b", n, (1, n), a_fp8)
-    if bias is not None:
-        check(isinstance(bias, torch.Tensor) and tuple(bias.shape) == (n,), "bias",
-              tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__, f"a tensor of shape [{n}]")
-        check(bias.dtype.is_floating_point, "bias.dtype", bias.dtype, "a floating-point dtype")
-        check_device(a_fp8, bias, names=("a_fp8", "bias"))
+    kind_a, kind_b = fp8_epilogue_kinds(a_fp8, b_fp8, scale_a, scale_b, bias)
     return _plan(a_fp8, b_fp8, torch.bfloat16, config, out=out, bias=bias, upcast=interpreting(),
                  scales=(kind_a, kind_b), scale_copy=not (scale_a.is_contiguous() and scale_b.is_contiguous()),
                  max_imprecise_acc=None if use_fast_accum else "block_k")
-
-
-def _check_operands(a, b, a_name: str, b_name: str, out) -> None:
-    check_pair(a, b, a_name, b_name)
-    (m, k), n = a.shape, b.shape[1]
-    size = a.element_size()
-    fallback = "(gemm.matmul / gemm.scaled_matmul take any strides)"
-    if m == 0 or n == 0 or k == 0:
-        return
-    check(a.stride(1) == 1 or k == 1, f"{a_name}.stride()", tuple(a.stride()),
-          f"a row-major [M, K] (unit stride along K): TMA needs a unit inner stride {fallback}")
-    check(_aligned(a.stride(0) * size) and _aligned(a.data_ptr()), a_name,
-          f"row stride {a.stride(0) * size} bytes at address {a.data_ptr():#x}",
-          f"16-byte aligned rows and base (K * {size} bytes a multiple of 16) for TMA {fallback}")
-    if b.stride(0) == 1 and n > 1:  # column-major: TMA reads b.T [N, K], row-major
-        outer, where = b.stride(1), "column"
-    else:
-        check(b.stride(1) == 1 or n == 1, f"{b_name}.stride()", tuple(b.stride()),
-              f"row-major or column-major [K, N] for TMA {fallback}")
-        outer, where = b.stride(0), "row"
-    check(_aligned(outer * size) and _aligned(b.data_ptr()), b_name,
-          f"{where} stride {outer * size} bytes at address {b.data_ptr():#x}",
-          f"16-byte aligned {where}s and base for TMA {fallback}")
-    check(_aligned(n * 2), "N", n, f"a multiple of 8: the output's rows ({n} x 2 bytes) must be 16-byte aligned "
-          f"for the TMA store {fallback}")
-    if out is not None:
-        check(isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and out.is_contiguous(), "out",
-              tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__,
-              f"a contiguous tensor of shape [{m}, {n}]")
-        check_device(a, out, names=(a_name, "out"))
-        check(_aligned(out.data_ptr()), "out", f"address {out.data_ptr():#x}", "16-byte aligned for TMA")
-
-
-def _aligned(value: int) -> bool:
-    return value % TMA_ALIGN_BYTES == 0
 
 
 class _TmaPlan:
@@ -326,41 +267,18 @@ def _run(plan: _TmaPlan, a, b, bias, scale_a, scale_b, out) -> torch.Tensor:
     """Allocate C (or take ``out``), build the descriptors and launch: the per-call work of a cached plan."""
     c = torch.empty(plan.out_shape, dtype=plan.out_dtype, device=a.device) if out is None else out  # c: [M, N]
     if plan.route != "launch":
-        if plan.route == "zero_k":
-            c.zero_()
-            if bias is not None:
-                c.add_(bias.to(plan.out_dtype))
-        return c
+        return without_launch(plan, c, bias)
     if (a.data_ptr() | b.data_ptr() | c.data_ptr()) % TMA_ALIGN_BYTES:  # the plan checked strides, not addresses
-        _check_operands(a, b, *plan.names, out)
+        check_tma_operands(a, b, *plan.names, out)
     b_op = b.t() if plan.b_k_major else b  # b.t(): [N, K] row-major
     if plan.device_descriptors:
-        _use_torch_allocator()
+        use_torch_allocator()  # thread-local: set before every launch that builds descriptors on the device
         a_arg, b_arg, c_arg = a, b, c
     else:
         a_arg, b_arg, c_arg = reused_descriptors(plan, TensorDescriptor, a, b_op, c, plan.blocks)
-    if bias is None:
-        bias = c
-    elif plan.bias_copy:
-        bias = bias.contiguous()
-    if scale_a is None:
-        scale_a = scale_b = c
-    elif plan.scale_copy:  # strided scale views: the kernel reads scale[i] at element i
-        scale_a, scale_b = scale_a.reshape(-1).contiguous(), scale_b.reshape(-1).contiguous()
+    bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
     _gemm_tma_kernel[plan.grid](a_arg, b_arg, c_arg, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
     return c
-
-
-
-
-def _torch_allocator(size: int, alignment: int, stream):
-    """Global scratch for device-built descriptors (128 bytes per program), from torch's caching allocator."""
-    return torch.empty(size, dtype=torch.int8, device="cpu" if interpreting() else "cuda")
-
-
-def _use_torch_allocator() -> None:
-    """Make ``_torch_allocator`` Triton's allocator (process-wide, as ``triton.set_allocator`` is)."""
-    triton.set_allocator(_torch_allocator)
 
 
 def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
@@ -372,19 +290,14 @@ def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
     check(not missing, "config", f"a dict without {missing}", f"keys {_KEYS} (NUM_SMS optional)")
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         value = config[key]
-        check(isinstance(value, int) and 16 <= value <= 256 and value & (value - 1) == 0, f"config[{key!r}]", value,
+        check(is_power_of_two(value, 16, 256), f"config[{key!r}]", value,
               "a power of two in [16, 256] (tl.dot's smallest tile; TMA's largest box)")
     check(config["EPILOGUE_SUBTILE"] in (1, 2), "config['EPILOGUE_SUBTILE']", config["EPILOGUE_SUBTILE"], "1 or 2")
     check(not config["WARP_SPECIALIZE"] or HAS_WARP_SPECIALIZE, "config['WARP_SPECIALIZE']", True,
           f"False: triton {triton.__version__} has no tl.range(warp_specialize=...)")
     meta = {key: config[key] for key in _KEYS[:6]}
-    meta["NUM_SMS"] = config.get("NUM_SMS") or (4 if interpreting() else _sm_count(a.device.index or 0))
+    meta["NUM_SMS"] = config.get("NUM_SMS") or (4 if interpreting() else sm_count(a.device.index or 0))
     return meta, {key: config[key] for key in ("num_warps", "num_stages")}
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def supported(device: torch.device | str | None = None) -> bool:
@@ -425,10 +338,6 @@ def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_
     and spills, as ``crosscompile.inspect_config`` does for ``gemm.py``. Returns an ``Inspection``; its
     ``occupancy`` is the warps the compiled kernel launches (12 for a warp-specialized num_warps=4 config).
     fp8 compiles with ``scaling`` ("tensor" or "row") scales, and promotes every BLOCK_K unless fast_accum."""
-    from triton.compiler import ASTSource
-
-    from workbench.kernels import crosscompile as xc
-
     operand = "fp8e4nv" if dtype == "fp8" else dtype
     out = "bf16" if dtype == "fp8" else dtype
     bm, bn, bk, subtile = (config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPILOGUE_SUBTILE"))
@@ -448,18 +357,28 @@ def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_
                       **{k: config[k] for k in _KEYS[:6]})
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _gemm_tma_kernel.arg_names}
-    names = list(signature)
     divisible = ["M", "N", "K", "stride_am", "stride_b", "stride_cm"] + (["a", "b", "c"] if device_descriptors else [])
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    source = xc.CompileSource(_gemm_tma_kernel, signature, constexprs, divisible)
     base = xc.Inspection("gemm_tma", target, dtype, config)
-    options = {k: config[k] for k in ("num_warps", "num_stages")}
     try:
-        compiled = triton.compile(ASTSource(_gemm_tma_kernel, signature, constexprs, attrs),
-                                  target=xc.TARGETS[target], options=options)
+        compiled = xc.compile_for(target, source, {k: config[k] for k in ("num_warps", "num_stages")})
     except Exception as exc:  # noqa: BLE001 - a config that does not compile is a result
-        return xc._replace(base, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
+        return xc.failed(base, exc)
     shared = int(compiled.metadata.shared)
     registers, spill_bytes = xc._nvidia_resources(compiled.asm["cubin"])
     return xc._replace(base, shared_bytes=shared, registers=registers, spills=spill_bytes,
                        occupancy=int(compiled.metadata.num_warps),
                        fits=shared <= xc.SHARED_LIMIT_BYTES[target] and spill_bytes == 0)
+
+
+# Names that moved out of this file, for callers outside the package that still import them from here.
+__getattr__ = moved(__name__, {
+    "TMA_FP8_DTYPES": "workbench.kernels.checks:TMA_FP8_DTYPES",
+    "_check_operands": "workbench.kernels.checks:check_tma_operands",
+    "_use_torch_allocator": "workbench.kernels._tiling:use_torch_allocator",
+    "TOLERANCE": "workbench.kernels.gemm:TOLERANCE",
+    "flops": "workbench.kernels.gemm:flops",
+    "bytes_moved": "workbench.kernels.gemm:bytes_moved",
+    "reference_matmul": "workbench.kernels.reference:reference_matmul",
+    "reference_scaled_matmul": "workbench.kernels.reference:reference_scaled_matmul",
+})

@@ -18,6 +18,12 @@ torch's, benchmarks/results/h200/kernels/kernels_quick.csv).
 Rows up to ``MAX_FWD_BLOCK_N`` (forward) / ``MAX_BWD_BLOCK_N`` (backward) columns sit in registers as one tile;
 wider rows loop over column tiles (two or three passes over x, mostly from L2, instead of one), not pipelined.
 
+Host time decides the fwd+bwd up to a few hundred MB: on the H200 machine a no-op autograd.Function with
+torch.autograd.grad costs ~95 us and a Triton launch ~20 us (benchmarks/results/h200/kernels/host_overhead),
+while a 4096x4096 bf16 fwd+bwd moves 168 MB (~40 us at copy bandwidth). So a repeated call only allocates (y
+and one statistics buffer; dx, the gradients and one partial-sum buffer) and makes its three launches: config,
+constexprs, shapes and grids (from the compiled kernels) are worked out once per distinct call (``_NormPlan``).
+
 RMSNorm: y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)      (Zhang & Sennrich 2019)
 LayerNorm: y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var(x) + eps)       (Ba et al. 2016; biased var)
 """
@@ -50,23 +56,29 @@ FALLBACK_PROGRAMS_PER_SM = 2
 ``JITFunction.warmup``): a guess, calibrate by sweeping 1..8 on the GPU."""
 INTERPRETER_PROGRAMS = 4
 """Programs under TRITON_INTERPRET (several, so the tests exercise the strided tiles and the partial sums)."""
-PARTIAL_SUM_BLOCK = (64, 64)
-"""(parts, columns) per step of ``_partial_sum_kernel``: a 16 KB fp32 tile, 4 warps (a guess)."""
+PARTIAL_SUM_BLOCK = (128, 32)
+"""(parts, columns) per step of ``_partial_sum_kernel``: a 16 KB fp32 tile, 4 warps, 128-byte row segments;
+cols / 32 programs (64-256 for 2K-8K columns) each summing the ~130-1000 partial rows in a few steps. A guess,
+calibrate me (it runs after the backward, so its few microseconds add to every fwd+bwd)."""
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 @triton.jit
-def _norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, x_row_stride, y_row_stride, eps,
+def _norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, stats_ptr, rows, cols, x_row_stride, y_row_stride, eps,
                      LAYER_NORM: tl.constexpr, ONE_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                      ROWS_PER_PROGRAM: tl.constexpr, NUM_STAGES: tl.constexpr):
     """Block: [ROWS_PER_PROGRAM, BLOCK_N] of x and y; [BLOCK_N] of w (and b). Row tiles pid, pid + programs, ...
 
     ONE_BLOCK (BLOCK_N >= cols): x is loaded once and kept in registers; the tile loop is software-pipelined
     (NUM_STAGES: the next NUM_STAGES - 1 tiles' x load into shared memory while this one is worked on).
-    Otherwise: one pass for the mean (LayerNorm), one for the sum of squares, one to write y. b_ptr and mean_ptr
-    are unused for RMSNorm.
+    Otherwise: one pass for the mean (LayerNorm), one for the sum of squares, one to write y. stats: [2, rows]
+    fp32, mean then rstd (LayerNorm), or [1, rows], rstd (RMSNorm); b_ptr is unused for RMSNorm.
     """
+    mean_ptr = stats_ptr
+    rstd_ptr = stats_ptr
+    if LAYER_NORM:
+        rstd_ptr += rows
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
@@ -130,27 +142,32 @@ def _norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols,
 
 
 @triton.jit
-def _norm_bwd_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, db_partial_ptr,
-                     rows, cols, x_row_stride, dy_row_stride, dx_row_stride,
+def _norm_bwd_kernel(x_ptr, w_ptr, dy_ptr, stats_ptr, dx_ptr, partial_ptr, rows, cols, x_row_stride,
+                     dy_row_stride, dx_row_stride,
                      LAYER_NORM: tl.constexpr, ONE_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                      ROWS_PER_PROGRAM: tl.constexpr, NUM_STAGES: tl.constexpr):
     """Block: [ROWS_PER_PROGRAM, BLOCK_N] of x, dy, dx; row tiles pid, pid + programs, ... one after another.
 
     With xhat = (x - mean) * rstd and g = dy * w:
       dx = rstd * (g - xhat * mean(g * xhat) - mean(g))     (the mean(g) term only for LayerNorm)
-      dw_partial[pid] = sum over this program's rows of dy * xhat;  db_partial[pid] = sum of dy.
-    ONE_BLOCK keeps the partials in registers and stores them once (the buffers may start uninitialised), and
-    pipelines the tile loop as the forward does (x and dy of the next NUM_STAGES - 1 tiles in flight); otherwise
-    each column block adds into this program's partial row in memory (buffers start at zero).
+      partial[0, pid] = sum over this program's rows of dy * xhat;  partial[1, pid] = sum of dy (LayerNorm).
+    partial: [1 or 2, programs, cols] fp32; stats: as the forward wrote them. ONE_BLOCK keeps the partials in
+    registers and stores them once (the buffer may start uninitialised), and pipelines the tile loop as the
+    forward does (x and dy of the next NUM_STAGES - 1 tiles in flight); otherwise each column block adds into
+    this program's partial rows in memory (the buffer starts at zero).
     """
+    mean_ptr = stats_ptr
+    rstd_ptr = stats_ptr
+    if LAYER_NORM:
+        rstd_ptr += rows
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
     step = programs.to(tl.int64) * ROWS_PER_PROGRAM
     row = pid.to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R]
     offs = tl.arange(0, BLOCK_N)
-    dw_row = dw_partial_ptr + pid.to(tl.int64) * cols
-    db_row = db_partial_ptr + pid.to(tl.int64) * cols
+    dw_row = partial_ptr + pid.to(tl.int64) * cols
+    db_row = dw_row + programs.to(tl.int64) * cols  # partial[1, pid] (LayerNorm only)
     if ONE_BLOCK:
         col_mask = offs < cols
         w = tl.load(w_ptr + offs, mask=col_mask, other=0.0).to(tl.float32)
@@ -274,15 +291,19 @@ def _launch_options(config: dict) -> dict:
 
 
 def _as_rows(t: torch.Tensor, cols: int) -> torch.Tensor:
-    """[..., cols] -> [rows, cols] with unit column stride (a view where possible)."""
+    """[..., cols] -> [rows, cols] with unit column stride (t itself when it already is one, else a view where
+    possible)."""
+    if t.dim() == 2 and t.stride(1) == 1:
+        return t
     t2 = t.reshape(-1, cols)
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
-def _resident_programs(kernel, args: tuple, constexprs: dict, options: dict, device: torch.device) -> int:
-    """How many programs of ``kernel`` (launched with these arguments) the GPU runs at once: SMs times the blocks
-    per SM its registers, shared memory and threads allow, read from the compiled kernel as Triton's
-    fused-softmax tutorial does. A persistent kernel launched with more programs runs a partial second wave."""
+def _resident_programs(kernel, args: tuple, kwargs: dict, device: torch.device) -> int:
+    """How many programs of ``kernel`` (launched with these arguments and constexprs/options ``kwargs``) the GPU
+    runs at once: SMs times the blocks per SM its registers, shared memory and threads allow, read from the
+    compiled kernel as Triton's fused-softmax tutorial does. A persistent kernel launched with more programs runs
+    a partial second wave. Asked once per plan (it compiles, or finds, the kernel: host time in milliseconds)."""
     if device.type != "cuda":
         return INTERPRETER_PROGRAMS
     props = torch.cuda.get_device_properties(device)
@@ -290,12 +311,12 @@ def _resident_programs(kernel, args: tuple, constexprs: dict, options: dict, dev
     if backend() == "hip":
         return fallback
     try:
-        compiled = kernel.warmup(*args, grid=(1,), **constexprs, **options)
+        compiled = kernel.warmup(*args, grid=(1,), **kwargs)
         compiled._init_handles()
         registers, shared = compiled.n_regs, compiled.metadata.shared
     except Exception:  # noqa: BLE001 - an older or newer Triton without these attributes: the guess
         return fallback
-    threads = 32 * options["num_warps"]
+    threads = 32 * kwargs["num_warps"]
     registers = -(-max(registers, 1) // 8) * 8  # allocated per warp in units of 256 (8 a thread)
     per_sm = min(getattr(props, "regs_per_multiprocessor", 65536) // (registers * threads),
                  getattr(props, "max_threads_per_multi_processor", 2048) // threads,
@@ -304,95 +325,105 @@ def _resident_programs(kernel, args: tuple, constexprs: dict, options: dict, dev
 
 
 class _NormPlan:
-    """What a call works out once per distinct (shapes, strides, dtypes, device, eps, config): the resolved config,
-    tiles, launch options, and the programs each pass launches (found at its first launch)."""
+    """Everything a call works out once per distinct (shapes, strides, dtypes, device, eps, config), so that a
+    repeated call only allocates and launches: the resolved config, the constexprs and launch options of each
+    kernel, the shapes of what it allocates and, from the first launch of each pass (which compiles the kernel
+    and reads its resources), the grids. Host time is what a fwd+bwd of a few-hundred-MB tensor costs on an
+    H200 (three launches at ~20 us each and the autograd machinery: benchmarks/results/h200/kernels/host_overhead),
+    so none of this is redone per call."""
 
-    __slots__ = ("layer_norm", "config", "options", "rows_per_program", "stages", "fwd_block_n", "bwd_block_n",
-                 "fwd_programs", "bwd_programs")
+    __slots__ = ("layer_norm", "config", "rows", "cols", "shape", "stats_shape", "grads_shape", "groups", "tiles",
+                 "fwd_kwargs", "bwd_kwargs", "bwd_one_block", "fwd_grid", "bwd_grid", "partial_shape", "sum_grid",
+                 "sum_kwargs")
 
-    def __init__(self, cols: int, config: dict | None, layer_norm: bool):
+    def __init__(self, x: torch.Tensor, config: dict | None, layer_norm: bool):
         self.layer_norm = layer_norm
-        self.config = _resolve_config(config, cols)
-        self.options = _launch_options(self.config)
-        self.rows_per_program = self.config["ROWS_PER_PROGRAM"]
-        self.stages = self.config["num_stages"]
-        self.fwd_block_n = _block_n(cols, self.config, MAX_FWD_BLOCK_N)
-        self.bwd_block_n = _block_n(cols, self.config, MAX_BWD_BLOCK_N)
-        self.fwd_programs = self.bwd_programs = None
+        self.cols = cols = x.shape[-1]
+        self.rows = rows = x.numel() // cols
+        self.config = config = _resolve_config(config, cols)
+        options = _launch_options(config)
+        rows_per_program, stages = config["ROWS_PER_PROGRAM"], config["num_stages"]
+        fwd_block_n = _block_n(cols, config, MAX_FWD_BLOCK_N)
+        bwd_block_n = _block_n(cols, config, MAX_BWD_BLOCK_N)
+        self.groups = 2 if layer_norm else 1  # (mean and) rstd; dweight (and dbias)
+        self.shape = (rows, cols)
+        self.stats_shape = (self.groups, rows)
+        self.grads_shape = (2, cols) if layer_norm else (cols,)
+        self.tiles = triton.cdiv(rows, rows_per_program)
+        self.fwd_kwargs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=fwd_block_n >= cols, BLOCK_N=fwd_block_n,
+                               ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages, **options)
+        self.bwd_one_block = bwd_block_n >= cols
+        self.bwd_kwargs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=self.bwd_one_block, BLOCK_N=bwd_block_n,
+                               ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages, **options)
+        self.fwd_grid = self.bwd_grid = self.partial_shape = None
+        block_p, block_c = PARTIAL_SUM_BLOCK
+        self.sum_grid = (triton.cdiv(cols, block_c), self.groups)
+        self.sum_kwargs = dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4)
+
+    def first_backward(self, args: tuple, device: torch.device) -> None:
+        """The backward's grid and partial-sum buffer, from its compiled kernel (args: a launch's arguments, with
+        an fp32 stand-in for the partial sums, whose size depends on the programs this finds)."""
+        programs = min(self.tiles, _resident_programs(_norm_bwd_kernel, args, self.bwd_kwargs, device))
+        self.bwd_grid = (programs,)
+        self.partial_shape = (self.groups, programs, self.cols)
 
 
 _PLANS = plan_cache()
 
 
 def _norm_forward(x2, weight, bias, eps, plan):
-    # x2: [rows, cols] -> y: [rows, cols] (x dtype), mean/rstd: [rows] fp32
-    rows, cols = x2.shape
-    layer_norm = plan.layer_norm
-    y = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x2.device)
-    mean = torch.empty(rows if layer_norm else 0, dtype=torch.float32, device=x2.device)
-    if rows == 0:
-        return y, mean, rstd
-    args = (x2, weight, bias if layer_norm else weight, y, mean if layer_norm else rstd, rstd,
-            rows, cols, x2.stride(0), y.stride(0), eps)
-    constexprs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=plan.fwd_block_n >= cols, BLOCK_N=plan.fwd_block_n,
-                      ROWS_PER_PROGRAM=plan.rows_per_program, NUM_STAGES=plan.stages)
-    if plan.fwd_programs is None:
-        plan.fwd_programs = _resident_programs(_norm_fwd_kernel, args, constexprs, plan.options, x2.device)
-    tiles = triton.cdiv(rows, plan.rows_per_program)
-    _norm_fwd_kernel[(min(tiles, plan.fwd_programs),)](*args, **constexprs, **plan.options)
-    return y, mean, rstd
+    # x2: [rows, cols] -> y: [rows, cols] (x dtype), stats: [groups, rows] fp32 ((mean and) rstd)
+    y = torch.empty(plan.shape, dtype=x2.dtype, device=x2.device)
+    stats = torch.empty(plan.stats_shape, dtype=torch.float32, device=x2.device)
+    if plan.rows == 0:
+        return y, stats
+    args = (x2, weight, weight if bias is None else bias, y, stats, plan.rows, plan.cols, x2.stride(0), plan.cols,
+            eps)
+    if plan.fwd_grid is None:
+        plan.fwd_grid = (min(plan.tiles, _resident_programs(_norm_fwd_kernel, args, plan.fwd_kwargs, x2.device)),)
+    _norm_fwd_kernel[plan.fwd_grid](*args, **plan.fwd_kwargs)
+    return y, stats
 
 
-def _norm_backward(dy2, x2, weight, mean, rstd, plan, bias_dtype):
+def _norm_backward(dy2, x2, weight, stats, plan, bias_dtype):
     # dy2, x2: [rows, cols] -> dx [rows, cols], dweight [cols] (weight dtype), dbias [cols] (bias dtype) or None
-    rows, cols = x2.shape
-    layer_norm = plan.layer_norm
-    one_block = plan.bwd_block_n >= cols
-    groups = 2 if layer_norm else 1  # dweight (and dbias)
-    dx = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
-    grads = torch.empty((groups, cols), dtype=weight.dtype, device=x2.device)  # [dweight(, dbias)]
-    if rows == 0:  # no rows: zero gradients for the weights
+    dx = torch.empty(plan.shape, dtype=x2.dtype, device=x2.device)
+    grads = torch.empty(plan.grads_shape, dtype=weight.dtype, device=x2.device)  # dweight, or [dweight, dbias]
+    if plan.rows == 0:  # no rows: zero gradients for the weights
         grads.zero_()
-        return dx, grads[0], grads[1].to(bias_dtype) if layer_norm else None
-    tiles = triton.cdiv(rows, plan.rows_per_program)
-    constexprs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=one_block, BLOCK_N=plan.bwd_block_n,
-                      ROWS_PER_PROGRAM=plan.rows_per_program, NUM_STAGES=plan.stages)
-    if plan.bwd_programs is None:
-        probe = torch.empty((groups, 1, cols), dtype=torch.float32, device=x2.device)
-        args = (x2, weight, dy2, mean if layer_norm else rstd, rstd, dx, probe[0], probe[-1],
-                rows, cols, x2.stride(0), dy2.stride(0), dx.stride(0))
-        plan.bwd_programs = _resident_programs(_norm_bwd_kernel, args, constexprs, plan.options, x2.device)
-    programs = min(tiles, plan.bwd_programs)
-    new_partials = torch.empty if one_block else torch.zeros  # the loop path adds into them
-    partials = new_partials((groups, programs, cols), dtype=torch.float32, device=x2.device)
-    _norm_bwd_kernel[(programs,)](
-        x2, weight, dy2, mean if layer_norm else rstd, rstd, dx, partials[0], partials[-1],
-        rows, cols, x2.stride(0), dy2.stride(0), dx.stride(0), **constexprs, **plan.options)
-    block_p, block_c = PARTIAL_SUM_BLOCK
-    _partial_sum_kernel[(triton.cdiv(cols, block_c), groups)](partials, grads, programs, cols, BLOCK_P=block_p,
-                                                              BLOCK_C=block_c, num_warps=4)
-    dbias = None if not layer_norm else grads[1] if bias_dtype == weight.dtype else grads[1].to(bias_dtype)
-    return dx, grads[0], dbias
+    else:
+        # stats stand in for the partial sums (same dtype, so the same compiled kernel) until they are sized
+        args = [x2, weight, dy2, stats, dx, stats, plan.rows, plan.cols, x2.stride(0), dy2.stride(0), plan.cols]
+        if plan.bwd_grid is None:
+            plan.first_backward(tuple(args), x2.device)
+        # ONE_BLOCK stores each program's partial sums once; the column loop adds into them
+        args[5] = partials = (torch.empty if plan.bwd_one_block else torch.zeros)(
+            plan.partial_shape, dtype=torch.float32, device=x2.device)
+        _norm_bwd_kernel[plan.bwd_grid](*args, **plan.bwd_kwargs)
+        _partial_sum_kernel[plan.sum_grid](partials, grads, plan.bwd_grid[0], plan.cols, **plan.sum_kwargs)
+    if not plan.layer_norm:
+        return dx, grads, None
+    dweight, dbias = grads
+    return dx, dweight, dbias if bias_dtype == weight.dtype else dbias.to(bias_dtype)
 
 
 class _NormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps, plan):
-        x2 = _as_rows(x, x.shape[-1])
-        y, mean, rstd = _norm_forward(x2, weight, bias, eps, plan)
-        ctx.save_for_backward(x2, weight, mean, rstd)
+        x2 = _as_rows(x, plan.cols)
+        y, stats = _norm_forward(x2, weight, bias, eps, plan)
+        ctx.save_for_backward(x2, weight, stats)
         ctx.plan, ctx.x_shape = plan, x.shape
         ctx.bias_dtype = None if bias is None else bias.dtype
-        return y.view(x.shape)
+        return y if x.dim() == 2 else y.view(x.shape)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x2, weight, mean, rstd = ctx.saved_tensors
-        dx, dweight, dbias = _norm_backward(_as_rows(dy, x2.shape[1]), x2, weight, mean, rstd, ctx.plan,
-                                            ctx.bias_dtype)
-        return dx.view(ctx.x_shape), dweight, dbias, None, None
+        x2, weight, stats = ctx.saved_tensors
+        plan = ctx.plan
+        dx, dweight, dbias = _norm_backward(_as_rows(dy, plan.cols), x2, weight, stats, plan, ctx.bias_dtype)
+        return dx if dy.dim() == 2 else dx.view(ctx.x_shape), dweight, dbias, None, None
 
 
 def _check_inputs(x, weight, bias, eps, layer_norm):
@@ -420,14 +451,14 @@ def _norm(x, weight, bias, eps, config, layer_norm: bool) -> torch.Tensor:
         key = plan = None
     if plan is None:
         _check_inputs(x, weight, bias, eps, layer_norm)
-        plan = _NormPlan(x.shape[-1], config, layer_norm)
+        plan = _NormPlan(x, config, layer_norm)
         if key is not None:
             _PLANS.put(key, plan)
     weight = weight.contiguous()
     bias = None if bias is None else bias.contiguous()
     if not needs_grad(x, weight, bias):
-        y, _, _ = _norm_forward(_as_rows(x, x.shape[-1]), weight, bias, float(eps), plan)
-        return y.view(x.shape)
+        y, _ = _norm_forward(_as_rows(x, plan.cols), weight, bias, float(eps), plan)
+        return y if x.dim() == 2 else y.view(x.shape)
     return _NormFunction.apply(x, weight, bias, float(eps), plan)
 
 

@@ -23,13 +23,14 @@ import triton
 import triton.language as tl
 
 from workbench.kernels._common import check, check_device, interpreting
+from workbench.kernels.reference import reference_rowwise_adagrad  # noqa: F401 - re-exported
 
 # Touched rows per program: BLOCK_R rows gathered side by side, so a program keeps BLOCK_R gradient rows in flight
 # even when every row is looked up once (most rows of the large tables). SHORT: lookups a row sums side by side with
 # the others (loop steps); a hot row's lookups beyond that are summed BLOCK_N at a time by its program alone (the
 # tiny tables a whole batch hits). Guesses, picked by register use on sm_90 (``crosscompile``: BLOCK_R 16, BLOCK_N
 # 16, 2 warps: 168 registers, no spills, 6 programs = 96 rows in flight per SM; BLOCK_N 64 or 4 warps hold fewer);
-# ``benchmarks/dlrm_fused_update_check.py`` times the alternatives on the GPU.
+# ``benchmarks/train/dlrm_fused_update_check.py`` times the alternatives on the GPU.
 _BLOCK_R = 16
 _SHORT = 8
 _BLOCK_N = 16
@@ -149,23 +150,6 @@ def rowwise_adagrad_update(weight: torch.Tensor, acc: torch.Tensor, grad_out: to
         weight, acc, grad_out, rows, segments, bags, unique, dim, weight.stride(0), grad_out.stride(0), float(lr),
         float(eps), BLOCK_R=block_r, SHORT=config.get("SHORT", _SHORT), BLOCK_N=config.get("BLOCK_N", _BLOCK_N),
         BLOCK_D=triton.next_power_of_2(dim), num_warps=config.get("num_warps", _NUM_WARPS))
-
-
-def reference_rowwise_adagrad(weight: torch.Tensor, acc: torch.Tensor, grad_out: torch.Tensor,
-                              indices: torch.Tensor, offsets: torch.Tensor, lr: float, eps: float = 1e-8
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(updated weight, updated acc) in float64 the straightforward way: the sparse gradient through torch's
-    autograd, ``coalesce``, then the row-wise update of the coalesced rows."""
-    w = weight.detach().double().requires_grad_(True)
-    out = F.embedding_bag(indices.long(), w, offsets.long(), mode="sum", include_last_offset=True, sparse=True)
-    (grad,) = torch.autograd.grad(out, w, grad_out.double())
-    grad = grad.coalesce()
-    rows, values = grad.indices()[0], grad.values()  # [U], [U, D]
-    new_acc = acc.double().clone()
-    new_acc[rows] += values.square().mean(1)
-    new_weight = weight.detach().double().clone()
-    new_weight[rows] -= lr * values / (new_acc[rows].sqrt() + eps).unsqueeze(1)
-    return new_weight, new_acc
 
 
 def config_space() -> list[dict]:

@@ -219,7 +219,7 @@ GLUON_SM90_SPACE = {
 }
 """(BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, WARP_SPECIALIZE) per accumulation mode, num_warps=8, GROUP_M=8: the
 warp-specialized configs of ``gemm_gluon.config_space`` and its best non-warp-specialized one, ranked by the
-H200 probe on the 8 Llama 3 fp8 GEMMs (benchmarks/gluon_fp8_probe.py, benchmarks/results/h200/kernels/gluon/
+H200 probe on the 8 Llama 3 fp8 GEMMs (benchmarks/archive/gluon_fp8_probe.py, benchmarks/results/h200/kernels/gluon/
 summary.txt); the first entry of each list is the probe's best, the default. Exact configs keep three fp32
 tiles per thread (the sum and two partials in flight), so 128 x 256 tiles are fast-only: a config of one mode
 is never offered for the other (``gemm_gluon.resolve_config`` rejects a 128 x 256 exact config).

@@ -18,12 +18,12 @@ import math
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from workbench.kernels._common import BenchCase, backend, check, check_device
+from workbench.kernels._common import backend, check, check_device, moved
+from workbench.kernels.reference import reference_gelu, reference_swiglu  # noqa: F401 - re-exported
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
 
@@ -249,24 +249,6 @@ def gelu(x: torch.Tensor, config: dict | None = None) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- #
-# References (float64)
-# --------------------------------------------------------------------------- #
-
-def reference_swiglu(gate_up_or_gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
-    """F.silu(gate) * up in float64 (same argument forms as swiglu)."""
-    if up is None:
-        gate, up = gate_up_or_gate.double().chunk(2, dim=-1)
-    else:
-        gate, up = gate_up_or_gate.double(), up.double()
-    return F.silu(gate) * up
-
-
-def reference_gelu(x: torch.Tensor) -> torch.Tensor:
-    """F.gelu(approximate="tanh") in float64."""
-    return F.gelu(x.double(), approximate="tanh")
-
-
-# --------------------------------------------------------------------------- #
 # Config space
 # --------------------------------------------------------------------------- #
 
@@ -309,90 +291,16 @@ def bytes_moved(op: Literal["swiglu", "gelu"], rows: int, cols: int, dtype: str,
 
 
 # --------------------------------------------------------------------------- #
-# Benchmark cases
+# Accepted error
 # --------------------------------------------------------------------------- #
 
 TOLERANCE = {"bf16": 2e-2, "fp16": 2e-2, "fp32": 1e-5}
-# (label, tokens, F): Llama 3 8B and 70B FFN widths (intermediate_size 14336 / 28672) at 8192 tokens.
-BENCH_SHAPES = {"quick": [("llama3-8b", 8192, 14336)],
-                "full": [("llama3-8b", 8192, 14336), ("llama3-70b", 8192, 28672)]}
 
 
-def torch_swiglu(gate_up_or_gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
-    """The torch baseline: F.silu(gate) * up (eager, two kernels)."""
-    if up is None:
-        gate, up = gate_up_or_gate.chunk(2, dim=-1)
-    else:
-        gate = gate_up_or_gate
-    return F.silu(gate) * up
-
-
-def torch_gelu(x: torch.Tensor) -> torch.Tensor:
-    """The torch baseline: F.gelu(x, approximate="tanh")."""
-    return F.gelu(x, approximate="tanh")
-
-
-def _fwd_bwd(fn, *inputs_and_dout):
-    """Forward, then the whole backward with a given dout (through autograd.grad, so repeated runs do not
-    accumulate into .grad); returns the first input's gradient, the output the benchmark checks."""
-    *inputs, dout = inputs_and_dout
-    return torch.autograd.grad(fn(*inputs), inputs, dout)[0]
-
-
-def make_bench_case(op: Literal["swiglu", "gelu"], rows: int, cols: int, dtype: str = "bf16", fwd_bwd: bool = False,
-                    concat: bool = False, label: str = "") -> BenchCase:
-    """One point on [rows, cols] outputs. Inputs: swiglu (gate, up) or (gate_up,) with concat; gelu (x,). fwd+bwd
-    adds dout and makes the inputs require grad; run/baseline/reference compute every input gradient and return
-    the first (dgate, dgate_up or dx; the unit tests check dup)."""
-    torch_dtype = TORCH_DTYPES[dtype]
-    ours, vendor, ref = {"swiglu": (swiglu, torch_swiglu, reference_swiglu),
-                         "gelu": (gelu, torch_gelu, reference_gelu)}[op]
-    if op == "gelu":
-        shapes = [(rows, cols)]
-    else:
-        shapes = [(rows, 2 * cols)] if concat else [(rows, cols), (rows, cols)]
-
-    def make_inputs(device: str) -> tuple:
-        inputs = [torch.randn(shape, dtype=torch_dtype, device=device) for shape in shapes]
-        if not fwd_bwd:
-            return tuple(inputs)
-        return (*(t.requires_grad_(True) for t in inputs), torch.randn(rows, cols, dtype=torch_dtype, device=device))
-
-    def reference(*inputs):
-        if not fwd_bwd:
-            return ref(*inputs)
-        *tensors, dout = inputs
-        return _fwd_bwd(ref, *(t.detach().double().requires_grad_(True) for t in tensors), dout.double())
-
-    pass_ = "fwd_bwd" if fwd_bwd else "fwd"
-    name = f"{op}_fwd_bwd" if fwd_bwd else op
-    output = ("dx" if op == "gelu" else "dgate_up" if concat else "dgate") if fwd_bwd else "out"
-    return BenchCase(
-        op=name,
-        name=" ".join(filter(None, [label, op, "gate_up" if concat else "", "fwd+bwd" if fwd_bwd else "fwd",
-                                    f"{rows}x{cols}"])),
-        dtype=dtype,
-        row={"op": name, "rows": rows, "cols": cols, "dtype": dtype},
-        make_inputs=make_inputs,
-        run=(lambda *inputs: _fwd_bwd(ours, *inputs)) if fwd_bwd else ours,
-        baseline=(lambda *inputs: _fwd_bwd(vendor, *inputs)) if fwd_bwd else vendor,
-        reference=reference,
-        flops=flops(op, rows, cols, pass_),
-        bytes=bytes_moved(op, rows, cols, dtype, pass_),
-        tolerance=TOLERANCE[dtype],
-        extra={"pass": pass_, "output": output, "layout": "gate_up" if concat else "separate"},
-    )
-
-
-def bench_cases(suite: str = "quick") -> list[BenchCase]:
-    """quick: Llama 3 8B FFN (8192 tokens), swiglu and gelu, fwd and fwd+bwd (4 cases); full: also 70B and the
-    concatenated gate_up layout for swiglu (12 cases)."""
-    check(suite in BENCH_SHAPES, "suite", suite, f"one of {', '.join(BENCH_SHAPES)}")
-    cases = []
-    for label, tokens, ffn in BENCH_SHAPES[suite]:
-        for fwd_bwd in (False, True):
-            cases.append(make_bench_case("swiglu", tokens, ffn, "bf16", fwd_bwd, label=label))
-            if suite == "full":
-                cases.append(make_bench_case("swiglu", tokens, ffn, "bf16", fwd_bwd, concat=True, label=label))
-            cases.append(make_bench_case("gelu", tokens, ffn, "bf16", fwd_bwd, label=label))
-    return cases
+# Names that moved out of this file, for callers outside the package that still import them from here.
+__getattr__ = moved(__name__, {
+    "torch_swiglu": "workbench.kernels.reference:torch_swiglu",
+    "torch_gelu": "workbench.kernels.reference:torch_gelu",
+    "make_bench_case": "workbench.kernels.cases:make_swiglu_case",
+    "bench_cases": "workbench.kernels.cases:swiglu_cases",
+})
