@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from workbench.graph.ops import MEMORY_BOUND_KINDS, Op
 from workbench.hardware import GPU
 from workbench.perf.attention import attention_time
-from workbench.perf.efficiency import Constants
+from workbench.perf.efficiency import Constants, derived
 from workbench.perf.gemm import gemm_time
 from workbench.perf.memory_bound import memory_bound_time
-from workbench.perf.roofline import roofline_time
+from workbench.perf.roofline import Roofs
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class OpTime:
 
 def op_time(op: Op, gpu: GPU, constants: Constants) -> OpTime:
     """Predicted device time of one execution of ``op`` on ``gpu``."""
-    roof = roofline_time(op, gpu)
+    roof = derived(Roofs, gpu, constants).time(op)  # roofline_time(op, gpu), its roofs looked up once
     if op.kind == "gemm":
         est = gemm_time(op.shape, op.dtype, gpu, constants)
         time_s, bound, detail = est.time_s, est.bound, est

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from workbench.hardware import GPU
-from workbench.perf.efficiency import Constants
+from workbench.perf.efficiency import Constants, derived
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -31,14 +31,20 @@ def group_link(gpu: GPU, constants: Constants, spans_nodes: bool) -> Link:
     nodes also runs its steps inside each node, so it is never faster than the scale-up link: its bandwidth is at
     most scale-up's and its per-step latency at least scale-up's (the calibrated H200 profile fits a 42.9 us
     scale-up latency, above the 20 us scale-out guess: without the floor a larger scale-up domain made 64-GPU
-    steps up to 50% slower, benchmarks/monotonicity_sweep.py)."""
+    steps up to 50% slower, benchmarks/model/monotonicity_sweep.py). Made once per GPU and constants
+    (``efficiency.derived``): every candidate of a search asks."""
+    scale_up, scale_out = derived(_group_links, gpu, constants)
+    return scale_out if spans_nodes else scale_up
+
+
+def _group_links(gpu: GPU, constants: Constants) -> tuple[Link, Link]:
+    """(inside one scale-up domain, spanning nodes): ``group_link`` for ``spans_nodes`` False and True."""
     efficiency = constants["link_efficiency"]
     scale_up = Link(gpu.scale_up_gb_s_per_direction.value * 1e9 * efficiency,
                     constants["scale_up_latency_us"] * 1e-6, "scale-up")
-    if spans_nodes:
-        return Link(min(gpu.scale_out_gb_s_per_direction.value * 1e9 * efficiency, scale_up.bandwidth_bytes_s),
-                    max(constants["scale_out_latency_us"] * 1e-6, scale_up.latency_s), "scale-out")
-    return scale_up
+    scale_out = Link(min(gpu.scale_out_gb_s_per_direction.value * 1e9 * efficiency, scale_up.bandwidth_bytes_s),
+                     max(constants["scale_out_latency_us"] * 1e-6, scale_up.latency_s), "scale-out")
+    return scale_up, scale_out
 
 
 def collective_time(kind: Collective, size_bytes: float, group: int, link: Link) -> float:

@@ -8,9 +8,11 @@ each value came from so the UI and reports can show "sourced", "guess" or "calib
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 from workbench._data import specs_dir
 from workbench.errors import SpecError, WorkbenchError
@@ -18,8 +20,9 @@ from workbench.hardware import GPU
 from workbench.paths import CALIBRATION_DIR_ENV, calibration_dirs, find_calibration_file, user_calibration_dir
 from workbench.schema import Fields, check_number, load_yaml
 
-__all__ = ["CALIBRATION_DIR_ENV", "Constants", "constants_for", "default_constants", "load_profile", "profile_path",
-           "user_profile_path"]  # CALIBRATION_DIR_ENV: one folder read and written instead of the user's + shipped
+# CALIBRATION_DIR_ENV: one folder read and written instead of the user's + shipped
+__all__ = ["CALIBRATION_DIR_ENV", "Constants", "constants_for", "default_constants", "derived", "load_profile",
+           "profile_path", "user_profile_path"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,27 @@ class Constants:
         values = {**self.values, **updates}
         prov = {**self.provenance, **{k: provenance for k in updates}}
         return Constants(values, prov, calibrated=self.calibrated or provenance == "calibrated", profile=self.profile)
+
+
+Derived = TypeVar("Derived")
+_DERIVED: dict[tuple, tuple[GPU, Constants, object]] = {}
+_DERIVED_LIMIT = 256
+"""Entries kept before the memo starts over (a calibration fit makes a new ``Constants`` per trial)."""
+
+
+def derived(build: Callable[..., Derived], gpu: GPU, constants: Constants, *key: object) -> Derived:
+    """``build(gpu, constants, *key)``, computed once per GPU object, constants object and ``key``. The op timers
+    read the same GPU figures and constants for every op a search prices (thousands per search), so what they
+    derive from them -- rates, roofs, the tile menu -- is derived once, not per op. Both objects are frozen and are
+    keyed by identity (neither hashes: they hold dicts); the entry holds them, so an id is not reused while its
+    entry lives. A new ``Constants`` (each ``StepModel`` reads its own) derives afresh."""
+    memo_key = (build, id(gpu), id(constants), *key)
+    hit = _DERIVED.get(memo_key)
+    if hit is None:
+        if len(_DERIVED) >= _DERIVED_LIMIT:
+            _DERIVED.clear()
+        hit = _DERIVED[memo_key] = (gpu, constants, build(gpu, constants, *key))
+    return hit[2]  # type: ignore[return-value]
 
 
 def _specs_dir() -> Path:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from workbench.graph.ops import GemmShape, nbytes, output_dtype
 from workbench.hardware import GPU
-from workbench.perf.efficiency import Constants
+from workbench.perf.efficiency import Constants, derived
 from workbench.precision import get_precision
 
 # The tile menu of the vendor library (a guess at what cuBLAS / hipBLASLt pick from; calibrate the constants,
@@ -89,6 +89,14 @@ def _round_up(x: int, granule: int) -> int:
     return -(-x // granule) * granule
 
 
+def _alignment(shape: GemmShape, bytes_per_element: float) -> int:
+    alignment = ALIGNMENT_BYTES
+    for dim in (shape.k, shape.n):
+        row_bytes = int(dim * bytes_per_element)
+        alignment = min(alignment, row_bytes & -row_bytes)  # lowest set bit = largest power-of-two divisor
+    return max(alignment, 1)
+
+
 def alignment_bytes(shape: GemmShape, dtype: str) -> int:
     """The byte alignment of the rows of A (k), B and C (n): the largest power of two, up to 16, that divides
     both row lengths in bytes. GEMMs on the vector units (fp32/fp64) count as aligned: alignment does not
@@ -96,11 +104,7 @@ def alignment_bytes(shape: GemmShape, dtype: str) -> int:
     precision = get_precision(dtype)
     if precision.peak_key in ("fp32", "fp64"):
         return ALIGNMENT_BYTES
-    alignment = ALIGNMENT_BYTES
-    for dim in (shape.k, shape.n):
-        row_bytes = int(dim * precision.bytes_per_element)
-        alignment = min(alignment, row_bytes & -row_bytes)  # lowest set bit = largest power-of-two divisor
-    return max(alignment, 1)
+    return _alignment(shape, precision.bytes_per_element)
 
 
 def unaligned_width(shape: GemmShape, dtype: str) -> int:
@@ -141,77 +145,131 @@ def _overlapped(compute_s: float, memory_s: float, exponent: float) -> float:
     return high * (1.0 + (low / high) ** exponent) ** (1.0 / exponent) if high > 0 else 0.0
 
 
+class _GemmRates:
+    """What ``gemm_time`` reads of one GPU, one precision and one set of constants, derived once for every GEMM of
+    that precision (``efficiency.derived``): each value is the expression ``gemm_time`` would otherwise evaluate
+    per GEMM, in the same order, so the bits are the same. ``*_aligned`` / ``*_unaligned``: the 16-byte aligned
+    kernels' values and the fallback kernels' (module docstring, items 4 and 5)."""
+
+    __slots__ = ("bytes_per_element", "vector", "in_bytes", "out_bytes", "peak", "units", "gemv_bandwidth",
+                 "launch_aligned", "launch_unaligned", "bandwidth_aligned", "bandwidth_unaligned",
+                 "wave_overhead_aligned", "wave_overhead_unaligned", "unaligned_efficiency",
+                 "unaligned_width_exponent", "inst_k", "tile_sizes", "tiles", "twins", "overlap", "softening", "tau",
+                 "full", "boost")
+
+    def __init__(self, gpu: GPU, constants: Constants, dtype: str):
+        precision = get_precision(dtype)
+        key = precision.peak_key
+        self.bytes_per_element = precision.bytes_per_element
+        self.vector = key in ("fp32", "fp64")  # alignment does not pick the vector units' kernel
+        self.in_bytes, self.out_bytes = nbytes(dtype), nbytes(output_dtype(dtype))
+        self.peak = peak = gpu.peak_tflops(key) * 1e12
+        self.units = units = gpu.compute_units.value
+        launch = constants["gemm_launch_us"] * 1e-6
+        self.launch_aligned = launch
+        self.launch_unaligned = launch + constants["gemm_unaligned_extra_us"] * 1e-6
+        bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"]
+        self.bandwidth_aligned = bandwidth
+        self.bandwidth_unaligned = bandwidth * constants["gemm_unaligned_memory_efficiency"]
+        self.gemv_bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_gemv_memory_fraction"]
+        wave_overhead = constants["gemm_wave_overhead_us"] * 1e-6
+        # the fallback kernels pay more per wave of tiles than the pipelined ones (see the module docstring)
+        self.wave_overhead_unaligned = wave_overhead + constants["gemm_unaligned_wave_overhead_us"] * 1e-6
+        if needs_layout_fixup(dtype, gpu):  # the aligned kernels fix the layout up (module docstring, item 5)
+            wave_overhead += constants[f"gemm_layout_wave_overhead_us.{key}"] * 1e-6
+        self.wave_overhead_aligned = wave_overhead
+        self.unaligned_efficiency = constants["gemm_unaligned_efficiency"]
+        self.unaligned_width_exponent = constants["gemm_unaligned_width_exponent"]
+        per_unit = peak * constants[f"gemm_fraction.{key}"] / units
+        # A partial wave draws less power, so its units clock higher, up to the unthrottled limit.
+        per_unit_max = max(per_unit, peak * constants[f"gemm_fraction_unthrottled.{key}"] / units)
+        inst_m, inst_n, self.inst_k = gpu.matrix_instruction_mnk.value.get(key, (1, 1, 1))
+        saturation = constants["gemm_tile_intensity_saturation"]
+        tiles = []  # (tile_m, tile_n, 2 tile_m tile_n, rate, rate_max): the tile menu, padded to the instruction
+        for tm, tn in TILES[gpu.vendor]:
+            tile_m, tile_n = _round_up(tm, inst_m), _round_up(tn, inst_n)
+            intensity = tile_m * tile_n / (tile_m + tile_n) / saturation
+            tiles.append((tile_m, tile_n, 2.0 * tile_m * tile_n, per_unit * min(1.0, intensity),
+                          per_unit_max * min(1.0, intensity)))
+        self.tiles = tuple(tiles)
+        self.tile_sizes = tuple((tile_m, tile_n) for tile_m, tile_n, *_ in tiles)
+        self.twins = tuple(next((j for j in range(i) if tiles[j][2:] == tile[2:]), None)
+                           for i, tile in enumerate(tiles))
+        """Per tile, an earlier tile of the same FLOPs and rates (128 x 256 after 256 x 128), or None: on a GEMM
+        where both have as many output tiles, every split prices them the same, and the earlier one is kept."""
+        self.overlap = constants["gemm_overlap_exponent"]
+        self.softening = constants["gemm_tail_wave_softening"]
+        self.tau = constants["gemm_power_time_constant_us"] * 1e-6
+        self.full = constants[f"gemm_fraction.{key}"]
+        self.boost = max(self.full, constants[f"gemm_fraction_unthrottled.{key}"])
+
+
 def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> GemmEstimate:
     """Predicted device time of ``groups`` GEMMs C[m, n] = A[m, k] @ B[k, n] in ``dtype``."""
-    precision = get_precision(dtype)
+    r: _GemmRates = derived(_GemmRates, gpu, constants, dtype)
     m, n, k, groups = shape.m, shape.n, shape.k, shape.groups
-    peak = gpu.peak_tflops(precision.peak_key) * 1e12
-    units = gpu.compute_units.value
-    launch = constants["gemm_launch_us"] * 1e-6
-    bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"]
-    bytes_moved = groups * ((m * k + k * n) * nbytes(dtype) + m * n * nbytes(output_dtype(dtype)))
+    units = r.units
+    bytes_moved = groups * ((m * k + k * n) * r.in_bytes + m * n * r.out_bytes)
     if min(m, n, k) == 1:
         # matrix-vector (m or n = 1) or outer product (k = 1): libraries run a GEMV/elementwise kernel
         # bound by moving the matrix, whatever the alignment, at its own achievable bandwidth
-        memory_s = bytes_moved / (gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_gemv_memory_fraction"])
-        return GemmEstimate(memory_s + launch, (1, 1), 1, 1, 1, 1.0, 1.0, 0.0, memory_s, "memory")
+        memory_s = bytes_moved / r.gemv_bandwidth
+        return GemmEstimate(memory_s + r.launch_aligned, (1, 1), 1, 1, 1, 1.0, 1.0, 0.0, memory_s, "memory")
 
-    per_unit = peak * constants[f"gemm_fraction.{precision.peak_key}"] / units
-    # A partial wave draws less power, so its units clock higher, up to the unthrottled limit.
-    per_unit_max = max(per_unit, peak * constants[f"gemm_fraction_unthrottled.{precision.peak_key}"] / units)
-    alignment = alignment_bytes(shape, dtype)
+    tiles = r.tiles
     fallback = 0.0
+    alignment = ALIGNMENT_BYTES if r.vector else _alignment(shape, r.bytes_per_element)
     if alignment < ALIGNMENT_BYTES:
-        width = unaligned_width(shape, dtype)
-        efficiency = min(1.0, constants["gemm_unaligned_efficiency"] * width ** constants["gemm_unaligned_width_exponent"])
-        fallback = peak * precision.bytes_per_element / 2 * efficiency / units
-        bandwidth *= constants["gemm_unaligned_memory_efficiency"]
-        launch += constants["gemm_unaligned_extra_us"] * 1e-6
+        width = max(1, int(alignment // r.bytes_per_element))  # unaligned_width
+        efficiency = min(1.0, r.unaligned_efficiency * width ** r.unaligned_width_exponent)
+        fallback = r.peak * r.bytes_per_element / 2 * efficiency / units
+        tiles = tuple((tile_m, tile_n, flops, min(rate, fallback), min(rate_max, fallback))
+                      for tile_m, tile_n, flops, rate, rate_max in tiles)
+        bandwidth, launch, wave_overhead = r.bandwidth_unaligned, r.launch_unaligned, r.wave_overhead_unaligned
+    else:
+        bandwidth, launch, wave_overhead = r.bandwidth_aligned, r.launch_aligned, r.wave_overhead_aligned
     memory_s = bytes_moved / bandwidth
-    inst_m, inst_n, inst_k = gpu.matrix_instruction_mnk.value.get(precision.peak_key, (1, 1, 1))
+    inst_k = r.inst_k
     k_padded = _round_up(k, inst_k)
-    saturation = constants["gemm_tile_intensity_saturation"]
-    wave_overhead = constants["gemm_wave_overhead_us"] * 1e-6
-    if fallback:
-        # the fallback kernels pay more per wave of tiles than the pipelined ones (see the module docstring)
-        wave_overhead += constants["gemm_unaligned_wave_overhead_us"] * 1e-6
-    if needs_layout_fixup(dtype, gpu) and not fallback:
-        wave_overhead += constants[f"gemm_layout_wave_overhead_us.{precision.peak_key}"] * 1e-6
-    overlap = constants["gemm_overlap_exponent"]
-    softening = constants["gemm_tail_wave_softening"]
+    overlap, softening = r.overlap, r.softening
+
+    # Split-K factors worth trying, each with its K-loop depth and the cost of its partial sums (fp32 [m, n]
+    # written and read back once per extra slice, by a second kernel): a slice keeps MIN_SPLIT_K_DEPTH of K, and
+    # the split tiles stay within two waves -- here for the tile with the fewest output tiles, below per tile.
+    output_tiles_of = [math.ceil(m / tile_m) * math.ceil(n / tile_n) * groups for tile_m, tile_n in r.tile_sizes]
+    fewest = min(output_tiles_of)
+    splits = []
+    for split in SPLIT_K:
+        if split > 1 and (fewest * split > 2 * units or k_padded / split < MIN_SPLIT_K_DEPTH):
+            break
+        partial_sums_s = (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch if split > 1 else 0.0
+        splits.append((split, _round_up(math.ceil(k_padded / split), inst_k), partial_sums_s))
 
     best_time, best = math.inf, None  # (tile_m, tile_n, split, tiles, compute_s) of the fastest candidate
-    for tm, tn in TILES[gpu.vendor]:
-        tile_m, tile_n = _round_up(tm, inst_m), _round_up(tn, inst_n)
-        output_tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * groups
-        intensity = tile_m * tile_n / (tile_m + tile_n) / saturation
-        rate, rate_max = per_unit * min(1.0, intensity), per_unit_max * min(1.0, intensity)
-        if fallback:
-            rate, rate_max = min(rate, fallback), min(rate_max, fallback)
-
-        for split in SPLIT_K:
-            if split > 1 and (output_tiles * split > 2 * units or k_padded / split < MIN_SPLIT_K_DEPTH):
+    for (tile_m, tile_n, tile_flops_per_depth, rate, rate_max), output_tiles, twin in zip(tiles, output_tiles_of,
+                                                                                          r.twins):
+        if twin is not None and output_tiles_of[twin] == output_tiles:
+            continue  # the same arithmetic as its twin's, which is kept on a tie
+        for split, depth, partial_sums_s in splits:
+            if split > 1 and output_tiles * split > 2 * units:
                 break
-            tiles = output_tiles * split
-            depth = _round_up(math.ceil(k_padded / split), inst_k)
-            compute_s = _waves_time(2.0 * tile_m * tile_n * depth, tiles, units, rate, rate_max, wave_overhead,
+            tiles_split = output_tiles * split
+            compute_s = _waves_time(tile_flops_per_depth * depth, tiles_split, units, rate, rate_max, wave_overhead,
                                     softening)
-            # split-K partial sums: fp32 [m, n] written and read back once per extra slice, by a second kernel
             if split > 1:
-                compute_s += (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch
+                compute_s += partial_sums_s
             time_s = _overlapped(compute_s, memory_s, overlap)
             if time_s < best_time:  # (the search is hot in recipe search: no estimate object per candidate)
-                best_time, best = time_s, (tile_m, tile_n, split, tiles, compute_s)
-    tile_m, tile_n, split, tiles, waves_s = best
+                best_time, best = time_s, (tile_m, tile_n, split, tiles_split, compute_s)
+    tile_m, tile_n, split, tiles_split, waves_s = best
     # Short kernels finish before the power cap bites: their rate rises towards the unthrottled one
     # with time constant gemm_power_time_constant_us (a power-management window; guess, calibrate).
-    tau = constants["gemm_power_time_constant_us"] * 1e-6
-    full = constants[f"gemm_fraction.{precision.peak_key}"]
-    boost = full if fallback else max(full, constants[f"gemm_fraction_unthrottled.{precision.peak_key}"])
+    tau, full = r.tau, r.full
+    boost = full if fallback else r.boost
     fraction = full + (boost - full) * tau / (tau + waves_s)
     compute_s = waves_s * full / fraction
-    waves = math.ceil(tiles / units)
+    waves = math.ceil(tiles_split / units)
     padded = math.ceil(m / tile_m) * tile_m * math.ceil(n / tile_n) * tile_n * k_padded
-    return GemmEstimate(_overlapped(compute_s, memory_s, overlap) + launch, (tile_m, tile_n), split, waves, tiles,
-                        tiles / (waves * units), m * n * k / padded, compute_s, memory_s,
+    return GemmEstimate(_overlapped(compute_s, memory_s, overlap) + launch, (tile_m, tile_n), split, waves,
+                        tiles_split, tiles_split / (waves * units), m * n * k / padded, compute_s, memory_s,
                         "compute" if compute_s >= memory_s else "memory")

@@ -100,6 +100,8 @@ def fsdp_schedule(prefix: str, root_params: float, block_params: float, layers: 
     dtype) and gradients reduced at ``reduce_bytes`` (the reduce dtype). Zero-sized entries are left out."""
     if layers < 1 or grad_accumulation < 1:
         raise ValueError(f"{prefix}: layers {layers} and grad_accumulation {grad_accumulation} must be >= 1")
+    if root_params == 0 and block_params == 0:  # nothing sharded (a dense model's experts): every entry is empty
+        return []
     accum, interior = grad_accumulation, layers - 1
     gather_root, gather_block = root_params * gather_bytes, block_params * gather_bytes
     reduce_root, reduce_block = root_params * reduce_bytes, block_params * reduce_bytes
@@ -191,19 +193,24 @@ def exposed_seconds(plan: Sequence[ScheduledCollective], times_s: Sequence[float
     slower: the module docstring)."""
     if len(plan) != len(times_s):
         raise ValueError(f"{len(plan)} collectives but {len(times_s)} times")
+    if not plan:  # one data-parallel rank
+        return []
     totals = [t * s.occurrences for s, t in zip(plan, times_s, strict=True)]
     out = [0.0] * len(plan)
+    on_edge: dict[str, list[int]] = {"forward_start": [], "backward_end": []}
+    hidden: list[int] = []
+    for i, s in enumerate(plan):  # one pass over the plan (recipe search calls this for every candidate)
+        (hidden if s.edge == "hidden" else on_edge[s.edge]).append(i)
     covered_s = 0.0  # embedding compute spent hiding edge collectives, per step
     for edge, window in (("forward_start", embedding_fwd_s), ("backward_end", embedding_bwd_s)):
-        beside = [i for i, s in enumerate(plan) if s.edge == edge and s.beside_compute]
+        members = on_edge[edge]
+        beside = [i for i in members if plan[i].beside_compute]
         beside_s = sum(times_s[i] for i in beside)
         kept = edge_exposed_s(0.0, beside_s, window) / beside_s if beside_s > 0 else 0.0
-        for i, s in enumerate(plan):
-            if s.edge == edge:
-                out[i] = totals[i] * (kept if s.beside_compute else 1.0)
+        for i in members:
+            out[i] = totals[i] * (kept if plan[i].beside_compute else 1.0)
         if beside:
             covered_s += min(window, beside_s) * max(plan[i].occurrences for i in beside)
-    hidden = [i for i, s in enumerate(plan) if s.edge == "hidden"]
     pooled = sum(totals[i] for i in hidden)
     left = max(0.0, pooled - comm_overlap * max(0.0, step_compute_s - covered_s))
     for i in hidden:

@@ -21,9 +21,31 @@ def compute_peak_flops(op: Op, gpu: GPU) -> float:
 
 def roofline_time(op: Op, gpu: GPU) -> float:
     """Seconds at the roofline bound (peak compute, peak HBM bandwidth)."""
-    compute = op.flops / compute_peak_flops(op, gpu)
-    memory = op.bytes / (gpu.hbm_bandwidth_tb_s.value * 1e12)
-    return max(compute, memory)
+    return Roofs(gpu).time(op)
+
+
+class Roofs:
+    """``roofline_time`` for many ops of one GPU: its roofs looked up once per dtype, not once per op (``op_time``
+    keeps one per GPU and constants: ``efficiency.derived``). ``constants`` is not read: the roofline has none."""
+
+    __slots__ = ("gpu", "bandwidth", "peaks")
+
+    def __init__(self, gpu: GPU, constants: object = None):
+        self.gpu = gpu
+        self.bandwidth = gpu.hbm_bandwidth_tb_s.value * 1e12
+        self.peaks: dict[str | None, float] = {}
+        """``compute_peak_flops`` by op dtype for GEMM and attention, under None for every other op (fp32 vector
+        math), filled as ops come."""
+
+    def time(self, op: Op) -> float:
+        """Seconds at the roofline bound (peak compute, peak HBM bandwidth)."""
+        key = op.dtype if op.kind in ("gemm", "attention") else None
+        peak = self.peaks.get(key)
+        if peak is None:
+            peak = self.peaks[key] = compute_peak_flops(op, self.gpu)
+        compute = op.flops / peak
+        memory = op.bytes / self.bandwidth
+        return max(compute, memory)
 
 
 def roofline_bound(op: Op, gpu: GPU) -> str:
