@@ -16,9 +16,10 @@ import traitlets
 
 from workbench.config import CHECKPOINTING, MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LORA_RANK, SHARDINGS, TRAINING_PRECISIONS
 from workbench.errors import SpecError, WorkbenchError
+from workbench.families import family_of
 from workbench.fileio import DEFAULT_MAX_BYTES, decode_text, parse_json
 from workbench.hardware import list_gpus
-from workbench.models import Model, TransformerModel, from_hf_config, get_model, list_models
+from workbench.models import Model, from_hf_config, get_model, list_models
 from workbench.stacks import get_stack, list_stacks
 from widgets.data import SHARDING_WORDS, precision_label
 from widgets.state import WorkbenchState
@@ -189,12 +190,13 @@ class Controls:
         box.description = "torch.compile" if stack.compile == "recipe" else (
             f"torch.compile: {'always' if stack.compile == 'always' else 'never'} for this stack")
         model = custom.get(state.model) or get_model(state.model)
-        transformer = isinstance(model, TransformerModel)
-        moe = transformer and model.is_moe
+        family = family_of(model)
+        applies = {*family.parallelisms(model), *(("lora_rank",) if family.trains_lora else ())}
+        moe = "ep" in applies
         self.by_field["ep"].disabled = not moe and state.ep == 1
         self.by_field["ep"].description = "expert parallel (ep)" if moe else "expert parallel (ep): MoE only"
         for name in ("tp", "pp", "cp", "virtual_stages", "lora_rank"):
-            self.by_field[name].disabled = not transformer and getattr(state, name) in (0, 1)
+            self.by_field[name].disabled = name not in applies and getattr(state, name) in (0, 1)
         self.split.value = f"<small>{html.escape(configuration_text(state, model))}</small>"
 
 

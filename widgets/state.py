@@ -23,8 +23,9 @@ from workbench.config import (
     CHECKPOINTING, SHARDINGS, TRAINING_PRECISIONS, Parallelism, TrainingConfig, default_micro_batch, default_seq_len,
 )
 from workbench.errors import SpecError, UnknownNameError
+from workbench.families import family_of
 from workbench.hardware import get_gpu
-from workbench.models import Model, TransformerModel, get_model
+from workbench.models import Model, get_model
 from workbench.stacks import DEFAULT_STACK, get_stack
 
 TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels", "recipe", "trust")
@@ -175,7 +176,7 @@ def _check_split(state: WorkbenchState, model: Model) -> None:
         raise SpecError(ORIGIN, field, getattr(state, field),
                         f"GPUs = dp x tp x pp x cp: tp x pp x cp = {state.tp} x {state.pp} x {state.cp} = {split} "
                         f"must divide the {state.gpu_count} GPUs per job")
-    if state.ep > 1 and not (isinstance(model, TransformerModel) and model.is_moe):
+    if state.ep > 1 and "ep" not in family_of(model).parallelisms(model):
         raise SpecError(ORIGIN, "ep", state.ep, f"1: {getattr(model, 'name', model)} has no experts (expert "
                         "parallelism is for MoE models)")
     if (state.dp * state.cp) % state.ep:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from workbench.errors import SpecError
-from workbench.models import DLRMModel, Model, TransformerModel
+from workbench.families import family_of
+from workbench.models import Model, TransformerModel
 from workbench.precision import get_precision
 
 Sharding = Literal["ddp", "fsdp", "zero1"]
@@ -46,15 +47,15 @@ MAX_LORA_RANK = 1 << 16
 def default_micro_batch(model: Model) -> int:
     """The micro-batch a question about ``model`` means when it names none (``micro_batch`` 0 or None): the
     recommendation models' own ``default_batch`` (DLRM 65,536, HSTU 64: the batch they are trained at, one sample
-    being one user request), 1 sequence for a transformer. The CLI (``workbench predict``), the API (``predict``,
-    ``TrainingConfig``) and the widget all read it here."""
-    return 1 if isinstance(model, TransformerModel) else int(model.default_batch)
+    being one user request), 1 sequence for a transformer (``Family.default_micro_batch``). The CLI (``workbench
+    predict``), the API (``predict``, ``TrainingConfig``) and the widget all read it here."""
+    return family_of(model).default_micro_batch(model)
 
 
 def default_seq_len(model: Model) -> int:
     """Tokens per sample when none is named (``seq_len`` 0): the model's ``default_seq_len``; 1 for DLRM, which
-    has no sequence (one sample is one set of dense and sparse features)."""
-    return int(getattr(model, "default_seq_len", 1))
+    has no sequence (one sample is one set of dense and sparse features); ``Family.default_seq_len``."""
+    return family_of(model).default_seq_len(model)
 
 
 @dataclass(frozen=True)
@@ -196,25 +197,9 @@ class TrainingConfig:
         if p.weight_replicas % p.ep:
             raise SpecError(origin, "parallelism.ep", p.ep, f"a divisor of dp={p.dp}" if p.cp == 1
                             else f"a divisor of dp x cp = {p.weight_replicas}")
-        if isinstance(model, TransformerModel):
-            _check_transformer_split(model, p, origin)
-            missing = [name for name in self.lora_targets if name not in model.linear_shapes()] if self.lora else []
-            if missing:
-                raise SpecError(origin, "lora_targets", self.lora_targets,
-                                f"linears {model.name} has: {', '.join(model.linear_shapes())}")
-            if p.cp > 1 and seq % (2 * p.cp):
-                raise SpecError(origin, "seq_len", seq, f"a multiple of 2 x cp = {2 * p.cp} (each cp rank holds two "
-                                "chunks of the sequence: the load-balanced causal split)")
-        elif p.tp > 1 or p.pp > 1 or p.cp > 1:
-            raise SpecError(origin, "parallelism", f"tp={p.tp}, pp={p.pp}" + (f", cp={p.cp}" if p.cp > 1 else ""),
-                            f"tp=1 and pp=1{' (and cp=1)' if p.cp > 1 else ''} for {model.kind} models (tables shard by rows/columns, MLPs replicate)")
-        if not isinstance(model, TransformerModel) and (self.lora_rank or p.sharding == "zero1"):
-            raise SpecError(origin, "lora_rank" if self.lora_rank else "parallelism.sharding",
-                            self.lora_rank or p.sharding, f"{'0' if self.lora_rank else 'ddp or fsdp'} for "
-                            f"{model.kind} models (LoRA and zero1 are modelled for transformers)")
-        if isinstance(model, (DLRMModel,)) and p.ep > 1:
-            raise SpecError(origin, "parallelism.ep", p.ep, "1 (DLRM has no experts)")
-        _check_offload(self, model, origin)
+        family = family_of(model)
+        family.check_config(model, self, seq, origin)  # what this family's models can run
+        _check_offload(self, family.offloads, origin)
         if isinstance(self.power_limit_w, bool) or not isinstance(self.power_limit_w, (int, float)) or not (
                 0 <= self.power_limit_w <= MAX_POWER_LIMIT_W):
             raise SpecError(origin, "power_limit_w", self.power_limit_w,
@@ -222,9 +207,37 @@ class TrainingConfig:
         return dataclasses.replace(self, micro_batch=mb, seq_len=seq)
 
 
-def _check_offload(cfg: TrainingConfig, model: Model, origin: str) -> None:
-    """CPU offload as DeepSpeed runs it: ZeRO-1/2/3 (zero1 or fsdp here; ZeRO-0 cannot offload), transformers,
-    full training; parameter offload with ZeRO-3 only."""
+def check_transformer_config(model: TransformerModel, cfg: TrainingConfig, seq: int, origin: str) -> None:
+    """A transformer's split (heads, FFN and layers divide over tp and pp, experts over ep), its LoRA targets,
+    and a sequence that splits over cp (``Family.check_config``)."""
+    p = cfg.parallelism
+    _check_transformer_split(model, p, origin)
+    missing = [name for name in cfg.lora_targets if name not in model.linear_shapes()] if cfg.lora else []
+    if missing:
+        raise SpecError(origin, "lora_targets", cfg.lora_targets,
+                        f"linears {model.name} has: {', '.join(model.linear_shapes())}")
+    if p.cp > 1 and seq % (2 * p.cp):
+        raise SpecError(origin, "seq_len", seq, f"a multiple of 2 x cp = {2 * p.cp} (each cp rank holds two "
+                        "chunks of the sequence: the load-balanced causal split)")
+
+
+def check_replicated_dense_config(model: Model, cfg: TrainingConfig, origin: str) -> None:
+    """A recommendation model: its tables shard by rows over dp and its dense layers replicate, so no tp, pp or cp;
+    no LoRA or zero1 (``Family.check_config``)."""
+    p = cfg.parallelism
+    if p.tp > 1 or p.pp > 1 or p.cp > 1:
+        raise SpecError(origin, "parallelism", f"tp={p.tp}, pp={p.pp}" + (f", cp={p.cp}" if p.cp > 1 else ""),
+                        f"tp=1 and pp=1{' (and cp=1)' if p.cp > 1 else ''} for {model.kind} models (tables shard by "
+                        "rows/columns, MLPs replicate)")
+    if cfg.lora_rank or p.sharding == "zero1":
+        raise SpecError(origin, "lora_rank" if cfg.lora_rank else "parallelism.sharding",
+                        cfg.lora_rank or p.sharding, f"{'0' if cfg.lora_rank else 'ddp or fsdp'} for "
+                        f"{model.kind} models (LoRA and zero1 are modelled for transformers)")
+
+
+def _check_offload(cfg: TrainingConfig, offloads: bool, origin: str) -> None:
+    """CPU offload as DeepSpeed runs it: ZeRO-1/2/3 (zero1 or fsdp here; ZeRO-0 cannot offload), families that
+    model it (``Family.offloads``: transformers), full training; parameter offload with ZeRO-3 only."""
     if cfg.offload not in OFFLOADS:
         raise SpecError(origin, "offload", cfg.offload, f"one of {', '.join(OFFLOADS)}")
     if not isinstance(cfg.offload_delayed_update, bool):
@@ -234,7 +247,7 @@ def _check_offload(cfg: TrainingConfig, model: Model, origin: str) -> None:
             raise SpecError(origin, "offload_delayed_update", True, "False without CPU offload (offload 'none')")
         return
     sharding = cfg.parallelism.sharding
-    if not isinstance(model, TransformerModel) or cfg.lora:
+    if not offloads or cfg.lora:
         raise SpecError(origin, "offload", cfg.offload, "'none' for LoRA and for non-transformer models (CPU "
                         "offload is modelled for full training of transformers)")
     if sharding == "ddp" or (cfg.offload == "optimizer+params" and sharding != "fsdp"):

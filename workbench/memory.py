@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass
 
 from workbench.config import TrainingConfig, activation_dtype
+from workbench.families import family_of
 from workbench.hardware import GPU
 from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
 from workbench.precision import get_precision
@@ -168,19 +169,29 @@ def _frozen_or_zero1_memory(model: TransformerModel, cfg: TrainingConfig, gpu: G
     )
 
 
-def _recsys_memory(model: DLRMModel | HSTUModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
-    p = cfg.parallelism
+def dlrm_memory(model: DLRMModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
+    """DLRM: every MLP layer's output and the DCN's inputs saved per sample (``_recsys_memory``)."""
     a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
-    if isinstance(model, DLRMModel):
-        rows = sum(t.rows for t in model.tables)
-        widths = sum(o for _, _, o in model.mlp_layers())
-        activations = cfg.micro_batch * (2 * widths + 2 * model.interaction_width * model.cross_layers) * a
-    else:
-        rows = model.item_table_rows
-        heads_out = model.num_heads * model.linear_dim
-        uvqk = model.num_heads * (2 * model.linear_dim + 2 * model.attention_dim)
-        per_token = 2 * model.embedding_dim + 2 * uvqk + 3 * heads_out
-        activations = cfg.micro_batch * cfg.seq_len * (model.num_layers * per_token * a + model.embedding_dim * 4)
+    widths = sum(o for _, _, o in model.mlp_layers())
+    activations = cfg.micro_batch * (2 * widths + 2 * model.interaction_width * model.cross_layers) * a
+    return _recsys_memory(model, cfg, gpu, sum(t.rows for t in model.tables), activations)
+
+
+def hstu_memory(model: HSTUModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
+    """HSTU: each block's norm inputs, U/V/Q/K and gated outputs saved per token (``_recsys_memory``)."""
+    a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    heads_out = model.num_heads * model.linear_dim
+    uvqk = model.num_heads * (2 * model.linear_dim + 2 * model.attention_dim)
+    per_token = 2 * model.embedding_dim + 2 * uvqk + 3 * heads_out
+    activations = cfg.micro_batch * cfg.seq_len * (model.num_layers * per_token * a + model.embedding_dim * 4)
+    return _recsys_memory(model, cfg, gpu, model.item_table_rows, activations)
+
+
+def _recsys_memory(model: DLRMModel | HSTUModel, cfg: TrainingConfig, gpu: GPU, rows: int,
+                   activations: float) -> MemoryBreakdown:
+    """A recommendation model's memory: fp32 tables of ``rows`` rows row-sharded over the dp GPUs with row-wise
+    Adagrad, dense layers replicated with AdamW, and the model's ``activations`` bytes."""
+    p = cfg.parallelism
     dense = model.dense_params  # replicated; tables are row-sharded over the dp GPUs, fp32
     return MemoryBreakdown(
         params=model.embedding_params * 4 / p.dp + 4 * dense,
@@ -193,12 +204,17 @@ def _recsys_memory(model: DLRMModel | HSTUModel, cfg: TrainingConfig, gpu: GPU) 
 
 
 def memory_breakdown(model: Model, cfg: TrainingConfig, gpu: GPU, *, compiled_loss: bool = False) -> MemoryBreakdown:
-    """Peak bytes per GPU for a validated training config (``TrainingConfig.resolved``); ``compiled_loss``: the
-    job's chunked loss runs compiled (``COMPILED_LOSS_CHUNKS_LIVE``; ``Execution.compiled_loss``)."""
-    if isinstance(model, TransformerModel):
-        breakdown = _transformer_memory(model, cfg, gpu, compiled_loss)
-        return _offloaded(model, cfg, breakdown) if cfg.offload != "none" else breakdown
-    return _recsys_memory(model, cfg, gpu)
+    """Peak bytes per GPU for a validated training config (``TrainingConfig.resolved``), as the model's family
+    holds them (``Family.memory_breakdown``: ``transformer_memory``, ``dlrm_memory``, ``hstu_memory``);
+    ``compiled_loss``: the job's chunked loss runs compiled (``COMPILED_LOSS_CHUNKS_LIVE``;
+    ``Execution.compiled_loss``)."""
+    return family_of(model).memory_breakdown(model, cfg, gpu, compiled_loss)
+
+
+def transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool) -> MemoryBreakdown:
+    """A transformer's peak bytes per GPU (the module docstring), CPU offload's share taken out."""
+    breakdown = _transformer_memory(model, cfg, gpu, compiled_loss)
+    return _offloaded(model, cfg, breakdown) if cfg.offload != "none" else breakdown
 
 
 def _offloaded(model: TransformerModel, cfg: TrainingConfig, m: MemoryBreakdown) -> MemoryBreakdown:

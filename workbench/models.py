@@ -1,9 +1,10 @@
 """The model catalog: typed model descriptions loaded from ``specs/models/*.yaml``.
 
 Three families: decoder-only transformers (dense or mixture-of-experts), DLRM (embedding tables + MLPs + a
-DCNv2 interaction) and HSTU-style generative recommenders. User models come from a YAML/dict with the same
-schema, or from a Hugging Face ``config.json`` parsed locally (``from_hf_config``, ``workbench.hf_config``; no
-network), for the architectures the transformer model implements.
+DCNv2 interaction) and HSTU-style generative recommenders; what each trains as, and which parallelisms and stacks
+apply to it, its family says (``workbench.families``; a family added there reads its own catalog entries). User
+models come from a YAML/dict with the same schema, or from a Hugging Face ``config.json`` parsed locally
+(``from_hf_config``, ``workbench.hf_config``; no network), for the architectures the transformer model implements.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal, Union
 
 from workbench._data import specs_dir
 from workbench.errors import SpecError, UnknownNameError
+from workbench.families import family_names, get_family, is_registered_model
 from workbench.schema import Fields, load_catalog, load_yaml
 
 
@@ -226,7 +228,9 @@ class HSTUModel:
 
 
 Model = Union[TransformerModel, DLRMModel, HSTUModel]
+"""The catalog's built-in model types (a registered family may add its own: ``workbench.families``)."""
 MODEL_KINDS = ("transformer", "dlrm", "hstu")
+"""The built-in families' ``kind:`` names."""
 
 
 def _positive_int(f: Fields, key: str, default=None) -> int:
@@ -237,8 +241,15 @@ def _positive_int(f: Fields, key: str, default=None) -> int:
 def model_from_dict(data: object, origin: str = "<dict>") -> Model:
     """Validate a model description (parsed YAML or a dict) and build the typed model."""
     f = Fields(data, origin)
-    kind = f.string("kind", MODEL_KINDS)
-    common = dict(name=f.string("name").lower(), display_name=f.string("display_name"), source=f.string("source"))
+    kind = f.string("kind")
+    if kind not in MODEL_KINDS:  # a family registered beside the built-in ones reads its own entries
+        kinds = MODEL_KINDS + tuple(k for k in family_names() if k not in MODEL_KINDS)
+        if kind not in kinds:
+            raise f.error("kind", kind, f"one of {', '.join(kinds)}")
+        model = get_family(kind).model_from_fields(f, common_fields(f))
+        f.finish()
+        return model
+    common = common_fields(f)
     if kind == "transformer":
         if not f.has("head_dim") and f.has("hidden_size") and f.has("num_heads"):
             hidden, heads = _positive_int(f, "hidden_size"), _positive_int(f, "num_heads")
@@ -299,6 +310,11 @@ def model_from_dict(data: object, origin: str = "<dict>") -> Model:
     return model
 
 
+def common_fields(f: Fields) -> dict[str, str]:
+    """The fields every model has: name (lower-cased), display_name, source."""
+    return dict(name=f.string("name").lower(), display_name=f.string("display_name"), source=f.string("source"))
+
+
 def _widths(f: Fields, key: str) -> tuple[int, ...]:
     value = f.raw(key)
     if not (isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value)):
@@ -356,8 +372,9 @@ def list_models() -> list[Model]:
 
 
 def get_model(name: str | Model) -> Model:
-    """A catalog model by exact name (case-insensitive), e.g. ``get_model("llama3-70b")``."""
-    if isinstance(name, (TransformerModel, DLRMModel, HSTUModel)):
+    """A catalog model by exact name (case-insensitive), e.g. ``get_model("llama3-70b")``; a model (of a
+    registered family) is returned as it is."""
+    if isinstance(name, (TransformerModel, DLRMModel, HSTUModel)) or is_registered_model(name):
         return name
     catalog = _catalog()
     key = str(name).lower()

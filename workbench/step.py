@@ -1,5 +1,6 @@
 """One step-model pipeline: the op graph of a training step for the model family and the stack that runs it, every
-op priced by one memoized timer, the collectives and their overlap added, and the step summarized.
+op priced by one memoized timer, the collectives and their overlap added, and the step summarized. What differs
+between model families (transformer, DLRM, HSTU) the model's family says (``workbench.families``).
 
     >>> from workbench.step import StepModel
     >>> step = StepModel("llama3-8b", "h200")
@@ -11,10 +12,10 @@ every candidate of one model on one GPU type. Both run the same arithmetic (``_f
 candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is caching, never a second formula:
 
 - op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``_timer_key``);
-- a transformer's blocks are copies of one block: one block's graph is built once per (micro-batch, sequence,
-  precision, tp, ep, cp, LoRA) for all three checkpointing modes (``_block_graph``), priced once (the
-  recomputation per mode) and multiplied by the busiest stage's ``ceil(layers / pp)`` (its op counts), reused
-  across dp, sharding, pp and global batch;
+- a transformer's blocks are copies of one block (``Family.repeats_blocks``): one block's graph is built once per
+  (micro-batch, sequence, precision, tp, ep, cp, LoRA) for all three checkpointing modes
+  (``graph.transformer.block_graph``), priced once (the recomputation per mode) and multiplied by the busiest
+  stage's ``ceil(layers / pp)`` (its op counts), reused across dp, sharding, pp and global batch;
 - the micro-batch's running sums are cached per (micro-batch graph, accumulation), the part FSDP, DDP and ZeRO-1
   share (``_micro_sums``; the once-per-step ops are added after, in the same order, so the bits are the same);
 - the optimizer, the data-parallel plan, the critical-path collectives (per layout and micro-batch), memory, a
@@ -26,25 +27,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.config import TrainingConfig, activation_dtype
+from workbench.families import family_of
 from workbench.graph import stacked
 from workbench.graph.execution import Execution
 from workbench.graph.ops import FlatShape, Op, memory_op
-from workbench.graph.recsys import dlrm_job_embedding_ops, dlrm_microbatch_ops, hstu_microbatch_ops
-from workbench.graph.transformer import (
-    block_ops,
-    embedding_ops,
-    head_ops,
-    model_flops_per_sample,
-    transformer_step_ops,
-)
+from workbench.graph.transformer import block_graph as _block_graph  # noqa: F401 -- tests/test_step.py reads it
+from workbench.graph.transformer import block_pieces as _block_pieces  # noqa: F401 -- and this
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
-from workbench.models import DLRMModel, Model, TransformerModel, get_model
+from workbench.models import Model, get_model
 from workbench.offload import offload_note, offload_time
 from workbench.perf import OpTime, op_time
 from workbench.perf.efficiency import Constants, constants_for, profile_path
@@ -69,74 +64,20 @@ TABLE_KERNELS = ("pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-d
 # ----------------------------------------------------------------------------------------------- the op graphs
 def microbatch_ops(model: Model, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
     """Every op of one micro-batch on the busiest pipeline stage (fused step, or the reference job's)."""
-    if isinstance(model, TransformerModel):
-        return [op if op.count == n else dataclasses.replace(op, count=n)
-                for op, n in _transformer_microbatch(model, cfg, execution)]
-    if isinstance(model, DLRMModel):
-        return dlrm_microbatch_ops(model, cfg, execution)
-    return hstu_microbatch_ops(model, cfg)
-
-
-def _transformer_microbatch(model: TransformerModel, cfg: TrainingConfig,
-                            execution: Execution | None) -> list[tuple[Op, int]]:
-    """(op, its count on the busiest stage) in ``transformer_microbatch_ops``'s order: one block's ops, their
-    counts x the stage's ``ceil(layers / pp)`` (``_stage``)."""
-    return _stage(_block_pieces(model, cfg, execution), math.ceil(model.num_layers / cfg.parallelism.pp))
-
-
-def _block_pieces(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple[list, ...]:
-    """(embedding, one block's forward, head, one block's backward, its recomputation): the ops of a micro-batch
-    before the blocks are multiplied (independent of pp)."""
-    fwd, bwd, recompute = block_ops(model, cfg, 1, execution)
-    return embedding_ops(model, cfg), fwd, head_ops(model, cfg, execution), bwd, recompute
-
-
-def _block_graph(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple:
-    """``_block_pieces`` for every checkpointing mode at once: (embedding, forward, head, backward, {mode:
-    recomputation}). ``graph.transformer.block_ops`` reads the mode only to pick the recomputation -- none
-    recomputes nothing, selective its listed ops, full every forward op, each renamed ``recompute.*`` in the
-    backward -- so one ``selective`` build gives all three (``tests/test_step.py`` checks each against
-    ``block_ops`` run in that mode)."""
-    ends, fwd, head, bwd, selective = _block_pieces(model, dataclasses.replace(
-        cfg, activation_checkpointing="selective"), execution)
-    full = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
-               op.bytes_written, op.count, op.layer, op.extra) for op in fwd]
-    return ends, fwd, head, bwd, {"none": [], "selective": selective, "full": full}
-
-
-def _stage(pieces: tuple[list, ...], layers: int) -> list:
-    """``_block_pieces``' items in micro-batch order, a block item's count x ``layers``. An item is an op, or a
-    tuple whose first two fields are (op, count)."""
-    ends, fwd, head, bwd, recompute = pieces
-
-    def each(items, times):
-        return [(item, item.count * times) if isinstance(item, Op) else (item[0], item[1] * times, *item[2:])
-                for item in items]
-
-    return each(ends, 1) + each(fwd, layers) + each(head, 1) + each(bwd, layers) + each(recompute, layers)
+    return family_of(model).microbatch_ops(model, cfg, execution)
 
 
 def step_ops(model: Model, cfg: TrainingConfig, execution: Execution | None) -> list[Op]:
     """Ops that run once per step (the reference job's FSDP2 copies, its sparse table update)."""
     if execution is None:
         return []
-    if isinstance(model, TransformerModel):
-        return transformer_step_ops(model, cfg, execution)
-    if isinstance(model, DLRMModel):
-        return dlrm_job_embedding_ops(model, cfg)[1]
-    return []
+    return family_of(model).step_ops(model, cfg, execution)
 
 
 def optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
-    """AdamW over the local dense parameters: read p, g, m, v (fp32), write p, m, v and the bf16 copy."""
-    p = cfg.parallelism
-    if isinstance(model, TransformerModel) and cfg.lora:  # only the adapters train (zero1: this rank's shard)
-        params = (math.ceil(model.num_layers / p.pp) * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets)
-                  / p.tp / (p.weight_replicas if p.sharding == "zero1" else 1))
-    elif isinstance(model, TransformerModel):
-        params = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=p.shards_optimizer)
-    else:
-        params = model.dense_params  # tables update inside their backward kernel
+    """AdamW over the local dense parameters (``Family.optimizer_params``): read p, g, m, v (fp32), write p, m, v
+    and the bf16 copy."""
+    params = family_of(model).optimizer_params(model, cfg)
     return memory_op("optimizer.adamw", "optimizer", FlatShape(max(1, int(params))), "fp32", reads=4, writes=3.5,
                      phase="optimizer", layer="optimizer")
 
@@ -264,6 +205,7 @@ class StepModel:
             stack = "workbench-job"
         self.stack = get_stack(stack)
         self.model = get_model(model)
+        self.family = family_of(self.model)
         self.gpu = get_gpu(gpu)
         self.calibrated = calibrated
         self.execution = execution
@@ -377,9 +319,9 @@ class StepModel:
                 (((self._price([(op, op.count) for op in tables.microbatch_ops], fit, power=power), 1),),
                  ((self._price([(op, op.count) for op in tables.step_ops], fit, power=power), 1),)), tables))[0]
         model, p = self.model, cfg.parallelism
-        if isinstance(model, TransformerModel):  # one block priced once, its copies the stage's layers
+        if self.family.repeats_blocks:  # one block priced once, its copies the stage's layers
             ends, fwd, head, bwd, recompute = self._block(cfg, execution, fit, power)
-            layers = math.ceil(model.num_layers / p.pp)
+            layers = self.family.stage_layers(model, cfg)
             micro: Stage = ((ends, 1), (fwd, layers), (head, 1), (bwd, layers), (recompute, layers))
         else:
             key = (cfg if execution is not None else
@@ -396,16 +338,17 @@ class StepModel:
         return micro, ((once, 1), (optimizer, 1))
 
     def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0) -> tuple[PricedOps, ...]:
-        """``_block_pieces`` priced (one block, independent of pp). Checkpointing changes only the recomputation
-        (``graph.transformer.block_ops``), so the graph is built once for all three modes (``_block_graph``) and
-        the other pieces are priced once."""
+        """``Family.block_graph``'s pieces priced (one block, independent of pp). Checkpointing changes only the
+        recomputation (``graph.transformer.block_ops``), so the graph is built once for all three modes and the
+        other pieces are priced once."""
         p = cfg.parallelism
         block = (cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep, p.cp, cfg.lora_rank, cfg.lora_targets,
                  execution, id(fit), power)
         mode = cfg.activation_checkpointing
         hit = self._graphs.get(("block", mode) + block)
         if hit is None:
-            graph = self._cached(("block graph",) + block[:-2], lambda: _block_graph(self.model, cfg, execution))
+            graph = self._cached(("block graph",) + block[:-2],
+                                 lambda: self.family.block_graph(self.model, cfg, execution))
             shared = self._cached(("block pieces",) + block, lambda: tuple(
                 self._price([(op, op.count) for op in piece], fit, power=power) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
@@ -548,14 +491,11 @@ class StepModel:
             tables.host_s(self.stack, accum), tables))[0]) if tables else 0.0
         step = max(step + fit.idle_gap_s, host_s)  # the CPU enqueues ahead of the GPU; the step ends at the later
         samples = cfg.samples_per_step
-        if isinstance(model, TransformerModel):
-            flops = self._cached(("flops", cfg.seq_len, cfg.lora),
-                                 lambda: model_flops_per_sample(model, cfg.seq_len, lora=cfg.lora))
-            model_flops = flops * samples
-            tokens = samples * cfg.seq_len
-        else:
-            model_flops = s.useful_flops * p.gpus
-            tokens = samples * (cfg.seq_len if model.kind == "hstu" else 1)
+        family = self.family
+        flops = self._cached(("flops", cfg.seq_len, cfg.lora),
+                             lambda: family.model_flops_per_sample(model, cfg.seq_len, cfg.lora))
+        model_flops = s.useful_flops * p.gpus if flops is None else flops * samples  # None: the priced ops' FLOPs
+        tokens = samples * family.tokens_per_sample(model, cfg)
         compiled_loss = _compiled_loss(execution)
         memory = self._memory(cfg, tables, compiled_loss)
         summary = StepSummary(

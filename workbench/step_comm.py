@@ -1,18 +1,21 @@
 """The collectives of one training step (``workbench.step.StepModel`` adds them to the priced ops): the
 data-parallel plan (FSDP2 gathers and reduce-scatters, DDP all-reduces, ZeRO-1's distributed optimizer) on the
 schedule of ``workbench.perf.overlap``, and the tensor-, expert-, pipeline- and context-parallel traffic on the
-critical path.
+critical path. What each model family's step sends its family says (``Family.data_parallel_collectives``,
+``Family.critical_traffic``); the formulas are here, one function per family (``transformer_data_parallel``, ...).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from workbench.config import TrainingConfig, activation_dtype
+from workbench.families import family_of
 from workbench.graph.transformer import local_tokens
 from workbench.hardware import GPU
-from workbench.models import DLRMModel, Model, TransformerModel
+from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
 from workbench.perf.comm import collective_time, group_link
 from workbench.perf.efficiency import Constants
 from workbench.perf.overlap import (
@@ -55,55 +58,67 @@ def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants
     ``workbench.perf.overlap``, each timed once. Depends on the parallelism, gradient accumulation and activation
     dtype only -- not on the micro-batch -- so ``workbench.step.StepModel`` caches it."""
     p = cfg.parallelism
-    accum = cfg.grad_accumulation
     dp_spans = p.weight_replicas * p.tp > gpu.scale_up_domain_gpus.value
-    planned: list[tuple[ScheduledCollective, int]] = []
-
-    def plan(schedule: list[ScheduledCollective], group: int) -> None:
-        if group > 1:
-            planned.extend((s, group) for s in schedule)
-
-    if isinstance(model, TransformerModel):
-        act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
-        layers = math.ceil(model.num_layers / p.pp)
-        # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
-        # only over the dp / ep ranks that hold the same experts
-        experts = layers * model.expert_params_per_layer() / p.tp
-        dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
-        root = model.embedding_params() / p.tp  # embedding and head (the final norm's h weights are negligible)
-        block = (dense - root) / layers
-        expert_group = p.weight_replicas // p.ep
-        replicas = p.weight_replicas  # dp x cp: the ranks holding the same weights
-        if cfg.lora:  # frozen base: only the adapters' gradients reduce (fsdp: one rank only, config.py)
-            adapters = layers * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets) / p.tp * 4
-            if p.sharding == "zero1":
-                plan(zero1_schedule("zero1.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0), adapters / 2,
-                                    ddp_last_bucket_bytes(adapters, 0.0) / 2), replicas)
-            else:
-                plan(ddp_schedule("ddp.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0)), replicas)
-        elif p.sharding == "zero1":  # Megatron's distributed optimizer: RS gradients (fp32), AG bf16 parameters
-            cap = megatron_bucket_params(replicas)
-            last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4, cap * 4)
-            plan(zero1_schedule("zero1", dense * 4, last, dense * act_bytes, last / 4 * act_bytes), replicas)
-            if experts:
-                plan(zero1_schedule("zero1.experts", experts / p.ep * 4, 0.0, experts / p.ep * act_bytes, 0.0),
-                     expert_group)
-        elif p.sharding == "fsdp":
-            plan(fsdp_schedule("fsdp", root, block, layers, gather_bytes=act_bytes, reduce_bytes=4,
-                               grad_accumulation=accum), replicas)
-            plan(fsdp_schedule("fsdp.experts", 0.0, experts / p.ep / layers, layers, gather_bytes=act_bytes,
-                               reduce_bytes=4, grad_accumulation=accum), expert_group)
-        else:  # the token embedding's gradient comes last: DDP's last bucket
-            last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4)
-            plan(ddp_schedule("ddp", dense * 4, last), replicas)
-            if experts:
-                plan([ScheduledCollective("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, 1,
-                                          "hidden")], expert_group)
-    else:
-        grads = model.dense_params * 4  # the first dense layers' gradients come last: DDP's last bucket
-        plan(ddp_schedule("ddp.dense", grads, ddp_last_bucket_bytes(grads, 0.0)), p.dp)
+    planned = [(s, group) for schedule, group in family_of(model).data_parallel_collectives(model, cfg)
+               if group > 1 for s in schedule]
     link = group_link(gpu, c, dp_spans)  # every data-parallel group spans the same ranks' links
     return [(s, group, link.name, collective_time(s.collective, s.size_bytes, group, link)) for s, group in planned]
+
+
+Schedules = list[tuple[list[ScheduledCollective], int]]
+"""A family's data-parallel collectives: (schedule, group size) pairs in step order
+(``Family.data_parallel_collectives``)."""
+
+
+def transformer_data_parallel(model: TransformerModel, cfg: TrainingConfig) -> Schedules:
+    """A transformer's data-parallel collectives: FSDP2's gathers and reduce-scatters, DDP's all-reduces, ZeRO-1's
+    distributed optimizer, LoRA's adapter gradients; the experts' over the ranks that hold the same experts."""
+    p = cfg.parallelism
+    accum = cfg.grad_accumulation
+    plans: Schedules = []
+    act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    layers = math.ceil(model.num_layers / p.pp)
+    # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
+    # only over the dp / ep ranks that hold the same experts
+    experts = layers * model.expert_params_per_layer() / p.tp
+    dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
+    root = model.embedding_params() / p.tp  # embedding and head (the final norm's h weights are negligible)
+    block = (dense - root) / layers
+    expert_group = p.weight_replicas // p.ep
+    replicas = p.weight_replicas  # dp x cp: the ranks holding the same weights
+    if cfg.lora:  # frozen base: only the adapters' gradients reduce (fsdp: one rank only, config.py)
+        adapters = layers * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets) / p.tp * 4
+        if p.sharding == "zero1":
+            plans.append((zero1_schedule("zero1.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0), adapters / 2,
+                                         ddp_last_bucket_bytes(adapters, 0.0) / 2), replicas))
+        else:
+            plans.append((ddp_schedule("ddp.lora", adapters, ddp_last_bucket_bytes(adapters, 0.0)), replicas))
+    elif p.sharding == "zero1":  # Megatron's distributed optimizer: RS gradients (fp32), AG bf16 parameters
+        cap = megatron_bucket_params(replicas)
+        last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4, cap * 4)
+        plans.append((zero1_schedule("zero1", dense * 4, last, dense * act_bytes, last / 4 * act_bytes), replicas))
+        if experts:
+            plans.append((zero1_schedule("zero1.experts", experts / p.ep * 4, 0.0, experts / p.ep * act_bytes, 0.0),
+                          expert_group))
+    elif p.sharding == "fsdp":
+        plans.append((fsdp_schedule("fsdp", root, block, layers, gather_bytes=act_bytes, reduce_bytes=4,
+                                    grad_accumulation=accum), replicas))
+        plans.append((fsdp_schedule("fsdp.experts", 0.0, experts / p.ep / layers, layers, gather_bytes=act_bytes,
+                                    reduce_bytes=4, grad_accumulation=accum), expert_group))
+    else:  # the token embedding's gradient comes last: DDP's last bucket
+        last = ddp_last_bucket_bytes(dense * 4, model.vocab_size * model.hidden_size / p.tp * 4)
+        plans.append((ddp_schedule("ddp", dense * 4, last), replicas))
+        if experts:
+            plans.append(([ScheduledCollective("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, 1,
+                                               "hidden")], expert_group))
+    return plans
+
+
+def replicated_dense_data_parallel(model: DLRMModel | HSTUModel, cfg: TrainingConfig) -> Schedules:
+    """A recommendation model's: its replicated dense layers' gradients all-reduced (DDP); the tables update in
+    their own backward, row-sharded."""
+    grads = model.dense_params * 4  # the first dense layers' gradients come last: DDP's last bucket
+    return [(ddp_schedule("ddp.dense", grads, ddp_last_bucket_bytes(grads, 0.0)), cfg.parallelism.dp)]
 
 
 def communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
@@ -162,46 +177,82 @@ CriticalPath = tuple[list[CommPrediction], "tuple[float, int, str, float] | None
 parallelism's ring exchange as (chunk bytes, group, link name, seconds in the step), or None without cp."""
 
 
+class Traffic(NamedTuple):
+    """One critical-path collective before it is timed: ``times`` occurrences in the step of ``collective`` over
+    ``group`` ranks, ``size_bytes`` each; ``spans`` whether the group leaves the scale-up domain."""
+
+    name: str
+    collective: str
+    size_bytes: float
+    group: int
+    spans: bool
+    times: int
+
+
+class RingExchange(NamedTuple):
+    """Context parallelism's ring K/V exchange before it is timed: ``steps`` sends of ``chunk_bytes`` around
+    ``group`` ranks in the step."""
+
+    chunk_bytes: float
+    group: int
+    spans: bool
+    steps: int
+
+
 def critical_path(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> CriticalPath:
-    """The step's tensor-, expert- and pipeline-parallel collectives, on the critical path and all exposed (an
-    interleaved pipeline sends virtual_stages times as often: Narayanan et al. 2021, Sec. 2.2), and context
-    parallelism's ring K/V exchange before its overlap with attention (``communication`` adds it). Reads the
+    """The step's tensor-, expert- and pipeline-parallel collectives, on the critical path and all exposed, and
+    context parallelism's ring K/V exchange before its overlap with attention (``communication`` adds it): the
+    family's traffic (``Family.critical_traffic``: ``transformer_traffic``, ``embedding_traffic``), timed. Reads the
     micro-batch, sequence, precision, checkpointing, accumulation and every parallel degree but the sharding, so
     ``workbench.step.StepModel`` caches it for FSDP, DDP and ZeRO-1 alike."""
-    p = cfg.parallelism
-    accum = cfg.grad_accumulation
-    domain = gpu.scale_up_domain_gpus.value
-    act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    traffic, ring_exchange = family_of(model).critical_traffic(model, cfg, gpu.scale_up_domain_gpus.value)
     exposed: list[CommPrediction] = []
-    ring = None
-
-    def add(name, kind, size, group, spans, times):
+    for name, kind, size, group, spans, times in traffic:
         if group <= 1:
-            return
+            continue
         link = group_link(gpu, c, spans)
         total = collective_time(kind, size, group, link) * times
         exposed.append(CommPrediction(name, kind, size, group, link.name, total, total, "critical"))
-
-    if isinstance(model, TransformerModel):
-        tokens = local_tokens(cfg)
-        layers = math.ceil(model.num_layers / p.pp)
-        recompute_tp = 2 if cfg.activation_checkpointing == "full" else 0
-        add("tp.all_reduce_activations", "all_reduce", tokens * model.hidden_size * act_bytes, p.tp, p.tp > domain,
-            (4 + recompute_tp) * layers * accum)
-        if model.is_moe:
-            routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
-            add("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain, 4 * layers * accum)
-        add("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp, p.pp,
-            p.gpus > domain, 2 * accum * p.virtual_stages)
-        if p.cp > 1:  # each ring step passes one K/V chunk: fwd cp-1 steps, bwd K/V and dK/dV (full AC: fwd again)
-            chunk = tokens * 2 * max(model.kv_size // p.tp, model.head_dim) * act_bytes
-            steps = (p.cp - 1) * (4 if cfg.activation_checkpointing == "full" else 3) * layers * accum
-            link = group_link(gpu, c, p.cp * p.tp > domain)
-            ring = (chunk, p.cp, link.name, collective_time("send_recv", chunk, p.cp, link) * steps)
-    else:
-        if isinstance(model, DLRMModel):
-            pooled = cfg.micro_batch * len(model.tables) * model.embedding_dim * act_bytes
-        else:
-            pooled = cfg.micro_batch * cfg.seq_len * model.embedding_dim * act_bytes
-        add("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * accum)
+    ring = None
+    if ring_exchange is not None:
+        chunk, group, spans, steps = ring_exchange
+        link = group_link(gpu, c, spans)
+        ring = (chunk, group, link.name, collective_time("send_recv", chunk, group, link) * steps)
     return exposed, ring
+
+
+def transformer_traffic(model: TransformerModel, cfg: TrainingConfig, domain: int
+                        ) -> tuple[list[Traffic], RingExchange | None]:
+    """A transformer's critical path: tensor-parallel all-reduces of the activations (twice more per block under
+    full checkpointing), MoE's all-to-all of the routed tokens, pipeline sends (an interleaved pipeline sends
+    virtual_stages times as often: Narayanan et al. 2021, Sec. 2.2), and under cp the ring's K/V chunks."""
+    p = cfg.parallelism
+    accum = cfg.grad_accumulation
+    act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    tokens = local_tokens(cfg)
+    layers = math.ceil(model.num_layers / p.pp)
+    recompute_tp = 2 if cfg.activation_checkpointing == "full" else 0
+    traffic = [Traffic("tp.all_reduce_activations", "all_reduce", tokens * model.hidden_size * act_bytes, p.tp,
+                       p.tp > domain, (4 + recompute_tp) * layers * accum)]
+    if model.is_moe:
+        routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
+        traffic.append(Traffic("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain,
+                               4 * layers * accum))
+    traffic.append(Traffic("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp,
+                           p.pp, p.gpus > domain, 2 * accum * p.virtual_stages))
+    ring = None
+    if p.cp > 1:  # each ring step passes one K/V chunk: fwd cp-1 steps, bwd K/V and dK/dV (full AC: fwd again)
+        chunk = tokens * 2 * max(model.kv_size // p.tp, model.head_dim) * act_bytes
+        steps = (p.cp - 1) * (4 if cfg.activation_checkpointing == "full" else 3) * layers * accum
+        ring = RingExchange(chunk, p.cp, p.cp * p.tp > domain, steps)
+    return traffic, ring
+
+
+def embedding_traffic(vectors: int, dim: int, cfg: TrainingConfig, domain: int
+                      ) -> tuple[list[Traffic], RingExchange | None]:
+    """A recommendation model's critical path: the ``vectors`` embeddings of width ``dim`` one micro-batch looks up
+    in its row-sharded tables (one pooled vector per DLRM table and sample, one per HSTU token), all-to-all over the
+    dp GPUs in the activation dtype, forward and backward."""
+    p = cfg.parallelism
+    pooled = vectors * dim * get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    return [Traffic("embedding.all_to_all", "all_to_all", pooled, p.dp, p.dp > domain, 2 * cfg.grad_accumulation)], None

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from workbench.config import TrainingConfig
+from workbench.families import family_of
 from workbench.graph.execution import fsdp_ops
 from workbench.graph.ops import Op
 from workbench.graph.stack_kernels import (
@@ -48,9 +49,14 @@ def float8_recipe(kernels: str, cfg: TrainingConfig) -> str:
 
 def scope_gap(model: Model, cfg: TrainingConfig, kernels: str = "") -> str | None:
     """What of this configuration the stack kernel tables do not cover (None: they cover all of it);
-    ``kernels``: the stack's tables (``torchtitan`` prices fp8 as torchao's rowwise recipe on one GPU)."""
-    if not isinstance(model, TransformerModel):
-        return f"{model.kind} models"
+    ``kernels``: the stack's tables (``torchtitan`` prices fp8 as torchao's rowwise recipe on one GPU). The tables
+    are a transformer's (``transformer_scope_gap``); other families say what they lack (``Family.stack_table_gap``)."""
+    return family_of(model).stack_table_gap(model, cfg, kernels)
+
+
+def transformer_scope_gap(model: TransformerModel, cfg: TrainingConfig, kernels: str = "") -> str | None:
+    """``scope_gap`` of a transformer: the tables hold dense Llama-style blocks in bf16 (or torchtitan's fp8 on one
+    GPU) without tensor or pipeline parallelism."""
     if model.is_moe:
         return "MoE blocks"
     if model.norm != "rmsnorm" or model.ffn_activation != "swiglu":

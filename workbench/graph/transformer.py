@@ -237,6 +237,38 @@ def transformer_microbatch_ops(model: TransformerModel, cfg: TrainingConfig,
     return embedding_ops(model, cfg) + fwd + head_ops(model, cfg, execution) + bwd + recompute
 
 
+def block_pieces(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple[list, ...]:
+    """(embedding, one block's forward, head, one block's backward, its recomputation): the ops of a micro-batch
+    before the blocks are multiplied (independent of pp)."""
+    fwd, bwd, recompute = block_ops(model, cfg, 1, execution)
+    return embedding_ops(model, cfg), fwd, head_ops(model, cfg, execution), bwd, recompute
+
+
+def block_graph(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple:
+    """``block_pieces`` for every checkpointing mode at once: (embedding, forward, head, backward, {mode:
+    recomputation}). ``block_ops`` reads the mode only to pick the recomputation -- none recomputes nothing,
+    selective its listed ops, full every forward op, each renamed ``recompute.*`` in the backward -- so one
+    ``selective`` build gives all three (``tests/test_step.py`` checks each against ``block_ops`` run in that
+    mode). The step model (``workbench.step.StepModel``) prices the block once and multiplies it."""
+    ends, fwd, head, bwd, selective = block_pieces(model, replace(cfg, activation_checkpointing="selective"),
+                                                   execution)
+    full = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
+               op.bytes_written, op.count, op.layer, op.extra) for op in fwd]
+    return ends, fwd, head, bwd, {"none": [], "selective": selective, "full": full}
+
+
+def stage_counts(pieces: tuple[list, ...], layers: int) -> list:
+    """``block_pieces``' items in micro-batch order, a block item's count x ``layers``. An item is an op, or a
+    tuple whose first two fields are (op, count)."""
+    ends, fwd, head, bwd, recompute = pieces
+
+    def each(items, times):
+        return [(item, item.count * times) if isinstance(item, Op) else (item[0], item[1] * times, *item[2:])
+                for item in items]
+
+    return each(ends, 1) + each(fwd, layers) + each(head, 1) + each(bwd, layers) + each(recompute, layers)
+
+
 def transformer_step_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
     """Ops that run once per step, not per micro-batch: with the reference job under FSDP2, its own
     parameter and gradient copies (which run with any dp, one rank included; the collectives are in comm)."""

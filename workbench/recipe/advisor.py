@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Literal
 
 from workbench.config import Parallelism, TrainingConfig, default_seq_len
 from workbench.errors import SpecError, WorkbenchError
+from workbench.families import family_of
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB, HEADROOM_FRACTION
 from workbench.models import Model, TransformerModel, get_model
@@ -388,7 +389,7 @@ def advise(
                                    port.predicted.tokens_per_s, target, pricing)
         items += _recipe_steps(port_config, best.compile, final, final_eval, target)
     items += _proposals(name, final_model, revised_overrides, target, final, pricing)
-    if not isinstance(base, TransformerModel):
+    if family_of(base).embedding_tables(base):
         items += _placement(base, source, target, final, pricing)
     return Advice(name, source.name, target.name, gpus, precision, source_recipe, port, co_designed, tuple(items),
                   tuple(notes), stack=named or IDEAL, held=held, configs=(port_config, final.config))
@@ -407,12 +408,10 @@ def _gain(model: Model, gpu: GPU, cfg: TrainingConfig, pricing: Pricing, referen
 
 def _padding_items(name: str, base: Model, overrides: dict, gpu: GPU, best: Candidate,
                    pricing: Pricing) -> list[AdviceItem]:
-    """Pad vocabulary and FFN width (zero rows/columns keep the function) to the multiple the model likes best."""
-    if not isinstance(base, TransformerModel):
-        return []
+    """Pad the widths zero rows/columns keep the function of (``Family.padding_fields``: a transformer's vocabulary
+    and FFN width) to the multiple the model likes best."""
     items = []
-    for field, why in (("vocab_size", "LM-head GEMM n and embedding rows; mask the padded logits"),
-                       ("ffn_hidden_size", "FFN GEMM n/k; zero-initialised padding stays zero under training")):
+    for field, why in family_of(base).padding_fields.items():
         old = getattr(base, field)
         tried = []
         for multiple in PAD_MULTIPLES:
@@ -510,7 +509,8 @@ def _describe(candidate: Candidate, field: str) -> str:
 
 def _proposals(name: str, model: Model, overrides: dict, gpu: GPU, best: Candidate,
                pricing: Pricing) -> list[AdviceItem]:
-    """Changes to the model's math, with predicted gains at the co-designed config: never applied."""
+    """Changes to the model's math, with predicted gains at the co-designed config: never applied. They edit a
+    decoder's attention and widths, so only a transformer gets them."""
     if not isinstance(model, TransformerModel):
         return []
     inst = gpu.matrix_instruction_mnk.value.get("bf16", (16, 16, 16))

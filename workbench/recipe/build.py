@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 
 from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import SpecError
+from workbench.families import family_of
 from workbench.graph.execution import Execution
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB
-from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel, _check_transformer, get_model
+from workbench.models import Model, get_model
 from workbench.predict import Prediction, predict
 from workbench.recipe.schema import (
     ActivationCheckpointing,
@@ -47,8 +48,7 @@ def revised_model(name: str | Model, overrides: Mapping[str, int]) -> Model:
             raise SpecError(f"model {base.name}", f"overrides.{key}", value,
                             f"a positive integer for one of the model's integer fields: {', '.join(known)}")
     model = dataclasses.replace(base, **dict(overrides))
-    if isinstance(model, TransformerModel):
-        _check_transformer(model, f"model {base.name} with overrides {dict(overrides)}")
+    family_of(model).check_model(model, f"model {base.name} with overrides {dict(overrides)}")
     return model
 
 
@@ -98,16 +98,12 @@ def predicted_from(prediction: Prediction) -> Predicted:
 
 
 def embedding_placements(model: Model, dp: int) -> tuple[EmbeddingPlacement, ...]:
-    """Where each recommendation table lives under the memory model: one GPU holds it whole in HBM; more shard
-    its rows over the data-parallel GPUs (fp32 rows; ``workbench.memory`` assumes the same)."""
+    """Where each sparse embedding table (``Family.embedding_tables``: a recommendation model's) lives under the
+    memory model: one GPU holds it whole in HBM; more shard its rows over the data-parallel GPUs (fp32 rows;
+    ``workbench.memory`` assumes the same)."""
     placement = "hbm" if dp == 1 else "row_sharded"
-    if isinstance(model, DLRMModel):
-        return tuple(EmbeddingPlacement(f"table_{i}", t.rows, t.dim, placement, t.rows * t.dim * 4)
-                     for i, t in enumerate(model.tables))
-    if isinstance(model, HSTUModel):
-        return (EmbeddingPlacement("items", model.item_table_rows, model.embedding_dim, placement,
-                                   model.item_table_rows * model.embedding_dim * 4),)
-    return ()
+    return tuple(EmbeddingPlacement(name, rows, dim, placement, rows * dim * 4)
+                 for name, rows, dim in family_of(model).embedding_tables(model))
 
 
 def make_recipe(
