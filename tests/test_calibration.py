@@ -1,6 +1,5 @@
 import csv
 import io
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from workbench.calibration import MIN_ROWS_PER_CONSTANT, calibrate, fit_plan, me
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.perf.efficiency import CALIBRATION_DIR_ENV, constants_for, default_constants
-from workbench.rows import predict_rows
+from workbench.rows import merge_repeats, predict_rows
 
 H200 = get_gpu("h200")
 SHAPES = """op,m,n,k,batch,seq,heads_q,heads_kv,head_dim,causal,pass,rows,cols,dtype
@@ -151,9 +150,6 @@ def test_a_row_faster_than_the_roofline_is_refused_by_name():
 
 def _shipped_rows() -> list[dict]:
     """The 544 rows the shipped H200 profile was fitted on (its ``fitted_on``), repeats merged by median."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from eval_model import merge_repeats
-
     results = REPO / "benchmarks" / "results" / "h200"
     rows = [r for r in csv.DictReader((results / "measured_ops.csv").open()) if (r.get("measured_ms") or "").strip()]
     repeats = [results / "repeats" / f"fp8_{i}.csv" for i in (1, 2, 3)] + \

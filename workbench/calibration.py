@@ -256,7 +256,7 @@ def write_profile(result: Calibration, path=None, *, source: str = "", overwrite
     ``<gpu>.yaml`` (``workbench.paths``; never the shipped specs/). An existing file is replaced only with
     ``overwrite=True`` (CLI: ``--force``). Constants of the profile it replaces (or, for a first user profile,
     of the profile predictions read until now, e.g. the shipped one) that this fit does not set, such as the
-    communication constants ``benchmarks/comm_sweep.py`` fits, are kept, listed under ``kept_from_previous``,
+    communication constants ``benchmarks/comm/comm_sweep.py`` fits, are kept, listed under ``kept_from_previous``,
     with their ``notes`` (where each came from)."""
     default = user_profile_path(result.gpu)
     path = Path(path or default)

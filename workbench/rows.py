@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
+from collections import defaultdict
 from collections.abc import Iterable
 
 from workbench.errors import WorkbenchError
@@ -145,3 +147,25 @@ def op_class(row: dict) -> str:
     if kind == "attention":
         return f"attention.{row.get('pass', '').strip().lower()}"
     return "memory"
+
+
+ROW_KEY = ("op", "m", "n", "k", "batch", "seq", "heads_q", "heads_kv", "head_dim", "causal", "pass", "rows", "cols",
+           "dtype")
+"""The columns that name a measured row's operator: rows of two runs with equal values are the same measurement."""
+
+
+def merge_repeats(rows: list[dict], repeats: list[list[dict]]) -> list[dict]:
+    """``rows`` with each ``measured_ms`` replaced by the median over the runs that measured that row (the rows
+    themselves and each run in ``repeats``); rows no repeat measured keep their value."""
+    runs: dict[tuple, list[float]] = defaultdict(list)
+    for run in repeats:
+        for row in run:
+            if (row.get("measured_ms") or "").strip():
+                runs[tuple(row.get(c, "") for c in ROW_KEY)].append(float(row["measured_ms"]))
+    merged = []
+    for row in rows:
+        others = runs.get(tuple(row.get(c, "") for c in ROW_KEY))
+        if others:
+            row = {**row, "measured_ms": f"{statistics.median([float(row['measured_ms']), *others]):.6g}"}
+        merged.append(row)
+    return merged

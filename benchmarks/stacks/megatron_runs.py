@@ -37,11 +37,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the shared harness, from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from workbench.benchmarking import environment as shared_environment  # noqa: E402
+from workbench.benchmarking import time_steps  # noqa: E402
 
 MODELS = {
     # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): tied embeddings
@@ -202,24 +207,13 @@ def run_row(row: Row, trace: str | None = None) -> dict:
     config, model, optimizer, notes = build_training(row)
     params = sum(p.numel() for p in model.parameters())
     step, data = make_step(row, model, optimizer)
-    t0 = time.perf_counter()
-    for i in range(row.warmup):
-        step(*data[i % len(data)])
-    torch.cuda.synchronize()
-    warmup_s = time.perf_counter() - t0
-    torch.cuda.reset_peak_memory_stats()
-    times, losses = [], []
-    for i in range(row.steps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        loss = step(*data[i % len(data)])
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-        losses.append(float(loss.detach()))
+    timing = time_steps(lambda i: step(*data[i % len(data)]), warmup=row.warmup, repeats=row.steps,
+                        synchronize=torch.cuda.synchronize, after_warmup=torch.cuda.reset_peak_memory_stats)
+    times, warmup_s = timing.times_s, timing.warmup_s
+    losses = [float(loss.detach()) for loss in timing.results]
     peak_alloc, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     kernels = profile_kernels(step, data, trace=trace)
-    times.sort()
-    median = times[len(times) // 2]
+    median = timing.median_s
     return {**asdict(row), "label": row.label, "stack": "megatron-local", "spec": "local", "params": params,
             **notes, "step_time_s": median, "step_times_s": times,
             "tokens_per_s": row.micro_batch * row.seq_len / median, "warmup_s": warmup_s,
@@ -258,22 +252,15 @@ def profile_kernels(step, data, steps: int = 2, trace: str | None = None) -> lis
 
 
 def environment() -> dict:
-    import torch
-
-    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "layer_spec": "local"}
+    """The shared harness's record (``workbench.benchmarking.environment``), the layer spec and each Megatron
+    dependency's version (or why it is absent)."""
+    env = {**shared_environment(packages=()), "layer_spec": "local"}
     for name in ("megatron.core", "triton", "transformer_engine", "apex"):
         try:
             module = __import__(name, fromlist=["__version__"])
             env[name] = getattr(module, "__version__", "present")
         except Exception as error:  # noqa: BLE001 -- absent is a fact to record
             env[name] = f"absent ({type(error).__name__})"
-    try:
-        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,power.limit,clocks.max.sm",
-                                        "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        pass
     return env
 
 

@@ -26,11 +26,16 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the shared harness, from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from workbench.benchmarking import environment as shared_environment  # noqa: E402
+from workbench.benchmarking import time_steps  # noqa: E402
 
 MODELS = {
     # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): tied embeddings
@@ -178,26 +183,14 @@ def run_row(row: Row) -> dict:
     vocab = MODELS[row.model]["vocab"]
     batches = [torch.randint(0, vocab, (row.micro_batch, row.seq_len + 1), device=DEVICE) for _ in range(4)]
     data = [(b[:, :-1].contiguous(), b[:, 1:].contiguous()) for b in batches]
-    t0 = time.perf_counter()
-    for i in range(row.warmup):
-        step(*data[i % len(data)])
-    sync()
-    warmup_s = time.perf_counter() - t0
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    times, losses = [], []
-    for i in range(row.steps):
-        sync()
-        start = time.perf_counter()
-        loss = step(*data[i % len(data)])
-        sync()
-        times.append(time.perf_counter() - start)
-        losses.append(float(loss.detach()))
+    timing = time_steps(lambda i: step(*data[i % len(data)]), warmup=row.warmup, repeats=row.steps,
+                        synchronize=sync, after_warmup=torch.cuda.reset_peak_memory_stats if cuda else None)
+    times, warmup_s = timing.times_s, timing.warmup_s
+    losses = [float(loss.detach()) for loss in timing.results]
     peak_alloc, peak_reserved = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()) if cuda else (0, 0)
     kernels = profile_kernels(step, data, trace=_trace_path(row)) if cuda else []
-    times.sort()
-    return {**asdict(row), "params": params, "step_time_s": times[len(times) // 2], "step_times_s": times,
-            "tokens_per_s": row.micro_batch * row.seq_len / times[len(times) // 2], "warmup_s": warmup_s,
+    return {**asdict(row), "params": params, "step_time_s": timing.median_s, "step_times_s": times,
+            "tokens_per_s": row.micro_batch * row.seq_len / timing.median_s, "warmup_s": warmup_s,
             "peak_allocated_gb": peak_alloc / 1e9, "peak_reserved_gb": peak_reserved / 1e9,
             "loss_first": losses[0], "loss_last": losses[-1], "kernels": kernels}
 
@@ -240,23 +233,8 @@ def profile_kernels(step, data, steps: int = 2, trace: str | None = None) -> lis
 
 
 def environment() -> dict:
-    import torch
-
-    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except ImportError:
-        pass
-    try:
-        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,power.limit,clocks.max.sm",
-                                        "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        pass
-    return env
+    """The shared harness's record (``workbench.benchmarking.environment``), triton's version included."""
+    return shared_environment(packages=("triton",))
 
 
 def sweep(out: str, budget_s: float, only: str | None, name: str = "main") -> None:

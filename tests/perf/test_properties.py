@@ -3,13 +3,11 @@ with more bandwidth or more FLOP/s; a whole training step is never slower with m
 and never stops fitting with more HBM.
 
 The step-level checks draw from every numeric figure of ``workbench.hardware.GPU`` (``resource_fields`` of
-``benchmarks/monotonicity_sweep.py``, which runs the same check over a 7,788-configuration grid) on a small
+``benchmarks/model/monotonicity_sweep.py``, which runs the same check over a 7,788-configuration grid) on a small
 hypothesis budget."""
 
 import dataclasses
 import math
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -18,14 +16,13 @@ from hypothesis import strategies as st
 from workbench.config import Parallelism, TrainingConfig
 from workbench.graph.ops import ROW_OP_TRAFFIC, AttentionShape, attention, gemm, rows_op
 from workbench.hardware import GPU, Figure, get_gpu, list_gpus
+from workbench.hardware_scaling import GRANULES, resource_fields, scaled
 from workbench.models import get_model, list_models
 from workbench.perf import op_time
 from workbench.perf.efficiency import default_constants, profile_path
 from workbench.predict import predict
 from workbench.stacks import list_stacks
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from monotonicity_sweep import GRANULES, resource_fields, scaled  # noqa: E402
 
 GPUS = [g.name for g in list_gpus()]
 MODELS = [m.name for m in list_models()]

@@ -1,4 +1,4 @@
-"""workbench.train.convergence and convergence_report, the analysis benchmarks/fp8_convergence.py runs: the PLAN's
+"""workbench.train.convergence and convergence_report, the analysis benchmarks/train/fp8_convergence.py runs: the PLAN's
 verdict on constructed held-out curves (crossings, lags, Student's t intervals, agree / disagree / inconclusive /
 incomplete), the plan's runs and the outputs; and the script itself (--quick end to end, --analyze) on the CPU."""
 
@@ -34,11 +34,11 @@ from workbench.train.convergence import (
 from workbench.train.convergence_report import write_outputs
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "fp8_convergence.py"
+SCRIPT = REPO / "benchmarks" / "train" / "fp8_convergence.py"
 
 
 def script(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    """``benchmarks/fp8_convergence.py ARGS`` in its own process, from the repository root."""
+    """``benchmarks/train/fp8_convergence.py ARGS`` in its own process, from the repository root."""
     return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=dict(os.environ, PYTHONPATH=str(REPO)))
 
@@ -211,7 +211,7 @@ def test_determinism_check_with_a_run_missing():
 
 def test_outputs_are_written_and_summary_is_strict_json(tmp_path):
     runs = [{"name": n, "status": "ok", "wall_s": 30.0, "error": ""} for n in plan_metrics()]
-    context = {"command": "python benchmarks/fp8_convergence.py --out X", "plan_link": "PLAN.md", "environment": {}}
+    context = {"command": "python benchmarks/train/fp8_convergence.py --out X", "plan_link": "PLAN.md", "environment": {}}
     write_outputs(tmp_path, plan_metrics(), runs, context)
     report = (tmp_path / "REPORT.md").read_text()
     assert "[PLAN.md](PLAN.md)" in report and "### rowwise_with_gw_hp: **agree**" in report
@@ -243,7 +243,7 @@ def test_bad_arguments_are_refused(tmp_path):
 
 def test_quick_run_end_to_end_then_analyze(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(REPO))  # fp8 emulated in torch on the CPU
-    cmd = [sys.executable, "benchmarks/fp8_convergence.py", "--quick", "--seeds", "100,101", "--steps", "6",
+    cmd = [sys.executable, "benchmarks/train/fp8_convergence.py", "--quick", "--seeds", "100,101", "--steps", "6",
            "--workers", "2", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -264,11 +264,11 @@ def test_quick_run_end_to_end_then_analyze(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [r["status"] for r in summary["runs"]] == ["ok"] * 7 and " && " in summary["context"]["command"]
     assert summary["recipes"]["rowwise"]["seeds"] == [100, 101]
-    analyzed = subprocess.run([sys.executable, "benchmarks/fp8_convergence.py", "--analyze", str(tmp_path)], cwd=REPO,
+    analyzed = subprocess.run([sys.executable, "benchmarks/train/fp8_convergence.py", "--analyze", str(tmp_path)], cwd=REPO,
                               env=env, capture_output=True, text=True, timeout=60)
     assert analyzed.returncode == 0, analyzed.stderr[-3000:]
     report = (tmp_path / "REPORT.md").read_text()
-    assert "Analysis: `python benchmarks/fp8_convergence.py --analyze" in report and "--quick --seeds 100,101" in report
+    assert "Analysis: `python benchmarks/train/fp8_convergence.py --analyze" in report and "--quick --seeds 100,101" in report
 
 
 # ------------------------------------------------------------------------------------------------ stage 2

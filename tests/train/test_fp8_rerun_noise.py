@@ -1,10 +1,7 @@
-"""benchmarks/fp8_rerun_noise.py: same-recipe, same-seed reruns compared with the fp8 proof's own metrics."""
+"""workbench.train.rerun_noise (benchmarks/train/fp8_rerun_noise.py's analysis): same-recipe, same-seed reruns
+compared with the fp8 proof's own metrics."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import fp8_rerun_noise as noise  # noqa: E402
+from workbench.train import rerun_noise as noise
 
 
 def test_a_curve_against_itself_differs_by_nothing():

@@ -1,4 +1,4 @@
-"""benchmarks/multi_gpu_proof.py and workbench.train.nccl_overlap: NCCL interval arithmetic on hand-made traces,
+"""benchmarks/train/multi_gpu_proof.py and workbench.train.nccl_overlap: NCCL interval arithmetic on hand-made traces,
 the dry run's recipes, predictions and plan, and the whole script on a tiny recipe on the CPU (torchrun on gloo)."""
 
 import importlib.util
@@ -22,7 +22,7 @@ from workbench.train.nccl_overlap import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "multi_gpu_proof.py"
+SCRIPT = REPO / "benchmarks" / "train" / "multi_gpu_proof.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""workbench.trace and workbench.train.profile_classes, the analysis benchmarks/train_profile.py runs: kernel
+"""workbench.trace and workbench.train.profile_classes, the analysis benchmarks/train/train_profile.py runs: kernel
 classes from a hand-made CUDA trace, the model's prediction in the same classes, and a tiny recipe profiled end to
 end on the CPU by the script itself (where classes are CPU ops' self times)."""
 
@@ -112,7 +112,7 @@ def test_tiny_recipe_profiles_on_the_cpu(tiny_recipe, tmp_path):
     recipe = tiny_recipe("tiny-eager")
     out = tmp_path / "profile"
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "train_profile.py"), "--recipe", str(recipe), "--out", str(out),
+        [sys.executable, str(REPO / "benchmarks" / "train" / "train_profile.py"), "--recipe", str(recipe), "--out", str(out),
          "--device", "cpu", "--in-process", "--warmup", "1", "--timed", "1", "--steps", "2", "--stack", "off"],
         capture_output=True, text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "0"})
     assert result.returncode == 0, result.stderr[-4000:]

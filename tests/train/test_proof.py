@@ -1,17 +1,17 @@
-"""benchmarks/train_proof.py --quick: the whole H200 proof script, shrunk to tiny models on the CPU; the fp8
-verdict (bf16 seed band over every pair of seeds) on synthetic curves; the fp8 experiment's CLI flags."""
+"""benchmarks/train/train_proof.py --quick: the whole H200 proof script, shrunk to tiny models on the CPU; the fp8
+verdict (workbench.train.proof_fp8: bf16 seed band over every pair of seeds) on synthetic curves; the fp8
+experiment's CLI flags."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
 import pytest
-from train_proof_report import (
+
+from workbench.train.proof_fp8 import (
     FP8_TOLERANCE,
     fp8_result,
     planned_seeds,
@@ -20,10 +20,26 @@ from train_proof_report import (
     step_lags,
 )
 
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "train" / "train_proof.py"
+
+
+def _script():
+    """The proof script as a module, loaded from its file (not through sys.path): its CLI helpers."""
+    name = "benchmarks_train_proof"  # a name no import statement uses; its dataclasses look it up
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    return module
+
 
 def test_quick_proof_writes_every_output(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "benchmarks/train_proof.py", "--quick", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "benchmarks/train/train_proof.py", "--quick", "--out", str(tmp_path)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -176,15 +192,12 @@ def _planned(dry_run_stdout: str) -> list[str]:
 
 
 def test_fp8_cli_flags_plan_interleaved_seeds_and_reject_bad_values(tmp_path):
-    from train_proof import (
-        FP8_RUN_WALL_S,
-        emulated_wanted,
-        estimate_fp8_wall_s,
-        parse_fp8_recipes,
-    )
+    script = _script()
+    FP8_RUN_WALL_S, emulated_wanted = script.FP8_RUN_WALL_S, script.emulated_wanted
+    estimate_fp8_wall_s, parse_fp8_recipes = script.estimate_fp8_wall_s, script.parse_fp8_recipes
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "benchmarks/train_proof.py", "--out", str(tmp_path), "--only", "fp8", "--dry-run"]
+    cmd = [sys.executable, "benchmarks/train/train_proof.py", "--out", str(tmp_path), "--only", "fp8", "--dry-run"]
     proc = subprocess.run(cmd + ["--fp8-seeds", "3", "--fp8-recipes", "rowwise_with_gw_hp,rowwise"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -164,7 +164,7 @@ def _resident(op: str, config: dict, gpu: GPU, operand_bytes: int, shape: dict, 
 
 @functools.lru_cache(maxsize=1)
 def _resource_table() -> dict:
-    """specs/kernel_resources.yaml: AMD configs cross-compiled on a CPU (benchmarks/kernel_resources.py)."""
+    """specs/kernel_resources.yaml: AMD configs cross-compiled on a CPU (benchmarks/select/kernel_resources.py)."""
     from workbench._data import specs_dir
     from workbench.schema import load_yaml
 

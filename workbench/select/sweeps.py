@@ -1,4 +1,4 @@
-"""Exhaustive config sweeps (``benchmarks/select_sweep.py`` CSVs) as one table, the way the selector is scored:
+"""Exhaustive config sweeps (``benchmarks/select/select_sweep.py`` CSVs) as one table, the way the selector is scored:
 each (part, shape) measured with one kernel version, every other shape held out from the fit.
 
 Needs pandas (the lab extra); ``workbench.select`` itself does not import this module.
@@ -53,7 +53,7 @@ def load_sweeps(paths: list[Path], padded_since: Path | None = None) -> pd.DataF
 
 
 FIT_ONLY_PREFIX = "fit-"
-"""Shape ids that ``benchmarks/select_resweep.py`` adds to the fit half only (``fit-odd1``, ...): they never enter
+"""Shape ids that ``benchmarks/archive/select_resweep.py`` adds to the fit half only (``fit-odd1``, ...): they never enter
 the held-out alternation, so the split of the ``select_shapes`` ids stays as it was."""
 
 

@@ -1,4 +1,4 @@
-"""Analysis of ``benchmarks/fp8_convergence.py``: the verdict of ``results/h200/train/fp8_convergence/PLAN.md``,
+"""Analysis of ``benchmarks/train/fp8_convergence.py``: the verdict of ``results/h200/train/fp8_convergence/PLAN.md``,
 as pure functions of held-out curves, and the plan's runs (no torch; ``workbench.train.convergence_report`` writes
 them out).
 

@@ -1,4 +1,4 @@
-"""Outputs of ``benchmarks/fp8_convergence.py``: REPORT.md, convergence.csv, curves.csv and summary.json from the runs'
+"""Outputs of ``benchmarks/train/fp8_convergence.py``: REPORT.md, convergence.csv, curves.csv and summary.json from the runs'
 metrics and ``workbench.train.convergence.analyze`` (every file written atomically)."""
 
 from __future__ import annotations

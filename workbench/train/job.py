@@ -333,7 +333,7 @@ def train_step(built: Built, batches: list, autocast, device: torch.device) -> t
     """One optimizer step over ``batches`` (its micro-batches): forward under ``autocast`` (a reusable context
     manager), backward, FSDP / DDP gradient sync on the last micro-batch only, every optimizer stepped and
     zeroed. Returns the mean loss (on the device, not synchronised). The phases are named for torch.profiler
-    (``train.forward``, ``train.backward``, ``train.optimizer``; ``benchmarks/train_profile.py`` reads them)."""
+    (``train.forward``, ``train.backward``, ``train.optimizer``; ``benchmarks/train/train_profile.py`` reads them)."""
     from torch.profiler import record_function
 
     model, accum = built.model, len(batches)

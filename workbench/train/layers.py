@@ -23,7 +23,7 @@ stays in bf16:
   all-e4m3 recipes needed ~7% more steps than bf16 to the same loss (``benchmarks/results/h200/train/fp8_seeds/
   REPORT.md``), and production recipes keep the gradient operands out of e4m3 -- torchao this way, Transformer
   Engine's default ``Format.HYBRID`` with e4m3 forward and e5m2 gradients. How much of the weight gradients' error
-  each GEMM causes is measured by ``benchmarks/fp8_recipe_numerics.py`` (on the proof's model, on a CPU: at
+  each GEMM causes is measured by ``benchmarks/train/fp8_recipe_numerics.py`` (on the proof's model, on a CPU: at
   initialisation the forward GEMMs cause most of it; after 20 bf16 steps the wgrad GEMM does, and this recipe cuts
   the weight gradients' error against fp32 to about a third of rowwise's).
 

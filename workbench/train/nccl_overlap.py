@@ -1,6 +1,6 @@
 """How much of a step's NCCL time the GPU spends on NCCL alone: interval arithmetic over a torch.profiler trace.
 
-Pure Python (no torch import): ``benchmarks/multi_gpu_proof.py`` profiles a few steps on rank 0 and calls
+Pure Python (no torch import): ``benchmarks/train/multi_gpu_proof.py`` profiles a few steps on rank 0 and calls
 ``device_activity`` and ``nccl_overlap``; ``tests/train/test_multi_gpu_proof.py`` feeds them hand-made traces.
 
 Per step, on one GPU:

@@ -3,7 +3,7 @@ summed into the classes ``workbench.trace`` puts measured kernels in, and the pr
 (measured beside predicted, by phase, then the step's totals). Pure Python (no torch import).
 
 The trace reading and the classification live in ``workbench.trace`` (its docstring gives the rules);
-``benchmarks/train_profile.py`` reads a torch.profiler trace with it and writes these tables.
+``benchmarks/train/train_profile.py`` reads a torch.profiler trace with it and writes these tables.
 """
 
 from __future__ import annotations
