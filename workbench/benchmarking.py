@@ -106,6 +106,37 @@ def time_steps(step: Callable[[int], Any], *, warmup: int, repeats: int, clock: 
     return Timing(sorted(times), warmup_s, results)
 
 
+def profile_kernels(step: Callable[[int], Any], steps: int, *, trace: str | None = None,
+                    cpu: bool = False) -> list[dict]:
+    """CUDA kernel time per kernel name over ``steps`` profiled calls of ``step(i)``, per step, largest first:
+    ``[{"name", "calls", "us"}]``. ``trace``: also write the profiled steps' Kineto chrome trace there, gzipped
+    (``trace + ".gz"``; the plain file is removed); ``cpu``: record the CPU side too (host ops in the trace)."""
+    import gzip
+    import shutil
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if cpu else [])
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+    if trace:
+        prof.export_chrome_trace(trace)
+        with open(trace, "rb") as raw, gzip.open(trace + ".gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)
+        os.remove(trace)
+    out = []
+    for event in prof.key_averages():
+        device_us = getattr(event, "self_device_time_total", None)
+        if device_us is None:
+            device_us = event.self_cuda_time_total
+        if device_us > 0:
+            out.append({"name": event.key[:200], "calls": event.count / steps, "us": device_us / steps})
+    return sorted(out, key=lambda k: -k["us"])
+
+
 # --- environment -----------------------------------------------------------------------------------------------
 
 def nvidia_smi(fields: str = NVIDIA_SMI_FIELDS) -> str | None:

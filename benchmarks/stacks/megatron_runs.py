@@ -46,7 +46,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the shared harness, from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from workbench.benchmarking import environment as shared_environment  # noqa: E402
-from workbench.benchmarking import time_steps  # noqa: E402
+from workbench.benchmarking import profile_kernels, time_steps  # noqa: E402
 
 MODELS = {
     # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): tied embeddings
@@ -212,7 +212,7 @@ def run_row(row: Row, trace: str | None = None) -> dict:
     times, warmup_s = timing.times_s, timing.warmup_s
     losses = [float(loss.detach()) for loss in timing.results]
     peak_alloc, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
-    kernels = profile_kernels(step, data, trace=trace)
+    kernels = profile_kernels(lambda i: step(*data[i % len(data)]), 2, trace=trace, cpu=bool(trace))
     median = timing.median_s
     return {**asdict(row), "label": row.label, "stack": "megatron-local", "spec": "local", "params": params,
             **notes, "step_time_s": median, "step_times_s": times,
@@ -220,35 +220,6 @@ def run_row(row: Row, trace: str | None = None) -> dict:
             "peak_allocated_gb": peak_alloc / 1e9, "peak_reserved_gb": peak_reserved / 1e9,
             "loss_first": losses[0], "loss_last": losses[-1], "trace": os.path.basename(trace + ".gz") if trace else None,
             "kernels": kernels}
-
-
-def profile_kernels(step, data, steps: int = 2, trace: str | None = None) -> list[dict]:
-    """CUDA kernel time per kernel name over ``steps`` profiled steps, per step, largest first; ``trace``: also
-    write the profiled steps' Kineto trace there, gzipped (``trace + ".gz"``)."""
-    import gzip
-    import shutil
-
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if trace else [])
-    with profile(activities=activities) as prof:
-        for i in range(steps):
-            step(*data[i % len(data)])
-        torch.cuda.synchronize()
-    if trace:
-        prof.export_chrome_trace(trace)
-        with open(trace, "rb") as raw, gzip.open(trace + ".gz", "wb") as packed:
-            shutil.copyfileobj(raw, packed)
-        os.remove(trace)
-    out = []
-    for event in prof.key_averages():
-        device_us = getattr(event, "self_device_time_total", None)
-        if device_us is None:
-            device_us = event.self_cuda_time_total
-        if device_us > 0:
-            out.append({"name": event.key[:200], "calls": event.count / steps, "us": device_us / steps})
-    return sorted(out, key=lambda k: -k["us"])
 
 
 def environment() -> dict:

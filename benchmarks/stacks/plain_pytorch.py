@@ -35,7 +35,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the shared harness, from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from workbench.benchmarking import environment as shared_environment  # noqa: E402
-from workbench.benchmarking import time_steps  # noqa: E402
+from workbench.benchmarking import profile_kernels, time_steps  # noqa: E402
 
 MODELS = {
     # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): tied embeddings
@@ -188,7 +188,7 @@ def run_row(row: Row) -> dict:
     times, warmup_s = timing.times_s, timing.warmup_s
     losses = [float(loss.detach()) for loss in timing.results]
     peak_alloc, peak_reserved = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()) if cuda else (0, 0)
-    kernels = profile_kernels(step, data, trace=_trace_path(row)) if cuda else []
+    kernels = profile_kernels(lambda i: step(*data[i % len(data)]), 2, trace=_trace_path(row)) if cuda else []
     return {**asdict(row), "params": params, "step_time_s": timing.median_s, "step_times_s": times,
             "tokens_per_s": row.micro_batch * row.seq_len / timing.median_s, "warmup_s": warmup_s,
             "peak_allocated_gb": peak_alloc / 1e9, "peak_reserved_gb": peak_reserved / 1e9,
@@ -202,34 +202,6 @@ def _trace_path(row: Row) -> str | None:
     os.makedirs(folder, exist_ok=True)
     name = f"{row.model}-mb{row.micro_batch}-s{row.seq_len}-{row.param_dtype}-{'compile' if row.compile else 'eager'}-{row.ac}"
     return os.path.join(folder, f"{name}.json")
-
-
-def profile_kernels(step, data, steps: int = 2, trace: str | None = None) -> list[dict]:
-    """CUDA kernel time per kernel name over ``steps`` profiled steps, per step, largest first; ``trace``: also
-    write the profiled steps' chrome trace there (gzipped to ``trace + ".gz"``)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(steps):
-            step(*data[i % len(data)])
-        torch.cuda.synchronize()
-    if trace:
-        import gzip
-        import shutil
-
-        prof.export_chrome_trace(trace)
-        with open(trace, "rb") as raw, gzip.open(trace + ".gz", "wb") as packed:
-            shutil.copyfileobj(raw, packed)
-        os.remove(trace)
-    out = []
-    for event in prof.key_averages():
-        device_us = getattr(event, "self_device_time_total", None)
-        if device_us is None:
-            device_us = event.self_cuda_time_total
-        if device_us > 0:
-            out.append({"name": event.key[:200], "calls": event.count / steps, "us": device_us / steps})
-    return sorted(out, key=lambda k: -k["us"])
 
 
 def environment() -> dict:
