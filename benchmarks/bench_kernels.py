@@ -45,10 +45,10 @@ def sweep_gemm(out: Path, limit_s: float) -> None:
     import torch
     from triton.testing import do_bench
 
-    from workbench.kernels import gemm
+    from workbench.kernels import cases, dispatch, gemm
 
     start = time.time()
-    cases = [c for c in gemm.bench_cases("full") if c.dtype in ("bf16", "fp8") and "model" in c.extra]
+    cases = [c for c in cases.gemm_cases("full") if c.dtype in ("bf16", "fp8") and "model" in c.extra]
     path = out / "gemm_sweep.csv"
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -64,9 +64,9 @@ def sweep_gemm(out: Path, limit_s: float) -> None:
                 row = [case.dtype, case.row["m"], case.row["n"], case.row["k"], json.dumps(config, sort_keys=True)]
                 try:
                     if case.dtype == "fp8":
-                        fn = lambda: gemm.scaled_matmul(*inputs, config=config)  # noqa: E731
+                        fn = lambda: dispatch.triton_scaled_matmul(*inputs, config=config)  # noqa: E731
                     else:
-                        fn = lambda: gemm.matmul(*inputs, config=config)  # noqa: E731
+                        fn = lambda: dispatch.triton_matmul(*inputs, config=config)  # noqa: E731
                     ms = do_bench(fn, warmup=10, rep=40, return_mode="median")
                     writer.writerow(row + [f"{ms:.5f}", f"{case.flops / ms / 1e9:.1f}", f"{baseline_ms:.5f}", ""])
                 except Exception as exc:  # noqa: BLE001 - a config that fails to compile or run is data
@@ -86,29 +86,29 @@ def sweep_configs(out: Path) -> None:
     import torch
     from triton.testing import do_bench
 
-    from workbench.kernels import cross_entropy, embedding_bag, gemm, norms
+    from workbench.kernels import cases, cross_entropy, dispatch, embedding_bag, gemm, norms
 
     def bench(fn):
         return do_bench(fn, warmup=10, rep=40, return_mode="median")
 
     jobs = []
-    ce = [c for c in cross_entropy.bench_cases("full") if c.op == "cross_entropy"]
+    ce = [c for c in cases.cross_entropy_cases("full") if c.op == "cross_entropy"]
     for case in ce[1:2]:  # 8192 x 128256
         for config in cross_entropy.config_space("cuda"):
             jobs.append(("cross_entropy", case, config,
                          lambda x, cfg: cross_entropy.cross_entropy(*x, config=cfg, check_targets=False)))
-    for case in [c for c in embedding_bag.bench_cases("full") if c.op == "embedding_bag"]:
+    for case in [c for c in cases.embedding_bag_cases("full") if c.op == "embedding_bag"]:
         for config in embedding_bag.config_space("cuda"):
             jobs.append(("embedding_bag", case, config,
                          lambda x, cfg: embedding_bag.embedding_bag(*x, config=cfg, check_values=False)))
     for case in [c for c in norms.bench_cases("full") if c.op == "rmsnorm"][-1:]:
         for config in norms.config_space("cuda"):
             jobs.append(("rmsnorm", case, config, lambda x, cfg: norms.rms_norm(*x, config=cfg)))
-    fp8 = [c for c in gemm.bench_cases("full") if c.dtype == "fp8"]
+    fp8 = [c for c in cases.gemm_cases("full") if c.dtype == "fp8"]
     for case in fp8:
         for config in gemm.config_space("cuda", dtype_bytes=1)[:12]:
             jobs.append(("fp8_fast_accum", case, config,
-                         lambda x, cfg: gemm.scaled_matmul(*x, config=cfg, use_fast_accum=True)))
+                         lambda x, cfg: dispatch.triton_scaled_matmul(*x, config=cfg, use_fast_accum=True)))
 
     path = out / "config_sweep.csv"
     with path.open("w", newline="") as handle:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from workbench.kernels import gemm, gemm_tma  # noqa: E402
+from workbench.kernels import cases, dispatch, gemm, gemm_tma  # noqa: E402
 
 MODELS = ("llama3-8b", "llama3-70b", "llama3-405b")
 TOKENS = 8192
@@ -98,7 +98,7 @@ def llama_shapes(models) -> list[tuple[str, str, int, int, int]]:
     """(model, layer, M, N, K) of the Llama projections with M, N, K >= MIN_DIM."""
     shapes = []
     for model in models:
-        for layer, n, k in gemm._llama_gemms(model):
+        for layer, n, k in cases.llama_gemms(model):
             if min(TOKENS, n, k) >= MIN_DIM:
                 shapes.append((model, layer, TOKENS, n, k))
     return shapes
@@ -147,8 +147,8 @@ def vendor_call(dtype: str, fast_accum: bool):
 
 def gemm_py_call(dtype: str, config: dict, fast_accum: bool):
     if dtype == "bf16":
-        return lambda a, b: gemm.matmul(a, b, config=config)
-    return lambda a, b, sa, sb: gemm.scaled_matmul(a, b, sa, sb, config=config, use_fast_accum=fast_accum)
+        return lambda a, b: dispatch.triton_matmul(a, b, config=config)
+    return lambda a, b, sa, sb: dispatch.triton_scaled_matmul(a, b, sa, sb, config=config, use_fast_accum=fast_accum)
 
 
 def tma_call(dtype: str, config: dict, fast_accum: bool):

@@ -39,15 +39,15 @@ def test_bad_suite_and_kernel_names():
 
 def test_every_suite_case_carries_a_prediction():
     """Each case of every kernel module's full suite gets a model time, so it lands on the roofline."""
-    import importlib
     import math
 
     from workbench.bench import KERNEL_MODULES, predicted_ms
     from workbench.hardware import get_gpu
+    from workbench.kernels.cases import bench_cases
 
     gpu = get_gpu("h200-sxm")
     for name in KERNEL_MODULES:
-        for case in importlib.import_module(f"workbench.kernels.{name}").bench_cases("full"):
+        for case in bench_cases(name, "full"):
             ms = predicted_ms(case.row, gpu, case.bytes)
             assert math.isfinite(ms) and ms > 0, case.name
     assert math.isnan(predicted_ms({"op": "conv2d"}, gpu)) and math.isnan(predicted_ms({"op": "gemm"}, None))

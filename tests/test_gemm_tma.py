@@ -99,7 +99,7 @@ def test_empty_dimensions():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: matmul_tma(_randn(8, 8), _randn(8, 8)), "a.dtype"),  # fp32: gemm.matmul
+    (lambda: matmul_tma(_randn(8, 8), _randn(8, 8)), "a.dtype"),  # fp32: dispatch.triton_matmul
     (lambda: matmul_tma(_randn(8, 7, dtype=torch.float16), _randn(7, 8, dtype=torch.float16)), "16-byte aligned rows"),
     (lambda: matmul_tma(_randn(16, 8, dtype=torch.float16).t(), _randn(16, 8, dtype=torch.float16)), "unit inner"),
     (lambda: matmul_tma(_randn(8, 16, dtype=torch.float16), _randn(12, 16, dtype=torch.float16).t()), "multiple of 8"),

@@ -344,8 +344,8 @@ _STORE_PROBE = """
 import json, sys
 import triton
 from triton.compiler import ASTSource
-from workbench.kernels.crosscompile import TARGETS, _gemm_source
-from workbench.kernels.gemm import divisibility_hints
+from workbench.kernels.crosscompile import TARGETS
+from workbench.kernels.gemm import crosscompile_source as _gemm_source, divisibility_hints
 config = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
 m, k, out = 3008, 768, {}
 for n in (5000, 5008, 2999):

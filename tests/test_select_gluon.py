@@ -1,4 +1,4 @@
-"""The Gluon fp8 GEMM (gemm_gluon.py) in the selector's space and behind gemm.scaled_matmul: where it is offered,
+"""The Gluon fp8 GEMM (gemm_gluon.py) in the selector's space and behind dispatch.triton_scaled_matmul: where it is offered,
 that an exact request never gets a fast-only config, how it is priced before a sweep, and the dispatch."""
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.kernels import gemm, gemm_gluon
+from workbench.kernels import dispatch, gemm_gluon
 from workbench.kernels._common import KernelInputError, interpreting
 from workbench.kernels.spaces import gluon_config_space, gluon_eligible, is_gluon
 from workbench.select import config_for_device, rank_configs, select_config
@@ -117,15 +117,15 @@ def test_scaled_matmul_routes_gluon_configs_to_the_gluon_kernel(monkeypatch, use
     monkeypatch.setattr(gemm_gluon, "scaled_matmul_gluon",
                         lambda a, b, sa, sb, bias, config, use_fast_accum: calls.append((config, use_fast_accum)))
     config = gluon_config_space("fast" if use_fast_accum else "exact")[0]
-    gemm.scaled_matmul(*_operands(), config=config, use_fast_accum=use_fast_accum)
+    dispatch.triton_scaled_matmul(*_operands(), config=config, use_fast_accum=use_fast_accum)
     assert calls == [(config, use_fast_accum)]
 
 
 def test_a_config_of_the_other_mode_is_refused():
     with pytest.raises(KernelInputError, match="exact accumulation"):
-        gemm.scaled_matmul(*_operands(), config=gluon_config_space("fast")[0])
+        dispatch.triton_scaled_matmul(*_operands(), config=gluon_config_space("fast")[0])
     with pytest.raises(KernelInputError, match="fp8-only"):
-        gemm.matmul(torch.randn(32, 32, device=DEVICE), torch.randn(32, 32, device=DEVICE),
+        dispatch.triton_matmul(torch.randn(32, 32, device=DEVICE), torch.randn(32, 32, device=DEVICE),
                     config=gluon_config_space("exact")[0])
 
 
@@ -133,9 +133,9 @@ def test_a_config_of_the_other_mode_is_refused():
 def test_where_gluon_cannot_run_an_explicit_config_says_so_and_none_is_picked():
     a, b, sa, sb = _operands()
     with pytest.raises(KernelInputError, match="TRITON_INTERPRET" if gemm_gluon.HAS_GLUON else "triton"):
-        gemm.scaled_matmul(a, b, sa, sb, config=gluon_config_space("exact")[0])
-    assert not is_gluon(gemm._default_config(a, b, "interpreter"))
-    assert not gemm._gluon_runs(a.device)
+        dispatch.triton_scaled_matmul(a, b, sa, sb, config=gluon_config_space("exact")[0])
+    assert not is_gluon(dispatch._default_config(a, b, "interpreter"))
+    assert not dispatch._gluon_runs(a.device)
 
 
 def test_load_sweeps_names_gluon_rows(tmp_path):

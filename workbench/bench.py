@@ -192,8 +192,11 @@ def _cases(suite: str, ops: tuple[str, ...], gemm_shapes: list[dict] | None = No
     GEMM module's suite by those shapes."""
     for name in ops:
         try:
-            module = importlib.import_module(f"workbench.kernels.{name}")
-            cases = module.shape_cases(gemm_shapes) if name == "gemm" and gemm_shapes else module.bench_cases(suite)
+            importlib.import_module(f"workbench.kernels.{name}")  # its own import error is this module's row
+            from workbench.kernels import cases as kernel_cases
+
+            cases = (kernel_cases.gemm_shape_cases(gemm_shapes) if name == "gemm" and gemm_shapes
+                     else kernel_cases.bench_cases(name, suite))
             for case in cases:
                 yield name, case, ""
         except Exception as exc:  # a module that fails to import or build its cases is reported, not fatal

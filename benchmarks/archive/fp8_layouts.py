@@ -11,7 +11,7 @@ dequantized operands; time: triton.testing.do_bench median, the kernel's default
 import torch
 import triton
 
-from workbench.kernels.gemm import scaled_matmul
+from workbench.kernels.dispatch import triton_scaled_matmul as scaled_matmul
 
 torch.manual_seed(0)
 m = n = k = 4096

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from workbench.kernels import gemm  # noqa: E402
+from workbench.kernels import dispatch  # noqa: E402
 from workbench.train.layers import fp8_matmul  # noqa: E402
 
 torch.manual_seed(0)
@@ -28,7 +28,7 @@ for name, (m, k, n) in {"fwd": (T, D, F), "dgrad": (T, F, D), "wgrad": (F, T, D)
         out.append(dict(gemm=name, rowwise=rowwise, triton_vs_emulated=rel(t, e), triton_vs_exact=rel(t, exact),
                         emulated_vs_exact=rel(e, exact)))
         print(out[-1], flush=True)
-pick = gemm._default_config(*(lambda a8, b8: (a8, b8))(torch.empty(T, D, device="cuda", dtype=torch.float8_e4m3fn),
+pick = dispatch._default_config(*(lambda a8, b8: (a8, b8))(torch.empty(T, D, device="cuda", dtype=torch.float8_e4m3fn),
                             torch.empty(F, D, device="cuda", dtype=torch.float8_e4m3fn).t()), "cuda")
 print("selector pick for fwd:", pick)
 json.dump(out, open(sys.argv[1], "w"), indent=1)

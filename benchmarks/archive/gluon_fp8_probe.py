@@ -12,7 +12,7 @@ probe down with it:
    float64 reference on small edge shapes (K not a multiple of BLOCK_K, M/N edges, odd and even K-block counts,
    more tiles than SMs, row scales and bias). One line per config in OUT_DIR/smoke.jsonl.
 2. llama (this process): for the configs that passed, the 8 Llama-3 8B/70B projection GEMMs at M = 8192
-   (gemm._llama_gemms / _fp8_inputs, per-tensor scales): relative error next to _scaled_mm's own on the same
+   (cases.llama_gemms / _fp8_inputs, per-tensor scales): relative error next to _scaled_mm's own on the same
    inputs (checked BEFORE timing; a wrong config is not timed), then ours vs _scaled_mm with the same
    use_fast_accum, alternating (workbench.bench._do_bench_pair, as benchmarks/archive/tma_fp8_probe.py). The current
    gemm_tma pick (128x128x256 w8 s3) is the reference row. OUT_DIR/llama.json holds every row; OUT_DIR/summary.txt
@@ -227,13 +227,12 @@ def llama(table: dict, passed: list[str], started: float) -> list[dict]:
     import torch
 
     from workbench.bench import _do_bench_pair
-    from workbench.kernels.gemm import (
-        TOKENS,
-        TOLERANCE,
+    from workbench.kernels.gemm import TOLERANCE, reference_scaled_matmul
+    from workbench.kernels.cases import (
+        GEMM_TOKENS as TOKENS,
         _fp8_inputs,
-        _llama_gemms,
         _torch_scaled_mm,
-        reference_scaled_matmul,
+        llama_gemms as _llama_gemms,
     )
 
     rows = []

@@ -15,7 +15,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from workbench.bench import _do_bench_pair  # noqa: E402
 from workbench.kernels import gemm_tma  # noqa: E402
-from workbench.kernels.gemm import TOKENS, _fp8_inputs, _llama_gemms, _torch_scaled_mm, reference_scaled_matmul  # noqa: E402
+from workbench.kernels.cases import GEMM_TOKENS as TOKENS, _fp8_inputs, _torch_scaled_mm  # noqa: E402
+from workbench.kernels.cases import llama_gemms as _llama_gemms  # noqa: E402
+from workbench.kernels.reference import reference_scaled_matmul  # noqa: E402
 
 def cfg(bm, bn, bk, w, s, sub, g=8):
     return dict(KERNEL="tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g, EPILOGUE_SUBTILE=sub,

@@ -160,11 +160,8 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
     import torch
 
     gemm, tma, gluon, attention = (modules.get(n) for n in ("gemm", "gemm_tma", "gemm_gluon", "attention"))
-    dispatch = modules.get("dispatch")
-    # The Triton GEMM entry points: the front door's since the kernel package's layering, gemm.py's before it
-    door = dispatch if dispatch is not None and hasattr(dispatch, "triton_matmul") else None
-    matmul = door.triton_matmul if door else gemm.matmul
-    scaled_matmul = door.triton_scaled_matmul if door else gemm.scaled_matmul
+    dispatch = modules["dispatch"]
+    matmul, scaled_matmul = dispatch.triton_matmul, dispatch.triton_scaled_matmul  # the Triton GEMMs' front door
     backend = "cuda"
     m = n = k = 256
     bf16 = torch.bfloat16

@@ -77,10 +77,10 @@ def gemm_sets(shape: dict, dtype: str) -> int:
 
 
 def gemm_runner(dtype: str, config: dict | None):
-    from workbench.kernels import gemm
+    from workbench.kernels import dispatch
     if dtype == "fp8":
-        return lambda a, b, sa, sb: gemm.scaled_matmul(a, b, sa, sb, config=config)
-    return lambda a, b: gemm.matmul(a, b, config=config)
+        return lambda a, b, sa, sb: dispatch.triton_scaled_matmul(a, b, sa, sb, config=config)
+    return lambda a, b: dispatch.triton_matmul(a, b, config=config)
 
 
 def gemm_vendor(dtype: str):

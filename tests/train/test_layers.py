@@ -74,11 +74,11 @@ def test_fp8_linear_scales_each_gemm_along_its_own_reduction_dimension(gemm):
 
 
 def test_fp8_emulate_skips_the_triton_gemm_even_where_it_could_run(monkeypatch):
-    from workbench.kernels import gemm
+    from workbench.kernels import dispatch
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the Triton GEMM is usable on this CPU tensor now
     calls = []
-    monkeypatch.setattr(gemm, "scaled_matmul", lambda *args, **kw: calls.append(1) or torch.zeros(
+    monkeypatch.setattr(dispatch, "triton_scaled_matmul", lambda *args, **kw: calls.append(1) or torch.zeros(
         args[0].shape[0], args[1].shape[1], dtype=torch.bfloat16))
     torch.manual_seed(0)
     a, b = torch.randn(16, 32), torch.randn(32, 8)
@@ -117,11 +117,11 @@ def test_rowwise_with_gw_hp_computes_wgrad_in_bf16_and_dgrad_in_fp8():
 
 
 def test_rowwise_with_gw_hp_wgrad_runs_the_triton_gemm_where_the_kernel_set_says_so(monkeypatch):
-    from workbench.kernels import gemm
+    from workbench.kernels import dispatch
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     calls = []
-    monkeypatch.setattr(gemm, "matmul", lambda a, b, **kw: calls.append(tuple(a.shape)) or a.float() @ b.float())
+    monkeypatch.setattr(dispatch, "triton_matmul", lambda a, b, **kw: calls.append(tuple(a.shape)) or a.float() @ b.float())
     torch.manual_seed(0)
     x, dy, weight = torch.randn(16, 32), torch.randn(16, 8), torch.randn(8, 32)
     _gw_hp_grads(x, dy, weight, kernels=KernelSet(triton=frozenset({"gemm"})))
@@ -203,11 +203,11 @@ def test_triton_linear_matches_torch_in_the_interpreter():
 
 def test_triton_linear_gives_vendor_shapes_to_torch(monkeypatch):
     """The recipe's per-shape shim: a GEMM shape marked vendor runs torch's matmul, the others Triton's."""
-    from workbench.kernels import gemm
+    from workbench.kernels import dispatch
 
     calls = []
-    real = gemm.matmul
-    monkeypatch.setattr(gemm, "matmul", lambda a, b, **kw: calls.append((a.shape[0], b.shape[1], a.shape[1]))
+    real = dispatch.triton_matmul
+    monkeypatch.setattr(dispatch, "triton_matmul", lambda a, b, **kw: calls.append((a.shape[0], b.shape[1], a.shape[1]))
                         or real(a, b, **kw))
     torch.manual_seed(0)
     linear = torch.nn.Linear(32, 48, bias=False)

@@ -30,9 +30,7 @@ Under ``TRITON_INTERPRET=1`` (set before importing a kernel module) the kernels 
 from __future__ import annotations
 
 import functools
-import importlib
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -99,24 +97,6 @@ def fp8_dtype(device):
     if torch.version.hip and amd_arch(torch.device(device)) == "gfx942":
         return torch.float8_e4m3fnuz
     return torch.float8_e4m3fn
-
-
-def moved(module: str, names: dict[str, str]):
-    """A module ``__getattr__`` (PEP 562) for public names that moved to another module of the package, so that
-    callers outside it keep working until they import the new home: ``names`` maps each old name to
-    "package.module:name". The target is imported on first use (the new homes import the old module, so an
-    import at the top would be a cycle) and then kept in the old module, so later lookups cost nothing extra."""
-
-    def __getattr__(name: str):
-        target = names.get(name)
-        if target is None:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        home, _, attribute = target.partition(":")
-        value = getattr(importlib.import_module(home), attribute)
-        setattr(sys.modules[module], name, value)
-        return value
-
-    return __getattr__
 
 
 class PlanCache(dict):

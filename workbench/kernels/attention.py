@@ -45,7 +45,7 @@ import triton.language as tl
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
 from workbench.kernels import crosscompile
-from workbench.kernels._common import (backend, capability, check, device_name, frozen, interpreting, moved, needs_grad,
+from workbench.kernels._common import (backend, capability, check, device_name, frozen, interpreting, needs_grad,
                                        plan_cache, tensor_key)
 from workbench.kernels._tiling import TMA_ALIGN_BYTES, is_power_of_two, use_torch_allocator
 from workbench.kernels.checks import check_attention_grads, check_attention_inputs
@@ -668,11 +668,3 @@ def crosscompile_source(config: dict, dtype: str, target: str) -> crosscompile.C
     signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
     divisible = ["Q", "K", "V", "O", "LSE", *strides, "seq_len"]
     return crosscompile.CompileSource(_attn_fwd_kernel, signature, constexprs, divisible)
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here.
-__getattr__ = moved(__name__, {
-    "bench_cases": "workbench.kernels.cases:attention_cases",
-    "_check_inputs": "workbench.kernels.checks:check_attention_inputs",
-    "_capability": "workbench.kernels._common:capability",
-})

@@ -221,7 +221,7 @@ def write_report(folder: Path, split_path: Path | None) -> str:
              f"torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, driver {env.get('driver', '?')}; "
              f"{env.get('timing', '')}). Shapes: `benchmarks/kernels/shapes.yaml`. Speed ratio = vendor time / "
              "ours (above 1: ours faster); shim regret = the shim's time / the faster of the two. GEMM ours = "
-             "`gemm.matmul` / `gemm.scaled_matmul` with config=None (the selector's pick: gemm.py, TMA or Gluon); "
+             "`dispatch.triton_matmul` / `dispatch.triton_scaled_matmul` with config=None (the selector's pick: gemm.py, TMA or Gluon); "
              "vendor = `torch.matmul` / `torch._scaled_mm` (fp8 with per-row scales, exact accumulation); shim = "
              "`workbench.kernels.dispatch`. Attention vendor = the fastest of SDPA's flash, cuDNN and "
              "memory-efficient backends.", ""]

@@ -79,7 +79,7 @@ def check_tma_operands(a, b, a_name: str, b_name: str, out) -> None:
     check_pair(a, b, a_name, b_name)
     (m, k), n = a.shape, b.shape[1]
     size = a.element_size()
-    fallback = "(gemm.matmul / gemm.scaled_matmul take any strides)"
+    fallback = "(dispatch.triton_matmul / dispatch.triton_scaled_matmul take any strides)"
     if m == 0 or n == 0 or k == 0:
         return
     check(a.stride(1) == 1 or k == 1, f"{a_name}.stride()", tuple(a.stride()),
@@ -110,7 +110,7 @@ def check_fp8_tma_operands(a_fp8, b_fp8, out) -> None:
     """``check_tma_operands`` for fp8 e4m3 operands, B column-major (the layout fp8 wgmma and _scaled_mm take)."""
     check_tma_operands(a_fp8, b_fp8, "a_fp8", "b_fp8", out)
     check(a_fp8.dtype in TMA_FP8_DTYPES, "a_fp8.dtype", a_fp8.dtype,
-          f"one of {', '.join(map(str, TMA_FP8_DTYPES))} (e4m3fnuz: gemm.scaled_matmul)")
+          f"one of {', '.join(map(str, TMA_FP8_DTYPES))} (e4m3fnuz: dispatch.triton_scaled_matmul)")
     check(b_fp8.dtype == a_fp8.dtype, "b_fp8.dtype", b_fp8.dtype, f"a_fp8's dtype {a_fp8.dtype}")
     check(b_fp8.stride(0) == 1 or b_fp8.shape[0] == 1, "b_fp8", f"strides {tuple(b_fp8.stride())}",
           "column-major [K, N] (b = w.t() of a row-major w [N, K]), the layout fp8 wgmma and _scaled_mm take")

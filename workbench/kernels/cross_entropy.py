@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import KernelInputError, backend, check, check_device, moved
+from workbench.kernels._common import KernelInputError, backend, check, check_device
 from workbench.kernels.reference import (  # noqa: F401 - re-exported
     reference_cross_entropy,
     reference_cross_entropy_grad,
@@ -316,9 +316,3 @@ def bytes_moved(rows: int, cols: int, dtype: str, pass_: Pass = "fwd") -> float:
     fwd = logits + rows * (8 + 4 + 4)  # targets int64 in, loss and lse fp32 out
     bwd = 2 * logits + rows * (8 + 4 + 4)  # targets, lse, per-row grad in
     return float({"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[pass_])
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here.
-__getattr__ = moved(__name__, {
-    "bench_cases": "workbench.kernels.cases:cross_entropy_cases",
-})

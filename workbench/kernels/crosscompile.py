@@ -28,7 +28,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from workbench.kernels._common import KernelInputError, interpreting, moved
+from workbench.kernels._common import KernelInputError, interpreting
 
 TARGETS: dict[str, GPUTarget] = {
     "gfx942": GPUTarget("hip", "gfx942", 64),
@@ -198,10 +198,3 @@ def inspect_space(kernel: str, configs: list[dict], targets=("gfx942", "gfx950",
     flagged = [key for key, per in by_config.items()
                if "gfx950" in per and "gfx942" in per and per["gfx950"].fits and not per["gfx942"].fits]
     return results, flagged
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here.
-__getattr__ = moved(__name__, {
-    "_gemm_source": "workbench.kernels.gemm:crosscompile_source",
-    "_attention_source": "workbench.kernels.attention:crosscompile_source",
-})

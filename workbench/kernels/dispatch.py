@@ -7,12 +7,12 @@
     c = dispatch.matmul(a, b)                              # the per-vendor shim: triton_matmul or torch.matmul
     c = dispatch.scaled_matmul(a8, b8, scale_a, scale_b)   # ... or torch._scaled_mm
 
-**The Triton route** (``triton_matmul``, ``triton_scaled_matmul``; ``gemm.matmul`` / ``gemm.scaled_matmul`` name
-them too) checks the inputs (``checks``) and picks the kernel: a config's ``KERNEL`` key ("tma": Hopper's
-persistent TMA GEMM, "gluon": the Gluon fp8 GEMM, none: gemm.py), or for ``config=None`` the selector's pick
-(``workbench.select``): among all three for fp8 on Hopper when the operands suit TMA (Gluon only where it runs),
-and between gemm.py and TMA for bf16/fp16 without bias or activation (the TMA kernel serves B column-major, the
-dgrad layout, where gemm.py's per-thread loads are slow). Checks, config and route are cached per distinct call.
+**The Triton route** (``triton_matmul``, ``triton_scaled_matmul``) checks the inputs (``checks``) and picks the
+kernel: a config's ``KERNEL`` key ("tma": Hopper's persistent TMA GEMM, "gluon": the Gluon fp8 GEMM, none: gemm.py),
+or for ``config=None`` the selector's pick (``workbench.select``): among all three for fp8 on Hopper when the
+operands suit TMA (Gluon only where it runs), and between gemm.py and TMA for bf16/fp16 without bias or activation
+(the TMA kernel serves B column-major, the dgrad layout, where gemm.py's per-thread loads are slow). Checks, config
+and route are cached per distinct call.
 
 **The per-vendor shim** (issue 20; ``matmul``, ``scaled_matmul``) runs each GEMM on the Triton route or on the
 vendor library, whichever is predicted faster for its shape, dtype and GPU. Triton means the Triton route with

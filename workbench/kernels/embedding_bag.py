@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import KernelInputError, backend, check, check_device, moved, needs_grad
+from workbench.kernels._common import KernelInputError, backend, check, check_device, needs_grad
 from workbench.kernels.reference import (  # noqa: F401 - re-exported
     reference_embedding_bag,
     reference_embedding_bag_grad,
@@ -281,9 +281,3 @@ def bytes_moved(lookups: int, bags: int, dim: int, dtype: str, pass_: Pass = "fw
     dense = num_rows * dim * 4 + (num_rows * dim * (4 + a) if dtype != "fp32" else 0)
     bwd = bags * dim * a + index_bytes + 2 * lookups * dim * 4 + dense
     return float({"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[pass_])
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here.
-__getattr__ = moved(__name__, {
-    "bench_cases": "workbench.kernels.cases:embedding_bag_cases",
-})

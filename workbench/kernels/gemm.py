@@ -12,8 +12,7 @@ This file is one of three GEMM backends (with ``gemm_tma.py`` and ``gemm_gluon.p
 others: it plans and launches its own kernel for inputs already checked (``plan_gemm``, ``run``). The public entry
 points, with the input checks and the choice among the three kernels (a config's ``KERNEL`` key, or the
 selector's pick for ``config=None``), are the front door's: ``dispatch.triton_matmul`` and
-``dispatch.triton_scaled_matmul``. ``gemm.matmul`` and ``gemm.scaled_matmul`` still name them (see the end of
-this file) for callers outside the package.
+``dispatch.triton_scaled_matmul``.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import triton
 import triton.language as tl
 
 from workbench.kernels import crosscompile
-from workbench.kernels._common import amd_arch, backend, check, device_name, launch_operands, moved
+from workbench.kernels._common import amd_arch, backend, check, device_name, launch_operands
 from workbench.kernels._tiling import grouped_tile, is_power_of_two
 from workbench.kernels.checks import ACTIVATIONS  # noqa: F401 - the epilogue's activations, re-exported
 from workbench.kernels.reference import reference_matmul, reference_scaled_matmul  # noqa: F401 - re-exported
@@ -409,23 +408,3 @@ def crosscompile_source(config: dict, dtype: str, target: str) -> crosscompile.C
     signature = {name: signature[name] for name in _gemm_kernel.arg_names}  # the kernel's parameter order
     divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk", "stride_cm"]
     return crosscompile.CompileSource(_gemm_kernel, signature, constexprs, divisible)
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here: the
-# public entry points are the front door's (dispatch), the cases and references have modules of their own.
-__getattr__ = moved(__name__, {
-    "matmul": "workbench.kernels.dispatch:triton_matmul",
-    "scaled_matmul": "workbench.kernels.dispatch:triton_scaled_matmul",
-    "_default_config": "workbench.kernels.dispatch:_default_config",
-    "_gluon_runs": "workbench.kernels.dispatch:_gluon_runs",
-    "_amd_arch": "workbench.kernels._common:amd_arch",
-    "_fp8_dtype": "workbench.kernels._common:fp8_dtype",
-    "check_pair": "workbench.kernels.checks:check_pair",
-    "_scale_kind": "workbench.kernels.checks:scale_kind",
-    "bench_cases": "workbench.kernels.cases:gemm_cases",
-    "shape_cases": "workbench.kernels.cases:gemm_shape_cases",
-    "TOKENS": "workbench.kernels.cases:GEMM_TOKENS",
-    "_llama_gemms": "workbench.kernels.cases:llama_gemms",
-    "_fp8_inputs": "workbench.kernels.cases:_fp8_inputs",
-    "_torch_scaled_mm": "workbench.kernels.cases:_torch_scaled_mm",
-})

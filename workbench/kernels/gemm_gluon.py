@@ -62,7 +62,7 @@ from pathlib import Path
 import torch
 import triton
 
-from workbench.kernels._common import (capability, check, frozen, interpreting, launch_operands, moved, plan_cache,
+from workbench.kernels._common import (capability, check, frozen, interpreting, launch_operands, plan_cache,
                                        reused_descriptors, sm_count, tensor_key, without_launch)
 from workbench.kernels._tiling import grouped_tile_gluon, is_power_of_two, tma_aligned
 from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
@@ -595,10 +595,3 @@ def inspect_build(config: dict, *, exact: bool = True, scaling: str = "tensor", 
         spill_bytes=int(spills.group(1)) if spills else 0, launched_warps=int(kernel.metadata.num_warps),
         wait_groups=tuple(sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})),
         ptxas_remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here.
-__getattr__ = moved(__name__, {
-    "_scale_kind": "workbench.kernels.checks:scale_kind",
-    "_check_operands": "workbench.kernels.checks:check_tma_operands",
-})

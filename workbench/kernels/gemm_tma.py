@@ -29,7 +29,7 @@ for one more pipeline stage.
 TMA constraints (CUDA driver API, ``cuTensorMapEncodeTiled``): 16-byte aligned base addresses, 16-byte
 aligned outer strides, unit inner stride. So A must be row-major with K * elem_size % 16 == 0, B row-major
 ([K, N], N * elem_size % 16 == 0) or column-major (``b = w.t()`` of a row-major w [N, K]), and C [M, N] needs
-N * 2 % 16 == 0. Inputs that break this raise ``KernelInputError``: use ``gemm.matmul`` / ``gemm.scaled_matmul``
+N * 2 % 16 == 0. Inputs that break this raise ``KernelInputError``: use ``dispatch.triton_matmul`` / ``dispatch.triton_scaled_matmul``
 (any strides) for them (the checks: ``checks.check_tma_operands``). fp8 takes B column-major only (Hopper's fp8 ``wgmma`` reads both operands K-major,
 as ``torch._scaled_mm`` requires).
 
@@ -48,7 +48,7 @@ import triton.language as tl
 
 from workbench.kernels import crosscompile as xc
 from workbench.kernels import spaces
-from workbench.kernels._common import (check, frozen, interpreting, launch_operands, moved, plan_cache,
+from workbench.kernels._common import (check, frozen, interpreting, launch_operands, plan_cache,
                                        reused_descriptors, sm_count, tensor_key, without_launch)
 from workbench.kernels._tiling import TMA_ALIGN_BYTES, grouped_tile, is_power_of_two, use_torch_allocator
 from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
@@ -195,7 +195,7 @@ def _plan_matmul(a, b, config: dict | None, out) -> _TmaPlan:
     """``matmul_tma``'s checks and launch plan for these inputs (also the front door's for a TMA config)."""
     check_tma_operands(a, b, "a", "b", out)
     check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
-          f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul_tma; fp32: gemm.matmul)")
+          f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul_tma; fp32: dispatch.triton_matmul)")
     check(b.dtype == a.dtype, "b.dtype", b.dtype, f"a's dtype {a.dtype}")
     return _plan(a, b, a.dtype, config, out=out, upcast=interpreting() and a.dtype == torch.bfloat16)
 
@@ -369,16 +369,3 @@ def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_
     return xc._replace(base, shared_bytes=shared, registers=registers, spills=spill_bytes,
                        occupancy=int(compiled.metadata.num_warps),
                        fits=shared <= xc.SHARED_LIMIT_BYTES[target] and spill_bytes == 0)
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here.
-__getattr__ = moved(__name__, {
-    "TMA_FP8_DTYPES": "workbench.kernels.checks:TMA_FP8_DTYPES",
-    "_check_operands": "workbench.kernels.checks:check_tma_operands",
-    "_use_torch_allocator": "workbench.kernels._tiling:use_torch_allocator",
-    "TOLERANCE": "workbench.kernels.gemm:TOLERANCE",
-    "flops": "workbench.kernels.gemm:flops",
-    "bytes_moved": "workbench.kernels.gemm:bytes_moved",
-    "reference_matmul": "workbench.kernels.reference:reference_matmul",
-    "reference_scaled_matmul": "workbench.kernels.reference:reference_scaled_matmul",
-})

@@ -233,7 +233,7 @@ probe's best fast config overall (1.034). It stays available as an explicit conf
 
 def gluon_config_space(accumulation: str = "exact") -> list[dict]:
     """``gemm_gluon.py``'s sm_90 configs for ``accumulation`` ("exact" or "fast"), the default first. Each
-    carries ``ACCUMULATION``, so ``gemm.scaled_matmul`` can refuse a config of the other mode."""
+    carries ``ACCUMULATION``, so ``dispatch.triton_scaled_matmul`` can refuse a config of the other mode."""
     check(accumulation in ACCUMULATIONS, "accumulation", repr(accumulation), "'exact' or 'fast'")
     return [dict(KERNEL=GLUON_KERNEL, ACCUMULATION=accumulation, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M,
                  NUM_STAGES=stages, WARP_SPECIALIZE=ws, num_warps=8)

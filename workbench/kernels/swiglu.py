@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from workbench.kernels._common import backend, check, check_device, moved
+from workbench.kernels._common import backend, check, check_device
 from workbench.kernels.reference import reference_gelu, reference_swiglu  # noqa: F401 - re-exported
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
@@ -295,12 +295,3 @@ def bytes_moved(op: Literal["swiglu", "gelu"], rows: int, cols: int, dtype: str,
 # --------------------------------------------------------------------------- #
 
 TOLERANCE = {"bf16": 2e-2, "fp16": 2e-2, "fp32": 1e-5}
-
-
-# Names that moved out of this file, for callers outside the package that still import them from here.
-__getattr__ = moved(__name__, {
-    "torch_swiglu": "workbench.kernels.reference:torch_swiglu",
-    "torch_gelu": "workbench.kernels.reference:torch_gelu",
-    "make_bench_case": "workbench.kernels.cases:make_swiglu_case",
-    "bench_cases": "workbench.kernels.cases:swiglu_cases",
-})

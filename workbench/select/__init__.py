@@ -89,7 +89,7 @@ were never run here)."""
 
 GLUON_ARCHITECTURES = ("hopper",)
 """Where the fp8 GEMM space also holds ``gemm_gluon.py``'s configs (sm_90 only: the kernel is written for
-Hopper's wgmma). At run time ``gemm.scaled_matmul`` offers them only where the kernel runs (``gluon=``)."""
+Hopper's wgmma). At run time ``dispatch.triton_scaled_matmul`` offers them only where the kernel runs (``gluon=``)."""
 
 
 @functools.lru_cache(maxsize=64)

@@ -139,7 +139,7 @@ def _gpu_measure(shape: dict, dtype: str, layout: str):
     import torch
     import triton
 
-    from workbench.kernels import gemm
+    from workbench.kernels import dispatch
 
     m, n, k = shape["m"], shape["n"], shape["k"]
     base = torch.bfloat16 if dtype != "fp16" else torch.float16
@@ -150,10 +150,10 @@ def _gpu_measure(shape: dict, dtype: str, layout: str):
         one = torch.ones((), device="cuda")
 
         def run(config):
-            return gemm.scaled_matmul(a8, b8, one, one, config=config)
+            return dispatch.triton_scaled_matmul(a8, b8, one, one, config=config)
     else:
         def run(config):
-            return gemm.matmul(a, b, config=config)
+            return dispatch.triton_matmul(a, b, config=config)
 
     def measure(config: dict) -> float:
         try:

@@ -61,7 +61,7 @@ def _swap_block_linears(model: Llama, spec: JobSpec, kernels: KernelSet, world: 
             try:
                 from torchao.float8 import Float8LinearConfig, convert_to_float8_training
             except ImportError:
-                notes.append("torchao is not installed: fp8 through workbench.kernels.gemm.scaled_matmul")
+                notes.append("torchao is not installed: fp8 through workbench.kernels.dispatch.triton_scaled_matmul")
             else:
                 config = Float8LinearConfig.from_recipe_name(spec.fp8)
                 convert_to_float8_training(model.blocks, config=config)

@@ -27,7 +27,7 @@ stays in bf16:
   initialisation the forward GEMMs cause most of it; after 20 bf16 steps the wgrad GEMM does, and this recipe cuts
   the weight gradients' error against fp32 to about a third of rowwise's).
 
-On a GPU the fp8 GEMM is ``workbench.kernels.gemm.scaled_matmul``; on a CPU without the Triton interpreter, or
+On a GPU the fp8 GEMM is ``workbench.kernels.dispatch.triton_scaled_matmul``; on a CPU without the Triton interpreter, or
 anywhere when the linear's ``emulate`` is set (as torchao's ``Float8LinearConfig.emulate``), it is emulated
 (dequantize, then an fp32 matmul), which keeps fp8's rounding but not its speed: on a GPU that separates the fp8 GEMM
 kernel from the fp8 numerics. Every recipe saves the bf16 input and weight for backward (the quantized copies are
@@ -82,7 +82,7 @@ class KernelSet:
         """a [M, K] @ b [K, N] (+ bias [N]): torch's GEMM where the recipe chose the vendor library for this shape
         (in either orientation: C^T = B^T A^T costs the same), else the project's Triton GEMM with the recipe's
         config (or, without one, the kernel's zero-warmup selection)."""
-        from workbench.kernels.gemm import matmul
+        from workbench.kernels.dispatch import triton_matmul as matmul
 
         (m, k), n = a.shape, b.shape[1]
         if (("k", k), ("m", m), ("n", n)) in self.gemm_vendor or (("k", k), ("m", n), ("n", m)) in self.gemm_vendor:
@@ -306,7 +306,7 @@ def _linear_triton(x, weight, bias, kernels):
 # ---------------------------------------------------------------------------------------------------- fp8
 def _fp8_dtype(device: torch.device) -> torch.dtype:
     if device.type == "cuda" and torch.version.hip:
-        from workbench.kernels.gemm import _fp8_dtype as project_fp8
+        from workbench.kernels._common import fp8_dtype as project_fp8
 
         return project_fp8(str(device))
     return torch.float8_e4m3fn
@@ -336,7 +336,7 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, rowwise: bool, emulate: bool = 
     a8 = a8.contiguous()  # [M, K], K contiguous
     b8 = b8.t().contiguous().t()  # [K, N], K contiguous
     if _triton_usable(a) and not emulate:
-        from workbench.kernels.gemm import scaled_matmul
+        from workbench.kernels.dispatch import triton_scaled_matmul as scaled_matmul
 
         return scaled_matmul(a8, b8, sa, sb)
     return ((a8.float() * sa) @ (b8.float() * sb)).to(torch.bfloat16)  # emulation, same rounding
