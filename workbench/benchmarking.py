@@ -246,3 +246,11 @@ def read_jsonl(path: str | os.PathLike, *, max_bytes: int = TABLE_MAX_BYTES) -> 
             raise InputFileError(path, f"line {number}: a {type(row).__name__}: expected one JSON object per line")
         rows.append(row)
     return rows
+
+
+def measured_labels(path: str | os.PathLike, *, measured_key: str = "step_time_s") -> set[str]:
+    """Labels of the rows of a sweep's JSON-lines file that were measured (carry ``measured_key``); an absent file
+    has none. A sweep re-run with ``--only-missing`` skips these and appends the rest: the failed or skipped rows."""
+    if not Path(path).exists():
+        return set()
+    return {row["label"] for row in read_jsonl(path) if measured_key in row and "label" in row}

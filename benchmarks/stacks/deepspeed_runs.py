@@ -41,7 +41,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the shared harness, from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from workbench.benchmarking import environment as shared_environment  # noqa: E402
-from workbench.benchmarking import profile_kernels, time_steps  # noqa: E402
+from workbench.benchmarking import measured_labels, profile_kernels, time_steps  # noqa: E402
 
 MODELS = {
     # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): tied embeddings, rope_theta 500000 (llama3 scaling left
@@ -254,7 +254,8 @@ def run_subprocess(row: Row, timeout_s: float) -> dict:
     return {**asdict(row), "label": row.label, "error": (proc.stderr or proc.stdout)[-1200:]}
 
 
-def sweep(out: str, budget_s: float, name: str, optimizer: str, build_timeout_s: float) -> None:
+def sweep(out: str, budget_s: float, name: str, optimizer: str, build_timeout_s: float, *,
+          only_missing: bool = False, row_cap_s: float | None = None) -> None:
     deadline = time.time() + budget_s
     os.makedirs(out, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = EXTENSIONS_DIR
@@ -269,12 +270,15 @@ def sweep(out: str, budget_s: float, name: str, optimizer: str, build_timeout_s:
         optimizer = "deepspeed" if env["fused_adam_build"]["ok"] else "torch"
         print(f"FusedAdam JIT build: {env['fused_adam_build']}; rows use optimizer={optimizer}", flush=True)
     env["optimizer"] = optimizer
-    with open(os.path.join(out, f"environment_{name}.json"), "w") as handle:
+    with open(os.path.join(out, f"environment_{name}{'_refill' if only_missing else ''}.json"), "w") as handle:
         json.dump(env, handle, indent=2)
     results = os.path.join(out, "deepspeed.jsonl" if name == "main" else f"deepspeed_{name}.jsonl")
+    done = measured_labels(results) if only_missing else set()
     for row in SWEEPS[name]():
+        if row.label in done:
+            continue
         row = Row(**{**asdict(row), "optimizer": optimizer})
-        left = deadline - time.time()
+        left = min(deadline - time.time(), row_cap_s or float("inf"))
         record = {**asdict(row), "label": row.label, "skipped": "time budget"} if left < 15 else \
             run_subprocess(row, left)
         failed = "error" in record and "out of memory" not in record["error"].lower()
@@ -300,6 +304,9 @@ def main() -> None:
                    help="auto: DeepSpeed's AdamW if its FusedAdam JIT-builds, else torch's fused AdamW")
     p.add_argument("--build-timeout-s", type=float, default=150)
     p.add_argument("--list", action="store_true", help="print the sweep's rows")
+    p.add_argument("--only-missing", action="store_true",
+                   help="skip the rows already measured in --out's results file; append the others")
+    p.add_argument("--row-cap-s", type=float, help="wall-clock cap of one row (default: what the budget leaves)")
     args = p.parse_args()
     if args.list:
         for r in SWEEPS[args.sweep or "main"]():
@@ -309,7 +316,8 @@ def main() -> None:
             os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(os.environ["TORCH_CUDA_ARCH_LIST"])
         print(json.dumps(run_row(Row(**json.loads(args.row)))))
     elif args.sweep:
-        sweep(args.out, args.budget_s, args.sweep, args.optimizer, args.build_timeout_s)
+        sweep(args.out, args.budget_s, args.sweep, args.optimizer, args.build_timeout_s,
+              only_missing=args.only_missing, row_cap_s=args.row_cap_s)
     else:
         p.error("--sweep, --row or --list")
 

@@ -46,6 +46,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the shared harness, from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from workbench.benchmarking import environment as shared_environment  # noqa: E402
+from workbench.benchmarking import measured_labels  # noqa: E402
 from workbench.benchmarking import profile_kernels, time_steps  # noqa: E402
 
 MODELS = {
@@ -248,16 +249,20 @@ def check() -> None:
     torch.distributed.destroy_process_group()
 
 
-def sweep(out: str, budget_s: float, name: str, trace_label: str | None) -> None:
+def sweep(out: str, budget_s: float, name: str, trace_label: str | None, *, only_missing: bool = False,
+          row_cap_s: float | None = None) -> None:
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"environment_{name}.json"), "w") as handle:
+    with open(os.path.join(out, f"environment_{name}{'_refill' if only_missing else ''}.json"), "w") as handle:
         json.dump({**environment(), "command": " ".join(sys.argv)}, handle, indent=2)
     rows = SWEEPS[name]()
     trace_label = trace_label or (rows[0].label if name == "main" else None)
     deadline = time.time() + budget_s
     results = os.path.join(out, "megatron_local.jsonl" if name == "main" else f"megatron_local_{name}.jsonl")
+    done = measured_labels(results) if only_missing else set()
     for row in rows:
-        left = deadline - time.time()
+        if row.label in done:
+            continue
+        left = min(deadline - time.time(), row_cap_s or float("inf"))
         if left < 15:
             record = {**asdict(row), "label": row.label, "skipped": "time budget"}
         else:
@@ -288,6 +293,9 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=170)
     p.add_argument("--list", action="store_true", help="print the sweep's rows")
     p.add_argument("--check", action="store_true", help="build a tiny model (MEGATRON_RUNS_DEVICE=cpu works)")
+    p.add_argument("--only-missing", action="store_true",
+                   help="skip the rows already measured in --out's results file; append the others")
+    p.add_argument("--row-cap-s", type=float, help="wall-clock cap of one row (default: what the budget leaves)")
     args = p.parse_args()
     if args.list:
         for r in SWEEPS[args.sweep or "main"]():
@@ -299,7 +307,8 @@ def main() -> None:
             os.makedirs(os.path.dirname(args.trace), exist_ok=True)
         print(json.dumps(run_row(Row(**json.loads(args.row)), trace=args.trace)))
     elif args.sweep:
-        sweep(args.out, args.budget_s, args.sweep, args.trace_row)
+        sweep(args.out, args.budget_s, args.sweep, args.trace_row, only_missing=args.only_missing,
+              row_cap_s=args.row_cap_s)
     else:
         p.error("--sweep, --row, --list or --check")
 
