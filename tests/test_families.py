@@ -264,3 +264,33 @@ def test_a_registered_family_reads_its_catalog_entries(toy_family):
     with pytest.raises(SpecError, match="depth"):  # unknown fields fail as a built-in family's do
         model_from_dict({"kind": "toy-mlp", "name": "t", "display_name": "t", "source": "x", "width": 8,
                          "num_layers": 1, "depth": 3})
+
+
+def test_a_registered_family_runs_through_the_recipe_search(toy_family):
+    from workbench.recipe.search import default_global_batch, layouts, search
+
+    model = ToyMLP("toy", "Toy MLP", "a test", width=4096, num_layers=8)
+    result = search(model, "h200", 8)  # the family's search defaults: no per-kind table to miss it
+    # the standard: its default micro-batch (4,096) as a power of two per GPU
+    assert result.global_batch == default_global_batch(model, 8) == 8 * 512
+    assert layouts(model, get_gpu("h200"), 8) == [Parallelism(dp=8, sharding="ddp")]  # dp only, its sharding
+    configs = [c.config for c in result.candidates]
+    assert {c.parallelism.sharding for c in configs} == {"ddp"}  # its shardings, of the search's fsdp and ddp
+    assert {c.activation_checkpointing for c in configs} == {"none"}  # checkpointing is not modelled for it
+    assert max(c.micro_batch for c in configs) <= toy_family.max_micro_batch == 1024
+    best = result.best
+    assert best.fits and best.config.samples_per_step == result.global_batch
+    again = predict(model, "h200", best.config)
+    assert again.summary.tokens_per_s == pytest.approx(best.tokens_per_s, rel=1e-12)  # predict's pipeline
+    with pytest.raises(SpecError, match="shardings.*one or more of ddp"):
+        search(model, "h200", 8, shardings=("fsdp",))
+
+
+def test_the_search_asks_each_built_in_family_for_its_defaults():
+    transformer, dlrm, hstu = get_family("transformer"), get_family("dlrm"), get_family("hstu")
+    assert (transformer.max_micro_batch, dlrm.max_micro_batch, hstu.max_micro_batch) == (1024, 1 << 20, 4096)
+    assert transformer.checkpoints_activations and not dlrm.checkpoints_activations
+    assert transformer.standard_global_batch(get_model("llama3-8b"), 8192) == 512  # 4M tokens
+    assert dlrm.standard_global_batch(get_model("dlrm-dcnv2"), 1) == 65536
+    assert dlrm.searched_shardings(get_model("dlrm-dcnv2"), ("fsdp",)) == ("ddp",)  # fsdp runs as ddp there
+    assert transformer.searched_shardings(get_model("llama3-8b"), ("zero1", "fsdp")) == ("zero1", "fsdp")

@@ -14,6 +14,7 @@ from workbench.predict import predict
 from workbench.recipe.build import revised_model
 
 BAD = Path(__file__).parent / "data" / "bad" / "hf"
+CONFIGS = Path(__file__).parent / "data" / "hf"  # configs of the families beyond Llama's (issue 17)
 
 LLAMA3_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -38,6 +39,13 @@ MIXTRAL_8X7B = {
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000,
     "num_local_experts": 8, "num_experts_per_tok": 2, "hidden_act": "silu", "max_position_embeddings": 32768,
     "sliding_window": None, "tie_word_embeddings": False, "rms_norm_eps": 1e-05, "router_aux_loss_coef": 0.02,
+}
+QWEN3_8B = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
+    "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 151936, "hidden_act": "silu", "max_position_embeddings": 40960, "max_window_layers": 36,
+    "sliding_window": None, "use_sliding_window": False, "tie_word_embeddings": False, "attention_bias": False,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000,
 }
 GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
         "vocab_size": 50257, "n_positions": 1024, "n_inner": None, "activation_function": "gelu_new",
@@ -85,7 +93,11 @@ def test_null_means_absent_where_hugging_face_writes_it():
 
 
 def test_every_supported_family_parses():
-    configs = {"llama": LLAMA3_8B, "mistral": MISTRAL_7B_V01, "qwen2": QWEN2_7B, "mixtral": MIXTRAL_8X7B, "gpt2": GPT2}
+    files = {"qwen3_moe": "qwen3_moe_30b_a3b", "deepseek_v3": "deepseek_v3", "gpt_oss": "gpt_oss_20b",
+             "llama4": "llama4_scout"}
+    configs = {"llama": LLAMA3_8B, "mistral": MISTRAL_7B_V01, "qwen2": QWEN2_7B, "mixtral": MIXTRAL_8X7B, "gpt2": GPT2,
+               "qwen3": QWEN3_8B, **{family: json.loads((CONFIGS / f"{f}.json").read_text()) for family, f in files.items()}}
+    configs["llama4_text"] = {**configs["llama4"]["text_config"], "architectures": ["Llama4ForCausalLM"]}
     assert set(configs) == set(HF_FAMILIES)
     for family, config in configs.items():
         assert isinstance(from_hf_config(config), TransformerModel), family
@@ -99,13 +111,11 @@ def test_a_config_naming_no_family_is_read_as_llama_and_says_so():
     assert model.approximation == "read as llama: the config names no model_type or architectures"
 
 
-def test_deepseek_v3_only_with_approximate_as_and_the_note_says_what_is_left_out():
-    with pytest.raises(SpecError, match="deepseek_v3.*approximate-as llama"):
-        load_model(BAD / "deepseek_v3.json")
-    model = load_model(BAD / "deepseek_v3.json", approximate_as="llama")
+def test_deepseek_v3_read_as_llama_says_what_is_left_out():
+    model = load_model(CONFIGS / "deepseek_v3.json", approximate_as="llama")
     assert model.head_dim == 56 and model.num_experts == 256 and model.experts_per_token == 8
     note = model.approximation
-    assert note.startswith("approximated as llama: deepseek_v3 differs and is not modelled: multi-head latent")
+    assert note.startswith("approximated as llama: a deepseek_v3 config read as llama")
     assert "kv_lora_rank=512" in note and "n_shared_experts=1" in note and "first_k_dense_replace=3" in note
     assert "rope_theta" not in note  # cost-neutral keys are not listed
     notes = predict(model, "h200", gpus=64, seq_len=1024).notes
@@ -121,7 +131,7 @@ def test_bert_approximated_names_the_encoder_and_the_activation():
 
 
 def test_approximate_as_lists_every_unread_key_and_counts_the_rest():
-    model = from_hf_config(BAD / "gpt_oss_20b.json", approximate_as="llama")
+    model = from_hf_config(CONFIGS / "gpt_oss_20b.json", approximate_as="llama")
     assert "sliding_window=128 modelled as full causal attention" in model.approximation
     assert "experts_per_token" not in model.approximation  # read, as the second spelling of num_experts_per_tok
     assert model.num_experts == 32 and model.experts_per_token == 4 and model.head_dim == 64
@@ -168,10 +178,10 @@ def test_errors_name_the_file(tmp_path):
 def test_cli_predict_prints_the_approximation(capsys):
     from workbench.cli import main
 
-    assert main(["predict", "--model", str(BAD / "deepseek_v3.json"), "--approximate-as", "llama", "--gpu", "h200",
+    assert main(["predict", "--model", str(CONFIGS / "deepseek_v3.json"), "--approximate-as", "llama", "--gpu", "h200",
                  "--gpus", "64", "--seq-len", "1024", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
-    assert any(n.startswith("approximated as llama: deepseek_v3") for n in notes)
+    assert any(n.startswith("approximated as llama: a deepseek_v3 config read as llama") for n in notes)
 
 
 def test_approximation_is_part_of_the_model():

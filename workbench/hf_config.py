@@ -1,18 +1,23 @@
 """Hugging Face ``config.json`` -> ``TransformerModel``, only for architectures the model implements.
 
-``TransformerModel`` is a decoder-only transformer: causal attention with GQA (``num_kv_heads``), an FFN that is
-either a gated SwiGLU MLP (gate, up, down) or an ungated GELU MLP (up, down), dense or top-k mixture-of-experts
-over identical experts, RMSNorm or LayerNorm, tied or untied embeddings. The Hugging Face families that are exactly
-that (``HF_FAMILIES``) are read as they are; anything else -- DeepSeek's latent attention and shared experts, an
-encoder like BERT, gpt-oss's sliding-window layers, Llama 4, Qwen3-MoE, T5 -- is a ``SpecError`` naming the
-architecture, unless the caller asks for ``approximate_as="llama"`` (CLI ``--approximate-as llama``): then it is
+``TransformerModel`` is a decoder-only transformer: causal attention with GQA (``num_kv_heads``) or multi-head
+latent attention, an FFN that is either a gated SwiGLU MLP (gate, up, down) or an ungated GELU MLP (up, down),
+dense or top-k mixture-of-experts over identical experts (with shared experts, and dense layers among the MoE ones),
+full or windowed (sliding / chunked) attention per layer, optional per-head q/k norms, RMSNorm or LayerNorm, tied
+or untied embeddings. The Hugging Face families that are that (``HF_FAMILIES``) are read as they are: llama,
+mistral, qwen2, mixtral, gpt2 with Llama-style blocks, and qwen3, qwen3_moe, deepseek_v3, gpt_oss, llama4 (its
+``text_config``) and llama4_text, whose ``HFFamily.blocks`` reader takes their layer placement, windows, norms and
+latent attention from the config as ``transformers`` derives them; what such a reader leaves out (DeepSeek-V3's
+multi-token-prediction module, GPT-OSS's attention sinks and biases, Llama 4's vision encoder) is said in
+``TransformerModel.approximation``. Anything else -- an encoder like BERT, T5, Gemma -- is a ``SpecError`` naming
+the architecture, unless the caller asks for ``approximate_as="llama"`` (CLI ``--approximate-as llama``): then it is
 read as that family anyway and ``TransformerModel.approximation`` says what was left out, which every prediction
 repeats in its notes.
 
 Typed fields are read strictly, as ``transformers`` would have written them: integers are JSON integers (not
 ``"8"``, ``"8k"`` or ``8.0``), booleans are JSON booleans (``"false"`` is an error, not truthy), ``null`` only where
 Hugging Face means "absent" (``num_key_value_heads``, ``head_dim``, ``n_inner``, ``sliding_window``,
-``moe_intermediate_size``), and ``hidden_act`` one of the activations the family's MLP runs as the model prices it.
+``moe_intermediate_size``, ``q_lora_rank``, ``layer_types``, ...: ``_NULLABLE``), and ``hidden_act`` one of the activations the family's MLP runs as the model prices it.
 Not modelled in the supported families, all under 0.1% of parameters or FLOPs: Qwen2's q/k/v biases, GPT-2's
 learned position embeddings and biases.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from workbench.errors import MISSING, SpecError, excerpt
@@ -44,6 +50,10 @@ class HFFamily:
     """``tie_word_embeddings`` when absent (the config class default)."""
     ffn_multiple: int = 0
     """GPT-2: the FFN is ``ffn_multiple`` x hidden when ``n_inner`` is absent or null; 0: required."""
+    blocks: Callable[[_Reader, int], tuple[dict, list[str]]] | None = None
+    """Reads what tells the family's blocks apart from Llama's (``TransformerModel``'s shared experts, dense
+    layers, q/k norm, windows, latent attention) from the config, given its layer count: (model fields, notes of
+    what is approximated). None: Llama-style blocks."""
 
 
 _GATED = {"silu": "swiglu", "swish": "swiglu"}
@@ -51,30 +61,15 @@ _GATED = {"silu": "swiglu", "swish": "swiglu"}
 _GELU = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu"}
 """GPT-2's MLP is ungated (up, act, down): any GELU variant is the model's gelu (same FLOPs, same weights)."""
 
-HF_FAMILIES: dict[str, HFFamily] = {f.name: f for f in (
-    HFFamily("llama", ("LlamaForCausalLM",), _GATED, "silu", "rmsnorm", False),
-    HFFamily("mistral", ("MistralForCausalLM",), _GATED, "silu", "rmsnorm", False),
-    HFFamily("qwen2", ("Qwen2ForCausalLM",), _GATED, "silu", "rmsnorm", False),
-    HFFamily("mixtral", ("MixtralForCausalLM",), _GATED, "silu", "rmsnorm", False),
-    HFFamily("gpt2", ("GPT2LMHeadModel",), _GELU, "gelu_new", "layernorm", True, ffn_multiple=4),
-)}
-_FAMILY_OF_ARCHITECTURE = {arch: f.name for f in HF_FAMILIES.values() for arch in f.architectures}
-
 _UNSUPPORTED: dict[str, str] = {
     "deepseek_v2": "multi-head latent attention (low-rank q/kv, separate rope/nope/value head dims), shared experts "
                    "and dense first layers",
-    "deepseek_v3": "multi-head latent attention (low-rank q/kv, separate rope/nope/value head dims), shared experts, "
-                   "dense first layers and a multi-token-prediction module",
     "bert": "a bidirectional encoder (no causal mask) with a masked-LM head, not a causal decoder",
     "roberta": "a bidirectional encoder (no causal mask) with a masked-LM head, not a causal decoder",
     "distilbert": "a bidirectional encoder (no causal mask) with a masked-LM head, not a causal decoder",
     "t5": "an encoder-decoder with cross-attention, not a decoder-only model",
     "bart": "an encoder-decoder with cross-attention, not a decoder-only model",
-    "gpt_oss": "alternating sliding-window and full attention layers, attention sinks and biases",
-    "llama4": "interleaved dense and MoE layers with a shared expert, chunked attention and a vision encoder",
     "qwen2_moe": "a shared expert beside the routed ones",
-    "qwen3_moe": "per-head query/key RMSNorm and MoE layer placement (decoder_sparse_step, mlp_only_layers)",
-    "qwen3": "per-head query/key RMSNorm",
     "gemma": "a GeGLU MLP and scaled embeddings",
     "gemma2": "a GeGLU MLP, alternating sliding-window layers and logit soft-capping",
     "gemma3": "a GeGLU MLP, sliding-window layers and per-head query/key norms",
@@ -97,7 +92,9 @@ _HARMLESS = frozenset({
 """Keys that do not change a training step's FLOPs, bytes or parameters (ids, epsilons, dropout, RoPE, routing
 details): never listed as "not read" in an approximation note."""
 
-_NULLABLE = frozenset({"num_key_value_heads", "head_dim", "n_inner", "sliding_window", "moe_intermediate_size"})
+_NULLABLE = frozenset({"num_key_value_heads", "head_dim", "n_inner", "sliding_window", "moe_intermediate_size",
+                       "q_lora_rank", "attention_chunk_size", "moe_layers", "no_rope_layers", "layer_types",
+                       "mlp_only_layers"})
 """Keys where ``null`` is what ``transformers`` writes for "absent, use the default"."""
 
 MAX_DEFAULT_SEQ_LEN = 8192
@@ -165,8 +162,137 @@ class _Reader:
             raise self.error(key, value, "a non-empty string")
         return key, value
 
+    def integer_list(self, key: str, minimum: int = 0) -> list[int] | None:
+        """A list of JSON integers >= ``minimum`` (layer indices, flags); None when absent or null."""
+        if self.config.get(key) is None:
+            self.read.add(key)
+            return None
+        self.read.add(key)
+        value = self.config[key]
+        if not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+                                                for v in value)):
+            raise self.error(key, value, f"a list of integers >= {minimum}")
+        return value
+
+    def layer_types(self, layers: int, default: list[str]) -> list[str]:
+        """``layer_types`` (one attention name per layer, as transformers writes them), else ``default``."""
+        self.read.add("layer_types")
+        value = self.config.get("layer_types")
+        if value is None:
+            return default
+        names = ("full_attention", "sliding_attention", "chunked_attention")
+        if not (isinstance(value, list) and len(value) >= layers and all(v in names for v in value)):
+            raise self.error("layer_types", excerpt(value, 60), f"a list of {layers} of {', '.join(names)}")
+        return value[:layers]
+
     def unread(self) -> list[str]:
         return [k for k in self.config if k not in self.read and k not in _HARMLESS]
+
+
+def _windows(window: int, types: list[str], kind: str) -> dict:
+    """The windowed layers of ``layer_types`` (Hugging Face's per-layer attention names) as model fields."""
+    windowed = [i for i, t in enumerate(types) if t in ("sliding_attention", "chunked_attention")]
+    return {"attention_window": window, "window_kind": kind, "windowed_layers": windowed} if window and windowed else {}
+
+
+def _qwen_windows(r: _Reader, layers: int) -> dict:
+    """Qwen3's sliding-window layers: only with ``use_sliding_window``, from ``max_window_layers`` on
+    (``Qwen3Config.layer_types``' default) unless ``layer_types`` names them."""
+    window = r.integer("sliding_window", default=0)
+    if not r.boolean("use_sliding_window", False) or not window:
+        return {}
+    first = r.integer("max_window_layers", default=0, minimum=0)
+    default = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    return _windows(window, r.layer_types(layers, default), "sliding")
+
+
+def _qwen3_blocks(r: _Reader, layers: int) -> tuple[dict, list[str]]:
+    """Qwen3 (dense): per-head q/k RMSNorm (``Qwen3Attention.q_norm``, ``k_norm``)."""
+    return {"qk_norm": True, **_qwen_windows(r, layers)}, []
+
+
+def _qwen3_moe_blocks(r: _Reader, layers: int) -> tuple[dict, list[str]]:
+    """Qwen3-MoE: q/k RMSNorm; a layer is MoE unless it is in ``mlp_only_layers`` or off the ``decoder_sparse_step``
+    (``Qwen3MoeDecoderLayer``: MoE when (i + 1) % step == 0); its dense layers run ``intermediate_size``."""
+    step = r.integer("decoder_sparse_step", default=1)
+    only = set(r.integer_list("mlp_only_layers") or ())
+    dense = [i for i in range(layers) if i in only or (i + 1) % step]
+    fields = {"qk_norm": True, **_qwen_windows(r, layers)}
+    if dense:
+        fields.update(dense_layers=dense, dense_ffn_hidden_size=r.integer("intermediate_size"))
+    return fields, []
+
+
+def _deepseek_v3_blocks(r: _Reader, layers: int) -> tuple[dict, list[str]]:
+    """DeepSeek-V3: latent attention, ``n_shared_experts`` of ``moe_intermediate_size``, dense layers before
+    ``first_k_dense_replace`` and off ``moe_layer_freq`` (DeepSeek's ``DeepseekV3DecoderLayer``) running
+    ``intermediate_size``; the multi-token-prediction module is left out (and said)."""
+    r.read.add("head_dim")  # transformers writes qk_rope_head_dim there; the head's widths are the latent ones
+    mla = {"q_lora_rank": r.integer("q_lora_rank", default=0, minimum=0),
+           "kv_lora_rank": r.integer("kv_lora_rank"), "qk_nope_head_dim": r.integer("qk_nope_head_dim"),
+           "qk_rope_head_dim": r.integer("qk_rope_head_dim"), "v_head_dim": r.integer("v_head_dim")}
+    fields: dict = {"latent_attention": mla, "head_dim": mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]}
+    shared = r.integer("n_shared_experts", default=0, minimum=0)
+    if shared:
+        fields["shared_experts"] = shared
+    first = r.integer("first_k_dense_replace", default=0, minimum=0)
+    freq = r.integer("moe_layer_freq", default=1)
+    dense = [i for i in range(layers) if i < first or i % freq]
+    if dense:
+        fields.update(dense_layers=dense, dense_ffn_hidden_size=r.integer("intermediate_size"))
+    mtp = r.integer("num_nextn_predict_layers", default=0, minimum=0)
+    notes = [f"num_nextn_predict_layers={mtp}: the multi-token-prediction module is left out"] if mtp else []
+    return fields, notes
+
+
+def _gpt_oss_blocks(r: _Reader, layers: int) -> tuple[dict, list[str]]:
+    """GPT-OSS: ``sliding_window`` on the ``layer_types`` that say sliding_attention (by default the even layers,
+    ``GptOssConfig``); attention sinks, biases and the clamped SwiGLU are not modelled (and said)."""
+    default = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    fields = _windows(r.integer("sliding_window", default=0), r.layer_types(layers, default), "sliding")
+    r.boolean("attention_bias", False)
+    return fields, ["attention sinks, q/k/v/o and expert biases and the clamped SwiGLU are not modelled (under 0.1% "
+                    "of parameters and FLOPs)"]
+
+
+def _llama4_blocks(r: _Reader, layers: int) -> tuple[dict, list[str]]:
+    """Llama 4 (its ``text_config``): a shared expert beside the routed ones, MoE on ``moe_layers`` (by default
+    every ``interleave_moe_layer_step``-th) and dense ``intermediate_size_mlp`` FFNs elsewhere, chunked attention
+    of ``attention_chunk_size`` on the RoPE layers (``no_rope_layers``; by default all but every
+    ``no_rope_layer_interval``-th), as ``Llama4TextConfig`` derives them."""
+    fields: dict = {"qk_norm": r.boolean("use_qk_norm", True)}
+    if r.integer("num_local_experts", default=1) > 1:
+        step = r.integer("interleave_moe_layer_step", default=1)
+        moe = r.integer_list("moe_layers")
+        moe = set(range(step - 1, layers, step)) if moe is None else set(moe)
+        dense = [i for i in range(layers) if i not in moe]
+        fields["shared_experts"] = 1
+        if dense:
+            fields.update(dense_layers=dense, dense_ffn_hidden_size=r.integer("intermediate_size_mlp"))
+    interval = r.integer("no_rope_layer_interval", default=4)
+    rope = r.integer_list("no_rope_layers", minimum=0) or [int((i + 1) % interval != 0) for i in range(layers)]
+    default = ["chunked_attention" if uses_rope else "full_attention" for uses_rope in rope[:layers]]
+    fields.update(_windows(r.integer("attention_chunk_size", default=0), r.layer_types(layers, default), "chunked"))
+    notes = ["text only: the vision encoder and projector are left out"]
+    if fields["qk_norm"]:
+        notes.append("the weightless L2 query/key norm of the RoPE layers is priced on every layer")
+    return fields, notes
+
+
+HF_FAMILIES: dict[str, HFFamily] = {f.name: f for f in (
+    HFFamily("llama", ("LlamaForCausalLM",), _GATED, "silu", "rmsnorm", False),
+    HFFamily("mistral", ("MistralForCausalLM",), _GATED, "silu", "rmsnorm", False),
+    HFFamily("qwen2", ("Qwen2ForCausalLM",), _GATED, "silu", "rmsnorm", False),
+    HFFamily("mixtral", ("MixtralForCausalLM",), _GATED, "silu", "rmsnorm", False),
+    HFFamily("gpt2", ("GPT2LMHeadModel",), _GELU, "gelu_new", "layernorm", True, ffn_multiple=4),
+    HFFamily("qwen3", ("Qwen3ForCausalLM",), _GATED, "silu", "rmsnorm", False, blocks=_qwen3_blocks),
+    HFFamily("qwen3_moe", ("Qwen3MoeForCausalLM",), _GATED, "silu", "rmsnorm", False, blocks=_qwen3_moe_blocks),
+    HFFamily("deepseek_v3", ("DeepseekV3ForCausalLM",), _GATED, "silu", "rmsnorm", False, blocks=_deepseek_v3_blocks),
+    HFFamily("gpt_oss", ("GptOssForCausalLM",), _GATED, "silu", "rmsnorm", False, blocks=_gpt_oss_blocks),
+    HFFamily("llama4", ("Llama4ForConditionalGeneration",), _GATED, "silu", "rmsnorm", False, blocks=_llama4_blocks),
+    HFFamily("llama4_text", ("Llama4ForCausalLM",), _GATED, "silu", "rmsnorm", False, blocks=_llama4_blocks),
+)}
+_FAMILY_OF_ARCHITECTURE = {arch: f.name for f in HF_FAMILIES.values() for arch in f.architectures}
 
 
 def _family_of(r: _Reader, approximate_as: str | None) -> tuple[HFFamily, str | None, str]:
@@ -226,6 +352,8 @@ def read_hf_config(config: str | Path | dict, name: str | None = None, *,
         raise SpecError(origin, "<top>", config, "a JSON object (the config.json of one model)")
     r = _Reader(config, origin)
     family, own, mode = _family_of(r, approximate_as)
+    if own == "llama4" and isinstance(config.get("text_config"), dict):  # a multimodal model: its text decoder
+        r = _Reader(config["text_config"], f"{origin} text_config")
     lenient = mode == "approximate"
     left_out: list[str] = []
 
@@ -262,9 +390,13 @@ def read_hf_config(config: str | Path | dict, name: str | None = None, *,
 
     if lenient and family.norm == "rmsnorm" and r.find(("layer_norm_eps", "layer_norm_epsilon")):
         left_out.append("LayerNorm modelled as RMSNorm")
-    if "sliding_window" in config:
+    blocks: dict = {}
+    if family.blocks is not None:  # the family reads its own windows, layer placement, norms, latent attention
+        blocks, notes = family.blocks(r, layers)
+        left_out += notes
+    elif "sliding_window" in r.config:
         window = r.integer("sliding_window", default=0)
-        active = config.get("use_sliding_window", True)  # Qwen2 carries a window it does not use
+        active = r.config.get("use_sliding_window", True)  # Qwen2 carries a window it does not use
         if window and active is not False:
             left_out.append(f"sliding_window={window} modelled as full causal attention (attention FLOPs "
                             f"overcounted beyond {window} tokens)")
@@ -291,6 +423,7 @@ def read_hf_config(config: str | Path | dict, name: str | None = None, *,
     }
     if head_dim:
         data["head_dim"] = head_dim
+    data.update(blocks)
     model = model_from_dict(data, origin)
     note = _approximation_note(r, family, own, mode, left_out)
     return dataclasses.replace(model, approximation=note) if note else model

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from workbench.config import TrainingConfig, activation_dtype
 from workbench.families import family_of
 from workbench.hardware import GPU
-from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
+from workbench.models import BlockKind, DLRMModel, HSTUModel, Model, TransformerModel
 from workbench.precision import get_precision
 
 GB = 1e9
@@ -95,26 +95,41 @@ class MemoryBreakdown:
         return {k: getattr(self, k) / GB for k in ("params", "grads", "optimizer", "activations", "workspace", "total", "capacity")}
 
 
-def _block_activation_elements(model: TransformerModel, mode: str) -> float:
-    """Saved activation elements per token of one block (already divided by nothing: caller shards)."""
+def _block_activation_elements(model: TransformerModel, mode: str, kind: BlockKind | None = None) -> float:
+    """Saved activation elements per token of one block of ``kind`` (None: ``typical_block``; already divided by
+    nothing: caller shards). Latent attention saves its latents and per-head q, k (query/key width) and v, o (value
+    width); a windowed block saves what a full one does (flash attention keeps no scores)."""
+    kind = model.typical_block() if kind is None else kind
     h, q, kv, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
-    k = model.experts_per_token if model.is_moe else 1
     gated = model.ffn_activation == "swiglu"
-    ffn_in = (2 if gated else 1) * f * k  # gate/up output: input of the activation's backward
-    ffn_act = f * k                        # activation output: input of the down GEMM
-    moe = h * k + model.num_experts * 2 if model.is_moe else 0  # dispatched tokens + fp32 router logits
+    if kind.moe:  # the top-k routed experts' and the shared experts' widths
+        k = model.experts_per_token
+        width = f * k + model.shared_experts * model.shared_expert_size
+        moe = h * k + model.num_experts * 2  # dispatched tokens + fp32 router logits
+    else:
+        width, moe = model.dense_ffn_size, 0
+    ffn_in = (2 if gated else 1) * width  # gate/up output: input of the activation's backward
+    ffn_act = width                       # activation output: input of the down GEMM
     if mode == "full":
         return h
-    saved = 2 * h + (q + 2 * kv) + q + ffn_in + moe  # norm inputs, q/k/v, attention output, ffn inputs
+    mla = model.latent_attention
+    if mla is None:
+        attention = (q + 2 * kv) + q + (q + kv if model.qk_norm else 0)  # q/k/v, attention output, q/k norm inputs
+        normed = 0
+    else:  # the latents (the norm's input), per-head q and k, v and the attention output
+        latent = mla.q_lora_rank + mla.kv_lora_rank
+        attention = latent + mla.qk_rope_head_dim + 2 * q + 2 * model.num_heads * mla.v_head_dim
+        normed = latent  # the normed latents: the up projections' inputs, recomputed unless mode is none
+    saved = 2 * h + attention + ffn_in + moe  # norm inputs, attention, ffn inputs
     if mode == "none":
-        saved += 2 * h + ffn_act  # norm outputs and activation output are kept instead of recomputed
+        saved += 2 * h + ffn_act + normed  # norm outputs and activation output are kept instead of recomputed
     return saved
 
 
 def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
                         compiled_loss: bool) -> MemoryBreakdown:
     p = cfg.parallelism
-    layers = math.ceil(model.num_layers / p.pp)
+    stage = model.stage_blocks(p.pp)
     fsdp = p.sharding == "fsdp"
     per_gpu = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=fsdp)
     # FSDP2 gathers a bf16 copy even on one GPU; the root group (embeddings, output head) stays gathered from
@@ -125,14 +140,18 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
     in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
     if p.virtual_stages > 1:  # interleaved 1F1B: the first stage's extra warm-up micro-batches (Korthikanti Sec. 4.2.3)
         in_flight *= 1 + (p.pp - 1) / (p.pp * p.virtual_stages)
-    per_block = _block_activation_elements(model, cfg.activation_checkpointing) * tokens * a / p.tp
-    recompute_peak = _block_activation_elements(model, "none") * tokens * a / p.tp if cfg.activation_checkpointing != "none" else 0
+
+    def per_block(kind: BlockKind, mode: str) -> float:
+        return _block_activation_elements(model, mode, kind) * tokens * a / p.tp
+
+    blocks = sum(in_flight * n * per_block(kind, cfg.activation_checkpointing) for kind, n in stage)
+    recompute_peak = max(per_block(kind, "none") for kind, _ in stage) if cfg.activation_checkpointing != "none" else 0
     logits = tokens * math.ceil(model.vocab_size / p.tp)
     # the loss's backward holds the saved logits, their gradient (both in the activation dtype) and fp32 chunks
     chunks = COMPILED_LOSS_CHUNKS_LIVE if compiled_loss else LOSS_CHUNKS_LIVE
     loss_peak = 2 * a * logits + 4 * chunks * min(logits, LOSS_CHUNK_ELEMENTS)
     # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
-    activations = in_flight * layers * per_block + max(recompute_peak, loss_peak)
+    activations = blocks + max(recompute_peak, loss_peak)
     if cfg.lora or p.sharding == "zero1":
         return _frozen_or_zero1_memory(model, cfg, gpu, per_gpu, gathered, activations)
     return MemoryBreakdown(

@@ -21,8 +21,46 @@ from workbench.schema import Fields, load_catalog, load_yaml
 
 
 @dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3; DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", Sec. 2.1.1):
+    the hidden state is projected down to a query latent and a key/value latent (each RMS-normed), and up again to
+    per-head queries, keys and values. A head's query/key is a position-free part and a RoPE part; the RoPE key is
+    one per token, shared by every head. Keys and values have different widths (192 and 128 in DeepSeek-V3)."""
+
+    q_lora_rank: int
+    """Query latent width; 0: queries are projected straight from the hidden state (DeepSeek-V2-Lite)."""
+    kv_lora_rank: int
+    """Key/value latent width."""
+    qk_nope_head_dim: int
+    """Per-head query/key width without position encoding."""
+    qk_rope_head_dim: int
+    """Per-head query/key width with RoPE (the key's is shared by all heads)."""
+    v_head_dim: int
+    """Per-head value width (also the attention output's)."""
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class BlockKind:
+    """What tells one block of a model from another: its FFN (routed experts or dense) and its attention's reach.
+    A model whose blocks are all alike has one kind (``TransformerModel.block_kinds``)."""
+
+    moe: bool
+    """Routed experts (and the shared ones); False: a dense FFN."""
+    window: int = 0
+    """Keys a query sees (``TransformerModel.window_kind``); 0: every earlier one (full causal attention)."""
+
+
+@dataclass(frozen=True)
 class TransformerModel:
-    """A decoder-only transformer (Llama/GPT/Mixtral family)."""
+    """A decoder-only transformer (Llama/GPT/Mixtral/Qwen3/DeepSeek-V3/GPT-OSS/Llama 4 family).
+
+    Blocks may differ in two ways (``block_kinds``): an MoE model's ``dense_layers`` run a dense FFN instead of
+    experts, and ``windowed_layers`` attend over a window of keys instead of every earlier one. Every other field
+    holds for every block."""
 
     name: str
     display_name: str
@@ -44,7 +82,26 @@ class TransformerModel:
     """Top-k routing."""
     default_seq_len: int = 4096
     head_dim: int = 0
-    """0 derives hidden_size / num_heads."""
+    """0 derives hidden_size / num_heads (with ``latent_attention``: its query/key head width)."""
+    shared_experts: int = 0
+    """Experts every token of an MoE layer passes through beside its routed top-k (DeepSeek-V3, Llama 4: 1)."""
+    shared_expert_ffn_size: int = 0
+    """Width of one shared expert's FFN; 0: ffn_hidden_size."""
+    dense_layers: tuple[int, ...] = ()
+    """Indices of an MoE model's layers with a dense FFN instead of experts (DeepSeek-V3's first 3)."""
+    dense_ffn_hidden_size: int = 0
+    """Width of those layers' dense FFN; 0: ffn_hidden_size."""
+    qk_norm: bool = False
+    """Per-head RMSNorm of queries and keys before RoPE (Qwen3; Llama 4's weightless L2 norm)."""
+    attention_window: int = 0
+    """Keys a query of a windowed layer sees; 0: no windowed layers."""
+    window_kind: Literal["sliding", "chunked"] = "sliding"
+    """sliding: the ``attention_window`` latest keys (GPT-OSS); chunked: the keys of the query's own chunk of
+    ``attention_window`` tokens (Llama 4)."""
+    windowed_layers: tuple[int, ...] = ()
+    """Indices of the layers that attend over the window (the rest attend over every earlier key)."""
+    latent_attention: LatentAttention | None = None
+    """Multi-head latent attention in place of the q/k/v projections (then num_kv_heads equals num_heads)."""
     kind: Literal["transformer"] = "transformer"
     approximation: str | None = None
     """What this model leaves out of the architecture it was read from (``from_hf_config`` with
@@ -52,7 +109,8 @@ class TransformerModel:
 
     def __post_init__(self):
         if self.head_dim == 0:
-            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+            derived = self.latent_attention.qk_head_dim if self.latent_attention else self.hidden_size // self.num_heads
+            object.__setattr__(self, "head_dim", derived)
 
     @property
     def is_moe(self) -> bool:
@@ -66,37 +124,146 @@ class TransformerModel:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
-    def layer_params(self) -> int:
-        """Parameters of one transformer block (attention + FFN/experts + norms)."""
-        h = self.hidden_size
-        attention = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        branches = 3 if self.ffn_activation == "swiglu" else 2  # gate+up+down vs up+down
-        ffn = branches * h * self.ffn_hidden_size * self.num_experts
-        router = h * self.num_experts if self.is_moe else 0
-        norms = 2 * h * (2 if self.norm == "layernorm" else 1)
-        return attention + ffn + router + norms
+    @property
+    def shared_expert_size(self) -> int:
+        """FFN width of one shared expert."""
+        return self.shared_expert_ffn_size or self.ffn_hidden_size
 
-    def expert_params_per_layer(self) -> int:
-        """Parameters of one layer's routed experts (0 for a dense model)."""
-        if not self.is_moe:
-            return 0
-        branches = 3 if self.ffn_activation == "swiglu" else 2
-        return branches * self.hidden_size * self.ffn_hidden_size * self.num_experts
+    @property
+    def dense_ffn_size(self) -> int:
+        """FFN width of a dense block: ``dense_ffn_hidden_size`` in an MoE model, else ``ffn_hidden_size``."""
+        return (self.dense_ffn_hidden_size or self.ffn_hidden_size) if self.is_moe else self.ffn_hidden_size
+
+    # -- the kinds of block and where they are
+    def layer_kind(self, layer: int) -> BlockKind:
+        """The kind of block at index ``layer``."""
+        return BlockKind(moe=self.is_moe and layer not in self.dense_layers,
+                         window=self.attention_window if layer in self.windowed_layers else 0)
+
+    def block_kinds(self, layers: range | None = None) -> tuple[tuple[BlockKind, int], ...]:
+        """(kind, blocks of that kind) over ``layers`` (all of them by default), in order of first appearance."""
+        layers = range(self.num_layers) if layers is None else layers
+        if not self.dense_layers and not self.windowed_layers:  # every block alike: the common case, kept fast
+            return ((BlockKind(self.is_moe), len(layers)),) if len(layers) else ()
+        counts: dict[BlockKind, int] = {}
+        for layer in layers:
+            kind = self.layer_kind(layer)
+            counts[kind] = counts.get(kind, 0) + 1
+        return tuple(counts.items())
+
+    def stage_blocks(self, pp: int) -> tuple[tuple[BlockKind, int], ...]:
+        """``block_kinds`` of the busiest of ``pp`` contiguous pipeline stages of ceil(num_layers / pp) blocks
+        each (the last may hold fewer): the one with the most blocks, then the most active parameters, then the
+        most full-attention blocks (an interleaved schedule's chunks are not placed: the split is contiguous)."""
+        per_stage = -(-self.num_layers // pp)
+        if not self.dense_layers and not self.windowed_layers:
+            return self.block_kinds(range(per_stage))
+        stages = [self.block_kinds(range(s * per_stage, min(self.num_layers, (s + 1) * per_stage)))
+                  for s in range(pp)]
+        return max(stages, key=lambda blocks: (sum(n for _, n in blocks),
+                                               sum(n * self.active_block_params(k) for k, n in blocks),
+                                               sum(n for k, n in blocks if not k.window)))
+
+    def typical_block(self) -> BlockKind:
+        """The kind most of the model's blocks are (the first such)."""
+        return max(self.block_kinds(), key=lambda item: item[1])[0]
+
+    def non_llama_features(self) -> tuple[str, ...]:
+        """What of this model's blocks a Llama-style dense block lacks, in the field's words (the stack tables'
+        scope: ``workbench.graph.stacked.transformer_scope_gap``); () for a Llama/Mixtral-style model."""
+        features = (("multi-head latent attention", self.latent_attention is not None),
+                    ("query/key norm", self.qk_norm),
+                    (f"{self.window_kind}-window attention", bool(self.windowed_layers)),
+                    ("shared experts", self.shared_experts > 0),
+                    ("dense and MoE layers", bool(self.dense_layers)))
+        return tuple(name for name, present in features if present)
+
+    # -- parameters
+    def attention_params(self) -> int:
+        """Parameters of one block's attention (its projections and, with ``qk_norm``, the q/k norm weights)."""
+        h = self.hidden_size
+        mla = self.latent_attention
+        if mla is None:
+            qk_norm = 2 * self.head_dim if self.qk_norm else 0
+            return h * (self.q_size + 2 * self.kv_size) + self.q_size * h + qk_norm
+        heads = self.num_heads
+        if mla.q_lora_rank:  # down, its norm, up
+            q = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * heads * mla.qk_head_dim
+        else:
+            q = h * heads * mla.qk_head_dim
+        kv = (h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
+              + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim))
+        return q + kv + heads * mla.v_head_dim * h
+
+    def _ffn_params(self, width: int) -> int:
+        branches = 3 if self.ffn_activation == "swiglu" else 2  # gate+up+down vs up+down
+        return branches * self.hidden_size * width
+
+    def expert_params(self, kind: BlockKind) -> int:
+        """Parameters of a block's routed experts (0 for a dense block)."""
+        return self._ffn_params(self.ffn_hidden_size) * self.num_experts if kind.moe else 0
+
+    def block_params(self, kind: BlockKind) -> int:
+        """Parameters of one block of ``kind``: attention, FFN (routed and shared experts and the router, or the
+        dense FFN), norms."""
+        h = self.hidden_size
+        if kind.moe:
+            shared = self._ffn_params(self.shared_expert_size) * self.shared_experts
+            ffn = self.expert_params(kind) + shared + h * self.num_experts  # experts + router
+        else:
+            ffn = self._ffn_params(self.dense_ffn_size)
+        norms = 2 * h * (2 if self.norm == "layernorm" else 1)
+        return self.attention_params() + ffn + norms
+
+    def active_block_params(self, kind: BlockKind) -> int:
+        """Parameters one token touches in a block of ``kind`` (its top-k routed experts only)."""
+        inactive = self._ffn_params(self.ffn_hidden_size) * (self.num_experts - self.experts_per_token) if kind.moe else 0
+        return self.block_params(kind) - inactive
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer block (attention + FFN/experts + norms); with more than one kind of block,
+        the largest kind's (what FSDP gathers for one block at a time)."""
+        return max(self.block_params(kind) for kind, _ in self.block_kinds())
+
+    def expert_params_per_layer(self) -> float:
+        """Routed-expert parameters per block, over all the model's blocks: one MoE layer's when every block is one
+        (0 for a dense model). A stage's own: ``stage_expert_params``."""
+        total = sum(n * self.expert_params(kind) for kind, n in self.block_kinds())
+        return total // self.num_layers if total % self.num_layers == 0 else total / self.num_layers
+
+    def stage_expert_params(self, pp: int) -> int:
+        """Routed-expert parameters of the busiest pipeline stage's blocks (``stage_blocks``)."""
+        return sum(n * self.expert_params(kind) for kind, n in self.stage_blocks(pp))
+
+    def stage_moe_layers(self, pp: int) -> int:
+        """MoE blocks on the busiest pipeline stage (each sends its tokens to their experts and back)."""
+        return sum(n for kind, n in self.stage_blocks(pp) if kind.moe)
 
     def params_per_gpu(self, tp: int, pp: int, dp: int, ep: int, sharded: bool) -> float:
-        """Parameters one GPU holds (the busiest pipeline stage, embeddings included). Dense weights split
-        tp x pp ways and, when ``sharded`` (FSDP), dp ways; routed experts split ep ways by expert parallelism
-        and, under FSDP, over the rest of the dp group too, so dp ways in all."""
-        layers = -(-self.num_layers // pp)
-        experts = layers * self.expert_params_per_layer() / tp
-        dense = layers * (self.layer_params() - self.expert_params_per_layer()) / tp + self.embedding_params() / tp
+        """Parameters one GPU holds (the busiest pipeline stage, embeddings included). Dense weights (shared experts
+        included) split tp x pp ways and, when ``sharded`` (FSDP), dp ways; routed experts split ep ways by expert
+        parallelism and, under FSDP, over the rest of the dp group too, so dp ways in all."""
+        stage = self.stage_blocks(pp)
+        experts = sum(n * self.expert_params(kind) for kind, n in stage) / tp
+        dense = (sum(n * (self.block_params(kind) - self.expert_params(kind)) for kind, n in stage) / tp
+                 + self.embedding_params() / tp)
         return dense / (dp if sharded else 1) + experts / (dp if sharded else ep)
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each linear layer of a block, unsharded, by the names LoRA targets use (one
-        expert's for an MoE FFN): q, k, v, o and gate, up, down (no gate in an ungated FFN)."""
+        expert's for an MoE FFN): q, k, v, o (latent attention: q_a, q_b, kv_a, kv_b, o) and gate, up, down (no
+        gate in an ungated FFN)."""
         h, f = self.hidden_size, self.ffn_hidden_size
-        shapes = {"q": (h, self.q_size), "k": (h, self.kv_size), "v": (h, self.kv_size), "o": (self.q_size, h)}
+        mla = self.latent_attention
+        if mla is None:
+            shapes = {"q": (h, self.q_size), "k": (h, self.kv_size), "v": (h, self.kv_size), "o": (self.q_size, h)}
+        else:
+            heads = self.num_heads
+            shapes = ({"q_a": (h, mla.q_lora_rank), "q_b": (mla.q_lora_rank, heads * mla.qk_head_dim)}
+                      if mla.q_lora_rank else {"q": (h, heads * mla.qk_head_dim)})
+            shapes.update(kv_a=(h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+                          kv_b=(mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim)),
+                          o=(heads * mla.v_head_dim, h))
         if self.ffn_activation == "swiglu":
             shapes["gate"] = (h, f)
         shapes.update(up=(h, f), down=(f, h))
@@ -111,10 +278,9 @@ class TransformerModel:
         return sum(per_target.values())
 
     def active_layer_params(self) -> int:
-        """Parameters one token touches in a block (top-k experts only)."""
-        branches = 3 if self.ffn_activation == "swiglu" else 2
-        inactive = branches * self.hidden_size * self.ffn_hidden_size * (self.num_experts - self.experts_per_token)
-        return self.layer_params() - inactive
+        """Parameters one token touches in a block (top-k experts only); with more than one kind of block, the
+        typical kind's (``typical_block``)."""
+        return self.active_block_params(self.typical_block())
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
@@ -122,11 +288,13 @@ class TransformerModel:
     @property
     def num_params(self) -> int:
         final_norm = self.hidden_size * (2 if self.norm == "layernorm" else 1)
-        return self.num_layers * self.layer_params() + self.embedding_params() + final_norm
+        blocks = sum(n * self.block_params(kind) for kind, n in self.block_kinds())
+        return blocks + self.embedding_params() + final_norm
 
     @property
     def num_active_params(self) -> int:
-        return self.num_params - self.num_layers * (self.layer_params() - self.active_layer_params())
+        inactive = sum(n * (self.block_params(kind) - self.active_block_params(kind)) for kind, n in self.block_kinds())
+        return self.num_params - inactive
 
 
 @dataclass(frozen=True)
@@ -251,7 +419,7 @@ def model_from_dict(data: object, origin: str = "<dict>") -> Model:
         return model
     common = common_fields(f)
     if kind == "transformer":
-        if not f.has("head_dim") and f.has("hidden_size") and f.has("num_heads"):
+        if not f.has("head_dim") and not f.has("latent_attention") and f.has("hidden_size") and f.has("num_heads"):
             hidden, heads = _positive_int(f, "hidden_size"), _positive_int(f, "num_heads")
             if hidden % heads:
                 raise f.error("num_heads", heads, f"a divisor of hidden_size={hidden} (or give head_dim)")
@@ -270,6 +438,8 @@ def model_from_dict(data: object, origin: str = "<dict>") -> Model:
             experts_per_token=_positive_int(f, "experts_per_token", 1),
             default_seq_len=_positive_int(f, "default_seq_len", 4096),
             head_dim=_positive_int(f, "head_dim", 0) if f.has("head_dim") else 0,
+            **_block_variations(f),
+            approximation=f.string("approximation") if f.has("approximation") else None,
         )
         _check_transformer(model, origin)
     elif kind == "dlrm":
@@ -315,6 +485,42 @@ def common_fields(f: Fields) -> dict[str, str]:
     return dict(name=f.string("name").lower(), display_name=f.string("display_name"), source=f.string("source"))
 
 
+def _block_variations(f: Fields) -> dict:
+    """The optional fields of a transformer whose blocks are not all Llama-style ones (``TransformerModel``): shared
+    experts, dense layers of an MoE model, query/key norms, windowed layers, latent attention."""
+    fields: dict = {}
+    for key in ("shared_experts", "shared_expert_ffn_size", "dense_ffn_hidden_size", "attention_window"):
+        if f.has(key):
+            fields[key] = int(f.number(key, integer=True, minimum=0))
+    for key in ("dense_layers", "windowed_layers"):
+        if f.has(key):
+            fields[key] = _layer_indices(f, key)
+    if f.has("qk_norm"):
+        fields["qk_norm"] = f.boolean("qk_norm")
+    if f.has("window_kind"):
+        fields["window_kind"] = f.string("window_kind", ("sliding", "chunked"))
+    if f.has("latent_attention"):
+        raw = f.raw("latent_attention")
+        if not isinstance(raw, dict):
+            raise f.error("latent_attention", raw, "a mapping with q_lora_rank, kv_lora_rank, qk_nope_head_dim, "
+                                                   "qk_rope_head_dim and v_head_dim")
+        m = Fields(raw, f.origin, "latent_attention")
+        fields["latent_attention"] = LatentAttention(
+            q_lora_rank=int(m.number("q_lora_rank", integer=True, minimum=0)),
+            kv_lora_rank=_positive_int(m, "kv_lora_rank"), qk_nope_head_dim=_positive_int(m, "qk_nope_head_dim"),
+            qk_rope_head_dim=_positive_int(m, "qk_rope_head_dim"), v_head_dim=_positive_int(m, "v_head_dim"))
+        m.finish()
+    return fields
+
+
+def _layer_indices(f: Fields, key: str) -> tuple[int, ...]:
+    value = f.raw(key)
+    if not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+            and value == sorted(set(value))):
+        raise f.error(key, value, "a list of layer indices (integers from 0), ascending, each once")
+    return tuple(value)
+
+
 def _widths(f: Fields, key: str) -> tuple[int, ...]:
     value = f.raw(key)
     if not (isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value)):
@@ -327,6 +533,22 @@ def _check_transformer(m: TransformerModel, origin: str) -> None:
         raise SpecError(origin, "num_kv_heads", m.num_kv_heads, f"a divisor of num_heads={m.num_heads}")
     if m.experts_per_token > m.num_experts:
         raise SpecError(origin, "experts_per_token", m.experts_per_token, f"at most num_experts={m.num_experts}")
+    if not m.is_moe:
+        for key in ("shared_experts", "dense_layers", "dense_ffn_hidden_size"):
+            if getattr(m, key):
+                raise SpecError(origin, key, getattr(m, key), f"no value for a dense model (num_experts=1): {key} "
+                                "describes an MoE model's layers")
+    for key in ("dense_layers", "windowed_layers"):
+        layers = getattr(m, key)
+        if layers and layers[-1] >= m.num_layers:
+            raise SpecError(origin, key, list(layers), f"layer indices below num_layers={m.num_layers}")
+    if bool(m.windowed_layers) != bool(m.attention_window):
+        raise SpecError(origin, "attention_window" if m.windowed_layers else "windowed_layers",
+                        m.attention_window if m.windowed_layers else list(m.windowed_layers),
+                        "both attention_window (tokens) and windowed_layers (indices), or neither")
+    if m.latent_attention is not None and m.num_kv_heads != m.num_heads:
+        raise SpecError(origin, "num_kv_heads", m.num_kv_heads,
+                        f"num_heads={m.num_heads}: latent attention gives every head its own key and value")
 
 
 def load_model(spec: str | Path | dict, *, approximate_as: str | None = None) -> Model:

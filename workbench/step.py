@@ -292,7 +292,7 @@ class StepModel:
         return self._cached(("tables", cfg, compiled, dtype), lambda: self._build_tables(cfg, compiled, dtype))
 
     def _build_tables(self, cfg: TrainingConfig, compiled: bool, dtype: str):
-        gap = cfg.beyond_stack_tables() or stacked.scope_gap(self.model, cfg, self.stack.kernels)
+        gap = stacked.scope_gap(self.model, cfg, self.stack.kernels)  # cfg.beyond_stack_tables, less what it covers
         if gap is not None:
             return None, gap
         return stacked.stack_step(self.model, cfg, self.stack, compiled=compiled, param_dtype=dtype), None
@@ -319,10 +319,12 @@ class StepModel:
                 (((self._price([(op, op.count) for op in tables.microbatch_ops], fit, power=power), 1),),
                  ((self._price([(op, op.count) for op in tables.step_ops], fit, power=power), 1),)), tables))[0]
         model, p = self.model, cfg.parallelism
-        if self.family.repeats_blocks:  # one block priced once, its copies the stage's layers
-            ends, fwd, head, bwd, recompute = self._block(cfg, execution, fit, power)
-            layers = self.family.stage_layers(model, cfg)
-            micro: Stage = ((ends, 1), (fwd, layers), (head, 1), (bwd, layers), (recompute, layers))
+        if self.family.repeats_blocks:  # each kind of block priced once, its copies on the stage
+            blocks = [(self._block(cfg, execution, fit, power, kind), n)
+                      for kind, n in self.family.stage_blocks(model, cfg)]
+            (ends, _, head, _, _), _ = blocks[0]
+            micro: Stage = ((ends, 1), *((b[1], n) for b, n in blocks), (head, 1), *((b[3], n) for b, n in blocks),
+                            *((b[4], n) for b, n in blocks))
         else:
             key = (cfg if execution is not None else
                    (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing))
@@ -337,29 +339,32 @@ class StepModel:
             [(op, op.count) for op in step_ops(model, cfg, execution)], fit, power=power))
         return micro, ((once, 1), (optimizer, 1))
 
-    def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0) -> tuple[PricedOps, ...]:
+    def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0, kind=None) -> tuple[PricedOps, ...]:
         """``Family.block_graph``'s pieces priced (one block, independent of pp). Checkpointing changes only the
         recomputation (``graph.transformer.block_ops``), so the graph is built once for all three modes and the
         other pieces are priced once."""
         p = cfg.parallelism
         block = (cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep, p.cp, cfg.lora_rank, cfg.lora_targets,
-                 execution, id(fit), power)
+                 kind, execution, id(fit), power)
         mode = cfg.activation_checkpointing
         hit = self._graphs.get(("block", mode) + block)
         if hit is None:
             graph = self._cached(("block graph",) + block[:-2],
-                                 lambda: self.family.block_graph(self.model, cfg, execution))
+                                 lambda: self.family.block_graph(self.model, cfg, execution, kind))
             shared = self._cached(("block pieces",) + block, lambda: tuple(
                 self._price([(op, op.count) for op in piece], fit, power=power) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
                 self._price([(op, op.count) for op in graph[4][mode]], fit, power=power),))
         return hit
 
-    def _plan(self, cfg: TrainingConfig) -> DataParallelPlan:
-        """``step_comm.data_parallel_plan``, cached by what it reads (not the micro-batch)."""
+    def _plan(self, cfg: TrainingConfig, tables=None) -> DataParallelPlan:
+        """``step_comm.data_parallel_plan``, cached by what it reads (not the micro-batch); ``tables``: a stack's,
+        whose FSDP2 may gather the blocks in float8 (``StackStep.fsdp_gather_scale``)."""
+        scale = tables.fsdp_gather_scale if tables is not None else 1.0
         key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
-               cfg.lora_targets)
-        return self._cached(key, lambda: data_parallel_plan(self.model, cfg, self.gpu, self.constants))
+               cfg.lora_targets, scale)
+        return self._cached(key, lambda: data_parallel_plan(self.model, cfg, self.gpu, self.constants,
+                                                            block_gather_scale=scale))
 
     def _critical(self, cfg: TrainingConfig) -> CriticalPath:
         """``step_comm.critical_path``, cached by what it reads (every parallel degree but the sharding)."""
@@ -470,7 +475,7 @@ class StepModel:
                                  lambda: (micro, _micro_sums(micro, accum, _ACCUMULATED)))
         micro_sums = self._cached(("micro sums",) + graph, lambda: (micro, _micro_sums(micro, 1, _ONE_MICRO)))
         s = _fold(micro, accum, once, (step_sums[1], micro_sums[1]))
-        comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s, plan=self._plan(cfg),
+        comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s, plan=self._plan(cfg, tables),
                          attention_s=s.attention_s, critical=self._critical(cfg))
         if detail:
             comms: list[CommPrediction] | None = communication(model, cfg, gpu, self.constants,

@@ -7,6 +7,7 @@ critical path. What each model family's step sends its family says (``Family.dat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -53,14 +54,24 @@ DataParallelPlan = list[tuple[ScheduledCollective, int, str, float]]
 """The data-parallel collectives of one step: (collective, group size, link name, seconds per occurrence)."""
 
 
-def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> DataParallelPlan:
+FSDP_BLOCK_GATHERS = ("fsdp.all_gather_first_block", "fsdp.all_gather_blocks")
+"""The dense blocks' FSDP2 all-gathers (``overlap.fsdp_schedule``): what a float8 all-gather shrinks."""
+
+
+def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, *,
+                       block_gather_scale: float = 1.0) -> DataParallelPlan:
     """The step's data-parallel collectives (FSDP2 gathers and reduce-scatters, DDP all-reduces) on the schedule of
     ``workbench.perf.overlap``, each timed once. Depends on the parallelism, gradient accumulation and activation
-    dtype only -- not on the micro-batch -- so ``workbench.step.StepModel`` caches it."""
+    dtype only -- not on the micro-batch -- so ``workbench.step.StepModel`` caches it. ``block_gather_scale``: the
+    dense blocks' all-gather bytes relative to the compute dtype's (a stack's FSDP2 float8 all-gather,
+    ``graph.stacked.StackStep.fsdp_gather_scale``; 1 everywhere else)."""
     p = cfg.parallelism
     dp_spans = p.weight_replicas * p.tp > gpu.scale_up_domain_gpus.value
     planned = [(s, group) for schedule, group in family_of(model).data_parallel_collectives(model, cfg)
                if group > 1 for s in schedule]
+    if block_gather_scale != 1.0:
+        planned = [(dataclasses.replace(s, size_bytes=s.size_bytes * block_gather_scale)
+                    if s.name in FSDP_BLOCK_GATHERS else s, group) for s, group in planned]
     link = group_link(gpu, c, dp_spans)  # every data-parallel group spans the same ranks' links
     return [(s, group, link.name, collective_time(s.collective, s.size_bytes, group, link)) for s, group in planned]
 
@@ -80,7 +91,7 @@ def transformer_data_parallel(model: TransformerModel, cfg: TrainingConfig) -> S
     layers = math.ceil(model.num_layers / p.pp)
     # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
     # only over the dp / ep ranks that hold the same experts
-    experts = layers * model.expert_params_per_layer() / p.tp
+    experts = model.stage_expert_params(p.pp) / p.tp
     dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
     root = model.embedding_params() / p.tp  # embedding and head (the final norm's h weights are negligible)
     block = (dense - root) / layers
@@ -237,7 +248,7 @@ def transformer_traffic(model: TransformerModel, cfg: TrainingConfig, domain: in
     if model.is_moe:
         routed = tokens * model.experts_per_token * model.hidden_size * act_bytes
         traffic.append(Traffic("ep.all_to_all_tokens", "all_to_all", routed, p.ep, p.ep * p.tp > domain,
-                               4 * layers * accum))
+                               4 * model.stage_moe_layers(p.pp) * accum))
     traffic.append(Traffic("pp.send_recv_activations", "send_recv", tokens * model.hidden_size * act_bytes / p.tp,
                            p.pp, p.gpus > domain, 2 * accum * p.virtual_stages))
     ring = None

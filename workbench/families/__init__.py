@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import UnknownNameError, WorkbenchError
@@ -103,14 +103,21 @@ class Family(ABC):
         """Ops the reference job runs once per step (``execution`` given)."""
         return []
 
-    def block_graph(self, model, cfg: TrainingConfig, execution: Execution | None) -> tuple:
+    def block_graph(self, model, cfg: TrainingConfig, execution: Execution | None, kind: Hashable = None) -> tuple:
         """``repeats_blocks`` families: (ends, one block's forward, head, its backward, {checkpointing mode: its
-        recomputation}), every mode at once (``workbench.graph.transformer.block_graph``)."""
+        recomputation}), every mode at once, for a block of ``kind`` (one of ``stage_blocks``'; None: the model's
+        typical block) (``workbench.graph.transformer.block_graph``)."""
         raise NotImplementedError(f"{self.name} models are priced whole (repeats_blocks is False)")
 
     def stage_layers(self, model, cfg: TrainingConfig) -> int:
         """``repeats_blocks`` families: the blocks on the busiest pipeline stage."""
         raise NotImplementedError(f"{self.name} models are priced whole (repeats_blocks is False)")
+
+    def stage_blocks(self, model, cfg: TrainingConfig) -> tuple[tuple[Hashable, int], ...]:
+        """``repeats_blocks`` families: (kind, copies) of each kind of block on the busiest pipeline stage, a kind
+        being what ``block_graph`` takes; the step model prices each kind once and weights it by its copies. The
+        default: one kind (None), ``stage_layers`` copies."""
+        return ((None, self.stage_layers(model, cfg)),)
 
     @abstractmethod
     def optimizer_params(self, model, cfg: TrainingConfig) -> float:
@@ -150,6 +157,25 @@ class Family(ABC):
         """(name, rows, dim) of each sparse embedding table the recipe places (row-sharded over dp); dense
         embeddings (a transformer's, sharded with the weights) are not listed."""
         return ()
+
+    # -- what the recipe search varies (``workbench.recipe.search``)
+    max_micro_batch: int = 1024
+    """Largest micro-batch the search tries (the divisors of the per-rank batch up to it; memory stops the climb
+    earlier): a bound on the search, not a model figure."""
+    checkpoints_activations: bool = False
+    """Activation checkpointing changes this family's step (``TrainingConfig.activation_checkpointing``): the
+    search tries the modes it is given; False tries ``none`` only."""
+
+    def searched_shardings(self, model, requested: tuple[str, ...]) -> tuple[str, ...]:
+        """The shardings the search tries for ``model`` when asked for ``requested``: those of ``shardings`` among
+        them, in the caller's order (a family whose shardings all run alike names the one it runs)."""
+        return tuple(s for s in requested if s in self.shardings)
+
+    def standard_global_batch(self, model, seq_len: int) -> float:
+        """Samples per optimizer step a training run of ``model`` at ``seq_len`` tokens per sample commonly takes:
+        the global batch the search holds when none is given (``default_global_batch`` rounds it to a power of two
+        per GPU). Default: the family's default micro-batch."""
+        return float(self.default_micro_batch(model))
 
     def __repr__(self) -> str:
         return f"<model family {self.name}: {self.model_type.__name__}>"

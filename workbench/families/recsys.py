@@ -38,10 +38,17 @@ class _Recommender(Family):
     def data_parallel_collectives(self, model: DLRMModel | HSTUModel, cfg: TrainingConfig):
         return replicated_dense_data_parallel(model, cfg)
 
+    def searched_shardings(self, model: DLRMModel | HSTUModel, requested: tuple[str, ...]) -> tuple[str, ...]:
+        return ("ddp",)  # dense layers replicate and tables row-shard whichever is asked: fsdp runs as ddp
+
+    def standard_global_batch(self, model: DLRMModel | HSTUModel, seq_len: int) -> float:
+        return float(model.default_batch)  # the catalog's (DLRM 65,536, MLPerf's; HSTU 64, a representative guess)
+
 
 class DLRMFamily(_Recommender):
     name = "dlrm"
     model_type = DLRMModel
+    max_micro_batch = 1 << 20
 
     def default_seq_len(self, model: DLRMModel) -> int:
         return 1  # one sample is one set of dense and sparse features
@@ -75,6 +82,7 @@ class DLRMFamily(_Recommender):
 class HSTUFamily(_Recommender):
     name = "hstu"
     model_type = HSTUModel
+    max_micro_batch = 4096
 
     def default_seq_len(self, model: HSTUModel) -> int:
         return int(model.default_seq_len)

@@ -34,7 +34,7 @@ from workbench.graph.execution import ROPE_BWD, ROPE_FWD, Kernel, kernels
 from workbench.graph.ops import AttentionShape, Op, attention, gemm_with_grads
 
 ParamDtype = Literal["fp32", "bf16"]
-Float8Recipe = Literal["none", "rowwise"]
+Float8Recipe = Literal["none", "rowwise", "tensorwise"]
 Policy = str
 """Activation checkpointing: ``none``, ``full``, ``selective-op`` (torchtitan's per-op policy) or ``selective-N``
 (every N-th block fully checkpointed, torchtitan's ``selective_ac_option = "N"``)."""
@@ -64,6 +64,9 @@ class StackFlavor:
     float8: Float8Recipe = "none"
     """torchao ``Float8Linear`` on the blocks' linears (torchtitan's ``[quantize.linear.float8]`` with
     ``filter_fqns = ["output"]``: the head stays bf16); ``none``: every linear in bf16."""
+    float8_all_gather: int = 0
+    """FSDP2's float8 all-gather over this many weight shards (torchtitan ``enable_fsdp_float8_all_gather`` with
+    ``precompute_float8_dynamic_scale_for_fsdp``; tensorwise only); 0: off (``float8_linear_casts``)."""
 
     @property
     def autocast(self) -> bool:
@@ -100,12 +103,33 @@ class Dims:
     kv_heads: int
     head_dim: int
     layers: int
+    """Blocks on this GPU: the model's, or the busiest pipeline stage's ``ceil(layers / pp)``."""
+    sp: int = 1
+    """Sequence parallelism (tensor parallelism as torchtitan and Megatron-Core run it): the norms, residual adds
+    and their gradients run on ``tokens / sp`` rows (``stream_tokens``); the GEMMs, RoPE, attention and SwiGLU on
+    every token of the micro-batch with the heads and FFN columns split ``sp`` ways."""
+    cp: int = 1
+    """Context parallelism: ``seq`` is this rank's ``seq_len / cp``; attention is ``cp`` causal blocks of it (the
+    load-balanced ring: ``workbench.graph.transformer``'s convention)."""
 
     @classmethod
-    def of(cls, model, micro_batch: int, seq_len: int) -> Dims:
-        return cls(micro_batch * seq_len, seq_len, micro_batch, model.hidden_size, model.q_size, model.kv_size,
-                   model.ffn_hidden_size, model.vocab_size, model.num_heads, model.num_kv_heads, model.head_dim,
-                   model.num_layers)
+    def of(cls, model, micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1, pp: int = 1) -> Dims:
+        """One GPU's dims: the whole model for tp = cp = pp = 1; else its shard (heads, kv heads, FFN and vocab
+        split tp ways, at least one kv head; the sequence split cp ways; the busiest stage's blocks)."""
+        seq = seq_len // cp
+        return cls(micro_batch * seq, seq, micro_batch, model.hidden_size, model.q_size // tp,
+                   max(model.kv_size // tp, model.head_dim), model.ffn_hidden_size // tp,
+                   math.ceil(model.vocab_size / tp), model.num_heads // tp, max(model.num_kv_heads // tp, 1),
+                   model.head_dim, math.ceil(model.num_layers / pp), tp, cp)
+
+    @property
+    def stream_tokens(self) -> int:
+        """Rows of the residual stream on this GPU (``tokens / sp`` under sequence parallelism)."""
+        return self.tokens // self.sp
+
+    def attention_shape(self) -> AttentionShape:
+        """The causal attention of one block: ``cp`` ring blocks of the local sequence (``cp`` = 1: the sequence)."""
+        return AttentionShape(self.batch * self.cp, self.seq, self.heads, self.kv_heads, self.head_dim, causal=True)
 
     def linears(self) -> tuple[tuple[str, int, int], ...]:
         """(name, in, out) of a block's linears in forward order (mm_index 1..7)."""
@@ -262,44 +286,157 @@ FP8_K_MAJOR_COPY: tuple[Kernel, ...] = (("k_major_copy", 1, 1, "transpose"),)
 # - wgrad's bf16 output to the fp32 parameter's gradient: as the bf16 tables' upcast.
 FP8_ROW_CAST_FUSED: tuple[Kernel, ...] = (("fp8_row_cast", 2, 1, True),)
 FP8_WEIGHT_ROW_CAST: tuple[Kernel, ...] = (("fp8_weight_row_cast", 8, 1, True),)
-def fp8_column_cast(hp_bytes: int) -> tuple[Kernel, ...]:
-    return (("fp8_col_amax", hp_bytes, 0, True), ("fp8_col_cast.read", hp_bytes, 0, True),
-            ("fp8_col_cast.write_t", 0, 1, "transpose"))
+def fp8_column_cast(hp_bytes: int, amax: bool = True) -> tuple[Kernel, ...]:
+    """A column cast of a ``hp_bytes`` tensor; ``amax`` False: its scale is already known (tensorwise)."""
+    return ((("fp8_col_amax", hp_bytes, 0, True),) if amax else ()) + (
+        ("fp8_col_cast.read", hp_bytes, 0, True), ("fp8_col_cast.write_t", 0, 1, "transpose"))
+
+
+# Recipe "tensorwise" (Float8LinearConfig's default: input, weight and grad_output TENSORWISE e4m3, scales not
+# rounded to a power of 2): the same six casts per linear (matmul_with_hp_or_float8_args casts each GEMM operand
+# from its high-precision tensor), each with one scale per tensor: eager, 4 scale launches (to float64, clamp, div,
+# to float32); compiled, the amax is a whole-tensor reduction, so a cast cannot live in its producer's row loop:
+# the producer adds a partial amax (launch only), a separate kernel casts (2 B read, 1 written; guess, calibrate me
+# on a tensorwise trace); a column cast of a tensor already cast along its rows reuses that scale (inductor CSEs the
+# identical amax), leaving the transposing cast. With FSDP2's float8 all-gather (torchao/float8/fsdp_utils.py
+# WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather, scales from precompute_float8_dynamic_scale_for_fsdp
+# after the optimizer step), the weight reaches the linear already in fp8: its forward cast is this rank's fp32
+# shard's (hp_tensor_and_scale_to_float8: * scale, clamp, to e4m3, in FSDP's eager pre-all-gather hook), and
+# dgrad's W^T is the saved fp8 weight's transposing copy (float8_linear.py: an operand that
+# ``tensor_already_casted_to_fp8`` is not cast again).
+_FP8_TENSOR_SCALE_OPS: tuple[Kernel, ...] = tuple((n, 0, 0, True) for n in ("amax.to_f64", "amax.clamp",
+                                                                              "max_div_amax", "scale.to_f32"))
+FP8_TENSOR_CAST_EAGER_BF16: tuple[Kernel, ...] = (
+    ("abs", 2, 2, True), ("amax", 2, 0, True), *_FP8_TENSOR_SCALE_OPS, ("x.to_f32", 2, 4, False),
+    ("mul_scale", 4, 4, False), ("clamp", 4, 4, True), ("to_e4m3", 4, 1, True))
+FP8_TENSOR_CAST_EAGER_FP32: tuple[Kernel, ...] = (
+    ("abs", 4, 4, True), ("amax", 4, 0, True), *_FP8_TENSOR_SCALE_OPS, ("mul_scale", 4, 4, False),
+    ("clamp", 4, 4, True), ("to_e4m3", 4, 1, True))
+FP8_TENSOR_CAST_COMPILED: tuple[Kernel, ...] = (("fp8_partial_amax", 0, 0, True), ("fp8_tensor_cast", 2, 1, True))
+FP8_SHARD_CAST: tuple[Kernel, ...] = (("mul_scale", 4, 4, False), ("clamp", 4, 4, True), ("to_e4m3", 4, 1, True))
+"""The fp32 weight shard's cast before FSDP2's float8 all-gather, its scale precomputed (a 0-dim broadcast)."""
+FP8_TRANSPOSE_COMPILED: tuple[Kernel, ...] = (("fp8_t.read", 1, 0, True), ("fp8_t.write_t", 0, 1, "transpose"))
+"""An fp8 operand's transposing copy in a compiled graph: priced as the compiled column casts are (a coalesced
+read, a strided write; ``fp8_column_cast``'s fitted choice), not as eager's K-major copy."""
+FP8_PRECOMPUTE_SCALE: tuple[Kernel, ...] = (("foreach_amax", 4, 0, True),)
+"""precompute_float8_dynamic_scale_for_fsdp, per element of the fp32 shards: ``torch._foreach_norm(weights,
+ord=math.inf)`` (an all-reduce of the amaxes follows: a few KB, not priced), one launch per 320 chunks."""
+
+
+def _eager_cast(recipe: Float8Recipe, hp_bytes: int) -> tuple[Kernel, ...]:
+    if recipe == "tensorwise":
+        return FP8_TENSOR_CAST_EAGER_FP32 if hp_bytes == 4 else FP8_TENSOR_CAST_EAGER_BF16
+    return FP8_CAST_EAGER_FP32 if hp_bytes == 4 else FP8_CAST_EAGER_BF16
 
 
 def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm_index: int, count: int,
-                        layer: str, input_cast: bool = True, shared_input: bool = False) -> tuple[list[Op], list[Op]]:
-    """(forward, backward) kernels of torchao's rowwise casts of one linear y[t, o] = x[t, i] W[o, i]^T, ``count``
-    times. Compiled, the activation casts (x along -1 and 0) run once per distinct input: ``input_cast`` False for
-    a linear that shares its input with an earlier one (wk, wv after wq; w3 after w1), ``shared_input`` True for
-    the first of those (wq, w1)."""
+                        layer: str, input_cast: bool = True, shared_input: bool = False,
+                        recipe: Float8Recipe = "rowwise", weight_bytes: int = 4,
+                        all_gather_shards: int = 0) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) kernels of torchao's casts of one linear y[t, o] = x[t, i] W[o, i]^T, ``count`` times.
+    Compiled, the activation casts (x along -1 and 0) run once per distinct input: ``input_cast`` False for a
+    linear that shares its input with an earlier one (wk, wv after wq; w3 after w1), ``shared_input`` True for the
+    first of those (wq, w1). ``weight_bytes``: the weight as the linear sees it (4: fp32 under autocast; 2: FSDP2's
+    bf16 compute copy); ``all_gather_shards``: FSDP2's float8 all-gather over that many shards (tensorwise)."""
     fwd: list[Op] = []
     bwd: list[Op] = []
     tag = {"aten": "fp8_cast", "mm_index": mm_index}
+    act_table, w_table = _eager_cast(recipe, 2), _eager_cast(recipe, weight_bytes)
+
+    def scales(rows: int) -> int:  # scale elements: a row's, or one per tensor
+        return 1 if recipe == "tensorwise" else rows
+
+    if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook: forward only
+        fwd += _tag(_k(f"{name}.w_shard.fp8", "fp8_quantize", FP8_SHARD_CAST, max(1, i * o // all_gather_shards),
+                       "fwd", count, layer, "fp8_cast"), **tag)
     if not compiled:
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", FP8_CAST_EAGER_BF16, t * i, "fwd", count, layer, "fp8_cast",
-                       rows=t), **tag)
-        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", FP8_CAST_EAGER_FP32, i * o, "fwd", count, layer, "fp8_cast",
-                       rows=o), **tag)
-        bwd += _k(f"{name}.dy.fp8", "fp8_quantize", FP8_CAST_EAGER_BF16, t * o, "bwd", count, layer, "fp8_cast", rows=t)
-        for operand, elements, table, rows in (("w_t", i * o, FP8_CAST_EAGER_FP32, i),
-                                               ("dy_t", t * o, FP8_CAST_EAGER_BF16, o),
-                                               ("x_t", t * i, FP8_CAST_EAGER_BF16, i)):
+        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", act_table, t * i, "fwd", count, layer, "fp8_cast",
+                       rows=scales(t)), **tag)
+        if not all_gather_shards:
+            fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", w_table, i * o, "fwd", count, layer, "fp8_cast",
+                           rows=scales(o)), **tag)
+        bwd += _k(f"{name}.dy.fp8", "fp8_quantize", act_table, t * o, "bwd", count, layer, "fp8_cast", rows=scales(t))
+        w_t = () if all_gather_shards else w_table
+        for operand, elements, table, rows in (("w_t", i * o, w_t, i),
+                                               ("dy_t", t * o, act_table, o),
+                                               ("x_t", t * i, act_table, i)):
             bwd += _k(f"{name}.{operand}.fp8", "fp8_quantize", table + FP8_K_MAJOR_COPY, elements, "bwd", count,
-                      layer, "fp8_cast", rows=rows)
+                      layer, "fp8_cast", rows=scales(rows))
         return fwd, bwd
     tag["compiled_cast"] = True
+    tensorwise = recipe == "tensorwise"
+    row_cast = FP8_TENSOR_CAST_COMPILED if tensorwise else FP8_ROW_CAST_FUSED
     if input_cast:  # a shared input's cast is rerun when any GEMM it feeds is: wq's feeds wk, w1's feeds w3
         x_tag = {**tag, "mm_index": mm_index + 1 if shared_input else mm_index}
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", FP8_ROW_CAST_FUSED, t * i, "fwd", count, layer, "fp8_cast"),
+        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", row_cast, t * i, "fwd", count, layer, "fp8_cast"),
                     **x_tag)
-        bwd += _k(f"{name}.x_t.fp8", "fp8_quantize", fp8_column_cast(2), t * i, "bwd", count, layer, "fp8_cast")
-    fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", FP8_WEIGHT_ROW_CAST, i * o, "fwd", count, layer, "fp8_cast"),
-                **tag)
-    bwd += _k(f"{name}.dy.fp8", "fp8_quantize", FP8_ROW_CAST_FUSED, t * o, "bwd", count, layer, "fp8_cast")
-    bwd += _k(f"{name}.w_t.fp8", "fp8_quantize", fp8_column_cast(4), i * o, "bwd", count, layer, "fp8_cast")
-    bwd += _k(f"{name}.dy_t.fp8", "fp8_quantize", fp8_column_cast(2), t * o, "bwd", count, layer, "fp8_cast")
+        bwd += _k(f"{name}.x_t.fp8", "fp8_quantize", fp8_column_cast(2, amax=not tensorwise), t * i, "bwd", count,
+                  layer, "fp8_cast")
+    if not all_gather_shards:
+        weight_cast = (FP8_TENSOR_CAST_COMPILED if tensorwise and weight_bytes == 2 else
+                       FP8_WEIGHT_ROW_CAST if weight_bytes == 4 else (("fp8_weight_row_cast", 4, 1, True),))
+        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", weight_cast, i * o, "fwd", count, layer, "fp8_cast"), **tag)
+    bwd += _k(f"{name}.dy.fp8", "fp8_quantize", row_cast, t * o, "bwd", count, layer, "fp8_cast")
+    w_t = FP8_K_MAJOR_COPY if all_gather_shards else fp8_column_cast(weight_bytes, amax=not tensorwise)
+    bwd += _k(f"{name}.w_t.fp8", "fp8_quantize", w_t, i * o, "bwd", count, layer, "fp8_cast")
+    bwd += _k(f"{name}.dy_t.fp8", "fp8_quantize", fp8_column_cast(2, amax=not tensorwise), t * o, "bwd", count,
+              layer, "fp8_cast")
     return fwd, bwd
+
+
+def float8_tp_linear_casts(name: str, t: int, ts: int, i: int, o: int, *, colwise: bool, casts_input: bool,
+                           compiled: bool, mm_index: int, count: int, layer: str,
+                           all_gather_shards: int = 0) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) casts of one linear under torchao's float8 tensor parallelism (tensorwise with tp > 1:
+    torchtitan ``apply_tp`` with ``enable_float8_tensorwise_tp``; torchao/float8/float8_tensor_parallel.py).
+    ``Float8ColwiseParallel`` / ``PrepareFloat8ModuleInput`` cast a column-parallel linear's input on the
+    sequence-parallel shard [ts, i] before the all-gather (in fp8), once per module input (``casts_input``: wq for
+    q/k/v, w1 for w1/w3), and its output grad [t, o] where it is; ``Float8RowwiseParallel`` casts its input
+    [t, i] where it is and its output grad on the shard [ts, o] before that all-gather. Operands that arrive in
+    fp8 are not cast again (float8_linear.py ``tensor_already_casted_to_fp8``): the wgrad's x^T and dy^T and
+    dgrad's W^T are transposing copies (a tensorwise scale survives the transpose)."""
+    tag = {"aten": "fp8_cast", "mm_index": mm_index + 1 if colwise and casts_input else mm_index}
+    if compiled:
+        tag["compiled_cast"] = True
+    cast = FP8_TENSOR_CAST_COMPILED if compiled else FP8_TENSOR_CAST_EAGER_BF16
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook
+        fwd += _tag(_k(f"{name}.w_shard.fp8", "fp8_quantize", FP8_SHARD_CAST, max(1, i * o // all_gather_shards),
+                       "fwd", count, layer, "fp8_cast"), **tag)
+    else:
+        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", cast, i * o, "fwd", count, layer, "fp8_cast"), **tag)
+    if casts_input:
+        rows = ts if colwise else t
+        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", cast, rows * i, "fwd", count, layer, "fp8_cast", rows=1),
+                    **tag)  # rows=1: one scale per tensor
+    rows = t if colwise else ts
+    bwd += _k(f"{name}.dy.fp8", "fp8_quantize", cast, rows * o, "bwd", count, layer, "fp8_cast", rows=1)
+    transpose = FP8_TRANSPOSE_COMPILED if compiled else FP8_K_MAJOR_COPY
+    # compiled, the shared input's transpose is one node (inductor's CSE), as its cast is
+    operands = (("w_t", i * o), ("dy_t", t * o)) + ((("x_t", t * i),) if casts_input or not compiled else ())
+    for operand, elements in operands:
+        bwd += _k(f"{name}.{operand}.fp8", "fp8_quantize", transpose, elements, "bwd", count, layer, "fp8_cast")
+    return fwd, bwd
+
+
+def _float8_casts(name: str, d: Dims, i: int, o: int, *, compiled: bool, mm_index: int, layer: str,
+                  f8_args: dict) -> tuple[list[Op], list[Op]]:
+    """One block linear's float8 casts: ``float8_tp_linear_casts`` under tensorwise tensor parallelism, else
+    ``float8_linear_casts`` (compiled: the inputs q/k/v and w1/w3 share cast once)."""
+    n = d.layers
+    if d.sp > 1 and f8_args["recipe"] == "tensorwise":
+        colwise = name not in ("wo", "w2")
+        return float8_tp_linear_casts(name, d.tokens, d.stream_tokens, i, o, colwise=colwise,
+                                      casts_input=name in ("wq", "w1", "wo", "w2"), compiled=compiled,
+                                      mm_index=mm_index, count=n, layer=layer,
+                                      all_gather_shards=f8_args["all_gather_shards"])
+    if not compiled:
+        return float8_linear_casts(name, d.tokens, i, o, compiled=False, mm_index=mm_index, count=n, layer=layer,
+                                   **f8_args)
+    return float8_linear_casts(name, d.tokens, i, o, compiled=True, mm_index=mm_index, count=n, layer=layer,
+                               input_cast=name not in ("wk", "wv", "w3"), shared_input=name in ("wq", "w1"),
+                               **f8_args)
 
 
 def _tag(ops: list[Op], **extra) -> list[Op]:
@@ -321,12 +458,14 @@ def _splits(elements: int, bytes_per_element: int) -> int:
 
 def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
     """(forward, backward) kernels of the ``d.layers`` blocks (count = layers), without recomputation."""
-    n, t = d.layers, d.tokens
+    n, t, ts = d.layers, d.tokens, d.stream_tokens  # ts: the residual stream's rows (t / tp under sequence parallel)
     fwd: list[Op] = []
     bwd: list[Op] = []
     A, s = flavor.autocast, flavor.stream_bytes
     f8 = flavor.float8 != "none"
-    gemm_dtype = "fp8" if f8 else "bf16"  # rowwise: all three GEMMs in fp8 (workbench.precision)
+    gemm_dtype = "fp8" if f8 else "bf16"  # rowwise and tensorwise: all three GEMMs in fp8 (workbench.precision)
+    f8_args = dict(recipe=flavor.float8, weight_bytes=4 if flavor.param_dtype == "fp32" else 2,
+                   all_gather_shards=flavor.float8_all_gather) if f8 else {}
 
     def linear(name: str, i: int, o: int, mm_index: int, layer: str) -> None:
         f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
@@ -337,7 +476,7 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
         fwd.extend(_tag([f], aten="mm", mm_index=mm_index))
         bwd.extend([dg, wg])
         if f8:
-            cf, cb = float8_linear_casts(name, t, i, o, compiled=False, mm_index=mm_index, count=n, layer=layer)
+            cf, cb = _float8_casts(name, d, i, o, compiled=False, mm_index=mm_index, layer=layer, f8_args=f8_args)
             fwd.extend(cf)
             bwd.extend(cb)
 
@@ -348,10 +487,11 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
             layer = "mlp" if part in ("ffn_norm", "swiglu", "residual") else "attention"
             kind = {"attn_norm": "rmsnorm", "ffn_norm": "rmsnorm", "rope": "rope", "o_copy": "copy",
                     "swiglu": "swiglu", "residual": "add"}[part]
-            e = t * width[walk]
-            fwd.extend(_k(part, kind, tf, e, "fwd", n, layer, part, rows=t))
+            rows = ts if walk == "hidden" else t
+            e = rows * width[walk]
+            fwd.extend(_k(part, kind, tf, e, "fwd", n, layer, part, rows=rows))
             if tb:
-                bwd.extend(_k(part, kind, tb, e, "bwd", n, layer, part, rows=t))
+                bwd.extend(_k(part, kind, tb, e, "bwd", n, layer, part, rows=rows))
         if flavor.rope == "complex":  # inductor leaves the complex multiply to aten (trace: 6 per block w/ full AC)
             for x, w in (("q", d.q), ("k", d.kv)):
                 fwd.extend(_k(f"rope.{x}", "rope", (("complex_mul", 4, 4, False),), t * w, "fwd", n, "attention", "rope"))
@@ -360,9 +500,7 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
             layer = "attention" if idx <= 4 else "mlp"
             f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
             if f8:
-                cf, cb = float8_linear_casts(name, t, i, o, compiled=True, mm_index=idx, count=n, layer=layer,
-                                             input_cast=name not in ("wk", "wv", "w3"),
-                                             shared_input=name in ("wq", "w1"))
+                cf, cb = _float8_casts(name, d, i, o, compiled=True, mm_index=idx, layer=layer, f8_args=f8_args)
                 # w2's forward feeds only the residual add: the partitioner never recomputes it (the fit trace of
                 # f-8b4l-fp8row-full-compile has 108 _scaled_mm per step, not 4 x 7 x 4 = 112)
                 last = {"last": True} if name == "w2" else {}
@@ -376,21 +514,21 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
             if A:  # triton_poi_fused__to_copy_t_* (fwd cast, recomputed under AC) and _to_copy_* (wgrad upcast)
                 fwd.extend(_k(f"{name}.weight", "copy", (("to_bf16", 4, 2, True),), i * o, "fwd", n, "attention", "cast_weight"))
                 bwd.extend(_k(f"{name}.weight_grad", "copy", (("to_fp32", 2, 4, True),), i * o, "bwd", n, "attention", "cast"))
-        shape = AttentionShape(d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, causal=True)
+        shape = d.attention_shape()
         fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa")[0])
         bwd.append(attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention"))
         return fwd, bwd
 
     norm_f, norm_b = rmsnorm_tables(s)
-    th = t * d.hidden
+    th, tg = ts * d.hidden, t * d.hidden  # the stream [ts, h]; a linear's (gathered) input [t, h]
     # --- attention half: x -> rms_norm -> (cast y) x3 -> wq, wk, wv -> rope -> sdpa -> copy -> wo -> + x
-    fwd.extend(_k("attn_norm", "rmsnorm", norm_f, th, "fwd", n, "attention", "rms_norm", rows=t))
+    fwd.extend(_k("attn_norm", "rmsnorm", norm_f, th, "fwd", n, "attention", "rms_norm", rows=ts))
     for idx, (name, i, o) in enumerate(d.linears()[:3], 1):
         if A:
-            fwd.extend(_k(f"{name}.input", "copy", CAST_TO_BF16, th, "fwd", n, "attention", "cast"))
-            bwd.extend(_k(f"{name}.input_grad", "copy", CAST_TO_FP32, th, "bwd", n, "attention", "cast"))
+            fwd.extend(_k(f"{name}.input", "copy", CAST_TO_BF16, tg, "fwd", n, "attention", "cast"))
+            bwd.extend(_k(f"{name}.input_grad", "copy", CAST_TO_FP32, tg, "bwd", n, "attention", "cast"))
         linear(name, i, o, idx, "attention")
-    bwd.extend(_k("attn.input_grads", "add", grad_accumulate(s), th, "bwd", 2 * n, "attention", "add"))
+    bwd.extend(_k("attn.input_grads", "add", grad_accumulate(s), tg, "bwd", 2 * n, "attention", "add"))
     for x, w in (("q", d.q), ("k", d.kv)):
         if flavor.rope == "halves":
             fwd.extend(_k(f"rope.{x}", "rope", ROPE_HALVES_FWD, t * w, "fwd", n, "attention", "rope",
@@ -401,7 +539,7 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
             fwd.extend(_k(f"rope.{x}", "rope", ROPE_COMPLEX_FWD, t * w, "fwd", n, "attention", "rope"))
             bwd.extend(_k(f"rope.{x}", "rope", ROPE_COMPLEX_BWD, t * w, "bwd", n, "attention", "rope",
                           rows=d.seq * d.head_dim // 2))
-    shape = AttentionShape(d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, causal=True)
+    shape = d.attention_shape()
     fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa")[0])
     bwd.append(attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention"))
     fwd.extend(_k("attention.o_copy", "copy", STRIDED_COPY, t * d.q, "fwd", n, "attention", "copy"))
@@ -409,16 +547,16 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
     fwd.extend(_k("attn_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "attention", "add"))
     if A:
         bwd.extend(_k("attn_residual.grad", "copy", GRAD_TO_BF16, th, "bwd", n, "attention", "cast"))
-    bwd.extend(_k("attn_norm", "rmsnorm", norm_b, th, "bwd", n, "attention", "rms_norm", rows=t))
+    bwd.extend(_k("attn_norm", "rmsnorm", norm_b, th, "bwd", n, "attention", "rms_norm", rows=ts))
     bwd.extend(_k("attn.residual_grad", "add", grad_accumulate(s), th, "bwd", n, "attention", "add"))
     # --- feed-forward half: rms_norm -> (cast y) x2 -> w1, w3 -> silu * mul -> w2 -> + x
-    fwd.extend(_k("ffn_norm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=t))
+    fwd.extend(_k("ffn_norm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=ts))
     for idx, (name, i, o) in ((5, d.linears()[4]), (6, d.linears()[5])):
         if A:
-            fwd.extend(_k(f"{name}.input", "copy", CAST_TO_BF16, th, "fwd", n, "mlp", "cast"))
-            bwd.extend(_k(f"{name}.input_grad", "copy", CAST_TO_FP32, th, "bwd", n, "mlp", "cast"))
+            fwd.extend(_k(f"{name}.input", "copy", CAST_TO_BF16, tg, "fwd", n, "mlp", "cast"))
+            bwd.extend(_k(f"{name}.input_grad", "copy", CAST_TO_FP32, tg, "bwd", n, "mlp", "cast"))
         linear(name, i, o, idx, "mlp")
-    bwd.extend(_k("ffn.input_grads", "add", grad_accumulate(s), th, "bwd", n, "mlp", "add"))
+    bwd.extend(_k("ffn.input_grads", "add", grad_accumulate(s), tg, "bwd", n, "mlp", "add"))
     fwd.extend(_k("swiglu", "swiglu", SWIGLU_FWD, t * d.ffn, "fwd", n, "mlp", "swiglu"))
     bwd.extend(_k("swiglu", "swiglu", SWIGLU_BWD, t * d.ffn, "bwd", n, "mlp", "swiglu"))
     linear("w2", d.ffn, d.hidden, 7, "mlp")
@@ -426,7 +564,7 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
                     last=True))  # non-reentrant checkpoint's early stop: never recomputed (add saves nothing)
     if A:
         bwd.extend(_k("mlp_residual.grad", "copy", GRAD_TO_BF16, th, "bwd", n, "mlp", "cast"))
-    bwd.extend(_k("ffn_norm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=t))
+    bwd.extend(_k("ffn_norm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=ts))
     bwd.extend(_k("ffn.residual_grad", "add", grad_accumulate(s), th, "bwd", n, "mlp", "add"))
     return fwd, bwd
 
@@ -477,8 +615,9 @@ def head_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
     t, h, v = d.tokens, d.hidden, d.vocab
     A, s = flavor.autocast, flavor.stream_bytes
     norm_f, norm_b = rmsnorm_tables(s)
-    ops = _k("final_norm", "rmsnorm", norm_f, t * h, "fwd", 1, "head", "rms_norm", rows=t)
-    ops += _k("final_norm", "rmsnorm", norm_b, t * h, "bwd", 1, "head", "rms_norm", rows=t)
+    ts = d.stream_tokens  # sequence parallel: the final norm on the stream's rows, the head on all of them
+    ops = _k("final_norm", "rmsnorm", norm_f, ts * h, "fwd", 1, "head", "rms_norm", rows=ts)
+    ops += _k("final_norm", "rmsnorm", norm_b, ts * h, "bwd", 1, "head", "rms_norm", rows=ts)
     if A:
         ops += _k("lm_head.input", "copy", CAST_TO_BF16, t * h, "fwd", 1, "head", "cast")
         ops += _k("lm_head.weight", "copy", CAST_TO_BF16, v * h, "fwd", 1, "head", "cast_weight")

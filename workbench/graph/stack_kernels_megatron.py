@@ -55,7 +55,7 @@ import math
 from dataclasses import dataclass
 
 from workbench.graph.execution import Kernel
-from workbench.graph.ops import AttentionShape, Op, attention, gemm, gemm_with_grads
+from workbench.graph.ops import Op, attention, gemm, gemm_with_grads
 from workbench.graph.stack_kernels import (
     MTA_BLOCKS_PER_LAUNCH,
     MTA_CHUNK_ELEMENTS,
@@ -203,7 +203,7 @@ def _gemm_grads(name: str, t: int, i: int, o: int, count: int, layer: str, mm_in
 
 def core_attention_ops(d: Dims, flavor: MegatronFlavor, count: int) -> tuple[list[Op], list[Op]]:
     """(forward, backward) of the core attention, every forward op tagged ``core_attn``."""
-    shape = AttentionShape(d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, causal=True)
+    shape = d.attention_shape()  # under cp (TE only): cp ring blocks of the local sequence
     if flavor.te:  # TEDotProductAttention: cuDNN / flash fused attention
         fwd = [attention("core_attn.fwd", shape, "bf16", phase="fwd", count=count, layer="attention")]
         bwd = [attention("core_attn.bwd", shape, "bf16", phase="bwd", count=count, layer="attention")]
@@ -240,12 +240,13 @@ def core_attention_ops(d: Dims, flavor: MegatronFlavor, count: int) -> tuple[lis
 
 def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
     """(forward, backward) kernels of the ``d.layers`` blocks (count = layers), without recomputation."""
-    n, t, th = d.layers, d.tokens, d.tokens * d.hidden
+    n, t, ts = d.layers, d.tokens, d.stream_tokens  # ts: t / tp under sequence parallelism
+    th = ts * d.hidden  # the residual stream's elements: norms, bias-dropout-adds and their grads
     fwd: list[Op] = []
     bwd: list[Op] = []
     norm_f, norm_b = (NORM_TE_FWD, NORM_TE_BWD) if flavor.te else rmsnorm_tables(2)
     # --- attention: input_layernorm -> linear_qkv -> RoPE(q, k) -> core attention -> linear_proj -> + x
-    fwd += _k("input_layernorm", "rmsnorm", norm_f, th, "fwd", n, "attention", "rms_norm", rows=t)
+    fwd += _k("input_layernorm", "rmsnorm", norm_f, th, "fwd", n, "attention", "rms_norm", rows=ts)
     f, b = _gemm_grads("linear_qkv", t, d.hidden, d.q + 2 * d.kv, n, "attention", 1, flavor)
     fwd += f
     bwd += b
@@ -263,11 +264,11 @@ def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
     fwd += f
     bwd += b
     fwd += _k("self_attn_bda", "add", RESIDUAL_ADD, th, "fwd", n, "attention", "add")
-    bwd += _k("input_layernorm", "rmsnorm", norm_b, th, "bwd", n, "attention", "rms_norm", rows=t)
+    bwd += _k("input_layernorm", "rmsnorm", norm_b, th, "bwd", n, "attention", "rms_norm", rows=ts)
     bwd += _k("input_layernorm.main_grad", "add", MAIN_GRAD_ADD, d.hidden, "bwd", n, "attention", "main_grad")
     bwd += _k("attn.residual_grad", "add", GRAD_ACCUMULATE, th, "bwd", n, "attention", "add")
     # --- MLP: pre_mlp_layernorm -> linear_fc1 (gate | up) -> glu -> linear_fc2 -> + x
-    fwd += _k("pre_mlp_layernorm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=t)
+    fwd += _k("pre_mlp_layernorm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=ts)
     f, b = _gemm_grads("linear_fc1", t, d.hidden, 2 * d.ffn, n, "mlp", 3, flavor)
     fwd += f
     bwd += b
@@ -278,7 +279,7 @@ def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
     fwd += f
     bwd += b
     fwd += _k("mlp_bda", "add", RESIDUAL_ADD, th, "fwd", n, "mlp", "add")
-    bwd += _k("pre_mlp_layernorm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=t)
+    bwd += _k("pre_mlp_layernorm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=ts)
     bwd += _k("pre_mlp_layernorm.main_grad", "add", MAIN_GRAD_ADD, d.hidden, "bwd", n, "mlp", "main_grad")
     bwd += _k("mlp.residual_grad", "add", GRAD_ACCUMULATE, th, "bwd", n, "mlp", "add")
     return fwd, bwd
@@ -299,10 +300,10 @@ def recompute_ops(fwd: list[Op], policy: str) -> list[Op]:
 
 def head_ops(d: Dims, flavor: MegatronFlavor) -> list[Op]:
     """final_layernorm, output_layer (+ main_grad, or the tied table's grad accumulation), the fp32 loss."""
-    t, h, v = d.tokens, d.hidden, d.vocab
+    t, h, v, ts = d.tokens, d.hidden, d.vocab, d.stream_tokens
     norm_f, norm_b = (NORM_TE_FWD, NORM_TE_BWD) if flavor.te else rmsnorm_tables(2)
-    ops = _k("final_layernorm", "rmsnorm", norm_f, t * h, "fwd", 1, "head", "rms_norm", rows=t)
-    ops += _k("final_layernorm", "rmsnorm", norm_b, t * h, "bwd", 1, "head", "rms_norm", rows=t)
+    ops = _k("final_layernorm", "rmsnorm", norm_f, ts * h, "fwd", 1, "head", "rms_norm", rows=ts)
+    ops += _k("final_layernorm", "rmsnorm", norm_b, ts * h, "bwd", 1, "head", "rms_norm", rows=ts)
     ops += _k("final_layernorm.main_grad", "add", MAIN_GRAD_ADD, h, "bwd", 1, "head", "main_grad")
     f, dg, wg = gemm_with_grads("output_layer", t, v, h, "bf16", layer="head")
     ops += [f, dg, wg]

@@ -62,12 +62,14 @@ def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Sta
     if policy not in POLICIES:
         raise ValueError(f"stack {stack.name}: checkpointing policy {policy!r} is not Megatron's "
                          f"(one of {', '.join(POLICIES)})")
-    d = Dims.of(model, cfg.micro_batch, cfg.seq_len)
+    p = cfg.parallelism
+    d = Dims.of(model, cfg.micro_batch, cfg.seq_len, p.tp, p.cp, p.pp)  # this rank's shard (stacked's docstring)
     flavor = dataclasses.replace(megatron_flavor(MEGATRON_KERNELS[stack.kernels]), tied=model.tied_embeddings)
     fwd, bwd = block_ops(d, flavor)
     recompute = recompute_ops(fwd, POLICIES[policy])
     microbatch = megatron_embedding_ops(d, flavor) + fwd + head_ops(d, flavor) + bwd + recompute
-    dp = cfg.parallelism.dp
+    dp = p.weight_replicas  # the distributed optimizer shards over the data-parallel-with-cp group
     params, tensors = parameter_count(d, flavor.tied)
     step = optimizer_ops(max(1, params // dp), tensors, flavor)  # the distributed optimizer steps its shard
-    return MegatronStackStep(flavor, POLICIES[policy], microbatch, step, d, dp, grad_norm_syncs(tensors, flavor))
+    return MegatronStackStep(flavor, POLICIES[policy], microbatch, step, d, dp=dp,
+                             syncs=grad_norm_syncs(tensors, flavor))

@@ -6,8 +6,17 @@ Layout per block (Llama / GPT-2 / Mixtral), T = micro_batch x seq tokens, tensor
       -> + x -> norm -> gate_up GEMM [T, h] x [h, 2f/tp] -> swiglu -> down GEMM [T, f/tp] x [f/tp, h] -> + x
 
 MoE blocks replace the FFN by a router GEMM, a token permutation and grouped expert GEMMs (top-k of E,
-balanced routing assumed). Backward has a dgrad and a wgrad GEMM per forward GEMM; activation checkpointing
-adds the recomputed forward ops to the backward phase.
+balanced routing assumed), plus a dense FFN of the shared experts' summed width when the model has them
+(DeepSeek-V3, Llama 4). Backward has a dgrad and a wgrad GEMM per forward GEMM; activation checkpointing adds the
+recomputed forward ops to the backward phase.
+
+A model's blocks may be of several kinds (``TransformerModel.block_kinds``: an MoE model's dense layers, windowed
+layers); ``block_ops`` builds one kind and the stage is each kind's ops times its copies. Multi-head latent
+attention (DeepSeek-V3) replaces the qkv GEMM by a down projection to the latents [T, h] x [h, q_lora + kv_lora +
+rope] (replicated over tp, as Megatron-Core's MLA), their RMSNorm and the up projections [T, q_lora] x [q_lora,
+heads x d_qk / tp] and [T, kv_lora] x [kv_lora, heads x (d_nope + d_v) / tp]; its flash attention has query/key
+width d_qk = d_nope + d_rope and value width d_v. A windowed layer's attention computes only the key tiles its
+window reaches (``window_fraction``). Qwen3's per-head q/k RMSNorm is one memory-bound op over q and k.
 
 Context parallelism (cp) gives each rank seq/cp of every sample's tokens: every GEMM and elementwise op runs on
 T/cp rows, and ring attention computes the rank's queries against all keys in cp steps of seq/cp x seq/cp blocks,
@@ -34,8 +43,18 @@ from workbench.graph.execution import (
     fp8_linear_quantize,
     fsdp_ops,
 )
-from workbench.graph.ops import AttentionShape, FlatShape, Op, RowsShape, attention, gemm_with_grads, memory_op
-from workbench.models import TransformerModel
+from workbench.graph.ops import (
+    ATTENTION_BLOCK,
+    AttentionShape,
+    FlatShape,
+    Op,
+    RowsShape,
+    attention,
+    gemm_with_grads,
+    memory_op,
+    nbytes,
+)
+from workbench.models import BlockKind, TransformerModel
 from workbench.precision import is_8bit_training
 
 
@@ -55,12 +74,48 @@ def _fp8_casts(name: str, ops: list[Op], act_dtype: str) -> list[Op]:
     return casts
 
 
+def window_fraction(seq: int, window: int, window_kind: str) -> float:
+    """Fraction of a [seq, seq] score matrix a block-skipping kernel computes when each query sees only its window
+    of keys (``TransformerModel.window_kind``), counted in ``ATTENTION_BLOCK`` tiles as ``AttentionShape``'s causal
+    mask is: query block i computes key blocks from the one holding its first query's earliest key through i."""
+    blocks = math.ceil(seq / ATTENTION_BLOCK)
+    computed = 0
+    for i in range(blocks):
+        first_query = i * ATTENTION_BLOCK
+        earliest_key = ((first_query // window) * window if window_kind == "chunked"
+                        else max(0, first_query - window + 1))
+        computed += i - earliest_key // ATTENTION_BLOCK + 1
+    return computed / (blocks * blocks)
+
+
+def attention_op(name: str, shape: AttentionShape, dtype: str, *, phase: str, v_dim: int, window: int,
+                 window_kind: str, count: int, layer: str) -> Op:
+    """``ops.attention`` (flash attention) for a value head width ``v_dim`` apart from the query/key's
+    (``shape.head_dim``; latent attention) and a key ``window`` (0: full causal): forward FLOPs 2 x b x h x
+    (scores computed) x (d_qk + d_v), the backward 2.5x; q, k, v, o, lse bytes as ``ops.attention`` counts them."""
+    s = shape
+    if v_dim == s.head_dim and (not window or window >= s.seq):  # every key: flash attention as ops.attention has it
+        return attention(name, shape, dtype, phase=phase, count=count, layer=layer)
+    fraction = window_fraction(s.seq, window, window_kind) if window and window < s.seq else s.causal_fraction()
+    fwd_flops = 2.0 * s.batch * s.heads_q * s.seq * s.seq * (s.head_dim + v_dim) * fraction
+    a = nbytes(dtype)
+    q = s.batch * s.heads_q * s.seq * s.head_dim * a
+    kv = s.batch * s.heads_kv * s.seq * (s.head_dim + v_dim) * a
+    out = s.batch * s.heads_q * s.seq * v_dim * a
+    lse = s.batch * s.heads_q * s.seq * 4  # fp32 log-sum-exp saved for backward
+    flops, read, written = ((fwd_flops, q + kv, out + lse) if phase == "fwd" else
+                            (2.5 * fwd_flops, q + kv + 2 * out + lse, q + kv))  # bwd reads o and do; writes dq, dk, dv
+    return Op(name, "attention", phase, shape, dtype, flops, read, written, count=count, layer=layer)
+
+
 def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
-              execution: Execution | None = None) -> tuple[list[Op], list[Op], list[Op]]:
-    """(forward, backward, recomputation) ops of ``layers`` identical blocks for one micro-batch.
+              execution: Execution | None = None, kind: BlockKind | None = None) -> tuple[list[Op], list[Op], list[Op]]:
+    """(forward, backward, recomputation) ops of ``layers`` identical blocks of ``kind`` (None: the model's
+    ``typical_block``) for one micro-batch.
 
     With an ``execution`` (the reference job), eager blocks get the job's unfused norm, SwiGLU and RoPE kernels
     and fp8 GEMMs the job's quantize kernels for all three GEMMs' operands (``workbench.graph.execution``)."""
+    kind = model.typical_block() if kind is None else kind
     p = cfg.parallelism
     b, s, h = cfg.micro_batch, cfg.seq_len // p.cp, model.hidden_size  # s: this rank's share of the sequence
     tokens = b * s
@@ -125,45 +180,72 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
         else:
             elementwise(name, norm, tokens, h, layer, 1, 1, 2, 1)
 
+    def ffn(prefix: str, width: int, layer: str) -> None:
+        """A dense FFN of ``width`` (split tp-ways): gate_up, SwiGLU (or up, GELU), down."""
+        gated = model.ffn_activation == "swiglu"
+        gemms(f"{prefix}gate_up" if gated else f"{prefix}up", tokens, (2 if gated else 1) * width, h, layer,
+              targets=("gate", "up") if gated else ("up",))
+        if gated and execution is not None and execution.eager("swiglu"):
+            eager(eager_swiglu(f"{prefix}swiglu", tokens, width, count=n, layer=layer))
+        elif gated:
+            elementwise(f"{prefix}swiglu", "swiglu", tokens, width, layer, 2, 1, 3, 2)
+        else:
+            elementwise(f"{prefix}gelu", "gelu", tokens, width, layer, 1, 1, 2, 1)
+        gemms(f"{prefix}down", tokens, h, width, layer, targets=("down",))
+
     # attention block
     norm_op("attn_norm", "attention")
-    gemms("qkv", tokens, q + 2 * kv, h, "attention", targets=("q", "k", "v"))
-    if execution is not None and not execution.compile:
-        eager(eager_rope("rope", tokens, q, kv, model.head_dim, s, count=n, layer="attention"))
-    else:
-        elementwise("rope", "rope", tokens, q + kv, "attention", 1, 1, 1, 1)
+    mla = model.latent_attention
+    v_dim = model.head_dim
+    if mla is None:
+        gemms("qkv", tokens, q + 2 * kv, h, "attention", targets=("q", "k", "v"))
+        if model.qk_norm:  # per-head RMSNorm of q and k, before RoPE
+            elementwise("qk_norm", "rmsnorm", tokens, q + kv, "attention", 1, 1, 2, 1)
+        if execution is not None and not execution.compile:
+            eager(eager_rope("rope", tokens, q, kv, model.head_dim, s, count=n, layer="attention"))
+        else:
+            elementwise("rope", "rope", tokens, q + kv, "attention", 1, 1, 1, 1)
+    else:  # latent attention: the down projections are replicated over tp (Megatron-Core's MLA), the ups split
+        v_dim = mla.v_head_dim
+        latent = mla.q_lora_rank + mla.kv_lora_rank
+        gemms("latent_down", tokens, latent + mla.qk_rope_head_dim, h, "attention",
+              targets=("q_a", "kv_a") if mla.q_lora_rank else ("kv_a",))
+        elementwise("latent_norm", "rmsnorm", tokens, latent, "attention", 1, 1, 2, 1)
+        if mla.q_lora_rank:
+            gemms("q_up", tokens, heads_q * mla.qk_head_dim, mla.q_lora_rank, "attention", targets=("q_b",))
+        else:
+            gemms("q_proj", tokens, heads_q * mla.qk_head_dim, h, "attention", targets=("q",))
+        gemms("kv_up", tokens, heads_q * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, "attention",
+              targets=("kv_b",))
+        elementwise("rope", "rope", tokens, (heads_q + 1) * mla.qk_rope_head_dim, "attention", 1, 1, 1, 1)
     shape = AttentionShape(b * p.cp, s, heads_q, heads_kv, model.head_dim, causal=True)  # cp ring blocks of s
-    fwd.append(attention("attention.fwd", shape, attention_dtype(cfg.precision), phase="fwd", count=n, layer="attention"))
-    bwd.append(attention("attention.bwd", shape, attention_dtype(cfg.precision), phase="bwd", count=n, layer="attention"))
-    gemms("o_proj", tokens, h, q, "attention", targets=("o",))
+    for phase, ops in (("fwd", fwd), ("bwd", bwd)):
+        ops.append(attention_op(f"attention.{phase}", shape, attention_dtype(cfg.precision), phase=phase,
+                                v_dim=v_dim, window=kind.window, window_kind=model.window_kind, count=n,
+                                layer="attention"))
+    gemms("o_proj", tokens, h, heads_q * v_dim if mla else q, "attention", targets=("o",))
     elementwise("attn_residual", "add", tokens, h, "attention", 2, 1, 2, 1, recomputed=False)
 
     # feed-forward block
     norm_op("ffn_norm", "mlp")
-    ffn = model.ffn_hidden_size // p.tp
-    gated = model.ffn_activation == "swiglu"
-    if model.is_moe:
+    if kind.moe:
+        expert_ffn = model.ffn_hidden_size // p.tp
+        gated = model.ffn_activation == "swiglu"
         routed = tokens * model.experts_per_token
         local_experts = model.num_experts // p.ep
         per_expert = math.ceil(routed * p.ep / model.num_experts)
         gemms("router", tokens, model.num_experts, h, "moe")
         elementwise("dispatch", "permute", routed, h, "moe", 1, 1, 1, 1, recomputed=False)
-        gemms("experts.gate_up", per_expert, (2 if gated else 1) * ffn, h, "moe", groups=local_experts,
+        gemms("experts.gate_up", per_expert, (2 if gated else 1) * expert_ffn, h, "moe", groups=local_experts,
               targets=("gate", "up") if gated else ("up",))
-        elementwise("experts.act", "swiglu" if gated else "gelu", routed, ffn, "moe",
+        elementwise("experts.act", "swiglu" if gated else "gelu", routed, expert_ffn, "moe",
                     2 if gated else 1, 1, 3 if gated else 2, 2 if gated else 1)
-        gemms("experts.down", per_expert, h, ffn, "moe", groups=local_experts, targets=("down",))
+        gemms("experts.down", per_expert, h, expert_ffn, "moe", groups=local_experts, targets=("down",))
         elementwise("combine", "permute", routed, h, "moe", 1, 1, 1, 1, recomputed=False)
+        if model.shared_experts:  # every token, beside its routed experts: one dense FFN of their summed width
+            ffn("shared_expert.", model.shared_experts * model.shared_expert_size // p.tp, "moe")
     else:
-        gemms("gate_up" if gated else "up", tokens, (2 if gated else 1) * ffn, h, "mlp",
-              targets=("gate", "up") if gated else ("up",))
-        if gated and execution is not None and execution.eager("swiglu"):
-            eager(eager_swiglu("swiglu", tokens, ffn, count=n, layer="mlp"))
-        elif gated:
-            elementwise("swiglu", "swiglu", tokens, ffn, "mlp", 2, 1, 3, 2)
-        else:
-            elementwise("gelu", "gelu", tokens, ffn, "mlp", 1, 1, 2, 1)
-        gemms("down", tokens, h, ffn, "mlp", targets=("down",))
+        ffn("", model.dense_ffn_size // p.tp, "mlp")
     elementwise("mlp_residual", "add", tokens, h, "mlp", 2, 1, 2, 1, recomputed=False)
 
     if cfg.activation_checkpointing == "full":
@@ -231,42 +313,49 @@ def head_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution 
 
 def transformer_microbatch_ops(model: TransformerModel, cfg: TrainingConfig,
                                execution: Execution | None = None) -> list[Op]:
-    """Every op of one micro-batch on the busiest pipeline stage (its blocks plus embedding and head)."""
-    layers = math.ceil(model.num_layers / cfg.parallelism.pp)
-    fwd, bwd, recompute = block_ops(model, cfg, layers, execution)
-    return embedding_ops(model, cfg) + fwd + head_ops(model, cfg, execution) + bwd + recompute
+    """Every op of one micro-batch on the busiest pipeline stage (its blocks of each kind plus embedding and head)."""
+    blocks = [block_ops(model, cfg, layers, execution, kind)
+              for kind, layers in model.stage_blocks(cfg.parallelism.pp)]
+    return (embedding_ops(model, cfg) + [op for fwd, _, _ in blocks for op in fwd] + head_ops(model, cfg, execution)
+            + [op for _, bwd, _ in blocks for op in bwd] + [op for _, _, recompute in blocks for op in recompute])
 
 
-def block_pieces(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple[list, ...]:
+def block_pieces(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None,
+                 kind: BlockKind | None = None) -> tuple[list, ...]:
     """(embedding, one block's forward, head, one block's backward, its recomputation): the ops of a micro-batch
-    before the blocks are multiplied (independent of pp)."""
-    fwd, bwd, recompute = block_ops(model, cfg, 1, execution)
+    before the blocks of ``kind`` (None: ``typical_block``) are multiplied (independent of pp)."""
+    fwd, bwd, recompute = block_ops(model, cfg, 1, execution, kind)
     return embedding_ops(model, cfg), fwd, head_ops(model, cfg, execution), bwd, recompute
 
 
-def block_graph(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None) -> tuple:
+def block_graph(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None,
+                kind: BlockKind | None = None) -> tuple:
     """``block_pieces`` for every checkpointing mode at once: (embedding, forward, head, backward, {mode:
     recomputation}). ``block_ops`` reads the mode only to pick the recomputation -- none recomputes nothing,
     selective its listed ops, full every forward op, each renamed ``recompute.*`` in the backward -- so one
     ``selective`` build gives all three (``tests/test_step.py`` checks each against ``block_ops`` run in that
-    mode). The step model (``workbench.step.StepModel``) prices the block once and multiplies it."""
+    mode). The step model (``workbench.step.StepModel``) prices each kind of block once and multiplies it by its
+    copies on the stage (``TransformerModel.stage_blocks``)."""
     ends, fwd, head, bwd, selective = block_pieces(model, replace(cfg, activation_checkpointing="selective"),
-                                                   execution)
+                                                   execution, kind)
     full = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
                op.bytes_written, op.count, op.layer, op.extra) for op in fwd]
     return ends, fwd, head, bwd, {"none": [], "selective": selective, "full": full}
 
 
-def stage_counts(pieces: tuple[list, ...], layers: int) -> list:
-    """``block_pieces``' items in micro-batch order, a block item's count x ``layers``. An item is an op, or a
-    tuple whose first two fields are (op, count)."""
-    ends, fwd, head, bwd, recompute = pieces
-
+def stage_counts(blocks: list[tuple[tuple[list, ...], int]]) -> list:
+    """The items of a stage's ``block_pieces`` -- one (pieces, copies) per kind of block, the ends and head taken
+    from the first -- in micro-batch order (embedding, every kind's forward, head, every kind's backward, every
+    kind's recomputation), a block item's count x its copies. An item is an op, or a tuple whose first two fields
+    are (op, count)."""
     def each(items, times):
         return [(item, item.count * times) if isinstance(item, Op) else (item[0], item[1] * times, *item[2:])
                 for item in items]
 
-    return each(ends, 1) + each(fwd, layers) + each(head, 1) + each(bwd, layers) + each(recompute, layers)
+    ends, head = blocks[0][0][0], blocks[0][0][2]
+    return (each(ends, 1) + [i for pieces, n in blocks for i in each(pieces[1], n)] + each(head, 1)
+            + [i for pieces, n in blocks for i in each(pieces[3], n)]
+            + [i for pieces, n in blocks for i in each(pieces[4], n)])
 
 
 def transformer_step_ops(model: TransformerModel, cfg: TrainingConfig, execution: Execution | None = None) -> list[Op]:
@@ -275,18 +364,39 @@ def transformer_step_ops(model: TransformerModel, cfg: TrainingConfig, execution
     p = cfg.parallelism
     if execution is None or p.sharding != "fsdp":
         return []
-    layers = math.ceil(model.num_layers / p.pp)
-    block = model.layer_params() / p.tp  # unsharded (gathered) parameters of one block
+    stage = model.stage_blocks(p.pp)
+    layers = sum(n for _, n in stage)
+    block = sum(n * model.block_params(kind) for kind, n in stage) / layers / p.tp  # one block, gathered (mean)
     root = model.embedding_params() / p.tp + model.hidden_size  # embedding, head, final norm
     return fsdp_ops(block, root, layers, p.dp, units=layers + 1, params_per_unit=6,
                     grad_accumulation=cfg.grad_accumulation)
 
 
+def attention_pairs(model: TransformerModel, kind: BlockKind, seq: int) -> float:
+    """Query-key pairs one head of a block of ``kind`` scores over a causal sequence of ``seq`` tokens, as model
+    FLOPs count them (continuous: seq^2 / 2 for full attention, PaLM's convention): a sliding window of w keys
+    gives seq w - w^2 / 2, chunks of w give seq / w chunks of w^2 / 2 (and the remainder's)."""
+    w = kind.window
+    if not w or w >= seq:
+        return seq * seq * 0.5
+    if model.window_kind == "chunked":
+        return (seq // w) * w * w * 0.5 + (seq % w) ** 2 * 0.5
+    return seq * w - w * w * 0.5
+
+
 def model_flops_per_sample(model: TransformerModel, seq: int, lora: bool = False) -> float:
     """Useful training FLOPs per sample (fwd + bwd, no recomputation): 6 x active params x tokens plus causal
-    attention (PaLM appendix B convention: 6 N T + 12 L h s T / 2 for causal). LoRA (frozen base): 4 N T, forward
-    and dgrad only (the adapters' FLOPs, ~rank / hidden of that, are left out)."""
+    attention (PaLM appendix B convention: 6 N T + 12 L h s T / 2 for causal; per head 2 x (d_qk + d_v) FLOPs per
+    scored pair forward, which is 4 d when the two widths agree; a windowed block scores ``attention_pairs``).
+    LoRA (frozen base): 4 N T, forward and dgrad only (the adapters' FLOPs, ~rank / hidden of that, are left out)."""
     matmul_params = model.num_active_params - model.vocab_size * model.hidden_size * (0 if model.tied_embeddings else 1)
     dense = (4.0 if lora else 6.0) * matmul_params * seq
-    attention_flops = 3 * 4.0 * model.num_layers * model.num_heads * model.head_dim * seq * seq * 0.5
+    mla = model.latent_attention
+    attention_flops = 0.0
+    for kind, n in model.block_kinds():
+        if mla is None and not kind.window:  # full attention, one head width
+            attention_flops += 3 * 4.0 * n * model.num_heads * model.head_dim * seq * seq * 0.5
+        else:
+            widths = model.head_dim + (mla.v_head_dim if mla else model.head_dim)
+            attention_flops += 3 * 2.0 * n * model.num_heads * widths * attention_pairs(model, kind, seq)
     return dense + attention_flops
