@@ -7,10 +7,10 @@ co-designed one). The advisor searches, so the tab computes this when asked (a b
 
 What the advisor takes from the state (``advisor_controls``, ``advise``'s parameters), held fixed on both sides:
 the model, the GPU count, the precision, the sequence length, the global batch (0: the search's standard), the
-stack every recipe is priced for and the split (tp, pp, cp, ep, virtual stages, sharding). It searches the
-micro-batch with accumulation, activation checkpointing and, for a stack that follows it, torch.compile; it does
-not take the LoRA rank (it trains all weights) and the widget has no parameter-dtype control (the stack's default).
-``held_fixed`` says all this in the panel.
+stack every recipe is priced for and its parameter dtype, the split (tp, pp, cp, ep, virtual stages, sharding) and
+the LoRA rank (adapters on the core's default targets, ``workbench.config.DEFAULT_LORA_TARGETS``; 0: all weights
+train). It searches the micro-batch with accumulation, activation checkpointing and, for a stack that follows it,
+torch.compile. ``held_fixed`` says all this in the panel.
 """
 
 from __future__ import annotations
@@ -21,21 +21,25 @@ from collections.abc import Mapping
 import altair as alt
 import pandas as pd
 
+from workbench.config import DEFAULT_LORA_TARGETS
 from workbench.errors import WorkbenchError
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model
 from workbench.stacks import get_stack
 from widgets import charts
-from widgets.data import SHARDING_WORDS, has_calibration
+from widgets.data import PARAM_DTYPE_WORDS, SHARDING_WORDS, has_calibration
 from widgets.formatting import count, gb, gpus_text, html_table, ms, percent, yes_no
 from widgets.state import PARALLEL_FIELDS, WorkbenchState
 
 
 def advisor_controls(state: WorkbenchState) -> dict[str, object]:
-    """The controls ``advise`` holds on both sides beyond model, GPUs and precision: sequence, global batch, stack,
-    split and sharding, as its keyword arguments."""
+    """The controls ``advise`` holds on both sides beyond model, GPUs and precision: sequence, global batch, stack
+    and parameter dtype (None: the stack's default), split, sharding and LoRA rank, as its keyword arguments."""
+    default_dtype = get_stack(state.stack).param_dtypes[0]
     return {"seq_len": state.seq_len, "global_batch": state.global_batch, "stack": state.stack,
-            **{name: getattr(state, name) for name in PARALLEL_FIELDS}, "sharding": state.sharding}
+            "param_dtype": None if state.param_dtype == default_dtype else state.param_dtype,
+            **{name: getattr(state, name) for name in PARALLEL_FIELDS}, "sharding": state.sharding,
+            "lora_rank": state.lora_rank}
 
 
 def advise_all(state: WorkbenchState, custom_models: Mapping[str, Model] | None = None) -> dict[str, object]:
@@ -126,11 +130,12 @@ def revision_rows(advice) -> list[dict[str, str]]:
 
 
 def held_fixed(state: WorkbenchState) -> str:
-    """What the advisor holds fixed from the state, what it searches, and which of the state's settings it does
-    not take (plain text)."""
+    """What the advisor holds fixed from the state and what it searches (plain text)."""
     batch = f"global batch {state.global_batch:,}" if state.global_batch else "global batch auto (the search's standard)"
     split = ", ".join([f"{name.replace('_', ' ')} {getattr(state, name)}" for name in PARALLEL_FIELDS]
                       + [SHARDING_WORDS.get(state.sharding, state.sharding)])
+    training = (f"LoRA rank {state.lora_rank} on {', '.join(DEFAULT_LORA_TARGETS)}" if state.lora_rank
+                else "all weights trained (no LoRA)")
     stack = get_stack(state.stack)
     priced = "the ideal fused step (a bound)" if stack.bound else stack.display_name
     searched = [f"micro-batch with accumulation (yours: {state.micro_batch})",
@@ -141,10 +146,10 @@ def held_fixed(state: WorkbenchState) -> str:
         model = get_model(state.model).display_name or state.model
     except WorkbenchError:  # a user's model: the advisor refuses it, and says so
         model = state.model
+    dtype = PARAM_DTYPE_WORDS.get(str(state.param_dtype), str(state.param_dtype))
     return (f"Held fixed on both sides: {model}, {gpus_text(state.gpu_count)} per GPU type, {state.precision}, "
-            f"sequence {state.seq_len:,}, {batch}, split {split}; every recipe priced as {priced} at the stack's "
-            f"default parameter dtype. Searched by the advisor: {', '.join(searched)}"
-            f"{f'; LoRA rank {state.lora_rank} not taken (it trains all weights)' if state.lora_rank else ''}.")
+            f"sequence {state.seq_len:,}, {batch}, split {split}, {training}; every recipe priced as {priced} with "
+            f"{dtype}. Searched by the advisor: {', '.join(searched)}.")
 
 
 def advice_html(advices: Mapping[str, object], source: str, state: WorkbenchState | None = None) -> str:

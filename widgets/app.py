@@ -88,7 +88,7 @@ _STYLE = """<style>
 class Workbench(w.VBox):
     """The co-design workbench widget; see the module docstring. Keyword arguments are ``WorkbenchState``
     fields (model, gpus, precision, micro_batch, seq_len, gpu_count, tp, pp, ep, cp, virtual_stages, sharding,
-    global_batch, lora_rank, checkpointing, calibrated, stack, compile, tab)."""
+    global_batch, lora_rank, checkpointing, calibrated, stack, compile, param_dtype, tab)."""
 
     model = traitlets.Unicode()
     gpus = traitlets.List(traitlets.Unicode())
@@ -108,6 +108,7 @@ class Workbench(w.VBox):
     calibrated = traitlets.Bool()
     stack = traitlets.Unicode()
     compile = traitlets.Bool()
+    param_dtype = traitlets.Unicode()
     tab = traitlets.Unicode()
 
     def __init__(self, **state):

@@ -21,7 +21,7 @@ from workbench.fileio import DEFAULT_MAX_BYTES, decode_text, parse_json
 from workbench.hardware import list_gpus
 from workbench.models import Model, from_hf_config, get_model, list_models
 from workbench.stacks import get_stack, list_stacks
-from widgets.data import SHARDING_WORDS, precision_label
+from widgets.data import PARAM_DTYPE_WORDS, SHARDING_WORDS, precision_label
 from widgets.state import WorkbenchState
 from widgets.tables import configuration_text
 
@@ -63,6 +63,12 @@ def shown_errors(show: Callable[[str], None]) -> Iterator[Outcome]:
 def stack_options() -> list[tuple[str, str]]:
     """(display name, name) for the stack dropdown (``workbench.stacks.list_stacks``)."""
     return [(s.display_name, s.name) for s in list_stacks()]
+
+
+def param_dtype_options(stack: str) -> list[tuple[str, str]]:
+    """(words, dtype) for the parameter-dtype dropdown: the dtypes ``stack`` trains with
+    (``workbench.stacks.Stack.param_dtypes``), its default first."""
+    return [(PARAM_DTYPE_WORDS.get(d, d), d) for d in get_stack(stack).param_dtypes]
 
 
 def model_options(custom: dict[str, Model]) -> list[tuple[str, str]]:
@@ -152,6 +158,8 @@ class Controls:
             "stack": w.Dropdown(options=stack_options(), value=state.stack, description="stack", layout=_WIDE,
                                 style=style),
             "compile": w.Checkbox(value=state.compile, description="torch.compile", indent=False),
+            "param_dtype": w.Dropdown(options=param_dtype_options(state.stack), value=state.param_dtype,
+                                      description="parameters", layout=_WIDE, style=style),
         }
         for name, control in self.by_field.items():
             control.add_class(f"wb-{name.replace('_', '-')}")
@@ -164,7 +172,7 @@ class Controls:
                 w.VBox([c["micro_batch"], c["seq_len"], c["global_batch"]]),
                 w.VBox([c["gpu_count"], c["tp"], c["pp"], c["cp"]]),
                 w.VBox([c["ep"], c["virtual_stages"], c["lora_rank"]]),
-                w.VBox([c["stack"], c["compile"], c["sharding"]]),
+                w.VBox([c["stack"], c["param_dtype"], c["compile"], c["sharding"]]),
             ], layout=w.Layout(flex_flow="row wrap")),
             self.split,
             c["gpus"],
@@ -176,6 +184,9 @@ class Controls:
         options = model_options(custom)
         if list(self.by_field["model"].options) != options:
             self.by_field["model"].options = options
+        dtypes = param_dtype_options(state.stack)  # the stack's own dtypes, before the value is set
+        if list(self.by_field["param_dtype"].options) != dtypes:
+            self.by_field["param_dtype"].options = dtypes
         for name, control in self.by_field.items():
             value = getattr(state, name)
             if control.value != value:
@@ -184,8 +195,10 @@ class Controls:
 
     def _show_dependent(self, state: WorkbenchState, custom: dict[str, Model]) -> None:
         """Controls that apply only sometimes say so and are disabled: compile for stacks that always or never
-        compile, ep for models without experts, tp and pp for recommendation models."""
+        compile, the parameter dtype for stacks that train with one, ep for models without experts, tp and pp for
+        recommendation models."""
         stack, box = get_stack(state.stack), self.by_field["compile"]
+        self.by_field["param_dtype"].disabled = len(stack.param_dtypes) == 1
         box.disabled = stack.compile != "recipe"
         box.description = "torch.compile" if stack.compile == "recipe" else (
             f"torch.compile: {'always' if stack.compile == 'always' else 'never'} for this stack")

@@ -116,13 +116,13 @@ class Predictor:
         compile = state.compile if get_stack(state.stack).compile == "recipe" else None  # the others ignore it
         key = (model, gpu, state.precision, state.micro_batch, state.seq_len, state.gpu_count, state.tp, state.pp,
                state.ep, state.cp, state.virtual_stages, state.sharding, state.global_batch, state.lora_rank,
-               state.checkpointing, calibrated, state.stack, compile)
+               state.checkpointing, calibrated, state.stack, compile, state.param_dtype)
         if key not in self._cache:
             try:
                 problem = split_problem(get_gpu(gpu), state)
                 self._cache[key] = problem or predict(
                     model, gpu, training_config(state, model), calibrated=calibrated, allow_fallback=True,
-                    stack=state.stack, compile=compile)
+                    stack=state.stack, compile=compile, param_dtype=state.param_dtype)
             except WorkbenchError as exc:
                 self._cache[key] = str(exc)
             while len(self._cache) > self.maxsize:
@@ -239,6 +239,9 @@ class Predictor:
 
 
 SHARDING_WORDS = {"fsdp": "FSDP", "ddp": "DDP", "zero1": "ZeRO-1"}
+PARAM_DTYPE_WORDS = {"fp32": "fp32 parameters (bf16 autocast)", "bf16": "bf16 parameters"}
+"""A parameter dtype in words (``WorkbenchState.param_dtype``): fp32 stays the parameters' dtype under
+``torch.autocast``; bf16 parameters are cast once."""
 
 
 def describe_changes(changes: Mapping[str, object]) -> str:

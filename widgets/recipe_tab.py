@@ -20,6 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.models import get_model
 from workbench.predict import Prediction
 from workbench.recipe.io import FORMATS as CORE_FORMATS
+from workbench.recipe.schema import PrecisionPolicy
 from widgets.state import WorkbenchState, resolved_global_batch, training_config
 
 SUFFIXES: dict[str, str] = {"yaml": ".yaml", "json": ".json", "torchtitan-py": ".py", "torchtitan-args": ".sh",
@@ -45,13 +46,17 @@ global batch, or the workbench's settings as they are (tp, pp, ep, sharding, mic
 
 def searched_recipe(state: WorkbenchState, gpu: str, precision: str):
     """The simplest configuration within 5% of the fastest (``workbench.recipe.search``: micro-batch, checkpointing, FSDP/DDP,
-    TP, PP, EP) for ``state``'s model, GPU count and sequence length on ``gpu``, as a recipe."""
+    TP, PP, EP) for ``state``'s model, GPU count, sequence length and parameter dtype on ``gpu``, as a recipe."""
+    from workbench.predict import predict
     from workbench.recipe.build import make_recipe
     from workbench.recipe.search import search
 
+    dtype = state.param_dtype
     best = search(state.model, gpu, state.gpu_count, precision=precision, seq_len=state.seq_len,
-                  global_batch=resolved_global_batch(state, get_model(state.model))).best
-    return make_recipe(state.model, gpu, best.config)
+                  global_batch=resolved_global_batch(state, get_model(state.model)), param_dtype=dtype).best
+    policy = dataclasses.replace(PrecisionPolicy.for_precision(best.config.precision), param_dtype=dtype)
+    return make_recipe(state.model, gpu, best.config, precision=policy,
+                       prediction=predict(state.model, gpu, best.config, param_dtype=dtype))
 
 
 def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None = None):
@@ -65,7 +70,8 @@ def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None 
     # a precision the GPU lacks was predicted as its fallback: the recipe records what was modelled
     precision = prediction.precision.effective.name if prediction is not None else state.precision
     config = dataclasses.replace(training_config(state, get_model(state.model)), precision=precision)
-    return make_recipe(state.model, gpu, config, prediction=prediction)
+    policy = dataclasses.replace(PrecisionPolicy.for_precision(precision), param_dtype=state.param_dtype)
+    return make_recipe(state.model, gpu, config, prediction=prediction, precision=policy)
 
 
 def default_path(state: WorkbenchState, gpu: str, fmt: str, kind: str = "searched") -> str:

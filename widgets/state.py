@@ -8,6 +8,8 @@ through ``WorkbenchState.replace`` so bad input fails the same way from Python a
     ['b200', 'mi350x']
     >>> state.replace(stack="torchtitan", compile=True).stack
     'torchtitan'
+    >>> state.replace(stack="pytorch-eager", param_dtype="bf16").param_dtype   # one of the stack's param_dtypes
+    'bf16'
     >>> WorkbenchState().replace(gpu_count=16, tp=2, pp=2, sharding="ddp").dp   # GPUs = dp x tp x pp
     4
 """
@@ -22,11 +24,11 @@ from typing import Any
 from workbench.config import (
     CHECKPOINTING, SHARDINGS, TRAINING_PRECISIONS, Parallelism, TrainingConfig, default_micro_batch, default_seq_len,
 )
-from workbench.errors import SpecError, UnknownNameError
+from workbench.errors import SpecError, UnknownNameError, WorkbenchError
 from workbench.families import family_of
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model
-from workbench.stacks import DEFAULT_STACK, get_stack
+from workbench.stacks import DEFAULT_STACK, Stack, get_stack
 
 TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels", "recipe", "trust")
 """The workbench's tabs, in display order (``trust``: how far to trust this, the validation record)."""
@@ -85,6 +87,11 @@ class WorkbenchState:
     compile: bool = False
     """``torch.compile`` on, for stacks that follow the configuration (``Stack.compile == "recipe"``: torchtitan,
     the reference job); other stacks always or never compile, whatever this says."""
+    param_dtype: str | None = None
+    """The parameters' dtype: ``fp32`` (kept in fp32 under bf16 autocast) or ``bf16``, one of the stack's
+    ``param_dtypes`` (``workbench.stacks.Stack``). None: the stack's default (its first); left at a stack's default,
+    it follows the stack when the stack changes, and a dtype the new stack does not train with goes back to its
+    default."""
     tab: str = "roofline"
 
     def __post_init__(self) -> None:
@@ -92,8 +99,11 @@ class WorkbenchState:
             try:
                 model = get_model(self.model)
             except UnknownNameError:
-                return  # a user's model: ``validate`` fills the defaults, knowing the user's models
-            _fill_defaults(self, model)
+                model = None  # a user's model: ``validate`` fills the defaults, knowing the user's models
+            if model is not None:
+                _fill_defaults(self, model)
+        if self.param_dtype is None:
+            _fill_param_dtype(self)
 
     @property
     def dp(self) -> int:
@@ -126,6 +136,11 @@ class WorkbenchState:
             if new is not None and not _splits(dataclasses.replace(self, **changes), new):
                 # a split the new model cannot take (heads tp does not divide, experts it lacks): back to 1
                 changes.update({name: 1 for name in PARALLEL_FIELDS if name not in changes})
+        if "stack" in changes and "param_dtype" not in changes:  # a dtype left at the old stack's default follows
+            old, new = _stack(self.stack), _stack(changes["stack"])
+            if new is not None and (self.param_dtype not in new.param_dtypes
+                                    or (old is not None and self.param_dtype == old.param_dtypes[0])):
+                changes["param_dtype"] = new.param_dtypes[0]
         return validate(dataclasses.replace(self, **changes), custom_models or {})
 
 
@@ -136,6 +151,19 @@ def _model(name: object, custom_models: Mapping[str, Model]) -> Model | None:
         return get_model(name)  # type: ignore[arg-type]
     except (UnknownNameError, TypeError):
         return None
+
+
+def _stack(name: object) -> Stack | None:
+    try:
+        return get_stack(name)  # type: ignore[arg-type]
+    except (WorkbenchError, TypeError, AttributeError):
+        return None
+
+
+def _fill_param_dtype(state: WorkbenchState) -> None:
+    stack = _stack(state.stack)
+    if stack is not None:  # an unknown stack: ``validate`` names it
+        object.__setattr__(state, "param_dtype", stack.param_dtypes[0])
 
 
 def _splits(state: WorkbenchState, model: Model) -> bool:
@@ -236,7 +264,12 @@ def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> Workb
             raise SpecError(ORIGIN, name, getattr(state, name), "true or false")
     if not isinstance(state.stack, str) or state.stack.endswith((".yaml", ".yml")):
         raise SpecError(ORIGIN, "stack", state.stack, "a stack name from workbench.stacks.list_stacks()")
-    get_stack(state.stack)  # an unknown name lists the stacks and the closest matches
+    stack = get_stack(state.stack)  # an unknown name lists the stacks and the closest matches
+    if state.param_dtype is None:
+        _fill_param_dtype(state)
+    if state.param_dtype not in stack.param_dtypes:
+        raise SpecError(ORIGIN, "param_dtype", state.param_dtype,
+                        f"one of {', '.join(stack.param_dtypes)} (what {stack.display_name} trains with)")
     if state.tab not in TABS:
         raise SpecError(ORIGIN, "tab", state.tab, f"one of {', '.join(TABS)}")
     _check_split(state, custom_models.get(model) or get_model(model))

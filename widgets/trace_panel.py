@@ -242,7 +242,8 @@ class TracePanel:
                                  "trace's configuration to calibrate from it")
         ctx, state, model = self.context, self._state(), self._model()
         compile = state.compile if get_stack(state.stack).compile == "recipe" else None  # as the predictions
-        fit = fit_trace(ctx.trace, model, ctx.gpu, training_config(state, model), stack=state.stack, compile=compile)
+        fit = fit_trace(ctx.trace, model, ctx.gpu, training_config(state, model), stack=state.stack, compile=compile,
+                        param_dtype=state.param_dtype)
         path = user_stack_profile_path(fit.profile.stack, get_gpu(ctx.gpu))
         try:
             written = write_stack_profile(fit.profile, path, overwrite=overwrite)

@@ -150,12 +150,34 @@ def test_the_stack_and_the_split_pass_through_to_every_recipe():
     assert gains == pytest.approx(a.gain, rel=1e-6)  # the chain still multiplies to the whole gain
 
 
-def test_held_virtual_stages_are_priced_and_said():
+def test_held_virtual_stages_and_context_parallelism_are_priced_and_recorded():
     a = advise("llama3-8b", "h100-sxm", "h200-sxm", 8, seq_len=4096, pp=2, virtual_stages=2)
     port, co = a.configs
     assert port.parallelism.virtual_stages == co.parallelism.virtual_stages == 2 and co.parallelism.pp == 2
+    for recipe in (a.source, a.direct_port, a.co_designed):  # the recipes record them: nothing to warn about
+        assert (recipe.parallelism.pp, recipe.parallelism.virtual_stages) == (2, 2)
     assert "vs2" in {r["setting"]: r["co_designed"] for r in a.rows()}["parallelism"]
-    assert any("virtual stages" in n for n in a.notes)
+    assert not any("virtual stages" in n for n in a.notes)
+    c = advise("llama3-8b", "h100-sxm", "h200-sxm", 8, seq_len=4096, cp=2)
+    for recipe in (c.source, c.direct_port, c.co_designed):
+        assert recipe.parallelism.cp == 2 and recipe.parallelism.gpus == 8
+        again = predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe))
+        assert again.summary.tokens_per_s == pytest.approx(recipe.predicted.tokens_per_s, rel=1e-9)
+    assert "cp2" in {r["setting"]: r["co_designed"] for r in c.rows()}["parallelism"]
+
+
+def test_lora_is_priced_on_every_side_and_said():
+    a = advise("llama3-8b", "h100-sxm", "h200-sxm", 8, seq_len=4096, lora_rank=16, lora_targets=("q", "v"))
+    full = advise("llama3-8b", "h100-sxm", "h200-sxm", 8, seq_len=4096)
+    port, co = a.configs
+    assert (port.lora_rank, co.lora_rank, co.lora_targets) == (16, 16, ("q", "v"))
+    assert a.held == {"lora_rank": 16, "lora_targets": ("q", "v")}
+    assert {r["setting"]: r["co_designed"] for r in a.rows()}["LoRA"] == "rank 16 on q, v"
+    assert "LoRA" not in {r["setting"] for r in full.rows()}
+    assert any("do not record LoRA" in n for n in a.notes)
+    again = predict(recipe_model(a.co_designed), "h200-sxm", co)
+    assert again.summary.tokens_per_s == pytest.approx(a.co_designed.predicted.tokens_per_s, rel=1e-9)
+    assert a.co_designed.predicted.tokens_per_s > full.co_designed.predicted.tokens_per_s  # no base weight grads
 
 
 def test_a_split_or_dtype_that_cannot_hold_fails_clearly():
@@ -163,5 +185,5 @@ def test_a_split_or_dtype_that_cannot_hold_fails_clearly():
         advise("llama3-8b", "h100-sxm", "h200-sxm", 8, tp=3)
     with pytest.raises(WorkbenchError, match="param_dtype"):
         advise("llama3-8b", "h100-sxm", "h200-sxm", 8, stack="torchtitan", param_dtype="bf16")
-    with pytest.raises(WorkbenchError, match="context parallelism"):
-        advise("llama3-8b", "h100-sxm", "h200-sxm", 8, cp=2)
+    with pytest.raises(WorkbenchError, match="lora_rank"):
+        advise("dlrm-dcnv2", "h100-sxm", "h200-sxm", 1, lora_rank=8)

@@ -47,7 +47,7 @@ def test_to_dict_has_the_agreed_keys_in_order(recipe):
     assert d["schema_version"] == SCHEMA_VERSION == 1
     assert d["target"] == {"gpu": "h200-sxm", "gpus": 8}
     assert d["batch"] == {"micro_batch": 2, "global_batch": 64, "grad_accumulation": 4, "seq_len": 4096}
-    assert d["parallelism"] == {"dp": 8, "sharding": "fsdp", "tp": 1, "pp": 1, "cp": 1, "ep": 1}
+    assert d["parallelism"] == {"dp": 8, "sharding": "fsdp", "tp": 1, "pp": 1, "cp": 1, "ep": 1, "virtual_stages": 1}
     assert d["model"]["overrides"] == {"num_layers": 4, "vocab_size": 128512}
     assert set(d["predicted"]) >= {"step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gb", "mfu",
                                    "communication_s"}

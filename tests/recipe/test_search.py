@@ -296,3 +296,18 @@ def test_stack_search_input_errors_are_named():
         search("gpt2-small", "h100", 1, stack="pytorch")
     with pytest.raises(SpecError, match="workbench-job"):
         search("gpt2-small", "h100", 1, stack="torchtitan", execution=Execution(compile=True))
+
+
+def test_lora_is_searched_where_the_core_models_it():
+    result = search("llama3-8b", "h200-sxm", 8, lora_rank=16, lora_targets=("q", "v"))
+    assert result.candidates and all(c.config.lora_rank == 16 and c.config.lora_targets == ("q", "v")
+                                     for c in result.candidates)
+    # fsdp over frozen weights is not modelled: only layouts with one weight replica keep it
+    assert all(c.config.parallelism.sharding != "fsdp" or c.config.parallelism.weight_replicas == 1
+               for c in result.candidates)
+    best = result.best
+    again = predict("llama3-8b", "h200-sxm", best.config, stack="ideal")
+    assert again.summary.tokens_per_s == pytest.approx(best.tokens_per_s, rel=1e-12)
+    with pytest.raises(SpecError, match="ddp or zero1 with LoRA"):
+        search("llama3-8b", "h200-sxm", 8, lora_rank=16, shardings=("fsdp",),
+               parallelisms=[Parallelism(dp=8)])

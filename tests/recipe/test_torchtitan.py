@@ -104,3 +104,42 @@ def test_recommendation_models_are_refused_with_a_reason(tmp_path):
     with pytest.raises(SpecError, match="transformer"):
         save_recipe(recipe, tmp_path / "x.toml", format="torchtitan-toml")
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_recipes_record_cp_and_virtual_stages_and_every_export_carries_them():
+    from workbench.recipe import loads
+    from workbench.recipe.build import predict_recipe
+
+    cfg = TrainingConfig(1, 4096, parallelism=Parallelism(dp=2, tp=2, pp=4, cp=2, virtual_stages=2),
+                         global_batch=16)
+    recipe = make_recipe("llama3-8b", "h200", cfg)
+    p = recipe.parallelism
+    assert (p.dp, p.tp, p.pp, p.cp, p.virtual_stages, p.gpus) == (2, 2, 4, 2, 2, 32)
+    assert loads(dumps(recipe, "yaml")) == recipe == loads(dumps(recipe, "json"))
+    assert predict_recipe(recipe).summary.tokens_per_s == recipe.predicted.tokens_per_s  # cp and stages priced
+    pipeline = {"pipeline_parallel_schedule": "Interleaved1F1B", "pipeline_parallel_first_stage_less_layers": 0,
+                "pipeline_parallel_last_stage_less_layers": 0, "pipeline_parallel_layers_per_stage": 4}
+    toml = tomllib.loads(dumps(recipe, "torchtitan-toml"))["parallelism"]
+    assert toml["context_parallel_degree"] == 2 and toml["pipeline_parallel_degree"] == 4
+    assert {k: toml[k] for k in pipeline} == pipeline  # 32 layers in 4 x 2 stages of 4
+    args = torchtitan_args(recipe)
+    for key, value in pipeline.items():
+        assert args[args.index(f"--parallelism.{key}") + 1] == str(value)
+    assert args[args.index("--parallelism.context_parallel_degree") + 1] == "2"
+    py = dumps(recipe, "torchtitan-py")
+    assert "config.parallelism.pipeline_parallel_schedule = 'Interleaved1F1B'" in py
+    assert "config.parallelism.pipeline_parallel_layers_per_stage = 4" in py
+    assert "config.parallelism.context_parallel_degree = 2" in py
+    plain = make_recipe("llama3-8b", "h200", TrainingConfig(1, 4096, parallelism=Parallelism(dp=4, pp=2),
+                                                            global_batch=16))
+    toml = tomllib.loads(dumps(plain, "torchtitan-toml"))["parallelism"]
+    assert toml["pipeline_parallel_schedule"] == "1F1B" and "pipeline_parallel_layers_per_stage" not in toml
+    assert "pipeline_parallel_schedule" not in tomllib.loads(dumps(_recipe(), "torchtitan-toml"))["parallelism"]
+
+
+def test_a_stage_split_torchtitan_cannot_count_is_refused():
+    # 10 layers in 3 x 3 = 9 stages: 2 per stage counts 5 stages, 1 per stage 10
+    cfg = TrainingConfig(1, 4096, parallelism=Parallelism(dp=1, pp=3, virtual_stages=3), global_batch=4)
+    recipe = make_recipe("llama3-8b", "h200", cfg, overrides={"num_layers": 10})
+    with pytest.raises(SpecError, match="layers_per_stage"):
+        dumps(recipe, "torchtitan-toml")

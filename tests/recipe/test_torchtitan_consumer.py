@@ -20,7 +20,7 @@ import pytest
 from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import WorkbenchError
 from workbench.recipe import PrecisionPolicy, dumps
-from workbench.recipe.build import make_recipe
+from workbench.recipe.build import make_recipe, recipe_model
 from workbench.recipe.torchtitan import config_function_name
 
 
@@ -67,6 +67,11 @@ def matrix():
         out.append(_recipe(layout, gpu, fp8, ac, compile))
     out.append(_recipe(LAYOUTS[1], "h200", "rowwise", "selective", True, {"num_layers": 4, "vocab_size": 128512}))
     out.append(_recipe(LAYOUTS[4], "h200", "none", "full", False, {"num_layers": 8}))
+    # interleaved 1F1B: 80 layers in pp 2 x 2 virtual stages of 20; and context parallelism recorded by make_recipe
+    out.append(make_recipe("llama3-70b", "h200", TrainingConfig(1, 4096, parallelism=Parallelism(
+        dp=4, tp=2, pp=2, virtual_stages=2), global_batch=16)))
+    out.append(make_recipe("llama3-8b", "h200", TrainingConfig(1, 8192, parallelism=Parallelism(dp=2, cp=4),
+                                                               global_batch=8)))
     return out
 
 
@@ -115,6 +120,9 @@ def _check_common(recipe, got):
     assert got["degrees"] == [p.dp if p.sharding == "ddp" else 1, p.dp if p.sharding == "fsdp" else 1,
                               p.tp, p.pp, p.cp, p.ep]
     assert got["dtype"] == ("float32" if prec.param_dtype == "fp32" else "bfloat16")
+    if p.pp > 1:  # the schedule and the split the workbench priced (pp 1 keeps the preset's pipeline settings)
+        layers = -(-recipe_model(recipe).num_layers // (p.pp * p.virtual_stages)) if p.virtual_stages > 1 else None
+        assert got["pipeline"] == ["Interleaved1F1B" if p.virtual_stages > 1 else "1F1B", layers, 0, 0]
     assert (got["param"], got["reduce"]) == ("bfloat16", "float32")
     assert got["flavor"] == FLAVORS[recipe.model.name]
     assert got["ac"] == recipe.activation_checkpointing.mode and got["compile"] is recipe.compile

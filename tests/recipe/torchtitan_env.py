@@ -80,7 +80,10 @@ for case in cases:
                       param=t.mixed_precision_param, reduce=t.mixed_precision_reduce,
                       degrees=[p.data_parallel_replicate_degree, p.data_parallel_shard_degree,
                                p.tensor_parallel_degree, p.pipeline_parallel_degree, p.context_parallel_degree,
-                               p.expert_parallel_degree])
+                               p.expert_parallel_degree],
+                      pipeline=[p.pipeline_parallel_schedule, p.pipeline_parallel_layers_per_stage,
+                                p.pipeline_parallel_first_stage_less_layers,
+                                p.pipeline_parallel_last_stage_less_layers])
         out[case["id"]] = landed
     except BaseException as exc:  # tyro exits with SystemExit on a rejected option
         out[case["id"]] = {"error": f"{type(exc).__name__}: {exc}"[:2000] + traceback.format_exc()[-1500:]}

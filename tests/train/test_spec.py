@@ -259,3 +259,14 @@ def test_the_job_prediction_takes_the_recipe_read_once(tiny_recipe):
     spec = load_job_spec(tiny_recipe("p"))
     from_object = job_prediction(spec.recipe)
     assert from_object["step_time_s"] > 0 and from_object == job_prediction(tiny_recipe("p2"))
+
+
+def test_a_family_the_job_has_no_model_for_is_refused_by_its_family():
+    data = make_recipe("hstu-gr", "h200-sxm", TrainingConfig(8)).to_dict()
+    spec = JobSpec.from_dict(data)
+    assert spec.family == "hstu" and spec.seq_len == data["batch"]["seq_len"]  # the family counts its tokens
+    with pytest.raises(JobError, match=r"is a hstu model; the reference job trains these families only "
+                                       r"\(transformer: .*; dlrm: "):
+        check_supported(spec, world_size=1)
+    dlrm = JobSpec.from_dict(make_recipe("dlrm-dcnv2", "h200-sxm", TrainingConfig(64)).to_dict())
+    assert dlrm.family == "dlrm" and dlrm.seq_len == 1

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from workbench.models import get_model
-from widgets.advice import advice_chart, advice_frame, advice_html, advice_prompt, advise_all
+from widgets.advice import advice_chart, advice_frame, advice_html, advice_prompt, advise_all, advisor_controls
 from widgets.state import WorkbenchState
 
 pytest.importorskip("workbench.recipe.advisor")
@@ -62,15 +62,22 @@ def test_the_advisor_gets_the_controls_and_the_panel_says_what_is_held(monkeypat
     assert advise_all(state) == {"b200": "stub"}
     (args, kwargs), = seen
     assert args == ("llama3-8b", "h200-sxm", "b200", 16, "bf16")
-    assert kwargs == {"seq_len": 4096, "global_batch": 512, "stack": "torchtitan", "tp": 2, "pp": 2, "ep": 1,
-                      "cp": 1, "virtual_stages": 1, "sharding": "ddp", "calibrated": False}
+    assert kwargs == {"seq_len": 4096, "global_batch": 512, "stack": "torchtitan", "param_dtype": None, "tp": 2,
+                      "pp": 2, "ep": 1, "cp": 1, "virtual_stages": 1, "sharding": "ddp", "lora_rank": 0,
+                      "calibrated": False}
     text = advice_prompt(state)
     for words in ("Held fixed on both sides: Llama 3 8B, 16 GPUs per GPU type, bf16, sequence 4,096, global batch 512",
                   "split tp 2, pp 2, ep 1, cp 1, virtual stages 1, DDP", "every recipe priced as torchtitan",
                   "eager or torch.compile (yours: eager)", "activation checkpointing (yours: none)"):
         assert words in text, text
     assert "global batch auto" in advice_prompt(WorkbenchState())
-    assert "LoRA rank 8 not taken (it trains all weights)" in advice_prompt(state.replace(lora_rank=8))
+    assert "all weights trained (no LoRA); every recipe priced as torchtitan" in text
+    assert "with fp32 parameters (bf16 autocast)" in text
+    lora = state.replace(lora_rank=8, sharding="zero1")
+    assert "LoRA rank 8 on q, k, v, o" in advice_prompt(lora)
+    assert advisor_controls(lora)["lora_rank"] == 8
+    bf16 = state.replace(stack="pytorch-eager", param_dtype="bf16")
+    assert advisor_controls(bf16)["param_dtype"] == "bf16" and "with bf16 parameters" in advice_prompt(bf16)
 
 
 def test_the_advisor_holds_the_split_and_prices_the_stack():
@@ -84,4 +91,4 @@ def test_the_advisor_holds_the_split_and_prices_the_stack():
     assert "+/- 5%: " in advice.gain_text and advice.gain_text in shown  # the gain with its uncertainty
     assert "priced as Plain PyTorch, eager" in shown and ">Plain PyTorch, eager<" in shown  # in words, text and table
     cp = advise_all(state.replace(gpu_count=8, tp=1, cp=2))["h200-sxm"]
-    assert isinstance(cp, str) and "context parallelism" in cp  # a reason, not a crash
+    assert not isinstance(cp, str) and cp.co_designed.parallelism.cp == 2  # recipes record cp: held on both sides

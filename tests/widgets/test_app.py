@@ -301,3 +301,28 @@ def test_context_parallel_zero1_and_lora_controls(wb):
     assert (c["cp"].value, c["sharding"].value, c["lora_rank"].value) == (2, "zero1", 16)
     assert "ZeRO-1" in wb.controls.split.value and "LoRA rank 16" in wb.controls.split.value
     wb.set(cp=1, sharding="fsdp", lora_rank=0, gpus=["b200", "mi350x"])
+
+
+def test_the_parameter_dtype_control_lists_the_stacks_dtypes_and_reaches_predict():
+    wb = Workbench(gpus=["h200"], gpu_count=1, model="llama3.2-1b", stack="pytorch-eager")
+    control = wb.controls.by_field["param_dtype"]
+    assert [v for _, v in control.options] == ["fp32", "bf16"] and not control.disabled
+    assert control.value == wb.state["param_dtype"] == "fp32"
+    fp32 = wb.comparison.predictions["h200-sxm"].summary
+    control.value = "bf16"  # the UI path: the control, then the state
+    assert wb.state["param_dtype"] == "bf16" and wb.param_dtype == "bf16"
+    bf16 = wb.comparison.predictions["h200-sxm"].summary
+    assert bf16.memory.total < fp32.memory.total  # bf16 parameters: no fp32 weights beside the autocast copies
+    from workbench.predict import predict
+
+    direct = predict("llama3.2-1b", "h200", wb.comparison.predictions["h200-sxm"].config, stack="pytorch-eager",
+                     param_dtype="bf16")
+    assert direct.summary.step_time_s == bf16.step_time_s
+    wb.set(tab="recipe")
+    for kind in ("searched", "current"):  # both recipes record the dtype they were predicted at
+        wb.recipe.kind.value = kind
+        assert wb.recipe.recipe.precision.param_dtype == "bf16"
+    wb.set(stack="torchtitan")  # trains fp32 parameters only: back to fp32, the control disabled
+    assert wb.state["param_dtype"] == "fp32" and [v for _, v in control.options] == ["fp32"] and control.disabled
+    with pytest.raises(WorkbenchError, match="param_dtype"):
+        wb.set(param_dtype="bf16")

@@ -125,3 +125,19 @@ def test_context_parallelism_zero1_interleaving_and_lora_reach_the_core():
     from widgets.state import training_config
 
     assert training_config(state, get_model(state.model)).lora_rank == 16
+
+
+def test_the_parameter_dtype_is_one_of_the_stacks_and_follows_the_stack():
+    state = WorkbenchState()
+    from workbench.stacks import get_stack
+
+    assert state.param_dtype == get_stack(state.stack).param_dtypes[0]  # None fills in as the stack's default
+    eager = state.replace(stack="pytorch-eager", param_dtype="bf16")
+    assert eager.param_dtype == "bf16" and eager.as_dict()["param_dtype"] == "bf16"
+    assert eager.replace(stack="pytorch-compile").param_dtype == "bf16"  # a choice both stacks train with stays
+    assert eager.replace(stack="torchtitan").param_dtype == "fp32"  # torchtitan trains fp32 parameters only
+    assert state.replace(stack="megatron").param_dtype == "bf16"  # left at a default: the new stack's default
+    with pytest.raises(SpecError, match=r"param_dtype.*one of fp32 \(what torchtitan trains with\)"):
+        state.replace(stack="torchtitan", param_dtype="bf16")
+    with pytest.raises(SpecError, match="param_dtype"):
+        state.replace(param_dtype="fp8")

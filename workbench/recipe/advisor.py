@@ -25,7 +25,8 @@ What runs the recipes and how the GPUs are split can be held too (the widget pas
 ``stack`` and ``param_dtype`` price every recipe as that stack runs it (``search(stack=, param_dtype=)``; None: the
 fused-step bound, as before); each of ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` given is
 held on the source, the direct port and the co-designed recipe alike (``held_layouts``), and what is left None the
-search chooses. ``Advice.held`` lists what was held.
+search chooses; ``lora_rank`` (with ``lora_targets``) prices LoRA fine-tuning on every side. ``Advice.held`` lists
+what was held.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from workbench.config import Parallelism, TrainingConfig, default_seq_len
+from workbench.config import DEFAULT_LORA_TARGETS, Parallelism, TrainingConfig, default_seq_len
 from workbench.errors import SpecError, WorkbenchError
 from workbench.families import family_of
 from workbench.hardware import GPU, get_gpu
@@ -200,8 +201,7 @@ class Advice:
     """What the caller held on both sides beyond the model, GPU count, precision, sequence and global batch: the
     stack, parameter dtype, parallel degrees and sharding given to ``advise`` (empty: all searched)."""
     configs: tuple[TrainingConfig | None, TrainingConfig] | None = None
-    """(direct port, co-designed) configurations as priced, cp and virtual stages included (recipes record
-    neither)."""
+    """(direct port, co-designed) configurations as priced, LoRA included (recipes do not record it)."""
 
     @property
     def gain(self) -> float | None:
@@ -242,15 +242,14 @@ class Advice:
             if recipe is None:
                 return {}
             p, b, pred = recipe.parallelism, recipe.batch, recipe.predicted
-            layout = f"dp{p.dp} ({p.sharding}) tp{p.tp} pp{p.pp} ep{p.ep}"
-            if cfg is not None:  # cp and virtual stages, which the recipe does not record
-                c = cfg.parallelism
-                layout += f" cp{c.cp}" if c.cp > 1 else ""
-                layout += f" vs{c.virtual_stages}" if c.virtual_stages > 1 else ""
+            layout = (f"dp{p.dp} ({p.sharding}) tp{p.tp} pp{p.pp} ep{p.ep}{f' cp{p.cp}' if p.cp > 1 else ''}"
+                      f"{f' vs{p.virtual_stages}' if p.virtual_stages > 1 else ''}")
             out = {"gpu": recipe.target.gpu, "model overrides": _text(recipe.model.overrides),
                    "precision": recipe.precision.workbench_precision, "micro-batch": b.micro_batch,
                    "global batch": b.global_batch, "grad accumulation": b.grad_accumulation,
                    "activation checkpointing": recipe.activation_checkpointing.mode, "parallelism": layout}
+            if cfg is not None and cfg.lora:  # the recipe does not record LoRA: the configuration that was priced
+                out["LoRA"] = f"rank {cfg.lora_rank} on {', '.join(cfg.lora_targets)}"
             if self.stack != IDEAL:
                 out.update({"stack": self.stack, "torch.compile": recipe.compile,
                             "parameter dtype": recipe.precision.param_dtype})
@@ -304,13 +303,16 @@ def advise(
     ep: int | None = None,
     virtual_stages: int | None = None,
     sharding: str | None = None,
+    lora_rank: int = 0,
+    lora_targets: Sequence[str] = DEFAULT_LORA_TARGETS,
 ) -> Advice:
     """Direct port vs co-designed recipe for ``model`` (a catalog name plus ``overrides``) on ``gpus`` target GPUs,
     both at one global batch: ``global_batch`` samples per step, or 0 for ``search.default_global_batch``.
 
     ``stack`` (a ``workbench.stacks`` name; None: the fused-step bound) and ``param_dtype`` (None: the stack's
     default) price every recipe; ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` are held on
-    both sides when given, searched when None."""
+    both sides when given, searched when None. ``lora_rank`` > 0: every side fine-tunes LoRA adapters of that rank
+    on ``lora_targets`` (``TrainingConfig.lora_rank``), 0 trains all weights."""
     base_overrides = dict(overrides or {})
     base = revised_model(model, base_overrides)
     name = get_model(model).name
@@ -322,18 +324,17 @@ def advise(
     if param_dtype is not None:
         get_stack(named or IDEAL).param_dtype(param_dtype)  # one the stack does not train with fails here
     split = {f: v for f, v in zip(SPLIT_FIELDS, (tp, pp, cp, ep, virtual_stages)) if v is not None}
-    held = {k: v for k, v in (("stack", named), ("param_dtype", param_dtype), *split.items(), ("sharding", sharding))
-            if v is not None}
-    if split.get("cp", 1) != 1:
-        raise SpecError("advise", "cp", split["cp"], "1 or None: recipes (workbench.recipe.build.make_recipe) do not "
-                        "record context parallelism yet")
-    kwargs = dict(precision=precision, precisions=precisions, seq_len=seq_len, global_batch=global_batch)
+    lora = {"lora_rank": lora_rank, "lora_targets": tuple(lora_targets)} if lora_rank else {}
+    held = {k: v for k, v in (("stack", named), ("param_dtype", param_dtype), *split.items(), ("sharding", sharding),
+                              *lora.items()) if v is not None}
+    kwargs = dict(precision=precision, precisions=precisions, seq_len=seq_len, global_batch=global_batch, **lora)
     if sharding is not None:
         kwargs["shardings"] = (sharding,)
     notes: list[str] = []
-    if split.get("virtual_stages", 1) > 1:
-        notes.append(f"{split['virtual_stages']} virtual stages per pipeline rank are priced; the recipes do not "
-                     "record them (workbench.recipe.build), so an exported recipe says plain 1F1B")
+    if lora:
+        notes.append(f"LoRA rank {lora_rank} on {', '.join(lora['lora_targets'])} is priced on every side; the "
+                     "recipes do not record LoRA (workbench.recipe.schema has no field for it), so an exported recipe "
+                     "trains all weights")
     items: list[AdviceItem] = []
     target_eval = pricing.evaluator(base, target)
 

@@ -58,15 +58,14 @@ def recipe_model(recipe: Recipe) -> Model:
 
 
 def training_config(recipe: Recipe) -> TrainingConfig:
-    """The analytical model's view of the recipe; context parallelism (cp > 1) is not modelled and raises."""
+    """The analytical model's view of the recipe."""
     p = recipe.parallelism
-    if p.cp != 1:
-        raise SpecError("recipe", "parallelism.cp", p.cp, "1 (the analytical model does not model context parallelism)")
     return TrainingConfig(
         micro_batch=recipe.batch.micro_batch,
         seq_len=recipe.batch.seq_len,
         precision=recipe.precision.workbench_precision,
-        parallelism=Parallelism(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, sharding=p.sharding),
+        parallelism=Parallelism(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, sharding=p.sharding, cp=p.cp,
+                                virtual_stages=p.virtual_stages),
         activation_checkpointing=recipe.activation_checkpointing.mode,
         global_batch=recipe.batch.global_batch,
     )
@@ -157,7 +156,8 @@ def make_recipe(
         batch=Batch(cfg.micro_batch, cfg.samples_per_step, cfg.grad_accumulation, cfg.seq_len),
         precision=policy,
         activation_checkpointing=ActivationCheckpointing(cfg.activation_checkpointing, "all"),
-        parallelism=ParallelismChoice(dp=p.dp, sharding=p.sharding, tp=p.tp, pp=p.pp, cp=1, ep=p.ep),
+        parallelism=ParallelismChoice(dp=p.dp, sharding=p.sharding, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
+                                      virtual_stages=p.virtual_stages),
         compile=compile,
         kernels=tuple(kernels),
         embeddings=embedding_placements(revised, p.dp),

@@ -85,7 +85,7 @@ def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
     q, dq = f.sub("parallelism", default={}), ParallelismChoice()
     parallelism = ParallelismChoice(_int(q, "dp", dq.dp), q.string("sharding", SHARDINGS, default=dq.sharding),
                                     _int(q, "tp", dq.tp), _int(q, "pp", dq.pp), _int(q, "cp", dq.cp),
-                                    _int(q, "ep", dq.ep))
+                                    _int(q, "ep", dq.ep), _int(q, "virtual_stages", dq.virtual_stages))
     q.finish()
 
     compile_ = f.boolean("compile", default=Recipe.__dataclass_fields__["compile"].default)

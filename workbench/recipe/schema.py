@@ -11,7 +11,7 @@ plain dicts (``to_dict`` / ``from_dict``) in the key order of the YAML file:
     precision: {param_dtype: fp32, compute_dtype: bf16, reduce_dtype: fp32, fp8: none}
     batch: {micro_batch: 2, global_batch: 64, grad_accumulation: 4, seq_len: 4096}
     activation_checkpointing: {mode: none, layers: all}
-    parallelism: {dp: 8, sharding: fsdp, tp: 1, pp: 1, cp: 1, ep: 1}
+    parallelism: {dp: 8, sharding: fsdp, tp: 1, pp: 1, cp: 1, ep: 1, virtual_stages: 1}
     ...
 
 ``from_dict`` rejects unknown fields and unknown schema versions with the origin (file), field, value and what
@@ -167,7 +167,8 @@ class ActivationCheckpointing:
 
 @dataclass(frozen=True)
 class ParallelismChoice:
-    """Degrees of parallelism; GPUs = dp x tp x pp x cp. Experts shard ep-ways inside the dp group."""
+    """Degrees of parallelism (``workbench.config.Parallelism``); GPUs = dp x tp x pp x cp. Experts shard ep-ways
+    inside the dp x cp ranks that hold the same weights."""
 
     dp: int = 1
     sharding: RecipeSharding = "fsdp"
@@ -175,8 +176,11 @@ class ParallelismChoice:
     tp: int = 1
     pp: int = 1
     cp: int = 1
-    """Context parallelism (sequence split); the analytical model handles cp=1 only."""
+    """Context parallelism: each sample's sequence split over cp ranks (ring attention)."""
     ep: int = 1
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank: interleaved 1F1B (Narayanan et al. 2021) when > 1 (needs pp > 1); 1 is
+    plain 1F1B."""
 
     @property
     def gpus(self) -> int:
@@ -329,8 +333,9 @@ def validate(recipe: Recipe, origin: str) -> None:
         raise SpecError(origin, "batch.global_batch", b.global_batch,
                         f"micro_batch x dp x grad_accumulation = {b.micro_batch} x {p.dp} x {b.grad_accumulation}"
                         f" = {b.micro_batch * p.dp * b.grad_accumulation}")
-    if p.dp % p.ep:
-        raise SpecError(origin, "parallelism.ep", p.ep, f"a divisor of dp={p.dp}")
+    if (p.dp * p.cp) % p.ep:
+        raise SpecError(origin, "parallelism.ep", p.ep, f"a divisor of dp={p.dp}" if p.cp == 1
+                        else f"a divisor of dp x cp = {p.dp * p.cp}")
     if recipe.precision.fp8 != "none" and recipe.precision.compute_dtype != "bf16":
         raise SpecError(origin, "precision.compute_dtype", recipe.precision.compute_dtype,
                         "bf16 when fp8 is on (fp8 linears keep bf16 for everything else)")
@@ -389,7 +394,7 @@ def _check_values(recipe: Recipe, origin: str) -> None:
     choice("activation_checkpointing.mode", recipe.activation_checkpointing.mode, CHECKPOINT_MODES)
     par = recipe.parallelism
     choice("parallelism.sharding", par.sharding, SHARDINGS)
-    for name in ("dp", "tp", "pp", "cp", "ep"):
+    for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages"):
         need(_positive_int(getattr(par, name)), f"parallelism.{name}", getattr(par, name), "an integer >= 1")
     need(isinstance(recipe.compile, bool), "compile", recipe.compile, "true or false")
     for i, k in enumerate(recipe.kernels):
@@ -423,8 +428,6 @@ def _check_against_model(recipe: Recipe, origin: str) -> None:
     except SpecError as exc:
         raise SpecError(origin, f"model.{exc.field}" if exc.field.startswith("overrides") else "model.overrides",
                         exc.value, exc.expected) from None
-    if recipe.parallelism.cp != 1:
-        return  # context parallelism is not modelled: nothing more to check against the model
     try:
         training_config(recipe).resolved(model)
     except SpecError as exc:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from workbench.config import (
     CHECKPOINTING,
+    DEFAULT_LORA_TARGETS,
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
     MAX_SEQ_LEN,
@@ -40,10 +41,11 @@ from workbench.config import (
     default_seq_len,
 )
 from workbench.errors import SpecError, WorkbenchError
+from workbench.families import family_of
 from workbench.graph.execution import Execution
 from workbench.hardware import GPU, get_gpu
 from workbench.memory import GB
-from workbench.models import Model, TransformerModel, get_model
+from workbench.models import Model, get_model
 from workbench.precision import resolve_precision
 from workbench.recipe.schema import SHARDINGS as RECIPE_SHARDINGS
 from workbench.stacks import Stack, get_stack
@@ -52,13 +54,6 @@ from workbench.step import StepModel
 if TYPE_CHECKING:
     import pandas as pd
 
-MAX_MICRO_BATCH = {"transformer": 1024, "dlrm": 1 << 20, "hstu": 4096}
-"""Largest micro-batch tried per model kind (divisors of the per-rank batch up to it; memory stops the climb
-earlier)."""
-STANDARD_TOKENS_PER_STEP = 1 << 22
-"""4M tokens per optimizer step: the global batch Llama 2 trained every size at (Touvron et al. 2023, Llama 2,
-section 2.2) and Llama 3 405B started at (Dubey et al. 2024, The Llama 3 Herd of Models, section 3.4.1); the
-catalog's transformers have no batch of their own, so it is their standard (``default_global_batch``)."""
 STEP_TIME_UNCERTAINTY = 0.05
 """Relative uncertainty of a predicted step time, and so of a ratio of two (a throughput gain): candidates within it
 of the fastest are ties the model cannot order. Source: the H200 stacks evaluation
@@ -299,17 +294,16 @@ class SearchResult:
 
 def default_global_batch(model: str | Model, gpus: int, seq_len: int = 0) -> int:
     """The global batch (samples per optimizer step) ``search`` holds when none is given: the model's standard, as
-    a whole power of two per GPU. The standard: a recommendation model's ``default_batch`` from the catalog (DLRM
-    65,536, MLPerf's; HSTU 64, a representative guess), a transformer's ``STANDARD_TOKENS_PER_STEP`` (4M tokens) /
-    ``seq_len`` (0: the model's default). Global batch = ``gpus`` x the power of two nearest the standard / ``gpus``
+    a whole power of two per GPU. The standard is the family's (``Family.standard_global_batch``): a
+    recommendation model's ``default_batch`` from the catalog (DLRM 65,536, MLPerf's; HSTU 64, a representative
+    guess), a transformer's 4M tokens (``TransformerFamily.standard_tokens_per_step``) / ``seq_len`` (0: the
+    model's default). Global batch = ``gpus`` x the power of two nearest the standard / ``gpus``
     (at least 1): every data-parallel degree divides it and powers-of-two micro-batches divide its per-rank share.
     It depends on the model, GPU count and sequence length only, never on a candidate. Llama 3 8B at 8,192 tokens:
     512 on 1, 2, 4, ..., 512 GPUs, 384 on 6 (64 each), 1,024 on 1,024 (one sequence each)."""
     model = get_model(model)
     seq = seq_len or default_seq_len(model)
-    standard = (STANDARD_TOKENS_PER_STEP / seq if isinstance(model, TransformerModel)
-                else float(model.default_batch))  # type: ignore[union-attr]
-    per_gpu = standard / gpus
+    per_gpu = family_of(model).standard_global_batch(model, seq) / gpus
     return gpus * (1 << max(0, round(math.log2(per_gpu)))) if per_gpu > 1 else gpus
 
 
@@ -320,18 +314,25 @@ def _divisors(n: int) -> list[int]:
 
 
 def layouts(model: Model, gpu: GPU, gpus: int) -> list[Parallelism]:
-    """Valid (dp, tp, pp, ep) splits of ``gpus`` (fsdp sharding): tp inside the scale-up domain."""
-    if not isinstance(model, TransformerModel):
-        return [Parallelism(dp=gpus)]
+    """Valid (dp, tp, pp, ep) splits of ``gpus`` (fsdp sharding, or the family's first if it has no fsdp): tp
+    inside the scale-up domain, each degree only where the model's family lets it exceed 1
+    (``Family.parallelisms``)."""
+    family = family_of(model)
+    offered = family.parallelisms(model)
+    sharding = "fsdp" if "fsdp" in family.shardings else family.shardings[0]
+
+    def degrees(name: str, n: int) -> list[int]:
+        return _divisors(n) if name in offered else [1]
+
     out = []
     domain = int(gpu.scale_up_domain_gpus.value)
-    for tp in _divisors(gpus):
+    for tp in degrees("tp", gpus):
         if tp > domain:
             continue
-        for pp in _divisors(gpus // tp):
+        for pp in degrees("pp", gpus // tp):
             dp = gpus // (tp * pp)
-            for ep in (_divisors(dp) if model.is_moe else [1]):
-                p = Parallelism(dp=dp, tp=tp, pp=pp, ep=ep)
+            for ep in degrees("ep", dp):
+                p = Parallelism(dp=dp, tp=tp, pp=pp, ep=ep, sharding=sharding)  # type: ignore[arg-type]
                 try:
                     TrainingConfig(1, parallelism=p).resolved(model)
                 except SpecError:
@@ -357,6 +358,8 @@ def search(
     stack: str | Stack | None = None,
     param_dtype: str | None = None,
     parallelisms: Sequence[Parallelism] | None = None,
+    lora_rank: int = 0,
+    lora_targets: Sequence[str] = DEFAULT_LORA_TARGETS,
 ) -> SearchResult:
     """Enumerate and predict every configuration at one global batch: ``global_batch`` samples per step, or 0 for
     ``default_global_batch`` (the model's standard: 4M tokens for a transformer, the catalog's ``default_batch``
@@ -365,7 +368,8 @@ def search(
     reference job (see ``predict``); ``stack`` prices every candidate as that stack runs it (``StepEvaluator``;
     None or ``ideal``: the fused step) at ``param_dtype`` (None: the stack's default); these three are ignored when
     ``evaluator`` is given. ``parallelisms``: the layouts to try (each splits ``gpus``, with its cp, ep and virtual
-    stages; the sharding comes from ``shardings``), None for every layout ``layouts`` gives."""
+    stages; the sharding comes from ``shardings``), None for every layout ``layouts`` gives. ``lora_rank`` > 0
+    searches LoRA fine-tuning with adapters on ``lora_targets`` (``TrainingConfig.lora_rank``), 0 full training."""
     model = get_model(model)
     gpu = get_gpu(gpu)
     _check_count("gpus", gpus, 1, MAX_GPUS)
@@ -383,23 +387,36 @@ def search(
     global_batch = global_batch or default_global_batch(model, gpus, seq)
     searched = tuple(precisions or (precision,))
     result = SearchResult(model, gpu, gpus, global_batch=global_batch, precisions=searched, stack=ev.stack)
-    ac_modes = tuple(checkpointing) if isinstance(model, TransformerModel) else ("none",)
-    if not isinstance(model, TransformerModel):
-        shardings = ("ddp",)  # recommendation models: dense layers replicate, tables row-shard (workbench.memory)
-    limit = MAX_MICRO_BATCH[model.kind]
+    family = family_of(model)
+    ac_modes = tuple(checkpointing) if family.checkpoints_activations else ("none",)
+    tried = family.searched_shardings(model, tuple(shardings))
+    if not tried:
+        raise SpecError("search", "shardings", list(shardings), f"one or more of {', '.join(family.shardings)} "
+                        f"({family.name} models)")
+    limit = family.max_micro_batch
+    lora = {"lora_rank": lora_rank, "lora_targets": tuple(lora_targets)} if lora_rank else {}
+    refused: SpecError | None = None
     for prec in searched:
         resolve_precision(gpu, prec)  # an unsupported precision fails here, naming what the GPU runs
         for base in layouts(model, gpu, gpus) if parallelisms is None else parallelisms:
             if global_batch % base.dp:
                 continue  # no micro-batch and accumulation give this global batch on this many ranks
             micro_batches = [mb for mb in _divisors_cached(global_batch // base.dp) if mb <= limit]
-            for sharding in shardings:
+            for sharding in tried:
                 p = replace(base, sharding=sharding)
-                if sharding == "ddp" and p.weight_replicas == 1 and "fsdp" in shardings:
+                if sharding == "ddp" and p.weight_replicas == 1 and "fsdp" in tried:
                     continue  # one data-parallel rank: ddp and fsdp are the same run
+                if lora:  # LoRA is not modelled under every sharding (fsdp over frozen weights)
+                    try:
+                        TrainingConfig(1, seq, parallelism=p, **lora).resolved(model)
+                    except SpecError as exc:
+                        refused = exc
+                        continue
                 for ac in ac_modes:
                     for compiled in ev.compile_options:
-                        _climb(ev, result, micro_batches, p, prec, seq, ac, global_batch, compiled)
+                        _climb(ev, result, micro_batches, p, prec, seq, ac, global_batch, compiled, lora)
+    if refused is not None and not result.candidates:
+        raise refused  # the core's reason no layout takes this LoRA fine-tuning
     return result
 
 
@@ -415,12 +432,14 @@ def _divisors_cached(n: int) -> tuple[int, ...]:
 
 
 def _climb(ev: StepEvaluator, result: SearchResult, micro_batches: Sequence[int], p: Parallelism,
-           precision: str, seq: int, ac: str, global_batch: int, compile: bool = True) -> None:
+           precision: str, seq: int, ac: str, global_batch: int, compile: bool = True,
+           lora: dict | None = None) -> None:
     """The micro-batches that divide the per-rank batch, smallest first, until memory no longer fits (memory grows
-    with the micro-batch); accumulation makes up the rest of ``global_batch``."""
+    with the micro-batch); accumulation makes up the rest of ``global_batch``. ``lora``: the LoRA fields of
+    ``TrainingConfig``, none for full training."""
     for mb in micro_batches:
-        candidate = ev.evaluate(TrainingConfig(mb, seq, precision, p, ac, global_batch), check_memory_first=True,
-                                compile=compile)
+        candidate = ev.evaluate(TrainingConfig(mb, seq, precision, p, ac, global_batch, **(lora or {})),
+                                check_memory_first=True, compile=compile)
         result.candidates.append(candidate)
         if not candidate.fits:
             return

@@ -5,7 +5,8 @@ Supported consumers, checked by running their own config managers on every expor
 (``tests/recipe/test_torchtitan_consumer.py``):
   * **torchtitan 0.2.2** (``torchtitan/config/job_config.py``, read with ``--job.config_file``): [model]
     name/flavor/hf_assets_path/converters; [training] local_batch_size/global_batch_size/seq_len/dtype/
-    mixed_precision_param/mixed_precision_reduce (float32 only); [parallelism] *_degree;
+    mixed_precision_param/mixed_precision_reduce (float32 only); [parallelism] *_degree and, for pp > 1,
+    pipeline_parallel_schedule (1F1B | Interleaved1F1B), _layers_per_stage, _first/_last_stage_less_layers;
     [activation_checkpoint] mode/selective_ac_option; [compile] enable/components; [quantize.linear.float8]
     recipe_name (rowwise|rowwise_with_gw_hp; unset = tensorwise, the only one that takes
     enable_fsdp_float8_all_gather: ``components/quantization/float8.py`` asserts they are not both set);
@@ -26,13 +27,17 @@ Selective checkpointing is exported as torchtitan's per-op policy (0.2.2 ``selec
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from workbench.errors import SpecError
+from workbench.families import family_of
 from workbench.hardware import get_gpu
-from workbench.models import TransformerModel
 from workbench.recipe.build import recipe_model
 from workbench.recipe.io import header_lines
 from workbench.recipe.schema import FP8_RECIPES, MODELLED_PRECISION, Recipe
+
+if TYPE_CHECKING:
+    from workbench.models import TransformerModel
 
 # workbench catalog name -> (torchtitan module, flavor, preset function, standard hf_assets_path, preset lr)
 _TORCHTITAN_MODELS = {
@@ -66,9 +71,10 @@ def _refuse(field: str, value: object, why: str) -> SpecError:
 def _check(recipe: Recipe, version: str) -> TransformerModel:
     """The recipe's model, or a SpecError naming what torchtitan ``version`` ("0.2" or "0.3") cannot run."""
     model = recipe_model(recipe)
-    if not isinstance(model, TransformerModel):
-        raise _refuse("model.name", recipe.model.name, "a transformer (torchtitan trains language models; export "
-                      "DLRM/HSTU recipes as YAML or JSON)")
+    family = family_of(model).name
+    if family != "transformer":
+        raise _refuse("model.name", recipe.model.name, f"a transformer (torchtitan trains language models; export "
+                      f"{family} recipes as YAML or JSON)")
     name = recipe.model.name
     if name not in _TORCHTITAN_MODELS or (version == "0.2" and _TORCHTITAN_MODELS[name][1] not in _V02_FLAVORS):
         have = [n for n, m in _TORCHTITAN_MODELS.items() if version == "0.3" or m[1] in _V02_FLAVORS]
@@ -139,11 +145,42 @@ def _degrees(recipe: Recipe) -> dict[str, int]:
             "context_parallel_degree": p.cp, "expert_parallel_degree": p.ep}
 
 
+def _parallelism(recipe: Recipe, model: TransformerModel) -> dict[str, object]:
+    """The [parallelism] section: the degrees, then the pipeline schedule and split."""
+    return {**_degrees(recipe), **_pipeline(recipe, model)}
+
+
+def _pipeline(recipe: Recipe, model: TransformerModel) -> dict[str, object]:
+    """The [parallelism] pipeline options of a recipe with pp > 1 ({} without): torchtitan's ``1F1B``, or
+    ``Interleaved1F1B`` with ``virtual_stages`` stages per rank, and the split the workbench priced -- every stage
+    ceil or floor(layers / stages) blocks, the embedding and the head beside the first and last stage's blocks
+    (``pipeline_parallel_{first,last}_stage_less_layers = 0``; torchtitan's default 1 moves a block off each).
+    Both versions' ``distributed/pipeline_parallel.py`` count ceil(layers / layers_per_stage) stages and need
+    that to be pp x virtual_stages; a split no ``layers_per_stage`` gives is refused."""
+    p = recipe.parallelism
+    if p.pp == 1:
+        return {}
+    out: dict[str, object] = {"pipeline_parallel_schedule": "Interleaved1F1B" if p.virtual_stages > 1 else "1F1B",
+                              "pipeline_parallel_first_stage_less_layers": 0,
+                              "pipeline_parallel_last_stage_less_layers": 0}
+    if p.virtual_stages > 1:  # 1F1B takes one stage per rank by default; a looped schedule is told its stages
+        stages = p.pp * p.virtual_stages
+        per_stage = -(-model.num_layers // stages)
+        if -(-model.num_layers // per_stage) != stages:
+            raise _refuse("parallelism.virtual_stages", p.virtual_stages,
+                          f"a virtual_stages for which some layers_per_stage splits the {model.num_layers} layers "
+                          f"into pp x virtual_stages = {stages} stages (torchtitan counts ceil(layers / "
+                          f"layers_per_stage) stages; {per_stage} per stage gives "
+                          f"{-(-model.num_layers // per_stage)})")
+        out["pipeline_parallel_layers_per_stage"] = per_stage
+    return out
+
+
 # ---- torchtitan 0.2.x: TOML ----------------------------------------------------------------------------------
 
 def torchtitan_sections(recipe: Recipe) -> dict[str, dict]:
     """The 0.2.x job config as {section: {option: value}}; dotted section names are TOML sub-tables."""
-    _check(recipe, "0.2")
+    model = _check(recipe, "0.2")
     module, flavor, _, assets, lr = _TORCHTITAN_MODELS[recipe.model.name]
     p, b, prec = recipe.parallelism, recipe.batch, recipe.precision
     converters = (["quantize.linear.float8"] if prec.fp8 in FLOAT8_RECIPE_NAMES
@@ -155,7 +192,7 @@ def torchtitan_sections(recipe: Recipe) -> dict[str, dict]:
         "optimizer": {"name": "AdamW", "lr": lr, "eps": 1e-8},
         "training": {"local_batch_size": b.micro_batch, "global_batch_size": b.global_batch, "seq_len": b.seq_len,
                      "steps": 1000, **_dtypes(recipe), "dataset": "c4"},
-        "parallelism": _degrees(recipe),
+        "parallelism": _parallelism(recipe, model),
         "activation_checkpoint": {"mode": recipe.activation_checkpointing.mode},
         "compile": {"enable": recipe.compile, "components": ["model", "loss"]},
     }
@@ -284,7 +321,7 @@ def to_torchtitan_py(recipe: Recipe) -> str:
            f"    config.training.seq_len = {b.seq_len}",
            *(f"    config.training.{k} = {v!r}" for k, v in _dtypes(recipe).items()),
            f"    config.training.disable_cuda_graphs = {recipe.parallelism.pp > 1}  # CUDA graphs refuse PP > 1",
-           *(f"    config.parallelism.{k} = {v}" for k, v in _degrees(recipe).items()),
+           *(f"    config.parallelism.{k} = {v!r}" for k, v in _parallelism(recipe, model).items()),
            "    config.activation_checkpoint = " + {"none": "None", "selective": "SelectiveAC.Config()",
                                                     "full": "FullAC.Config()"}[ac],
            f"    config.compile = CompileConfig(enable={recipe.compile}, components=[\"model\", \"loss\"])",
@@ -308,7 +345,7 @@ def _flat_refusal(recipe: Recipe) -> str | None:
 def torchtitan_args(recipe: Recipe) -> list[str]:
     """torchtitan 0.3.0 flags for the recipe's preset: ``--module``/``--config``, ``--section.option`` overrides
     and the final ``activation-checkpoint:MODE``; a SpecError when flags cannot say the recipe (use torchtitan-py)."""
-    _check(recipe, "0.3")
+    model = _check(recipe, "0.3")
     why = _flat_refusal(recipe)
     if why:
         raise _refuse("format", "torchtitan-args", f"torchtitan-py (a config function; {why})")
@@ -319,7 +356,7 @@ def torchtitan_args(recipe: Recipe) -> list[str]:
             "--training.seq_len", str(b.seq_len)]
     for key, value in _dtypes(recipe).items():
         args += [f"--training.{key}", value]
-    for key, value in _degrees(recipe).items():
+    for key, value in _parallelism(recipe, model).items():
         args += [f"--parallelism.{key}", str(value)]
     args += ["--compile.enable" if recipe.compile else "--compile.no-enable", "--compile.components", "model,loss",
              "--compile.no-enable_async_tensor_parallel"]

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from workbench.models import DLRMModel
 from workbench.train.dlrm import DLRM, RowWiseAdagrad
 from workbench.train.layers import Float8Linear, KernelSet, TritonLinear, swap_linear
 from workbench.train.llama import Llama
@@ -133,7 +132,7 @@ def build_dlrm(spec: JobSpec, world: World, max_table_rows: int | None) -> Built
     kernels, notes = kernel_set(spec), []
     if spec.checkpointing != "none":
         notes.append("activation checkpointing is not applied to DLRM (its activations are small)")
-    assert isinstance(spec.model, DLRMModel)
+    assert spec.family == "dlrm", spec.family
     _matmul_precision(spec)
     with torch.device(world.device):
         model = DLRM(spec.model, kernels, max_table_rows)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
+from workbench.families import family_of
+from workbench.models import Model
 from workbench.recipe.schema import (
     FP8_RECIPES,
     KERNEL_OPS,
@@ -29,7 +30,13 @@ from workbench.recipe.schema import (
     ReduceDtype,
 )
 
-__all__ = ["FP8_MODES", "TRITON_OPS", "JobError", "JobSpec", "KernelChoice", "check_supported", "load_job_spec"]
+__all__ = ["FP8_MODES", "JOB_FAMILIES", "TRITON_OPS", "JobError", "JobSpec", "KernelChoice", "check_supported",
+           "load_job_spec"]
+
+JOB_FAMILIES: dict[str, str] = {"transformer": "dense Llama-style decoders (swiglu + rmsnorm)",
+                                "dlrm": "DLRM-DCNv2 recommenders, on one GPU"}
+"""The model families (``workbench.families``, by name) the reference job builds a torch model for
+(``workbench.train.build``), with what of each it builds; ``check_supported`` refuses every other family."""
 
 FP8_MODES: tuple[str, ...] = tuple(r for r in FP8_RECIPES if r != "mxfp8")
 """The schema's fp8 recipes the job runs (``workbench.train.layers.FP8_LINEAR_RECIPES``, torchao's names): all but
@@ -80,6 +87,11 @@ class JobSpec:
         return self.recipe.model.name
 
     @property
+    def family(self) -> str:
+        """The model's family (``workbench.families.family_of``): which of ``JOB_FAMILIES`` builds it."""
+        return family_of(self.model).name
+
+    @property
     def overrides(self) -> dict:
         return dict(self.recipe.model.overrides)
 
@@ -125,8 +137,11 @@ class JobSpec:
 
     @property
     def seq_len(self) -> int:
-        """Tokens per sample (1 for DLRM, whatever the recipe says)."""
-        return 1 if isinstance(self.model, DLRMModel) else self.recipe.batch.seq_len
+        """Tokens per sample, as the model's family counts them (``Family.tokens_per_sample``: 1 for DLRM, whatever
+        the recipe says)."""
+        from workbench.recipe.build import training_config
+
+        return family_of(self.model).tokens_per_sample(self.model, training_config(self.recipe))
 
     @property
     def checkpointing(self) -> CheckpointMode:
@@ -219,10 +234,11 @@ def check_supported(spec: JobSpec, world_size: int) -> None:
         raise JobError(f"{where}: precision.fp8 = {spec.fp8!r}: the reference job's fp8 linears scale per tensor or "
                        f"per row, not in MX blocks (expected one of {', '.join(FP8_MODES)}; train {spec.fp8} recipes "
                        "with torchtitan: workbench recipe --format torchtitan-py or torchtitan-toml)")
-    if isinstance(spec.model, HSTUModel):
-        raise JobError(f"{where}: model {spec.model_name!r} is an HSTU recommender; the reference job trains "
-                       "transformer (Llama-family) and DLRM models")
-    if isinstance(spec.model, TransformerModel):
+    if spec.family not in JOB_FAMILIES:
+        trains = "; ".join(f"{name}: {what}" for name, what in JOB_FAMILIES.items())
+        raise JobError(f"{where}: model {spec.model_name!r} is a {spec.family} model; the reference job trains "
+                       f"these families only ({trains})")
+    if spec.family == "transformer":
         if spec.model.is_moe or spec.ep > 1:
             raise JobError(f"{where}: model {spec.model_name!r} is mixture-of-experts (or ep = {spec.ep}); the "
                            "reference job trains dense transformers only")
@@ -233,18 +249,17 @@ def check_supported(spec: JobSpec, world_size: int) -> None:
             raise JobError(f"{where}: parallelism.tp = {spec.tp} must divide num_kv_heads={spec.model.num_kv_heads}: "
                            "the reference job shards the kv heads and does not replicate them (the model allows "
                            "a tp that is a multiple of them)")
-    if isinstance(spec.model, DLRMModel):
+        bad = [i for i in spec.checkpoint_layers or () if i >= spec.model.num_layers]
+        if bad:
+            raise JobError(f"{where}: activation_checkpointing.layers has {bad}: the model has "
+                           f"{spec.model.num_layers} blocks (0..{spec.model.num_layers - 1})")
+    if spec.family == "dlrm":
         if spec.world_size > 1:
             raise JobError(f"{where}: DLRM on {spec.world_size} GPUs needs row-sharded tables (TorchRec); the "
                            "reference job trains DLRM on one GPU (expected dp: 1, tp: 1)")
         if spec.fp8 != "none":
             raise JobError(f"{where}: precision.fp8 = {spec.fp8!r}: fp8 is applied to transformer blocks only "
                            "(expected fp8: none for DLRM)")
-    if spec.checkpoint_layers is not None and isinstance(spec.model, TransformerModel):
-        bad = [i for i in spec.checkpoint_layers if i >= spec.model.num_layers]
-        if bad:
-            raise JobError(f"{where}: activation_checkpointing.layers has {bad}: the model has "
-                           f"{spec.model.num_layers} blocks (0..{spec.model.num_layers - 1})")
     if spec.world_size != world_size:
         raise JobError(f"{where}: parallelism dp x tp = {spec.dp} x {spec.tp} = {spec.world_size} processes, but "
                        f"this run has {world_size} (launch with torchrun --nproc_per_node {spec.world_size})")
