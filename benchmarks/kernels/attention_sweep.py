@@ -4,12 +4,13 @@ committed set, best config per (pass, head_dim, causal, sequence bucket), printe
 ``benchmarks/kernels/shapes.yaml``, ours against the best SDPA backend (flash, cuDNN, memory-efficient; forward and
 forward + backward), with the sweep's picks in effect, and FlashAttention-3's published H100 figures next to ours.
 
-    python3 benchmarks/kernels/attention_sweep.py --out DIR [--budget-s 165]     # on an sm_90 GPU
+    python3 benchmarks/kernels/attention_sweep.py --out DIR [--budget-s 235]     # on an sm_90 GPU
     python3 benchmarks/kernels/attention_sweep.py --dry-run --out DIR            # CPU: every code path, tiny shapes
 
 (a) Sweep shapes (``SWEEP_SHAPES``) share no row with shapes.yaml, so (b) judges the picks on shapes they were not
-chosen on. Per shape and pass, each candidate (``FWD_CANDIDATES`` / ``BWD_CANDIDATES`` of its head_dim, each with
-TMA loads and with pointer loads) is checked against SDPA (relative Frobenius error within
+chosen on. Per shape and pass, each candidate (``FWD_CANDIDATES`` / ``BWD_CANDIDATES`` of its head_dim: tiles, TMA
+flag and kernel variant, the original kernels among them: atomic dQ, the dQ pass's own tiles, warp specialisation)
+is checked against SDPA (relative Frobenius error within
 ``attention.TOLERANCE``; the backward's dQ, dK, dV against SDPA's autograd gradients) and timed alone:
 ``flash_attention_fwd`` / ``flash_attention_bwd`` with an explicit config, ``do_bench`` median. A bucket's pick is the
 candidate with the lowest geometric mean of time / the shape's best over the bucket's shapes (a candidate that
@@ -18,7 +19,8 @@ failed on one of them is out). A TMA candidate whose build fell back to pointer 
 (b) is ``broad_shapes.attention_cases`` (the same timing and checks as ``broad_shapes.py --ops attention``) with the
 picks written into the pinned table of this process (what pinning them into spaces.py runs), config=None calls.
 Kernels are compiled first in worker processes (which apply the same picks). Writes DIR/sweep.csv, DIR/picks.json,
-DIR/SWEEP.md, DIR/broad/{attention.csv, environment.json, REPORT.md}; prints the picks and the summary last.
+DIR/SWEEP.md (picks, the original kernels' best against the variants' per shape, every candidate),
+DIR/broad/{attention.csv, environment.json, REPORT.md}; prints the picks and the summary last.
 """
 
 from __future__ import annotations
@@ -56,14 +58,29 @@ SWEEP_SHAPES = [
     ("s07", 2, 4096, 16, 4, 64, False),
     ("s08", 1, 16384, 16, 2, 64, True),
 ]
-# (BLOCK_M, BLOCK_N, num_warps, num_stages), each with and without TMA; every one an entry of config_space("cuda").
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, TMA, variant): the tiles an entry of config_space("cuda"), the variant
+# a dict of attention.VARIANT_KEYS ({}: the original kernels, so one run compares old and new). The first of each
+# list is the pinned pick of the fourth sweep (benchmarks/results/h200/kernels/attention_fourth/SWEEP.md). Chosen
+# with sm_90a builds ahead of time (triton 3.7.1, bf16): at d=128 every original dK/dV tile spills but 16 x 64
+# (32 x 64: 24 bytes); the atomic-dQ builds spill 48-150 bytes there, none at d=64 (64 x 64, 64 x 128 w8 with
+# atomic_tma); WARP_SPECIALIZE fails to build with 4 warps and builds unchanged with 8 (kept once per head_dim).
+ATOMIC, ATOMIC_TMA = {"DQ": "atomic"}, {"DQ": "atomic_tma"}
 FWD_CANDIDATES = {
-    64: [(128, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)],
-    128: [(128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 8, 4)],
+    64: [(128, 64, 8, 3, False, {}), (64, 64, 4, 3, False, {}), (128, 64, 8, 3, True, {}), (128, 64, 4, 3, True, {}),
+         (128, 128, 8, 2, True, {}), (128, 128, 8, 3, True, {}), (128, 128, 8, 2, True, {"WARP_SPECIALIZE": True})],
+    128: [(64, 64, 4, 3, False, {}), (64, 64, 4, 3, True, {}), (128, 64, 8, 3, False, {}), (128, 64, 8, 3, True, {}),
+          (128, 128, 8, 2, True, {}), (128, 128, 8, 3, True, {}), (128, 128, 8, 2, True, {"WARP_SPECIALIZE": True})],
 }
 BWD_CANDIDATES = {
-    64: [(32, 128, 8, 3), (32, 64, 4, 4), (64, 64, 4, 3), (32, 128, 4, 5), (64, 128, 8, 2), (32, 64, 8, 3)],
-    128: [(32, 64, 8, 3), (32, 64, 4, 3), (32, 128, 8, 2), (32, 64, 8, 4), (64, 64, 8, 2), (32, 128, 8, 3)],
+    64: [(64, 64, 4, 3, True, {}), (64, 128, 8, 3, True, {}), (64, 64, 4, 3, True, ATOMIC_TMA),
+         (64, 64, 4, 3, True, ATOMIC), (32, 64, 4, 3, True, ATOMIC_TMA), (64, 128, 8, 3, True, ATOMIC_TMA),
+         (64, 128, 8, 2, True, ATOMIC_TMA), (32, 128, 8, 3, True, ATOMIC_TMA),
+         (64, 64, 4, 3, True, {"DQ_BLOCK_M": 128, "DQ_BLOCK_N": 64})],
+    128: [(32, 64, 4, 3, True, {}), (16, 64, 4, 3, True, {}), (16, 64, 4, 3, True, ATOMIC_TMA),
+          (32, 64, 4, 3, True, ATOMIC_TMA), (32, 64, 4, 3, True, ATOMIC), (16, 64, 4, 2, True, ATOMIC_TMA),
+          (64, 128, 8, 2, True, ATOMIC_TMA), (16, 128, 8, 3, True, ATOMIC_TMA),
+          (32, 64, 4, 3, True, {"DQ_BLOCK_M": 128, "DQ_BLOCK_N": 32}),
+          (16, 64, 4, 3, True, {"DQ_BLOCK_M": 64, "DQ_BLOCK_N": 64})],
 }
 WARMUP_MS, REP_MS = 5, 15
 SWEEP_SHARE = 0.5
@@ -96,9 +113,12 @@ def compile_classes(shapes: list[dict]) -> list[dict]:
 
 def candidates(pass_: str, head_dim: int, dry_run: bool) -> list[dict]:
     table = FWD_CANDIDATES if pass_ == "fwd" else BWD_CANDIDATES
-    tiles = table[64 if head_dim <= 64 else 128][: 1 if dry_run else None]
-    return [dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, TMA=tma)
-            for m, n, w, s in tiles for tma in (True, False)]
+    entries = table[64 if head_dim <= 64 else 128]
+    if dry_run:  # the interpreter: one original and one variant candidate per pass, tiles it runs quickly
+        entries = [(16, 16, 1, 1, False, {}), (16, 32, 1, 1, True, ATOMIC_TMA if pass_ == "bwd" else
+                                                                  {"WARP_SPECIALIZE": True})]
+    return [dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, TMA=tma, **variant)
+            for m, n, w, s, tma, variant in entries]
 
 
 def bucket_of(pass_: str, shape: dict) -> tuple:
@@ -200,7 +220,34 @@ def pick_per_bucket(rows: list[dict]) -> dict[tuple, dict]:
 
 
 def pinned_entry(config: dict) -> tuple:
-    return (config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], config["num_stages"], config["TMA"])
+    """The ``_ATTENTION_PINNED`` tuple of a config: tiles, warps, stages, TMA and, for a variant, its keys."""
+    variant = {k: v for k, v in sorted(config.items())
+               if k not in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA")}
+    entry = (config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], config["num_stages"], config["TMA"])
+    return (*entry, variant) if variant else entry
+
+
+def is_original(config: dict) -> bool:
+    """Whether a candidate runs the original kernels (no variant key but TMA)."""
+    return not any(k in config for k in ("WARP_SPECIALIZE", "DQ", "DQ_BLOCK_M", "DQ_BLOCK_N"))
+
+
+def old_vs_new(rows: list[dict]) -> list[str]:
+    """Markdown rows: per shape and pass, the fastest original candidate against the fastest variant."""
+    lines = ["| shape | pass | best original | ms | best variant | ms | original / variant |",
+             "|---|---|---|---|---|---|---|"]
+    for sid in sorted({r["id"] for r in rows}):
+        for pass_ in ("fwd", "bwd"):
+            timed = [r for r in rows if r["id"] == sid and r["pass_"] == pass_ and r.get("ms")]
+            best = [min((r for r in timed if is_original(json.loads(r["config"])) == old), key=lambda r: r["ms"],
+                        default=None) for old in (True, False)]
+            if not all(best):
+                continue
+            old, new = best
+            lines.append(f"| {sid} | {pass_} | `{pinned_entry(json.loads(old['config']))}` | {old['ms']:.4f} | "
+                         f"`{pinned_entry(json.loads(new['config']))}` | {new['ms']:.4f} | "
+                         f"{old['ms'] / new['ms']:.3f} |")
+    return lines
 
 
 def picks_text(picks: dict[tuple, dict]) -> str:
@@ -287,9 +334,10 @@ def sweep_report(rows: list[dict], picks: dict[tuple, dict], env: dict) -> str:
     lines = [f"# Flash attention config sweep ({env.get('gpu', '?')})", "",
              f"`{env.get('command', '')}` ({env.get('date_utc', '')}; torch {env.get('torch')}, triton "
              f"{env.get('triton')}). do_bench median, warmup {WARMUP_MS} ms / rep {REP_MS} ms, each candidate alone; "
-             "bwd = `flash_attention_bwd` (dQ with delta, then dK/dV). Buckets: (pass, head_dim, causal, "
+             "bwd = `flash_attention_bwd` (dQ with delta, then dK/dV; DQ=atomic*: delta, then dK/dV with dQ by atomics). Buckets: (pass, head_dim, causal, "
              "sequence bucket 0: S <= 1024, 1: <= 4096, 2: longer).", "", "## Picks", "", "```", picks_text(picks),
-             "```", "", "## Every candidate", "",
+             "```", "", "## Original kernels against the variants (above 1: the variant is faster)", "",
+             *old_vs_new(rows), "", "## Every candidate", "",
              "| shape | pass | b x s, hq/hkv x d, causal | config | ms | TFLOP/s | rel. err | error |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -306,7 +354,7 @@ def sweep_report(rows: list[dict], picks: dict[tuple, dict], env: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder (created)")
-    parser.add_argument("--budget-s", type=float, default=165.0, help="stop cleanly after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=235.0, help="stop cleanly after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny stand-in shapes")
     parser.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)),
                         help="processes that compile the kernels before each timed phase (0: compile inline)")

@@ -101,6 +101,54 @@ def test_tma_loads_match_float64_reference(dtype, causal, b, hq, hkv, s, d, tile
     assert all(e < TEST_TOLERANCE[dtype] for e in errors.values()), errors
 
 
+# Kernel variants (attention.VARIANT_KEYS) against float64: the atomic-dQ backward (pointer atomics; atomic_tma runs
+# as pointer atomics here, the interpreter has no descriptor reductions), the dQ pass's own tiles, the warp
+# specialisation flag (a no-op under the interpreter); odd sequence lengths, causal and not, GQA 1/2/4, d 16-64.
+VARIANT_CASES = [
+    (torch.float32, True, 1, 4, 2, 37, 32, "16x32", {"DQ": "atomic"}),
+    (torch.float32, False, 2, 4, 1, 50, 16, "32x16", {"DQ": "atomic"}),
+    (torch.float32, True, 1, 2, 2, 1, 16, "16x16", {"DQ": "atomic"}),
+    (torch.float32, True, 1, 4, 1, 45, 64, "16x32", {"DQ": "atomic_tma", "TMA": True, "WARP_SPECIALIZE": True}),
+    (torch.float32, False, 1, 2, 2, 33, 64, "16x16", {"DQ_BLOCK_M": 32, "DQ_BLOCK_N": 16}),
+    (torch.float32, True, 1, 4, 2, 70, 32, "32x16", {"DQ_BLOCK_M": 16, "DQ_BLOCK_N": 32, "TMA": True}),
+    (torch.bfloat16, True, 1, 4, 2, 41, 64, "16x32", {"DQ": "atomic", "WARP_SPECIALIZE": True}),
+    (torch.float16, False, 1, 2, 1, 29, 32, "16x16", {"DQ": "atomic_tma", "TMA": True}),
+]
+
+
+@pytest.mark.parametrize("dtype,causal,b,hq,hkv,s,d,tiles,variant", VARIANT_CASES,
+                         ids=[f"{str(c[0])[6:]}-{'causal' if c[1] else 'full'}-hq{c[3]}hkv{c[4]}s{c[5]}d{c[6]}-"
+                              + "-".join(f"{k}={v}" for k, v in c[8].items()) for c in VARIANT_CASES])
+def test_kernel_variants_match_float64_reference(dtype, causal, b, hq, hkv, s, d, tiles, variant):
+    q, k, v, do = _inputs(b, hq, hkv, s, d, dtype)
+    fwd_config = {**_config(tiles), **{key: value for key, value in variant.items() if not key.startswith("DQ")}}
+    bwd_config = {**_config(tiles), **variant}
+    o, lse = flash_attention_fwd(q, k, v, causal, config=fwd_config)
+    dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, causal, config=bwd_config)
+    plan = attention._plan(q, k, v, causal, None, fwd_config, bwd_config)
+    assert plan.dq_atomic == variant.get("DQ", "pass").startswith("atomic")
+    assert plan.fwd_constexprs["WARP_SPECIALIZE"] == variant.get("WARP_SPECIALIZE", False)
+    assert dq.dtype == dtype and (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+    o64, lse64, (dq64, dk64, dv64) = _reference_grads(q, k, v, do, causal)
+    errors = {name: _error(ours, ref) for name, ours, ref in
+              (("o", o, o64), ("lse", lse, lse64), ("dq", dq, dq64), ("dk", dk, dk64), ("dv", dv, dv64))}
+    assert all(e < TEST_TOLERANCE[dtype] for e in errors.values()), errors
+
+
+def test_atomic_dq_through_autograd_with_strided_inputs():
+    """The atomic backward from .backward() on [B, S, H, D] views (copied to unit stride), a custom scale."""
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 23, h, 32, generator=gen).to(DEVICE).transpose(1, 2).requires_grad_() for h in (4, 2, 2))
+    do = torch.randn(1, 4, 23, 32, generator=gen).to(DEVICE)
+    o = flash_attention(q, k, v, causal=True, scale=0.4, config=_config("16x16"),
+                        bwd_config={**_config("16x32"), "DQ": "atomic"})
+    o.backward(do)
+    o64, _, grads = _reference_grads(q, k, v, do, True, 0.4)
+    assert _error(o, o64) < 1e-5
+    for name, t, ref in zip("qkv", (q, k, v), grads):
+        assert _error(t.grad, ref) < 1e-5, name
+
+
 def test_tma_needs_aligned_strides_and_bases():
     """Head strides of 8 bytes (d=2 cannot be: a [B, S, H, 16] fp32 view has 64-byte head strides, so use an odd
     row stride instead) plan pointer loads; a base off the 16-byte grid launches the pointer build of a TMA plan."""
@@ -195,6 +243,10 @@ def _t(*shape, dtype=torch.float32, device=DEVICE):
     (_t(1, 2, 8, 16),) * 3 + ({"scale": -1.0}, "scale"),
     (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16}}, "config"),
     (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 24}}, "config"),
+    (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ": "atomic"}}, "config"),  # bwd key
+    (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 16, "WARP_SPECIALIZE": 1}}, "config"),
+    (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ": "atomics"}}, "config"),
+    (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ_BLOCK_M": 24}}, "config"),
 ])
 def test_bad_inputs_raise_naming_the_argument(q, k, v, kwargs, argument):
     with pytest.raises(KernelInputError, match=rf"^{argument}\b"):
@@ -275,8 +327,10 @@ def test_pinned_configs_per_bucket():
                     pinned = attention_pinned_config("sm_90", pass_, d, causal, seq)
                     if pinned is None:
                         continue
-                    assert set(pinned) == {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA"}
-                    assert {k: v for k, v in pinned.items() if k != "TMA"} in config_space("cuda", pass_, d)
+                    assert {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA"} <= set(pinned)
+                    assert set(pinned) <= {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *attention.VARIANT_KEYS}
+                    tiles = {k: v for k, v in pinned.items() if k not in attention.VARIANT_KEYS}
+                    assert tiles in config_space("cuda", pass_, d)
     assert attention_pinned_config("sm_90", "bwd", 128, True, 8192)["BLOCK_N"] == 64
     assert attention_pinned_config("sm_80", "bwd", 128, True, 8192) is None
     with pytest.raises(KernelInputError, match=r"^config"):

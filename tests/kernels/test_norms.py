@@ -282,7 +282,9 @@ def test_a_repeated_fwd_bwd_only_allocates_and_launches(monkeypatch):
     for name in ("_norm_fwd_kernel", "_norm_bwd_kernel", "_partial_sum_kernel"):
         monkeypatch.setattr(norms, name, Recorder(getattr(norms, name)))
     x, weight, bias, dy = make((13, 40), torch.float32, True, seed=5)  # a shape no other test plans
-    first, *again = [run_ours(x, weight, bias, dy) for _ in range(3)]
+    # the JIT launch path, so that every launch goes through kernel[grid] (on a GPU the default launches later calls
+    # through the compiled kernels: test_direct_launch_replays_the_compiled_launcher)
+    first, *again = [run_ours(x, weight, bias, dy, config={"launch": "jit"}) for _ in range(3)]
     assert sized == [norms._norm_fwd_kernel, norms._norm_bwd_kernel]  # once per pass, at the first call
     assert len(launches) == 9
     kernels = [norms._norm_fwd_kernel, norms._norm_bwd_kernel, norms._partial_sum_kernel]
@@ -304,3 +306,59 @@ def test_two_dimensional_inputs_pass_through_and_dy_may_repeat_one_row():
     want = torch.autograd.grad(norms.reference_rms_norm(ref_x, ref_w), (ref_x, ref_w), dy.double())
     for g, r in zip(got, want):
         assert rel_err(g, r) < 1e-5
+
+
+def test_direct_launch_replays_the_compiled_launcher(monkeypatch):
+    """After a launch through the JIT returns a compiled kernel, repeats call that kernel's launcher with the same
+    arguments and the constexprs in parameter order; a changed integer, dtype, a misaligned pointer or a profiler
+    hook on Triton's launches take the JIT path again (stand-ins for the JIT function, compiled kernel and driver)."""
+    jit_calls, direct_calls = [], []
+
+    class Compiled:
+        packed_metadata, function = "metadata", "function"
+
+        def run(self, *launch):
+            direct_calls.append(launch)
+
+    class Kernel:
+        arg_names = ["a_ptr", "n", "eps", "BLOCK", "FLAG"]
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: jit_calls.append((grid, args, kwargs)) or Compiled()
+
+    class Driver:
+        get_current_device = staticmethod(lambda: 0)
+        get_current_stream = staticmethod(lambda device: 7)
+
+    monkeypatch.setattr(norms.triton.runtime, "driver", type("D", (), {"active": Driver()})())
+    launch = norms._KernelLaunch(Kernel(), (3,), {"FLAG": True, "BLOCK": 64, "num_warps": 4}, direct=True)
+    a = torch.zeros(8)
+    launch(a, 5, 1e-5)  # compiles (here: records) through the JIT
+    launch(a, 5, 1e-5)
+    assert len(jit_calls) == 1
+    assert direct_calls == [(3, 1, 1, 7, "function", "metadata", None, None, None, a, 5, 1e-5, 64, True)]
+    launch(a, 6, 1e-5)  # another integer: the JIT specializes it
+    launch(a[1:], 5, 1e-5)  # 4 bytes off 16-byte alignment
+    launch(a.double(), 5, 1e-5)  # another dtype
+    hook = lambda *args: None  # noqa: E731
+    norms.triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        launch(a, 5, 1e-5)
+    finally:
+        norms.triton.knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(jit_calls) == 5 and len(direct_calls) == 1
+    jit_only = norms._KernelLaunch(Kernel(), (3,), {"FLAG": True, "BLOCK": 64}, direct=False)
+    jit_only(a, 5, 1e-5)
+    jit_only(a, 5, 1e-5)
+    assert len(jit_calls) == 7 and len(direct_calls) == 1
+
+
+def test_backward_warps_and_launch_are_config_choices():
+    assert norms._backward_warps({"num_warps": 4}) == 8
+    assert norms._backward_warps({"num_warps": 32}) == 32
+    assert norms._backward_warps({"num_warps": 4, "bwd_num_warps": 2}) == 2
+    assert_matches((9, 100), torch.float32, False, config={"num_warps": 2, "bwd_num_warps": 1, "launch": "jit"})
+    for config, argument in (({"launch": "fast"}, "launch"), ({"bwd_num_warps": 64}, "bwd_num_warps"),
+                             ({"bwd_num_warps": 3}, "bwd_num_warps")):
+        with pytest.raises(KernelInputError, match=argument):
+            norms.rms_norm(torch.randn(2, 8), torch.ones(8), config=config)

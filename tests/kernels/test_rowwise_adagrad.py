@@ -28,7 +28,8 @@ def device():
 @pytest.mark.parametrize("config", [None, {"BLOCK_R": 4, "SHORT": 2, "BLOCK_N": 4, "num_warps": 1}], ids=["default", "small"])
 def test_fused_update_matches_the_sparse_reference(use_triton, config):
     weight, acc, grad_out, indices, offsets = make_case()
-    want_w, want_acc = ra.reference_rowwise_adagrad(weight, acc, grad_out, indices, offsets, lr=0.05, eps=1e-8)
+    want_w, want_acc = (t.cpu() for t in ra.reference_rowwise_adagrad(weight, acc, grad_out, indices, offsets,
+                                                                       lr=0.05, eps=1e-8))  # on the default device
     w, a = weight.clone().to(device()), acc.clone().to(device())
     ra.rowwise_adagrad_update(w, a, grad_out.to(device()), indices.to(device()), offsets.to(device()), 0.05, 1e-8,
                               config, use_triton=use_triton)

@@ -14,7 +14,8 @@ from workbench.recipe import save_recipe
 from workbench.recipe.build import make_recipe
 from workbench.recipe.schema import KernelChoice
 from workbench.train.__main__ import main
-from workbench.train.determinism import NONDETERMINISTIC_TRITON_OPS, deterministic_mode
+from workbench.train.determinism import (NONDETERMINISTIC_TRITON_OPS, NONDETERMINISTIC_TRITON_VARIANTS,
+                                        deterministic_mode)
 from workbench.train.job import RunOptions, check_options, evaluation_steps, heldout_loss, train
 from workbench.train.spec import TRITON_OPS, JobError, load_job_spec
 
@@ -87,8 +88,20 @@ def test_deterministic_mode_sets_and_restores(monkeypatch):
 
 def test_every_kernel_with_atomics_is_refused_by_deterministic_mode():
     atomic = {p.stem for p in (REPO / "workbench" / "kernels").glob("*.py") if re.search(r"tl\.atomic_", p.read_text())}
-    assert atomic == set(NONDETERMINISTIC_TRITON_OPS) == {"embedding_bag"}
-    assert set(NONDETERMINISTIC_TRITON_OPS) <= set(TRITON_OPS)  # the recipe's op names
+    assert atomic == set(NONDETERMINISTIC_TRITON_OPS) | set(NONDETERMINISTIC_TRITON_VARIANTS) == {"embedding_bag",
+                                                                                                   "attention"}
+    assert set(NONDETERMINISTIC_TRITON_OPS) | set(NONDETERMINISTIC_TRITON_VARIANTS) <= set(TRITON_OPS)  # op names
+
+
+def test_deterministic_refuses_attention_only_with_its_atomic_variant(tmp_path):
+    def spec_with(config):
+        kernel = KernelChoice("attention", {"seq": 64}, "bf16", "triton", config, 0.0)
+        recipe = make_recipe("llama3.2-1b", "h200-sxm", TrainingConfig(1, 64), compile=False, kernels=[kernel])
+        return load_job_spec(save_recipe(recipe, tmp_path / f"r{len(config)}.yaml"))
+
+    check_options(spec_with({"BLOCK_M": 64, "BLOCK_N": 64}), RunOptions(deterministic=True))  # the default pass
+    with pytest.raises(JobError, match="attention kernel, which is nondeterministic.*DQ=atomic"):
+        check_options(spec_with({"BLOCK_M": 64, "BLOCK_N": 64, "DQ": "atomic"}), RunOptions(deterministic=True))
 
 
 def test_deterministic_refuses_the_triton_embedding_bag(tmp_path, capsys):

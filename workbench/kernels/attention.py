@@ -16,6 +16,13 @@ and dP = dO V^T: 7 GEMMs instead of the paper's 5, but deterministic and atomic-
 the algorithmic 2.5x forward, so the backward's achieved TFLOP/s reads against the same work as
 FlashAttention-2's.
 
+Variants, picked by config keys (``VARIANT_KEYS``; without them the kernels above): backward ``DQ="atomic"`` /
+``"atomic_tma"`` drops the dQ pass (a delta launch, then the dK/dV pass also adds dS K into a zeroed fp32 dQ by
+pointer atomics / TMA bulk reductions: 5 GEMMs, FlashAttention-2's Algorithm 2, summed in no fixed order);
+``DQ_BLOCK_M`` / ``DQ_BLOCK_N`` give the dQ pass its own tiles; ``WARP_SPECIALIZE`` asks Triton to warp-specialise
+the forward's key loop and the dK/dV pass's query loop. ``benchmarks/kernels/attention_sweep.py`` times them
+against the original kernels in one run.
+
 Causal: query i sees keys 0..i; key blocks wholly above the diagonal are never visited. Every loop is split into
 blocks that need no mask (no per-element ``where``, unmasked loads) and the few on the diagonal or the sequence
 tail that do. Causal grids launch the longest query blocks first.
@@ -59,6 +66,18 @@ Pass = Literal["fwd", "bwd", "fwd_bwd"]
 _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 HAS_TENSOR_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")
 """Device-built tensor descriptors (``tl.make_tensor_descriptor``, Triton >= 3.4)."""
+DQ_MODES = {"pass": 0, "atomic": 1, "atomic_tma": 2}
+"""Backward config ``DQ``: how dQ is computed. "pass" (the default): its own pass over the key blocks, which also
+writes delta (7 GEMMs, no atomics, deterministic); "atomic": the dK/dV pass adds dS K into a zeroed fp32 buffer with
+pointer atomics (FlashAttention-2's Algorithm 2: 5 GEMMs, a delta launch before and a cast after; the sum order, so
+the last bits of dQ, vary run to run); "atomic_tma": the same through TMA bulk reductions (sm_90; pointer atomics
+where the plan has no TMA and under the interpreter, which lacks descriptor reductions)."""
+VARIANT_KEYS = ("TMA", "WARP_SPECIALIZE", "DQ", "DQ_BLOCK_M", "DQ_BLOCK_N")
+"""Config keys that pick a kernel variant (constexprs), not launch options; absent keys mean the original kernels.
+``WARP_SPECIALIZE``: ``tl.range(..., warp_specialize=True)`` on the forward's key loop and the dK/dV pass's query
+loop. ``DQ_BLOCK_M`` / ``DQ_BLOCK_N``: the dQ pass's query / key tiles (default: the dK/dV tiles swapped)."""
+DELTA_BLOCK_M = 64
+"""Rows per program of the atomic backward's delta launch (a memory-bound row sum; a guess, calibrate me)."""
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
 """Relative Frobenius error against float64 accepted per input dtype (bench cases: O; fwd_bwd also dQ, dK, dV)."""
 
@@ -97,9 +116,10 @@ def _load_rows(src, start, stride_s, seq_len, offs_d, MASKED: tl.constexpr, BLOC
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, start, end, seq_len,
                qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
-               UPCAST: tl.constexpr):
-    """Key blocks [start, end) of one query block. acc: [BLOCK_M, HEAD_DIM] fp32; l_i, m_i: [BLOCK_M] fp32."""
-    for start_n in range(start, end, BLOCK_N):
+               UPCAST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """Key blocks [start, end) of one query block. acc: [BLOCK_M, HEAD_DIM] fp32; l_i, m_i: [BLOCK_M] fp32.
+    WARP_SPECIALIZE: Triton's automatic warp specialisation of the loop (a producer warp issues the loads)."""
+    for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_rows(k_src, start_n, stride_ks, seq_len, offs_d, MASKED, BLOCK_N, TMA, UPCAST)  # [BLOCK_N, D]
         s = tl.dot(q, tl.trans(k), input_precision="ieee")  # s: [BLOCK_M, BLOCK_N], unscaled
@@ -128,7 +148,7 @@ def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, 
                      stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
                      seq_len, heads_q, group, qk_scale,
                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     TMA: tl.constexpr, UPCAST: tl.constexpr):
+                     TMA: tl.constexpr, UPCAST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """Grid (cdiv(S, BLOCK_M), B * Hq). Tiles: q, acc [BLOCK_M, HEAD_DIM]; k, v [BLOCK_N, HEAD_DIM]. GQA by
     program mapping: query head h reads kv head h // group (no repeated K/V)."""
     pid_m = tl.program_id(0)
@@ -159,9 +179,11 @@ def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, 
         unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
         end = seq_len
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d,
-                               0, unmasked_end, seq_len, qk_scale, False, CAUSAL, BLOCK_N, TMA, UPCAST)
+                               0, unmasked_end, seq_len, qk_scale, False, CAUSAL, BLOCK_N, TMA, UPCAST,
+                               WARP_SPECIALIZE)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d,
-                               unmasked_end, end, seq_len, qk_scale, True, CAUSAL, BLOCK_N, TMA, UPCAST)
+                               unmasked_end, end, seq_len, qk_scale, True, CAUSAL, BLOCK_N, TMA, UPCAST,
+                               WARP_SPECIALIZE)
 
     o = acc / l_i[:, None]
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
@@ -172,11 +194,34 @@ def _attn_fwd_kernel(Q, K, V, O, LSE,  # q, o: [B, Hq, S, D]; k, v: [B, Hkv, S, 
 
 # ---------------------------------------------------------------------------------------------------- backward
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
-                start, end, seq_len, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                BLOCK_M: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr):
-    """Query blocks [start, end) of one query head against a key block; tiles are transposed: [keys, queries]."""
-    for start_m in range(start, end, BLOCK_M):
+def _attn_bwd_delta_kernel(O, DO, DELTA,  # o, do: [B, Hq, S, D]; delta: [B, Hq, S] fp32
+                           stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos, seq_len, heads_q,
+                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Grid (cdiv(S, BLOCK_M), B * Hq): delta = rowsum(dO * O), FlashAttention-2's preprocessing step, for the
+    atomic-dQ backward (the dQ pass computes it itself otherwise). Tiles: o, do [BLOCK_M, HEAD_DIM]."""
+    bh = tl.program_id(1)
+    b = (bh // heads_q).to(tl.int64)
+    h = (bh % heads_q).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m[:, None] < seq_len
+    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :], mask=rows,
+                other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :], mask=rows,
+                 other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # delta: [BLOCK_M] fp32
+    tl.store(DELTA + bh.to(tl.int64) * seq_len + offs_m, delta, mask=offs_m < seq_len)
+
+
+@triton.jit
+def _dkdv_inner(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
+                start, end, seq_len, sm_scale, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr,
+                DQ_MODE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """Query blocks [start, end) of one query head against a key block; tiles are transposed: [keys, queries].
+    DQ_MODE 1 / 2: also add this key block's share of dQ, dS K [BLOCK_M, HEAD_DIM] (fp32, scaled), into the fp32
+    dQ rows of ``dq_dst`` (pointer atomics / a TMA bulk reduction through a descriptor)."""
+    for start_m in tl.range(start, end, BLOCK_M, warp_specialize=WARP_SPECIALIZE):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = _load_rows(q_src, start_m, stride_qs, seq_len, offs_d, MASKED, BLOCK_M, TMA, UPCAST)  # [BLOCK_M, D]
@@ -196,20 +241,33 @@ def _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, st
         do = _load_rows(do_src, start_m, stride_dos, seq_len, offs_d, MASKED, BLOCK_M, TMA, UPCAST)  # [BLOCK_M, D]
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
         dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")  # dp_t: [BLOCK_N, BLOCK_M]
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision="ieee")
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk, input_precision="ieee")
+        if DQ_MODE != 0:  # key rows past S hold k = 0: they add nothing
+            dq = tl.dot(tl.trans(ds_t), k, input_precision="ieee") * sm_scale  # dq: [BLOCK_M, D] fp32
+            if DQ_MODE == 2:
+                dq_dst.atomic_add([start_m, 0], dq)  # rows past S: clipped by the descriptor
+            else:
+                dq_ptrs = dq_dst + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+                if MASKED:
+                    tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < seq_len, sem="relaxed")
+                else:
+                    tl.atomic_add(dq_ptrs, dq, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,  # dk, dv shaped like k, v; lse, delta [B, Hq, S]
+def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ,  # dk, dv like k, v; lse, delta [B, Hq, S]; dq below
                           stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
                           stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
                           stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
                           seq_len, heads_kv, group, sm_scale, qk_scale,
                           CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr):
-    """Grid (cdiv(S, BLOCK_N), B * Hkv). Tiles: k, v, dk, dv [BLOCK_N, HEAD_DIM]; q, do [BLOCK_M, HEAD_DIM]."""
+                          BLOCK_N: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, DQ_MODE: tl.constexpr,
+                          WARP_SPECIALIZE: tl.constexpr):
+    """Grid (cdiv(S, BLOCK_N), B * Hkv). Tiles: k, v, dk, dv [BLOCK_N, HEAD_DIM]; q, do [BLOCK_M, HEAD_DIM].
+    DQ_MODE 0: dQ is the dQ pass's; 1 (pointer atomics) or 2 (TMA reductions): this pass also sums dQ into DQ, a
+    zeroed contiguous fp32 [B, Hq, S, HEAD_DIM] buffer (FlashAttention-2's Algorithm 2: five GEMMs, no dQ pass)."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b = (bh // heads_kv).to(tl.int64)
@@ -243,14 +301,19 @@ def _attn_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,  # dk, dv shaped like
         h = h_kv * group + g
         q_src = _rows_source(Q + b * stride_qb + h * stride_qh, stride_qs, seq_len, HEAD_DIM, BLOCK_M, TMA)
         do_src = _rows_source(DO + b * stride_dob + h * stride_doh, stride_dos, seq_len, HEAD_DIM, BLOCK_M, TMA)
+        dq_dst = _rows_source(DQ + (b * heads_q + h) * seq_len * HEAD_DIM, HEAD_DIM, seq_len, HEAD_DIM, BLOCK_M,
+                              DQ_MODE == 2)
         lse_base = LSE + (b * heads_q + h) * seq_len
         delta_base = DELTA + (b * heads_q + h) * seq_len
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                             offs_d, lo, diag_end, seq_len, qk_scale, True, CAUSAL, BLOCK_M, TMA, UPCAST)
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                             offs_d, diag_end, full_end, seq_len, qk_scale, False, CAUSAL, BLOCK_M, TMA, UPCAST)
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                             offs_d, full_end, seq_len, seq_len, qk_scale, True, CAUSAL, BLOCK_M, TMA, UPCAST)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base, stride_qs, stride_dos,
+                             offs_n, offs_d, lo, diag_end, seq_len, sm_scale, qk_scale, True, CAUSAL, HEAD_DIM,
+                             BLOCK_M, TMA, UPCAST, DQ_MODE, WARP_SPECIALIZE)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base, stride_qs, stride_dos,
+                             offs_n, offs_d, diag_end, full_end, seq_len, sm_scale, qk_scale, False, CAUSAL,
+                             HEAD_DIM, BLOCK_M, TMA, UPCAST, DQ_MODE, WARP_SPECIALIZE)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base, stride_qs, stride_dos,
+                             offs_n, offs_d, full_end, seq_len, seq_len, sm_scale, qk_scale, True, CAUSAL, HEAD_DIM,
+                             BLOCK_M, TMA, UPCAST, DQ_MODE, WARP_SPECIALIZE)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + h_kv * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
@@ -365,6 +428,19 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
               "a power of two >= 16 (tl.dot's smallest tile)")
     check(config.get("TMA", False) in (True, False), f"config ({pass_})", f"TMA={config.get('TMA')!r}",
           "True or False (TMA descriptor loads on sm_90)")
+    check(isinstance(config.get("WARP_SPECIALIZE", False), bool), f"config ({pass_})",
+          f"WARP_SPECIALIZE={config.get('WARP_SPECIALIZE')!r}",
+          "True or False (Triton's automatic warp specialisation)")
+    if pass_ == "bwd":
+        check(config.get("DQ", "pass") in DQ_MODES, f"config ({pass_})", f"DQ={config.get('DQ')!r}",
+              f"one of {', '.join(map(repr, DQ_MODES))}")
+        for key in ("DQ_BLOCK_M", "DQ_BLOCK_N"):
+            if key in config:
+                check(is_power_of_two(config[key], 16), f"config ({pass_})", f"{key}={config[key]!r}",
+                      "a power of two >= 16 (tl.dot's smallest tile)")
+    else:
+        extra = sorted(set(config) & {"DQ", "DQ_BLOCK_M", "DQ_BLOCK_N"})
+        check(not extra, f"config ({pass_})", ", ".join(extra), "no backward-only keys in a forward config")
     return config
 
 
@@ -397,7 +473,7 @@ class _AttentionPlan:
 
     __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "fwd_grid",
                  "fwd_args", "fwd_constexprs", "bwd_grids", "bwd_args", "bwd_constexprs", "causal", "scale",
-                 "bwd_config", "fwd_tma", "bwd_tma")
+                 "bwd_config", "fwd_tma", "bwd_tma", "dq_atomic")
 
 
 _PLANS = plan_cache()
@@ -429,25 +505,34 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     plan.device_index = q.device.index if q.is_cuda else None
     plan.causal, plan.scale, plan.bwd_config = causal, scale, bwd_config
     group, qk_scale, upcast = hq // hkv, scale * _LOG2E, _upcast(q)
-    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N", "TMA")}
+    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
     plan.fwd_tma = _use_tma(config, q, (*q_strides, *k_strides, *v_strides))
     plan.fwd_grid = (triton.cdiv(s, config["BLOCK_M"]), b * hq)
     plan.fwd_args = (*q_strides, *k_strides, *v_strides, *o_strides, s, hq, group, qk_scale)
     plan.fwd_constexprs = dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, BLOCK_M=config["BLOCK_M"],
-                               BLOCK_N=config["BLOCK_N"], TMA=plan.fwd_tma, **options)
+                               BLOCK_N=config["BLOCK_N"], TMA=plan.fwd_tma,
+                               WARP_SPECIALIZE=bool(config.get("WARP_SPECIALIZE", False)), **options)
     block_q, block_k = bwd_config["BLOCK_M"], bwd_config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
-    bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N", "TMA")}
+    dq_block_m, dq_block_n = bwd_config.get("DQ_BLOCK_M", block_k), bwd_config.get("DQ_BLOCK_N", block_q)
+    bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
     plan.bwd_tma = _use_tma(bwd_config, q, (*q_strides, *k_strides, *v_strides))  # dO: checked per call
-    plan.bwd_grids = ((triton.cdiv(s, block_k), b * hq), (triton.cdiv(s, block_k), b * hkv))  # dQ, dK/dV
-    # dO's strides are the call's: both gradient passes read them (in _backward); O and dQ are contiguous
+    dq_mode = DQ_MODES[bwd_config.get("DQ", "pass")]
+    if dq_mode == DQ_MODES["atomic_tma"] and (not plan.bwd_tma or interpreting()):
+        dq_mode = DQ_MODES["atomic"]
+    plan.dq_atomic = dq_mode != DQ_MODES["pass"]
+    plan.bwd_grids = ((triton.cdiv(s, dq_block_m), b * hq), (triton.cdiv(s, block_k), b * hkv),  # dQ, dK/dV,
+                      (triton.cdiv(s, DELTA_BLOCK_M), b * hq))  # delta (atomic dQ only)
+    # dO's strides are the call's: every gradient launch reads them (in _backward); O and dQ are contiguous
     plan.bwd_args = (((*q_strides, *k_strides, *v_strides, *o_strides), (*o_strides, s, hq, group, scale,
                                                                          qk_scale)),
                      ((*q_strides, *k_strides, *v_strides), (*kv_strides, *kv_strides, s, hkv, group, scale,
-                                                             qk_scale)))
-    plan.bwd_constexprs = (dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_k, BLOCK_N=block_q, UPCAST=upcast,
+                                                             qk_scale)),
+                     (o_strides, (s, hq)))
+    plan.bwd_constexprs = (dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=dq_block_m, BLOCK_N=dq_block_n, UPCAST=upcast,
                                 TMA=plan.bwd_tma, **bwd_options),
                            dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
-                                TMA=plan.bwd_tma, **bwd_options))
+                                TMA=plan.bwd_tma, DQ_MODE=dq_mode,
+                                WARP_SPECIALIZE=bool(bwd_config.get("WARP_SPECIALIZE", False)), **bwd_options))
     if key is not None:
         _PLANS.put(key, plan)
     return plan
@@ -513,20 +598,24 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    (dq_strides, dq_args), (dkdv_strides, dkdv_args) = plan.bwd_args
-    grid_dq, grid_dkdv = plan.bwd_grids
+    (dq_strides, dq_args), (dkdv_strides, dkdv_args), (delta_strides, delta_args) = plan.bwd_args
+    grid_dq, grid_dkdv, grid_delta = plan.bwd_grids
+    dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if plan.dq_atomic else delta  # summed into
 
     def launch(constexprs):
         dq_c, dkdv_c = constexprs
-        # dQ first: it writes delta, which the dK/dV pass reads (same stream, so ordered)
-        _attn_bwd_dq_kernel[grid_dq](q, k, v, o, do, lse, delta, dq, *dq_strides, *do_strides, *dq_args, **dq_c)
-        _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, *dkdv_strides, *do_strides, *dkdv_args,
-                                         **dkdv_c)
+        if plan.dq_atomic:  # delta first, then one pass for dK, dV and (atomically) dQ; same stream, so ordered
+            _attn_bwd_delta_kernel[grid_delta](o, do, delta, *delta_strides, *do_strides, *delta_args,
+                                               HEAD_DIM=dq_c["HEAD_DIM"], BLOCK_M=DELTA_BLOCK_M, num_warps=4)
+        else:  # dQ first: it writes delta, which the dK/dV pass reads
+            _attn_bwd_dq_kernel[grid_dq](q, k, v, o, do, lse, delta, dq, *dq_strides, *do_strides, *dq_args, **dq_c)
+        _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, dq32, *dkdv_strides, *do_strides,
+                                         *dkdv_args, **dkdv_c)
 
     if not plan.bwd_tma:
         launch(plan.bwd_constexprs)
     elif not (_aligned(q, k, v, do) and all(x * do.element_size() % TMA_ALIGN_BYTES == 0 for x in do_strides)):
-        launch(tuple({**c, "TMA": False} for c in plan.bwd_constexprs))
+        launch(tuple(_pointer_loads(c) for c in plan.bwd_constexprs))
     else:
         use_torch_allocator()
         try:
@@ -534,6 +623,8 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
         except _TMA_BUILD_ERRORS as exc:
             _without_tma(plan, exc)
             launch(plan.bwd_constexprs)
+    if plan.dq_atomic:
+        dq.copy_(dq32)  # fp32 sums -> q's dtype (scaled in the kernel)
     return dq, dk, dv
 
 
@@ -550,7 +641,14 @@ def _without_tma(plan: _AttentionPlan, exc: BaseException) -> None:
                   "this shape runs with pointer loads", RuntimeWarning, stacklevel=3)
     plan.fwd_tma = plan.bwd_tma = False
     plan.fwd_constexprs = {**plan.fwd_constexprs, "TMA": False}
-    plan.bwd_constexprs = tuple({**c, "TMA": False} for c in plan.bwd_constexprs)
+    plan.bwd_constexprs = tuple(_pointer_loads(c) for c in plan.bwd_constexprs)
+
+
+def _pointer_loads(constexprs: dict) -> dict:
+    """A pass's constexprs without TMA: pointer loads, and pointer atomics for an atomic_tma dQ."""
+    if constexprs.get("DQ_MODE") == DQ_MODES["atomic_tma"]:
+        return {**constexprs, "TMA": False, "DQ_MODE": DQ_MODES["atomic"]}
+    return {**constexprs, "TMA": False}
 
 
 def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -663,7 +761,8 @@ def crosscompile_source(config: dict, dtype: str, target: str) -> crosscompile.C
     signature.update({name: "i32" for name in (*strides, "seq_len", "heads_q", "group")})
     signature["qk_scale"] = "fp32"
     constexprs = dict(CAUSAL=True, HEAD_DIM=config.get("HEAD_DIM", 128), BLOCK_M=config["BLOCK_M"],
-                      BLOCK_N=config["BLOCK_N"], TMA=config.get("TMA", False), UPCAST=False)
+                      BLOCK_N=config["BLOCK_N"], TMA=config.get("TMA", False), UPCAST=False,
+                      WARP_SPECIALIZE=config.get("WARP_SPECIALIZE", False))
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
     divisible = ["Q", "K", "V", "O", "LSE", *strides, "seq_len"]

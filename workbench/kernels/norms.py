@@ -22,7 +22,10 @@ Host time decides the fwd+bwd up to a few hundred MB: on the H200 machine a no-o
 torch.autograd.grad costs ~95 us and a Triton launch ~20 us (benchmarks/results/h200/kernels/host_overhead),
 while a 4096x4096 bf16 fwd+bwd moves 168 MB (~40 us at copy bandwidth). So a repeated call only allocates (y
 and one statistics buffer; dx, the gradients and one partial-sum buffer) and makes its three launches: config,
-constexprs, shapes and grids (from the compiled kernels) are worked out once per distinct call (``_NormPlan``).
+constexprs, shapes and grids (from the compiled kernels) are worked out once per distinct call (``_NormPlan``),
+and the launches after the first call the compiled kernels' launchers directly (``_KernelLaunch``), skipping the
+JIT's per-call argument binding and cache lookup (``config["launch"] = "jit"`` keeps the JIT path). The backward
+runs at twice the forward's warps (``_backward_warps``: half the values a thread, about half the registers).
 
 RMSNorm: y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)      (Zhang & Sennrich 2019)
 LayerNorm: y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var(x) + eps)       (Ba et al. 2016; biased var)
@@ -258,7 +261,12 @@ def _partial_sum_kernel(partial_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr
 # Launch wrappers
 # --------------------------------------------------------------------------- #
 
-_CONFIG_KEYS = ("num_warps", "ROWS_PER_PROGRAM", "num_stages", "waves_per_eu", "BLOCK_N")
+_CONFIG_KEYS = ("num_warps", "ROWS_PER_PROGRAM", "num_stages", "waves_per_eu", "BLOCK_N", "bwd_num_warps", "launch")
+LAUNCHES = ("direct", "jit")
+"""How a repeated call launches its kernels: "direct" calls the compiled kernel's launcher (``_KernelLaunch``),
+"jit" goes through ``JITFunction.run`` every time (argument binding, specialization key, cache lookup)."""
+MAX_NUM_WARPS = {"cuda": 32, "hip": 16, "interpreter": 32}
+"""Warps a program may have: 1024 threads on NVIDIA (32 lanes) and AMD (64 lanes)."""
 
 
 def _block_n(cols: int, config: dict, limit: int) -> int:
@@ -273,18 +281,30 @@ def _resolve_config(config: dict | None, cols: int) -> dict:
     unknown = sorted(set(config) - set(_CONFIG_KEYS))
     check(not unknown, "config", f"unknown keys {unknown}", f"keys among {', '.join(_CONFIG_KEYS)}")
     config = {**default_config(cols, backend()), **config}
-    for key in ("num_warps", "ROWS_PER_PROGRAM", "BLOCK_N"):
+    for key in ("num_warps", "ROWS_PER_PROGRAM", "BLOCK_N", "bwd_num_warps"):
         value = config.get(key)
         check(value is None or (isinstance(value, int) and value >= 1 and value & (value - 1) == 0),
               f"config[{key!r}]", value, "a power of two")
     stages = config["num_stages"]
     check(isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 8, "config['num_stages']",
           stages, "an integer from 1 (no pipelining) to 8")
+    check(config.get("bwd_num_warps") is None or config["bwd_num_warps"] <= MAX_NUM_WARPS[backend()],
+          "config['bwd_num_warps']", config.get("bwd_num_warps"), f"at most {MAX_NUM_WARPS[backend()]}")
+    launch = config.get("launch", "direct")
+    check(launch in LAUNCHES, "config['launch']", repr(launch), " or ".join(map(repr, LAUNCHES)))
     return config
 
 
-def _launch_options(config: dict) -> dict:
-    options = {"num_warps": config["num_warps"]}
+def _backward_warps(config: dict) -> int:
+    """config["bwd_num_warps"], else twice the forward's warps (up to MAX_NUM_WARPS): the backward holds x, dy,
+    w, xhat and the weight-gradient sums per element where the forward holds x and w, so at the forward's 16 values
+    a thread it takes 107-127 registers (sm_90 ptxas, 2K-8K columns: 4 to 1 programs an SM) and at 8 values 50-72
+    (at 32 warps, 8K columns: 64)."""
+    return config.get("bwd_num_warps") or min(MAX_NUM_WARPS[backend()], 2 * config["num_warps"])
+
+
+def _launch_options(config: dict, num_warps: int | None = None) -> dict:
+    options = {"num_warps": num_warps or config["num_warps"]}
     if backend() == "hip":
         options["waves_per_eu"] = config.get("waves_per_eu", 0)
     return options
@@ -324,24 +344,91 @@ def _resident_programs(kernel, args: tuple, kwargs: dict, device: torch.device) 
     return max(1, per_sm) * props.multi_processor_count
 
 
+def _launch_hooks_idle() -> bool:
+    """No profiler hook is set on Triton's launches (``knobs.runtime.launch_enter_hook`` / ``launch_exit_hook``:
+    empty HookChains in Triton 3.6 and 3.7, None or a function in others); a direct launch passes none."""
+    runtime = triton.knobs.runtime
+    return all(h is None or getattr(h, "calls", None) == [] for h in (runtime.launch_enter_hook,
+                                                                       runtime.launch_exit_hook))
+
+
+class _KernelLaunch:
+    """One kernel of a plan: its grid, constexprs and options, and, once a launch through ``JITFunction.run`` has
+    compiled it, the compiled kernel's own launcher, which later launches call directly.
+
+    ``JITFunction.run`` (Triton 3.6 and 3.7 alike) binds the arguments, builds the specialization key (integers
+    equal to 1 or divisible by 16, pointers aligned to 16 bytes), finds the compiled kernel in its cache, builds
+    the launch metadata for the profiler hooks and calls ``CompiledKernel.run(grid..., stream, function,
+    packed_metadata, launch_metadata, enter_hook, exit_hook, *every argument)``. A plan's launches repeat the
+    same integers (rows, cols, strides are in the plan's key), so only what may change between calls is checked
+    (``_specialization``): the integer arguments themselves and the tensors' dtypes (dy's are not in the key), every
+    pointer's 16-byte alignment; and the current device, and that no launch hook is set. Any difference takes the JIT path, which specializes anew.
+    Under the interpreter (or ``config["launch"] == "jit"``) every launch takes the JIT path."""
+
+    __slots__ = ("kernel", "grid", "kwargs", "direct", "handle", "constexprs", "specialization")
+
+    def __init__(self, kernel, grid: tuple, kwargs: dict, direct: bool):
+        self.kernel, self.grid, self.kwargs, self.direct = kernel, grid, kwargs, direct
+        self.handle = self.constexprs = self.specialization = None
+
+    def __call__(self, *args) -> None:
+        handle = self.handle
+        if handle is not None:
+            run, (g0, g1, g2), function, metadata, device, current_device, current_stream = handle
+            if self.specialization == _specialization(args) and current_device() == device and _launch_hooks_idle():
+                run(g0, g1, g2, current_stream(device), function, metadata, None, None, None, *args,
+                    *self.constexprs)
+                return
+        compiled = self.kernel[self.grid](*args, **self.kwargs)
+        if handle is None and self.direct and hasattr(compiled, "packed_metadata"):
+            self._keep(compiled, args)
+
+    def _keep(self, compiled, args: tuple) -> None:
+        """The launcher of ``compiled`` (just launched with ``args``), and what the next launches must match."""
+        names = getattr(self.kernel, "arg_names", None)  # every parameter, constexprs last (as the norms kernels
+        if names is None:                                # declare them); None: a wrapper, not a JITFunction
+            return
+        constexprs = names[len(args):]
+        if sorted(constexprs) != sorted(k for k in self.kwargs if k in names):
+            return  # positional constexprs, or a kernel of another shape: keep the JIT path
+        driver = triton.runtime.driver.active
+        self.constexprs = tuple(self.kwargs[name] for name in constexprs)
+        self.specialization = _specialization(args)
+        grid = tuple(self.grid) + (1,) * (3 - len(self.grid))
+        self.handle = (compiled.run, grid, compiled.function, compiled.packed_metadata, driver.get_current_device(),
+                       driver.get_current_device, driver.get_current_stream)
+
+
+def _specialization(args: tuple) -> list:
+    """What a compiled kernel was specialized on, of these launch arguments: each integer, each tensor's dtype and
+    whether its data pointer is 16-byte aligned (floats are not specialized)."""
+    return [a if type(a) is int else (a.dtype, a.data_ptr() % 16 == 0) for a in args
+            if type(a) is int or isinstance(a, torch.Tensor)]
+
+
 class _NormPlan:
     """Everything a call works out once per distinct (shapes, strides, dtypes, device, eps, config), so that a
     repeated call only allocates and launches: the resolved config, the constexprs and launch options of each
-    kernel, the shapes of what it allocates and, from the first launch of each pass (which compiles the kernel
-    and reads its resources), the grids. Host time is what a fwd+bwd of a few-hundred-MB tensor costs on an
-    H200 (three launches at ~20 us each and the autograd machinery: benchmarks/results/h200/kernels/host_overhead),
-    so none of this is redone per call."""
+    kernel, the shapes of what it allocates, and, from the first launch of each pass (which compiles the kernel
+    and reads its resources), the grids and the compiled launchers (``_KernelLaunch``).
+
+    A repeated fwd+bwd does, on the host: the plan lookup (a dict get on shapes, strides, dtypes, device), two
+    ``contiguous()`` of the weights (no-ops), ``autograd.Function.apply`` with ``ctx.save_for_backward`` of x, w
+    and the statistics; allocates y and the statistics; one launch; then in the backward ``ctx.saved_tensors``,
+    allocates dx, the weight gradients and the partial sums; two launches (and for LayerNorm one ``unbind`` of
+    the gradients). No torch op runs between the launches, and no ``.contiguous()`` copy for [rows, cols] inputs
+    with unit column stride. On the H200 machine a no-op autograd.Function with torch.autograd.grad costs ~95 us
+    and a Triton launch through the JIT ~20 us (benchmarks/results/h200/kernels/host_overhead)."""
 
     __slots__ = ("layer_norm", "config", "rows", "cols", "shape", "stats_shape", "grads_shape", "groups", "tiles",
-                 "fwd_kwargs", "bwd_kwargs", "bwd_one_block", "fwd_grid", "bwd_grid", "partial_shape", "sum_grid",
-                 "sum_kwargs")
+                 "fwd_kwargs", "bwd_kwargs", "bwd_one_block", "fwd", "bwd", "partial_sum", "partial_shape", "direct")
 
     def __init__(self, x: torch.Tensor, config: dict | None, layer_norm: bool):
         self.layer_norm = layer_norm
         self.cols = cols = x.shape[-1]
         self.rows = rows = x.numel() // cols
         self.config = config = _resolve_config(config, cols)
-        options = _launch_options(config)
+        self.direct = config.get("launch", "direct") == "direct"
         rows_per_program, stages = config["ROWS_PER_PROGRAM"], config["num_stages"]
         fwd_block_n = _block_n(cols, config, MAX_FWD_BLOCK_N)
         bwd_block_n = _block_n(cols, config, MAX_BWD_BLOCK_N)
@@ -351,20 +438,26 @@ class _NormPlan:
         self.grads_shape = (2, cols) if layer_norm else (cols,)
         self.tiles = triton.cdiv(rows, rows_per_program)
         self.fwd_kwargs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=fwd_block_n >= cols, BLOCK_N=fwd_block_n,
-                               ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages, **options)
+                               ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages, **_launch_options(config))
         self.bwd_one_block = bwd_block_n >= cols
         self.bwd_kwargs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=self.bwd_one_block, BLOCK_N=bwd_block_n,
-                               ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages, **options)
-        self.fwd_grid = self.bwd_grid = self.partial_shape = None
+                               ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages,
+                               **_launch_options(config, _backward_warps(config)))
+        self.fwd = self.bwd = self.partial_shape = None  # the launches of the first forward / backward
         block_p, block_c = PARTIAL_SUM_BLOCK
-        self.sum_grid = (triton.cdiv(cols, block_c), self.groups)
-        self.sum_kwargs = dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4)
+        self.partial_sum = _KernelLaunch(_partial_sum_kernel, (triton.cdiv(cols, block_c), self.groups),
+                                         dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4), self.direct)
+
+    def first_forward(self, args: tuple, device: torch.device) -> None:
+        """The forward's grid, from its compiled kernel (args: a launch's arguments)."""
+        programs = min(self.tiles, _resident_programs(_norm_fwd_kernel, args, self.fwd_kwargs, device))
+        self.fwd = _KernelLaunch(_norm_fwd_kernel, (programs,), self.fwd_kwargs, self.direct)
 
     def first_backward(self, args: tuple, device: torch.device) -> None:
         """The backward's grid and partial-sum buffer, from its compiled kernel (args: a launch's arguments, with
         an fp32 stand-in for the partial sums, whose size depends on the programs this finds)."""
         programs = min(self.tiles, _resident_programs(_norm_bwd_kernel, args, self.bwd_kwargs, device))
-        self.bwd_grid = (programs,)
+        self.bwd = _KernelLaunch(_norm_bwd_kernel, (programs,), self.bwd_kwargs, self.direct)
         self.partial_shape = (self.groups, programs, self.cols)
 
 
@@ -379,9 +472,9 @@ def _norm_forward(x2, weight, bias, eps, plan):
         return y, stats
     args = (x2, weight, weight if bias is None else bias, y, stats, plan.rows, plan.cols, x2.stride(0), plan.cols,
             eps)
-    if plan.fwd_grid is None:
-        plan.fwd_grid = (min(plan.tiles, _resident_programs(_norm_fwd_kernel, args, plan.fwd_kwargs, x2.device)),)
-    _norm_fwd_kernel[plan.fwd_grid](*args, **plan.fwd_kwargs)
+    if plan.fwd is None:
+        plan.first_forward(args, x2.device)
+    plan.fwd(*args)
     return y, stats
 
 
@@ -392,18 +485,17 @@ def _norm_backward(dy2, x2, weight, stats, plan, bias_dtype):
     if plan.rows == 0:  # no rows: zero gradients for the weights
         grads.zero_()
     else:
-        # stats stand in for the partial sums (same dtype, so the same compiled kernel) until they are sized
-        args = [x2, weight, dy2, stats, dx, stats, plan.rows, plan.cols, x2.stride(0), dy2.stride(0), plan.cols]
-        if plan.bwd_grid is None:
-            plan.first_backward(tuple(args), x2.device)
+        if plan.bwd is None:  # stats stand in for the partial sums (same dtype: the same compiled kernel)
+            plan.first_backward((x2, weight, dy2, stats, dx, stats, plan.rows, plan.cols, x2.stride(0),
+                                 dy2.stride(0), plan.cols), x2.device)
         # ONE_BLOCK stores each program's partial sums once; the column loop adds into them
-        args[5] = partials = (torch.empty if plan.bwd_one_block else torch.zeros)(
-            plan.partial_shape, dtype=torch.float32, device=x2.device)
-        _norm_bwd_kernel[plan.bwd_grid](*args, **plan.bwd_kwargs)
-        _partial_sum_kernel[plan.sum_grid](partials, grads, plan.bwd_grid[0], plan.cols, **plan.sum_kwargs)
+        partials = (torch.empty if plan.bwd_one_block else torch.zeros)(plan.partial_shape, dtype=torch.float32,
+                                                                          device=x2.device)
+        plan.bwd(x2, weight, dy2, stats, dx, partials, plan.rows, plan.cols, x2.stride(0), dy2.stride(0), plan.cols)
+        plan.partial_sum(partials, grads, plan.bwd.grid[0], plan.cols)
     if not plan.layer_norm:
         return dx, grads, None
-    dweight, dbias = grads
+    dweight, dbias = grads.unbind()
     return dx, dweight, dbias if bias_dtype == weight.dtype else dbias.to(bias_dtype)
 
 

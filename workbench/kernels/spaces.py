@@ -298,8 +298,9 @@ def attention_config_space(backend: str, pass_: str = "fwd", head_dim: int = 128
     bucket = 64 if head_dim <= 64 else head_dim
     if pass_ == "fwd":
         tiles = list(itertools.product((64, 128), (32, 64, 128)))
-    else:  # dK/dV pass: a small query tile streams past a large key tile
-        tiles = list(itertools.product((32, 64), (64, 128)))
+    else:  # dK/dV pass: a small query tile streams past a large key tile (16 queries: the one d=128 tile whose
+        # sm_90a build of the original kernel does not spill, triton 3.7.1 ahead of time; 32 x 64 spills 24 bytes)
+        tiles = list(itertools.product((16, 32, 64), (64, 128)))
     keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
     if backend == "cuda":
         default = dict(zip(keys, _ATTENTION_NVIDIA_DEFAULTS[pass_][bucket]))
@@ -319,24 +320,25 @@ ATTENTION_SEQ_BUCKETS = (1024, 4096)
 
 _ATTENTION_PINNED = {
     "sm_90": {
-        # (pass, head_dim, causal, seq bucket): (BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads)
-        # measured: the best of the sweep on the H200 (benchmarks/results/h200/kernels/attention_fourth/SWEEP.md)
-        ("bwd", 64, False, 1): (64, 64, 4, 3, True),
+        # (pass, head_dim, causal, seq bucket): (BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads[, variant]),
+        # variant: a dict of attention.VARIANT_KEYS other than TMA (e.g. {"DQ": "atomic"}); absent: the original kernels
+        # measured: the best of the sweep on the H200 (benchmarks/results/h200/kernels/attention_fifth/SWEEP.md)
+        ("bwd", 64, False, 1): (64, 64, 4, 3, True, {"DQ_BLOCK_M": 128, "DQ_BLOCK_N": 64}),
         ("bwd", 64, True, 0): (64, 64, 4, 3, True),
         ("bwd", 64, True, 2): (64, 64, 4, 3, True),
         ("bwd", 128, False, 1): (32, 64, 4, 3, True),
         ("bwd", 128, False, 2): (32, 64, 4, 3, True),
         ("bwd", 128, True, 0): (32, 64, 4, 3, True),
         ("bwd", 128, True, 1): (32, 64, 4, 3, True),
-        ("bwd", 128, True, 2): (32, 64, 4, 3, True),
-        ("fwd", 64, False, 1): (128, 64, 8, 3, False),
+        ("bwd", 128, True, 2): (32, 64, 4, 3, True, {"DQ_BLOCK_M": 128, "DQ_BLOCK_N": 32}),
+        ("fwd", 64, False, 1): (64, 64, 4, 3, False),
         ("fwd", 64, True, 0): (64, 64, 4, 3, False),
-        ("fwd", 64, True, 2): (128, 64, 8, 3, False),
+        ("fwd", 64, True, 2): (64, 64, 4, 3, False),
         ("fwd", 128, False, 1): (64, 64, 4, 3, False),
-        ("fwd", 128, False, 2): (64, 64, 4, 3, True),
+        ("fwd", 128, False, 2): (64, 64, 4, 3, False),
         ("fwd", 128, True, 0): (64, 64, 4, 3, False),
         ("fwd", 128, True, 1): (64, 64, 4, 3, False),
-        ("fwd", 128, True, 2): (128, 64, 8, 3, False),
+        ("fwd", 128, True, 2): (128, 128, 8, 3, True),
         # guess, calibrate me: buckets the sweep did not cover (non-spilling builds, see below)
         ("bwd", 64, False, 0): (32, 64, 4, 4, True),
         ("bwd", 64, False, 2): (32, 128, 8, 3, True),
@@ -364,5 +366,6 @@ def attention_pinned_config(target: str, pass_: str, head_dim: int, causal: bool
                                                    attention_seq_bucket(seq)))
     if entry is None:
         return None
-    block_m, block_n, warps, stages, tma = entry
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, TMA=tma)
+    block_m, block_n, warps, stages, tma, *variant = entry
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, TMA=tma,
+                **(variant[0] if variant else {}))

@@ -17,14 +17,35 @@ NONDETERMINISTIC_TRITON_OPS: dict[str, str] = {
                      "embedding_bag.py), so the order of the fp32 additions changes from run to run",
 }
 """Project Triton kernels (recipe op names) that deterministic mode refuses, and why: every kernel file of
-``workbench/kernels`` with a ``tl.atomic`` operation in it (a test keeps the two in step)."""
+``workbench/kernels`` with a ``tl.atomic`` operation in it on its default path (a test keeps the two in step)."""
+NONDETERMINISTIC_TRITON_VARIANTS: dict[str, tuple[str, frozenset[str], str]] = {
+    "attention": ("DQ", frozenset({"atomic", "atomic_tma"}),
+                  "its backward with DQ=atomic adds dS K into dQ with tl.atomic_add (workbench/kernels/attention.py; "
+                  "the default two-pass backward has no atomics), so the order of the fp32 additions changes"),
+}
+"""Kernels deterministic only without a config variant: op -> (config key, the values that use atomics, why)."""
+
+
+def nondeterministic_ops(spec: JobSpec) -> list[str]:
+    """The recipe's Triton kernels deterministic mode refuses: the ops of ``NONDETERMINISTIC_TRITON_OPS`` and the
+    ops whose pinned config picks a variant of ``NONDETERMINISTIC_TRITON_VARIANTS``."""
+    ops = spec.triton_ops()
+    refused = set(ops) & set(NONDETERMINISTIC_TRITON_OPS)
+    for op, (key, values, _) in NONDETERMINISTIC_TRITON_VARIANTS.items():
+        if op in ops and any(config.get(key) in values for config in spec.kernel_configs(op).values()):
+            refused.add(op)
+    return sorted(refused)
+
+
+def _why(op: str) -> str:
+    return NONDETERMINISTIC_TRITON_OPS.get(op) or NONDETERMINISTIC_TRITON_VARIANTS[op][2]
 
 
 def check_deterministic(spec: JobSpec) -> None:
     """Raise ``JobError`` when ``spec`` uses a project Triton kernel that is nondeterministic."""
-    refused = sorted(spec.triton_ops() & set(NONDETERMINISTIC_TRITON_OPS))
+    refused = nondeterministic_ops(spec)
     if refused:
-        reasons = "; ".join(f"{op}: {NONDETERMINISTIC_TRITON_OPS[op]}" for op in refused)
+        reasons = "; ".join(f"{op}: {_why(op)}" for op in refused)
         raise JobError(f"recipe {spec.name!r}: deterministic mode with the project's Triton "
                        f"{', '.join(refused)} kernel, which is nondeterministic ({reasons}); choose the vendor "
                        "kernel for it in the recipe, or run without deterministic mode")

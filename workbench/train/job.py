@@ -25,7 +25,8 @@ software and settings:
   and initialisation are seeded anyway, and the project's Triton kernels take their configs without timing
   anything (``workbench.select``);
 - refused: recipes using a project Triton kernel known to be nondeterministic
-  (``determinism.NONDETERMINISTIC_TRITON_OPS``: embedding_bag's backward adds with ``tl.atomic_add``);
+  (``determinism.NONDETERMINISTIC_TRITON_OPS``: embedding_bag's backward adds with ``tl.atomic_add``; and
+  ``NONDETERMINISTIC_TRITON_VARIANTS``: attention pinned to its atomic-dQ backward);
 - not covered: a torch op with no deterministic implementation raises torch's RuntimeError naming it; NCCL
   collectives of multi-rank runs (their order is fixed for one algorithm and topology, not promised); other
   libraries' kernels (torchao's beyond cuBLAS); another GPU model, driver, library version, world size or
@@ -47,7 +48,6 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
-from workbench.models import DLRMModel
 from workbench.fileio import write_text
 from workbench.recipe.schema import Recipe
 from workbench.train.build import Built, build_dlrm, build_transformer
@@ -186,7 +186,7 @@ class RunResult:
 def _batches(spec: JobSpec, options: RunOptions, world: World):
     """A function returning one micro-batch (a tuple of loss arguments) per call."""
     seed = options.seed * 1000 + world.rank // spec.tp  # tp ranks of one dp group read the same data
-    if isinstance(spec.model, DLRMModel):
+    if spec.family == "dlrm":
         m = spec.model
         source = RecsysBatches(spec.micro_batch, m.num_dense_features, capped_rows(m, options.max_table_rows),
                                tuple(t.pooling for t in m.tables), world.device, seed)
@@ -204,9 +204,9 @@ def check_options(spec: JobSpec, options: RunOptions) -> None:
     if isinstance(options.eval_windows, bool) or options.eval_windows < 1:
         raise JobError(f"eval_windows = {options.eval_windows!r}: expected a positive number of windows")
     if options.eval_every is not None:
-        if isinstance(spec.model, DLRMModel):
+        if spec.family != "transformer":
             raise JobError(f"recipe {spec.name!r}: held-out evaluation (eval_every) is for transformers on the "
-                           f"text corpus; {spec.model_name} is a DLRM with synthetic batches")
+                           f"text corpus; {spec.model_name} is a {spec.family.upper()} model with synthetic batches")
         if options.data != "text":
             raise JobError(f"held-out evaluation (eval_every) with data = {options.data!r}: the held-out set is "
                            "corpus text, which a model trained on random tokens has not learnt; use data text")
@@ -248,7 +248,7 @@ def train(spec: JobSpec, options: RunOptions | None = None) -> RunResult:
     check_options(spec, options)
     notes: list[str] = []
     with deterministic_mode(options.deterministic, notes):  # before init_world: that starts CUDA
-        is_dlrm = isinstance(spec.model, DLRMModel)
+        is_dlrm = spec.family == "dlrm"
         world = init_world(options.device, need_group=not is_dlrm and (spec.sharding == "fsdp" or spec.tp > 1))
         try:
             check_supported(spec, world.world_size)
