@@ -72,10 +72,11 @@ def test_unfused_attention_scores_dominate_memory_at_long_sequences():
 # Golden values: a change that moves every prediction shows here (update with the reason in the commit). Last
 # moved by the fit on megatron_split.json's fit rows: the local tables' softmax-backward product, masked_fill's
 # clone, glu's offset add, q's reshape copy, the norms' main_grad adds and the gradient norm's syncs; the casts and
-# softmax forward at their measured fractions; fitted host constants and reserved/allocated (TE: borrowed).
+# softmax forward at their measured fractions; fitted host constants and reserved/allocated (TE: borrowed). Memory
+# moved again (-0.17%) when reserved/allocated was refitted on all five fit rows (the fifth measured in session 10).
 @pytest.mark.parametrize("model,mb,seq,ac,stack,step_s,memory_b", [
-    ("1b", 1, 2048, "none", "megatron-local", 0.14278, 42900370913.28001),
-    ("8b-4l", 1, 4096, "full", "megatron-local", 0.2285490563002232, 47618821877.76),
+    ("1b", 1, 2048, "none", "megatron-local", 0.14278, 42826932332.54401),
+    ("8b-4l", 1, 4096, "full", "megatron-local", 0.2285490563002232, 47537306062.84801),
     ("1b", 1, 2048, "none", "megatron", 0.04805591708725806, 27662747596.800003),
 ])
 def test_golden(model, mb, seq, ac, stack, step_s, memory_b):

@@ -45,7 +45,10 @@ from workbench.validation import predict_row  # noqa: E402
 
 STACKS = REPO / "benchmarks" / "results" / "h200" / "stacks"
 TRACES = STACKS / "plain_pytorch" / "traces"
-JOB_RUN = REPO / "benchmarks" / "results" / "h200" / "train" / "job_model_run"
+JOB_RUN = REPO / "benchmarks" / "results" / "h200" / "train" / "job_model_run_compiled_loss"
+JOB_TRACES = STACKS / "job_trace_compiled_loss"  # train_profile.py of the calibration run and the job's holdouts
+JOB_HOLDOUT = HERE / "job_holdout"  # the job's held-out configurations, committed before they ran
+JOB_CALIBRATION = "llama1b-mb2-none-compiled"
 HOLDOUT = STACKS / "trace_holdout" / "trace_holdout.jsonl"
 HOLDOUT_CONFIGS = HERE / "trace_holdout.json"
 NEW = "new holdout"
@@ -139,39 +142,52 @@ def _run(job: Job, fit, labelled, others=(), holdout=()) -> Job:
 
 
 def _job_job() -> Job:
-    """The reference job: calibrate on llama1b-mb2-none-compiled's trace (3 profiled steps, train_profile.py), test
-    on the training proof's other runs (job_model_run/results.csv, predicted as train_repredict.py does)."""
+    """The reference job: calibrate on llama1b-mb2-none-compiled's trace (3 profiled steps of train_profile.py, the
+    job with its compiled loss), test on the training proof's other runs (job_model_run_compiled_loss/results.csv,
+    predicted as train_repredict.py does) and on the job's held-out configurations (job_holdout/, measured by the
+    same train_profile.py run: the median of its 5 unprofiled timed steps)."""
     from workbench.recipe.build import predict_recipe, recipe_model, training_config
     from workbench.recipe.io import load_recipe
 
     job = Job("reference job (python -m workbench.train), Llama 3.2 1B", "workbench-job",
-              "job_trace/llama1b-mb2-none-compiled_trace.json.gz")
+              f"{JOB_TRACES.name}/{JOB_CALIBRATION}_trace.json.gz")
     runs = [r for r in csv.DictReader((JOB_RUN / "results.csv").open()) if r["status"] == "ok"
             and r["model"].startswith("llama")]
     recipes = {r["name"]: load_recipe(JOB_RUN / "recipes" / f"{r['name']}.yaml") for r in runs}
-    calib = recipes["llama1b-mb2-none-compiled"]
-    fit = fit_trace(load_trace(REPO / "benchmarks" / "results" / "h200" / "stacks" / job.trace, steps=3),
-                    recipe_model(calib), calib.target.gpu, training_config(calib), stack="workbench-job",
-                    compile=calib.compile)
+    holdout = {path.stem: load_recipe(path) for path in sorted(JOB_HOLDOUT.glob("*.yaml"))}
+    calib = recipes[JOB_CALIBRATION]
+    fit = fit_trace(load_trace(STACKS / job.trace, steps=3), recipe_model(calib), calib.target.gpu,
+                    training_config(calib), stack="workbench-job", compile=calib.compile)
     job.fit_lines = describe_fit(fit)
+    every = {**recipes, **holdout}
     before = {name: (predict_recipe(rec, job=True).summary.step_time_s,
-                     predict_recipe(rec, calibrated=True, job=True).summary.step_time_s) for name, rec in recipes.items()}
+                     predict_recipe(rec, calibrated=True, job=True).summary.step_time_s) for name, rec in every.items()}
     write_stack_profile(fit.profile, overwrite=True)
+    after = {name: predict_recipe(rec, calibrated=True, job=True).summary.step_time_s for name, rec in every.items()}
     for r in runs:
-        rec = recipes[r["name"]]
-        after = predict_recipe(rec, calibrated=True, job=True).summary.step_time_s
         same = r["model"] == "llama3.2-1b"
-        role = "calibration" if r["name"] == "llama1b-mb2-none-compiled" else "test" if same else "other model"
+        role = "calibration" if r["name"] == JOB_CALIBRATION else "test" if same else "other model"
         label = (f"{r['name']} (mb{r['micro_batch']} s{r['seq_len']} {r['checkpointing']} {r['precision']} "
                  f"{'compiled' if r['compile'] == 'True' else 'eager'})")
         spec, gpu_cal = before[r["name"]]
-        job.rows.append(Row(label, role, float(r["measured_step_s"]) * 1e3, spec * 1e3, gpu_cal * 1e3, after * 1e3))
-    summary = json.loads((STACKS / "job_trace" / "llama1b-mb2-none-compiled_summary.json").read_text())
-    in_csv = [float(r["measured_step_s"]) * 1e3 for r in runs if r["name"] == "llama1b-mb2-none-compiled"][0]
-    job.notes.append("Measured: `job_model_run/results.csv` (the job's own timed steps); the traced run's own "
-                     f"unprofiled steps took {summary['step_wall_ms']:.1f} ms (`job_trace/llama1b-mb2-none-compiled_"
-                     f"summary.json`), the same configuration {in_csv:.1f} ms in results.csv.")
+        job.rows.append(Row(label, role, float(r["measured_step_s"]) * 1e3, spec * 1e3, gpu_cal * 1e3,
+                            after[r["name"]] * 1e3))
+    for name in holdout:
+        spec, gpu_cal = before[name]
+        job.rows.append(Row(name, NEW, _profiled_wall_ms(name), spec * 1e3, gpu_cal * 1e3, after[name] * 1e3))
+    traced = _profiled_wall_ms(JOB_CALIBRATION)
+    in_csv = [float(r["measured_step_s"]) * 1e3 for r in runs if r["name"] == JOB_CALIBRATION][0]
+    job.notes.append(f"Measured: `job_model_run_compiled_loss/results.csv` (the job's own timed steps) and, for the "
+                     f"held-out rows, `{JOB_TRACES.name}/<run>_classes.csv` (`step_wall`: the median of 5 unprofiled "
+                     f"steps before the profiled ones). The traced run's own unprofiled steps took {traced:.1f} ms, "
+                     f"the same configuration {in_csv:.1f} ms in results.csv.")
     return job
+
+
+def _profiled_wall_ms(run: str) -> float:
+    """The ``step_wall`` row of train_profile.py's ``<run>_classes.csv``: the unprofiled timed steps' median, ms."""
+    rows = {r["class"]: r for r in csv.DictReader((JOB_TRACES / f"{run}_classes.csv").open())}
+    return float(rows["step_wall"]["measured_ms"])
 
 
 def describe_fit(fit) -> list[str]:
@@ -256,8 +272,9 @@ def report(jobs: list[Job]) -> str:
              "any test row was looked at (the job's traced configuration without checkpointing, else its only",
              "trace); nothing is fitted to a test row.", "",
              "Two sets of rows: `test`, the committed rows, seen while the method was changed (so their counts are not",
-             "a held-out result), and `new holdout`, the configurations of `benchmarks/stacks/trace_holdout.json`,",
-             "committed before they ran (`trace_holdout.py`).", "", "## Summary: committed test rows (seen)", "",
+             "a held-out result), and `new holdout`, the configurations of `benchmarks/stacks/trace_holdout.json`",
+             "(plain loop, torchtitan) and `benchmarks/stacks/job_holdout/` (the reference job), committed before",
+             "they ran (`trace_holdout.py`, `train_profile.py`).", "", "## Summary: committed test rows (seen)", "",
              *_summary_rows(jobs, "test"), "", "## Summary: new holdout rows", ""]
     if any(r.role == NEW for job in jobs for r in job.rows):
         lines += _summary_rows(jobs, NEW)

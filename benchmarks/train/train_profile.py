@@ -140,7 +140,7 @@ def profile_recipe(recipe_path: Path, out: Path, name: str, *, steps: int = 3, t
         "wall_ms_timed": [w * 1e3 for w in walls], "wall_ms_profiled": [w * 1e3 for w in profiled_walls],
         "step_wall_ms": wall_ms, "busy_ms": busy_ms, "kernel_ms": kernel_ms, "idle_gap_ms": wall_ms - busy_ms,
         "events_per_step": len(events) / steps, "predicted_step_ms": predicted_step_ms,
-        "predicted_step_ms_recipe": recipe.predicted.step_time_s * 1e3, "classes": classes,
+        "predicted_step_ms_recipe": recipe.predicted.step_time_s * 1e3 if recipe.predicted else None, "classes": classes,
         "run_s": time.monotonic() - began,
     }
     (out / f"{name}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
