@@ -372,6 +372,10 @@ def test_workbench_in_jupyterlab(tmp_path):
         assert page.eval_on_selector(".wb-checkpointing select", "s => s.value") == "full"
         page.select_option(".wb-stack select", label="torchtitan")
         _wait_for(page, _step_svg_has("Predicted step time: torchtitan, eager"), "the torchtitan label")
+        # the parameter-dtype control lists the stack's own dtypes: torchtitan trains fp32 parameters only
+        dtypes = page.eval_on_selector(".wb-param-dtype select",
+                                       "s => [s.disabled, [...s.options].map(o => o.textContent.replace(/\\s/g, ' '))]")
+        assert dtypes == [True, ["fp32 parameters (bf16 autocast)"]], dtypes
         _tab_screenshot(page, "step-time")
         _assert_fits_sideways(page, ".wb-chart-step-time", panels=0)
         timings["step_labels_checked"] = _assert_no_text_overlaps(page)
@@ -439,7 +443,10 @@ def test_workbench_in_jupyterlab(tmp_path):
                                timeout=60_000)
         timings["trace_upload_s"] = round(time.perf_counter() - started, 1)
         assert "measured for:" in page.inner_text(".wb-trace-info"), page.inner_text(".wb-trace-message")
-        assert "gemm" in page.inner_text(".wb-trace-table") and "25/30" in page.inner_text(".wb-trace-warning")
+        assert "gemm" in page.inner_text(".wb-trace-table")
+        record = re.findall(r"^All test rows: (.*)\.$", (ROOT / "benchmarks" / "results" / "h200" / "stacks" /
+                                                        "TRACE_LOOP.md").read_text(), re.M)
+        assert record and record[0] in page.inner_text(".wb-trace-warning")  # the trace loop's record, quoted
         assert page.locator(".wb-advice h4").count()  # loading a trace keeps the advisor's result
         _tab(page, "Roofline")
         _wait_for(page, _svg_has("measured (trace)"), "the trace's measured points on the roofline")

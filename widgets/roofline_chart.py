@@ -33,6 +33,7 @@ ROOFLINE_COLUMNS: tuple[str, ...] = (
     "case", "module", "kernel",  # measured kernels
     "cls", "measured", "predicted_tflops", "measured_ms", "predicted_ms", "ratio", "measured_kernels", "trace",
     # a trace's kernels per op class (widgets.trace_data.trace_points)
+    "tflops_exact",  # a point's TFLOP/s before Y_DECADES bounded where it is drawn (its tooltip shows this)
 )
 """What the roofline charts encode or show in tooltips; other columns are not sent to the browser."""
 SHARE_DOMAIN: tuple[float, float] = (0.0, 40.0)
@@ -50,6 +51,10 @@ _LINE_PX = 12
 """About how wide a character (and how tall a line) of the 10 px label font is (Vega's default sans-serif), to
 tell whether a label fits left of its roof's knee and clear of the next roof's label."""
 _NAMES_SHOWN = 8
+Y_DECADES = 6
+"""The y axis spans at most this many decades below the panel's highest roof (and a decade above it): an op or a
+trace class outside is drawn on that edge (its tooltip keeps the exact TFLOP/s), so one op of a few FLOPs (a
+float8 scale update) or a trace of another configuration cannot squeeze the roofs and their labels together."""
 
 X_LOG = alt.X("intensity:Q", scale=alt.Scale(type="log", nice=False), title="arithmetic intensity (FLOP/byte)")
 """The roofline's x axis; its extent is the roof lines' (``intensity_range``), so no domain depends on data."""
@@ -195,6 +200,14 @@ def _labels(roofs: pd.DataFrame, x_range: tuple[float, float], pixels: _Pixels) 
     return pd.DataFrame(rows)
 
 
+def _bounded(rows: pd.DataFrame, top: pd.Series) -> pd.Series:
+    """``rows``' TFLOP/s within their panel's drawn range: ``Y_DECADES`` decades under its highest roof, one over."""
+    if top.empty:
+        return rows["tflops"]
+    peak = rows["gpu"].map(top).fillna(rows["tflops"])
+    return rows["tflops"].clip(lower=peak / 10 ** Y_DECADES, upper=peak * 10)
+
+
 def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.DataFrame],
                    gpu_order: Sequence[str] = (), width: float = PANEL_WIDTH) -> pd.DataFrame:
     """One long frame for a faceted roofline (a facet needs one data source): ``layer`` says which mark draws
@@ -214,12 +227,19 @@ def roofline_frame(points: Sequence[pd.DataFrame], roof_frames: Sequence[pd.Data
     given = pd.concat(list(points), ignore_index=True).rename(columns={"achieved_tflops": "tflops"}) \
         if points else pd.DataFrame()
     is_op = given["op"].notna() if "op" in given else pd.Series(False, index=given.index)
+    is_trace = given["cls"].notna() & ~is_op if "cls" in given else pd.Series(False, index=given.index)
+    top = lines.groupby("gpu")["tflops"].max() if not lines.empty else pd.Series(dtype=float)
+    if is_trace.any():
+        given = given.copy()
+        given.loc[is_trace, "tflops_exact"] = given.loc[is_trace, "tflops"]
+        given.loc[is_trace, "tflops"] = _bounded(given[is_trace], top)
     tflops = list(lines["tflops"]) if not lines.empty else []
-    tflops += list(given["tflops"]) if "tflops" in given else []
+    tflops += list(_bounded(given[is_op | is_trace], top)) if "tflops" in given else []  # as drawn
     pixels = _Pixels(x_range, tflops, width)
     ops = aggregate_ops(given[is_op].rename(columns={"tflops": "achieved_tflops"}), pixels)
+    if not ops.empty:
+        ops = ops.assign(tflops_exact=ops["tflops"], tflops=_bounded(ops, top))
     labels = _labels(roofs, x_range, pixels) if not roofs.empty else pd.DataFrame()
-    is_trace = given["cls"].notna() & ~is_op if "cls" in given else pd.Series(False, index=given.index)
     parts = [f for f in (lines, ridges, labels, ops.assign(layer="op") if not ops.empty else ops,
                          given[~is_op & ~is_trace].assign(layer="measured"), given[is_trace].assign(layer="trace"))
              if not f.empty]
@@ -277,7 +297,7 @@ def _op_tooltip() -> list[alt.Tooltip]:
             alt.Tooltip("count:Q", title="ops in this point"), alt.Tooltip("kind:N"),
             alt.Tooltip("shape:N"), alt.Tooltip("dtype:N"),
             alt.Tooltip("intensity:Q", title="FLOP/byte", format=".1f"),
-            alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.1f"),
+            alt.Tooltip("tflops_exact:Q", title="TFLOP/s", format=",.1f"),
             alt.Tooltip("time_ms:Q", title="ms per execution", format=".3f"),
             alt.Tooltip("executions:Q", title="executions per step"),
             alt.Tooltip("total_ms:Q", title="ms per step", format=",.2f"),
@@ -297,7 +317,7 @@ def _trace_layer() -> alt.Chart:
                  alt.Tooltip("measured_ms:Q", title="measured ms per step", format=",.2f"),
                  alt.Tooltip("predicted_ms:Q", title="predicted ms per step", format=",.2f"),
                  alt.Tooltip("ratio:Q", title="measured / predicted", format=".3f"),
-                 alt.Tooltip("tflops:Q", title="measured TFLOP/s", format=",.1f"),
+                 alt.Tooltip("tflops_exact:Q", title="measured TFLOP/s", format=",.1f"),
                  alt.Tooltip("predicted_tflops:Q", title="predicted TFLOP/s", format=",.1f"),
                  alt.Tooltip("intensity:Q", title="FLOP/byte (predicted class)", format=".1f"),
                  alt.Tooltip("measured_kernels:Q", title="kernels per step", format=",.0f")])

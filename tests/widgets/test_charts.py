@@ -117,6 +117,22 @@ def test_ops_of_one_shape_are_one_point_and_no_two_points_of_a_kind_overlap(comp
                 assert math.hypot(xa - xb, ya - yb) >= roofline_chart.OVERLAP * (ra + rb)
 
 
+def test_points_far_below_the_roofs_are_drawn_on_the_axis_floor_with_their_exact_value(comparison):
+    """An op of a few FLOPs (torchtitan's float8 scale update) or a trace of another configuration must not
+    stretch the y axis over 14 decades (squeezing the roof labels together): drawn within Y_DECADES of the top."""
+    p = comparison.predictions["h200-sxm"]
+    points = data.roofline_points(p)
+    tiny = points.iloc[[0]].assign(op="scale.update", flops=1.0, bytes=4.0, intensity=0.25,
+                                   achieved_tflops=1e-9, total_ms=0.01, share_pct=0.0)
+    frame = charts.roofline_frame([pd.concat([points, tiny], ignore_index=True)], [data.roofs(p)], [p.gpu.display_name])
+    top = frame.loc[frame["layer"] == "roof", "tflops"].max()
+    drawn = frame[frame["layer"] == "op"]
+    assert drawn["tflops"].min() == pytest.approx(top / 10 ** roofline_chart.Y_DECADES)
+    floor = drawn[drawn["ops"].str.contains("scale.update")].iloc[0]
+    assert floor["tflops_exact"] < floor["tflops"]  # the tooltip's value is the op's own
+    assert (drawn["tflops"] <= top * 10).all()
+
+
 def test_tooltips_name_the_gpu_and_the_size_scale_is_fixed(comparison, predictor):
     spec = charts.roofline_chart(_roofline(comparison)).to_dict()
     layers = spec["spec"]["layer"]
