@@ -9,14 +9,15 @@ from workbench.kernels import rowwise_adagrad as ra
 
 def make_case(num_rows=40, dim=70, bags=9, seed=0):
     """Bags with a row repeated inside one bag and across bags, a hot row (> BLOCK_N lookups), empty bags."""
-    g = torch.Generator().manual_seed(seed)
-    lists = [[], [3, 3, 3, 7], [1, 1, 39, 0, 3], [5] * 37, torch.randint(0, num_rows, (25,), generator=g).tolist(),
-             [3], [], [5, 2], torch.randint(0, num_rows, (12,), generator=g).tolist()][:bags]
-    indices = torch.tensor([i for bag in lists for i in bag], dtype=torch.long)
-    offsets = torch.tensor([0] + [len(bag) for bag in lists]).cumsum(0)
-    weight = torch.randn(num_rows, dim, generator=g)
-    acc = torch.rand(num_rows, generator=g)  # a state from earlier steps
-    grad_out = torch.randn(len(lists), dim, generator=g)
+    with torch.device("cpu"):  # the case and its reference on the CPU; the kernel runs on device()
+        g = torch.Generator().manual_seed(seed)
+        lists = [[], [3, 3, 3, 7], [1, 1, 39, 0, 3], [5] * 37, torch.randint(0, num_rows, (25,), generator=g).tolist(),
+                 [3], [], [5, 2], torch.randint(0, num_rows, (12,), generator=g).tolist()][:bags]
+        indices = torch.tensor([i for bag in lists for i in bag], dtype=torch.long)
+        offsets = torch.tensor([0] + [len(bag) for bag in lists]).cumsum(0)
+        weight = torch.randn(num_rows, dim, generator=g)
+        acc = torch.rand(num_rows, generator=g)  # a state from earlier steps
+        grad_out = torch.randn(len(lists), dim, generator=g)
     return weight, acc, grad_out, indices, offsets
 
 
@@ -28,14 +29,14 @@ def device():
 @pytest.mark.parametrize("config", [None, {"BLOCK_R": 4, "SHORT": 2, "BLOCK_N": 4, "num_warps": 1}], ids=["default", "small"])
 def test_fused_update_matches_the_sparse_reference(use_triton, config):
     weight, acc, grad_out, indices, offsets = make_case()
-    want_w, want_acc = (t.cpu() for t in ra.reference_rowwise_adagrad(weight, acc, grad_out, indices, offsets,
-                                                                       lr=0.05, eps=1e-8))  # on the default device
+    with torch.device("cpu"):  # the reference on the CPU whatever the default device
+        want_w, want_acc = ra.reference_rowwise_adagrad(weight, acc, grad_out, indices, offsets, lr=0.05, eps=1e-8)
     w, a = weight.clone().to(device()), acc.clone().to(device())
     ra.rowwise_adagrad_update(w, a, grad_out.to(device()), indices.to(device()), offsets.to(device()), 0.05, 1e-8,
                               config, use_triton=use_triton)
     torch.testing.assert_close(a.cpu().double(), want_acc, rtol=1e-6, atol=0)
     torch.testing.assert_close(w.cpu().double(), want_w, rtol=1e-6, atol=1e-7)
-    touched = torch.zeros(len(weight), dtype=torch.bool)
+    touched = torch.zeros(len(weight), dtype=torch.bool, device="cpu")
     touched[indices] = True
     assert torch.equal(w.cpu()[~touched], weight[~touched]) and torch.equal(a.cpu()[~touched], acc[~touched])
     assert not torch.allclose(w.cpu()[touched], weight[touched])
