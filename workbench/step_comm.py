@@ -59,16 +59,18 @@ FSDP_BLOCK_GATHERS = ("fsdp.all_gather_first_block", "fsdp.all_gather_blocks")
 
 
 def data_parallel_plan(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, *,
-                       block_gather_scale: float = 1.0) -> DataParallelPlan:
+                       block_gather_scale: float = 1.0, schedules: Schedules | None = None) -> DataParallelPlan:
     """The step's data-parallel collectives (FSDP2 gathers and reduce-scatters, DDP all-reduces) on the schedule of
     ``workbench.perf.overlap``, each timed once. Depends on the parallelism, gradient accumulation and activation
     dtype only -- not on the micro-batch -- so ``workbench.step.StepModel`` caches it. ``block_gather_scale``: the
     dense blocks' all-gather bytes relative to the compute dtype's (a stack's FSDP2 float8 all-gather,
-    ``graph.stacked.StackStep.fsdp_gather_scale``; 1 everywhere else)."""
+    ``graph.stacked.StackStep.fsdp_gather_scale``; 1 everywhere else). ``schedules``: a stack's own collectives
+    in place of the family's (DeepSpeed ZeRO: ``graph.stack_kernels_hf.DeepSpeedStep.data_parallel_schedules``)."""
     p = cfg.parallelism
     dp_spans = p.weight_replicas * p.tp > gpu.scale_up_domain_gpus.value
-    planned = [(s, group) for schedule, group in family_of(model).data_parallel_collectives(model, cfg)
-               if group > 1 for s in schedule]
+    if schedules is None:
+        schedules = family_of(model).data_parallel_collectives(model, cfg)
+    planned = [(s, group) for schedule, group in schedules if group > 1 for s in schedule]
     if block_gather_scale != 1.0:
         planned = [(dataclasses.replace(s, size_bytes=s.size_bytes * block_gather_scale)
                     if s.name in FSDP_BLOCK_GATHERS else s, group) for s, group in planned]

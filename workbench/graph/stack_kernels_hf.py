@@ -18,6 +18,12 @@ loop of ``workbench.graph.stack_kernels``:
 - ZeRO's gradient hooks and step (``workbench.graph.stack_kernels_zero``), and ZeRO-3's per-submodule
   gather/release hooks (a copy per fetch and CPU per submodule, ``DeepSpeedStep``).
 
+On dp > 1 ranks the same tables price one rank's share (the partitions 1/dp, the model's kernels whole), ZeRO's
+collectives are ``stack_kernels_zero.zero_collectives`` (``DeepSpeedStep.data_parallel_schedules``: the step model
+times them on ``workbench.perf.overlap``'s schedule) and the memory is ``zero_memory`` on ``dp`` ranks. CPU
+optimizer offload (``offload: optimizer``, DeepSpeed's ``offload_optimizer``) takes the update and its fp32 state
+off the GPU; ``workbench.offload`` prices the host's side (gradients down, the host AdamW, parameters up).
+
 Conventions are ``stack_kernels``' (one ``Op`` per CUDA kernel, bytes per element of the walked tensor, ``False``
 = not vectorized). The kernel counts were checked against the Kineto trace of ``deepspeed-zero2 1b mb1 s2048
 ac=none`` (``benchmarks/results/h200/stacks/deepspeed/``, a fit row): 38 forward kernels per decoder layer (plus 3
@@ -50,6 +56,7 @@ from workbench.graph.stack_kernels import (
 from workbench.graph.stack_kernels_zero import (
     param_sizes,
     step_kernels,
+    zero_collectives,
     zero_gather_ops,
     zero_grad_ops,
     zero_memory,
@@ -274,6 +281,8 @@ class DeepSpeedStep(StackStep):
     dp: int = 1
     tied: bool = False
     recompute_passes: int = 0
+    offload: bool = False
+    """``offload_optimizer`` on the CPU: no fp32 state, gradient partition or flat step in HBM."""
 
     covers_data_parallel_memory = True  # a class flag: the step model uses ``memory`` on several GPUs too
 
@@ -299,7 +308,7 @@ class DeepSpeedStep(StackStep):
 
     def memory(self, stack: Stack, capacity_bytes: float) -> MemoryBreakdown:
         activations, loss = hf_activation_bytes(self.dims, self.policy)
-        m = zero_memory(self.dims, self.tied, self.zero_stage, self.dp, activations, loss)
+        m = zero_memory(self.dims, self.tied, self.zero_stage, self.dp, activations, loss, self.offload)
         slack = (stack.constant("reserved_over_allocated", 1.0) - 1) * m.peak_allocated
         states = m.master_and_moments
         if m.at_loss >= m.at_step:
@@ -308,6 +317,13 @@ class DeepSpeedStep(StackStep):
                                    activations=m.activations + m.loss, workspace=slack, capacity=capacity_bytes)
         return MemoryBreakdown(params=m.params, grads=m.at_step - m.params - states, optimizer=states,
                                activations=0.0, workspace=slack, capacity=capacity_bytes)
+
+    def data_parallel_schedules(self, cfg) -> list:
+        """ZeRO's own collectives over the ``cfg.parallelism.dp`` ranks (``step_comm.Schedules``: one schedule and
+        its group; none on one rank), whatever ``cfg``'s sharding says: the stack's zero_stage decides."""
+        if self.dp <= 1:
+            return []
+        return [(zero_collectives(self.dims, self.tied, self.zero_stage, cfg.grad_accumulation), self.dp)]
 
 
 def deepspeed_step(model, cfg, stack: Stack) -> DeepSpeedStep:
@@ -329,6 +345,7 @@ def deepspeed_step(model, cfg, stack: Stack) -> DeepSpeedStep:
     microbatch = hf_embedding_ops(d, flavor) + fwd + hf_head_ops(d, tied) + bwd + recompute + zero_grad_ops(d, tied)
     recompute_passes = 1 if policy == "full" else 0
     if stage == 3:
-        microbatch += zero_gather_ops(d, tied, 2 + recompute_passes)
-    return DeepSpeedStep(flavor, policy, microbatch, zero_step_ops(d, tied, stage, dp), d, zero_stage=stage, dp=dp,
-                         tied=tied, recompute_passes=recompute_passes)
+        microbatch += zero_gather_ops(d, tied, 2 + recompute_passes, dp)
+    offload = cfg.offload == "optimizer"  # stacked.scope_gap leaves parameter offload outside the tables
+    return DeepSpeedStep(flavor, policy, microbatch, zero_step_ops(d, tied, stage, dp, offload), d, zero_stage=stage,
+                         dp=dp, tied=tied, recompute_passes=recompute_passes, offload=offload)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from workbench.graph.execution import Kernel
 from workbench.graph.ops import Op
 from workbench.graph.stack_kernels import INT32_INDEX_BYTES, Dims, StackFlavor, _k, optimizer_ops
+from workbench.perf.overlap import ScheduledCollective
 
 # DeepSpeed 0.19.8 runtime/zero/config.py defaults (elements): reduce_bucket_size = allgather_bucket_size = 5e8,
 # stage3_prefetch_bucket_size = 5e7, stage3_param_persistence_threshold = 1e5, sub_group_size = 1e9;
@@ -28,6 +29,12 @@ REDUCE_BUCKET_ELEMENTS = 500_000_000
 PREFETCH_BUCKET_ELEMENTS = 50_000_000
 PERSISTENCE_THRESHOLD_ELEMENTS = 100_000
 SUB_GROUP_ELEMENTS = 1_000_000_000
+REUSE_DISTANCE_ELEMENTS = 1_000_000_000
+"""stage3_max_reuse_distance (config.py default 1e9): ``PartitionedParameterCoordinator.__params_to_release`` keeps a
+submodule's parameters gathered when they are used again within this many parameter elements of the trace."""
+COMM_BYTES = 2
+"""Bytes per element of ZeRO's collectives: ``communication_data_type`` defaults to the engine's bf16
+(runtime/engine.py), for the gradient reductions and the parameter gathers alike."""
 CAT_BATCH_TENSORS = 128
 """aten/src/ATen/native/cuda/Shape.cu CAT_ARRAY_BATCH_SIZE: ``torch.cat`` of n tensors launches ceil(n / 128)
 ``CatArrayBatchedCopy`` kernels (2 for the 146 gradients of Llama 3.2 1B in the trace)."""
@@ -130,9 +137,12 @@ def zero_grad_ops(d: Dims, tied: bool) -> list[Op]:
     return ops
 
 
-def zero_gather_ops(d: Dims, tied: bool, passes: int) -> list[Op]:
+def zero_gather_ops(d: Dims, tied: bool, passes: int, dp: int = 1) -> list[Op]:
+    """ZeRO-3's fetch copies: each submodule's local partitions concatenated into the all-gather buffer, 1/dp of its
+    elements on ``dp`` ranks (the all-gather itself is the step model's communication, ``zero_collectives``)."""
     elements, modules = gathered_params(d, tied)
-    return _k("zero3.gather", "copy", GATHER_PARAM, elements, "fwd", passes, "optimizer", "zero", launches=modules)
+    return _k("zero3.gather", "copy", GATHER_PARAM, math.ceil(elements / dp), "fwd", passes, "optimizer", "zero",
+              launches=modules)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -196,8 +206,10 @@ def _flat_step(prefix: str, elements: int, tensors: int) -> list[Op]:
     return ops
 
 
-def zero_step_ops(d: Dims, tied: bool, stage: int, dp: int) -> list[Op]:
-    """The step over this rank's partition: the overflow check, the fp64 norm per gradient, then the update."""
+def zero_step_ops(d: Dims, tied: bool, stage: int, dp: int, offload: bool = False) -> list[Op]:
+    """The step over this rank's partition: the overflow check, the fp64 norm per gradient, then the update --
+    on the host with ``offload`` (``offload_optimizer``: DeepSpeedCPUAdam over the host's fp32 partition, timed by
+    ``workbench.offload``), so no flat step on the GPU."""
     local = [math.ceil(n / dp) for n in param_sizes(d, tied)]
     elements, tensors = sum(local), len(local)
     if stage == 3:
@@ -210,6 +222,8 @@ def zero_step_ops(d: Dims, tied: bool, stage: int, dp: int) -> list[Op]:
     ops += _k("zero.norm", "optimizer", NORM_PER_TENSOR, elements, "optimizer", 1, "optimizer", "grad_clip",
               launches=tensors)
     ops += _launch_only("zero.norm_scalars", NORM_SCALARS)
+    if offload:
+        return ops
     groups = sub_groups(d, tied, dp) if stage == 3 else [elements]
     share = tensors / len(groups)
     for i, group in enumerate(groups):
@@ -258,10 +272,14 @@ class ZeroMemory:
         return max(self.at_loss, self.at_step)
 
 
-def zero_memory(d: Dims, tied: bool, stage: int, dp: int, activations: float, loss: float) -> ZeroMemory:
+def zero_memory(d: Dims, tied: bool, stage: int, dp: int, activations: float, loss: float,
+                offload: bool = False) -> ZeroMemory:
     """Peak terms of one rank: ZeRO-2 partitions gradients and optimizer state over ``dp``, ZeRO-3 the bf16
     parameters too (``runtime/zero/stage_1_and_2.py``, ``stage3.py``). ``activations`` and ``loss``: what the
-    model holds at the loss (``stack_kernels_hf.hf_activation_bytes``)."""
+    model holds at the loss (``stack_kernels_hf.hf_activation_bytes``). ``offload`` (``offload_optimizer``): the
+    fp32 master, moments and gradient partition live on the host (stage 3 allocates ``grad_partitions_flat_buffer``
+    on ``self.device``, the CPU under offload; stage 2 accumulates into its CPU buffers), and the step's GPU
+    transients go with them."""
     sizes = param_sizes(d, tied)
     params = sum(sizes)
     local = math.ceil(params / dp)
@@ -276,7 +294,55 @@ def zero_memory(d: Dims, tied: bool, stage: int, dp: int, activations: float, lo
         # flat_grad_partition (2 B) and its .to(fp32) (4 B) are alive together (trace: 22 B per parameter at the
         # step peak of 8b-4l, 42.38 GB measured for 1.92 B parameters)
         weights, gathered, transient = 2 * params, 0.0, 6 * local
-    return ZeroMemory(params=weights, gathered=gathered, master_and_moments=12 * local, grad_partition=2 * local,
-                      bucket=2 * REDUCE_BUCKET_ELEMENTS, step_transient=transient, activations=activations,
-                      loss=loss, stage=stage)
+    on_gpu = 0 if offload else 1
+    return ZeroMemory(params=weights, gathered=gathered, master_and_moments=12 * local * on_gpu,
+                      grad_partition=2 * local * on_gpu, bucket=2 * REDUCE_BUCKET_ELEMENTS,
+                      step_transient=transient * on_gpu, activations=activations, loss=loss, stage=stage)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The collectives on dp > 1 ranks (the step model times them on ``workbench.perf.overlap``'s schedule)
+
+def zero_collectives(d: Dims, tied: bool, stage: int, grad_accumulation: int) -> list[ScheduledCollective]:
+    """One step's data-parallel collectives of ZeRO-2 or ZeRO-3 with ``overlap_comm`` on (stage 3's default, and what
+    the published DeepSpeed runs set), bf16 (``COMM_BYTES``), in ``ScheduledCollective`` terms.
+
+    Both stages reduce each micro-batch's gradients bucket by bucket (``reduce_buckets``: reduce_bucket_size) on the
+    reduction stream beside backward; the last bucket (the token embedding's gradient, fired last) is reduced in
+    ``independent_gradient_partition_epilogue`` after the last backward kernel, and the step waits for it.
+    ZeRO-2 all-reduces each bucket (``average_tensor`` with ``use_multi_rank_bucket_allreduce``, the default:
+    ``allreduce_and_scatter``, each rank keeping its partition's slice) and after the step all-gathers the updated
+    bf16 partitions (``all_gather_dp_groups`` inside ``optimizer.step``: nothing runs beside it). ZeRO-3
+    reduce-scatters each bucket (``__avg_scatter_grads``) and gathers each submodule's parameters when it runs,
+    prefetching the next ones in the recorded trace (stage3_prefetch_bucket_size) beside the current one's compute:
+    hidden, but the embedding's at the forward start (nothing before it to run beside) and the first layer's (beside
+    the embedding lookup only). A gathered submodule is released unless it is used again within
+    ``REUSE_DISTANCE_ELEMENTS``: the head stays gathered from its forward to its backward; every layer is gathered
+    again in backward -- once, also under full checkpointing, whose recompute gathers it and keeps it through its own
+    backward (a layer is far below the distance) -- and the last layer is kept only when the head's two uses in
+    between hold fewer elements than the distance; the embedding is gathered again for its backward (prefetched)."""
+    total = sum(param_sizes(d, tied))
+    last = reduce_buckets(d, tied)[-1]
+    accum = grad_accumulation
+    b = COMM_BYTES
+    if stage == 2:
+        plan = [ScheduledCollective("zero2.all_reduce_buckets", "all_reduce", b * (total - last), accum, "hidden"),
+                ScheduledCollective("zero2.all_reduce_last_bucket", "all_reduce", b * last, accum, "backward_end"),
+                ScheduledCollective("zero2.all_gather_params", "all_gather", b * total, 1, "forward_start")]
+        return [s for s in plan if s.size_bytes > 0]
+    embedding = d.vocab * d.hidden
+    head = 0 if tied else embedding
+    layer = d.block_params - 2 * d.hidden  # the norm weights stay resident (stage3_param_persistence_threshold)
+    regathered = d.layers - (1 if 2 * head < REUSE_DISTANCE_ELEMENTS else 0)
+    plan = [ScheduledCollective("zero3.all_gather_embedding", "all_gather", b * embedding, accum, "forward_start"),
+            ScheduledCollective("zero3.all_gather_first_layer", "all_gather", b * layer, accum, "forward_start",
+                                beside_compute=True),
+            ScheduledCollective("zero3.all_gather_layers", "all_gather", b * layer, (d.layers - 1 + regathered) * accum,
+                                "hidden"),
+            ScheduledCollective("zero3.all_gather_head", "all_gather", b * head, accum, "hidden"),
+            ScheduledCollective("zero3.all_gather_embedding_backward", "all_gather", b * embedding, accum, "hidden"),
+            ScheduledCollective("zero3.reduce_scatter_buckets", "reduce_scatter", b * (total - last), accum, "hidden"),
+            ScheduledCollective("zero3.reduce_scatter_last_bucket", "reduce_scatter", b * last, accum,
+                                "backward_end")]
+    return [s for s in plan if s.size_bytes > 0 and s.occurrences > 0]
 

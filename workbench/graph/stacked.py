@@ -59,10 +59,13 @@ PARALLEL_TABLES: dict[str, frozenset[str]] = {
     "torchtitan": frozenset({"tp", "pp", "cp", "virtual_stages"}),
     "megatron-local": frozenset({"tp", "pp", "virtual_stages", "zero1"}),  # cp needs TE's attention
     "megatron-te": frozenset({"tp", "pp", "cp", "virtual_stages", "zero1"}),
+    # DeepSpeed ZeRO over dp ranks (any sharding: the stack's zero_stage decides) and its offload_optimizer
+    "hf-deepspeed": frozenset({"zero1", "offload"}),
 }
 """What each stack's tables cover beyond one GPU and plain ddp / fsdp data parallelism: tensor (with sequence)
 parallelism, pipeline stages, context parallelism, interleaved schedules (torchtitan's Interleaved1F1B,
-Megatron's virtual pipeline), and Megatron's distributed optimizer (``sharding: zero1``)."""
+Megatron's virtual pipeline), Megatron's distributed optimizer (``sharding: zero1``) and CPU optimizer offload
+(``offload: optimizer``; parameter offload is in no stack's tables)."""
 
 
 def float8_recipe(kernels: str, cfg: TrainingConfig) -> str:
@@ -96,7 +99,11 @@ def feature_gap(cfg: TrainingConfig, kernels: str) -> str | None:
     off = {k: v for k, v in (("cp", 1), ("virtual_stages", 1)) if k in covered}
     if "zero1" in covered and p.sharding == "zero1":
         off["sharding"] = "fsdp"
-    return (dataclasses.replace(cfg, parallelism=dataclasses.replace(p, **off)) if off else cfg).beyond_stack_tables()
+    if off:
+        cfg = dataclasses.replace(cfg, parallelism=dataclasses.replace(p, **off))
+    if "offload" in covered and cfg.offload == "optimizer":
+        cfg = dataclasses.replace(cfg, offload="none")
+    return cfg.beyond_stack_tables()
 
 
 def transformer_scope_gap(model: TransformerModel, cfg: TrainingConfig, kernels: str = "") -> str | None:
