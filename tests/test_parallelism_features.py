@@ -216,7 +216,8 @@ def test_evaluation_maps_rows_to_predictions(tmp_path):
     by_id = {r.id: r for r in results}
     assert set(by_id) == {"A", "B", "D-thr"}  # low confidence and time-to-train rows are not scored
     assert twins == [("D", ["D-thr"])]
-    direct = predict("llama3-8b", "h200", TrainingConfig(1, 8192, parallelism=Parallelism(dp=8), global_batch=8))
+    direct = predict("llama3-8b", "h200", TrainingConfig(1, 8192, parallelism=Parallelism(dp=8), global_batch=8),
+                     stack="ideal")  # the mapping's stack (predict's default is torchtitan now)
     assert by_id["A"].predicted == pytest.approx(direct.summary.tokens_per_s / 8)
     assert by_id["D-thr"].predicted == pytest.approx(direct.summary.samples_per_s)
     assert by_id["B"].predicted is not None

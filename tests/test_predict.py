@@ -20,10 +20,12 @@ def test_every_catalog_model_predicts_on_every_vendor(model, gpu):
     assert math.isfinite(s.step_time_s) and s.step_time_s > 0
     assert 0 < s.mfu < 1
     parts = s.compute_bound_s + s.memory_bound_s + s.optimizer_s + s.communication_s + s.bubble_s
-    assert parts == pytest.approx(s.step_time_s)
+    # The default stack is torchtitan (was the ideal bound, which has no host time): an eager step whose CPU
+    # launches take longer than the GPU's work ends when the host does (host_s), as StepModel.summary prices it.
+    assert max(parts, s.host_s) == pytest.approx(s.step_time_s)
     frame = p.ops_frame()
     assert {"name", "kind", "shape", "flops", "bytes", "arithmetic_intensity", "bound", "time_ms", "share"} <= set(frame)
-    assert frame["share"].sum() == pytest.approx(1.0)
+    assert frame["share"].sum() == pytest.approx(parts / s.step_time_s)  # 1 unless the host bounds the step
 
 
 def test_tokens_per_second_and_mfu_are_consistent():
@@ -62,8 +64,10 @@ def test_fallback_precision_is_noted():
 
 
 def test_fp8_training_is_faster_than_bf16_on_hopper():
-    bf16 = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096).summary.step_time_s
-    fp8 = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096, precision="fp8").summary.step_time_s
+    # The fused step's GEMM rates, named since the default became torchtitan: eager torchtitan fp8 is slower than
+    # bf16 (torchao's eager casts; compiled it is faster), which is the stack's, not the GEMM model's, business.
+    bf16 = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096, stack="ideal").summary.step_time_s
+    fp8 = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096, precision="fp8", stack="ideal").summary.step_time_s
     assert fp8 < bf16
 
 
@@ -175,7 +179,8 @@ def test_fp8_with_bf16_weight_gradient_is_priced_between_bf16_and_fp8():
     activation memory (every recipe saves bf16 inputs)."""
     steps, ops, activations = {}, {}, {}
     for precision in ("bf16", "fp8", "fp8_gw_hp"):
-        p = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096, precision=precision)
+        # the fused step named (the default became torchtitan, whose tables leave fp8_gw_hp to the bound)
+        p = predict("llama3-8b", "h200", micro_batch=1, seq_len=4096, precision=precision, stack="ideal")
         steps[precision], ops[precision] = p.summary.step_time_s, {o.op.name: o for o in p.ops}
         activations[precision] = p.summary.memory.activations
     assert steps["fp8"] < steps["fp8_gw_hp"] < steps["bf16"]

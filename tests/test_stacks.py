@@ -163,3 +163,38 @@ def test_other_fp8_recipes_and_stacks_stay_bounds():
     fp8 = TrainingConfig(2, 4096, "fp8", Parallelism(), "full")
     assert predict(_fp8_model("1b"), "h200", fp8, stack="pytorch-eager").summary.priced_as_bound
     assert not predict(_fp8_model("1b"), "h200", fp8, stack="torchtitan").summary.priced_as_bound
+
+
+# The default stack (issue 16): torchtitan for a transformer, priced from its tables where they cover the step and
+# as the fused-step bound, flagged and noted, where they do not; the ideal bound for DLRM and HSTU (no stack
+# trains them), labelled as a bound.
+def test_the_default_stack_is_torchtitan_for_a_llama():
+    assert DEFAULT_STACK == "torchtitan"
+    for cfg in (TrainingConfig(1, 8192, "bf16", Parallelism.data_parallel(8), "none"),
+                TrainingConfig(2, 4096, "fp8", Parallelism(), "selective"),
+                TrainingConfig(1, 4096, "bf16", Parallelism(dp=2, tp=2, pp=2), "full")):
+        default, named = predict("llama3-8b", "h200", cfg), predict("llama3-8b", "h200", cfg, stack="torchtitan")
+        assert default.summary == named.summary and default.notes == named.notes
+        assert default.summary.stack == "torchtitan" and not default.summary.priced_as_bound
+        compiled = predict("llama3-8b", "h200", cfg, compile=True).summary
+        assert compiled == predict("llama3-8b", "h200", cfg, stack="torchtitan", compile=True).summary
+
+
+def test_the_default_prices_what_torchtitans_tables_lack_as_the_bound_and_says_so():
+    cfg = TrainingConfig(1, 4096, "bf16", Parallelism(dp=4, ep=4), "full")
+    p = predict("mixtral-8x7b", "h200", cfg)
+    assert p.summary.stack == "torchtitan" and p.summary.priced_as_bound
+    assert any("MoE blocks" in note and "(a bound)" in note for note in p.notes)
+    assert p.summary.step_time_s == predict("mixtral-8x7b", "h200", cfg, stack="ideal").summary.step_time_s
+
+
+def test_recommendation_models_default_to_the_bound():
+    from workbench.models import get_model
+    from workbench.stacks import default_stack, resolve_stack
+
+    for name in ("dlrm-dcnv2", "hstu-gr"):
+        assert default_stack(get_model(name)) == "ideal" and resolve_stack(None, get_model(name)).bound
+        s = predict(name, "h200", gpus=8).summary
+        assert s.stack == "ideal" and s.priced_as_bound
+        assert s == predict(name, "h200", gpus=8, stack="ideal").summary
+    assert resolve_stack("pytorch-eager", get_model("dlrm-dcnv2")).name == "pytorch-eager"  # a named one is kept

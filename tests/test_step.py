@@ -33,7 +33,7 @@ def test_one_block_times_the_stage_is_the_family_graph(model):
 def test_the_prediction_lists_the_family_graph_op_by_op():
     m = get_model("llama3-8b")
     cfg = TrainingConfig(1, 4096, "bf16", Parallelism(dp=4, pp=4), "selective", 32).resolved(m)
-    p = predict(m, "h100", cfg)
+    p = predict(m, "h100", cfg, stack="ideal")  # the fused graph (the default stack, torchtitan, has its own ops)
     micro = transformer_microbatch_ops(m, cfg)
     assert [o.op for o in p.ops[:len(micro)]] == micro
     assert [o.executions for o in p.ops[:len(micro)]] == [op.count * cfg.grad_accumulation for op in micro]

@@ -46,17 +46,20 @@ global batch, or the workbench's settings as they are (tp, pp, ep, sharding, mic
 
 def searched_recipe(state: WorkbenchState, gpu: str, precision: str):
     """The simplest configuration within 5% of the fastest (``workbench.recipe.search``: micro-batch, checkpointing, FSDP/DDP,
-    TP, PP, EP) for ``state``'s model, GPU count, sequence length and parameter dtype on ``gpu``, as a recipe."""
+    TP, PP, EP) for ``state``'s model, GPU count, sequence length, stack and parameter dtype on ``gpu``, as a
+    recipe predicted for that stack with the compile flag the search chose."""
     from workbench.predict import predict
     from workbench.recipe.build import make_recipe
     from workbench.recipe.search import search
 
     dtype = state.param_dtype
     best = search(state.model, gpu, state.gpu_count, precision=precision, seq_len=state.seq_len,
-                  global_batch=resolved_global_batch(state, get_model(state.model)), param_dtype=dtype).best
+                  global_batch=resolved_global_batch(state, get_model(state.model)), stack=state.stack,
+                  param_dtype=dtype).best
     policy = dataclasses.replace(PrecisionPolicy.for_precision(best.config.precision), param_dtype=dtype)
-    return make_recipe(state.model, gpu, best.config, precision=policy,
-                       prediction=predict(state.model, gpu, best.config, param_dtype=dtype))
+    return make_recipe(state.model, gpu, best.config, precision=policy, compile=best.compile,
+                       prediction=predict(state.model, gpu, best.config, stack=state.stack, compile=best.compile,
+                                          param_dtype=dtype))
 
 
 def build_recipe(state: WorkbenchState, gpu: str, prediction: Prediction | None = None):

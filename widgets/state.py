@@ -82,8 +82,9 @@ class WorkbenchState:
     calibrated: bool = False
     """Predict with a GPU's calibration profile where it has one (specs/calibration/<gpu>.yaml)."""
     stack: str = DEFAULT_STACK
-    """The training stack every tab's prediction is for (``workbench.stacks``, by exact name); the default
-    ``ideal`` is the fused-step bound, not a stack that runs."""
+    """The training stack every tab's prediction is for (``workbench.stacks``, by exact name); the default is the
+    core's, ``torchtitan`` (what its kernel tables do not price, e.g. MoE blocks or a recommendation model, is the
+    fused-step bound, and the tabs say so); ``ideal`` is that bound, not a stack that runs."""
     compile: bool = False
     """``torch.compile`` on, for stacks that follow the configuration (``Stack.compile == "recipe"``: torchtitan,
     the reference job); other stacks always or never compile, whatever this says."""

@@ -68,9 +68,13 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_stacks(args: argparse.Namespace) -> int:
-    from workbench.stacks import DEFAULT_STACK, list_stacks
+    from workbench.families import list_families
+    from workbench.stacks import list_stacks
 
-    rows = [{"name": st.name + (" (default)" if st.name == DEFAULT_STACK else ""),
+    defaults: dict[str, list[str]] = {}  # stack -> the model families it is the default of
+    for family in list_families():
+        defaults.setdefault(family.default_stack, []).append(family.name)
+    rows = [{"name": st.name + (f" (default: {', '.join(defaults[st.name])})" if st.name in defaults else ""),
              "stack": st.display_name, "compile": st.compile, "params": "/".join(st.param_dtypes),
              "selective AC": st.checkpointing["selective"], "assumes": st.summary,
              "validated": st.validation or "-"} for st in list_stacks()]
@@ -201,6 +205,7 @@ def cmd_calibrate_trace(args: argparse.Namespace) -> int:
     if args.recipe:
         from workbench.recipe.build import recipe_model, training_config
         from workbench.recipe.io import load_recipe
+        from workbench.stacks import get_stack
 
         given = [f for f in ("model", "micro_batch", "seq_len") if getattr(args, f) is not None]
         if given:
@@ -209,8 +214,10 @@ def cmd_calibrate_trace(args: argparse.Namespace) -> int:
         model, cfg, compile = recipe_model(recipe), training_config(recipe), recipe.compile
         if args.gpu is None:
             args.gpu = recipe.target.gpu
-        if stack is None and recipe.predicted.stack != "ideal":
+        if stack is None and not get_stack(recipe.predicted.stack).bound:
             stack = recipe.predicted.stack
+            print(f"note: the trace is taken as {stack}'s, the stack the recipe was predicted for (--stack NAME if "
+                  "the job ran another: workbench-job for python -m workbench.train)", file=sys.stderr)
     else:
         missing = [f"--{f.replace('_', '-')}" for f in ("model", "micro_batch", "seq_len") if getattr(args, f) is None]
         if missing:
@@ -355,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-fallback", action="store_true", help="model an unsupported precision as its documented fallback")
     p.add_argument("--stack", default=None,
                    help="the training stack that runs the step (workbench stacks lists them; or a stack YAML path); "
-                        "default: ideal, the fused-step bound")
+                        "default: the model's (torchtitan for transformers; for DLRM and HSTU ideal, the fused-step "
+                        "bound); ideal: the fused-step bound")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile on, for stacks that follow the run's setting (torchtitan, workbench-job); "
                         "default off")

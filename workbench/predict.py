@@ -4,6 +4,10 @@ the pipeline bubble, and what they add up to (step time, tokens/s or samples/s, 
     >>> from workbench import predict
     >>> p = predict("llama3-8b", "h200", micro_batch=1, seq_len=8192)
     >>> p.summary.tokens_per_s, p.summary.mfu
+    >>> p.summary.stack, p.summary.priced_as_bound   # the default stack, priced from its own kernel tables
+    ('torchtitan', False)
+    >>> predict("llama3-8b", "h200", stack="ideal").summary.priced_as_bound   # the fused-step bound
+    True
 
 ``predict`` is one call of the step-model pipeline, ``workbench.step.StepModel`` (op graph, one memoized timer,
 collectives and overlap, summary); recipe search asks the same pipeline for many configurations.
@@ -16,7 +20,7 @@ from workbench.graph.execution import Execution
 from workbench.hardware import GPU, get_gpu
 from workbench.models import Model, get_model
 from workbench.perf.efficiency import Constants
-from workbench.stacks import Stack, get_stack
+from workbench.stacks import Stack, get_stack, resolve_stack
 from workbench.step import StepModel
 from workbench.step_comm import CommPrediction, DataParallelPlan, data_parallel_plan
 from workbench.step_result import (
@@ -62,14 +66,16 @@ def predict(
     ``allow_fallback`` lets a precision the GPU lacks run as its documented fallback (noted in ``notes``).
     ``execution``: predict what the reference job (``python -m workbench.train``) runs -- eager blocks unfused
     when not compiled, its loss, FSDP2 copies, fp8 quantization and sparse table update
-    (``workbench.graph.execution``); None prices the fused step a compiled production stack runs.
-    ``stack``: the training stack that runs the step (``workbench.stacks``: ``workbench stacks`` lists them; the
-    default is ``ideal``, the fused-step bound); ``compile`` the configuration's compile flag for stacks that
+    (``workbench.graph.execution``; implies the ``workbench-job`` stack).
+    ``stack``: the training stack that runs the step (``workbench.stacks``: ``workbench stacks`` lists them; None:
+    the model family's default, ``torchtitan`` for transformers and the ``ideal`` fused-step bound for DLRM and
+    HSTU, ``workbench.stacks.default_stack``; what a stack's kernel tables do not price is the bound, and
+    ``summary.priced_as_bound`` and ``notes`` say so); ``compile`` the configuration's compile flag for stacks that
     follow it (None: off, torch's default; the reference job's recipes say); ``param_dtype`` fp32 (fp32 parameters
     under autocast) or bf16, where the stack trains with either (None: the stack's default).
     """
-    stack = get_stack("workbench-job" if execution is not None and stack is None else stack)
     model = get_model(model)
+    stack = get_stack("workbench-job") if execution is not None and stack is None else resolve_stack(stack, model)
     gpu = get_gpu(gpu)
     if config is None:
         config = TrainingConfig(

@@ -5,6 +5,8 @@ launches for each op (one fused kernel, or the unfused sequence eager PyTorch la
 compiled, the dtype its parameters live in, what its activation-checkpointing modes recompute, what its CPU costs
 when the GPU waits for it, and how much the allocator reserves beyond what it allocates. ``predict(...,
 stack="torchtitan")`` prices the step as that stack runs it; ``ideal`` is the fused step, a bound no stack beats.
+A step names no stack: its model family's default (``default_stack``: ``torchtitan`` for transformers, ``ideal``
+for DLRM and HSTU, which no shipped stack trains).
 
     >>> get_stack("pytorch-eager").compiled(recipe_compile=True)
     False
@@ -25,6 +27,7 @@ from typing import Literal
 from workbench._data import specs_dir
 from workbench.config import CHECKPOINTING
 from workbench.errors import SpecError, UnknownNameError
+from workbench.families import family_of
 from workbench.schema import Fields, check_number, load_catalog, load_yaml
 
 SCHEMA_VERSION = 1
@@ -42,10 +45,14 @@ saves every GEMM output (the fused step's and the reference job's selective); ``
 Megatron's (``recompute_modules=["core_attn"]``); ``selective-op`` is torchtitan's
 per-op policy (saves SDPA and every second matmul's output); ``selective-N`` fully checkpoints every N-th block."""
 CONSTANT_KINDS: tuple[str, ...] = ("sourced", "fitted", "guess")
-DEFAULT_STACK = "ideal"
-"""The stack ``predict`` uses when none is named. Issue 16 makes it ``torchtitan``; until torchtitan's tables cover
-tensor and pipeline parallelism, MoE and fp8 (they price those as the fused step today), the default stays the
-fused-step bound, which every caller has used so far."""
+DEFAULT_STACK = "torchtitan"
+"""The stack a step is priced for when none is named, for a model whose family names none of its own
+(``default_stack``): the stack most teams train dense decoders with. Its kernel tables price Llama-style blocks on
+one GPU, FSDP2, tensor (+ sequence), pipeline and context parallelism, and fp8 (rowwise on one GPU, tensorwise with
+FSDP2's float8 all-gather); what they do not price (MoE or non-Llama blocks, TP / PP without FSDP, zero1, LoRA,
+other fp8 recipes) is the fused-step bound, and the prediction's ``notes`` and ``priced_as_bound`` say so."""
+BOUND_STACK = "ideal"
+"""The fused-step bound: no stack runs faster (``Stack.bound``)."""
 
 
 @dataclass(frozen=True)
@@ -154,8 +161,26 @@ def list_stacks() -> list[Stack]:
     return list(_catalog().values())
 
 
+def default_stack(model) -> str:
+    """The stack ``model`` is priced for when none is named: its family's (``Family.default_stack``:
+    ``torchtitan`` for transformers, the ``ideal`` bound for the recommendation models, which no shipped stack
+    trains).
+
+        >>> from workbench.models import get_model
+        >>> default_stack(get_model("llama3-8b")), default_stack(get_model("dlrm-dcnv2"))
+        ('torchtitan', 'ideal')
+    """
+    return family_of(model).default_stack
+
+
+def resolve_stack(name: str | Stack | None, model) -> Stack:
+    """``get_stack(name)``, where None is ``model``'s default stack (``default_stack``), not the global one."""
+    return get_stack(default_stack(model) if name is None else name)
+
+
 def get_stack(name: str | Stack | None) -> Stack:
-    """A stack by exact name, e.g. ``get_stack("torchtitan")``; None is the default stack; a path loads a file."""
+    """A stack by exact name, e.g. ``get_stack("torchtitan")``; None is ``DEFAULT_STACK`` (``resolve_stack`` gives
+    a model's own default); a path loads a file."""
     if isinstance(name, Stack):
         return name
     if name is None:

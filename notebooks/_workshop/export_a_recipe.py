@@ -37,8 +37,10 @@ print(f"recipes and metrics go to {OUT}")
 ## 1. Search
 
 `workbench.recipe.search.search` enumerates micro-batch, activation checkpointing, FSDP vs DDP and the
-dp x tp x pp splits of 8 GPUs, predicts each with the analytical model, and keeps those that fit HBM. The chart
-shows throughput against peak memory; the Pareto front (nothing is both faster and smaller) is highlighted.
+dp x tp x pp splits of 8 GPUs, predicts each with the analytical model as the stack that will run it runs it
+(torchtitan, the default, eager and compiled; `stack="ideal"` ranks the fused-step bound instead), and keeps those
+that fit HBM. The chart shows throughput against peak memory; the Pareto front (nothing is both faster and
+smaller) is highlighted.
 '''),
         code('''
 found = search("llama3-8b", "h200-sxm", 8, seq_len=2048 if SMALL else 8192)
@@ -58,13 +60,14 @@ alt.Chart(points).mark_point(filled=True).encode(
         md('''
 ## 2. Export
 
-`make_recipe` turns a configuration into a `Recipe` (predicting it again, so the file carries the numbers);
+`make_recipe` turns a configuration and its compile flag into a `Recipe` (predicting it again for the same stack,
+so the file carries the numbers and `predicted.stack` names the stack they are for);
 `save_recipe` writes it atomically and refuses to overwrite unless asked. The first two lines of the file name
 the target and the model version that made the predictions.
 '''),
         code('''
 best = found.best
-recipe = make_recipe("llama3-8b", "h200-sxm", best.config)
+recipe = make_recipe("llama3-8b", "h200-sxm", best.config, compile=best.compile)
 path = save_recipe(recipe, OUT / "llama3-8b-h200x8.yaml", overwrite=True)
 print(path.read_text())
 '''),

@@ -99,7 +99,7 @@ lines = alt.Chart(sweep).mark_line(point=True).encode(
 ## 3. The best recipe on one node: capacity changes the answer
 
 Eight GPUs as dp x tp (FSDP x tensor parallel) in every checkpointing mode. For each combination that fits,
-`workbench.predict` gives the step time; we keep the largest micro-batch that fits (more tokens per step
+`workbench.predict` gives the step time (as torchtitan runs it, the default stack); we keep the largest micro-batch that fits (more tokens per step
 amortise the FSDP collectives) up to 4, and compare tokens/s.
 '''),
         code('''

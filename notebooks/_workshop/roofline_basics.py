@@ -74,7 +74,7 @@ ridges = alt.Chart(specs).mark_point(filled=True, size=80).encode(
 ## Where a training step's ops land
 
 `workbench.predict` builds the operator graph of one training step (forward, backward, optimizer) and prices
-every op. Below: Llama 3 8B on 8 H200s, each op at its arithmetic intensity and the TFLOP/s the model predicts
+every op, as the training stack runs it (torchtitan when none is named). Below: Llama 3 8B on 8 H200s, each op at its arithmetic intensity and the TFLOP/s the model predicts
 it achieves. GEMMs sit to the right of the ridge; norms, activations, the optimizer and most elementwise work
 sit far to the left, where only bandwidth matters. Attention is compute-bound at long sequences.
 '''),

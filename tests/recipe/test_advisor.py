@@ -161,7 +161,7 @@ def test_held_virtual_stages_and_context_parallelism_are_priced_and_recorded():
     c = advise("llama3-8b", "h100-sxm", "h200-sxm", 8, seq_len=4096, cp=2)
     for recipe in (c.source, c.direct_port, c.co_designed):
         assert recipe.parallelism.cp == 2 and recipe.parallelism.gpus == 8
-        again = predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe))
+        again = predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), compile=recipe.compile)
         assert again.summary.tokens_per_s == pytest.approx(recipe.predicted.tokens_per_s, rel=1e-9)
     assert "cp2" in {r["setting"]: r["co_designed"] for r in c.rows()}["parallelism"]
 

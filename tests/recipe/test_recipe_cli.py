@@ -77,13 +77,24 @@ def test_stack_prices_the_search_and_the_recipe_records_it(tmp_path, capsys):
     recipe = load_recipe(out)
     assert recipe.predicted.stack == "torchtitan" and recipe.batch.global_batch == 1
     from workbench.predict import predict
-    from workbench.recipe.build import recipe_model, training_config
+    from workbench.recipe.build import predict_recipe, recipe_model, training_config
 
     s = predict(recipe_model(recipe), "h200", training_config(recipe), stack="torchtitan",
                 compile=recipe.compile).summary
     assert recipe.predicted.step_time_s == s.step_time_s  # the recorded number is the stack's, with its compile flag
+    # no --stack: the model's default, torchtitan (it was the ideal bound before); --stack ideal names the bound
     assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--out", str(out), "--force"]) == 0
+    assert "predicted for the torchtitan stack" in capsys.readouterr().out
+    default = load_recipe(out)
+    assert default.predicted.stack == "torchtitan"
+    assert predict_recipe(default).summary.step_time_s == default.predicted.step_time_s
+    assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--out", str(out), "--force",
+                 "--stack", "ideal"]) == 0
     assert "ideal fused step (a bound" in capsys.readouterr().out and load_recipe(out).predicted.stack == "ideal"
-    assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--source-gpu", "h100", "--stack",
-                 "torchtitan"]) == 2
-    assert "--source-gpu" in capsys.readouterr().err
+    assert main(["recipe", "--model", "dlrm-dcnv2", "--gpu", "h200", "--gpus", "8", "--out", str(out), "--force"]) == 0
+    assert "ideal fused step (a bound" in capsys.readouterr().out and load_recipe(out).predicted.stack == "ideal"
+    # the co-design advice is priced for the stack too (the default, or --stack)
+    assert main(["recipe", "--model", "llama3-8b", "--set", "num_layers=4", "--gpu", "h200", "--source-gpu", "h100",
+                 "--gpus", "1", "--stack", "pytorch-compile", "--out", str(out), "--force"]) == 0
+    assert "predicted for the pytorch-compile stack" in capsys.readouterr().out
+    assert load_recipe(out).predicted.stack == "pytorch-compile"

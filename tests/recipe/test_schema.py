@@ -70,11 +70,15 @@ def test_yaml_header_names_target_and_predictions(recipe):
 
 def test_predictions_are_the_models_for_the_revised_model(recipe):
     assert recipe_model(recipe).num_layers == 4 and recipe_model(recipe).vocab_size == 128512
+    # the default stack's prediction (torchtitan, with the recipe's compile flag), recorded and re-made alike
+    assert recipe.predicted.stack == "torchtitan" and recipe.compile
     assert predict_recipe(recipe).summary.step_time_s == recipe.predicted.step_time_s
     # job=True: the reference job's prediction, on both sides
     job = make_recipe("llama3-8b", "h200", training_config(recipe), overrides=recipe.model.overrides, job=True)
     assert predict_recipe(recipe, job=True).summary.step_time_s == job.predicted.step_time_s
-    assert job.predicted.step_time_s > recipe.predicted.step_time_s
+    bound = make_recipe("llama3-8b", "h200", training_config(recipe), overrides=recipe.model.overrides, stack="ideal")
+    assert job.predicted.step_time_s > bound.predicted.step_time_s  # no stack beats the fused step
+    assert predict_recipe(bound).summary.step_time_s == bound.predicted.step_time_s
     assert training_config(recipe).grad_accumulation == 4
 
 

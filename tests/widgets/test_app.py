@@ -58,13 +58,13 @@ def test_controls_drive_the_state_and_the_roofline(wb):
 def test_clicking_a_point_shows_the_op(wb):
     view = wb.views["roofline"]
     # what the browser sends when a point is clicked (JupyterChart's selection store)
-    clicked = {"gpu": "AMD Instinct MI350X", "op": "down.wgrad"}
+    clicked = {"gpu": "AMD Instinct MI350X", "op": "w2.wgrad"}  # the default stack's (torchtitan's) down projection
     view._vl_selections = {"op": {"value": {"vlPoint": {"or": [clicked]}, "gpu": [clicked["gpu"]], "op": [clicked["op"]]},
                                   "store": [{"unit": "child__column_AMD Instinct MI350X_layer_3", "fields": [],
-                                             "values": ["AMD Instinct MI350X", "down.wgrad"]}]}}
-    assert view.selections.op.value[0]["op"] == "down.wgrad"
-    assert wb.selected_op["op"] == "down.wgrad" and wb.selected_op["GPU"] == "AMD Instinct MI350X"
-    assert "down.wgrad" in wb.op_info.value
+                                             "values": ["AMD Instinct MI350X", "w2.wgrad"]}]}}
+    assert view.selections.op.value[0]["op"] == "w2.wgrad"
+    assert wb.selected_op["op"] == "w2.wgrad" and wb.selected_op["GPU"] == "AMD Instinct MI350X"
+    assert "w2.wgrad" in wb.op_info.value
 
 
 def test_tabs_draw_when_opened(wb):

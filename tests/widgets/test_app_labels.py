@@ -27,8 +27,11 @@ def _title(view) -> str:
     return " ".join(title) if isinstance(title, list) else str(title)
 
 
-def test_ideal_is_the_default_and_is_labelled_a_bound(wb):
-    assert wb.state["stack"] == wb.stack == "ideal" and wb.controls.by_field["stack"].value == "ideal"
+def test_torchtitan_is_the_default_and_the_ideal_bound_is_labelled_a_bound(wb):
+    # the core's default stack (it was the ideal bound before torchtitan became the default)
+    assert wb.state["stack"] == wb.stack == "torchtitan" and wb.controls.by_field["stack"].value == "torchtitan"
+    assert "torchtitan, eager" in _title(wb.views["step time"]) and BOUND_LABEL not in wb.step_table.value
+    wb.set(stack="ideal")
     assert BOUND_LABEL in _title(wb.views["step time"])
     assert BOUND_LABEL in wb.step_caption.value and BOUND_LABEL in wb.step_table.value
     wb.set(tab="roofline")
@@ -37,6 +40,7 @@ def test_ideal_is_the_default_and_is_labelled_a_bound(wb):
 
 
 def test_setting_the_stack_changes_the_step_and_the_label(wb):
+    wb.set(stack="ideal")
     ideal = {g: p.summary.step_time_s for g, p in wb.comparison.predictions.items()}
     wb.set(stack="torchtitan", compile=True)
     assert wb.state["stack"] == "torchtitan" and wb.compile is True
@@ -54,7 +58,7 @@ def test_setting_the_stack_changes_the_step_and_the_label(wb):
     assert wb.state["stack"] == "pytorch-eager" and wb.controls.by_field["compile"].disabled
     assert "never" in wb.controls.by_field["compile"].description
     assert "Plain PyTorch, eager" in wb.step_table.value and "CPU launch time" in wb.step_table.value
-    wb.set(stack="ideal", compile=False)
+    wb.set(stack="torchtitan", compile=False)  # back to the defaults
 
 
 def test_a_configuration_that_does_not_fit_has_no_bar_and_shows_the_suggestion(wb):

@@ -20,8 +20,8 @@ def test_roofline_points_are_the_ops_with_flops(h200):
     points = data.roofline_points(h200)
     with_flops = [o for o in h200.ops if o.op.flops > 0]
     assert len(points) == len(with_flops) > 10
-    row = points.set_index("op").loc["gate_up.fwd"]
-    op = next(o for o in h200.ops if o.op.name == "gate_up.fwd")
+    row = points.set_index("op").loc["w1.fwd"]  # the default stack's (torchtitan's) FFN gate GEMM
+    op = next(o for o in h200.ops if o.op.name == "w1.fwd")
     assert row["intensity"] == pytest.approx(op.op.arithmetic_intensity)
     assert row["achieved_tflops"] == pytest.approx(op.op.flops / op.time_s / 1e12)
     assert row["share_pct"] == pytest.approx(op.total_s / h200.summary.step_time_s * 100)
@@ -65,7 +65,7 @@ def test_intensity_range_covers_ops_and_ridges(h200):
 def test_op_detail_and_unknown_op(h200):
     detail = data.op_detail(h200, "attention.fwd")
     assert detail["kind"] == "attention" and detail["predicted time (ms)"] >= detail["roofline time (ms)"]
-    with pytest.raises(workbench.WorkbenchError, match="no op 'nope'.*gate_up.fwd"):
+    with pytest.raises(workbench.WorkbenchError, match="no op 'nope'.*w1.fwd"):  # torchtitan's op names
         data.op_detail(h200, "nope")
 
 

@@ -44,7 +44,8 @@ def test_mfu_says_which_peak_it_is_against():
 
 
 def test_ideal_is_labelled_a_bound_everywhere_its_numbers_are():
-    comparison = Predictor().compare(WorkbenchState().replace(gpus=("h200", "b200"), seq_len=4096))
+    # named: the default is torchtitan now (it was the bound)
+    comparison = Predictor().compare(WorkbenchState().replace(gpus=("h200", "b200"), seq_len=4096, stack="ideal"))
     assert formatting.stack_label("ideal") == formatting.BOUND_LABEL == (
         "ideal fused step — a bound, not a measured stack")
     assert formatting.BOUND_LABEL in tables.stack_caption(comparison)
@@ -83,7 +84,7 @@ def test_host_time_is_shown_and_cpu_bound_steps_say_so():
     assert parts["ms"].sum() == pytest.approx(p.summary.step_time_s * 1e3)
     assert parts.set_index("part").loc["GPU waits for the CPU", "ms"] > 0
     assert step_breakdown(comparison).query("layer == 'note'")["text"].iloc[0].startswith("CPU-bound: the CPU needs")
-    ideal = workbench.predict("llama3.2-1b", "b200", micro_batch=1, seq_len=512, gpus=1)
+    ideal = workbench.predict("llama3.2-1b", "b200", micro_batch=1, seq_len=512, gpus=1, stack="ideal")
     assert ideal.summary.host_s == 0 and formatting.host_text(ideal) == ""
 
 

@@ -56,7 +56,7 @@ def test_every_tab_is_a_valid_state():
 def test_stack_and_compile_are_validated():
     state = WorkbenchState().replace(stack="torchtitan", compile=True)
     assert (state.stack, state.compile) == ("torchtitan", True)
-    assert WorkbenchState().stack == "ideal" and WorkbenchState().compile is False  # the core's default
+    assert WorkbenchState().stack == "torchtitan" and WorkbenchState().compile is False  # the core's default
     with pytest.raises(UnknownNameError, match="Did you mean torchtitan"):
         WorkbenchState().replace(stack="torchtitn")
     with pytest.raises(SpecError) as info:

@@ -148,6 +148,10 @@ class Family(ABC):
         scale-up domain of ``domain`` GPUs (``workbench.step_comm.critical_path`` times them)."""
 
     # -- stacks and recipes
+    default_stack: str = "torchtitan"
+    """The stack a step of this family is priced for when none is named (``workbench.stacks.default_stack``):
+    one that trains it, or ``ideal`` (the fused-step bound, labelled as one) where no shipped stack does."""
+
     def stack_table_gap(self, model, cfg: TrainingConfig, kernels: str) -> str | None:
         """What of ``cfg`` a stack's own kernel tables (``kernels``) do not price, None if they price all of it
         (``workbench.graph.stacked.scope_gap``); the stack then prices the fused-step bound and says so."""

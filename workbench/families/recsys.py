@@ -2,8 +2,9 @@
 
 Both keep fp32 embedding tables row-sharded over the data-parallel GPUs (row-wise Adagrad fused into the tables'
 backward) and replicate their dense layers (DDP, AdamW): data parallelism only, no LoRA, zero1 or CPU offload, and
-no stack kernel tables (a named stack prices them as the fused-step bound). The pooled embeddings go all-to-all
-over the dp GPUs; the dense gradients all-reduce. A micro-batch is priced whole (``graph.recsys``).
+no stack kernel tables: a named stack prices them as the fused-step bound, and their default stack is that bound
+(``ideal``). The pooled embeddings go all-to-all over the dp GPUs; the dense gradients all-reduce. A micro-batch is
+priced whole (``graph.recsys``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class _Recommender(Family):
 
     def data_parallel_collectives(self, model: DLRMModel | HSTUModel, cfg: TrainingConfig):
         return replicated_dense_data_parallel(model, cfg)
+
+    default_stack = "ideal"
+    """No shipped stack trains them (torchtitan, Megatron and DeepSpeed runs here are Llama trainers; TorchRec is
+    not a stack yet): unnamed, a step is the fused-step bound, labelled as one, not a Llama trainer's name."""
 
     def searched_shardings(self, model: DLRMModel | HSTUModel, requested: tuple[str, ...]) -> tuple[str, ...]:
         return ("ddp",)  # dense layers replicate and tables row-shard whichever is asked: fsdp runs as ddp

@@ -23,9 +23,9 @@ What runs the recipes and how the GPUs are split can be held too (the widget pas
     >>> advise("llama3-70b", "h100-sxm", "b200", 16, stack="torchtitan", tp=2, pp=2, sharding="fsdp")
 
 ``stack`` and ``param_dtype`` price every recipe as that stack runs it (``search(stack=, param_dtype=)``; None: the
-fused-step bound, as before); each of ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` given is
-held on the source, the direct port and the co-designed recipe alike (``held_layouts``), and what is left None the
-search chooses; ``lora_rank`` (with ``lora_targets``) prices LoRA fine-tuning on every side. ``Advice.held`` lists
+model's default stack, as ``search``'s: ``torchtitan`` for a transformer, the ``ideal`` bound for DLRM and HSTU);
+each of ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` given is held on the source, the direct
+port and the co-designed recipe alike (``held_layouts``), and what is left None the search chooses; ``lora_rank`` (with ``lora_targets``) prices LoRA fine-tuning on every side. ``Advice.held`` lists
 what was held.
 """
 
@@ -48,7 +48,7 @@ from workbench.recipe.schema import PrecisionPolicy, Recipe, Revision
 from workbench.recipe.search import (
     IDEAL, STEP_TIME_UNCERTAINTY, Candidate, StepEvaluator, default_global_batch, layouts, search,
 )
-from workbench.stacks import get_stack
+from workbench.stacks import default_stack, get_stack
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,8 +92,8 @@ SPLIT_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "virtual_stages")
 
 @dataclass(frozen=True)
 class Pricing:
-    """How the advisor prices every recipe: the stack that runs it (None: the fused-step bound, the search's
-    default), its parameter dtype (None: the stack's default) and the GPU's calibration profile."""
+    """How the advisor prices every recipe: the stack that runs it (None: the fused-step bound, ``ideal``), its
+    parameter dtype (None: the stack's default) and the GPU's calibration profile."""
 
     stack: str | None = None
     param_dtype: str | None = None
@@ -105,7 +105,7 @@ class Pricing:
         return self.stack is None and self.param_dtype is None
 
     def evaluator(self, model: Model, gpu: GPU) -> StepEvaluator:
-        return StepEvaluator(model, gpu, self.stack, calibrated=self.calibrated, param_dtype=self.param_dtype)
+        return StepEvaluator(model, gpu, self.stack or IDEAL, calibrated=self.calibrated, param_dtype=self.param_dtype)
 
     def recipe(self, name: str, gpu: GPU, candidate: Candidate, overrides: Mapping[str, int],
                revisions: Sequence[Revision] = ()) -> Recipe:
@@ -113,7 +113,7 @@ class Pricing:
         candidate's compile flag where a stack is named)."""
         if self.is_default:
             return make_recipe(name, gpu, candidate.config, overrides=overrides, revisions=revisions,
-                               calibrated=self.calibrated)
+                               calibrated=self.calibrated, stack=IDEAL)
         model = revised_model(name, dict(overrides))
         cfg = candidate.config.resolved(model)
         dtype = get_stack(self.stack or IDEAL).param_dtype(self.param_dtype)
@@ -196,7 +196,8 @@ class Advice:
     revisions: tuple[AdviceItem, ...]
     notes: tuple[str, ...] = ()
     stack: str = IDEAL
-    """The stack every recipe is priced for (``ideal``: the fused-step bound)."""
+    """The stack every recipe is priced for (``ideal``: the fused-step bound); the model's default when
+    ``advise`` names none."""
     held: Mapping[str, object] = field(default_factory=dict)
     """What the caller held on both sides beyond the model, GPU count, precision, sequence and global batch: the
     stack, parameter dtype, parallel degrees and sharding given to ``advise`` (empty: all searched)."""
@@ -309,7 +310,8 @@ def advise(
     """Direct port vs co-designed recipe for ``model`` (a catalog name plus ``overrides``) on ``gpus`` target GPUs,
     both at one global batch: ``global_batch`` samples per step, or 0 for ``search.default_global_batch``.
 
-    ``stack`` (a ``workbench.stacks`` name; None: the fused-step bound) and ``param_dtype`` (None: the stack's
+    ``stack`` (a ``workbench.stacks`` name; None: the model's default, ``workbench.stacks.default_stack``) and
+    ``param_dtype`` (None: the stack's
     default) price every recipe; ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` are held on
     both sides when given, searched when None. ``lora_rank`` > 0: every side fine-tunes LoRA adapters of that rank
     on ``lora_targets`` (``TrainingConfig.lora_rank``), 0 trains all weights."""
@@ -320,9 +322,10 @@ def advise(
     seq_len = seq_len or default_seq_len(base)
     global_batch = global_batch or default_global_batch(base, gpus, seq_len)  # fixed once, for both sides
     named = None if stack is None else get_stack(stack).name  # an unknown name lists the stacks
-    pricing = Pricing(None if named == IDEAL else named, param_dtype, calibrated)
+    priced = named or default_stack(base)
+    pricing = Pricing(None if priced == IDEAL else priced, param_dtype, calibrated)
     if param_dtype is not None:
-        get_stack(named or IDEAL).param_dtype(param_dtype)  # one the stack does not train with fails here
+        get_stack(priced).param_dtype(param_dtype)  # one the stack does not train with fails here
     split = {f: v for f, v in zip(SPLIT_FIELDS, (tp, pp, cp, ep, virtual_stages)) if v is not None}
     lora = {"lora_rank": lora_rank, "lora_targets": tuple(lora_targets)} if lora_rank else {}
     held = {k: v for k, v in (("stack", named), ("param_dtype", param_dtype), *split.items(), ("sharding", sharding),
@@ -393,7 +396,7 @@ def advise(
     if family_of(base).embedding_tables(base):
         items += _placement(base, source, target, final, pricing)
     return Advice(name, source.name, target.name, gpus, precision, source_recipe, port, co_designed, tuple(items),
-                  tuple(notes), stack=named or IDEAL, held=held, configs=(port_config, final.config))
+                  tuple(notes), stack=priced, held=held, configs=(port_config, final.config))
 
 
 def _gain(model: Model, gpu: GPU, cfg: TrainingConfig, pricing: Pricing, reference: float,

@@ -4,8 +4,10 @@
     >>> predict_recipe(recipe).summary.tokens_per_s == recipe.predicted.tokens_per_s
 
 With ``job=True`` both predict what the reference job (``python -m workbench.train``) runs for the recipe (its
-``compile`` flag and Triton kernels: ``workbench.graph.execution``); by default, the fused step a compiled
-production stack runs (``predict()``'s default, what ``search`` ranks).
+``compile`` flag and Triton kernels: ``workbench.graph.execution``); by default, the step as the recipe's stack runs
+it with the recipe's ``compile`` flag: ``make_recipe`` predicts for the stack it is given (None: the model's
+default, ``predict()``'s and ``search``'s: ``torchtitan`` for a transformer) and records it in
+``predicted.stack``, and ``predict_recipe`` predicts for the stack recorded there.
 """
 
 from __future__ import annotations
@@ -83,10 +85,14 @@ def execution_for(compile: bool, kernels: Sequence[KernelChoice]) -> Execution:
 def predict_recipe(recipe: Recipe, *, calibrated: bool = False, job: bool = False) -> Prediction:
     """``workbench.predict`` for the recipe's revised model, target GPU and configuration. ``job``: as the
     reference job (``python -m workbench.train``) runs it -- eager or compiled per the recipe's ``compile``, with
-    its Triton kernels, its loss, FSDP2 copies, fp8 quantization (``workbench.graph.execution``); else the fused
-    step (what ``make_recipe`` records by default and ``search`` ranks)."""
+    its Triton kernels, its loss, FSDP2 copies, fp8 quantization (``workbench.graph.execution``); else as the stack
+    its prediction is for runs it (``predicted.stack``, with the recipe's ``compile``): what ``make_recipe``
+    recorded. A recipe file written before recipes named a stack reads as ``ideal``, the fused step it recorded."""
+    if job:
+        return predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), calibrated=calibrated,
+                       execution=recipe_execution(recipe))
     return predict(recipe_model(recipe), recipe.target.gpu, training_config(recipe), calibrated=calibrated,
-                   execution=recipe_execution(recipe) if job else None)
+                   stack=recipe.predicted.stack, compile=recipe.compile)
 
 
 def predicted_from(prediction: Prediction) -> Predicted:
@@ -126,8 +132,9 @@ def make_recipe(
     ``config.precision`` names the modelled precision; ``precision`` refines the policy (fp8 recipe, dtypes).
     ``select_kernels`` records, per GEMM and attention shape, the Triton config ``workbench.select`` picks or the
     vendor library (``kernel_choices``); without it ``kernels`` stays empty (every op on torch's kernels).
-    ``job`` records the reference job's prediction (as ``predict_recipe`` makes it) instead of the fused step's;
-    ``stack`` the named stack's (``predict(..., stack=, compile=)``; ``predicted.stack`` says which).
+    ``job`` records the reference job's prediction (as ``predict_recipe`` makes it); else the prediction of
+    ``stack`` with the recipe's ``compile`` (None: the model's default stack, ``workbench.stacks.default_stack``;
+    ``predicted.stack`` says which).
     """
     name = model if isinstance(model, str) else model.name
     overrides = dict(overrides or {})
@@ -139,8 +146,7 @@ def make_recipe(
     if prediction is None and job:
         prediction = predict(revised, gpu, cfg, calibrated=calibrated, execution=execution_for(compile, kernels))
     elif prediction is None:
-        prediction = predict(revised, gpu, cfg, calibrated=calibrated, stack=stack,
-                             compile=compile if stack is not None else None)
+        prediction = predict(revised, gpu, cfg, calibrated=calibrated, stack=stack, compile=compile)
     policy = precision or PrecisionPolicy.for_precision(cfg.precision)
     if policy.workbench_precision != cfg.precision:
         raise SpecError("make_recipe", "precision", policy, f"a policy modelled as {cfg.precision!r}")

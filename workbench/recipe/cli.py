@@ -48,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stack", default=None,
                    help="the stack that will run the recipe (workbench stacks lists them): every candidate is priced "
                         "as it runs it, eager and compiled where it follows the recipe's compile flag; default: the "
-                        "ideal fused step, a bound")
+                        "model's (torchtitan for transformers; for DLRM and HSTU the ideal fused step, a bound); "
+                        "ideal: the fused-step bound")
     p.add_argument("--calibrated", action="store_true", help="use the GPU's calibration profile")
     p.add_argument("--select-kernels", action="store_true",
                    help="record each GEMM/attention shape's kernel: a Triton config from workbench.select or the vendor")
@@ -63,6 +64,14 @@ def _overrides(items: list[str]) -> dict[str, int]:
             raise SpecError("--set", key or item, value or item, "FIELD=INTEGER, e.g. num_layers=4")
         out[key.strip()] = int(value)
     return out
+
+
+def _priced(stack: str) -> str:
+    from workbench.stacks import get_stack
+
+    if get_stack(stack).bound:
+        return "predicted as the ideal fused step (a bound; --stack prices a real one)"
+    return f"predicted for the {stack} stack"
 
 
 def _write(recipe: Recipe, path: str | None, fmt: str, force: bool) -> None:
@@ -91,16 +100,14 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         if target is not None:
             check_output(target, overwrite=args.force)  # a bad target fails before the search, not after it
     if args.source_gpu:
-        if args.stack:
-            raise SpecError("--stack", "stack", args.stack, "no --stack with --source-gpu yet: the co-design advice "
-                            "compares fused-step bounds; search each GPU with --stack on its own")
         if args.port_out and args.port_out == args.out:
             raise SpecError("--port-out", "port_out", args.port_out, "a different file than --out")
         advice = advise(args.model, args.source_gpu, args.gpu, args.gpus, precisions[0], overrides=overrides,
                         seq_len=args.seq_len, global_batch=args.global_batch,
-                        precisions=precisions if len(precisions) > 1 else None, calibrated=args.calibrated)
+                        precisions=precisions if len(precisions) > 1 else None, calibrated=args.calibrated,
+                        stack=args.stack)
         print(f"{advice.model} on {advice.gpus} x {advice.target_gpu}: direct port from {advice.source_gpu} vs "
-              f"co-designed", file=report)
+              f"co-designed, {_priced(advice.stack)}", file=report)
         print(advice.as_frame().to_string(index=False), file=report)
         for note in advice.notes:
             print(f"note: {note}", file=report)
@@ -125,7 +132,6 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     best = result.best
     print(result.table(args.top, name=args.model), file=report)
     recipe = make_recipe(args.model, result.gpu, best.config, overrides=overrides, calibrated=args.calibrated,
-                         select_kernels=args.select_kernels, compile=best.compile,
-                         stack=result.stack if args.stack else None)
+                         select_kernels=args.select_kernels, compile=best.compile, stack=result.stack)
     _write(recipe, args.out, args.format, args.force)
     return 0

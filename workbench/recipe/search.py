@@ -12,12 +12,13 @@ candidate is feasible when its peak memory fits HBM with the memory model's head
 ``SearchResult.best`` is not simply the fastest: every feasible candidate within ``STEP_TIME_UNCERTAINTY`` of the
 fastest is a tie the model cannot break, and among those the simplest wins (``simplicity_key``).
 
-``stack`` names what will run the recipe (``workbench.stacks``): the ideal fused step (the default, a bound) or
-any named stack, every candidate priced by ``StepEvaluator``, which asks the step-model pipeline ``predict`` runs
-(``workbench.step.StepModel.summary``) -- the search has no step arithmetic of its own -- and, where the stack
-follows the recipe's compile flag, tries the step eager and compiled. A candidate outside the stack's kernel tables
-is priced as the bound (``Candidate.priced_as_bound``) and is recommended only when no covered candidate fits: an
-optimistic bound must not beat a priced step. The pipeline's caches make a candidate cheap: op times are memoized
+``stack`` names what will run the recipe (``workbench.stacks``; None: the model family's default,
+``workbench.stacks.default_stack``: ``torchtitan`` for a transformer, the ``ideal`` fused-step bound for DLRM and
+HSTU; ``ideal`` by name for the bound), every candidate priced by ``StepEvaluator``, which asks the step-model
+pipeline ``predict`` runs (``workbench.step.StepModel.summary``) -- the search has no step arithmetic of its own --
+and, where the stack follows the recipe's compile flag, tries the step eager and compiled. A candidate outside the
+stack's kernel tables is priced as the bound (``Candidate.priced_as_bound``) and is recommended only when no
+covered candidate fits: an optimistic bound must not beat a priced step. The pipeline's caches make a candidate cheap: op times are memoized
 per op shape, a transformer's blocks are copies of one block priced once, and the optimizer, data-parallel plan and
 largest micro-batch are cached by what they read.
 """
@@ -48,7 +49,7 @@ from workbench.memory import GB
 from workbench.models import Model, get_model
 from workbench.precision import resolve_precision
 from workbench.recipe.schema import SHARDINGS as RECIPE_SHARDINGS
-from workbench.stacks import Stack, get_stack
+from workbench.stacks import BOUND_STACK, Stack, default_stack, get_stack
 from workbench.step import StepModel
 
 if TYPE_CHECKING:
@@ -61,11 +62,13 @@ of the fastest are ties the model cannot order. Source: the H200 stacks evaluati
 and torchtitan, worst 6.8%, all within 8%) and the reference job's (``benchmarks/results/h200/train/job_model_run/
 REPORT.md``: 11 of 11 runs within 10%). 5% is a round figure just above that MAPE, a judgement; the default
 search ranks the fused step (no stack), whose absolute error is larger, but it is shared by candidates of one
-model on one GPU and largely cancels in their ratio. Re-derive it from a new evaluation, not by taste."""
+model on one GPU and largely cancels in their ratio (the default search ranks torchtitan's step for a
+transformer, the fused step for DLRM and HSTU). Re-derive it from a new evaluation, not by taste."""
 CHECKPOINTING_ORDER = {mode: rank for rank, mode in enumerate(CHECKPOINTING)}
 """Simplest first: no recomputation, then the saved-matmul policy, then the whole forward again."""
-IDEAL = "ideal"
-"""The fused-step bound (``workbench.stacks``), what the search ranks when no stack is named."""
+IDEAL = BOUND_STACK
+"""The fused-step bound (``workbench.stacks``): what the search ranks when ``stack="ideal"`` is named, or when none
+is and the model's family has no stack of its own (DLRM, HSTU)."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +107,13 @@ class StepEvaluator:
     """Candidates for many configurations of one model on one GPU type as one stack runs them: each is
     ``workbench.step.StepModel.summary``, the pipeline ``predict`` runs (its caches -- op times, one block's ops,
     optimizer, data-parallel plans -- shared by every candidate), so a candidate's numbers are ``predict``'s exactly.
-    ``stack`` None is the fused-step bound (``ideal``); ``execution`` the reference job's (``predict(execution=)``,
-    the ``workbench-job`` stack)."""
+    ``stack`` None is the model's default, as ``predict``'s (``workbench.stacks.default_stack``); ``execution`` the
+    reference job's (``predict(execution=)``, the ``workbench-job`` stack)."""
 
     def __init__(self, model: str | Model, gpu: str | GPU, stack: str | Stack | None = None, *,
                  calibrated: bool = False, execution: Execution | None = None, param_dtype: str | None = None):
         if stack is None and execution is None:
-            stack = IDEAL  # the search's default is the bound, whatever predict's default stack is
+            stack = default_stack(get_model(model))  # predict's default, so a candidate is predict()'s step
         self.step = StepModel(model, gpu, stack=stack, calibrated=calibrated, execution=execution)
         self.model = self.step.model
         self.gpu = self.step.gpu
@@ -366,7 +369,8 @@ def search(
     for a recommendation model, as a power of two per GPU). Every candidate has exactly that global batch
     (micro-batch x dp x accumulation); layouts whose dp does not divide it are skipped. ``execution`` predicts the
     reference job (see ``predict``); ``stack`` prices every candidate as that stack runs it (``StepEvaluator``;
-    None or ``ideal``: the fused step) at ``param_dtype`` (None: the stack's default); these three are ignored when
+    None: the model's default stack, as ``predict``'s; ``ideal``: the fused step) at ``param_dtype`` (None: the
+    stack's default); these three are ignored when
     ``evaluator`` is given. ``parallelisms``: the layouts to try (each splits ``gpus``, with its cp, ep and virtual
     stages; the sharding comes from ``shardings``), None for every layout ``layouts`` gives. ``lora_rank`` > 0
     searches LoRA fine-tuning with adapters on ``lora_targets`` (``TrainingConfig.lora_rank``), 0 full training."""
@@ -381,7 +385,7 @@ def search(
         if execution is not None and stack is not None and get_stack(stack).name != IDEAL:
             raise SpecError("search", "stack", get_stack(stack).name, "no stack with execution= (the reference job's "
                             "execution is the workbench-job stack: pass stack='workbench-job' alone)")
-        named = None if stack is None or get_stack(stack).name == IDEAL else stack
+        named = None if execution is not None else stack  # with execution: the workbench-job stack
         ev = StepEvaluator(model, gpu, named, calibrated=calibrated, execution=execution, param_dtype=param_dtype)
     seq = seq_len or default_seq_len(model)
     global_batch = global_batch or default_global_batch(model, gpus, seq)

@@ -375,8 +375,8 @@ def _relative_errors(measured: dict, predicted: dict) -> dict:
 
 def job_prediction(recipe: Recipe | str | Path) -> dict:
     """The step as this job runs the recipe (eager or compiled, its loss, FSDP2 copies, fp8 quantization:
-    ``predict_recipe(recipe, calibrated=True, job=True)``), made now; a recipe records the fused step that search
-    ranks, which an eager run is not. ``recipe``: the validated recipe (``JobSpec.recipe``: the file is not read
+    ``predict_recipe(recipe, calibrated=True, job=True)``), made now; a recipe records the step of the stack search
+    ranked it for (``predicted.stack``: torchtitan by default), which this job is not. ``recipe``: the validated recipe (``JobSpec.recipe``: the file is not read
     again), or a recipe file's path. When it cannot be made, ``{"unavailable": why}`` (and a warning on stderr):
     never an empty block that reads as "no prediction" without a reason."""
     from workbench.errors import WorkbenchError
