@@ -129,12 +129,8 @@ def _block_activation_elements(model: TransformerModel, mode: str, kind: BlockKi
 def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
                         compiled_loss: bool) -> MemoryBreakdown:
     p = cfg.parallelism
-    stage = model.stage_blocks(p.pp)
-    fsdp = p.sharding == "fsdp"
-    per_gpu = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=fsdp)
-    # FSDP2 gathers a bf16 copy even on one GPU; the root group (embeddings, output head) stays gathered from
-    # its forward to the end of backward (fully_shard does not reshard the root after forward)
-    gathered = (GATHERED_LAYERS * model.layer_params() + model.embedding_params()) / p.tp * 2 if fsdp else 0
+    stage, params, grads, optimizer = _memoized(model, ("weights", p, cfg.lora_rank, cfg.lora_targets),
+                                                lambda: _weight_bytes(model, cfg))
     a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
     tokens = cfg.micro_batch * cfg.seq_len // p.cp  # this rank's share of the sequence
     in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
@@ -142,7 +138,9 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
         in_flight *= 1 + (p.pp - 1) / (p.pp * p.virtual_stages)
 
     def per_block(kind: BlockKind, mode: str) -> float:
-        return _block_activation_elements(model, mode, kind) * tokens * a / p.tp
+        elements = _memoized(model, ("activation elements", mode, kind),
+                             lambda: _block_activation_elements(model, mode, kind))
+        return elements * tokens * a / p.tp
 
     blocks = sum(in_flight * n * per_block(kind, cfg.activation_checkpointing) for kind, n in stage)
     recompute_peak = max(per_block(kind, "none") for kind, _ in stage) if cfg.activation_checkpointing != "none" else 0
@@ -152,20 +150,54 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
     loss_peak = 2 * a * logits + 4 * chunks * min(logits, LOSS_CHUNK_ELEMENTS)
     # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
     activations = blocks + max(recompute_peak, loss_peak)
-    if cfg.lora or p.sharding == "zero1":
-        return _frozen_or_zero1_memory(model, cfg, gpu, per_gpu, gathered, activations)
     return MemoryBreakdown(
-        params=4 * per_gpu + gathered,
-        grads=4 * per_gpu,
-        optimizer=8 * per_gpu,
+        params=params,
+        grads=grads,
+        optimizer=optimizer,
         activations=activations,
         workspace=FRAMEWORK_OVERHEAD_GB * GB,
         capacity=gpu.hbm_capacity_gb.value * GB,
     )
 
 
-def _frozen_or_zero1_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, per_gpu: float, gathered: float,
-                            activations: float) -> MemoryBreakdown:
+_MEMO: dict[tuple, tuple[Model, object]] = {}
+_MEMO_LIMIT = 4096
+"""Entries ``_memoized`` keeps before it starts over (a long session searching many models)."""
+
+
+def _memoized(model: TransformerModel, key: tuple, build):
+    """``build()``, computed once per model object and ``key``: the terms of a transformer's memory that do not
+    depend on the micro-batch or sequence (its weights', gradients' and optimizer's bytes, by parallelism and LoRA;
+    one block's saved activation elements per token, by checkpointing mode and kind of block), which recipe search
+    asks again for every micro-batch it climbs. Safe: models are frozen, ``key`` holds everything ``build`` reads
+    besides the model, and the entry holds the model, so its id is not reused while the entry lives."""
+    memo_key = (id(model), *key)
+    hit = _MEMO.get(memo_key)
+    if hit is None:
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        hit = _MEMO[memo_key] = (model, build())
+    return hit[1]
+
+
+def _weight_bytes(model: TransformerModel, cfg: TrainingConfig) -> tuple[tuple[tuple[BlockKind, int], ...], float,
+                                                                            float, float]:
+    """(the busiest stage's blocks, and the bytes per GPU of parameters, gradients and optimizer states): what of
+    a transformer's memory depends on the parallelism and LoRA only (the module docstring)."""
+    p = cfg.parallelism
+    stage = model.stage_blocks(p.pp)
+    fsdp = p.sharding == "fsdp"
+    per_gpu = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=fsdp)
+    # FSDP2 gathers a bf16 copy even on one GPU; the root group (embeddings, output head) stays gathered from
+    # its forward to the end of backward (fully_shard does not reshard the root after forward)
+    gathered = (GATHERED_LAYERS * model.layer_params() + model.embedding_params()) / p.tp * 2 if fsdp else 0
+    if cfg.lora or p.sharding == "zero1":
+        return (stage, *_frozen_or_zero1_bytes(model, cfg, per_gpu, gathered))
+    return stage, 4 * per_gpu + gathered, 4 * per_gpu, 8 * per_gpu
+
+
+def _frozen_or_zero1_bytes(model: TransformerModel, cfg: TrainingConfig, per_gpu: float,
+                           gathered: float) -> tuple[float, float, float]:
     """Weights, gradients and optimizer states under zero1 and / or LoRA (the module docstring)."""
     p = cfg.parallelism
     replicas = p.weight_replicas if p.sharding == "zero1" else 1  # optimizer states sharded over them
@@ -178,14 +210,7 @@ def _frozen_or_zero1_memory(model: TransformerModel, cfg: TrainingConfig, gpu: G
         params = 2 * per_gpu + 4 * model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=True)
     sharded_trained = trained / replicas if cfg.lora else model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep,
                                                                                sharded=True)
-    return MemoryBreakdown(
-        params=params,
-        grads=4 * trained,
-        optimizer=8 * sharded_trained,
-        activations=activations,
-        workspace=FRAMEWORK_OVERHEAD_GB * GB,
-        capacity=gpu.hbm_capacity_gb.value * GB,
-    )
+    return params, 4 * trained, 8 * sharded_trained
 
 
 def dlrm_memory(model: DLRMModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:

@@ -112,18 +112,24 @@ class PricedOps:
         for op, n, t, bound in entries:
             pair = (t.time_s, n)
             pairs.append(pair)
-            if op.phase == "optimizer":
+            phase = op.phase
+            if phase == "optimizer":
                 optimizer.append(pair)
+            elif bound == "compute":
+                compute.append(pair)
             else:
-                (compute if bound == "compute" else memory).append(pair)
-            if op.layer == "embedding" and op.phase in ("fwd", "bwd"):
-                (emb_fwd if op.phase == "fwd" else emb_bwd).append(pair)
+                memory.append(pair)
+            if op.layer == "embedding":
+                if phase == "fwd":
+                    emb_fwd.append(pair)
+                elif phase == "bwd":
+                    emb_bwd.append(pair)
             if op.kind == "attention":
                 attention.append(pair)
             if not op.name.startswith("recompute."):
                 useful.append((op.flops, n))
-        return PricedOps(tuple(e[0] for e in entries), tuple(e[1] for e in entries), tuple(e[2] for e in entries),
-                         tuple(e[3] for e in entries), tuple(compute), tuple(memory), tuple(optimizer),
+        ops, counts, times, bounds = zip(*entries) if entries else ((), (), (), ())
+        return PricedOps(ops, counts, times, bounds, tuple(compute), tuple(memory), tuple(optimizer),
                          tuple(emb_fwd), tuple(emb_bwd), tuple(attention), tuple(useful), tuple(pairs))
 
     def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:

@@ -113,8 +113,18 @@ class Op:
         return f"{s.elements:,}"
 
 
+_BYTES_PER_ELEMENT: dict[str, float] = {}
+"""``get_precision(dtype).bytes_per_element`` by the dtype name asked for, filled on first use: the graph builders
+ask it for every op they make (thousands per recipe search). Safe: the precision table is fixed at import, and an
+unknown name still raises, from ``get_precision``, since only found names are kept."""
+
+
 def nbytes(dtype: str) -> float:
-    return get_precision(dtype).bytes_per_element
+    """Bytes per element of ``dtype`` (``workbench.precision``)."""
+    size = _BYTES_PER_ELEMENT.get(dtype)
+    if size is None:
+        size = _BYTES_PER_ELEMENT[dtype] = get_precision(dtype).bytes_per_element
+    return size
 
 
 def output_dtype(dtype: str) -> str:

@@ -132,20 +132,24 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
 
     lora = cfg.lora_targets if cfg.lora else ()
     shapes = model.linear_shapes()
+    eight_bit = is_8bit_training(gemm_dtype)
 
     def gemms(name: str, m: int, out: int, k: int, layer: str, groups: int = 1, targets: tuple[str, ...] = ()) -> None:
         f, dg, wg = gemm_with_grads(name, m, out, k, gemm_dtype, groups=groups, count=n, layer=layer)
         fwd.append(f)
-        bwd.extend([dg] if cfg.lora else [dg, wg])  # a frozen base weight needs no gradient
-        adapted = [t for t in targets if t in lora]
-        if adapted:
-            adapters(name, m, k, out * sum(shapes[t][1] for t in adapted) // sum(shapes[t][1] for t in targets),
-                     len(adapted), layer, groups)
-        if is_8bit_training(gemm_dtype) and execution is not None and groups == 1:
+        if cfg.lora:  # a frozen base weight needs no gradient
+            bwd.append(dg)
+            adapted = [t for t in targets if t in lora]
+            if adapted:
+                adapters(name, m, k, out * sum(shapes[t][1] for t in adapted) // sum(shapes[t][1] for t in targets),
+                         len(adapted), layer, groups)
+        else:
+            bwd.extend((dg, wg))
+        if eight_bit and execution is not None and groups == 1:
             quantize = fp8_linear_quantize(name, m, out, k, count=n, layer=layer, wgrad_fp8=wg.dtype == f.dtype)
             fwd.extend(o for o in quantize if o.phase == "fwd")
             bwd.extend(o for o in quantize if o.phase == "bwd")
-        elif is_8bit_training(gemm_dtype):  # the fused step's casts: wgrad reuses dgrad's and forward's
+        elif eight_bit:  # the fused step's casts: wgrad reuses dgrad's and forward's
             casts = _fp8_casts(name, [f, dg], act)
             fwd.append(casts[0])
             bwd.append(casts[1])
