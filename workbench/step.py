@@ -365,12 +365,14 @@ class StepModel:
 
     def _plan(self, cfg: TrainingConfig, tables=None) -> DataParallelPlan:
         """``step_comm.data_parallel_plan``, cached by what it reads (not the micro-batch); ``tables``: a stack's,
-        whose FSDP2 may gather the blocks in float8 (``StackStep.fsdp_gather_scale``)."""
+        whose FSDP2 may gather the blocks in float8 (``StackStep.fsdp_gather_scale``) or which runs collectives of
+        its own (``StackStep.data_parallel_schedules``: DeepSpeed ZeRO's buckets and per-module gathers)."""
         scale = tables.fsdp_gather_scale if tables is not None else 1.0
+        own = tables.data_parallel_schedules(cfg) if tables is not None else None
         key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
-               cfg.lora_targets, scale)
+               cfg.lora_targets, scale, None if own is None else tuple((tuple(s), group) for s, group in own))
         return self._cached(key, lambda: data_parallel_plan(self.model, cfg, self.gpu, self.constants,
-                                                            block_gather_scale=scale))
+                                                            block_gather_scale=scale, schedules=own))
 
     def _critical(self, cfg: TrainingConfig) -> CriticalPath:
         """``step_comm.critical_path``, cached by what it reads (every parallel degree but the sharding)."""

@@ -151,6 +151,11 @@ class StackStep:
     covers_data_parallel_memory = False
     """Whether ``memory`` holds on several data-parallel GPUs (else the step model uses ``workbench.memory``)."""
 
+    def data_parallel_schedules(self, cfg: TrainingConfig) -> list | None:
+        """The stack's own data-parallel collectives (``step_comm.Schedules``), or None: the model family's for the
+        configuration's sharding (FSDP2, DDP, ZeRO-1), what torchtitan and plain PyTorch run."""
+        return None
+
     def host_s(self, stack: Stack, grad_accumulation: int) -> float:
         """CPU seconds to launch the step's kernels (``workbench.stack_memory.host_time_s``)."""
         constants = {name: c.value for name, c in stack.constants.items()}  # host_time_s fills the guesses
