@@ -130,3 +130,19 @@ def test_megatron_covers_tp_pp_cp_and_its_distributed_optimizer():
 def test_dims_of_one_gpu_are_the_models():
     d = Dims.of(MODEL, 2, 4096)
     assert (d.sp, d.cp, d.stream_tokens, d.layers) == (1, 1, d.tokens, MODEL.num_layers)
+
+
+def test_the_bound_gathers_fp8_weights_so_torchtitans_float8_all_gather_does_not_beat_it():
+    """torchtitan's FSDP2 float8 all-gather halves the blocks' gather bytes; the fused-step bound does the same
+    under fp8-family training (else a communication-bound fp8 step of the stack beats its bound)."""
+    model = get_model("llama3-70b")
+    cfg = TrainingConfig(1, 8192, "fp8", Parallelism(dp=64), "full", global_batch=64)
+    bound = predict(model, "h200", cfg, stack="ideal")
+    stack = predict(model, "h200", cfg, stack="torchtitan")
+    assert not stack.summary.priced_as_bound and bound.summary.step_time_s <= stack.summary.step_time_s
+
+    def gathers(prediction):
+        return sum(c.size_bytes for c in prediction.comms if c.name == "fsdp.all_gather_blocks")
+
+    bf16 = predict(model, "h200", dataclasses.replace(cfg, precision="bf16"), stack="ideal")
+    assert gathers(bf16) > 0 and gathers(bound) == pytest.approx(gathers(bf16) / 2)

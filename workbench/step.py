@@ -44,7 +44,7 @@ from workbench.offload import offload_note, offload_time
 from workbench.perf import OpTime, op_time
 from workbench.perf.efficiency import Constants, constants_for, profile_path
 from workbench.power import tensor_throughput_scale
-from workbench.precision import resolve_precision
+from workbench.precision import get_precision, is_8bit_training, linear_gemm_precisions, resolve_precision
 from workbench.stacks import Stack, get_stack
 from workbench.step_comm import (
     CommPrediction,
@@ -367,12 +367,21 @@ class StepModel:
         """``step_comm.data_parallel_plan``, cached by what it reads (not the micro-batch); ``tables``: a stack's,
         whose FSDP2 may gather the blocks in float8 (``StackStep.fsdp_gather_scale``) or which runs collectives of
         its own (``StackStep.data_parallel_schedules``: DeepSpeed ZeRO's buckets and per-module gathers)."""
-        scale = tables.fsdp_gather_scale if tables is not None else 1.0
+        scale = tables.fsdp_gather_scale if tables is not None else self._bound_gather_scale(cfg)
         own = tables.data_parallel_schedules(cfg) if tables is not None else None
         key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
                cfg.lora_targets, scale, None if own is None else tuple((tuple(s), group) for s, group in own))
         return self._cached(key, lambda: data_parallel_plan(self.model, cfg, self.gpu, self.constants,
                                                             block_gather_scale=scale, schedules=own))
+
+    def _bound_gather_scale(self, cfg: TrainingConfig) -> float:
+        """The blocks' FSDP all-gather bytes of the fused-step bound relative to bf16: under fp8-family training
+        the bound gathers the weights in 8 bits (torchtitan's FSDP2 float8 all-gather does, so a bound must; the
+        norms' few weights, ~1e-4 of a block, go in 8 bits too here); 1 otherwise and for stacks that price the
+        step themselves (the reference job gathers bf16)."""
+        if not (is_8bit_training(cfg.precision) and self._bound(None) and cfg.parallelism.sharding == "fsdp"):
+            return 1.0
+        return get_precision(linear_gemm_precisions(cfg.precision).forward).bytes_per_element / 2
 
     def _critical(self, cfg: TrainingConfig) -> CriticalPath:
         """``step_comm.critical_path``, cached by what it reads (every parallel degree but the sharding)."""
