@@ -146,3 +146,18 @@ def test_the_bound_gathers_fp8_weights_so_torchtitans_float8_all_gather_does_not
 
     bf16 = predict(model, "h200", dataclasses.replace(cfg, precision="bf16"), stack="ideal")
     assert gathers(bf16) > 0 and gathers(bound) == pytest.approx(gathers(bf16) / 2)
+
+
+def test_the_bound_runs_norms_and_residuals_sequence_parallel_under_tp():
+    """Megatron-Core's and torchtitan's TP shard the norms and residual adds over the sequence; the fused bound
+    does too (else torchtitan's tables beat their bound at TP 8 by up to 2.7%), the reference job does not."""
+    from workbench.graph.execution import Execution
+    from workbench.graph.transformer import block_ops
+
+    def rows(cfg, execution=None):
+        fwd, _, _ = block_ops(MODEL, cfg, 1, execution)
+        return {op.name: op.shape.rows for op in fwd if op.name in ("attn_norm.fwd", "mlp_residual.fwd")}
+
+    one, tp8 = _cfg(dp=8), _cfg(dp=1, tp=8)
+    assert rows(tp8) == {name: -(-n // 8) for name, n in rows(one).items()} and len(rows(one)) == 2
+    assert rows(tp8, Execution()) == rows(one, Execution())

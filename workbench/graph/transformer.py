@@ -119,6 +119,9 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
     p = cfg.parallelism
     b, s, h = cfg.micro_batch, cfg.seq_len // p.cp, model.hidden_size  # s: this rank's share of the sequence
     tokens = b * s
+    # sequence parallelism under tp (Korthikanti et al. 2022, Megatron-Core's and torchtitan's TP): the fused bound
+    # runs the norms and residual adds on this rank's tokens / tp; the reference job's eager blocks do not
+    rows = -(-tokens // p.tp) if execution is None else tokens
     act = activation_dtype(cfg.precision)
     gemm_dtype = cfg.precision
     q, kv = model.q_size // p.tp, max(model.kv_size // p.tp, model.head_dim)
@@ -182,7 +185,7 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
         if execution is not None and execution.eager("rmsnorm") and norm == "rmsnorm":
             eager(eager_rmsnorm(name, tokens, h, count=n, layer=layer))
         else:
-            elementwise(name, norm, tokens, h, layer, 1, 1, 2, 1)
+            elementwise(name, norm, rows, h, layer, 1, 1, 2, 1)
 
     def ffn(prefix: str, width: int, layer: str) -> None:
         """A dense FFN of ``width`` (split tp-ways): gate_up, SwiGLU (or up, GELU), down."""
@@ -228,7 +231,7 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
                                 v_dim=v_dim, window=kind.window, window_kind=model.window_kind, count=n,
                                 layer="attention"))
     gemms("o_proj", tokens, h, heads_q * v_dim if mla else q, "attention", targets=("o",))
-    elementwise("attn_residual", "add", tokens, h, "attention", 2, 1, 2, 1, recomputed=False)
+    elementwise("attn_residual", "add", rows, h, "attention", 2, 1, 2, 1, recomputed=False)
 
     # feed-forward block
     norm_op("ffn_norm", "mlp")
@@ -250,7 +253,7 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
             ffn("shared_expert.", model.shared_experts * model.shared_expert_size // p.tp, "moe")
     else:
         ffn("", model.dense_ffn_size // p.tp, "mlp")
-    elementwise("mlp_residual", "add", tokens, h, "mlp", 2, 1, 2, 1, recomputed=False)
+    elementwise("mlp_residual", "add", rows, h, "mlp", 2, 1, 2, 1, recomputed=False)
 
     if cfg.activation_checkpointing == "full":
         recompute = list(fwd)
