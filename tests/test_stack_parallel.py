@@ -161,3 +161,18 @@ def test_the_bound_runs_norms_and_residuals_sequence_parallel_under_tp():
     one, tp8 = _cfg(dp=8), _cfg(dp=1, tp=8)
     assert rows(tp8) == {name: -(-n // 8) for name, n in rows(one).items()} and len(rows(one)) == 2
     assert rows(tp8, Execution()) == rows(one, Execution())
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "llama3-70b"])
+def test_no_stack_beats_the_bound(model):
+    """``ideal`` is a bound: over one-GPU, FSDP, TP (+SP), PP and CP layouts, bf16 and fp8, every checkpointing mode,
+    eager and compiled, torchtitan's and plain PyTorch's tables never price a step below it."""
+    for dp, tp, pp, cp in ((1, 1, 1, 1), (8, 1, 1, 1), (8, 8, 1, 1), (4, 8, 2, 1), (16, 2, 1, 2)):
+        for precision in ("bf16", "fp8"):
+            for ac in ("none", "selective", "full"):
+                cfg = TrainingConfig(1, 8192, precision, Parallelism(dp=dp, tp=tp, pp=pp, cp=cp), ac,
+                                     global_batch=dp * 2)
+                bound = predict(model, "h200", cfg, stack="ideal").summary.step_time_s
+                for stack, compiled in (("torchtitan", False), ("torchtitan", True), ("pytorch-compile", True)):
+                    step = predict(model, "h200", cfg, stack=stack, compile=compiled).summary
+                    assert step.step_time_s >= bound * (1 - 1e-9), (stack, compiled, cfg)
