@@ -88,7 +88,8 @@ _STYLE = """<style>
 class Workbench(w.VBox):
     """The co-design workbench widget; see the module docstring. Keyword arguments are ``WorkbenchState``
     fields (model, gpus, precision, micro_batch, seq_len, gpu_count, tp, pp, ep, cp, virtual_stages, sharding,
-    global_batch, lora_rank, checkpointing, calibrated, stack, compile, param_dtype, tab)."""
+    global_batch, lora_rank, checkpointing, calibrated, stack, stack_chosen, compile, param_dtype, tab); a stack not
+    given follows the model (its family's default) until one is chosen."""
 
     model = traitlets.Unicode()
     gpus = traitlets.List(traitlets.Unicode())
@@ -107,6 +108,7 @@ class Workbench(w.VBox):
     checkpointing = traitlets.Unicode()
     calibrated = traitlets.Bool()
     stack = traitlets.Unicode()
+    stack_chosen = traitlets.Bool()
     compile = traitlets.Bool()
     param_dtype = traitlets.Unicode()
     tab = traitlets.Unicode()

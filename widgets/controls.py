@@ -196,8 +196,11 @@ class Controls:
     def _show_dependent(self, state: WorkbenchState, custom: dict[str, Model]) -> None:
         """Controls that apply only sometimes say so and are disabled: compile for stacks that always or never
         compile, the parameter dtype for stacks that train with one, ep for models without experts, tp and pp for
-        recommendation models."""
+        recommendation models; the stack's tooltip says whether it was chosen or follows the model."""
         stack, box = get_stack(state.stack), self.by_field["compile"]
+        self.by_field["stack"].tooltip = (
+            "your choice: kept when the model changes" if state.stack_chosen else
+            "the model's default stack, following the model; choose one to keep it")
         self.by_field["param_dtype"].disabled = len(stack.param_dtypes) == 1
         box.disabled = stack.compile != "recipe"
         box.description = "torch.compile" if stack.compile == "recipe" else (

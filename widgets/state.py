@@ -8,6 +8,10 @@ through ``WorkbenchState.replace`` so bad input fails the same way from Python a
     ['b200', 'mi350x']
     >>> state.replace(stack="torchtitan", compile=True).stack
     'torchtitan'
+    >>> WorkbenchState().replace(model="dlrm-dcnv2").stack          # no stack chosen: the model's default follows
+    'ideal'
+    >>> WorkbenchState().replace(stack="torchtitan").replace(model="dlrm-dcnv2").stack   # a choice stays
+    'torchtitan'
     >>> state.replace(stack="pytorch-eager", param_dtype="bf16").param_dtype   # one of the stack's param_dtypes
     'bf16'
     >>> WorkbenchState().replace(gpu_count=16, tp=2, pp=2, sharding="ddp").dp   # GPUs = dp x tp x pp
@@ -28,7 +32,7 @@ from workbench.errors import SpecError, UnknownNameError, WorkbenchError
 from workbench.families import family_of
 from workbench.hardware import get_gpu
 from workbench.models import Model, get_model
-from workbench.stacks import DEFAULT_STACK, Stack, get_stack
+from workbench.stacks import Stack, default_stack, get_stack
 
 TABS: tuple[str, ...] = ("roofline", "step time", "memory", "kernels", "recipe", "trust")
 """The workbench's tabs, in display order (``trust``: how far to trust this, the validation record)."""
@@ -81,10 +85,15 @@ class WorkbenchState:
     """Activation checkpointing for the step-time and roofline predictions (the Memory tab shows all three)."""
     calibrated: bool = False
     """Predict with a GPU's calibration profile where it has one (specs/calibration/<gpu>.yaml)."""
-    stack: str = DEFAULT_STACK
-    """The training stack every tab's prediction is for (``workbench.stacks``, by exact name); the default is the
-    core's, ``torchtitan`` (what its kernel tables do not price, e.g. MoE blocks or a recommendation model, is the
-    fused-step bound, and the tabs say so); ``ideal`` is that bound, not a stack that runs."""
+    stack: str | None = None
+    """The training stack every tab's prediction is for (``workbench.stacks``, by exact name). None: the model's
+    default (``workbench.stacks.default_stack``: ``torchtitan`` for a transformer, what its kernel tables do not
+    price being the fused-step bound, which the tabs say; the ``ideal`` bound for DLRM and HSTU, which no shipped
+    stack trains), filled in and following the model until a stack is chosen (``stack_chosen``); ``ideal`` is the
+    bound, not a stack that runs."""
+    stack_chosen: bool = False
+    """Whether the user chose ``stack`` (``set(stack=...)`` or the stack control): a choice stays when the model
+    changes; False: the stack is the model's default and follows it. ``set(stack=None)`` goes back to following."""
     compile: bool = False
     """``torch.compile`` on, for stacks that follow the configuration (``Stack.compile == "recipe"``: torchtitan,
     the reference job); other stacks always or never compile, whatever this says."""
@@ -96,7 +105,7 @@ class WorkbenchState:
     tab: str = "roofline"
 
     def __post_init__(self) -> None:
-        if self.micro_batch is None or self.seq_len is None:
+        if self.micro_batch is None or self.seq_len is None or self.stack is None:
             try:
                 model = get_model(self.model)
             except UnknownNameError:
@@ -129,6 +138,7 @@ class WorkbenchState:
             raise SpecError(ORIGIN, unknown[0], changes[unknown[0]], f"a state field ({known})")
         if "gpus" in changes and isinstance(changes["gpus"], str):
             changes["gpus"] = [changes["gpus"]]
+        _follow_or_keep_stack(self, changes, custom_models or {})
         if "model" in changes:  # sizes left at the old model's defaults follow the new model's
             old, new = _model(self.model, custom_models or {}), _model(changes["model"], custom_models or {})
             for name, default in (("micro_batch", default_micro_batch), ("seq_len", default_seq_len)):
@@ -138,11 +148,25 @@ class WorkbenchState:
                 # a split the new model cannot take (heads tp does not divide, experts it lacks): back to 1
                 changes.update({name: 1 for name in PARALLEL_FIELDS if name not in changes})
         if "stack" in changes and "param_dtype" not in changes:  # a dtype left at the old stack's default follows
+            if changes["stack"] is None:
+                model = _model(changes.get("model", self.model), custom_models or {})
+                changes["stack"] = default_stack(model) if model is not None else None
             old, new = _stack(self.stack), _stack(changes["stack"])
             if new is not None and (self.param_dtype not in new.param_dtypes
                                     or (old is not None and self.param_dtype == old.param_dtypes[0])):
                 changes["param_dtype"] = new.param_dtypes[0]
         return validate(dataclasses.replace(self, **changes), custom_models or {})
+
+
+def _follow_or_keep_stack(state: WorkbenchState, changes: dict[str, Any], custom_models: Mapping[str, Model]) -> None:
+    """A stack given is the user's choice (``stack_chosen``), None the model's default again; with none chosen, the
+    stack follows the model (``default_stack``), whether the model or ``stack_chosen=False`` changed."""
+    if "stack" in changes:
+        changes.setdefault("stack_chosen", changes["stack"] is not None)
+        return
+    chosen = changes.get("stack_chosen", state.stack_chosen)
+    if not chosen and ("model" in changes or "stack_chosen" in changes):
+        changes["stack"] = None  # filled with the (new) model's default by ``validate``
 
 
 def _model(name: object, custom_models: Mapping[str, Model]) -> Model | None:
@@ -225,6 +249,8 @@ def _check_split(state: WorkbenchState, model: Model) -> None:
 
 
 def _fill_defaults(state: WorkbenchState, model: Model) -> None:
+    if state.stack is None:
+        object.__setattr__(state, "stack", default_stack(model))
     if state.micro_batch is None:
         object.__setattr__(state, "micro_batch", default_micro_batch(model))
     if state.seq_len is None:
@@ -260,7 +286,7 @@ def validate(state: WorkbenchState, custom_models: Mapping[str, Model]) -> Workb
         raise SpecError(ORIGIN, "sharding", state.sharding, f"one of {', '.join(SHARDINGS)}")
     if state.checkpointing not in CHECKPOINTING:
         raise SpecError(ORIGIN, "checkpointing", state.checkpointing, f"one of {', '.join(CHECKPOINTING)}")
-    for name in ("calibrated", "compile"):
+    for name in ("calibrated", "compile", "stack_chosen"):
         if not isinstance(getattr(state, name), bool):
             raise SpecError(ORIGIN, name, getattr(state, name), "true or false")
     if not isinstance(state.stack, str) or state.stack.endswith((".yaml", ".yml")):

@@ -174,9 +174,12 @@ def test_lora_is_priced_on_every_side_and_said():
     assert a.held == {"lora_rank": 16, "lora_targets": ("q", "v")}
     assert {r["setting"]: r["co_designed"] for r in a.rows()}["LoRA"] == "rank 16 on q, v"
     assert "LoRA" not in {r["setting"] for r in full.rows()}
-    assert any("do not record LoRA" in n for n in a.notes)
+    for recipe in (a.source, a.direct_port, a.co_designed):  # every recipe records the LoRA it was priced with
+        assert (recipe.lora.rank, recipe.lora.targets) == (16, ("q", "v")) and recipe.schema_version == 2
+    assert not any("LoRA" in n for n in a.notes) and full.co_designed.lora is None
     again = predict(recipe_model(a.co_designed), "h200-sxm", co)
     assert again.summary.tokens_per_s == pytest.approx(a.co_designed.predicted.tokens_per_s, rel=1e-9)
+    assert training_config(a.co_designed) == co  # the recipe's configuration is the one priced
     assert a.co_designed.predicted.tokens_per_s > full.co_designed.predicted.tokens_per_s  # no base weight grads
 
 

@@ -1,6 +1,7 @@
 """Recipe schema: round trips, validation errors that name file/field/value/expected, safe YAML, atomic writes."""
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -10,9 +11,11 @@ from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import SpecError
 from workbench.recipe import (
     SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
     ActivationCheckpointing,
     Batch,
     KernelChoice,
+    LoRAChoice,
     ModelChoice,
     ParallelismChoice,
     PrecisionPolicy,
@@ -44,10 +47,10 @@ def test_to_dict_has_the_agreed_keys_in_order(recipe):
     d = recipe.to_dict()
     assert list(d) == ["schema_version", "workbench_version", "model_version", "target", "model", "precision", "batch",
                        "activation_checkpointing", "parallelism", "compile", "kernels", "embeddings", "predicted"]
-    assert d["schema_version"] == SCHEMA_VERSION == 1
+    assert d["schema_version"] == recipe.schema_version == 1  # no version 2 field: version 1's layout
     assert d["target"] == {"gpu": "h200-sxm", "gpus": 8}
     assert d["batch"] == {"micro_batch": 2, "global_batch": 64, "grad_accumulation": 4, "seq_len": 4096}
-    assert d["parallelism"] == {"dp": 8, "sharding": "fsdp", "tp": 1, "pp": 1, "cp": 1, "ep": 1, "virtual_stages": 1}
+    assert d["parallelism"] == {"dp": 8, "sharding": "fsdp", "tp": 1, "pp": 1, "cp": 1, "ep": 1}
     assert d["model"]["overrides"] == {"num_layers": 4, "vocab_size": 128512}
     assert set(d["predicted"]) >= {"step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gb", "mfu",
                                    "communication_s"}
@@ -100,7 +103,9 @@ def _error(data, origin="r.yaml") -> SpecError:
 
 
 @pytest.mark.parametrize("edit, field, expected", [
-    (lambda d: d.update(schema_version=2), "schema_version", "1"),
+    (lambda d: d.update(schema_version=3), "schema_version", "reads recipe schema versions up to 2"),
+    (lambda d: d.update(schema_version=0), "schema_version", "1 or 2"),
+    (lambda d: d.update(lora={"rank": 16}), "lora", "schema_version: 2"),  # a version 1 file has no lora
     (lambda d: d.update(colour="red"), "colour", "no such field"),
     (lambda d: d["batch"].update(micro_batchs=3), "batch.micro_batchs", "no such field"),
     (lambda d: d["target"].update(gpu="h900"), "target.gpu", "catalog GPU"),
@@ -141,7 +146,7 @@ def test_missing_required_section_is_named(data):
 def test_load_names_the_file_and_rejects_python_tags(tmp_path, recipe):
     bad = tmp_path / "bad.yaml"
     bad.write_text(dumps(recipe).replace("schema_version: 1", "schema_version: 7"))
-    with pytest.raises(SpecError, match=r"bad.yaml: schema_version = 7: expected 1"):
+    with pytest.raises(SpecError, match=r"bad.yaml: schema_version = 7: expected 1 or 2: .* newer workbench"):
         load_recipe(bad)
     evil = tmp_path / "evil.yaml"
     evil.write_text("!!python/object/apply:os.system ['echo hi']\n")
@@ -303,4 +308,73 @@ def test_every_shipped_recipe_still_loads():
     paths = _shipped_recipes()
     assert len(paths) >= 40
     for path in paths:
-        assert load_recipe(path).schema_version == 1, path
+        assert load_recipe(path).schema_version in SCHEMA_VERSIONS, path
+
+
+# ---- versions and LoRA ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lora_recipe() -> Recipe:
+    cfg = TrainingConfig(2, 4096, parallelism=Parallelism(dp=8, sharding="ddp"), global_batch=64, lora_rank=16,
+                         lora_targets=("q", "v", "down"))
+    return make_recipe("llama3-8b", "h200", cfg, overrides={"num_layers": 4})
+
+
+def test_a_lora_configuration_is_recorded_and_re_predicted(lora_recipe, tmp_path):
+    assert lora_recipe.lora == LoRAChoice(16, ("q", "v", "down"))
+    cfg = training_config(lora_recipe)
+    assert (cfg.lora_rank, cfg.lora_targets) == (16, ("q", "v", "down"))
+    d = lora_recipe.to_dict()
+    assert d["schema_version"] == lora_recipe.schema_version == SCHEMA_VERSION == 2
+    assert d["lora"] == {"rank": 16, "targets": ["q", "v", "down"]} and list(d).index("lora") == 9
+    again = load_recipe(save_recipe(lora_recipe, tmp_path / "lora.yaml"))
+    assert again == lora_recipe
+    for made in (again, lora_recipe):  # the same numbers, from the file as from the configuration
+        assert predict_recipe(made).summary.step_time_s == lora_recipe.predicted.step_time_s
+    full = make_recipe("llama3-8b", "h200", dataclasses.replace(cfg, lora_rank=0), overrides={"num_layers": 4})
+    assert full.lora is None and full.predicted.step_time_s > lora_recipe.predicted.step_time_s  # base grads cost
+    assert "LoRA fine-tuning: rank-16 adapters on q, v, down" in dumps(lora_recipe)
+
+
+def test_virtual_stages_make_a_version_2_file_and_plain_1f1b_stays_version_1(recipe):
+    cfg = TrainingConfig(1, 4096, parallelism=Parallelism(dp=2, pp=2, virtual_stages=2), global_batch=4)
+    interleaved = make_recipe("llama3-8b", "h200", cfg, overrides={"num_layers": 8})
+    assert interleaved.schema_version == 2 and interleaved.to_dict()["parallelism"]["virtual_stages"] == 2
+    assert loads(dumps(interleaved)) == interleaved
+    assert "virtual_stages" not in recipe.to_dict()["parallelism"] and "lora" not in recipe.to_dict()
+
+
+def test_version_1_files_still_read_with_and_without_virtual_stages(data, recipe):
+    assert Recipe.from_dict(copy.deepcopy(data)) == recipe  # version 1's layout
+    written_by_8f97e69 = copy.deepcopy(data)  # that workbench wrote virtual_stages under version 1
+    written_by_8f97e69["parallelism"]["virtual_stages"] = 1
+    assert Recipe.from_dict(written_by_8f97e69) == recipe
+    as_v2 = copy.deepcopy(data)
+    as_v2["schema_version"] = 2  # a version 2 file that uses no version 2 field reads the same
+    assert Recipe.from_dict(as_v2) == recipe and Recipe.from_dict(as_v2).schema_version == 1
+
+
+@pytest.mark.parametrize("lora, field, expected", [
+    ({"rank": 0}, "lora.rank", ">= 1"),
+    ({"rank": 16.5}, "lora.rank", "an integer"),
+    ({"rank": 16, "targets": ["q", "wq"]}, "lora.targets", "items from q, k, v, o, gate, up, down"),
+    ({"rank": 16, "targets": "q"}, "lora.targets", "a list of strings"),
+    ({"rank": 16, "targets": []}, "lora.targets", "one or more distinct linears"),
+    ({"rank": 16, "targets": ["q", "q"]}, "lora.targets", "one or more distinct linears"),
+    ({"rank": 16, "alpha": 32}, "lora.alpha", "no such field"),
+])
+def test_bad_lora_fields_are_named(lora_recipe, lora, field, expected):
+    data = copy.deepcopy(lora_recipe.to_dict())
+    data["lora"] = lora
+    err = _error(data)
+    assert err.field == field and expected in err.expected, str(err)
+
+
+def test_lora_the_model_cannot_price_is_refused_at_load(lora_recipe):
+    fsdp = copy.deepcopy(lora_recipe.to_dict())
+    fsdp["parallelism"]["sharding"] = "fsdp"
+    assert "ddp or zero1 with LoRA" in _error(fsdp).expected
+    dlrm = make_recipe("dlrm-dcnv2", "h200", TrainingConfig(64)).to_dict()
+    dlrm.update(schema_version=2, lora={"rank": 8})
+    err = _error(dlrm)
+    assert err.field == "lora.rank" and "transformers" in err.expected

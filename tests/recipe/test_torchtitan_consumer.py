@@ -21,7 +21,7 @@ from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import WorkbenchError
 from workbench.recipe import PrecisionPolicy, dumps
 from workbench.recipe.build import make_recipe, recipe_model
-from workbench.recipe.torchtitan import config_function_name
+from workbench.recipe.torchtitan import LORA_ALPHA, LORA_MODULES, config_function_name
 
 
 def _load_env_helper():
@@ -72,7 +72,25 @@ def matrix():
         dp=4, tp=2, pp=2, virtual_stages=2), global_batch=16)))
     out.append(make_recipe("llama3-8b", "h200", TrainingConfig(1, 8192, parallelism=Parallelism(dp=2, cp=4),
                                                                global_batch=8)))
+    out += lora_recipes()
     return out
+
+
+def lora_recipes():
+    """LoRA fine-tuning: MLPerf's attention targets over DDP, the FFN's under fp8 with a layer override, a tp x pp
+    layout, and k without v (which torchtitan 0.3.0 cannot adapt apart)."""
+    def lora(model, parallelism, targets, rank, fp8="none", overrides=None, ac="none", compile=True):
+        precision = PrecisionPolicy(fp8=fp8)
+        cfg = TrainingConfig(1, 4096, precision.workbench_precision, parallelism, ac, global_batch=parallelism.dp * 2,
+                             lora_rank=rank, lora_targets=targets)
+        return make_recipe(model, "h200", cfg, precision=precision, overrides=overrides or {}, compile=compile)
+
+    return [lora("llama3-8b", Parallelism(dp=8, sharding="ddp"), ("q", "k", "v", "o"), 16, ac="selective"),
+            lora("llama3-8b", Parallelism(dp=1), ("o", "gate", "up", "down"), 8, "rowwise", {"num_layers": 4},
+                 compile=False),
+            lora("llama3-70b", Parallelism(dp=2, tp=2, pp=2, sharding="ddp"), ("q", "k", "v", "o", "down"), 64,
+                 ac="full"),
+            lora("llama3-8b", Parallelism(dp=1), ("q", "k"), 16)]
 
 
 def _install_or_skip(version):
@@ -99,7 +117,13 @@ def _export(recipe, fmt):
 
 def _expected_refusal(recipe, fmt):
     """Why torchtitan cannot run this recipe in ``fmt`` (a substring of the WorkbenchError), or None."""
-    fp8 = recipe.precision.fp8
+    fp8, lora = recipe.precision.fp8, recipe.lora
+    if lora is not None and fmt == "torchtitan-toml":
+        return "0.2.2 has no LoRA"
+    if lora is not None and ("k" in lora.targets) != ("v" in lora.targets):
+        return "k and v together or neither"
+    if lora is not None and fmt == "torchtitan-args":
+        return "torchtitan-py"
     if fmt == "torchtitan-toml":
         if recipe.model.name == "llama3.2-1b":
             return "has none for llama3.2-1b"
@@ -139,6 +163,13 @@ def _check_v03(recipe, got):
     assert got["layers"] == overrides.get("num_layers", layers)
     assert got["vocab"] == got["loss_vocab"] == overrides.get("vocab_size", 128256)
     assert got["async_tp"] is False and got["cuda_graphs_off"] is (recipe.parallelism.pp > 1)
+    lora = recipe.lora
+    if lora is None:  # every weight trains, in the presets' fused-qkv layers
+        assert got["lora"] == {} and got["fused_qkv"] and not got["lm_head_frozen"]
+    else:  # the adapters the workbench priced: one per targeted projection, the rest (lm_head too) frozen
+        modules = {LORA_MODULES[t] for t in lora.targets}
+        assert got["lora"] == {m: [[lora.rank, LORA_ALPHA]] for m in modules}
+        assert got["fused_qkv"] is not any(t in lora.targets for t in ("q", "k", "v")) and got["lm_head_frozen"]
     assert got["hf_assets_path"].startswith("./assets/hf/Llama-3.")
 
 
@@ -187,7 +218,7 @@ def test_every_export_lands_in_torchtitan(consumers, tmp_path):
             cases[version].append({"id": case_id, "version": version[:3], "argv": argv,
                                    "capability": CAPABILITY[recipe.target.gpu.split("-")[0]]})
             checks[case_id] = (label, recipe, _check_v02 if version == "0.2.2" else _check_v03)
-    assert len(checks) >= 80  # 47 recipes; the rest are refusals checked above
+    assert len(checks) >= 83  # 51 recipes; the rest are refusals checked above
     for version, version_cases in cases.items():
         landed = torchtitan_env.parse_all(version, version_cases, tmp_path)
         for case in version_cases:

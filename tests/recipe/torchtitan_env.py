@@ -57,11 +57,21 @@ for case in cases:
             u.has_cuda_capability = f8.has_cuda_capability = mx.has_cuda_capability = lambda a, b: cap >= (a, b)
             c = ConfigManager().parse_args(case["argv"])
             m = c.model_spec.model
-            linears = {type(l.attention.wo).__qualname__ for l in m.layers} | {
-                type(l.feed_forward.w1).__qualname__ for l in m.layers}
+            from torchtitan.protocols.module import Module
+            def base(cfg):  # the class under LoRA's adapter subclass and its frozen copies
+                return next(k.__qualname__ for k in type(cfg).__mro__
+                            if "LoRA" not in k.__qualname__ and not k.__qualname__.startswith("Frozen"))
+            linears = {base(l.attention.wo) for l in m.layers} | {base(l.feed_forward.w1) for l in m.layers}
+            lora, segments = {}, set()
+            for fqn, cfg, _, _ in m.traverse(Module.Config, recurse=True):
+                segments.add(fqn.rsplit(".", 1)[-1])
+                if "LoRA" in type(cfg).__qualname__:
+                    lora.setdefault(fqn.rsplit(".", 1)[-1], set()).add((cfg.rank, cfg.alpha))
             ac = c.activation_checkpoint
             landed = {"flavor": c.model_spec.flavor, "layers": len(m.layers), "vocab": m.vocab_size, "dim": m.dim,
-                      "lm_head": type(m.lm_head).__qualname__, "linears": sorted(linears),
+                      "lm_head": base(m.lm_head), "linears": sorted(linears),
+                      "lora": {k: sorted(v) for k, v in lora.items()}, "fused_qkv": "wqkv" in segments,
+                      "lm_head_frozen": type(m.lm_head).__qualname__.startswith("Frozen"),
                       "ac": {"SelectiveAC.Config": "selective", "FullAC.Config": "full", "NoneType": "none"}.get(
                           type(ac).__qualname__, type(ac).__qualname__),
                       "compile": c.compile.enable, "async_tp": c.compile.enable_async_tensor_parallel,

@@ -72,11 +72,19 @@ def test_bad_fields_name_the_field():
     with pytest.raises(SpecError, match="batch.global_batch"):
         JobSpec.from_dict(recipe_dict(batch__global_batch=7))
     with pytest.raises(SpecError, match="schema_version"):
-        JobSpec.from_dict(recipe_dict(schema_version=2))
+        JobSpec.from_dict(recipe_dict(schema_version=3))  # newer than this workbench reads
     with pytest.raises(SpecError, match="activation_checkpointing.mode"):
         JobSpec.from_dict(recipe_dict(activation_checkpointing={"mode": "some", "layers": "all"}))
     with pytest.raises(SpecError, match="overrides.num_layerz"):
         JobSpec.from_dict(recipe_dict(model={"name": "llama3-8b", "overrides": {"num_layerz": 2}}))
+
+
+def test_lora_is_refused_naming_the_field_and_why():
+    recipe = make_recipe("llama3-8b", "h200-sxm", TrainingConfig(2, 128, lora_rank=16), overrides={"num_layers": 2})
+    spec = JobSpec.from_recipe(recipe)
+    assert spec.recipe.lora.rank == 16  # read as recorded, then refused: the job trains every weight
+    with pytest.raises(JobError, match=r"lora = rank 16 on q, k, v, o: the reference job trains every weight"):
+        check_supported(spec, world_size=1)
 
 
 def test_checkpoint_layers_outside_the_model():

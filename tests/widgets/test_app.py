@@ -55,6 +55,17 @@ def test_controls_drive_the_state_and_the_roofline(wb):
     wb.set(gpus=["b200", "mi350x"])
 
 
+def test_the_stack_control_follows_the_model_until_chosen(wb):
+    model, stack = wb.controls.by_field["model"], wb.controls.by_field["stack"]
+    model.value = "dlrm-dcnv2"  # no stack chosen: DLRM's default, the labelled bound
+    assert (wb.stack, stack.value, wb.stack_chosen) == ("ideal", "ideal", False) and "default" in stack.tooltip
+    stack.value = "pytorch-eager"  # a choice from the control is kept when the model changes
+    model.value = "llama3-8b"
+    assert (wb.stack, stack.value, wb.stack_chosen) == ("pytorch-eager", "pytorch-eager", True)
+    wb.set(stack=None)  # following the model again
+    assert (wb.stack, wb.stack_chosen) == ("torchtitan", False) and stack.value == "torchtitan"
+
+
 def test_clicking_a_point_shows_the_op(wb):
     view = wb.views["roofline"]
     # what the browser sends when a point is clicked (JupyterChart's selection store)

@@ -67,6 +67,21 @@ def test_stack_and_compile_are_validated():
     assert info.value.field == "stack"
 
 
+def test_the_stack_follows_the_model_until_one_is_chosen():
+    state = WorkbenchState()
+    assert (state.stack, state.stack_chosen) == ("torchtitan", False)
+    dlrm = state.replace(model="dlrm-dcnv2")  # DLRM's family default is the labelled bound
+    assert (dlrm.stack, dlrm.stack_chosen) == ("ideal", False) and WorkbenchState(model="hstu-gr").stack == "ideal"
+    assert dlrm.replace(model="llama3-8b").stack == "torchtitan"  # and back
+    chosen = state.replace(stack="torchtitan")  # the same name, but chosen: kept when the model changes
+    assert chosen.stack_chosen and chosen.replace(model="dlrm-dcnv2").stack == "torchtitan"
+    eager = dlrm.replace(stack="pytorch-eager")
+    assert eager.replace(model="llama3-8b").stack == "pytorch-eager"
+    again = chosen.replace(model="dlrm-dcnv2").replace(stack=None)  # None: the model's default, following again
+    assert (again.stack, again.stack_chosen) == ("ideal", False)
+    assert chosen.replace(model="dlrm-dcnv2", stack_chosen=False).stack == "ideal"
+
+
 def test_parallelism_fields_compose_the_gpu_count():
     from widgets.state import resolved_global_batch, training_config
 

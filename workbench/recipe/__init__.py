@@ -12,10 +12,12 @@ from workbench.recipe.build import make_recipe, predict_recipe, recipe_model, re
 from workbench.recipe.io import FORMATS, dumps, load_recipe, loads, save_recipe
 from workbench.recipe.schema import (
     SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
     ActivationCheckpointing,
     Batch,
     EmbeddingPlacement,
     KernelChoice,
+    LoRAChoice,
     ModelChoice,
     ParallelismChoice,
     PrecisionPolicy,
@@ -29,7 +31,7 @@ from workbench.recipe.search import Candidate, FastEvaluator, SearchResult, sear
 __all__ = [
     "Advice", "AdviceItem", "Candidate", "FastEvaluator", "SearchResult", "advise", "make_recipe", "predict_recipe",
     "recipe_model", "revised_model", "search", "training_config",
-    "FORMATS", "SCHEMA_VERSION", "ActivationCheckpointing", "Batch", "EmbeddingPlacement", "KernelChoice",
-    "ModelChoice", "ParallelismChoice", "Predicted", "PrecisionPolicy", "Recipe", "Revision", "Target", "dumps",
-    "load_recipe", "loads", "save_recipe",
+    "FORMATS", "SCHEMA_VERSION", "SCHEMA_VERSIONS", "ActivationCheckpointing", "Batch", "EmbeddingPlacement",
+    "KernelChoice", "LoRAChoice", "ModelChoice", "ParallelismChoice", "Predicted", "PrecisionPolicy", "Recipe",
+    "Revision", "Target", "dumps", "load_recipe", "loads", "save_recipe",
 ]

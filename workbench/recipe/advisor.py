@@ -25,8 +25,9 @@ What runs the recipes and how the GPUs are split can be held too (the widget pas
 ``stack`` and ``param_dtype`` price every recipe as that stack runs it (``search(stack=, param_dtype=)``; None: the
 model's default stack, as ``search``'s: ``torchtitan`` for a transformer, the ``ideal`` bound for DLRM and HSTU);
 each of ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages`` and ``sharding`` given is held on the source, the direct
-port and the co-designed recipe alike (``held_layouts``), and what is left None the search chooses; ``lora_rank`` (with ``lora_targets``) prices LoRA fine-tuning on every side. ``Advice.held`` lists
-what was held.
+port and the co-designed recipe alike (``held_layouts``), and what is left None the search chooses; ``lora_rank``
+(with ``lora_targets``) prices LoRA fine-tuning on every side, and every recipe records it (``Recipe.lora``).
+``Advice.held`` lists what was held.
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ class Advice:
     """What the caller held on both sides beyond the model, GPU count, precision, sequence and global batch: the
     stack, parameter dtype, parallel degrees and sharding given to ``advise`` (empty: all searched)."""
     configs: tuple[TrainingConfig | None, TrainingConfig] | None = None
-    """(direct port, co-designed) configurations as priced, LoRA included (recipes do not record it)."""
+    """(direct port, co-designed) configurations as priced (the recipes record the same, LoRA included)."""
 
     @property
     def gain(self) -> float | None:
@@ -239,7 +240,7 @@ class Advice:
 
     def rows(self) -> list[dict]:
         """One row per setting or prediction: direct port vs co-designed."""
-        def cells(recipe: Recipe | None, cfg: TrainingConfig | None) -> dict:
+        def cells(recipe: Recipe | None) -> dict:
             if recipe is None:
                 return {}
             p, b, pred = recipe.parallelism, recipe.batch, recipe.predicted
@@ -249,8 +250,8 @@ class Advice:
                    "precision": recipe.precision.workbench_precision, "micro-batch": b.micro_batch,
                    "global batch": b.global_batch, "grad accumulation": b.grad_accumulation,
                    "activation checkpointing": recipe.activation_checkpointing.mode, "parallelism": layout}
-            if cfg is not None and cfg.lora:  # the recipe does not record LoRA: the configuration that was priced
-                out["LoRA"] = f"rank {cfg.lora_rank} on {', '.join(cfg.lora_targets)}"
+            if recipe.lora is not None:
+                out["LoRA"] = f"rank {recipe.lora.rank} on {', '.join(recipe.lora.targets)}"
             if self.stack != IDEAL:
                 out.update({"stack": self.stack, "torch.compile": recipe.compile,
                             "parameter dtype": recipe.precision.param_dtype})
@@ -260,8 +261,7 @@ class Advice:
                             "peak memory (GB)": round(pred.peak_memory_gb, 1), "fits": pred.fits})
             return out
 
-        port_cfg, co_cfg = self.configs or (None, None)
-        port, codesigned = cells(self.direct_port, port_cfg), cells(self.co_designed, co_cfg)
+        port, codesigned = cells(self.direct_port), cells(self.co_designed)
         return [{"setting": key, "direct_port": port.get(key), "co_designed": value}
                 for key, value in codesigned.items()]
 
@@ -334,10 +334,6 @@ def advise(
     if sharding is not None:
         kwargs["shardings"] = (sharding,)
     notes: list[str] = []
-    if lora:
-        notes.append(f"LoRA rank {lora_rank} on {', '.join(lora['lora_targets'])} is priced on every side; the "
-                     "recipes do not record LoRA (workbench.recipe.schema has no field for it), so an exported recipe "
-                     "trains all weights")
     items: list[AdviceItem] = []
     target_eval = pricing.evaluator(base, target)
 

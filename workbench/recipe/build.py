@@ -28,6 +28,7 @@ from workbench.recipe.schema import (
     Batch,
     EmbeddingPlacement,
     KernelChoice,
+    LoRAChoice,
     ModelChoice,
     ParallelismChoice,
     PrecisionPolicy,
@@ -60,8 +61,9 @@ def recipe_model(recipe: Recipe) -> Model:
 
 
 def training_config(recipe: Recipe) -> TrainingConfig:
-    """The analytical model's view of the recipe."""
+    """The analytical model's view of the recipe (its LoRA adapters included)."""
     p = recipe.parallelism
+    lora = {} if recipe.lora is None else {"lora_rank": recipe.lora.rank, "lora_targets": recipe.lora.targets}
     return TrainingConfig(
         micro_batch=recipe.batch.micro_batch,
         seq_len=recipe.batch.seq_len,
@@ -70,6 +72,7 @@ def training_config(recipe: Recipe) -> TrainingConfig:
                                 virtual_stages=p.virtual_stages),
         activation_checkpointing=recipe.activation_checkpointing.mode,
         global_batch=recipe.batch.global_batch,
+        **lora,
     )
 
 
@@ -130,6 +133,7 @@ def make_recipe(
     """A recipe for catalog ``model`` (plus ``overrides``) on ``gpu``, predicted unless ``prediction`` is given.
 
     ``config.precision`` names the modelled precision; ``precision`` refines the policy (fp8 recipe, dtypes).
+    ``config.lora_rank`` > 0 records LoRA fine-tuning (``Recipe.lora``: the rank and ``config.lora_targets``).
     ``select_kernels`` records, per GEMM and attention shape, the Triton config ``workbench.select`` picks or the
     vendor library (``kernel_choices``); without it ``kernels`` stays empty (every op on torch's kernels).
     ``job`` records the reference job's prediction (as ``predict_recipe`` makes it); else the prediction of
@@ -164,6 +168,7 @@ def make_recipe(
         activation_checkpointing=ActivationCheckpointing(cfg.activation_checkpointing, "all"),
         parallelism=ParallelismChoice(dp=p.dp, sharding=p.sharding, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
                                       virtual_stages=p.virtual_stages),
+        lora=LoRAChoice(cfg.lora_rank, cfg.lora_targets) if cfg.lora else None,
         compile=compile,
         kernels=tuple(kernels),
         embeddings=embedding_placements(revised, p.dp),

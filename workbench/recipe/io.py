@@ -26,6 +26,9 @@ def header_lines(recipe: Recipe) -> list[str]:
     revised = ", ".join(f"{k}={v}" for k, v in recipe.model.overrides.items())
     lines = [f"workbench recipe (schema {recipe.schema_version}): {recipe.model.name}"
              f"{' with ' + revised if revised else ''} on {recipe.target.gpus} x {recipe.target.gpu}"]
+    if recipe.lora is not None:
+        lines.append(f"LoRA fine-tuning: rank-{recipe.lora.rank} adapters on {', '.join(recipe.lora.targets)}, the base "
+                     "weights frozen")
     pred = recipe.predicted
     if pred is not None:
         lines.append(f"predicted by {recipe.model_version}: step {pred.step_time_s * 1e3:.1f} ms, "

@@ -1,25 +1,32 @@
 """Reading a recipe from parsed YAML/JSON: every section through typed accessors (``workbench.schema.Fields``),
-anything left over rejected, then ``validate``; errors name the file, field, value and what was expected."""
+anything left over rejected, then ``validate``; errors name the file, field, value and what was expected.
+
+Every version in ``SCHEMA_VERSIONS`` reads: a field a version does not have (``lora`` in a version 1 file) is an
+error naming the version that has it, and a version newer than this workbench's says to upgrade."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from workbench.config import DEFAULT_LORA_TARGETS
 from workbench.errors import SpecError
 from workbench.recipe.schema import (
     CHECKPOINT_MODES,
     COMPUTE_DTYPES,
     FP8_RECIPES,
     KERNEL_CHOICES,
+    LORA_TARGET_NAMES,
     PARAM_DTYPES,
     PLACEMENTS,
     REDUCE_DTYPES,
     SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
     SHARDINGS,
     ActivationCheckpointing,
     Batch,
     EmbeddingPlacement,
     KernelChoice,
+    LoRAChoice,
     ModelChoice,
     ParallelismChoice,
     PrecisionPolicy,
@@ -34,12 +41,7 @@ from workbench.schema import Fields
 def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
     """``Recipe.from_dict``: read every section with typed accessors, then reject anything left over."""
     f = Fields(data, origin)
-    version = f.raw("schema_version")
-    if isinstance(version, bool):  # True == 1 in Python: without this, `schema_version: true` reads as 1
-        raise f.error("schema_version", version, f"{SCHEMA_VERSION}, an integer (true/false is not a version)")
-    if version != SCHEMA_VERSION:
-        raise f.error("schema_version", version, f"{SCHEMA_VERSION} (this workbench reads recipe schema version "
-                                                   f"{SCHEMA_VERSION}; a newer file needs a newer workbench)")
+    version = _schema_version(f)
     workbench_version = f.raw("workbench_version", "") or "unknown"
     model_version = f.raw("model_version", "") or ""
     for key, value in (("workbench_version", workbench_version), ("model_version", model_version)):
@@ -87,6 +89,7 @@ def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
                                     _int(q, "tp", dq.tp), _int(q, "pp", dq.pp), _int(q, "cp", dq.cp),
                                     _int(q, "ep", dq.ep), _int(q, "virtual_stages", dq.virtual_stages))
     q.finish()
+    lora = _lora(f, version)
 
     compile_ = f.boolean("compile", default=Recipe.__dataclass_fields__["compile"].default)
     kernels = tuple(_kernel(item, origin, f"kernels[{i}]") for i, item in enumerate(_list(f, "kernels")))
@@ -101,10 +104,40 @@ def recipe_from_dict(data: object, origin: str = "<dict>") -> Recipe:
         d.finish()
     f.finish()
     try:
-        return Recipe(target, model, batch, precision, ac, parallelism, compile_, kernels, embeddings, predicted,
-                      model_version, workbench_version, version)
+        return Recipe(target, model, batch, precision, ac, parallelism, lora=lora, compile=compile_, kernels=kernels,
+                      embeddings=embeddings, predicted=predicted, model_version=model_version,
+                      workbench_version=workbench_version)
     except SpecError as exc:  # name the file, not "<recipe>"
         raise SpecError(origin, exc.field, exc.value, exc.expected) from None
+
+
+def _schema_version(f: Fields) -> int:
+    """The file's ``schema_version``: one of ``SCHEMA_VERSIONS``; a newer one says this workbench is too old."""
+    version = f.raw("schema_version")
+    readable = " or ".join(str(v) for v in SCHEMA_VERSIONS)
+    if isinstance(version, bool) or not isinstance(version, int):  # True == 1 in Python: `true` is no version
+        raise f.error("schema_version", version, f"an integer, {readable} (true/false is not a version)")
+    if version > SCHEMA_VERSION:
+        raise f.error("schema_version", version, f"{readable}: this workbench reads recipe schema versions up to "
+                      f"{SCHEMA_VERSION}; version {version} was written by a newer workbench, so upgrade it to read "
+                      "this file")
+    if version not in SCHEMA_VERSIONS:
+        raise f.error("schema_version", version, f"{readable} (the recipe schema versions there are)")
+    return version
+
+
+def _lora(f: Fields, version: int) -> LoRAChoice | None:
+    """The ``lora`` section (version 2 on), or None when the file has none: every weight trains."""
+    if f.raw("lora", None) is None:
+        return None
+    if version < 2:
+        raise f.error("lora", f.data["lora"], "no lora section in a schema_version 1 file (LoRA is a version 2 "
+                      "field: write schema_version: 2)")
+    r = f.sub("lora")
+    targets = r.string_list("targets", LORA_TARGET_NAMES, default=list(DEFAULT_LORA_TARGETS))
+    out = LoRAChoice(_int(r, "rank"), targets)
+    r.finish()
+    return out
 
 
 def _int(f: Fields, key: str, default: Any = None) -> int:

@@ -11,11 +11,18 @@ plain dicts (``to_dict`` / ``from_dict``) in the key order of the YAML file:
     precision: {param_dtype: fp32, compute_dtype: bf16, reduce_dtype: fp32, fp8: none}
     batch: {micro_batch: 2, global_batch: 64, grad_accumulation: 4, seq_len: 4096}
     activation_checkpointing: {mode: none, layers: all}
-    parallelism: {dp: 8, sharding: fsdp, tp: 1, pp: 1, cp: 1, ep: 1, virtual_stages: 1}
+    parallelism: {dp: 8, sharding: fsdp, tp: 1, pp: 1, cp: 1, ep: 1}
     ...
 
 ``from_dict`` rejects unknown fields and unknown schema versions with the origin (file), field, value and what
 was expected; it checks names against the GPU and model catalogs and the batch and parallelism arithmetic.
+
+Versions: a recipe is written with the oldest schema version that can say everything it holds
+(``Recipe.schema_version``), so a workbench that predates a field still reads every recipe that does not use it.
+Version 2 added ``lora`` and ``parallelism.virtual_stages`` > 1; a recipe with neither is written as version 1, in
+version 1's layout (no ``lora`` section, no ``virtual_stages`` key). This workbench reads every version in
+``SCHEMA_VERSIONS``; a version 1 file with ``virtual_stages`` (written by the workbench that added the key before
+the version was bumped) reads as it was meant.
 """
 
 from __future__ import annotations
@@ -25,12 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from workbench import __version__
-from workbench.config import CHECKPOINTING, Checkpointing
+from workbench.config import CHECKPOINTING, DEFAULT_LORA_TARGETS, LORA_TARGETS, MAX_LORA_RANK, Checkpointing
 from workbench.errors import SpecError, UnknownNameError
 from workbench.graph.execution import TRITON_OPS
 
-SCHEMA_VERSION = 1
-"""The recipe format this code reads and writes; bump it (and keep a reader) when a key changes meaning."""
+SCHEMA_VERSION = 2
+"""The newest recipe format this code reads and writes. Adding a field or changing one's meaning bumps it: list
+the version's fields (as ``V2_FIELDS``), derive ``Recipe.schema_version`` from them, and keep reading older files."""
+SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+"""The recipe formats this code reads."""
+V2_FIELDS: tuple[str, ...] = ("lora", "parallelism.virtual_stages")
+"""The fields version 2 added: a recipe that uses one (``lora`` given, ``virtual_stages`` > 1) is a version 2
+file; any other recipe is written as version 1."""
 
 # Each choice is spelled once, as a Literal (the type of its field); its tuple of values is derived from it. The
 # training job (``workbench.train.spec``), parse and validation import these; nothing re-spells them.
@@ -68,6 +81,9 @@ KERNEL_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")
 bf16/fp16, embedding_bag fp32)."""
 Placement = Literal["hbm", "host", "row_sharded"]
 PLACEMENTS: tuple[str, ...] = get_args(Placement)
+LORA_TARGET_NAMES: tuple[str, ...] = LORA_TARGETS
+"""Linears a ``lora.targets`` entry can name: the analytical model's (``workbench.config.LORA_TARGETS``: attention q,
+k, v, o and the FFN's gate, up, down)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +204,18 @@ class ParallelismChoice:
 
 
 @dataclass(frozen=True)
+class LoRAChoice:
+    """LoRA fine-tuning (Hu et al. 2021), as ``TrainingConfig.lora_rank`` / ``lora_targets`` price it: rank-``rank``
+    adapters on the ``targets`` linears of every block, the base weights frozen (no base weight gradients or
+    optimizer states). A recipe without one (``Recipe.lora`` None) trains every weight. The adapters' scale
+    (alpha) is a training hyperparameter like the learning rate and costs no time: it is not recorded."""
+
+    rank: int
+    targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    """Linears that carry adapters (``LORA_TARGET_NAMES``), e.g. ``(q, k, v, o)``: MLPerf's Llama 2 70B LoRA."""
+
+
+@dataclass(frozen=True)
 class KernelChoice:
     """One op's kernel: a Triton config from ``workbench.select`` or the vendor library."""
 
@@ -243,6 +271,8 @@ class Recipe:
     precision: PrecisionPolicy = field(default_factory=PrecisionPolicy)
     activation_checkpointing: ActivationCheckpointing = field(default_factory=ActivationCheckpointing)
     parallelism: ParallelismChoice = field(default_factory=ParallelismChoice)
+    lora: LoRAChoice | None = None
+    """LoRA fine-tuning; None trains every weight."""
     compile: bool = True
     """torch.compile the model."""
     kernels: tuple[KernelChoice, ...] = ()
@@ -252,10 +282,15 @@ class Recipe:
     """``workbench.predict.MODEL_VERSION`` of the model that made ``predicted``; empty without predictions."""
     workbench_version: str = __version__
     """The workbench package that wrote the recipe."""
-    schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self):
         validate(self, "<recipe>")
+
+    @property
+    def schema_version(self) -> int:
+        """The oldest schema version that says everything this recipe holds: 2 when it uses a field version 2
+        added (``V2_FIELDS``), else 1, so older workbenches read it."""
+        return 2 if self.lora is not None or self.parallelism.virtual_stages > 1 else 1
 
     def to_dict(self) -> dict:
         """Plain data in the file's key order (YAML/JSON-ready: lists, dicts, str, int, float, bool, None)."""
@@ -270,7 +305,8 @@ class Recipe:
             "batch": _plain(self.batch),
             "activation_checkpointing": {"mode": self.activation_checkpointing.mode,
                                          "layers": _layers_out(self.activation_checkpointing.layers)},
-            "parallelism": _plain(self.parallelism),
+            "parallelism": _parallelism_out(self.parallelism),
+            **({} if self.lora is None else {"lora": {"rank": self.lora.rank, "targets": list(self.lora.targets)}}),
             "compile": self.compile,
             "kernels": [_plain(k) for k in self.kernels],
             "embeddings": [_plain(e) for e in self.embeddings],
@@ -298,13 +334,19 @@ def _layers_out(layers: str | tuple[int, ...]) -> str | list[int]:
     return layers if isinstance(layers, str) else list(layers)
 
 
+def _parallelism_out(parallelism: ParallelismChoice) -> dict:
+    """The degrees, with ``virtual_stages`` only when > 1 (a version 2 field: plain 1F1B writes version 1's layout)."""
+    out = _plain(parallelism)
+    if parallelism.virtual_stages == 1:
+        del out["virtual_stages"]
+    return out
+
+
 def validate(recipe: Recipe, origin: str) -> None:
     """Check names against the catalogs and the batch/parallelism arithmetic; raise ``SpecError`` if wrong."""
     from workbench.hardware import get_gpu
     from workbench.models import get_model
 
-    if isinstance(recipe.schema_version, bool) or recipe.schema_version != SCHEMA_VERSION:
-        raise SpecError(origin, "schema_version", recipe.schema_version, f"{SCHEMA_VERSION} (an integer)")
     _check_values(recipe, origin)
     try:
         gpu = get_gpu(recipe.target.gpu)
@@ -396,6 +438,13 @@ def _check_values(recipe: Recipe, origin: str) -> None:
     choice("parallelism.sharding", par.sharding, SHARDINGS)
     for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages"):
         need(_positive_int(getattr(par, name)), f"parallelism.{name}", getattr(par, name), "an integer >= 1")
+    if recipe.lora is not None:
+        rank, targets = recipe.lora.rank, recipe.lora.targets
+        need(_positive_int(rank) and rank <= MAX_LORA_RANK, "lora.rank", rank,
+             f"an integer from 1 to {MAX_LORA_RANK:,} (no lora section trains every weight)")
+        need(isinstance(targets, tuple) and bool(targets) and len(set(targets)) == len(targets)
+             and all(t in LORA_TARGET_NAMES for t in targets), "lora.targets", targets,
+             f"one or more distinct linears from {', '.join(LORA_TARGET_NAMES)}")
     need(isinstance(recipe.compile, bool), "compile", recipe.compile, "true or false")
     for i, k in enumerate(recipe.kernels):
         choice(f"kernels[{i}].op", k.op, KERNEL_OPS)
@@ -432,5 +481,6 @@ def _check_against_model(recipe: Recipe, origin: str) -> None:
         training_config(recipe).resolved(model)
     except SpecError as exc:
         field = {"micro_batch": "batch.micro_batch", "seq_len": "batch.seq_len", "global_batch": "batch.global_batch",
-                 "precision": "precision"}.get(exc.field, exc.field)
+                 "precision": "precision", "lora_rank": "lora.rank", "lora_targets": "lora.targets"}.get(exc.field,
+                                                                                                       exc.field)
         raise SpecError(origin, field, exc.value, exc.expected) from None

@@ -19,7 +19,11 @@ Supported consumers, checked by running their own config managers on every expor
     ``activation_checkpoint`` = ``SelectiveAC.Config()`` | ``FullAC.Config()`` | None (CLI: a final
     ``activation-checkpoint:selective|full|none``); ``Float8LinearConverter.Config(recipe_name=rowwise|
     rowwise_with_gw_hp)`` (no tensorwise), ``MXFP8LinearConverter.Config`` (SM100+ only); pipeline parallelism
-    needs ``training.disable_cuda_graphs``.
+    needs ``training.disable_cuda_graphs``; LoRA is ``LoRAConverter.Config(rank, alpha, target_modules)``
+    (``torchtitan/components/lora.py``), after any quantization converter.
+LoRA (``Recipe.lora``): torchtitan 0.2.2 has none (no converter, no config key), so its TOML refuses a LoRA recipe;
+0.3.0's ``LoRAConverter`` trains it, from a config function only (``torchtitan-py``: converters are in
+``model_spec``, which no flag sets).
 Selective checkpointing is exported as torchtitan's per-op policy (0.2.2 ``selective_ac_option = "op"``, 0.3.0
 ``SelectiveAC``): the workbench's ``torchtitan`` stack (``specs/stacks/torchtitan.yaml``) models that policy.
 """
@@ -60,6 +64,14 @@ schema's torchao float8 recipes (tensorwise, rowwise, rowwise_with_gw_hp), those
 mxfp8 goes to [quantize.linear.mx]."""
 _FP8_ARCHS = ("hopper", "blackwell", "blackwell-ultra", "cdna3", "cdna4", "cdna5")
 """float8 linears: NVIDIA SM89+ or AMD gfx942+ (both versions' float8.py)."""
+LORA_MODULES = {"q": "wq", "k": "wkv", "v": "wkv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"}
+"""A recipe's LoRA target -> the torchtitan 0.3.0 llama3 ``Linear.Config`` that ``LoRAConverter`` matches by the
+last segment of its FQN: unfused attention's ``wq`` and ``wkv`` (one config that builds both wk and wv:
+``models/common/config_utils.py`` ``make_gqa_config(fuse_qkv=False)``), ``wo``, and the FFN's
+``w2(silu(w1(x)) * w3(x))`` (``models/common/feed_forward.py``): w1 gate, w3 up, w2 down."""
+LORA_ALPHA = 16.0
+"""The adapters' scale written into a 0.3.0 export: ``LoRAConverter.Config``'s own default. A recipe does not record
+alpha (a training hyperparameter like the learning rate, no cost in time); the export says so."""
 _SELECTIVE_NOTE = ("selective = torchtitan's per-op policy (saves matmul/attention outputs, recomputes every second "
                    "matmul); the workbench 'torchtitan' stack (specs/stacks/torchtitan.yaml) predicts exactly that")
 
@@ -80,6 +92,15 @@ def _check(recipe: Recipe, version: str) -> TransformerModel:
         have = [n for n, m in _TORCHTITAN_MODELS.items() if version == "0.3" or m[1] in _V02_FLAVORS]
         raise _refuse("model.name", name, f"a model torchtitan {version}.x has a module and flavor for "
                       f"({', '.join(have)}); it has none for {name}")
+    lora = recipe.lora
+    if lora is not None and version == "0.2":
+        raise _refuse("lora", f"rank {lora.rank} on {', '.join(lora.targets)}", "no lora section for torchtitan "
+                      "0.2.x: 0.2.2 has no LoRA (no converter and no config key; its only lora names are DeepSeek "
+                      "V3's q_lora_rank / kv_lora_rank, attention widths), so the TOML would train every weight; "
+                      "export torchtitan-py for torchtitan 0.3.0, whose LoRAConverter trains the adapters")
+    if lora is not None and ("k" in lora.targets) != ("v" in lora.targets):
+        raise _refuse("lora.targets", list(lora.targets), "k and v together or neither (torchtitan 0.3.0 builds "
+                      "the k and v projections from one config, wkv, so LoRA adapts both or neither)")
     prec = recipe.precision
     if prec.compute_dtype == "fp16":
         raise _refuse("precision.compute_dtype", "fp16", "bf16, fp32 or tf32 (torchtitan's mixed_precision_param "
@@ -126,6 +147,10 @@ def _comments(recipe: Recipe, version: str) -> list[str]:
                      "torchtitan applies one mode to every block")
     if recipe.kernels:
         lines.append(f"{len(recipe.kernels)} per-op kernel choices are in the workbench recipe (not a torchtitan key)")
+    if recipe.lora is not None:
+        lines.append(f"LoRA alpha = {LORA_ALPHA} (LoRAConverter's default; the recipe does not record alpha); LoRA "
+                     "fine-tunes trained weights: set config.checkpoint.initial_load_path to them (the preset starts "
+                     "from random weights)")
     lines.append("data: the preset's c4 dataset and the tokenizer at hf_assets_path are downloaded by torchtitan's "
                  "scripts/download_hf_assets.py; the optimizer and lr are the preset's for this size")
     return lines
@@ -248,23 +273,43 @@ def config_function_name(recipe: Recipe) -> str:
     return "".join(c if c.isalnum() else "_" for c in raw.lower())
 
 
+def _converters(recipe: Recipe) -> str:
+    """The 0.3.0 ``converters`` list: the float8/mx converter, then LoRA's (``validate_converter_order`` wants
+    quantization first)."""
+    quantize = {"none": "",
+                "rowwise": 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"], ',
+                "rowwise_with_gw_hp": 'Float8LinearConverter.Config(recipe_name="rowwise_with_gw_hp", '
+                                      'filter_fqns=["lm_head"], ',
+                "mxfp8": 'MXFP8LinearConverter.Config(fqns=["layers"], '}[recipe.precision.fp8]
+    out = [f"{quantize}model_compile_enabled={recipe.compile})"] if quantize else []
+    if recipe.lora is not None:
+        modules = list(dict.fromkeys(LORA_MODULES[t] for t in recipe.lora.targets))
+        out.append(f"LoRAConverter.Config(rank={recipe.lora.rank}, alpha={LORA_ALPHA}, target_modules={modules!r})")
+    return "[" + ", ".join(out) + "]"
+
+
+def _unfused_qkv(recipe: Recipe) -> bool:
+    """LoRA on q, k or v: the layers are built with separate wq and wkv, one adapter per projection as the workbench
+    priced it (the presets' fused wqkv would take one adapter for all three)."""
+    return recipe.lora is not None and any(t in recipe.lora.targets for t in ("q", "k", "v"))
+
+
 def _model_lines(recipe: Recipe, model: TransformerModel) -> list[str]:
-    """Body lines that build ``model_spec``: the flavor, its layers rebuilt for structural overrides, converters."""
+    """Body lines that build ``model_spec``: the flavor, its layers rebuilt for structural overrides or for LoRA on
+    unfused q/k/v projections, then the converters."""
     _, flavor, _, _, _ = _TORCHTITAN_MODELS[recipe.model.name]
-    prec, overrides = recipe.precision, recipe.model.overrides
-    converters = {"none": "",
-                  "rowwise": 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"], ',
-                  "rowwise_with_gw_hp": 'Float8LinearConverter.Config(recipe_name="rowwise_with_gw_hp", '
-                                        'filter_fqns=["lm_head"], ',
-                  "mxfp8": 'MXFP8LinearConverter.Config(fqns=["layers"], '}[prec.fp8]
-    converters = f"[{converters}model_compile_enabled={recipe.compile})]" if converters else "[]"
-    if not overrides:
+    overrides, unfused = recipe.model.overrides, _unfused_qkv(recipe)
+    converters = _converters(recipe)
+    if not overrides and not unfused:
         return [f"    model_spec = model_registry({flavor!r}, converters={converters})"]
     if "head_dim" in overrides and model.head_dim != model.hidden_size // model.num_heads:
         raise _refuse("model.overrides.head_dim", model.head_dim, f"hidden_size / num_heads = "
                       f"{model.hidden_size // model.num_heads} (torchtitan's llama3 layers derive head_dim)")
-    lines = [f"    # model overrides {dict(overrides)}: torchtitan's {flavor} flavor, changed field by field",
-             f"    model = llama3_configs[{flavor!r}](attn_backend=\"flex\")"]
+    lines = [f"    # model overrides {dict(overrides)}: torchtitan's {flavor} flavor, changed field by field"] if overrides \
+        else []
+    if unfused:
+        lines.append("    # LoRA on q/k/v: separate wq and wkv projections (fuse_qkv=False), one adapter each, as priced")
+    lines.append(f"    model = llama3_configs[{flavor!r}](attn_backend=\"flex\")")
     if "hidden_size" in overrides:
         d = model.hidden_size
         lines += [f"    model.dim = model.tok_embeddings.embedding_dim = model.norm.normalized_shape = {d}",
@@ -272,10 +317,10 @@ def _model_lines(recipe: Recipe, model: TransformerModel) -> list[str]:
     if "vocab_size" in overrides:
         v = model.vocab_size
         lines.append(f"    model.vocab_size = model.tok_embeddings.num_embeddings = model.lm_head.out_features = {v}")
-    if any(key in overrides for key in _LAYER_FIELDS + ("head_dim",)):
+    if unfused or any(key in overrides for key in _LAYER_FIELDS + ("head_dim",)):
         lines += ["    model.layers = _build_llama3_layers(  # the builder torchtitan's own flavors use",
                   f"        n_layers={model.num_layers}, dim={model.hidden_size}, n_heads={model.num_heads}, "
-                  f"n_kv_heads={model.num_kv_heads}, hidden_dim={model.ffn_hidden_size}, fuse_qkv=True,",
+                  f"n_kv_heads={model.num_kv_heads}, hidden_dim={model.ffn_hidden_size}, fuse_qkv={not unfused},",
                   f"        rope=ComplexRoPE.Config(dim={model.head_dim}, max_seq_len=131072, theta=500000, "
                   "scaling=\"llama\"), attn_backend=\"flex\")"]
     lines += [f"    converters = {converters}", "    validate_converter_order(converters)",
@@ -298,6 +343,7 @@ def to_torchtitan_py(recipe: Recipe) -> str:
            f"{recipe.target.gpus} -m torchtitan.train --module <module> --config {fn}"]
     out = ['"""' + "\n".join(doc).replace("\\", "\\\\").replace('"""', "'''") + '\n"""', "",
            "import dataclasses", "",
+           "from torchtitan.components.lora import LoRAConverter",
            "from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss",
            "from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter",
            "from torchtitan.config import CompileConfig",
@@ -333,6 +379,8 @@ def _flat_refusal(recipe: Recipe) -> str | None:
     """Why flat 0.3.0 flags on a preset cannot run this recipe (model_spec is off the command line), or None."""
     if recipe.precision.fp8 != "none":
         return f"fp8 = {recipe.precision.fp8}: the float8/mx converters are in model_spec, which no flag sets"
+    if recipe.lora is not None:
+        return "LoRA: its LoRAConverter is in model_spec, which no flag sets"
     if recipe.model.overrides:
         return f"model overrides {dict(recipe.model.overrides)}: layers are in model_spec, which no flag sets"
     if recipe.model.name == "llama3-405b":

@@ -4,8 +4,8 @@ Pure Python (no torch), so a recipe can be checked before anything heavy is impo
 schema (``workbench.recipe.schema``): ``load_recipe`` reads the file once and validates it there -- fields,
 choices, catalog names, batch arithmetic, the target's precision support, the model split -- and
 ``JobSpec.from_recipe`` takes that ``Recipe`` as it is, reading its fields through properties; nothing here
-re-parses a file or re-spells a choice. What the reference job cannot run of a valid recipe (pipeline or context
-parallelism, MoE, HSTU, mxfp8, fp16, ...) is ``check_supported``'s, a clear ``JobError`` instead of a wrong run.
+re-parses a file or re-spells a choice. What the reference job cannot run of a valid recipe (LoRA, pipeline or
+context parallelism, MoE, HSTU, mxfp8, fp16, ...) is ``check_supported``'s, a clear ``JobError`` instead of a wrong run.
 """
 
 from __future__ import annotations
@@ -221,6 +221,12 @@ def check_supported(spec: JobSpec, world_size: int) -> None:
     out. What the schema already checked (choices, batch arithmetic, the target's precision support, tp dividing
     the heads and the FFN) is not checked again."""
     where = f"recipe {spec.name!r}"
+    lora = spec.recipe.lora
+    if lora is not None:
+        raise JobError(f"{where}: lora = rank {lora.rank} on {', '.join(lora.targets)}: the reference job trains every "
+                       "weight (it builds no LoRA adapters), so it would run a different job than the recipe predicts "
+                       "(train LoRA recipes with torchtitan 0.3.0: workbench recipe --format torchtitan-py, or drop "
+                       "the lora section to train every weight)")
     if spec.pp > 1:
         raise JobError(f"{where}: parallelism.pp = {spec.pp}: the reference job does not do pipeline parallelism "
                        "(use torchtitan for pp > 1, or a recipe with pp: 1)")
