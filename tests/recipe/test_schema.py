@@ -71,6 +71,17 @@ def test_yaml_header_names_target_and_predictions(recipe):
     assert "workbench-model" in head[1] and "tokens/s" in head[1]
 
 
+def test_the_header_says_when_a_stacks_number_is_the_bound():
+    """A LoRA recipe is outside torchtitan's kernel tables: its header says the number is the fused-step bound."""
+    lora = make_recipe("llama3-8b", "h200", TrainingConfig(1, 4096, "bf16", Parallelism(dp=8, sharding="ddp"),
+                                                           lora_rank=16))
+    plain = make_recipe("llama3-8b", "h200", TrainingConfig(1, 4096, "bf16", Parallelism(dp=8)))
+    stack_line = [line for line in dumps(lora).splitlines() if "predicted for the stack" in line][0]
+    assert "torchtitan (priced as the ideal fused step, a bound" in stack_line
+    assert [line for line in dumps(plain).splitlines() if "predicted for the stack" in line] == [
+        "# predicted for the stack: torchtitan"]
+
+
 def test_predictions_are_the_models_for_the_revised_model(recipe):
     assert recipe_model(recipe).num_layers == 4 and recipe_model(recipe).vocab_size == 128512
     # the default stack's prediction (torchtitan, with the recipe's compile flag), recorded and re-made alike

@@ -35,9 +35,26 @@ def header_lines(recipe: Recipe) -> list[str]:
                      f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s, "
                      f"peak memory {pred.peak_memory_gb:.1f} GB/GPU, MFU {pred.mfu:.1%}"
                      f"{'' if pred.fits else ' -- DOES NOT FIT in HBM'}")
-        lines.append(f"predicted for the stack: {pred.stack}" + (" (the ideal fused step: a bound, not a measured "
-                                                                  "stack; a real run is slower)" if pred.stack == "ideal" else ""))
+        lines.append(f"predicted for the stack: {pred.stack}" + _bound_words(recipe, pred.stack))
     return lines
+
+
+def _bound_words(recipe: Recipe, stack: str) -> str:
+    """What the header adds to the stack's name when its number is the fused-step bound: always for ``ideal``, and
+    for a stack whose kernel tables do not hold the recipe (LoRA, MoE blocks, ...: ``predict``'s notes say which)."""
+    if stack == "ideal":
+        return " (the ideal fused step: a bound, not a measured stack; a real run is slower)"
+    from workbench.errors import SpecError, UnknownNameError
+    from workbench.recipe.build import recipe_model, training_config
+    from workbench.step import StepModel
+
+    try:
+        bound = StepModel(recipe_model(recipe), recipe.target.gpu, stack=stack).priced_as_bound(
+            training_config(recipe), compile=recipe.compile)
+    except (SpecError, UnknownNameError):  # a user's stack file no longer at hand: the header names it, no more
+        return ""
+    return (" (priced as the ideal fused step, a bound: the recipe is outside the stack's kernel tables; a real run "
+            "is slower)") if bound else ""
 
 
 def dumps(recipe: Recipe, format: RecipeFormat = "yaml") -> str:
