@@ -15,6 +15,7 @@ the two overlap except where the GPU waits).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.graph.ops import Op
@@ -40,18 +41,41 @@ HOST_US: dict[str, float] = {
 
 def launch_counts(ops: list[Op], flavor: StackFlavor, layers: int) -> dict[str, float]:
     """Kernels per step by what launches them: eager code, a checkpointed recompute, a compiled graph."""
-    counts = {"eager": 0.0, "recompute": 0.0, "compiled": 0.0, "graphs": 0.0}
+    return part_launch_counts(((ops, 1),), flavor.compile_blocks, graph_calls(flavor, layers))
+
+
+def graph_calls(flavor: StackFlavor, layers: int) -> int:
+    """Compiled graphs called per micro-batch: each block's forward and backward, and the loss's when compiled."""
+    return 2 * layers + (2 if flavor.compile_loss else 0) if flavor.compile_blocks else 0
+
+
+def piece_launch_counts(ops: Sequence[Op], compile_blocks: bool) -> tuple[float, float, float]:
+    """(eager, recompute, compiled) kernels of one copy of ``ops`` (``launch_counts`` without the graph calls)."""
+    eager = recompute = compiled = 0.0
     for op in ops:
         n = op.count * (2 if op.kind == "attention" else 1)  # SDPA launches its helper kernels beside the main one
-        if flavor.compile_blocks and op.layer in ("attention", "mlp"):
-            counts["compiled"] += n
+        if compile_blocks and op.layer in ("attention", "mlp"):
+            compiled += n
         elif op.name.startswith("recompute."):
-            counts["recompute"] += n
+            recompute += n
         else:
-            counts["eager"] += n
-    if flavor.compile_blocks:
-        counts["graphs"] += 2 * layers + (2 if flavor.compile_loss else 0)
-    return counts
+            eager += n
+    return eager, recompute, compiled
+
+
+def part_launch_counts(parts, compile_blocks: bool, graphs: int = 0,
+                       piece_counts: Sequence[tuple[float, float, float]] | None = None) -> dict[str, float]:
+    """``launch_counts`` of (ops, copies) pieces (``graph.stacked.Parts``) and ``graphs`` graph calls;
+    ``piece_counts``: each piece's ``piece_launch_counts``, already made. Counts are whole numbers, so the sum is
+    exact in any grouping."""
+    if piece_counts is None:
+        piece_counts = [piece_launch_counts(ops, compile_blocks) for ops, _ in parts]
+    eager = recompute = compiled = 0.0
+    for (_, copies), (e, r, c) in zip(parts, piece_counts, strict=True):
+        eager += e * copies
+        recompute += r * copies
+        compiled += c * copies
+    return {"eager": eager, "recompute": recompute, "compiled": compiled, "graphs": float(graphs)}
 
 
 def host_time_s(counts: dict[str, float], constants: dict[str, float] | None = None) -> float:

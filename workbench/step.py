@@ -20,7 +20,10 @@ candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is ca
   share (``_micro_sums``; the once-per-step ops are added after, in the same order, so the bits are the same);
 - the optimizer, the data-parallel plan, the critical-path collectives (per layout and micro-batch), memory, a
   stack's priced kernel tables and its launch time, and the largest fitting micro-batch are cached by what they
-  read; ``summary`` sums the collectives without making a ``CommPrediction`` for each.
+  read; ``summary`` sums the collectives without making a ``CommPrediction`` for each;
+- a stack's kernel tables are built from pieces shared by every configuration (``stacked.stack_tables``' memo:
+  one block's ops per micro-batch shape and flavor, copied over the stage's blocks, whatever the pp, dp or
+  accumulation), each piece priced once (``_price_parts``).
 """
 
 from __future__ import annotations
@@ -220,6 +223,8 @@ class StepModel:
         self._graphs: dict[tuple, object] = {}
         self._fits: dict[tuple, tuple[object, tuple[str, ...]]] = {}
         self._peaks: dict[str, float] = {}
+        self._table_memo: dict = {}
+        """The pieces of the stack's kernel tables, shared by every configuration's (``stacked.stack_tables``)."""
 
     @functools.cached_property
     def constants(self) -> Constants:
@@ -298,10 +303,8 @@ class StepModel:
         return self._cached(("tables", cfg, compiled, dtype), lambda: self._build_tables(cfg, compiled, dtype))
 
     def _build_tables(self, cfg: TrainingConfig, compiled: bool, dtype: str):
-        gap = stacked.scope_gap(self.model, cfg, self.stack.kernels)  # cfg.beyond_stack_tables, less what it covers
-        if gap is not None:
-            return None, gap
-        return stacked.stack_step(self.model, cfg, self.stack, compiled=compiled, param_dtype=dtype), None
+        return stacked.stack_tables(self.model, cfg, self.stack, compiled=compiled, param_dtype=dtype,
+                                    memo=self._table_memo)
 
     def _fit(self, compiled: bool, tables: stacked.StackStep | None):
         """The stack profile fitted on a trace of the user's job (``workbench calibrate --trace``), and the notes
@@ -322,8 +325,8 @@ class StepModel:
         f = (id(fit), power)
         if tables is not None:  # the tables ride in the cached value: their id stays theirs while it lives
             return self._cached(("table parts", id(tables), f), lambda: (
-                (((self._price([(op, op.count) for op in tables.microbatch_ops], fit, power=power), 1),),
-                 ((self._price([(op, op.count) for op in tables.step_ops], fit, power=power), 1),)), tables))[0]
+                (self._price_parts(tables.microbatch_parts, fit, power),
+                 self._price_parts(tables.step_parts, fit, power)), tables))[0]
         model, p = self.model, cfg.parallelism
         if self.family.repeats_blocks:  # each kind of block priced once, its copies on the stage
             blocks = [(self._block(cfg, execution, fit, power, kind), n)
@@ -344,6 +347,14 @@ class StepModel:
         once = self._cached(("step", cfg, execution, f), lambda: self._price(
             [(op, op.count) for op in step_ops(model, cfg, execution)], fit, power=power))
         return micro, ((once, 1), (optimizer, 1))
+
+    def _price_parts(self, parts: stacked.Parts, fit, power: float) -> Stage:
+        """A stack's tables' (ops, copies) pieces priced, each piece once while it lives (its ops ride in the cached
+        value): the tables of many configurations share pieces (a block's ops across pipeline degrees, data
+        parallelism and checkpointing), so a candidate's tables are mostly priced already."""
+        f = (id(fit), power)
+        return tuple((self._cached(("table piece", id(ops), f), lambda: (
+            self._price([(op, op.count) for op in ops], fit, power=power), ops))[0], copies) for ops, copies in parts)
 
     def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0, kind=None) -> tuple[PricedOps, ...]:
         """``Family.block_graph``'s pieces priced (one block, independent of pp). Checkpointing changes only the
@@ -492,7 +503,8 @@ class StepModel:
                                  lambda: (micro, _micro_sums(micro, accum, _ACCUMULATED)))
         micro_sums = self._cached(("micro sums",) + graph, lambda: (micro, _micro_sums(micro, 1, _ONE_MICRO)))
         s = _fold(micro, accum, once, (step_sums[1], micro_sums[1]))
-        comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s, plan=self._plan(cfg, tables),
+        comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s,
+                         plan=self._plan(cfg, tables),
                          attention_s=s.attention_s, critical=self._critical(cfg))
         if detail:
             comms: list[CommPrediction] | None = communication(model, cfg, gpu, self.constants,
@@ -539,12 +551,13 @@ def _compiled_loss(execution: Execution | None) -> bool:
 
 def _timer_key(op: Op) -> tuple:
     """Everything ``workbench.perf.op_time`` reads of an op (``perf.gemm``: shape, dtype; ``perf.attention``: shape,
-    dtype, FLOPs, bytes and, alone, the phase; ``perf.memory_bound``: kind, dtype, bytes and the ``extra`` flags;
-    ``perf.roofline``: kind, dtype, FLOPs, bytes). A field the timer starts to read must join this key."""
+    dtype, FLOPs, bytes, alone the phase, and ``extra["sdpa_backend"]``; ``perf.memory_bound``: kind, dtype, bytes
+    and the ``extra`` flags; ``perf.roofline``: kind, dtype, FLOPs, bytes). A field the timer starts to read must
+    join this key."""
     extra = op.extra
     return (op.kind, op.phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
             op.bytes_written, extra.get("host_idle"), extra.get("bandwidth_kind"), bool(extra.get("unvectorized")),
-            bool(extra.get("transpose")), extra.get("gather")) if extra else (
+            bool(extra.get("transpose")), extra.get("gather"), extra.get("sdpa_backend")) if extra else (
             op.kind, op.phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
             op.bytes_written)
 

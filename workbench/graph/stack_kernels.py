@@ -323,6 +323,13 @@ FP8_PRECOMPUTE_SCALE: tuple[Kernel, ...] = (("foreach_amax", 4, 0, True),)
 ord=math.inf)`` (an all-reduce of the amaxes follows: a few KB, not priced), one launch per 320 chunks."""
 
 
+def weight_shard_cast(name: str, i: int, o: int, shards: int, count: int, layer: str) -> list[Op]:
+    """The cast of this rank's fp32 shard of a linear's weight W[o, i] before FSDP2's float8 all-gather over
+    ``shards`` ranks (``FP8_SHARD_CAST``), untagged: the only kernels of a block that read the shard count."""
+    return _k(f"{name}.w_shard.fp8", "fp8_quantize", FP8_SHARD_CAST, max(1, i * o // shards), "fwd", count, layer,
+              "fp8_cast")
+
+
 def _eager_cast(recipe: Float8Recipe, hp_bytes: int) -> tuple[Kernel, ...]:
     if recipe == "tensorwise":
         return FP8_TENSOR_CAST_EAGER_FP32 if hp_bytes == 4 else FP8_TENSOR_CAST_EAGER_BF16
@@ -347,8 +354,7 @@ def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm
         return 1 if recipe == "tensorwise" else rows
 
     if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook: forward only
-        fwd += _tag(_k(f"{name}.w_shard.fp8", "fp8_quantize", FP8_SHARD_CAST, max(1, i * o // all_gather_shards),
-                       "fwd", count, layer, "fp8_cast"), **tag)
+        fwd += _tag(weight_shard_cast(name, i, o, all_gather_shards, count, layer), **tag)
     if not compiled:
         fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", act_table, t * i, "fwd", count, layer, "fp8_cast",
                        rows=scales(t)), **tag)
@@ -402,8 +408,7 @@ def float8_tp_linear_casts(name: str, t: int, ts: int, i: int, o: int, *, colwis
     fwd: list[Op] = []
     bwd: list[Op] = []
     if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook
-        fwd += _tag(_k(f"{name}.w_shard.fp8", "fp8_quantize", FP8_SHARD_CAST, max(1, i * o // all_gather_shards),
-                       "fwd", count, layer, "fp8_cast"), **tag)
+        fwd += _tag(weight_shard_cast(name, i, o, all_gather_shards, count, layer), **tag)
     else:
         fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", cast, i * o, "fwd", count, layer, "fp8_cast"), **tag)
     if casts_input:
@@ -440,7 +445,12 @@ def _float8_casts(name: str, d: Dims, i: int, o: int, *, compiled: bool, mm_inde
 
 
 def _tag(ops: list[Op], **extra) -> list[Op]:
-    return [dataclasses.replace(op, extra={**op.extra, **extra}) for op in ops]
+    """``ops`` with ``extra`` added to each one's ``extra``, in place: every caller tags ops it has just built, each
+    with a dict of its own that nothing else holds yet (a copy of every op was most of the time the tables took to
+    build in a recipe search)."""
+    for op in ops:
+        op.extra.update(extra)
+    return ops
 
 
 def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
@@ -580,34 +590,51 @@ def recompute_ops(fwd: list[Op], policy: Policy, layers: int) -> list[Op]:
     - ``selective-N`` (``_apply_layer_sac``): blocks N, 2N, ... (1-based ``_layer_sac_count % N == 0``) fully
       checkpointed: ``full`` for layers // N of the blocks.
     """
-    if policy == "none":
-        return []
-    count = layers
-    if policy.startswith("selective-") and policy != "selective-op":
-        count = layers // int(policy.split("-", 1)[1])
-        policy = "full"
+    count = recomputed_blocks(policy, layers)
     if count <= 0:
         return []
+    mode = _block_mode(policy)
+    scale = count / layers
+    return [dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd", count=max(1, round(op.count * scale)))
+            for op in fwd if not _saved(op, mode)]
 
-    def saved(op: Op) -> bool:
-        a = op.extra.get("aten")
-        if op.extra.get("last"):
-            return True
-        if policy == "full":
-            return False
-        if policy == "selective-op":  # (a float8 cast of a saved GEMM's operand: only compiled, by the partitioner)
-            return a == "sdpa" or (a == "mm" and op.extra["mm_index"] % 2 == 1) or (
-                a == "fp8_cast" and op.extra.get("compiled_cast", False) and op.extra["mm_index"] % 2 == 1)
-        raise ValueError(f"unknown checkpointing policy {policy!r} (none, full, selective-op, selective-N)")
 
-    out = []
-    for op in fwd:
-        if saved(op):
-            continue
-        scale = count / layers
-        out.append(dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd",
-                                       count=max(1, round(op.count * scale))))
-    return out
+def recomputed_blocks(policy: Policy, layers: int) -> int:
+    """How many of ``layers`` blocks ``policy`` recomputes (``recompute_ops``): all of them, none, or
+    ``selective-N``'s layers // N."""
+    if policy == "none":
+        return 0
+    if policy.startswith("selective-") and policy != "selective-op":
+        return layers // int(policy.split("-", 1)[1])
+    return layers
+
+
+def block_recompute_ops(fwd: list[Op] | tuple[Op, ...], policy: Policy) -> list[Op]:
+    """``recompute_ops`` of one block: the forward kernels ``policy`` reruns in each block it recomputes, with the
+    counts of ``fwd`` (one block's; ``recomputed_blocks`` says how many blocks run them)."""
+    if policy == "none":
+        return []
+    mode = _block_mode(policy)
+    return [dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd if not _saved(op, mode)]
+
+
+def _block_mode(policy: Policy) -> Policy:
+    """What a recomputed block reruns under ``policy``: ``selective-N``'s blocks are fully checkpointed."""
+    return "full" if policy.startswith("selective-") and policy != "selective-op" else policy
+
+
+def _saved(op: Op, mode: Policy) -> bool:
+    """Whether a recomputed block under ``mode`` (full or selective-op) keeps ``op``'s output instead of rerunning
+    it (``recompute_ops``)."""
+    a = op.extra.get("aten")
+    if op.extra.get("last"):
+        return True
+    if mode == "full":
+        return False
+    if mode == "selective-op":  # (a float8 cast of a saved GEMM's operand: only compiled, by the partitioner)
+        return a == "sdpa" or (a == "mm" and op.extra["mm_index"] % 2 == 1) or (
+            a == "fp8_cast" and op.extra.get("compiled_cast", False) and op.extra["mm_index"] % 2 == 1)
+    raise ValueError(f"unknown checkpointing policy {mode!r} (none, full, selective-op, selective-N)")
 
 
 def head_ops(d: Dims, flavor: StackFlavor) -> list[Op]:

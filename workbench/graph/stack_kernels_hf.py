@@ -62,7 +62,7 @@ from workbench.graph.stack_kernels_zero import (
     zero_memory,
     zero_step_ops,
 )
-from workbench.graph.stacked import StackStep, _recompute
+from workbench.graph.stacked import StackStep, _recompute, one_piece
 from workbench.memory import MemoryBreakdown
 from workbench.stack_memory import launch_counts
 from workbench.stacks import Stack
@@ -347,5 +347,6 @@ def deepspeed_step(model, cfg, stack: Stack) -> DeepSpeedStep:
     if stage == 3:
         microbatch += zero_gather_ops(d, tied, 2 + recompute_passes, dp)
     offload = cfg.offload == "optimizer"  # stacked.scope_gap leaves parameter offload outside the tables
-    return DeepSpeedStep(flavor, policy, microbatch, zero_step_ops(d, tied, stage, dp, offload), d, zero_stage=stage,
-                         dp=dp, tied=tied, recompute_passes=recompute_passes, offload=offload)
+    step = zero_step_ops(d, tied, stage, dp, offload)
+    return DeepSpeedStep(flavor, policy, one_piece(microbatch), one_piece(step), d, zero_stage=stage, dp=dp, tied=tied,
+                         recompute_passes=recompute_passes, offload=offload)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.config import TrainingConfig
@@ -33,17 +34,20 @@ from workbench.graph.stack_kernels import (
     StackFlavor,
     _k,
     block_ops,
+    block_recompute_ops,
     embedding_ops,
     head_ops,
     optimizer_ops,
     pytorch_flavor,
     recompute_ops,
+    recomputed_blocks,
     torchtitan_flavor,
+    weight_shard_cast,
 )
 from workbench.memory import MemoryBreakdown
 from workbench.models import Model, TransformerModel
 from workbench.precision import is_8bit_training
-from workbench.stack_memory import host_time_s, launch_counts, stack_memory
+from workbench.stack_memory import graph_calls, host_time_s, part_launch_counts, piece_launch_counts, stack_memory
 from workbench.stacks import Stack
 
 
@@ -135,21 +139,51 @@ def transformer_scope_gap(model: TransformerModel, cfg: TrainingConfig, kernels:
     return None
 
 
+Parts = tuple[tuple[tuple[Op, ...], int], ...]
+"""Ops in step order as (ops, copies) pieces: each op of a piece runs ``op.count`` x ``copies`` times (a block's
+ops are one block's, ``copies`` the blocks on the stage; 1 elsewhere). The tables of many configurations share
+their pieces (``stack_tables``' memo), so the step model prices a piece once (``StepModel._parts``)."""
+
+
+def one_piece(ops: Sequence[Op]) -> Parts:
+    """``ops`` as one piece of one copy (tables built whole: Megatron-Core's, DeepSpeed's)."""
+    return ((tuple(ops), 1),)
+
+
+def flat_ops(parts: Parts) -> list[Op]:
+    """Every op of ``parts`` in order, its count times its piece's copies."""
+    return [op if copies == 1 else dataclasses.replace(op, count=op.count * copies)
+            for ops, copies in parts for op in ops]
+
+
 @dataclass(frozen=True)
 class StackStep:
     """The ops of one micro-batch and of the step, and how to price the rest, for one stack and configuration."""
 
     flavor: StackFlavor
     policy: str
-    microbatch_ops: list[Op]
-    step_ops: list[Op]
+    microbatch_parts: Parts
+    step_parts: Parts
+    """The once-per-step ops (optimizer, FSDP2's copies)."""
     dims: Dims
     fsdp_gather_scale: float = 1.0
     """The blocks' FSDP2 all-gather bytes relative to bf16 (< 1 under FSDP2's float8 all-gather): the step model
     passes it to ``step_comm.data_parallel_plan``."""
+    piece_launches: tuple[tuple, tuple] | None = None
+    """Each piece's kernel launches (``stack_memory.piece_launch_counts``) of ``microbatch_parts`` and of
+    ``step_parts``, counted once per piece by ``stack_step``; None: ``host_s`` counts them."""
 
     covers_data_parallel_memory = False
     """Whether ``memory`` holds on several data-parallel GPUs (else the step model uses ``workbench.memory``)."""
+
+    @property
+    def microbatch_ops(self) -> list[Op]:
+        """Every op of one micro-batch, counts on the stage (``flat_ops``: for reading, not for the search)."""
+        return flat_ops(self.microbatch_parts)
+
+    @property
+    def step_ops(self) -> list[Op]:
+        return flat_ops(self.step_parts)
 
     def data_parallel_schedules(self, cfg: TrainingConfig) -> list | None:
         """The stack's own data-parallel collectives (``step_comm.Schedules``), or None: the model family's for the
@@ -159,9 +193,11 @@ class StackStep:
     def host_s(self, stack: Stack, grad_accumulation: int) -> float:
         """CPU seconds to launch the step's kernels (``workbench.stack_memory.host_time_s``)."""
         constants = {name: c.value for name, c in stack.constants.items()}  # host_time_s fills the guesses
-        counts = launch_counts(self.microbatch_ops, self.flavor, self.dims.layers)
-        counts = {k: v * grad_accumulation for k, v in counts.items()}
-        step = launch_counts(self.step_ops, dataclasses.replace(self.flavor, compile_blocks=False), 0)
+        micro_pieces, step_pieces = self.piece_launches or (None, None)
+        micro = part_launch_counts(self.microbatch_parts, self.flavor.compile_blocks,
+                                   graph_calls(self.flavor, self.dims.layers), micro_pieces)
+        step = part_launch_counts(self.step_parts, False, 0, step_pieces)
+        counts = {k: v * grad_accumulation for k, v in micro.items()}
         return host_time_s({k: counts[k] + step[k] for k in counts}, constants)
 
     def memory(self, stack: Stack, capacity_bytes: float) -> MemoryBreakdown:
@@ -177,49 +213,220 @@ class StackStep:
                                workspace=slack, capacity=capacity_bytes)
 
 
-def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, compiled: bool,
-               param_dtype: str) -> StackStep:
-    """The ops of ``cfg`` as ``stack`` runs it (``scope_gap`` must be None)."""
+# ------------------------------------------------------------------------------------------ building the tables
+# Recipe search builds the tables of every candidate of one model and stack. Most of what they hold depends on far
+# fewer inputs than a candidate has, so ``stack_tables`` builds each piece once per (model, stack) in a memo the
+# caller keeps (``StepModel``) and a candidate's tables share them: keys are plain ints and strings (never the
+# config), each naming everything its value reads (the model and the stack are the memo's own: ``_memo_for``).
+# A field a builder starts to read must join its key.
+
+_GAP_UNSET = object()
+MEMO_LIMIT = 20_000
+"""Entries a memo holds before it starts over (a long-lived step model: the widget's)."""
+
+
+def stack_tables(model: Model, cfg: TrainingConfig, stack: Stack, *, compiled: bool, param_dtype: str,
+                 memo: dict | None = None) -> tuple[StackStep | None, str | None]:
+    """(``stack``'s tables for ``cfg``, None), or (None, what they lack: ``scope_gap``). ``memo``: a dict the caller
+    keeps for this one model and stack (None: build everything afresh); the tables of every configuration asked of
+    it share their pieces."""
+    memo = _memo_for(memo, model, stack)
     p = cfg.parallelism
-    d = Dims.of(model, cfg.micro_batch, cfg.seq_len, p.tp, p.cp, p.pp)
-    fsdp = p.sharding == "fsdp" and p.weight_replicas > 1  # over dp x cp (torchtitan's dp_shard_cp mesh)
+    # scope_gap reads the layout (every parallel degree and the sharding), precision, offload and LoRA, not the
+    # micro-batch, sequence, checkpointing or global batch (``feature_gap``, ``transformer_scope_gap``)
+    key = ("gap", p, cfg.precision, cfg.offload, cfg.lora_rank)
+    gap = memo.get(key, _GAP_UNSET)
+    if gap is _GAP_UNSET:
+        gap = memo[key] = scope_gap(model, cfg, stack.kernels)
+    if gap is not None:
+        return None, gap
+    return stack_step(model, cfg, stack, compiled=compiled, param_dtype=param_dtype, memo=memo), None
+
+
+def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, compiled: bool,
+               param_dtype: str, memo: dict | None = None) -> StackStep:
+    """The ops of ``cfg`` as ``stack`` runs it (``scope_gap`` must be None); ``memo`` as ``stack_tables``'."""
     if stack.kernels.startswith("megatron"):  # Megatron-Core's tables (import here: that module imports this one)
         from workbench.graph.stacked_megatron import megatron_stack_step
         return megatron_stack_step(model, cfg, stack)
     if stack.kernels == "hf-deepspeed":  # HF Llama under DeepSpeed ZeRO (that module imports this one)
         from workbench.graph.stack_kernels_hf import deepspeed_step
         return deepspeed_step(model, cfg, stack)
+    memo = _memo_for(memo, model, stack)
+    p = cfg.parallelism
+    tp, pp, replicas = p.tp, p.pp, p.weight_replicas
+    fsdp = p.sharding == "fsdp" and replicas > 1  # over dp x cp (torchtitan's dp_shard_cp mesh)
     recipe = float8_recipe(stack.kernels, cfg)
-    if stack.kernels == "torchtitan":
+    gathers = replicas if recipe == "tensorwise" else 0  # FSDP2's float8 all-gather shards (FLOAT8_STACKS)
+    # the flavor reads the compile flag, parameter dtype, float8 recipe, FSDP2 and its float8 gather (and the
+    # model's tied head); one block's ops read the flavor and the micro-batch's shape on this GPU
+    flavor_key = (compiled, param_dtype, recipe, fsdp, gathers)
+    flavor = _memo(memo, ("flavor",) + flavor_key, lambda: _flavor(model, stack.kernels, compiled, param_dtype,
+                                                                   fsdp, recipe, gathers))
+    shape = (cfg.micro_batch, cfg.seq_len, tp, p.cp)
+    d = _memo(memo, ("dims", pp) + shape, lambda: Dims.of(model, cfg.micro_batch, cfg.seq_len, tp, p.cp, pp))
+    layers = d.layers
+    policy = stack.policy(cfg.activation_checkpointing)
+    if policy == "workbench-selective":  # recompute the memory-bound ops, save every GEMM and attention output
+        policy = "selective-op-all-mm"
+    # the blocks are built with ANY_SHARDS float8 gather shards and shared by every shard count: only their
+    # forward's weight-shard casts read it (``_gathered_forward``)
+    built_key = flavor_key[:-1] + ((ANY_SHARDS,) if gathers else (0,))
+    built = flavor if not gathers else _memo(memo, ("flavor",) + built_key, lambda: _flavor(
+        model, stack.kernels, compiled, param_dtype, fsdp, recipe, ANY_SHARDS))
+    micro, micro_counts = _microbatch_parts(memo, shape + built_key, d, built, policy, gathers)
+    local_params = _memo(memo, ("local params", tp, pp, replicas, fsdp),
+                         lambda: max(1, int(model.params_per_gpu(tp, pp, replicas, 1, sharded=fsdp))))
+    # the optimizer steps the fp32 shards under FSDP2 (its moments fp32); else the parameters in their own dtype
+    step = [_memo(memo, ("optimizer", local_params) + flavor_key, lambda: _pieces((optimizer_ops(
+        local_params, dataclasses.replace(flavor, param_dtype="fp32") if fsdp else flavor),), False))]
+    gather_scale = 1.0
+    if fsdp:
+        accumulation = cfg.grad_accumulation
+        step.append(_memo(memo, ("fsdp", tp, layers, replicas, accumulation), lambda: _pieces((fsdp_ops(
+            model.layer_params() // tp, model.embedding_params() // tp + model.hidden_size, layers, replicas,
+            units=layers + 1, params_per_unit=9, grad_accumulation=accumulation),), False)))
+        if flavor.float8_all_gather:  # the blocks' linears gather 1 B per parameter, the norms 2 (bf16)
+            linears = d.block_params - 2 * d.hidden
+            gather_scale = (linears + 2 * 2 * d.hidden) / (2 * d.block_params)
+            shard = layers * linears // replicas
+            step.append(_memo(memo, ("float8 scales", shard), lambda: _pieces((_precompute_float8_scales(shard),),
+                                                                              False)))
+    step_parts = tuple((ops, 1) for (ops,), _ in step)
+    return StackStep(flavor, policy, micro, step_parts, d, gather_scale,
+                     (micro_counts, tuple(counts for _, (counts,) in step)))
+
+
+def _microbatch_parts(memo: dict, block: tuple, d: Dims, flavor: StackFlavor, policy: str,
+                      shards: int) -> tuple[Parts, tuple]:
+    """The micro-batch's pieces and their launch counts: the embedding, one block's forward (split at its
+    weight-shard casts under FSDP2's float8 all-gather over ``shards`` ranks), the head, one block's backward,
+    the recomputed block; ``block`` keys them (the micro-batch's shape and the flavor they were built with)."""
+    layers, compile_blocks = d.layers, flavor.compile_blocks
+    (embedding, fwd, head, bwd), counts = _memo(memo, ("micro-batch pieces",) + block,
+                                                lambda: _pieces(_microbatch_pieces(d, flavor), compile_blocks))
+    forward, forward_counts = ((fwd,), counts[1:2]) if not shards else _memo(
+        memo, ("forward", shards) + block, lambda: _pieces(_gathered_forward(memo, block, fwd, d, shards),
+                                                           compile_blocks))
+    recompute, recompute_counts = _memo(memo, ("recompute", policy, shards) + block, lambda: _pieces(
+        _recomputed_forward(memo, block, fwd, forward, policy, shards), compile_blocks))
+    recomputed = layers if policy == "selective-op-all-mm" else recomputed_blocks(policy, layers)
+    parts = ((embedding, 1), *((piece, layers) for piece in forward), (head, 1), (bwd, layers),
+             *((piece, recomputed) for piece in recompute))
+    parts_counts = (counts[0], *forward_counts, counts[2], counts[3], *recompute_counts)
+    kept = [i for i, (ops, copies) in enumerate(parts) if ops and copies]  # an empty piece adds nothing
+    if len(kept) == len(parts):
+        return parts, parts_counts
+    return tuple(parts[i] for i in kept), tuple(parts_counts[i] for i in kept)
+
+
+def _memo_for(memo: dict | None, model: Model, stack: Stack) -> dict:
+    """``memo``, checked to be ``model``'s and ``stack``'s (its keys leave them out); a fresh one for None."""
+    if memo is None:
+        memo = {}
+    owner = memo.setdefault("owner", (model, stack))
+    if owner[0] is not model or owner[1] is not stack:
+        raise ValueError("a stack tables memo holds one model's and one stack's pieces: keep one per StepModel")
+    if len(memo) > MEMO_LIMIT:
+        memo.clear()
+        memo["owner"] = (model, stack)
+    return memo
+
+
+def _memo(memo: dict, key: tuple, build):
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = build()
+    return hit
+
+
+def _pieces(pieces, compile_blocks: bool) -> tuple[tuple[tuple[Op, ...], ...], tuple]:
+    """(each piece as a tuple, each one's launch counts: ``stack_memory.piece_launch_counts``)."""
+    pieces = tuple(tuple(ops) for ops in pieces)
+    return pieces, tuple(piece_launch_counts(ops, compile_blocks) for ops in pieces)
+
+
+def _flavor(model: TransformerModel, kernels: str, compiled: bool, param_dtype: str, fsdp: bool, recipe: str,
+            gathers: int) -> StackFlavor:
+    if kernels == "torchtitan":
         flavor = torchtitan_flavor(compiled, recipe)
         if fsdp:  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16): bf16 parameters in compute, no autocast
             flavor = dataclasses.replace(flavor, param_dtype="bf16")
         if recipe == "tensorwise":  # FSDP2's float8 all-gather of the blocks' linears (FLOAT8_STACKS)
-            flavor = dataclasses.replace(flavor, float8_all_gather=p.weight_replicas)
+            flavor = dataclasses.replace(flavor, float8_all_gather=gathers)
     else:
         flavor = pytorch_flavor(param_dtype, compiled)
-    flavor = dataclasses.replace(flavor, tied=model.tied_embeddings)
-    policy = stack.policy(cfg.activation_checkpointing)
-    if policy == "workbench-selective":  # recompute the memory-bound ops, save every GEMM and attention output
-        policy = "selective-op-all-mm"
-    fwd, bwd = block_ops(d, flavor)
-    recompute = _recompute(fwd, policy, d.layers)
-    microbatch = embedding_ops(d, flavor) + fwd + head_ops(d, flavor) + bwd + recompute
-    local_params = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, 1, sharded=fsdp)
-    # the optimizer steps the fp32 shards under FSDP2 (its moments fp32); else the parameters in their own dtype
-    optimizer_flavor = dataclasses.replace(flavor, param_dtype="fp32") if fsdp else flavor
-    step = optimizer_ops(max(1, int(local_params)), optimizer_flavor)
-    gather_scale = 1.0
-    if fsdp:
-        layers = d.layers
-        block, root = model.layer_params() // p.tp, model.embedding_params() // p.tp + model.hidden_size
-        step += fsdp_ops(block, root, layers, p.weight_replicas, units=layers + 1, params_per_unit=9,
-                         grad_accumulation=cfg.grad_accumulation)
-        if flavor.float8_all_gather:  # the blocks' linears gather 1 B per parameter, the norms 2 (bf16)
-            linears = d.block_params - 2 * d.hidden
-            gather_scale = (linears + 2 * 2 * d.hidden) / (2 * d.block_params)
-            step += _precompute_float8_scales(layers * linears // p.weight_replicas)
-    return StackStep(flavor, policy, microbatch, step, d, gather_scale)
+    return dataclasses.replace(flavor, tied=model.tied_embeddings)
+
+
+def _microbatch_pieces(d: Dims, flavor: StackFlavor) -> tuple[list[Op], ...]:
+    """(embedding, one block's forward, head, one block's backward) kernels: a block's ops repeat on every block of
+    the stage with the same shapes, so they are built for one (``copies`` = the stage's blocks) and shared by every
+    pipeline degree; the embedding and the head read no block count."""
+    fwd, bwd = block_ops(dataclasses.replace(d, layers=1), flavor)
+    return embedding_ops(d, flavor), fwd, head_ops(d, flavor), bwd
+
+
+ANY_SHARDS = 1
+"""The float8 gather shard count a block is built with under FSDP2's float8 all-gather (``stack_step``); never a
+real one (FSDP2 shards over more than one rank)."""
+
+
+def _gathered_forward(memo: dict, block: tuple, fwd: tuple[Op, ...], d: Dims, shards: int) -> list[tuple[Op, ...]]:
+    """One block's forward (built with ``ANY_SHARDS``) for FSDP2's float8 all-gather over ``shards`` ranks: the
+    runs between the weight-shard casts as they are (split once, ``block`` keys them in ``memo``), each linear's
+    weight-shard cast (``stack_kernels.weight_shard_cast``) made again for ``shards``, with its tags."""
+    runs = _memo(memo, ("shard cast runs",) + block, lambda: _shard_cast_runs(fwd))
+    linears = {name: (i, o) for name, i, o in d.linears()}
+    pieces = []
+    for ops, casts in runs:
+        if casts:
+            linear = _linear_of(ops[0])
+            fresh = weight_shard_cast(linear, *linears[linear], shards, ops[0].count, ops[0].layer)
+            if [op.name for op in fresh] != [op.name for op in ops]:
+                raise AssertionError(f"{linear}'s weight-shard cast is not the one the block was built with")
+            ops = tuple(dataclasses.replace(op, shape=f.shape, flops=f.flops, bytes_read=f.bytes_read,
+                                            bytes_written=f.bytes_written, extra=dict(op.extra))
+                        for op, f in zip(ops, fresh))
+        pieces.append(ops)
+    return pieces
+
+
+def _recomputed_forward(memo: dict, block: tuple, fwd: tuple[Op, ...], forward: tuple[tuple[Op, ...], ...],
+                        policy: str, shards: int) -> list[tuple[Op, ...]]:
+    """``_block_recompute`` of each piece of ``forward``; under FSDP2's float8 all-gather (``shards``) the runs
+    between the weight-shard casts are every shard count's (``_gathered_forward``), so their recomputation is
+    made once (keyed by the run's place in the block)."""
+    if not shards:
+        return [tuple(_block_recompute(piece, policy)) for piece in forward]
+    runs = _memo(memo, ("shard cast runs",) + block, lambda: _shard_cast_runs(fwd))
+    return [tuple(_block_recompute(piece, policy)) if casts else _memo(
+        memo, ("recomputed run", policy, k) + block, lambda: tuple(_block_recompute(piece, policy)))
+        for k, (piece, (_, casts)) in enumerate(zip(forward, runs, strict=True))]
+
+
+def _shard_cast_runs(fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
+    """``fwd`` as runs of consecutive ops, each (ops, whether they are one linear's weight-shard cast)."""
+    runs: list[tuple[list[Op], bool]] = []
+    for op in fwd:
+        casts = ".w_shard.fp8." in op.name
+        if runs and runs[-1][1] == casts and (not casts or _linear_of(runs[-1][0][0]) == _linear_of(op)):
+            runs[-1][0].append(op)
+        else:
+            runs.append(([op], casts))
+    return tuple((tuple(ops), casts) for ops, casts in runs)
+
+
+def _linear_of(op: Op) -> str:
+    """The linear (wq, ..., w2) a float8 cast belongs to: its name's first part."""
+    return op.name.split(".", 1)[0]
+
+
+def _block_recompute(fwd: tuple[Op, ...], policy: str) -> list[Op]:
+    """One recomputed block's kernels (``_recompute`` of one block)."""
+    if policy != "selective-op-all-mm":
+        return block_recompute_ops(fwd, policy)
+    return _recompute(fwd, policy, 1)
 
 
 def _precompute_float8_scales(shard_params: int) -> list[Op]:
@@ -230,7 +437,7 @@ def _precompute_float8_scales(shard_params: int) -> list[Op]:
               "optimizer", "float8_scale", launches=launches)
 
 
-def _recompute(fwd: list[Op], policy: str, layers: int) -> list[Op]:
+def _recompute(fwd: list[Op] | tuple[Op, ...], policy: str, layers: int) -> list[Op]:
     if policy != "selective-op-all-mm":
         return recompute_ops(fwd, policy, layers)
     return [dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd

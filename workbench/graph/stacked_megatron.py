@@ -18,7 +18,7 @@ from workbench.graph.stack_kernels_megatron import (
     parameter_count,
     recompute_ops,
 )
-from workbench.graph.stacked import StackStep
+from workbench.graph.stacked import StackStep, one_piece
 from workbench.memory import MemoryBreakdown
 from workbench.models import TransformerModel
 from workbench.stack_memory_megatron import megatron_memory
@@ -71,5 +71,5 @@ def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Sta
     dp = p.weight_replicas  # the distributed optimizer shards over the data-parallel-with-cp group
     params, tensors = parameter_count(d, flavor.tied)
     step = optimizer_ops(max(1, params // dp), tensors, flavor)  # the distributed optimizer steps its shard
-    return MegatronStackStep(flavor, POLICIES[policy], microbatch, step, d, dp=dp,
+    return MegatronStackStep(flavor, POLICIES[policy], one_piece(microbatch), one_piece(step), d, dp=dp,
                              syncs=grad_norm_syncs(tensors, flavor))

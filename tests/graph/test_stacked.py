@@ -1,0 +1,84 @@
+"""workbench.graph.stacked: a candidate's tables built from pieces shared through the step model's memo are the
+tables built afresh, op for op, and the single-GPU tables are ``stack_kernels.stack_step_ops``' flat list."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from workbench.config import Parallelism, TrainingConfig
+from workbench.graph import stacked
+from workbench.graph.stack_kernels import stack_step_ops, torchtitan_flavor
+from workbench.models import get_model
+from workbench.stack_memory import host_time_s, launch_counts
+from workbench.stacks import get_stack
+
+MODEL = get_model("llama3-8b")
+LAYOUTS = ((1, 1, 1, "fsdp"), (8, 1, 1, "fsdp"), (8, 1, 1, "ddp"), (4, 1, 2, "fsdp"), (2, 2, 2, "fsdp"),
+           (2, 4, 1, "fsdp"), (16, 1, 1, "fsdp"))
+"""(dp, tp, pp, sharding): one GPU, FSDP2 over 8 and 16 ranks (float8 gathers over 8, 4, 2 and 16 shards), DDP,
+pipeline and tensor parallelism."""
+
+
+def _configs():
+    for (dp, tp, pp, sharding), mb, precision, ac in itertools.product(LAYOUTS, (1, 2), ("bf16", "fp8"),
+                                                                        ("none", "selective", "full")):
+        p = Parallelism(dp=dp, tp=tp, pp=pp, sharding=sharding)
+        yield TrainingConfig(mb, 2048, global_batch=dp * mb * 4, precision=precision, activation_checkpointing=ac,
+                             parallelism=p).resolved(MODEL)
+
+
+def _same(a: stacked.StackStep, b: stacked.StackStep, stack) -> None:
+    assert a.microbatch_ops == b.microbatch_ops and a.step_ops == b.step_ops
+    assert [op.extra for op in a.microbatch_ops + a.step_ops] == [op.extra for op in b.microbatch_ops + b.step_ops]
+    assert (a.flavor, a.policy, a.dims, a.fsdp_gather_scale) == (b.flavor, b.policy, b.dims, b.fsdp_gather_scale)
+    assert a.host_s(stack, 4) == b.host_s(stack, 4) and a.memory(stack, 141e9) == b.memory(stack, 141e9)
+
+
+@pytest.mark.parametrize("stack_name", ["torchtitan", "pytorch-eager"])
+def test_shared_pieces_are_the_fresh_tables(stack_name):
+    """One memo over every layout, precision and checkpointing mode (as a search shares it): each table equals
+    the one built with no memo, so no piece is shared beyond what its key says it reads."""
+    stack = get_stack(stack_name)
+    memo: dict = {}
+    checked = 0
+    for cfg, compiled in itertools.product(_configs(), (False, True)):
+        shared, gap = stacked.stack_tables(MODEL, cfg, stack, compiled=compiled, param_dtype="fp32", memo=memo)
+        assert gap == stacked.scope_gap(MODEL, cfg, stack.kernels)
+        if shared is None:
+            continue
+        _same(shared, stacked.stack_step(MODEL, cfg, stack, compiled=compiled, param_dtype="fp32"), stack)
+        checked += 1
+    assert checked >= 40  # pytorch-eager: one GPU and plain data parallelism only
+
+
+@pytest.mark.parametrize("policy", ["none", "selective-op", "full", "selective-3"])
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("float8", ["none", "rowwise"])
+def test_one_gpu_tables_are_the_flat_step(policy, compiled, float8):
+    """One block's ops copied over the stage's blocks are the blocks' ops counted over the layers
+    (``stack_step_ops``), the launch counts and host time with them."""
+    stack = dataclasses.replace(get_stack("torchtitan"), checkpointing={"none": policy, "selective": policy,
+                                                                          "full": policy})
+    cfg = TrainingConfig(2, 2048, precision="fp8" if float8 != "none" else "bf16").resolved(MODEL)
+    tables = stacked.stack_step(MODEL, cfg, stack, compiled=compiled, param_dtype="fp32")
+    flat = stack_step_ops(MODEL, 2, 2048, torchtitan_flavor(compiled, float8), policy)
+    micro = tables.microbatch_ops  # (the step's optimizer counts the model's parameters its own way)
+    assert micro == flat[:len(micro)] and [op.extra for op in micro] == [op.extra for op in flat[:len(micro)]]
+    assert [op.name.split(".")[0] for op in flat[len(micro):]] == [op.name.split(".")[0] for op in tables.step_ops]
+    flavor = tables.flavor
+    counts = launch_counts(tables.microbatch_ops, flavor, MODEL.num_layers)
+    step = launch_counts(tables.step_ops, dataclasses.replace(flavor, compile_blocks=False), 0)
+    constants = {name: c.value for name, c in stack.constants.items()}
+    assert tables.host_s(stack, 3) == host_time_s({k: 3 * counts[k] + step[k] for k in counts}, constants)
+
+
+def test_a_memo_is_one_models():
+    memo: dict = {}
+    cfg = TrainingConfig(1, 2048).resolved(MODEL)
+    stacked.stack_tables(MODEL, cfg, get_stack("torchtitan"), compiled=False, param_dtype="fp32", memo=memo)
+    with pytest.raises(ValueError, match="one model's and one stack's"):
+        stacked.stack_tables(get_model("llama3.2-1b"), cfg, get_stack("torchtitan"), compiled=False,
+                             param_dtype="fp32", memo=memo)
