@@ -45,6 +45,8 @@ def test_unknown_stack_lists_the_valid_ones():
     (lambda d: d["constants"]["host_eager_kernel_us"].update(value=-1), "host_eager_kernel_us.value"),
     (lambda d: d["constants"]["host_eager_kernel_us"].pop("source"), "host_eager_kernel_us.source"),
     (lambda d: d.update(schema_version=True), "schema_version"),
+    (lambda d: d.update(sdpa_backend="flash9"), "sdpa_backend"),
+    (lambda d: d.update(derived_from="torchtitn"), "derived_from"),
 ])
 def test_bad_stack_files_name_the_field(torchtitan_spec, edit, field):
     edit(torchtitan_spec)
@@ -198,3 +200,24 @@ def test_recommendation_models_default_to_the_bound():
         assert s.stack == "ideal" and s.priced_as_bound
         assert s == predict(name, "h200", gpus=8, stack="ideal").summary
     assert resolve_stack("pytorch-eager", get_model("dlrm-dcnv2")).name == "pytorch-eager"  # a named one is kept
+
+
+def test_a_derived_stack_is_its_base_with_its_overrides():
+    """torchtitan-flash2 is torchtitan (tables, constants, policies) with SDPA's FlashAttention-2 backend: its
+    attention ops carry the backend and take FA2's measured H100 rates, nothing else moves."""
+    base, variant = get_stack("torchtitan"), get_stack("torchtitan-flash2")
+    assert (variant.kernels, variant.constants, variant.checkpointing, variant.compile) == (
+        base.kernels, base.constants, base.checkpointing, base.compile)
+    assert (base.sdpa_backend, variant.sdpa_backend) == ("", "flash2")
+    assert variant.is_variant_of("torchtitan") and not base.is_variant_of("torchtitan-flash2")
+    cfg = TrainingConfig(1, 8192, "bf16", Parallelism(dp=8), "selective")
+    runs = {s.name: predict("llama3-8b", "h100-sxm", cfg, stack=s, compile=True) for s in (base, variant)}
+    for name, p in runs.items():
+        attention = [o for o in p.ops if o.op.kind == "attention"]
+        assert attention and all(o.op.extra.get("sdpa_backend", "") == get_stack(name).sdpa_backend
+                                 for o in attention)
+
+    def total(p, attention):
+        return sum(o.total_s for o in p.ops if (o.op.kind == "attention") == attention)
+    assert total(runs["torchtitan-flash2"], True) > 1.2 * total(runs["torchtitan"], True)
+    assert total(runs["torchtitan-flash2"], False) == pytest.approx(total(runs["torchtitan"], False))

@@ -59,6 +59,14 @@ def published_table(rows: tuple[PublishedRow, ...] | list[PublishedRow]) -> list
     return out
 
 
+def _priced_as(row: PublishedRow, stack: str) -> bool:
+    """Whether ``row`` was priced by ``stack`` or a variant of it (torchtitan's tables ran as torchtitan-flash2)."""
+    try:
+        return get_stack(row.stack).is_variant_of(stack)
+    except UnknownNameError:
+        return row.stack == stack
+
+
 def published_summary(gpu: str, family: str, stack: str) -> str:
     """One line per GPU: how many published rows of the family it has, how many the model expresses, their mean
     |error|, and the same for the chosen stack's rows (plain text)."""
@@ -72,7 +80,7 @@ def published_summary(gpu: str, family: str, stack: str) -> str:
     text = f"{name}: {len(rows)} published {family} rows, {len(expressed)} expressed"
     if expressed:
         text += f": mean |error| {mape(expressed):.1%}, worst {max((r.error for r in expressed), key=abs):+.1%}"
-    own = [r for r in expressed if r.stack == stack]
+    own = [r for r in expressed if _priced_as(r, stack)]
     if own and len(own) < len(expressed):
         text += f"; priced as the chosen stack: {len(own)} rows, mean |error| {mape(own):.1%}"
     elif not own and stack != "ideal":

@@ -10,8 +10,8 @@ for DLRM and HSTU, which no shipped stack trains).
 
     >>> get_stack("pytorch-eager").compiled(recipe_compile=True)
     False
-    >>> [s.name for s in list_stacks()]
-    ['deepspeed-zero2', 'deepspeed-zero3', 'ideal', 'megatron-local', 'megatron', 'pytorch-compile', 'pytorch-eager', 'torchtitan', 'workbench-job']
+    >>> {"ideal", "torchtitan", "torchtitan-flash2", "megatron", "deepspeed-zero3"} <= {s.name for s in list_stacks()}
+    True
 
 Users add a stack as a YAML file with the same schema (``load_stack``); each constant carries a source or says it
 is a guess to calibrate.
@@ -83,6 +83,12 @@ class Stack:
     validation: str = ""
     """Where this stack's predictions are checked against measurements (a report under ``benchmarks/``)."""
     constants: dict[str, StackConstant] = field(default_factory=dict)
+    derived_from: str = ""
+    """The shipped stack this one is a variant of (``derived_from`` in its YAML), "" for a stack of its own."""
+    sdpa_backend: str = ""
+    """The SDPA kernel the stack's attention runs where it is not what the generic attention fractions describe
+    (``workbench.perf.attention.SDPA_BACKENDS``, e.g. ``flash2``: a torchtitan from before cuDNN-first SDPA on
+    Hopper); empty: the generic fractions."""
 
     def compiled(self, recipe_compile: bool) -> bool:
         """Whether this stack's blocks run compiled, given the configuration's compile flag."""
@@ -103,13 +109,41 @@ class Stack:
     def constant(self, name: str, default: float) -> float:
         return self.constants[name].value if name in self.constants else default
 
+    def is_variant_of(self, name: str) -> bool:
+        """Whether this stack is ``name`` or a variant derived from it (``torchtitan-flash2`` of ``torchtitan``)."""
+        return name in (self.name, self.derived_from)
+
+
+def _derived(data: object, origin: str) -> object:
+    """``data`` with ``derived_from: NAME`` resolved: the shipped stack NAME's YAML, each top-level key ``data``
+    gives replacing the base's, ``constants`` merged name by name (a variant, e.g. an older release of one stack,
+    is its differences, not a copied file)."""
+    if not isinstance(data, dict) or "derived_from" not in data:
+        return data
+    base_name = data["derived_from"]
+    path = specs_dir() / "stacks" / f"{base_name}.yaml"
+    if not isinstance(base_name, str) or not base_name or not path.is_file():
+        raise SpecError(origin, "derived_from", base_name, f"a shipped stack ({', '.join(sorted(_catalog_names()))})")
+    base = load_yaml(path)
+    if "derived_from" in base:
+        raise SpecError(origin, "derived_from", base_name, "a stack that is not itself derived")
+    merged = {**base, **{k: v for k, v in data.items() if k != "derived_from"}}
+    merged["constants"] = {**base.get("constants", {}), **(data.get("constants") or {})}
+    return merged
+
+
+def _catalog_names() -> list[str]:
+    return [p.stem for p in (specs_dir() / "stacks").glob("*.yaml")]
+
 
 def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
-    """A stack from its parsed YAML, validated: unknown keys, bad values and missing sources are errors."""
+    """A stack from its parsed YAML, validated: unknown keys, bad values and missing sources are errors;
+    ``derived_from`` names a shipped stack whose figures the others override (``_derived``)."""
     # The recipe schema spells the parameter dtypes; imported here because workbench.recipe imports this module.
+    from workbench.perf.attention import SDPA_BACKENDS
     from workbench.recipe.schema import PARAM_DTYPES
 
-    top = Fields(data, origin)
+    top = Fields(_derived(data, origin), origin)
     version = top.number("schema_version", integer=True)
     if version != SCHEMA_VERSION:
         raise top.error("schema_version", version, f"{SCHEMA_VERSION}")
@@ -138,6 +172,8 @@ def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
         bound=top.boolean("bound", default=False),
         validation=top.string("validation", default="") if top.has("validation") else "",
         constants=constants,
+        derived_from=data["derived_from"] if isinstance(data, dict) and "derived_from" in data else "",
+        sdpa_backend=top.string("sdpa_backend", SDPA_BACKENDS) if top.has("sdpa_backend") else "",
     )
     top.finish()
     if not stack.param_dtypes:

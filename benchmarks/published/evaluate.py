@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from workbench.config import Parallelism, TrainingConfig  # noqa: E402
 from workbench.errors import SpecError, UnknownNameError, WorkbenchError  # noqa: E402
 from workbench.fileio import load_yaml, read_csv_text, read_text, write_text  # noqa: E402
+from workbench.stacks import get_stack  # noqa: E402
 
 MAPPING = Path(__file__).with_name("rows.yaml")
 AUDIT = Path(__file__).with_name("audit.md")
@@ -214,7 +215,9 @@ def build_call(row: dict[str, str], mapping: dict, without: frozenset[str] = fro
         gpus *= int(spec.get(name, 1))
     if str(gpus) != row["gpus"]:
         raise SpecError(str(MAPPING), f"rows.{rid}", f"dp x tp x pp x cp = {gpus}", f"the row's gpus = {row['gpus']}")
-    compile_ = spec.get("compile") if framework["stack"] in ("torchtitan", "workbench-job") else None
+    # the row's compile flag reaches stacks that follow the run's (torchtitan and its variants, the reference job)
+    follows = get_stack(str(framework["stack"])).compile == "recipe" or framework["stack"] == "workbench-job"
+    compile_ = spec.get("compile") if follows else None
     return model, gpu, TrainingConfig(parallelism=parallelism, **cfg), str(framework["stack"]), compile_
 
 

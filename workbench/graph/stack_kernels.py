@@ -111,6 +111,10 @@ class Dims:
     cp: int = 1
     """Context parallelism: ``seq`` is this rank's ``seq_len / cp``; attention is ``cp`` causal blocks of it (the
     load-balanced ring: ``workbench.graph.transformer``'s convention)."""
+    sdpa_backend: str = ""
+    """The SDPA kernel the stack's attention runs (``workbench.perf.attention.SDPA_BACKENDS``; empty: the generic
+    fractions). Set from the stack (a torchtitan of before cuDNN-first SDPA on Hopper, or its CP ring of Dec 2024:
+    ``flash2``); tagged on the attention ops as ``extra["sdpa_backend"]``."""
 
     @classmethod
     def of(cls, model, micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1, pp: int = 1) -> Dims:
@@ -525,8 +529,9 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
                 fwd.extend(_k(f"{name}.weight", "copy", (("to_bf16", 4, 2, True),), i * o, "fwd", n, "attention", "cast_weight"))
                 bwd.extend(_k(f"{name}.weight_grad", "copy", (("to_fp32", 2, 4, True),), i * o, "bwd", n, "attention", "cast"))
         shape = d.attention_shape()
-        fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa")[0])
-        bwd.append(attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention"))
+        backend = {"sdpa_backend": d.sdpa_backend} if d.sdpa_backend else {}
+        fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa", **backend)[0])
+        bwd.extend(_tag([attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention")], **backend))
         return fwd, bwd
 
     norm_f, norm_b = rmsnorm_tables(s)
@@ -550,8 +555,9 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
             bwd.extend(_k(f"rope.{x}", "rope", ROPE_COMPLEX_BWD, t * w, "bwd", n, "attention", "rope",
                           rows=d.seq * d.head_dim // 2))
     shape = d.attention_shape()
-    fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa")[0])
-    bwd.append(attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention"))
+    backend = {"sdpa_backend": d.sdpa_backend} if d.sdpa_backend else {}
+    fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa", **backend)[0])
+    bwd.extend(_tag([attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention")], **backend))
     fwd.extend(_k("attention.o_copy", "copy", STRIDED_COPY, t * d.q, "fwd", n, "attention", "copy"))
     linear("wo", d.q, d.hidden, 4, "attention")
     fwd.extend(_k("attn_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "attention", "add"))

@@ -264,7 +264,8 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
     flavor = _memo(memo, ("flavor",) + flavor_key, lambda: _flavor(model, stack.kernels, compiled, param_dtype,
                                                                    fsdp, recipe, gathers))
     shape = (cfg.micro_batch, cfg.seq_len, tp, p.cp)
-    d = _memo(memo, ("dims", pp) + shape, lambda: Dims.of(model, cfg.micro_batch, cfg.seq_len, tp, p.cp, pp))
+    d = _memo(memo, ("dims", pp) + shape, lambda: dataclasses.replace(  # the memo is one stack's: its backend fixed
+        Dims.of(model, cfg.micro_batch, cfg.seq_len, tp, p.cp, pp), sdpa_backend=stack.sdpa_backend))
     layers = d.layers
     policy = stack.policy(cfg.activation_checkpointing)
     if policy == "workbench-selective":  # recompute the memory-bound ops, save every GEMM and attention output
