@@ -304,9 +304,9 @@ def test_workbench_in_jupyterlab(tmp_path):
 
         # the speed target's case: Llama 3 70B on three GPUs
         page.select_option(".wb-model select", label="llama3-70b (Llama 3 70B)")
-        timings["model_change_to_render_s"] = _wait_for(  # 70B's gate_up is 2 x 28672 wide
+        timings["model_change_to_render_s"] = _wait_for(  # 70B's FFN is 28672 wide (torchtitan's w1 / w3)
             page, f"[...document.querySelectorAll({json.dumps(ROOFLINE_SVG + ' g.mark-symbol path')})]"
-                  ".some(p => (p.getAttribute('aria-label') || '').includes('57344'))",
+                  ".some(p => (p.getAttribute('aria-label') || '').includes('28672'))",
             "the roofline to show Llama 3 70B")
         start_points = _point_labels(page)
         described = [label for label in start_points if label]  # legend symbols have no description
