@@ -98,3 +98,15 @@ def test_stack_prices_the_search_and_the_recipe_records_it(tmp_path, capsys):
                  "--gpus", "1", "--stack", "pytorch-compile", "--out", str(out), "--force"]) == 0
     assert "predicted for the pytorch-compile stack" in capsys.readouterr().out
     assert load_recipe(out).predicted.stack == "pytorch-compile"
+
+
+def test_a_lora_recipe_from_the_command_line(tmp_path, capsys):
+    """``--lora-rank`` searches LoRA fine-tuning (no FSDP over frozen weights) and the recipe records it."""
+    out = tmp_path / "lora.yaml"
+    assert main(["recipe", "--model", "llama3-8b", "--set", "num_layers=4", "--gpu", "h200", "--gpus", "2",
+                 "--lora-rank", "16", "--out", str(out)]) == 0
+    recipe = load_recipe(out)
+    assert (recipe.lora.rank, recipe.lora.targets) == (16, ("q", "k", "v", "o"))
+    assert recipe.parallelism.sharding != "fsdp" and recipe.schema_version == 2
+    assert main(["recipe", "--model", "llama3-8b", "--gpu", "h200", "--lora-rank", "-1"]) == 2
+    assert "--lora-rank" in capsys.readouterr().err

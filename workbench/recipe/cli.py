@@ -19,7 +19,7 @@ from workbench.recipe.schema import Recipe
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from workbench.cli import int_flag
-    from workbench.config import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
+    from workbench.config import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LORA_RANK, MAX_SEQ_LEN
 
     p = sub.add_parser("recipe", help="the best training recipe for a model on N GPUs (or a co-designed port)")
     p.add_argument("--model", required=True, help="catalog model name (recipes name catalog models; see --set)")
@@ -39,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "this; 0: the model's standard (a transformer 4M tokens / seq-len, a recommendation model its "
                         "catalog default_batch), as GPUs x the nearest power of two per GPU "
                         "(workbench.recipe.search.default_global_batch)")
+    p.add_argument("--lora-rank", type=int_flag(0, MAX_LORA_RANK, "full training"), default=0,
+                   help="LoRA fine-tuning: adapter rank on q, k, v, o with the base frozen (the recipe records it); "
+                        "0: full training")
     p.add_argument("--source-gpu", help="port from this GPU: direct port vs co-designed, with the revisions")
     p.add_argument("--out", help="write the (co-designed) recipe here; default: print it")
     p.add_argument("--port-out", help="with --source-gpu: also write the direct-port recipe here")
@@ -105,7 +108,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         advice = advise(args.model, args.source_gpu, args.gpu, args.gpus, precisions[0], overrides=overrides,
                         seq_len=args.seq_len, global_batch=args.global_batch,
                         precisions=precisions if len(precisions) > 1 else None, calibrated=args.calibrated,
-                        stack=args.stack)
+                        stack=args.stack, lora_rank=args.lora_rank)
         print(f"{advice.model} on {advice.gpus} x {advice.target_gpu}: direct port from {advice.source_gpu} vs "
               f"co-designed, {_priced(advice.stack)}", file=report)
         print(advice.as_frame().to_string(index=False), file=report)
@@ -128,7 +131,8 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 
     model = revised_model(args.model, overrides)
     result = search(model, args.gpu, args.gpus, precisions=precisions, seq_len=args.seq_len,
-                    global_batch=args.global_batch, calibrated=args.calibrated, stack=args.stack)
+                    global_batch=args.global_batch, calibrated=args.calibrated, stack=args.stack,
+                    lora_rank=args.lora_rank)
     best = result.best
     print(result.table(args.top, name=args.model), file=report)
     recipe = make_recipe(args.model, result.gpu, best.config, overrides=overrides, calibrated=args.calibrated,
