@@ -215,9 +215,8 @@ def build_call(row: dict[str, str], mapping: dict, without: frozenset[str] = fro
         gpus *= int(spec.get(name, 1))
     if str(gpus) != row["gpus"]:
         raise SpecError(str(MAPPING), f"rows.{rid}", f"dp x tp x pp x cp = {gpus}", f"the row's gpus = {row['gpus']}")
-    # the row's compile flag reaches stacks that follow the run's (torchtitan and its variants, the reference job)
-    follows = get_stack(str(framework["stack"])).compile == "recipe" or framework["stack"] == "workbench-job"
-    compile_ = spec.get("compile") if follows else None
+    # the row's compile flag reaches the stacks that follow the run's (torchtitan and its variants, the job)
+    compile_ = spec.get("compile") if get_stack(str(framework["stack"])).compile == "recipe" else None
     return model, gpu, TrainingConfig(parallelism=parallelism, **cfg), str(framework["stack"]), compile_
 
 
