@@ -10,7 +10,7 @@ from workbench.kernels import rowwise_adagrad as ra
 def make_case(num_rows=40, dim=70, bags=9, seed=0):
     """Bags with a row repeated inside one bag and across bags, a hot row (> BLOCK_N lookups), empty bags."""
     with torch.device("cpu"):  # the case and its reference on the CPU; the kernel runs on device()
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device="cpu").manual_seed(seed)  # Generator() follows the default device, not the context
         lists = [[], [3, 3, 3, 7], [1, 1, 39, 0, 3], [5] * 37, torch.randint(0, num_rows, (25,), generator=g).tolist(),
                  [3], [], [5, 2], torch.randint(0, num_rows, (12,), generator=g).tolist()][:bags]
         indices = torch.tensor([i for bag in lists for i in bag], dtype=torch.long)
