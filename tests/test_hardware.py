@@ -5,7 +5,7 @@ import pytest
 from workbench.errors import SpecError, UnknownNameError
 from workbench.hardware import GPU, get_gpu, list_gpus, load_gpu
 
-REQUIRED = ["a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "b300", "gb200", "mi250x", "mi300x", "mi325x",
+REQUIRED = ["a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "b300", "gb200", "gb300", "mi250x", "mi300x", "mi325x",
             "mi350x", "mi355x", "mi455x"]
 
 

@@ -45,6 +45,7 @@ _DEVICE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bH100\b.*(SXM|HBM3)|\bH100 80GB HBM3\b", "h100-sxm"),
     (r"\bA100\b.*80GB", "a100-sxm-80gb"),
     (r"\bGB200\b", "gb200"),
+    (r"\bGB300\b", "gb300"),
     (r"\bB300\b", "b300"),
     (r"\bB200\b", "b200"),
     (r"MI455X", "mi455x"),

@@ -9,10 +9,10 @@ Per rank and step, over the GPU's host link (``GPU.host_link_gb_s_per_direction`
   micro-batch (DeepSpeed accumulates on the host). Issued as each bucket is reduced, so it runs beside the
   backward pass (ZeRO-Offload's overlap of the copy with backward, Sec. 4.1; DeepSpeed ``overlap_comm``): what the
   micro-batch's backward (``BACKWARD_SHARE`` of its time) does not hide is exposed.
-- the host step: AdamW over the shard, bound by the host's memory bandwidth. Every rank of a host steps at once,
-  so the host streams ``HOST_ADAM_BYTES_PER_PARAM`` x (the shard x the ranks on the host) through
-  ``HOST_MEMORY_GB_S``. The GPU waits for it, unless ``offload_delayed_update`` (ZeRO-Offload's one-step delayed
-  parameter update, Sec. 4.3) runs it beside the next step's GPU work.
+- the host step: DeepSpeedCPUAdam over the shard at its measured throughput, ``HOST_ADAM_PARAMS_PER_S`` per host.
+  Every rank of a host steps at once on the same CPUs and memory, so the host updates the shard x the ranks on
+  the host. The GPU waits for it, unless ``offload_delayed_update`` (ZeRO-Offload's one-step delayed parameter
+  update, Sec. 4.3) runs it beside the next step's GPU work.
 - parameters up (host to device): the updated bf16 shard, ``PARAM_BYTES_TO_GPU`` per parameter, after the step and
   before the next forward's gathers (exposed). With ``optimizer+params`` the shard stays on the host: instead each
   pass (forward, backward, and the recomputation under checkpointing) fetches it ahead of its all-gather,
@@ -28,17 +28,20 @@ from workbench.errors import SpecError
 from workbench.hardware import GPU
 from workbench.models import TransformerModel
 
-HOST_ADAM_BYTES_PER_PARAM = 30
-"""Host memory traffic of one AdamW update: read the fp32 parameter, gradient and both moments (16 bytes), write the
-parameter and moments (12) and the bf16 copy sent to the GPU (2); DeepSpeedCPUAdam's loop (csrc/adam/
-cpu_adam_impl.cpp) makes one pass over them, so the step is bound by this traffic, not by its ~10 FLOPs."""
-HOST_MEMORY_GB_S = 300.0
-"""Guess, calibrate me: the host memory bandwidth the DeepSpeedCPUAdam steps of all ranks of one host achieve
-together. HGX H100/H200/B200 hosts are two-socket Xeons with eight DDR5 channels per socket (DGX H100: Xeon
-Platinum 8480C, DDR5-4800, 2 x 307 GB/s peak; DGX B200: Xeon Platinum 8570, DDR5-5600, 2 x 358 GB/s); half of
-DGX H100's 614 GB/s peak is taken (a read-modify-write stream over both sockets' memory, threads per rank set by
-the launcher). Calibrate: time ``optimizer.step()`` of DeepSpeedCPUAdam on the host over 1e9 parameters per rank
-with all ranks running (DeepSpeed tests/perf/adam_test1.py), HOST_MEMORY_GB_S = ranks x 1e9 x 30 / seconds / 1e9."""
+HOST_ADAM_PARAMS_PER_S = 3.9e9
+"""DeepSpeedCPUAdam's measured throughput on one two-socket host, parameters updated per second: ZeRO-Offload
+(Ren et al., USENIX ATC 2021, arXiv 2101.06840) Table 3, CPU-Adam latency on a DGX-2 host (2 x Xeon Platinum 8168,
+48 cores, AVX512): 0.22 s for 1B parameters, 0.51 s for 2B, 1.03 s for 4B, 2.41 s for 8B, 2.57 s for 10B. The 10B
+row is taken (2.57 s / 10e9 = 0.257 ns per parameter; the 2B and 4B rows agree within 1%, the 8B row is 15%
+slower). Those figures are quoted from the paper, not re-read from a stored copy in this session: check them
+against the PDF. Not scaled by the host's memory bandwidth: the update moves ~30 bytes per parameter (read the
+fp32 parameter, gradient and both moments, write them back and the 16-bit copy), so the paper's host ran at
+~3.9e9 x 30 = 117 GB/s of its 12 DDR4-2666 channels' 256 GB/s; newer HGX hosts (DGX H100: 2 x Xeon 8480C,
+DDR5-4800, 614 GB/s; DGX B200: 2 x Xeon 8570) are not measured, and the DeepSpeed launcher starts every rank's
+OpenMP pool on all cores unless ``--bind_cores_to_rank`` (deepspeed/launcher/launch.py; the tutorial's binding
+gained 1.3x, DeepSpeed PR #7474), so eight ranks share the host oversubscribed. Guess for other hosts, calibrate
+me: time ``optimizer.step()`` of DeepSpeedCPUAdam over 1e9 parameters per rank with all ranks of the host running,
+HOST_ADAM_PARAMS_PER_S = ranks x 1e9 / seconds."""
 HOST_LINK_EFFICIENCY = 0.82
 """Achieved share of the host link's per-direction peak: 52.8 GB/s device-to-host of PCIe Gen5 x16's 64, measured
 with nvbandwidth on an H100 cluster (NVIDIA/nvbandwidth issue #24, device_to_host_memcpy_sm)."""
@@ -90,7 +93,7 @@ def offload_time(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, microba
     gradients = shard * GRAD_BYTES_TO_HOST / link * accum
     gradients_exposed = max(0.0, gradients - BACKWARD_SHARE * microbatch_s * accum)
     ranks_on_host = min(p.gpus, GPUS_PER_HOST)
-    host_step = shard * ranks_on_host * HOST_ADAM_BYTES_PER_PARAM / (HOST_MEMORY_GB_S * 1e9)
+    host_step = shard * ranks_on_host / HOST_ADAM_PARAMS_PER_S
     params_offloaded = cfg.offload == "optimizer+params"
     params_up = 0.0 if params_offloaded else shard * PARAM_BYTES_TO_GPU / link
     passes = 2 + (cfg.activation_checkpointing != "none")  # forward, backward (+ the recomputation's gathers)
@@ -114,8 +117,9 @@ def offload_note(t: OffloadTime, cfg: TrainingConfig) -> str:
         parts.append(f"parameters to GPU {ms(t.params_to_gpu_s)}")
     delayed = ", delayed update" if cfg.offload_delayed_update else ""
     return (f"CPU offload ({cfg.offload}{delayed}): " + ", ".join(parts) + f"; {ms(t.exposed_s)} in the step "
-            f"(host memory {HOST_MEMORY_GB_S:g} GB/s and gradient dtype are guesses: workbench.offload)")
+            f"(host AdamW at {HOST_ADAM_PARAMS_PER_S / 1e9:g}e9 parameters/s, ZeRO-Offload's DGX-2 measurement, "
+            "and the gradient dtype are assumptions: workbench.offload)")
 
 
-__all__ = ["BACKWARD_SHARE", "GPUS_PER_HOST", "GRAD_BYTES_TO_HOST", "HOST_ADAM_BYTES_PER_PARAM", "HOST_LINK_EFFICIENCY",
-           "HOST_MEMORY_GB_S", "PARAM_BYTES_TO_GPU", "OffloadTime", "host_link_gb_s", "offload_note", "offload_time"]
+__all__ = ["BACKWARD_SHARE", "GPUS_PER_HOST", "GRAD_BYTES_TO_HOST", "HOST_ADAM_PARAMS_PER_S", "HOST_LINK_EFFICIENCY",
+           "PARAM_BYTES_TO_GPU", "OffloadTime", "host_link_gb_s", "offload_note", "offload_time"]
