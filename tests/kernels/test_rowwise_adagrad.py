@@ -46,21 +46,23 @@ def test_a_wrong_update_is_caught():
     """The tolerance above rejects the classic mistakes: per-lookup (not per-row) accumulation, and the row's
     update from the accumulator before this step's increment."""
     weight, acc, grad_out, indices, offsets = make_case()
-    want_w, want_acc = ra.reference_rowwise_adagrad(weight, acc, grad_out, indices, offsets, lr=0.05)
-    per_lookup = grad_out.double()[torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())]
-    wrong_acc = acc.double().clone().index_add_(0, indices, per_lookup.square().mean(1))  # sum of squares
-    assert not torch.allclose(wrong_acc, want_acc, rtol=1e-6)
-    g = torch.zeros_like(want_w).index_add_(0, indices, per_lookup)
-    stale = weight.double() - 0.05 * g / (acc.double().sqrt() + 1e-8).unsqueeze(1)
-    assert not torch.allclose(stale, want_w, rtol=1e-6)
+    with torch.device("cpu"):  # the case's tensors are the CPU's whatever the default device
+        want_w, want_acc = ra.reference_rowwise_adagrad(weight, acc, grad_out, indices, offsets, lr=0.05)
+        per_lookup = grad_out.double()[torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())]
+        wrong_acc = acc.double().clone().index_add_(0, indices, per_lookup.square().mean(1))  # sum of squares
+        assert not torch.allclose(wrong_acc, want_acc, rtol=1e-6)
+        g = torch.zeros_like(want_w).index_add_(0, indices, per_lookup)
+        stale = weight.double() - 0.05 * g / (acc.double().sqrt() + 1e-8).unsqueeze(1)
+        assert not torch.allclose(stale, want_w, rtol=1e-6)
 
 
 def test_segments_group_lookups_by_row():
     _, _, _, indices, offsets = make_case()
-    rows, segments, bags = ra.segment_by_row(indices, offsets, 40)
+    with torch.device("cpu"):  # the case's tensors are the CPU's whatever the default device
+        rows, segments, bags = ra.segment_by_row(indices, offsets, 40)
+        bag_of_lookup = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
     assert torch.equal(rows, torch.unique(indices).to(rows.dtype))
     assert int(segments[-1]) == len(indices) and torch.all(segments.diff() > 0)
-    bag_of_lookup = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
     for u, row in enumerate(rows.tolist()):  # the bags of row u's lookups, as a multiset
         got = sorted(bags[segments[u]:segments[u + 1]].tolist())
         assert got == sorted(bag_of_lookup[indices == row].tolist())
