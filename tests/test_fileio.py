@@ -109,6 +109,49 @@ def test_missing_folder_and_unparseable_files_name_the_file(tmp_path):
         parse_yaml("[" * 100_000, "deep.yaml")
 
 
+def _pure_python(text: str):
+    return fileio.yaml.load(text, Loader=fileio.NoAliasSafeLoader)
+
+
+@pytest.mark.skipif(fileio._LibyamlLoader is None, reason="PyYAML without libyaml: one loader only")
+def test_every_shipped_spec_parses_the_same_through_libyaml_and_pure_python():
+    files = sorted((REPO / "specs").rglob("*.yaml")) + sorted((REPO / "tests" / "data").rglob("*.yaml"))
+    fast = readable = 0
+    for path in files:
+        try:
+            text = read_text(path)
+        except SpecError:  # tests/data/bad: dangling links, Latin-1
+            continue
+        readable += 1
+        parsed = fileio._parse_fast(text)
+        if parsed is fileio._NOT_FAST:
+            continue
+        fast += 1
+        assert repr(parsed) == repr(_pure_python(text)), path  # repr: int vs float, key order, nested types
+    assert fast >= readable - 2  # the billion-laughs file (aliases) is the pure-Python loader's
+
+
+@pytest.mark.skipif(fileio._LibyamlLoader is None, reason="PyYAML without libyaml: one loader only")
+@pytest.mark.parametrize("text", ["a: &x 1\n", "a: [*x]\n", "- &x [1]\n- *x\n", "k: 'x & y * z'\n" + "[" * 70])
+def test_anchors_aliases_and_errors_go_to_the_pure_python_loader(text):
+    assert fileio._parse_fast(text) is fileio._NOT_FAST
+
+
+@pytest.mark.skipif(fileio._LibyamlLoader is None, reason="PyYAML without libyaml: one loader only")
+def test_libyaml_takes_nesting_up_to_its_depth_limit_only():
+    too_deep = "[" * (fileio.FAST_MAX_DEPTH + 1) + "]" * (fileio.FAST_MAX_DEPTH + 1)
+    assert fileio._parse_fast(too_deep) is fileio._NOT_FAST and parse_yaml(too_deep, "x.yaml") == _pure_python(too_deep)
+    deepest = "[" * (fileio.FAST_MAX_DEPTH - 1) + "1" + "]" * (fileio.FAST_MAX_DEPTH - 1)  # FAST_MAX_DEPTH nodes
+    assert fileio._parse_fast(deepest) == _pure_python(deepest)
+
+
+def test_without_libyaml_every_document_takes_the_pure_python_loader(monkeypatch):
+    monkeypatch.setattr(fileio, "_LibyamlLoader", None)
+    assert parse_yaml("a: [1, 2.5, x, true, null]\n", "spec.yaml") == {"a": [1, 2.5, "x", True, None]}
+    with pytest.raises(SpecError, match="line 2, column 4: YAML anchors and aliases"):
+        parse_yaml("a: 1\nb: &x 2\n", "spec.yaml")
+
+
 def test_error_messages_excerpt_huge_values():
     value = ["lol"] * 9
     for _ in range(30):  # 9^30 nodes if walked: the excerpt must not walk them

@@ -39,7 +39,8 @@ def test_wheel_works_without_the_source_tree(wheel, tmp_path):
                             env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert result.returncode == 0, result.stderr
     gpus, models, mfu = result.stdout.split()
-    assert int(gpus) == 12 and int(models) >= 7 and 0 < float(mfu) < 1
+    import workbench
+    assert int(gpus) == len(workbench.list_gpus()) and int(models) >= 7 and 0 < float(mfu) < 1  # the wheel's catalog is the tree's
 
 
 def test_core_imports_no_torch_triton_pandas_or_ui():

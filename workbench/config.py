@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from workbench.errors import SpecError
 from workbench.families import family_of
@@ -25,6 +25,10 @@ OFFLOADS: tuple[str, ...] = ("none", "optimizer", "optimizer+params")
 and step on the host) and ZeRO-Infinity's parameter offload on top of it (ZeRO-3's parameter shards on the host)."""
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = ("none", "selective", "full")
+ParamDtype = Literal["fp32", "bf16"]
+PARAM_DTYPES: tuple[str, ...] = get_args(ParamDtype)
+"""Where parameters live: fp32 (fp32 parameters under bf16 autocast) or bf16 (``predict(param_dtype=)``, a stack's
+``param_dtypes``, a recipe's ``precision.param_dtype``)."""
 TRAINING_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp8_gw_hp", "mxfp8")
 """fp8_gw_hp: fp8 with the weight-gradient GEMM in bf16 (``workbench.precision.linear_gemm_precisions``)."""
 

@@ -3,7 +3,9 @@
 Readers (``read_text``, ``load_yaml``, ``load_json``, ``read_csv_text``) check the size before reading, accept
 UTF-8 with or without a byte-order mark and refuse other encodings with the byte offset, and parse YAML without
 anchors or aliases (a few hundred bytes of nested aliases expand to 10^9 nodes: "billion laughs"). Every failure
-is a ``SpecError`` that names the file.
+is a ``SpecError`` that names the file. YAML goes through libyaml (PyYAML's C parser, ~8x faster) when it is
+installed and the document is plain (no anchor, alias or deep nesting, and it parses); anything else goes to the
+pure-Python loader, which decides and words every refusal (``parse_yaml``).
 
 Writers (``write_text``, ``write_bytes``) never replace a file unless asked (``overwrite=True``; ``--force`` on
 the command line), and then atomically: the text goes to a temporary file in the target folder, is fsynced, and
@@ -152,8 +154,71 @@ def _bounded(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+FAST_MAX_DEPTH = 64
+"""Deepest nesting (mappings, sequences and the scalar at the bottom) the libyaml path takes: libyaml's composer
+recurses on the C stack. A deeper document goes to the pure-Python loader, which refuses what is too deep (the
+shipped specs nest < 10)."""
+_NOT_FAST = object()
+
+
+class _TooDeep(yaml.YAMLError):
+    pass
+
+
+if getattr(yaml, "__with_libyaml__", False):
+    class _LibyamlLoader(yaml.CSafeLoader):
+        """libyaml's parser and composer (C) under PyYAML's own safe constructor and resolver, refusing nesting
+        deeper than ``FAST_MAX_DEPTH`` (the composer asks the resolver at each level it descends)."""
+
+        def __init__(self, stream: str):
+            super().__init__(stream)
+            self._depth = 0
+
+        def descend_resolver(self, parent: Any, index: Any) -> None:
+            self._depth += 1
+            if self._depth > FAST_MAX_DEPTH:
+                raise _TooDeep(f"nested deeper than {FAST_MAX_DEPTH}")
+            super().descend_resolver(parent, index)
+
+        def ascend_resolver(self) -> None:
+            self._depth -= 1
+            super().ascend_resolver()
+else:  # PyYAML built without libyaml: every document takes the pure-Python loader
+    _LibyamlLoader = None
+
+
+def _has_anchor_or_alias(text: str) -> bool:
+    """Whether libyaml's parser meets an anchor or alias in ``text``: events only, no nodes, nothing expanded.
+    Neither can be written without its indicator, so a text without ``&`` and ``*`` is not parsed for it."""
+    if "&" not in text and "*" not in text:
+        return False
+    return any(isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None
+               for event in yaml.parse(text, Loader=_LibyamlLoader))
+
+
+def _parse_fast(text: str) -> Any:
+    """``text`` parsed by libyaml when it is plain YAML: no anchor or alias, nesting at most ``FAST_MAX_DEPTH``,
+    no error. ``_NOT_FAST`` otherwise (and without libyaml): the pure-Python loader then parses it and words any
+    refusal, so every error stays that loader's."""
+    if _LibyamlLoader is None:
+        return _NOT_FAST
+    try:
+        if _has_anchor_or_alias(text):
+            return _NOT_FAST
+        return yaml.load(text, Loader=_LibyamlLoader)  # noqa: S506 - CSafeLoader: the safe constructor
+    except Exception:  # noqa: BLE001 - any trouble: the pure-Python loader decides and says why
+        return _NOT_FAST
+
+
 def parse_yaml(text: str, origin: str) -> Any:
-    """YAML ``text`` parsed safely, anchors and aliases refused; errors name ``origin`` and the line."""
+    """YAML ``text`` parsed safely, anchors and aliases refused; errors name ``origin`` and the line.
+
+    Plain documents parse through libyaml (``_parse_fast``); the rest, and every document libyaml refuses, through
+    the pure-Python ``NoAliasSafeLoader``, whose errors these are. Both build values with PyYAML's same safe
+    constructor and resolver (tests/test_fileio.py checks every shipped spec parses the same both ways)."""
+    parsed = _parse_fast(text)
+    if parsed is not _NOT_FAST:
+        return parsed
     try:
         return yaml.load(text, Loader=NoAliasSafeLoader)  # noqa: S506 - a SafeLoader subclass
     except _AliasRefused as exc:

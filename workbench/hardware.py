@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workbench._data import specs_dir
+from workbench.catalog import Catalog
 from workbench.errors import SpecError, UnknownNameError
-from workbench.schema import Fields, check_number, load_catalog, load_yaml
+from workbench.schema import Fields, check_number, load_yaml
 
 FigureKind = Literal["datasheet", "derived", "secondary", "measured", "estimate"]
 FIGURE_KINDS: tuple[str, ...] = ("datasheet", "derived", "secondary", "measured", "estimate")
@@ -439,19 +440,25 @@ def load_gpu_variant(spec: str | Path | dict) -> GPU:
     return gpu_variant_from_dict(load_yaml(spec), str(spec))
 
 
-@cache
+_PARTS: Catalog[GPU] = Catalog(_catalog_dir, load_gpu)
+_VARIANTS: Catalog[GPU] = Catalog(_variants_dir, load_gpu_variant)
+
+
 def _catalog() -> dict[str, GPU]:
-    return load_catalog(_catalog_dir(), load_gpu)
+    return _PARTS.entries()
 
 
 @cache
 def _variants() -> dict[str, GPU]:
-    folder = _variants_dir()
-    variants = load_catalog(folder, load_gpu_variant) if folder.is_dir() else {}
-    for name, gpu in variants.items():
-        if name in _catalog():
-            raise SpecError(gpu.origin, "name", name, "a name no catalog part has")
+    variants = _VARIANTS.entries()
+    for gpu in variants.values():
+        _check_variant_name(gpu)
     return variants
+
+
+def _check_variant_name(variant: GPU) -> None:
+    if variant.name in _PARTS:
+        raise SpecError(variant.origin, "name", variant.name, "a name no catalog part has")
 
 
 @cache
@@ -469,13 +476,26 @@ def list_gpu_variants() -> list[GPU]:
     return list(_variants().values())
 
 
+def _by_name(key: str) -> GPU | None:
+    """The part or variant whose file is ``key``.yaml, reading that file alone; None when none is."""
+    variant = _VARIANTS.get(key)
+    if variant is not None:
+        _check_variant_name(variant)
+        return variant
+    return _PARTS.get(key)
+
+
 def get_gpu(name: str | GPU) -> GPU:
-    """A catalog GPU by exact name or alias (case-insensitive), e.g. ``get_gpu("mi355x")``."""
+    """A catalog GPU by exact name or alias (case-insensitive), e.g. ``get_gpu("mi355x")``.
+
+    A name reads its own file only; an alias (``h200``) reads every file's ``aliases`` once per process, the
+    whole catalog (a name is never also an alias: tests/test_catalog.py checks the shipped catalog)."""
     if isinstance(name, GPU):
         return name
     key = str(name).lower()
-    catalog = {**_catalog(), **_variants()}
-    key = _aliases().get(key, key)
-    if key not in catalog:
-        raise UnknownNameError("GPU", name, list(catalog) + list(_aliases()))
-    return catalog[key]
+    gpu = _by_name(key)
+    if gpu is None and key in _aliases():
+        gpu = _by_name(_aliases()[key])
+    if gpu is None:
+        raise UnknownNameError("GPU", name, [*_catalog(), *_variants(), *_aliases()])
+    return gpu

@@ -10,14 +10,14 @@ models come from a YAML/dict with the same schema, or from a Hugging Face ``conf
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Literal, Union
 
 from workbench._data import specs_dir
+from workbench.catalog import Catalog
 from workbench.errors import SpecError, UnknownNameError
 from workbench.families import family_names, get_family, is_registered_model
-from workbench.schema import Fields, load_catalog, load_yaml
+from workbench.schema import Fields, load_yaml
 
 
 @dataclass(frozen=True)
@@ -584,9 +584,11 @@ def _catalog_dir() -> Path:
     return specs_dir() / "models"
 
 
-@cache
+_MODELS: Catalog[Model] = Catalog(_catalog_dir, load_model)
+
+
 def _catalog() -> dict[str, Model]:
-    return load_catalog(_catalog_dir(), load_model)
+    return _MODELS.entries()
 
 
 def list_models() -> list[Model]:
@@ -598,8 +600,7 @@ def get_model(name: str | Model) -> Model:
     registered family) is returned as it is."""
     if isinstance(name, (TransformerModel, DLRMModel, HSTUModel)) or is_registered_model(name):
         return name
-    catalog = _catalog()
-    key = str(name).lower()
-    if key not in catalog:
-        raise UnknownNameError("model", name, catalog)
-    return catalog[key]
+    model = _MODELS.get(str(name).lower())  # reads that model's file alone
+    if model is None:
+        raise UnknownNameError("model", name, _catalog())
+    return model

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +99,3 @@ def check_number(value: object, origin: str, field: str, *, minimum: float | Non
 def write_atomic(path: str | Path, text: str, *, overwrite: bool = True) -> Path:
     """``workbench.fileio.write_text`` with the old default (replace); new code calls ``write_text`` directly."""
     return write_text(path, text, overwrite=overwrite)
-
-
-def load_catalog(folder: Path, load: Callable[[Path], Any]) -> dict[str, Any]:
-    """Every ``*.yaml`` of a catalog folder by name, in file-name order, through ``load``; each entry's ``name``
-    must be its file's stem (GPUs, models, stacks)."""
-    entries = {}
-    for path in sorted(folder.glob("*.yaml")):
-        entry = load(path)
-        if entry.name != path.stem:
-            raise SpecError(str(path), "name", entry.name, f"the file's stem {path.stem!r}")
-        entries[entry.name] = entry
-    return entries

@@ -45,6 +45,7 @@ from workbench.errors import SpecError, WorkbenchError
 from workbench.fileio import check_output, load_yaml, write_text
 from workbench.hardware import GPU, get_gpu
 from workbench.paths import find_calibration_file, user_calibration_dir
+from workbench.profile_fit import NO_FIT, StackFit  # StackFit re-exported: how a prediction applies a profile
 from workbench.schema import Fields
 from workbench.trace import CLASSES, Trace, idle_split, op_class
 
@@ -200,47 +201,7 @@ def _read_profile(path: str, mtime_ns: int, size: int) -> StackProfile:
 
 
 # ------------------------------------------------------------------------------------------- applying a profile
-@dataclass(frozen=True)
-class StackFit:
-    """How a prediction applies a stack profile (``predict`` asks ``workbench.graph.stacked.trace_fit``)."""
-
-    profile: StackProfile | None = None
-    compiled: bool = False
-
-    @property
-    def applied(self) -> bool:
-        return self.profile is not None
-
-    @property
-    def same_mode(self) -> bool:
-        return self.profile is not None and self.profile.compiled == self.compiled
-
-    def op_time(self, op: Any, t: Any) -> Any:
-        """``t`` (a ``workbench.perf.OpTime``) scaled by the op's class factor, never below its roofline."""
-        if self.profile is None:
-            return t
-        factor = self.profile.scale(op, self.compiled)
-        return t if factor == 1.0 else dataclasses.replace(t, time_s=max(t.time_s * factor, t.roofline_s))
-
-    def host_s(self, host_s: float) -> float:
-        """The stack's host time of a step, plus the trace's step boundary (a host-bound step waits for it too)."""
-        if self.profile is None:
-            return host_s
-        scale = self.profile.host_scale if self.same_mode else None
-        return (host_s * scale if scale else host_s) + self.profile.step_gap_ms / 1e3
-
-    @property
-    def idle_gap_s(self) -> float:
-        """Per step: the trace's step boundary (both modes) and, in the traced compile mode only, its in-step idle
-        and its kernels the model has no op for."""
-        if self.profile is None:
-            return 0.0
-        same = self.profile.idle_gap_ms + self.profile.unmatched_ms if self.same_mode else 0.0
-        return (self.profile.step_gap_ms + same) / 1e3
-
-
-NO_FIT = StackFit()
-
+# (``StackFit``, in ``workbench.profile_fit``: an uncalibrated prediction imports that, not this module)
 
 def stack_fit(stack: str, gpu: GPU, compiled: bool, notes: list[str] | None = None) -> StackFit:
     """The stack profile a calibrated prediction of ``stack`` on ``gpu`` applies (``NO_FIT`` without one); says in

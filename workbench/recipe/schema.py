@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from workbench import __version__
-from workbench.config import CHECKPOINTING, DEFAULT_LORA_TARGETS, LORA_TARGETS, MAX_LORA_RANK, Checkpointing
+from workbench.config import (
+    CHECKPOINTING,
+    DEFAULT_LORA_TARGETS,
+    LORA_TARGETS,
+    MAX_LORA_RANK,
+    PARAM_DTYPES,
+    Checkpointing,
+    ParamDtype,
+)
 from workbench.errors import SpecError, UnknownNameError
 from workbench.graph.execution import TRITON_OPS
 
@@ -61,8 +69,6 @@ inverse, with rowwise for fp8."""
 ComputeDtype = Literal["fp32", "tf32", "bf16", "fp16"]
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)
 """tf32 is fp32 storage with TF32 tensor-core matmuls."""
-ParamDtype = Literal["fp32", "bf16"]
-PARAM_DTYPES: tuple[str, ...] = get_args(ParamDtype)
 ReduceDtype = Literal["fp32", "bf16"]
 REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
 CheckpointMode = Checkpointing
