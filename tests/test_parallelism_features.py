@@ -113,10 +113,13 @@ def test_cp_activations_and_ring_exchange():
     m1 = memory_breakdown(MODEL, cfg(dp=1, seq=8192, ac="full"), GPU)
     m4 = memory_breakdown(MODEL, cfg(dp=1, seq=32768, ac="full", cp=4), GPU)
     assert m4.activations == pytest.approx(m1.activations)
-    p = predict(MODEL, GPU, cfg(dp=1, seq=32768, cp=4))
+    p = predict(MODEL, GPU, cfg(dp=1, seq=32768, cp=4), stack="ideal")  # the generic p2p ring
     ring = next(c for c in p.comms if c.name == "cp.ring_send_recv_kv")
     assert 0 <= ring.exposed_s <= ring.time_s and ring.time_s > 0
     assert p.summary.gpus == 4
+    # torchtitan's (the default stack's) is PyTorch's: one K/V all-gather per attention call, fp32 dK/dV sends
+    names = {c.name for c in predict(MODEL, GPU, cfg(dp=1, seq=32768, cp=4)).comms}
+    assert {"cp.all_gather_kv", "cp.send_recv_grad_kv"} <= names and "cp.ring_send_recv_kv" not in names
 
 
 def test_cp_ranks_share_weights():

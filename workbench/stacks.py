@@ -20,15 +20,16 @@ is a guess to calibrate.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from workbench._data import specs_dir
-from workbench.config import CHECKPOINTING
+from workbench.catalog import Catalog
+from workbench.config import CHECKPOINTING, PARAM_DTYPES
 from workbench.errors import SpecError, UnknownNameError
 from workbench.families import family_of
-from workbench.schema import Fields, check_number, load_catalog, load_yaml
+from workbench.perf.context_parallel import KV_HEADS, MERGES, ROTATE_METHODS, ContextParallel
+from workbench.schema import Fields, check_number, load_yaml
 
 SCHEMA_VERSION = 1
 KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te",
@@ -45,6 +46,10 @@ saves every GEMM output (the fused step's and the reference job's selective); ``
 Megatron's (``recompute_modules=["core_attn"]``); ``selective-op`` is torchtitan's
 per-op policy (saves SDPA and every second matmul's output); ``selective-N`` fully checkpoints every N-th block."""
 CONSTANT_KINDS: tuple[str, ...] = ("sourced", "fitted", "guess")
+FP8_RECIPES: tuple[str, ...] = ("delayed", "current")
+"""TransformerEngine's per-tensor fp8 recipe a ``megatron-te`` stack runs for ``precision: fp8``
+(``workbench.graph.te_fp8``): delayed scaling (NeMo's ``bf16_with_fp8_mixed``, TE's default) or current scaling
+(``bf16_with_fp8_current_scaling_mixed``)."""
 DEFAULT_STACK = "torchtitan"
 """The stack a step is priced for when none is named, for a model whose family names none of its own
 (``default_stack``): the stack most teams train dense decoders with. Its kernel tables price Llama-style blocks on
@@ -89,6 +94,11 @@ class Stack:
     """The SDPA kernel the stack's attention runs where it is not what the generic attention fractions describe
     (``workbench.perf.attention.SDPA_BACKENDS``, e.g. ``flash2``: a torchtitan from before cuDNN-first SDPA on
     Hopper); empty: the generic fractions."""
+    fp8_recipe: Literal["delayed", "current"] = "delayed"
+    """The per-tensor fp8 recipe of ``precision: fp8`` (``FP8_RECIPES``; read by the ``megatron-te`` tables)."""
+    context_parallel: ContextParallel | None = None
+    """How the stack's ring attention moves K/V and merges its steps under cp > 1 (``context_parallel`` in its
+    YAML: ``workbench.perf.context_parallel``); None: the generic p2p ring (``GENERIC_RING``)."""
 
     def compiled(self, recipe_compile: bool) -> bool:
         """Whether this stack's blocks run compiled, given the configuration's compile flag."""
@@ -139,9 +149,7 @@ def _catalog_names() -> list[str]:
 def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
     """A stack from its parsed YAML, validated: unknown keys, bad values and missing sources are errors;
     ``derived_from`` names a shipped stack whose figures the others override (``_derived``)."""
-    # The recipe schema spells the parameter dtypes; imported here because workbench.recipe imports this module.
     from workbench.perf.attention import SDPA_BACKENDS
-    from workbench.recipe.schema import PARAM_DTYPES
 
     top = Fields(_derived(data, origin), origin)
     version = top.number("schema_version", integer=True)
@@ -174,11 +182,23 @@ def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
         constants=constants,
         derived_from=data["derived_from"] if isinstance(data, dict) and "derived_from" in data else "",
         sdpa_backend=top.string("sdpa_backend", SDPA_BACKENDS) if top.has("sdpa_backend") else "",
+        fp8_recipe=top.string("fp8_recipe", FP8_RECIPES) if top.has("fp8_recipe") else "delayed",
+        context_parallel=_context_parallel(top.sub("context_parallel")) if top.has("context_parallel") else None,
     )
     top.finish()
     if not stack.param_dtypes:
         raise SpecError(origin, "param_dtypes", [], f"at least one of {', '.join(PARAM_DTYPES)}")
     return stack
+
+
+def _context_parallel(entry: Fields) -> ContextParallel:
+    """A stack's ``context_parallel`` mapping (rotate, kv_heads, grad_dtype bf16 / fp32, merge, source)."""
+    grad = entry.string("grad_dtype", ("bf16", "fp32"))
+    cp = ContextParallel(rotate=entry.string("rotate", ROTATE_METHODS), kv_heads=entry.string("kv_heads", KV_HEADS),
+                         grad_bytes=4 if grad == "fp32" else 2, merge=entry.string("merge", MERGES),
+                         source=entry.string("source"))
+    entry.finish()
+    return cp
 
 
 def load_stack(spec: str | Path | dict) -> Stack:
@@ -188,9 +208,11 @@ def load_stack(spec: str | Path | dict) -> Stack:
     return stack_from_dict(load_yaml(spec), str(spec))
 
 
-@cache
+_STACKS: Catalog[Stack] = Catalog(lambda: specs_dir() / "stacks", load_stack)
+
+
 def _catalog() -> dict[str, Stack]:
-    return load_catalog(specs_dir() / "stacks", load_stack)
+    return _STACKS.entries()
 
 
 def list_stacks() -> list[Stack]:
@@ -223,7 +245,7 @@ def get_stack(name: str | Stack | None) -> Stack:
         name = DEFAULT_STACK
     if str(name).endswith((".yaml", ".yml")):
         return load_stack(name)
-    catalog = _catalog()
-    if name not in catalog:
-        raise UnknownNameError("stack", name, catalog)
-    return catalog[name]
+    stack = _STACKS.get(str(name))  # reads that stack's file (and a variant's base) alone
+    if stack is None:
+        raise UnknownNameError("stack", name, _catalog())
+    return stack

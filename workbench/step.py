@@ -37,7 +37,8 @@ from workbench.config import TrainingConfig, activation_dtype
 from workbench.families import family_of
 from workbench.graph import stacked
 from workbench.graph.execution import Execution
-from workbench.graph.ops import FlatShape, Op, memory_op
+from workbench.graph.ops import FlatShape, Op, memory_op, replace_op
+from workbench.graph.te_fp8 import fp8_gemm_any_layout
 from workbench.graph.transformer import block_graph as _block_graph  # noqa: F401 -- tests/test_step.py reads it
 from workbench.graph.transformer import block_pieces as _block_pieces  # noqa: F401 -- and this
 from workbench.hardware import GPU, get_gpu
@@ -138,7 +139,7 @@ class PricedOps:
     def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:
         """One ``OpPrediction`` per op, its count x ``copies`` (a block's layers on the stage); executions = that
         count x ``executions_per_count`` (the micro-batches)."""
-        return [OpPrediction(op if op.count == n * copies else dataclasses.replace(op, count=n * copies), t.time_s,
+        return [OpPrediction(op if op.count == n * copies else replace_op(op, count=n * copies), t.time_s,
                              t.roofline_s, bound, n * copies * executions_per_count)
                 for op, n, t, bound in zip(self.ops, self.counts, self.times, self.bounds)]
 
@@ -304,7 +305,7 @@ class StepModel:
 
     def _build_tables(self, cfg: TrainingConfig, compiled: bool, dtype: str):
         return stacked.stack_tables(self.model, cfg, self.stack, compiled=compiled, param_dtype=dtype,
-                                    memo=self._table_memo)
+                                    memo=self._table_memo, fp8_any_layout=fp8_gemm_any_layout(self.gpu))
 
     def _fit(self, compiled: bool, tables: stacked.StackStep | None):
         """The stack profile fitted on a trace of the user's job (``workbench calibrate --trace``), and the notes
@@ -399,7 +400,8 @@ class StepModel:
         p = cfg.parallelism
         key = ("critical", cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing,
                cfg.grad_accumulation, p.dp, p.tp, p.pp, p.ep, p.cp, p.virtual_stages)
-        return self._cached(key, lambda: critical_path(self.model, cfg, self.gpu, self.constants))
+        return self._cached(key, lambda: critical_path(self.model, cfg, self.gpu, self.constants,
+                                                       context_parallel=self.stack.context_parallel))
 
     def _max_micro_batch(self, cfg: TrainingConfig, compiled_loss: bool = False) -> int:
         key = ("max_micro_batch", cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
@@ -453,6 +455,21 @@ class StepModel:
         return self._step(cfg, fit, tables, execution, self._peak(cfg.precision), max_micro_batch,
                           detail=False)[0]
 
+    def candidate(self, cfg: TrainingConfig, *, compile: bool | None = None,
+                  param_dtype: str | None = None) -> tuple[MemoryBreakdown, StepSummary | None, bool]:
+        """What recipe search asks of ``cfg`` (resolved), with one look-up of its tables: its peak memory
+        (``memory``), its ``summary`` without the largest micro-batch if it fits (None if it does not), and
+        whether it is priced as the bound (``priced_as_bound``)."""
+        compiled, dtype, execution = self._mode(compile, param_dtype)
+        tables, _ = self._tables(cfg, compiled, dtype)
+        memory = self._memory(cfg, tables, _compiled_loss(execution))
+        if not memory.fits:
+            return memory, None, self._bound(tables)
+        fit, _ = self._fit(compiled, tables)
+        summary = self._step(cfg, fit, tables, execution, self._peak(cfg.precision), False, detail=False,
+                             memory=memory)[0]
+        return memory, summary, summary.priced_as_bound
+
     def prediction(self, config: TrainingConfig, *, compile: bool | None = None, param_dtype: str | None = None,
                    allow_fallback: bool = False) -> Prediction:
         """Predict one step of ``config`` (``predict``'s arguments; ``config`` need not be resolved)."""
@@ -490,22 +507,33 @@ class StepModel:
         return Prediction(self.model, self.gpu, cfg, resolved, ops, comms, summary,
                           calibrated=c.calibrated or fit.applied, notes=notes)
 
+    def _micro_sums(self, micro: Stage, accum: int) -> tuple[tuple, tuple]:
+        """``_micro_sums`` of ``_ACCUMULATED`` (x ``accum``) and of ``_ONE_MICRO`` (x 1) for the micro-batch graph
+        ``micro``, cached by its parts (configurations with other tables often share a graph: another sharding or
+        global batch) and, for the next look-up, by ``micro`` itself (a cached value of ``_parts``)."""
+        key = ("micro sums of", id(micro), accum)  # micro rides in the cached value: its id stays its own
+        hit = self._graphs.get(key)
+        if hit is None:
+            graph = tuple((id(part), copies) for part, copies in micro)  # the parts ride in the values too
+            step_sums = self._cached(("micro sums", accum) + graph,
+                                     lambda: (micro, _micro_sums(micro, accum, _ACCUMULATED)))
+            micro_sums = self._cached(("micro sums",) + graph, lambda: (micro, _micro_sums(micro, 1, _ONE_MICRO)))
+            hit = self._cached(key, lambda: (micro, (step_sums[1], micro_sums[1])))
+        return hit[1]
+
     def _step(self, cfg: TrainingConfig, fit, tables, execution, peak: float, with_max_micro_batch: bool = True,
-              detail: bool = True):
+              detail: bool = True, memory: MemoryBreakdown | None = None):
         """(summary, priced parts, collectives) of ``cfg``: the one place the step's arithmetic lives. ``detail``
-        False leaves out the collectives (None; their sums are the same: ``step_comm.communication_seconds``)."""
+        False leaves out the collectives (None; their sums are the same: ``step_comm.communication_seconds``);
+        ``memory``: ``cfg``'s, already looked up (``_memory``)."""
         model, gpu, p = self.model, self.gpu, cfg.parallelism
         accum = cfg.grad_accumulation
         micro, once = parts = self._parts(cfg, fit, tables, execution)
-        # the micro-batch graph rides in the cached values: its parts' ids stay theirs while they live
-        graph = tuple((id(part), copies) for part, copies in micro)
-        step_sums = self._cached(("micro sums", accum) + graph,
-                                 lambda: (micro, _micro_sums(micro, accum, _ACCUMULATED)))
-        micro_sums = self._cached(("micro sums",) + graph, lambda: (micro, _micro_sums(micro, 1, _ONE_MICRO)))
-        s = _fold(micro, accum, once, (step_sums[1], micro_sums[1]))
+        s = _fold(micro, accum, once, self._micro_sums(micro, accum))
         comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s,
                          plan=self._plan(cfg, tables),
-                         attention_s=s.attention_s, critical=self._critical(cfg))
+                         attention_s=s.attention_s, critical=self._critical(cfg) if tables is None else
+                         tables.overlap_critical_path(self._critical(cfg), micro, cfg, model))
         if detail:
             comms: list[CommPrediction] | None = communication(model, cfg, gpu, self.constants,
                                                                accum * s.microbatch_s, **comm_args)
@@ -531,7 +559,8 @@ class StepModel:
         model_flops = s.useful_flops * p.gpus if flops is None else flops * samples  # None: the priced ops' FLOPs
         tokens = samples * family.tokens_per_sample(model, cfg)
         compiled_loss = _compiled_loss(execution)
-        memory = self._memory(cfg, tables, compiled_loss)
+        if memory is None:
+            memory = self._memory(cfg, tables, compiled_loss)
         summary = StepSummary(
             step_time_s=step, compute_bound_s=s.compute_bound_s, memory_bound_s=s.memory_bound_s,
             communication_s=comm_s, communication_total_s=comm_total_s,
@@ -549,17 +578,19 @@ def _compiled_loss(execution: Execution | None) -> bool:
     return execution is not None and execution.compiled_loss
 
 
+_TIMER_EXTRAS = ("host_idle", "bandwidth_kind", "unvectorized", "transpose", "gather", "sdpa_backend")
+"""The ``extra`` entries ``workbench.perf.op_time`` reads (``_timer_key``)."""
+
+
 def _timer_key(op: Op) -> tuple:
     """Everything ``workbench.perf.op_time`` reads of an op (``perf.gemm``: shape, dtype; ``perf.attention``: shape,
     dtype, FLOPs, bytes, alone the phase, and ``extra["sdpa_backend"]``; ``perf.memory_bound``: kind, dtype, bytes
-    and the ``extra`` flags; ``perf.roofline``: kind, dtype, FLOPs, bytes). A field the timer starts to read must
-    join this key."""
+    and the ``extra`` flags, ``_TIMER_EXTRAS``; ``perf.roofline``: kind, dtype, FLOPs, bytes). A field the timer
+    starts to read must join this key. (Flags are keyed as stored: an absent and a False flag are two keys of one
+    time, priced twice; the builders set only True flags.)"""
     extra = op.extra
     return (op.kind, op.phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
-            op.bytes_written, extra.get("host_idle"), extra.get("bandwidth_kind"), bool(extra.get("unvectorized")),
-            bool(extra.get("transpose")), extra.get("gather"), extra.get("sdpa_backend")) if extra else (
-            op.kind, op.phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
-            op.bytes_written)
+            op.bytes_written, tuple(map(extra.get, _TIMER_EXTRAS)) if extra else ())
 
 
 __all__ = ["PricedOps", "StepModel", "microbatch_ops", "optimizer_op", "step_ops"]

@@ -18,6 +18,13 @@ from workbench.graph.transformer import local_tokens
 from workbench.hardware import GPU
 from workbench.models import DLRMModel, HSTUModel, Model, TransformerModel
 from workbench.perf.comm import collective_time, group_link
+from workbench.perf.context_parallel import (
+    ContextParallel,
+    RingExchange as StackRingExchange,
+    attention_call_s,
+    ring_exchanges,
+    ring_exposed_s,
+)
 from workbench.perf.efficiency import Constants
 from workbench.perf.overlap import (
     ScheduledCollective,
@@ -172,7 +179,9 @@ def _scheduled(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_c
     """(the data-parallel plan, each collective's exposed seconds, the critical-path collectives with the cp ring's
     overlap applied): ``communication``'s arithmetic, shared by ``communication_seconds``."""
     exposed, ring = critical_path(model, cfg, gpu, c) if critical is None else critical
-    if ring is not None:
+    if isinstance(ring, list):  # a stack's own ring (PyTorch's): each exchange beside its share of the attention
+        exposed = exposed + _stack_ring_comms(model, cfg, ring, attention_s)
+    elif ring is not None:
         chunk, group, link, total = ring
         exposed = exposed + [CommPrediction("cp.ring_send_recv_kv", "send_recv", chunk, group, link, total,
                                             ring_exchange_exposed_s(total, attention_s * cfg.grad_accumulation),
@@ -185,9 +194,41 @@ def _scheduled(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_c
     return planned, exposed_s, exposed
 
 
-CriticalPath = tuple[list[CommPrediction], "tuple[float, int, str, float] | None"]
+class PricedRingExchange(NamedTuple):
+    """One of a stack's ring collectives (``perf.context_parallel.RingExchange``) with its link and the seconds
+    of one occurrence."""
+
+    exchange: StackRingExchange
+    link: str
+    occurrence_s: float
+
+
+CriticalPath = tuple[list[CommPrediction], "tuple[float, int, str, float] | list[PricedRingExchange] | None"]
 """The critical-path collectives of one step (tensor-, expert-, pipeline-parallel, all exposed) and context
-parallelism's ring exchange as (chunk bytes, group, link name, seconds in the step), or None without cp."""
+parallelism's ring exchange: the generic ring as (chunk bytes, group, link name, seconds in the step), a stack's
+own ring as its priced exchanges, or None without cp."""
+
+
+def _stack_ring_comms(model: TransformerModel, cfg: TrainingConfig, ring: list[PricedRingExchange],
+                      attention_s: float) -> list[CommPrediction]:
+    """A stack's ring collectives over the step: each occurrence hidden behind its window of one block's
+    attention call (``perf.context_parallel.ring_exposed_s``), the call's seconds split from ``attention_s`` (one
+    micro-batch's attention compute) by FLOPs."""
+    layers = math.ceil(model.num_layers / cfg.parallelism.pp)
+    forward_calls = _forward_calls(cfg)
+    fwd_s, bwd_s = attention_call_s(attention_s, layers, forward_calls)
+    comms = []
+    for e, link, t in ring:
+        calls = layers * e.calls * cfg.grad_accumulation  # this exchange's attention calls in the step
+        exposed = ring_exposed_s(e, t, fwd_s if e.phase == "fwd" else bwd_s) * calls
+        comms.append(CommPrediction(e.name, e.collective, e.size_bytes, e.group, link, t * e.per_call * calls,
+                                    exposed, "critical"))
+    return comms
+
+
+def _forward_calls(cfg: TrainingConfig) -> int:
+    """Attention forward calls per block and micro-batch: full checkpointing reruns the forward in backward."""
+    return 2 if cfg.activation_checkpointing == "full" else 1
 
 
 class Traffic(NamedTuple):
@@ -212,12 +253,14 @@ class RingExchange(NamedTuple):
     steps: int
 
 
-def critical_path(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> CriticalPath:
+def critical_path(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants,
+                  context_parallel: ContextParallel | None = None) -> CriticalPath:
     """The step's tensor-, expert- and pipeline-parallel collectives, on the critical path and all exposed, and
     context parallelism's ring K/V exchange before its overlap with attention (``communication`` adds it): the
     family's traffic (``Family.critical_traffic``: ``transformer_traffic``, ``embedding_traffic``), timed. Reads the
     micro-batch, sequence, precision, checkpointing, accumulation and every parallel degree but the sharding, so
-    ``workbench.step.StepModel`` caches it for FSDP, DDP and ZeRO-1 alike."""
+    ``workbench.step.StepModel`` caches it for FSDP, DDP and ZeRO-1 alike. ``context_parallel``: the stack's ring
+    (``Stack.context_parallel``); None or ``p2p``: the family's generic ring."""
     traffic, ring_exchange = family_of(model).critical_traffic(model, cfg, gpu.scale_up_domain_gpus.value)
     exposed: list[CommPrediction] = []
     for name, kind, size, group, spans, times in traffic:
@@ -227,11 +270,26 @@ def critical_path(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants) -> 
         total = collective_time(kind, size, group, link) * times
         exposed.append(CommPrediction(name, kind, size, group, link.name, total, total, "critical"))
     ring = None
-    if ring_exchange is not None:
+    if ring_exchange is not None and context_parallel is not None and context_parallel.rotate != "p2p":
+        ring = _stack_ring(model, cfg, context_parallel, ring_exchange.spans, gpu, c)
+    elif ring_exchange is not None:
         chunk, group, spans, steps = ring_exchange
         link = group_link(gpu, c, spans)
         ring = (chunk, group, link.name, collective_time("send_recv", chunk, group, link) * steps)
     return exposed, ring
+
+
+def _stack_ring(model: TransformerModel, cfg: TrainingConfig, cp: ContextParallel, spans: bool, gpu: GPU,
+                c: Constants) -> list[PricedRingExchange]:
+    """A stack's ring collectives (``perf.context_parallel.ring_exchanges``) of one block's attention, timed."""
+    p = cfg.parallelism
+    exchanges = ring_exchanges(
+        cp, tokens=local_tokens(cfg), kv_width=max(model.kv_size // p.tp, model.head_dim),
+        q_width=model.q_size // p.tp, act_bytes=get_precision(activation_dtype(cfg.precision)).bytes_per_element,
+        group=p.cp, spans=spans, forward_calls=_forward_calls(cfg))
+    link = group_link(gpu, c, spans)
+    return [PricedRingExchange(e, link.name, collective_time(e.collective, e.size_bytes, e.group, link))
+            for e in exchanges]
 
 
 def transformer_traffic(model: TransformerModel, cfg: TrainingConfig, domain: int

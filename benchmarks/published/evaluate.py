@@ -58,7 +58,9 @@ FEATURES: tuple[tuple[str, object, type, str], ...] = (
 )
 SHAPE_KEYS = {"dp", "tp", "pp", "cp", "ep", "sharding", "virtual_stages", "micro_batch", "global_batch", "seq_len",
               "precision", "checkpointing", "compile", "lora_rank", "offload", "power_limit_w", "assumptions",
-              "not_expressible"}
+              "not_expressible", "stack"}
+"""``stack`` (optional): a variant of the framework's stack that this row's run used (a recipe its source
+names, e.g. NeMo 25.04's fp8 current scaling: ``megatron-fp8cs``), in place of the framework's."""
 
 
 class NotExpressible(Exception):
@@ -156,6 +158,11 @@ def validate_mapping(mapping: object, origin: str = str(MAPPING)) -> dict:
         bad = set(spec) - SHAPE_KEYS
         if bad:
             raise SpecError(origin, f"rows.{rid}", sorted(bad)[0], f"one of {', '.join(sorted(SHAPE_KEYS))}")
+        if "stack" in spec:
+            try:
+                get_stack(str(spec["stack"]))
+            except UnknownNameError as e:
+                raise SpecError(origin, f"rows.{rid}.stack", spec["stack"], str(e)) from None
     return mapping
 
 
@@ -216,8 +223,9 @@ def build_call(row: dict[str, str], mapping: dict, without: frozenset[str] = fro
     if str(gpus) != row["gpus"]:
         raise SpecError(str(MAPPING), f"rows.{rid}", f"dp x tp x pp x cp = {gpus}", f"the row's gpus = {row['gpus']}")
     # the row's compile flag reaches the stacks that follow the run's (torchtitan and its variants, the job)
-    compile_ = spec.get("compile") if get_stack(str(framework["stack"])).compile == "recipe" else None
-    return model, gpu, TrainingConfig(parallelism=parallelism, **cfg), str(framework["stack"]), compile_
+    stack = str(spec.get("stack", framework["stack"]))
+    compile_ = spec.get("compile") if get_stack(stack).compile == "recipe" else None
+    return model, gpu, TrainingConfig(parallelism=parallelism, **cfg), stack, compile_
 
 
 def metric_value(prediction, metric: str) -> float:
@@ -249,7 +257,7 @@ def evaluate_row(row: dict[str, str], mapping: dict, without: frozenset[str] = f
     except WorkbenchError:
         vendor = "?"
     spec = (mapping.get("rows") or {}).get(row["id"]) or {}
-    base = dict(id=row["id"], framework=row["framework"], stack=str(framework.get("stack", "?")),
+    base = dict(id=row["id"], framework=row["framework"], stack=str(spec.get("stack", framework.get("stack", "?"))),
                 proxy=bool(framework.get("proxy", False)), vendor=vendor, gpu=gpu_name, model=model_name,
                 family=_family(model_name), precision=str(spec.get("precision", row["precision"])),
                 metric=row["metric"], unit=row["unit"], published=float(row["value"]))

@@ -113,6 +113,23 @@ class Op:
         return f"{s.elements:,}"
 
 
+_OP_FIELDS = frozenset(Op.__dataclass_fields__)
+
+
+def replace_op(op: Op, **changes) -> Op:
+    """``dataclasses.replace(op, **changes)`` without calling ``__init__``: an ``Op`` derives nothing from its
+    fields, so they are copied and ``changes`` set (``extra`` shared, as ``replace`` shares it). The recomputation
+    and float8 builders copy thousands of ops per recipe search; ``replace`` was most of their time."""
+    unknown = changes.keys() - _OP_FIELDS
+    if unknown:
+        raise TypeError(f"replace_op: Op has no field {', '.join(sorted(unknown))}")
+    new = object.__new__(Op)
+    fields = new.__dict__
+    fields.update(op.__dict__)
+    fields.update(changes)
+    return new
+
+
 _BYTES_PER_ELEMENT: dict[str, float] = {}
 """``get_precision(dtype).bytes_per_element`` by the dtype name asked for, filled on first use: the graph builders
 ask it for every op they make (thousands per recipe search). Safe: the precision table is fixed at import, and an

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from workbench.graph.execution import ROPE_BWD, ROPE_FWD, Kernel, kernels
-from workbench.graph.ops import AttentionShape, Op, attention, gemm_with_grads
+from workbench.graph.ops import AttentionShape, Op, attention, gemm_with_grads, replace_op
+from workbench.perf.context_parallel import ContextParallel, ring_merge_tables
 
 ParamDtype = Literal["fp32", "bf16"]
 Float8Recipe = Literal["none", "rowwise", "tensorwise"]
@@ -115,6 +116,9 @@ class Dims:
     """The SDPA kernel the stack's attention runs (``workbench.perf.attention.SDPA_BACKENDS``; empty: the generic
     fractions). Set from the stack (a torchtitan of before cuDNN-first SDPA on Hopper, or its CP ring of Dec 2024:
     ``flash2``); tagged on the attention ops as ``extra["sdpa_backend"]``."""
+    context_parallel: ContextParallel | None = None
+    """The stack's ring under cp > 1 (``Stack.context_parallel``): its merge kernels join the attention's
+    (``ring_merge_ops``); None: none (the generic ring)."""
 
     @classmethod
     def of(cls, model, micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1, pp: int = 1) -> Dims:
@@ -461,9 +465,24 @@ def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, lay
        rows: int = 0, launches: int = 1) -> list[Op]:
     ops = kernels(prefix, kind, table, elements, phase=phase, count=count * launches, layer=layer, rows=rows)
     if launches > 1:  # the same bytes over ``launches`` kernels: scale each op's bytes down
-        ops = [dataclasses.replace(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
+        ops = [replace_op(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
                                    shape=type(o.shape)(max(1, o.shape.elements // launches))) for o in ops]
     return _tag(ops, aten=aten)
+
+
+def ring_merge_ops(d: Dims, *, compiled: bool) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) merge kernels of the ``d.layers`` blocks' ring attention under the stack's
+    ``d.context_parallel`` (``workbench.perf.context_parallel.ring_merge_tables``; none for cp = 1 or a ring
+    without them). The forward's are tagged as SDPA's: what SDPA's output is, selective-op checkpointing saves."""
+    if d.context_parallel is None or d.cp <= 1:
+        return [], []
+    tables = ring_merge_tables(d.context_parallel, tokens=d.tokens, q_width=d.q, kv_width=d.kv, group=d.cp,
+                               compiled=compiled)
+    fwd = [op for table, elements, repeats in tables.forward
+           for op in _k("attention.ring", "add", table, elements, "fwd", d.layers * repeats, "attention", "sdpa")]
+    bwd = [op for table, elements, repeats in tables.backward
+           for op in _k("attention.ring", "add", table, elements, "bwd", d.layers * repeats, "attention", "sdpa")]
+    return fwd, bwd
 
 
 def _splits(elements: int, bytes_per_element: int) -> int:
@@ -532,6 +551,9 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
         backend = {"sdpa_backend": d.sdpa_backend} if d.sdpa_backend else {}
         fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa", **backend)[0])
         bwd.extend(_tag([attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention")], **backend))
+        ring_f, ring_b = ring_merge_ops(d, compiled=True)
+        fwd.extend(ring_f)
+        bwd.extend(ring_b)
         return fwd, bwd
 
     norm_f, norm_b = rmsnorm_tables(s)
@@ -558,6 +580,9 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
     backend = {"sdpa_backend": d.sdpa_backend} if d.sdpa_backend else {}
     fwd.append(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa", **backend)[0])
     bwd.extend(_tag([attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention")], **backend))
+    ring_f, ring_b = ring_merge_ops(d, compiled=False)
+    fwd.extend(ring_f)
+    bwd.extend(ring_b)
     fwd.extend(_k("attention.o_copy", "copy", STRIDED_COPY, t * d.q, "fwd", n, "attention", "copy"))
     linear("wo", d.q, d.hidden, 4, "attention")
     fwd.extend(_k("attn_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "attention", "add"))
@@ -601,7 +626,7 @@ def recompute_ops(fwd: list[Op], policy: Policy, layers: int) -> list[Op]:
         return []
     mode = _block_mode(policy)
     scale = count / layers
-    return [dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd", count=max(1, round(op.count * scale)))
+    return [replace_op(op, name=f"recompute.{op.name}", phase="bwd", count=max(1, round(op.count * scale)))
             for op in fwd if not _saved(op, mode)]
 
 
@@ -621,7 +646,7 @@ def block_recompute_ops(fwd: list[Op] | tuple[Op, ...], policy: Policy) -> list[
     if policy == "none":
         return []
     mode = _block_mode(policy)
-    return [dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd if not _saved(op, mode)]
+    return [replace_op(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd if not _saved(op, mode)]
 
 
 def _block_mode(policy: Policy) -> Policy:

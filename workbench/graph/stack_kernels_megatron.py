@@ -54,6 +54,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from workbench.graph import te_fp8
 from workbench.graph.execution import Kernel
 from workbench.graph.ops import Op, attention, gemm, gemm_with_grads
 from workbench.graph.stack_kernels import (
@@ -66,6 +67,7 @@ from workbench.graph.stack_kernels import (
     rmsnorm_tables,
     StackFlavor,
 )
+from workbench.graph.te_fp8 import TeFp8Recipe
 
 MEGATRON_POLICIES = ("none", "selective-core-attn", "full-uniform")
 """Megatron's recompute: none; ``selective-core-attn`` (``recompute_granularity="selective"``,
@@ -85,6 +87,11 @@ class MegatronFlavor:
     compile_blocks: bool = False
     """Never compiled (``workbench.stack_memory.launch_counts`` reads these two)."""
     compile_loss: bool = False
+    fp8: TeFp8Recipe = "none"
+    """TransformerEngine's fp8 recipe on the blocks' linears (``workbench.graph.te_fp8``); ``none``: bf16."""
+    fp8_transpose: bool = True
+    """Whether fp8 column-wise data is a transposed copy (Hopper); False where fp8 GEMMs take any layout
+    (Blackwell: ``te_fp8``)."""
 
     def as_stack_flavor(self) -> StackFlavor:
         """The plain tables' flavor for the pieces they share (embedding): bf16 parameters, no autocast."""
@@ -186,19 +193,41 @@ LOSS_FUSED_FWD: tuple[Kernel, ...] = (("logits_max", 2, 0, True), ("exp_sum", 2,
 LOSS_FUSED_BWD: tuple[Kernel, ...] = (("dlogits", 4, 2, True),)
 
 
+TP_OVERLAP_PARTNERS: dict[str, str] = {
+    "linear_qkv.fwd": "ring_exchange_ag", "linear_proj.fwd": "rs", "linear_fc1.fwd": "ring_exchange_ag",
+    "linear_fc2.fwd": "rs", "linear_proj.dgrad": "ring_exchange_ag", "linear_fc2.dgrad": "ring_exchange_ag",
+    "linear_qkv.wgrad": "bulk", "linear_fc1.wgrad": "bulk"}
+"""The GEMMs TE's userbuffers overlap a sequence-parallel collective with (NeMo's tp_overlap_configs/userbuffers.py
+``TransformerLayerTPOverlapCfg``): the column-parallel fprops' input all-gathers and the row-parallel dgrads' dy
+all-gathers by ring exchange (``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad``), the row-parallel
+fprops' reduce-scatters split or ring-exchanged (``proj_fprop``, ``fc2_fprop``), the column-parallel dgrads'
+reduce-scatters in bulk behind the wgrad GEMMs (``qkv_wgrad``, ``fc1_wgrad``). Tagged ``extra["tp_overlap"]``
+(``workbench.graph.te_tp_overlap``)."""
+
+
 def _gemm_grads(name: str, t: int, i: int, o: int, count: int, layer: str, mm_index: int,
-                flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
+                flavor: MegatronFlavor, *, casts_input: bool = False) -> tuple[list[Op], list[Op]]:
     """A linear y[t, o] = x[t, i] W^T: forward GEMM, dgrad and wgrad, and the weight gradient into main_grad
     (the local spec's DDP hook add; TE's gradient_accumulation_fusion writes main_grad from the wgrad GEMM,
-    which then reads and writes the fp32 [i, o] accumulator: priced as extra wgrad output bytes)."""
-    f, dg, wg = gemm_with_grads(name, t, o, i, "bf16", count=count, layer=layer)
+    which then reads and writes the fp32 [i, o] accumulator: priced as extra wgrad output bytes). Under TE fp8
+    the three GEMMs run in fp8 with dy's cast (and, ``casts_input``, a plain Linear's input cast: a
+    LayerNormLinear's input is its norm's output, ``block_ops``); the weight's casts are once per step."""
+    f, dg, wg = gemm_with_grads(name, t, o, i, te_fp8.gemm_dtype(flavor.fp8), count=count, layer=layer)
+    fwd: list[Op] = []
     bwd = [dg]
     if flavor.te:
         bwd.append(dataclasses.replace(wg, bytes_read=wg.bytes_read + 4 * i * o, bytes_written=4 * i * o))
+        for op in (f, *bwd):
+            if op.name in TP_OVERLAP_PARTNERS:
+                op.extra["tp_overlap"] = TP_OVERLAP_PARTNERS[op.name]
     else:
         bwd.append(wg)
         bwd += _k(f"{name}.main_grad", "add", MAIN_GRAD_ADD, i * o, "bwd", count, layer, "main_grad")
-    return _tag([f], aten="mm", mm_index=mm_index), bwd
+    if flavor.fp8 != "none":
+        if casts_input:
+            fwd += te_fp8.input_casts(_k, name, flavor.fp8, t, i, flavor.fp8_transpose, count, layer)
+        bwd = te_fp8.grad_output_casts(_k, name, flavor.fp8, t, o, flavor.fp8_transpose, count, layer) + bwd
+    return fwd + _tag([f], aten="mm", mm_index=mm_index), bwd
 
 
 def core_attention_ops(d: Dims, flavor: MegatronFlavor, count: int) -> tuple[list[Op], list[Op]]:
@@ -245,11 +274,23 @@ def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
     fwd: list[Op] = []
     bwd: list[Op] = []
     norm_f, norm_b = (NORM_TE_FWD, NORM_TE_BWD) if flavor.te else rmsnorm_tables(2)
+    recipe, transpose = flavor.fp8, flavor.fp8_transpose
+    norm_f = te_fp8.norm_table(recipe, norm_f)  # a LayerNormLinear's norm: fp8 out under delayed scaling
+
+    def layernorm_linear(name: str, o: int, layer: str, mm_index: int) -> None:
+        """TELayerNormColumnParallelLinear after its norm: the norm output's fp8 casts, then the linear."""
+        nonlocal fwd, bwd
+        if recipe != "none":
+            cf, cb = te_fp8.norm_output_casts(_k, name, recipe, ts, t, d.hidden, transpose, n, layer)
+            fwd += cf
+            bwd += cb
+        f, b = _gemm_grads(name, t, d.hidden, o, n, layer, mm_index, flavor)
+        fwd += f
+        bwd += b
+
     # --- attention: input_layernorm -> linear_qkv -> RoPE(q, k) -> core attention -> linear_proj -> + x
     fwd += _k("input_layernorm", "rmsnorm", norm_f, th, "fwd", n, "attention", "rms_norm", rows=ts)
-    f, b = _gemm_grads("linear_qkv", t, d.hidden, d.q + 2 * d.kv, n, "attention", 1, flavor)
-    fwd += f
-    bwd += b
+    layernorm_linear("linear_qkv", d.q + 2 * d.kv, "attention", 1)
     fwd += _k("linear_qkv.split", "copy", QUERY_RESHAPE, t * d.q, "fwd", n, "attention", "copy")
     if not flavor.te:
         bwd += _k("linear_qkv.split", "copy", QKV_SPLIT_BWD, t * (d.q + 2 * d.kv), "bwd", n, "attention", "copy")
@@ -260,7 +301,7 @@ def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
     f, b = core_attention_ops(d, flavor, n)
     fwd += f
     bwd += b
-    f, b = _gemm_grads("linear_proj", t, d.q, d.hidden, n, "attention", 2, flavor)
+    f, b = _gemm_grads("linear_proj", t, d.q, d.hidden, n, "attention", 2, flavor, casts_input=True)
     fwd += f
     bwd += b
     fwd += _k("self_attn_bda", "add", RESIDUAL_ADD, th, "fwd", n, "attention", "add")
@@ -269,13 +310,11 @@ def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
     bwd += _k("attn.residual_grad", "add", GRAD_ACCUMULATE, th, "bwd", n, "attention", "add")
     # --- MLP: pre_mlp_layernorm -> linear_fc1 (gate | up) -> glu -> linear_fc2 -> + x
     fwd += _k("pre_mlp_layernorm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=ts)
-    f, b = _gemm_grads("linear_fc1", t, d.hidden, 2 * d.ffn, n, "mlp", 3, flavor)
-    fwd += f
-    bwd += b
+    layernorm_linear("linear_fc1", 2 * d.ffn, "mlp", 3)
     glu_f, glu_b = (SWIGLU_FUSED_FWD, SWIGLU_FUSED_BWD) if flavor.te else (GLU_LOCAL_FWD, GLU_LOCAL_BWD)
     fwd += _k("glu", "swiglu", glu_f, t * d.ffn, "fwd", n, "mlp", "swiglu")
     bwd += _k("glu", "swiglu", glu_b, t * d.ffn, "bwd", n, "mlp", "swiglu")
-    f, b = _gemm_grads("linear_fc2", t, d.ffn, d.hidden, n, "mlp", 4, flavor)
+    f, b = _gemm_grads("linear_fc2", t, d.ffn, d.hidden, n, "mlp", 4, flavor, casts_input=True)
     fwd += f
     bwd += b
     fwd += _k("mlp_bda", "add", RESIDUAL_ADD, th, "fwd", n, "mlp", "add")
@@ -355,9 +394,10 @@ def grad_norm_syncs(tensors: int, flavor: MegatronFlavor) -> int:
     return 1 if flavor.te else tensors + 1
 
 
-def optimizer_ops(params: int, tensors: int, flavor: MegatronFlavor) -> list[Op]:
+def optimizer_ops(params: int, tensors: int, flavor: MegatronFlavor, fp8_params: int = 0) -> list[Op]:
     """The once-per-step kernels over ``params`` main parameters in ``tensors`` tensors: the local spec launches
-    its per-tensor ops once per tensor, the foreach and fused ones once per 320 chunks of 65536."""
+    its per-tensor ops once per tensor, the foreach and fused ones once per 320 chunks of 65536. ``fp8_params``
+    of them are fp8 parameters (``fp8_param_gather``): their copy back is ``fp8_step_ops``', not a bf16 one."""
     chunks = max(1, math.ceil(params / (MTA_CHUNK_ELEMENTS * MTA_BLOCKS_PER_LAUNCH)))
     ops = _k("grad_buffer", "optimizer", GRAD_BUFFER_ZERO, params, "optimizer", 1, "optimizer", "optimizer")
     adam = ADAM_FUSED if flavor.te else ADAMW_FOREACH
@@ -370,9 +410,45 @@ def optimizer_ops(params: int, tensors: int, flavor: MegatronFlavor) -> list[Op]
               "optimizer", "grad_clip", launches=chunks if flavor.te else per_tensor)
     ops += _k("clip", "optimizer", NORM_ITEM, 1, "optimizer", grad_norm_syncs(tensors, flavor), "optimizer",
               "grad_clip")
-    ops += _k("main_to_model", "optimizer", MAIN_TO_MODEL, params, "optimizer", 1, "optimizer", "optimizer",
-              launches=tensors)
+    ops += _k("main_to_model", "optimizer", MAIN_TO_MODEL, max(1, params - fp8_params), "optimizer", 1, "optimizer",
+              "optimizer", launches=tensors)
     return ops
+
+
+def block_linears(d: Dims) -> tuple[tuple[str, int, int], ...]:
+    """(name, in, out) of one block's four linears on this rank."""
+    return (("linear_qkv", d.hidden, d.q + 2 * d.kv), ("linear_proj", d.q, d.hidden),
+            ("linear_fc1", d.hidden, 2 * d.ffn), ("linear_fc2", d.ffn, d.hidden))
+
+
+def fp8_step_ops(d: Dims, flavor: MegatronFlavor, fp8_layers: int, shard: int) -> list[Op]:
+    """Once per step under TE fp8: the ``fp8_layers`` fp8 blocks' weight casts (``te_fp8.weight_step_casts``,
+    main shards over ``shard`` ranks)."""
+    ops: list[Op] = []
+    for name, i, o in block_linears(d):
+        ops += te_fp8.weight_step_casts(_k, name, flavor.fp8, i, o, shard, flavor.fp8_transpose, fp8_layers,
+                                        "optimizer")
+    return ops
+
+
+def fp8_microbatch_ops(flavor: MegatronFlavor) -> list[Op]:
+    """Per micro-batch under delayed scaling: the amax and scale update after the forward and after the backward
+    autocast region (``te_fp8.AMAX_UPDATE``); nothing for the other recipes."""
+    if flavor.fp8 != "delayed":
+        return []
+    return (_k("fp8_meta", "fp8_quantize", te_fp8.AMAX_UPDATE, 1, "fwd", 1, "head", "fp8_cast")
+            + _k("fp8_meta", "fp8_quantize", te_fp8.AMAX_UPDATE, 1, "bwd", 1, "head", "fp8_cast"))
+
+
+def fp8_layer_split(layers: int, stages: int, flavor: MegatronFlavor) -> tuple[int, int]:
+    """(fp8 blocks, bf16 blocks) of the busiest stage's ``layers``: current scaling keeps the model's first and
+    last blocks in bf16 (``te_fp8.CURRENT_SCALING_BF16_BLOCKS``), on one stage both, else one on the first or
+    the last stage (the busiest stage is taken to hold one of them)."""
+    if flavor.fp8 != "current":
+        return (layers, 0) if flavor.fp8 != "none" else (0, layers)
+    kept = sum(te_fp8.CURRENT_SCALING_BF16_BLOCKS) if stages == 1 else max(te_fp8.CURRENT_SCALING_BF16_BLOCKS)
+    kept = min(kept, layers)
+    return layers - kept, kept
 
 
 def parameter_count(d: Dims, tied: bool) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from workbench.config import TrainingConfig
 from workbench.families import family_of
 from workbench.graph.execution import fsdp_ops
-from workbench.graph.ops import Op
+from workbench.graph.ops import Op, replace_op
 from workbench.graph.stack_kernels import (
     FP8_PRECOMPUTE_SCALE,
     MTA_BLOCKS_PER_LAUNCH,
@@ -47,6 +47,7 @@ from workbench.graph.stack_kernels import (
 from workbench.memory import MemoryBreakdown
 from workbench.models import Model, TransformerModel
 from workbench.precision import is_8bit_training
+from workbench.profile_fit import NO_FIT
 from workbench.stack_memory import graph_calls, host_time_s, part_launch_counts, piece_launch_counts, stack_memory
 from workbench.stacks import Stack
 
@@ -58,6 +59,10 @@ one GPU, torchtitan's float8 as the H200 runs set it (``[quantize.linear.float8]
 (torchtitan's llama3 presets: ``enable_fsdp_float8_all_gather = true``, ``precompute_float8_dynamic_scale_for_fsdp =
 true``, no recipe name = torchao's default, tensorwise; the float8 all-gather exists for tensorwise only: torchtitan
 components/quantization/float8.py), as every published torchtitan FSDP float8 table ran."""
+
+TE_FP8_PRECISIONS: tuple[str, ...] = ("fp8", "mxfp8")
+"""The fp8 training precisions the ``megatron-te`` tables price (TransformerEngine's recipes,
+``workbench.graph.te_fp8``: fp8 = the stack's ``fp8_recipe``, delayed or current scaling; mxfp8 = MXFP8)."""
 
 PARALLEL_TABLES: dict[str, frozenset[str]] = {
     "torchtitan": frozenset({"tp", "pp", "cp", "virtual_stages"}),
@@ -130,6 +135,8 @@ def transformer_scope_gap(model: TransformerModel, cfg: TrainingConfig, kernels:
     if is_8bit_training(cfg.precision):
         if cfg.precision == "fp8" and kernels in FLOAT8_STACKS and (p.gpus == 1 or _torchtitan_fsdp(cfg)):
             return None
+        if cfg.precision in TE_FP8_PRECISIONS and kernels == "megatron-te":  # workbench.graph.te_fp8
+            return None
         where = ("only as torchao rowwise on one GPU and tensorwise under FSDP2: rowwise_with_gw_hp, mxfp8 and "
                  "float8 under DDP are not in the tables" if kernels in FLOAT8_STACKS
                  else "torchao float8 is not in this stack's tables")
@@ -152,7 +159,7 @@ def one_piece(ops: Sequence[Op]) -> Parts:
 
 def flat_ops(parts: Parts) -> list[Op]:
     """Every op of ``parts`` in order, its count times its piece's copies."""
-    return [op if copies == 1 else dataclasses.replace(op, count=op.count * copies)
+    return [op if copies == 1 else replace_op(op, count=op.count * copies)
             for ops, copies in parts for op in ops]
 
 
@@ -184,6 +191,11 @@ class StackStep:
     @property
     def step_ops(self) -> list[Op]:
         return flat_ops(self.step_parts)
+
+    def overlap_critical_path(self, critical, micro, cfg: TrainingConfig, model: Model):
+        """``critical`` (``step_comm.CriticalPath``) with what the stack overlaps of it, given the priced
+        micro-batch ``micro``: nothing here (Megatron-Core's TE userbuffers overlap: ``MegatronStackStep``)."""
+        return critical
 
     def data_parallel_schedules(self, cfg: TrainingConfig) -> list | None:
         """The stack's own data-parallel collectives (``step_comm.Schedules``), or None: the model family's for the
@@ -226,7 +238,7 @@ MEMO_LIMIT = 20_000
 
 
 def stack_tables(model: Model, cfg: TrainingConfig, stack: Stack, *, compiled: bool, param_dtype: str,
-                 memo: dict | None = None) -> tuple[StackStep | None, str | None]:
+                 memo: dict | None = None, fp8_any_layout: bool = False) -> tuple[StackStep | None, str | None]:
     """(``stack``'s tables for ``cfg``, None), or (None, what they lack: ``scope_gap``). ``memo``: a dict the caller
     keeps for this one model and stack (None: build everything afresh); the tables of every configuration asked of
     it share their pieces."""
@@ -240,15 +252,18 @@ def stack_tables(model: Model, cfg: TrainingConfig, stack: Stack, *, compiled: b
         gap = memo[key] = scope_gap(model, cfg, stack.kernels)
     if gap is not None:
         return None, gap
-    return stack_step(model, cfg, stack, compiled=compiled, param_dtype=param_dtype, memo=memo), None
+    return stack_step(model, cfg, stack, compiled=compiled, param_dtype=param_dtype, memo=memo,
+                      fp8_any_layout=fp8_any_layout), None
 
 
 def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, compiled: bool,
-               param_dtype: str, memo: dict | None = None) -> StackStep:
-    """The ops of ``cfg`` as ``stack`` runs it (``scope_gap`` must be None); ``memo`` as ``stack_tables``'."""
+               param_dtype: str, memo: dict | None = None, fp8_any_layout: bool = False) -> StackStep:
+    """The ops of ``cfg`` as ``stack`` runs it (``scope_gap`` must be None); ``memo`` as ``stack_tables``';
+    ``fp8_any_layout``: the GPU's fp8 GEMMs take any operand layout (Blackwell; TransformerEngine then writes no
+    fp8 transposes: ``workbench.graph.te_fp8``)."""
     if stack.kernels.startswith("megatron"):  # Megatron-Core's tables (import here: that module imports this one)
         from workbench.graph.stacked_megatron import megatron_stack_step
-        return megatron_stack_step(model, cfg, stack)
+        return megatron_stack_step(model, cfg, stack, fp8_any_layout=fp8_any_layout)
     if stack.kernels == "hf-deepspeed":  # HF Llama under DeepSpeed ZeRO (that module imports this one)
         from workbench.graph.stack_kernels_hf import deepspeed_step
         return deepspeed_step(model, cfg, stack)
@@ -265,7 +280,8 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
                                                                    fsdp, recipe, gathers))
     shape = (cfg.micro_batch, cfg.seq_len, tp, p.cp)
     d = _memo(memo, ("dims", pp) + shape, lambda: dataclasses.replace(  # the memo is one stack's: its backend fixed
-        Dims.of(model, cfg.micro_batch, cfg.seq_len, tp, p.cp, pp), sdpa_backend=stack.sdpa_backend))
+        Dims.of(model, cfg.micro_batch, cfg.seq_len, tp, p.cp, pp), sdpa_backend=stack.sdpa_backend,
+        context_parallel=stack.context_parallel))
     layers = d.layers
     policy = stack.policy(cfg.activation_checkpointing)
     if policy == "workbench-selective":  # recompute the memory-bound ops, save every GEMM and attention output
@@ -386,7 +402,7 @@ def _gathered_forward(memo: dict, block: tuple, fwd: tuple[Op, ...], d: Dims, sh
             fresh = weight_shard_cast(linear, *linears[linear], shards, ops[0].count, ops[0].layer)
             if [op.name for op in fresh] != [op.name for op in ops]:
                 raise AssertionError(f"{linear}'s weight-shard cast is not the one the block was built with")
-            ops = tuple(dataclasses.replace(op, shape=f.shape, flops=f.flops, bytes_read=f.bytes_read,
+            ops = tuple(replace_op(op, shape=f.shape, flops=f.flops, bytes_read=f.bytes_read,
                                             bytes_written=f.bytes_written, extra=dict(op.extra))
                         for op, f in zip(ops, fresh))
         pieces.append(ops)
@@ -441,7 +457,7 @@ def _precompute_float8_scales(shard_params: int) -> list[Op]:
 def _recompute(fwd: list[Op] | tuple[Op, ...], policy: str, layers: int) -> list[Op]:
     if policy != "selective-op-all-mm":
         return recompute_ops(fwd, policy, layers)
-    return [dataclasses.replace(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd
+    return [replace_op(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd
             if op.extra.get("aten") not in ("mm", "sdpa") and not op.extra.get("last") and op.kind != "attention"]
 
 
@@ -449,7 +465,9 @@ def trace_fit(stack: Stack, gpu, compiled: bool, notes: list[str], *, calibrated
     """What ``predict`` applies of the stack's profile fitted on a trace of the user's job
     (``workbench.stack_calibration``; ``workbench calibrate --trace`` writes it): nothing unless ``calibrated``, and
     nothing for a bound (``ideal``, or a configuration outside the stack's kernel tables, ``tables`` None)."""
-    from workbench.stack_calibration import NO_FIT, stack_fit
-
     bound = stack.bound or stack.kernels == "fused" or (stack.kernels not in ("fused", "reference-job") and tables is None)
-    return stack_fit(stack.name, gpu, compiled, notes) if calibrated and not bound else NO_FIT
+    if not calibrated or bound:
+        return NO_FIT
+    from workbench.stack_calibration import stack_fit  # the trace machinery, only where a profile may apply
+
+    return stack_fit(stack.name, gpu, compiled, notes)

@@ -9,7 +9,11 @@ import dataclasses
 from workbench.config import TrainingConfig
 from workbench.graph.stack_kernels import Dims
 from workbench.graph.stack_kernels_megatron import (
+    block_linears,
     block_ops,
+    fp8_layer_split,
+    fp8_microbatch_ops,
+    fp8_step_ops,
     grad_norm_syncs,
     head_ops,
     megatron_embedding_ops,
@@ -19,6 +23,7 @@ from workbench.graph.stack_kernels_megatron import (
     recompute_ops,
 )
 from workbench.graph.stacked import StackStep, one_piece
+from workbench.graph.te_tp_overlap import with_tp_overlap
 from workbench.memory import MemoryBreakdown
 from workbench.models import TransformerModel
 from workbench.stack_memory_megatron import megatron_memory
@@ -46,6 +51,13 @@ class MegatronStackStep(StackStep):
         sync_s = self.syncs * stack.constant("host_sync_us", HOST_SYNC_US) * 1e-6
         return super().host_s(stack, grad_accumulation) + sync_s
 
+    def overlap_critical_path(self, critical, micro, cfg: TrainingConfig, model):
+        """TE's userbuffers overlap of the tensor-parallel collectives with their GEMMs (NeMo's recipes set
+        ``tp_comm_overlap`` for every tp > 1 run: ``workbench.graph.te_tp_overlap``)."""
+        if not self.flavor.te:
+            return critical
+        return with_tp_overlap(critical, micro, cfg, model.num_layers)
+
     def memory(self, stack: Stack, capacity_bytes: float) -> MemoryBreakdown:
         """Peak reserved memory on one GPU: the largest of the loss's, the last layer's backward's and the
         optimizer step's allocations, times the stack's reserved/allocated ratio."""
@@ -56,20 +68,44 @@ class MegatronStackStep(StackStep):
                                activations=transient, workspace=slack, capacity=capacity_bytes)
 
 
-def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack) -> MegatronStackStep:
-    """The ops of ``cfg`` as Megatron-Core runs it (``stacked.scope_gap`` must be None)."""
+def fp8_recipe(stack: Stack, precision: str) -> str:
+    """TransformerEngine's recipe for ``precision`` on ``stack`` (``workbench.graph.te_fp8``): fp8 = the stack's
+    ``fp8_recipe`` (delayed or current scaling), mxfp8 = MXFP8, else none (bf16)."""
+    if not MEGATRON_KERNELS[stack.kernels]:
+        return "none"
+    return {"fp8": stack.fp8_recipe, "mxfp8": "mxfp8"}.get(precision, "none")
+
+
+def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *,
+                        fp8_any_layout: bool = False) -> MegatronStackStep:
+    """The ops of ``cfg`` as Megatron-Core runs it (``stacked.scope_gap`` must be None); ``fp8_any_layout``: the
+    GPU's fp8 GEMMs take any layout (no fp8 transposes)."""
     policy = stack.policy(cfg.activation_checkpointing)
     if policy not in POLICIES:
         raise ValueError(f"stack {stack.name}: checkpointing policy {policy!r} is not Megatron's "
                          f"(one of {', '.join(POLICIES)})")
     p = cfg.parallelism
     d = Dims.of(model, cfg.micro_batch, cfg.seq_len, p.tp, p.cp, p.pp)  # this rank's shard (stacked's docstring)
-    flavor = dataclasses.replace(megatron_flavor(MEGATRON_KERNELS[stack.kernels]), tied=model.tied_embeddings)
-    fwd, bwd = block_ops(d, flavor)
+    flavor = dataclasses.replace(megatron_flavor(MEGATRON_KERNELS[stack.kernels]), tied=model.tied_embeddings,
+                                 fp8=fp8_recipe(stack, cfg.precision), fp8_transpose=not fp8_any_layout)
+    fp8_layers, bf16_layers = fp8_layer_split(d.layers, p.pp, flavor)
+    fwd, bwd = [], []  # the fp8 blocks, then current scaling's bf16 ones (their counts add to d.layers)
+    for layers, block_flavor in ((fp8_layers, flavor), (bf16_layers, dataclasses.replace(flavor, fp8="none"))):
+        if layers:
+            f, b = block_ops(dataclasses.replace(d, layers=layers), block_flavor)
+            fwd += f
+            bwd += b
     recompute = recompute_ops(fwd, POLICIES[policy])
-    microbatch = megatron_embedding_ops(d, flavor) + fwd + head_ops(d, flavor) + bwd + recompute
+    microbatch = (megatron_embedding_ops(d, flavor) + fwd + head_ops(d, flavor) + bwd + recompute
+                  + fp8_microbatch_ops(flavor))
     dp = p.weight_replicas  # the distributed optimizer shards over the data-parallel-with-cp group
     params, tensors = parameter_count(d, flavor.tied)
-    step = optimizer_ops(max(1, params // dp), tensors, flavor)  # the distributed optimizer steps its shard
+    fp8_params = 0
+    if flavor.fp8 in ("delayed", "current"):  # fp8_param_gather: the fp8 linears' weights are fp8 parameters
+        fp8_params = fp8_layers * sum(i * o for _, i, o in block_linears(d)) // dp
+    # the distributed optimizer steps its shard
+    step = optimizer_ops(max(1, params // dp), tensors, flavor, fp8_params=fp8_params)
+    if flavor.fp8 != "none" and fp8_layers:
+        step += fp8_step_ops(d, flavor, fp8_layers, dp)
     return MegatronStackStep(flavor, POLICIES[policy], one_piece(microbatch), one_piece(step), d, dp=dp,
                              syncs=grad_norm_syncs(tensors, flavor))

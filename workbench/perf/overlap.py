@@ -45,7 +45,8 @@ RS(last bucket) + AG(first bucket), once per step. Buckets of ``megatron_bucket_
 Context parallelism's ring attention passes each rank's K/V chunk to its neighbour cp - 1 times per attention
 forward (and K/V plus their gradients in backward) while the attention of the chunk in hand computes
 (Megatron-Core's ``AttnFuncWithCPAndKVP2P``; Liu et al. 2023, "Ring Attention"): exposed = max(0, exchange -
-attention compute), ``ring_exchange_exposed_s``.
+attention compute), ``ring_exchange_exposed_s``. A stack that runs another ring (PyTorch's all-gather ring under
+torchtitan) says so in its YAML: ``workbench.perf.context_parallel``.
 
 Sources: torch/distributed/fsdp/_fully_shard/_fsdp_state.py and _fsdp_param_group.py (PyTorch 2.11 to 2.13);
 torch/nn/parallel/distributed.py (``_DEFAULT_BUCKET_CAP_MB``). Not modelled: NCCL kernels slowing the compute they

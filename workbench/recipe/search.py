@@ -137,13 +137,13 @@ class StepEvaluator:
     def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False, compile: bool = True) -> Candidate:
         """The predicted step of ``cfg`` (resolved for the model; precision native on the GPU) with ``compile``;
         ``check_memory_first``: a configuration that does not fit gets its memory only (no step time)."""
-        if check_memory_first:
-            memory = self.step.memory(cfg, compile=compile, param_dtype=self.param_dtype)
-            if not memory.fits:
+        if check_memory_first:  # memory, and the step only if it fits, with one look-up of the stack's tables
+            memory, s, bound = self.step.candidate(cfg, compile=compile, param_dtype=self.param_dtype)
+            if s is None:
                 return Candidate(cfg, math.inf, 0.0, 0.0, 0.0, memory.total / GB, 0.0, False, compile, self.stack,
-                                 self.step.priced_as_bound(cfg, compile=compile,
-                                                         param_dtype=self.param_dtype))
-        s = self.step.summary(cfg, compile=compile, param_dtype=self.param_dtype, max_micro_batch=False)
+                                 bound)
+        else:
+            s = self.step.summary(cfg, compile=compile, param_dtype=self.param_dtype, max_micro_batch=False)
         return Candidate(cfg, s.step_time_s, s.tokens_per_s, s.samples_per_s, s.mfu, s.memory.total / GB,
                          s.communication_s, s.memory.fits, compile, self.stack, s.priced_as_bound)
 

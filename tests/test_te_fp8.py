@@ -1,0 +1,103 @@
+"""The megatron (TE) stack's fp8 tables (workbench.graph.te_fp8) and TP comm overlap (workbench.graph.te_tp_overlap)."""
+
+import pytest
+
+from workbench.config import Parallelism, TrainingConfig
+from workbench.graph.stacked import stack_tables
+from workbench.graph.te_tp_overlap import RS_SPLITS, overlapped_tp_exposed_s, partner_exposed_s
+from workbench.models import get_model
+from workbench.predict import predict
+from workbench.stacks import get_stack
+from workbench.validation import benchmark_model
+
+
+def _cfg(precision="fp8", tp=1, pp=1, dp=1, seq=2048):
+    return TrainingConfig(1, seq, precision, Parallelism(dp=dp, tp=tp, pp=pp), "none")
+
+
+def _tables(precision="fp8", stack="megatron", any_layout=False, model="1b", **kw):
+    tables, gap = stack_tables(benchmark_model(model), _cfg(precision, **kw), get_stack(stack), compiled=False,
+                               param_dtype="bf16", fp8_any_layout=any_layout)
+    assert gap is None
+    return tables
+
+
+def _names(ops):
+    return [op.name for op in ops]
+
+
+def test_fp8_is_in_the_tables_with_fp8_gemms_and_te_casts():
+    p = predict(benchmark_model("1b"), "h100-sxm", _cfg(), stack="megatron")
+    assert not p.summary.priced_as_bound
+    ops = _tables().microbatch_ops
+    block_gemms = [op for op in ops if op.kind == "gemm" and op.name.startswith("linear_")]
+    assert block_gemms and all(op.dtype == "fp8" for op in block_gemms)
+    assert all(op.dtype == "bf16" for op in ops if op.kind == "gemm" and op.name.startswith("output_layer"))
+    names = _names(ops)
+    assert "linear_qkv.dy.fp8_cast_transpose" in names and "linear_proj.x.fp8_cast_transpose" in names
+    assert "input_layernorm.te_rmsnorm_fp8" in names  # delayed scaling: the norm writes fp8 itself
+    assert any(n.startswith("fp8_meta.") for n in names)  # the amax / scale update per autocast region
+    fp8, bf16 = (predict(benchmark_model("1b"), "h100-sxm", _cfg(x, seq=4096), stack="megatron").summary
+                 for x in ("fp8", "bf16"))  # at s2048 the 1b step is host-bound: fp8's extra launches cost more
+    assert fp8.step_time_s < bf16.step_time_s
+
+
+def test_blackwell_writes_no_fp8_transposes():
+    hopper, blackwell = _tables(), _tables(any_layout=True)
+    for tables in (hopper, blackwell):
+        assert any("fp8" in n for n in _names(tables.microbatch_ops))
+    assert any("transpose" in n for n in _names(hopper.microbatch_ops + hopper.step_ops))
+    assert not any("transpose" in n for n in _names(blackwell.microbatch_ops + blackwell.step_ops))
+
+
+def test_current_scaling_reads_amax_and_keeps_the_end_blocks_bf16():
+    tables = _tables(stack="megatron-fp8cs")
+    ops = tables.microbatch_ops
+    names = _names(ops)
+    assert "linear_proj.x.amax" in names and "linear_qkv.ln_out.compute_scale" in names
+    assert "input_layernorm.te_rmsnorm_fp8" not in names
+    layers = tables.dims.layers
+    fp8 = sum(op.count for op in ops if op.name == "linear_fc1.fwd" and op.dtype == "fp8")
+    bf16 = sum(op.count for op in ops if op.name == "linear_fc1.fwd" and op.dtype == "bf16")
+    assert (fp8, bf16) == (layers - 2, 2)
+
+
+def test_mxfp8_quantizes_weights_once_per_step():
+    tables = _tables("mxfp8", any_layout=True)
+    assert any(op.dtype == "mxfp8" for op in tables.microbatch_ops if op.kind == "gemm")
+    assert "linear_fc2.w.mxfp8_quantize" in _names(tables.step_ops)
+    assert "linear_fc2.w.mxfp8_quantize" not in _names(tables.microbatch_ops)
+
+
+def test_other_8bit_recipes_stay_outside_the_tables():
+    p = predict(benchmark_model("1b"), "h100-sxm", _cfg("fp8_gw_hp"), stack="megatron")
+    assert p.summary.priced_as_bound
+
+
+def test_partner_overlap_formulas():
+    assert partner_exposed_s("bulk", 1.0, 3.0, 4) == 0.0
+    assert partner_exposed_s("bulk", 3.0, 1.0, 4) == pytest.approx(2.0)
+    assert partner_exposed_s("ring_exchange_ag", 1.0, 4.0, 4) == 0.0
+    assert partner_exposed_s("ring_exchange_ag", 1.0, 0.0, 4) == pytest.approx(1.0)
+    assert partner_exposed_s("rs", 1.0, 10.0, 4) == pytest.approx(1 / RS_SPLITS)  # the last chunk's
+    assert overlapped_tp_exposed_s(8.0, 8, [("bulk", 5.0, 4)], 4) == pytest.approx(4.0)  # 4 unpaired stay
+    with pytest.raises(ValueError):
+        partner_exposed_s("async", 1.0, 1.0, 2)
+
+
+def test_tp_overlap_hides_part_of_the_tp_collectives():
+    model = get_model("llama3-70b")
+    cfg = TrainingConfig(1, 4096, "fp8", Parallelism(dp=1, tp=4, pp=1), "none")
+    mega = predict(model, "h100-sxm", cfg, stack="megatron")
+    (tp,) = [c for c in mega.comms if c.name == "tp.all_reduce_activations"]
+    assert 0 < tp.exposed_s < tp.time_s
+    local = predict(model, "h100-sxm", TrainingConfig(1, 4096, "bf16", Parallelism(dp=1, tp=4, pp=1), "none"),
+                    stack="megatron-local")
+    (tp_local,) = [c for c in local.comms if c.name == "tp.all_reduce_activations"]
+    assert tp_local.exposed_s == tp_local.time_s  # no userbuffers in the local spec
+
+
+def test_fp8cs_variant_loads():
+    cs = get_stack("megatron-fp8cs")
+    assert (cs.fp8_recipe, cs.kernels, cs.is_variant_of("megatron")) == ("current", "megatron-te", True)
+    assert get_stack("megatron").fp8_recipe == "delayed"
