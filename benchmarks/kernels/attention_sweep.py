@@ -9,7 +9,7 @@ forward + backward), with the sweep's picks in effect, and FlashAttention-3's pu
 
 (a) Sweep shapes (``SWEEP_SHAPES``) share no row with shapes.yaml, so (b) judges the picks on shapes they were not
 chosen on. Per shape and pass, each candidate (``FWD_CANDIDATES`` / ``BWD_CANDIDATES`` of its head_dim: tiles, TMA
-flag and kernel variant, the original kernels among them: atomic dQ, the dQ pass's own tiles, warp specialisation)
+flag and kernel variant, the original kernels among them: the dQ pass's own tiles)
 is checked against SDPA (relative Frobenius error within
 ``attention.TOLERANCE``; the backward's dQ, dK, dV against SDPA's autograd gradients) and timed alone:
 ``flash_attention_fwd`` / ``flash_attention_bwd`` with an explicit config, ``do_bench`` median. A bucket's pick is the
@@ -62,23 +62,18 @@ SWEEP_SHAPES = [
 # a dict of attention.VARIANT_KEYS ({}: the original kernels, so one run compares old and new). The first of each
 # list is the pinned pick of the fourth sweep (benchmarks/results/h200/kernels/attention_fourth/SWEEP.md). Chosen
 # with sm_90a builds ahead of time (triton 3.7.1, bf16): at d=128 every original dK/dV tile spills but 16 x 64
-# (32 x 64: 24 bytes); the atomic-dQ builds spill 48-150 bytes there, none at d=64 (64 x 64, 64 x 128 w8 with
-# atomic_tma); WARP_SPECIALIZE fails to build with 4 warps and builds unchanged with 8 (kept once per head_dim).
-ATOMIC, ATOMIC_TMA = {"DQ": "atomic"}, {"DQ": "atomic_tma"}
+# (32 x 64: 24 bytes). The atomic-dQ and warp-specialised candidates of the fifth sweep are gone with their kernels
+# (they lost on every shape: attention_fifth/SWEEP.md).
 FWD_CANDIDATES = {
     64: [(128, 64, 8, 3, False, {}), (64, 64, 4, 3, False, {}), (128, 64, 8, 3, True, {}), (128, 64, 4, 3, True, {}),
-         (128, 128, 8, 2, True, {}), (128, 128, 8, 3, True, {}), (128, 128, 8, 2, True, {"WARP_SPECIALIZE": True})],
+         (128, 128, 8, 2, True, {}), (128, 128, 8, 3, True, {})],
     128: [(64, 64, 4, 3, False, {}), (64, 64, 4, 3, True, {}), (128, 64, 8, 3, False, {}), (128, 64, 8, 3, True, {}),
-          (128, 128, 8, 2, True, {}), (128, 128, 8, 3, True, {}), (128, 128, 8, 2, True, {"WARP_SPECIALIZE": True})],
+          (128, 128, 8, 2, True, {}), (128, 128, 8, 3, True, {})],
 }
 BWD_CANDIDATES = {
-    64: [(64, 64, 4, 3, True, {}), (64, 128, 8, 3, True, {}), (64, 64, 4, 3, True, ATOMIC_TMA),
-         (64, 64, 4, 3, True, ATOMIC), (32, 64, 4, 3, True, ATOMIC_TMA), (64, 128, 8, 3, True, ATOMIC_TMA),
-         (64, 128, 8, 2, True, ATOMIC_TMA), (32, 128, 8, 3, True, ATOMIC_TMA),
+    64: [(64, 64, 4, 3, True, {}), (64, 128, 8, 3, True, {}),
          (64, 64, 4, 3, True, {"DQ_BLOCK_M": 128, "DQ_BLOCK_N": 64})],
-    128: [(32, 64, 4, 3, True, {}), (16, 64, 4, 3, True, {}), (16, 64, 4, 3, True, ATOMIC_TMA),
-          (32, 64, 4, 3, True, ATOMIC_TMA), (32, 64, 4, 3, True, ATOMIC), (16, 64, 4, 2, True, ATOMIC_TMA),
-          (64, 128, 8, 2, True, ATOMIC_TMA), (16, 128, 8, 3, True, ATOMIC_TMA),
+    128: [(32, 64, 4, 3, True, {}), (16, 64, 4, 3, True, {}),
           (32, 64, 4, 3, True, {"DQ_BLOCK_M": 128, "DQ_BLOCK_N": 32}),
           (16, 64, 4, 3, True, {"DQ_BLOCK_M": 64, "DQ_BLOCK_N": 64})],
 }
@@ -115,8 +110,8 @@ def candidates(pass_: str, head_dim: int, dry_run: bool) -> list[dict]:
     table = FWD_CANDIDATES if pass_ == "fwd" else BWD_CANDIDATES
     entries = table[64 if head_dim <= 64 else 128]
     if dry_run:  # the interpreter: one original and one variant candidate per pass, tiles it runs quickly
-        entries = [(16, 16, 1, 1, False, {}), (16, 32, 1, 1, True, ATOMIC_TMA if pass_ == "bwd" else
-                                                                  {"WARP_SPECIALIZE": True})]
+        entries = [(16, 16, 1, 1, False, {}), (16, 32, 1, 1, True, {"DQ_BLOCK_M": 32, "DQ_BLOCK_N": 16}
+                                                                  if pass_ == "bwd" else {})]
     return [dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, TMA=tma, **variant)
             for m, n, w, s, tma, variant in entries]
 
@@ -229,7 +224,7 @@ def pinned_entry(config: dict) -> tuple:
 
 def is_original(config: dict) -> bool:
     """Whether a candidate runs the original kernels (no variant key but TMA)."""
-    return not any(k in config for k in ("WARP_SPECIALIZE", "DQ", "DQ_BLOCK_M", "DQ_BLOCK_N"))
+    return not any(k in config for k in ("DQ_BLOCK_M", "DQ_BLOCK_N"))
 
 
 def old_vs_new(rows: list[dict]) -> list[str]:
@@ -334,7 +329,7 @@ def sweep_report(rows: list[dict], picks: dict[tuple, dict], env: dict) -> str:
     lines = [f"# Flash attention config sweep ({env.get('gpu', '?')})", "",
              f"`{env.get('command', '')}` ({env.get('date_utc', '')}; torch {env.get('torch')}, triton "
              f"{env.get('triton')}). do_bench median, warmup {WARMUP_MS} ms / rep {REP_MS} ms, each candidate alone; "
-             "bwd = `flash_attention_bwd` (dQ with delta, then dK/dV; DQ=atomic*: delta, then dK/dV with dQ by atomics). Buckets: (pass, head_dim, causal, "
+             "bwd = `flash_attention_bwd` (dQ with delta, then dK/dV). Buckets: (pass, head_dim, causal, "
              "sequence bucket 0: S <= 1024, 1: <= 4096, 2: longer).", "", "## Picks", "", "```", picks_text(picks),
              "```", "", "## Original kernels against the variants (above 1: the variant is faster)", "",
              *old_vs_new(rows), "", "## Every candidate", "",

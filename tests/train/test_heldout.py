@@ -88,20 +88,14 @@ def test_deterministic_mode_sets_and_restores(monkeypatch):
 
 def test_every_kernel_with_atomics_is_refused_by_deterministic_mode():
     atomic = {p.stem for p in (REPO / "workbench" / "kernels").glob("*.py") if re.search(r"tl\.atomic_", p.read_text())}
-    assert atomic == set(NONDETERMINISTIC_TRITON_OPS) | set(NONDETERMINISTIC_TRITON_VARIANTS) == {"embedding_bag",
-                                                                                                   "attention"}
+    assert atomic == set(NONDETERMINISTIC_TRITON_OPS) | set(NONDETERMINISTIC_TRITON_VARIANTS) == {"embedding_bag"}
     assert set(NONDETERMINISTIC_TRITON_OPS) | set(NONDETERMINISTIC_TRITON_VARIANTS) <= set(TRITON_OPS)  # op names
 
 
-def test_deterministic_refuses_attention_only_with_its_atomic_variant(tmp_path):
-    def spec_with(config):
-        kernel = KernelChoice("attention", {"seq": 64}, "bf16", "triton", config, 0.0)
-        recipe = make_recipe("llama3.2-1b", "h200-sxm", TrainingConfig(1, 64), compile=False, kernels=[kernel])
-        return load_job_spec(save_recipe(recipe, tmp_path / f"r{len(config)}.yaml"))
-
-    check_options(spec_with({"BLOCK_M": 64, "BLOCK_N": 64}), RunOptions(deterministic=True))  # the default pass
-    with pytest.raises(JobError, match="attention kernel, which is nondeterministic.*DQ=atomic"):
-        check_options(spec_with({"BLOCK_M": 64, "BLOCK_N": 64, "DQ": "atomic"}), RunOptions(deterministic=True))
+def test_deterministic_takes_the_triton_attention(tmp_path):
+    kernel = KernelChoice("attention", {"seq": 64}, "bf16", "triton", {"BLOCK_M": 64, "BLOCK_N": 64}, 0.0)
+    recipe = make_recipe("llama3.2-1b", "h200-sxm", TrainingConfig(1, 64), compile=False, kernels=[kernel])
+    check_options(load_job_spec(save_recipe(recipe, tmp_path / "r.yaml")), RunOptions(deterministic=True))
 
 
 def test_deterministic_refuses_the_triton_embedding_bag(tmp_path, capsys):

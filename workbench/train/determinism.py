@@ -18,12 +18,9 @@ NONDETERMINISTIC_TRITON_OPS: dict[str, str] = {
 }
 """Project Triton kernels (recipe op names) that deterministic mode refuses, and why: every kernel file of
 ``workbench/kernels`` with a ``tl.atomic`` operation in it on its default path (a test keeps the two in step)."""
-NONDETERMINISTIC_TRITON_VARIANTS: dict[str, tuple[str, frozenset[str], str]] = {
-    "attention": ("DQ", frozenset({"atomic", "atomic_tma"}),
-                  "its backward with DQ=atomic adds dS K into dQ with tl.atomic_add (workbench/kernels/attention.py; "
-                  "the default two-pass backward has no atomics), so the order of the fp32 additions changes"),
-}
-"""Kernels deterministic only without a config variant: op -> (config key, the values that use atomics, why)."""
+NONDETERMINISTIC_TRITON_VARIANTS: dict[str, tuple[str, frozenset[str], str]] = {}
+"""Kernels deterministic only without a config variant: op -> (config key, the values that use atomics, why). None
+now: attention's atomic-dQ backward (``DQ="atomic"``) was dropped in issue 20."""
 
 
 def nondeterministic_ops(spec: JobSpec) -> list[str]:

@@ -26,7 +26,7 @@ software and settings:
   anything (``workbench.select``);
 - refused: recipes using a project Triton kernel known to be nondeterministic
   (``determinism.NONDETERMINISTIC_TRITON_OPS``: embedding_bag's backward adds with ``tl.atomic_add``; and
-  ``NONDETERMINISTIC_TRITON_VARIANTS``: attention pinned to its atomic-dQ backward);
+  ``NONDETERMINISTIC_TRITON_VARIANTS``, config variants that add with atomics: none now);
 - not covered: a torch op with no deterministic implementation raises torch's RuntimeError naming it; NCCL
   collectives of multi-rank runs (their order is fixed for one algorithm and topology, not promised); other
   libraries' kernels (torchao's beyond cuBLAS); another GPU model, driver, library version, world size or
