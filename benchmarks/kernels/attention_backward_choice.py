@@ -9,7 +9,7 @@ forward that row ran before it (the shape's fastest tutorial forward). A bucket 
 the geometric mean of ours / one launch over its fit shapes is above 1. The test shapes are then scored as shipped
 after the choice: fwd_bwd = ours fwd_bwd where the bucket keeps ours, ours fwd + the one-launch backward estimate
 where it switches; ratio = SDPA's best fwd_bwd / that. Writes a Markdown table (stdout, and FILE with --out); the
-decision itself is pinned in ``workbench/kernels/spaces.py`` (``_ATTENTION_ONE_LAUNCH_BWD``).
+decision was pinned, measured on the H200 and not kept (BACKWARD_CHOICE.md, "Measured, and not kept").
 """
 
 from __future__ import annotations

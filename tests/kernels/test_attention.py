@@ -130,70 +130,6 @@ def test_kernel_variants_match_float64_reference(dtype, causal, b, hq, hkv, s, d
     assert all(e < TEST_TOLERANCE[dtype] for e in errors.values()), errors
 
 
-# The one-launch backward (ONE_LAUNCH: Triton's tutorial backward, its dK/dV and dQ loops in one program) against
-# float64: S a multiple of BLOCK_N (it has no tail masks), causal and not, GQA 1/2/4, d 16-64, diagonal slices 1
-# and 2, dQ key tiles apart from BLOCK_M; fp32 and fp16 (bf16 once, through the interpreter's fp32 upcast).
-# Tiles: (BLOCK_M, BLOCK_N, DQ_BLOCK_N, DIAGONAL_SLICES).
-ONE_LAUNCH_CASES = [
-    (torch.float32, False, 1, 2, 2, 64, 32, (16, 32, 16, 1)),
-    (torch.float32, True, 1, 4, 1, 64, 16, (32, 32, 32, 2)),
-    (torch.float32, True, 2, 4, 2, 96, 64, (16, 32, 32, 1)),
-    (torch.float16, True, 1, 4, 2, 64, 32, (16, 64, 32, 1)),
-    (torch.float16, False, 1, 2, 1, 32, 64, (32, 32, 16, 1)),
-    (torch.bfloat16, True, 1, 2, 1, 32, 16, (16, 32, 16, 1)),
-]
-
-
-def _one_launch_config(block_m, block_n, dq_block_n, slices) -> dict:
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "DQ_BLOCK_N": dq_block_n, "DIAGONAL_SLICES": slices,
-            "ONE_LAUNCH": True, "num_warps": 4, "num_stages": 1}
-
-
-@pytest.mark.parametrize("dtype,causal,b,hq,hkv,s,d,tiles", ONE_LAUNCH_CASES,
-                         ids=[f"{str(c[0])[6:]}-{'causal' if c[1] else 'full'}-b{c[2]}hq{c[3]}hkv{c[4]}s{c[5]}d{c[6]}-"
-                              + "x".join(map(str, c[7])) for c in ONE_LAUNCH_CASES])
-def test_one_launch_backward_matches_float64_reference(dtype, causal, b, hq, hkv, s, d, tiles):
-    q, k, v, do = _inputs(b, hq, hkv, s, d, dtype)
-    bwd_config = _one_launch_config(*tiles)
-    o, lse = flash_attention_fwd(q, k, v, causal, config=_config("16x16"))
-    dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, causal, config=bwd_config)
-    plan = attention._plan(q, k, v, causal, None, None, bwd_config)
-    assert plan.one_launch and not plan.bwd_tma and plan.bwd_grids[1] == (s // tiles[1], b * hkv)
-    assert (dq.dtype, dk.dtype, dv.dtype) == (dtype,) * 3 and (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape,
-                                                                                                  v.shape)
-    _, _, (dq64, dk64, dv64) = _reference_grads(q, k, v, do, causal)
-    errors = {name: _error(ours, ref) for name, ours, ref in (("dq", dq, dq64), ("dk", dk, dk64), ("dv", dv, dv64))}
-    assert all(e < TEST_TOLERANCE[dtype] for e in errors.values()), errors
-
-
-def test_one_launch_backward_through_autograd_with_strided_inputs_and_custom_scale():
-    """.backward() on [B, S, H, D] views (q, k, v copied to unit last stride, K' a contiguous copy), a strided dO."""
-    gen = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, 64, h, 32, generator=gen).to(DEVICE).transpose(1, 2).requires_grad_() for h in (4, 2, 2))
-    do = torch.randn(1, 64, 4, 32, generator=gen).to(DEVICE).transpose(1, 2)  # dO: strided, unit last stride
-    o = flash_attention(q, k, v, causal=True, scale=0.4, config=_config("16x16"),
-                        bwd_config=_one_launch_config(16, 32, 16, 1))
-    o.backward(do)
-    o64, _, grads = _reference_grads(q, k, v, do, True, 0.4)
-    assert _error(o, o64) < 1e-5
-    for name, t, ref in zip("qkv", (q, k, v), grads):
-        assert _error(t.grad, ref) < 1e-5, name
-
-
-def test_the_pinned_one_launch_configs_run():
-    """The sm_90 pins (spaces._ATTENTION_ONE_LAUNCH_BWD) pass the config checks and give the reference's gradients
-    (the interpreter ignores their warps and stages)."""
-    q, k, v, do = _inputs(1, 2, 1, 128, 16, torch.float32)
-    for causal in (False, True):
-        bwd_config = attention_pinned_config("sm_90", "bwd", 64, causal, 128)
-        assert bwd_config["ONE_LAUNCH"] and not bwd_config["TMA"]
-        o, lse = flash_attention_fwd(q, k, v, causal, config=_config("16x16"))
-        grads = flash_attention_bwd(do, q, k, v, o, lse, causal, config=bwd_config)
-        _, _, refs = _reference_grads(q, k, v, do, causal)
-        for name, ours, ref in zip("qkv", grads, refs):
-            assert _error(ours, ref) < 1e-5, name
-
-
 def test_tma_needs_aligned_strides_and_bases():
     """Head strides of 8 bytes (d=2 cannot be: a [B, S, H, 16] fp32 view has 64-byte head strides, so use an odd
     row stride instead) plan pointer loads; a base off the 16-byte grid launches the pointer build of a TMA plan."""
@@ -292,20 +228,6 @@ def _t(*shape, dtype=torch.float32, device=DEVICE):
     (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 16, "WARP_SPECIALIZE": False}}, "config"),
     (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ": "atomic"}}, "config"),  # dropped
     (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ_BLOCK_M": 24}}, "config"),
-    # the one-launch backward's rules: S % BLOCK_N (8 % 16), tile multiples, its dQ rows, slices, no TMA, a bool
-    (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "ONE_LAUNCH": True}}, "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 32, "BLOCK_N": 16, "ONE_LAUNCH": True}}, "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 32, "DQ_BLOCK_N": 64, "ONE_LAUNCH": True}},
-                               "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 32, "DQ_BLOCK_M": 16, "ONE_LAUNCH": True}},
-                               "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 32, "DIAGONAL_SLICES": 2,
-                                               "ONE_LAUNCH": True}}, "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 32, "TMA": True, "ONE_LAUNCH": True}},
-                               "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 32, "ONE_LAUNCH": 1}}, "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 32, "DIAGONAL_SLICES": 1}}, "config"),
-    (_t(1, 2, 64, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 32, "ONE_LAUNCH": True}}, "config"),  # bwd key
 ])
 def test_bad_inputs_raise_naming_the_argument(q, k, v, kwargs, argument):
     with pytest.raises(KernelInputError, match=rf"^{argument}\b"):
@@ -382,7 +304,7 @@ def test_pinned_configs_per_bucket():
     for pass_ in ("fwd", "bwd"):
         for d in (64, 128):
             for causal in (False, True):
-                for seq in (512, 1000, 2048, 16384):  # 1000: no 128-key multiple, the two-pass pins
+                for seq in (512, 2048, 16384):
                     pinned = attention_pinned_config("sm_90", pass_, d, causal, seq)
                     if pinned is None:
                         continue
@@ -390,13 +312,7 @@ def test_pinned_configs_per_bucket():
                     assert set(pinned) <= {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *attention.VARIANT_KEYS}
                     tiles = {k: v for k, v in pinned.items() if k not in attention.VARIANT_KEYS}
                     assert tiles in config_space("cuda", pass_, d)
-    # issue 20: the one-launch backward where its 128-key tile divides S (attention_backward_choice.py), the
-    # two-pass pin (the fifth sweep's 32 x 64, dQ 128 x 32) where it does not
-    one_launch = attention_pinned_config("sm_90", "bwd", 128, True, 8192)
-    assert one_launch["ONE_LAUNCH"] and one_launch["BLOCK_N"] == 128 and one_launch["DIAGONAL_SLICES"] == 2
-    two_pass = attention_pinned_config("sm_90", "bwd", 128, True, 8200)
-    assert "ONE_LAUNCH" not in two_pass and two_pass["BLOCK_N"] == 64 and two_pass["DQ_BLOCK_M"] == 128
-    assert attention_pinned_config("sm_90", "fwd", 128, True, 8192)["BLOCK_N"] == 128  # forwards: unchanged
+    assert attention_pinned_config("sm_90", "bwd", 128, True, 8192)["BLOCK_N"] == 64
     assert attention_pinned_config("sm_80", "bwd", 128, True, 8192) is None
     with pytest.raises(KernelInputError, match=r"^config"):
         flash_attention(_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16), config={**_config("16x16"), "TMA": 1.5})

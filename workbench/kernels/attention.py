@@ -11,17 +11,10 @@ Backward (Sec. 3.1.2 of the paper), two launches:
 2. dK, dV: one program per (key block, batch, kv head) holds its K, V tile and loops over the query blocks of
    every query head of its GQA group, so the group sum happens in registers: no atomics, no fp32 buffers.
 
-Computing dQ in its own pass recomputes S = QK^T and dP = dO V^T: 7 GEMMs instead of the paper's 5, but
-deterministic and atomic-free. ``flops`` still counts the algorithmic 2.5x forward, so the backward's achieved
-TFLOP/s reads against the same work as FlashAttention-2's.
-
-A second backward, ``ONE_LAUNCH`` (ported from Triton's fused-attention tutorial, MIT; see its section): a delta
-launch, then one program per (key block, batch, kv head) that first sums dK, dV over the query blocks of its group
-(as pass 2 above), then computes dQ of the query block with the same index for each query head of the group (as
-pass 1), with K pre-scaled by scale * log2(e) on the host (an elementwise pass over K); also 7 GEMMs and
-atomic-free, without tail masks (S % BLOCK_N == 0). On the H200 its backward time beat the two-pass one in every
-(head_dim, causal) bucket on the fit shapes of benchmarks/results/h200/kernels/attention_candidates (geometric
-means 1.02-1.67), so config=None takes it on sm_90 where S allows (``spaces._ATTENTION_ONE_LAUNCH_BWD``).
+Computing dQ in its own pass (Triton's fused-attention tutorial does it in a second loop) recomputes S = QK^T
+and dP = dO V^T: 7 GEMMs instead of the paper's 5, but deterministic and atomic-free. ``flops`` still counts
+the algorithmic 2.5x forward, so the backward's achieved TFLOP/s reads against the same work as
+FlashAttention-2's.
 
 Variants, picked by config keys (``VARIANT_KEYS``): ``DQ_BLOCK_M`` / ``DQ_BLOCK_N`` give the dQ pass its own
 tiles. Two variants were dropped (issue 20) after losing on every shape of the H200 sweeps
@@ -40,9 +33,7 @@ zero-fills rows past S, so no load masks; 128 bytes of global scratch each, from
 the strides and base addresses are 16-byte aligned; elsewhere, and with ``config["TMA"] = False``, pointer loads.
 A TMA build that fails to compile switches that plan to pointer loads with a RuntimeWarning. Configs for
 config=None: the pinned per-bucket table of ``spaces.attention_pinned_config`` (head_dim, causal, sequence
-bucket; measured by ``benchmarks/kernels/attention_sweep.py``; the backward's one-launch pins by
-``benchmarks/kernels/attention_backward_choice.py``), then the selector (forward), then the default. The one-launch
-backward loads through pointers (the tutorial's).
+bucket; measured by ``benchmarks/kernels/attention_sweep.py``), then the selector (forward), then the default.
 
 Precision: tiles stay in the input dtype into tl.dot (fp32 accumulation); P and dS are rounded to it before
 their GEMMs, as in FlashAttention-2. fp32 inputs use IEEE fp32 dots (no TF32): a parity path, slow on the GPU.
@@ -75,17 +66,9 @@ Pass = Literal["fwd", "bwd", "fwd_bwd"]
 _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 HAS_TENSOR_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")
 """Device-built tensor descriptors (``tl.make_tensor_descriptor``, Triton >= 3.4)."""
-VARIANT_KEYS = ("TMA", "DQ_BLOCK_M", "DQ_BLOCK_N", "ONE_LAUNCH", "DIAGONAL_SLICES")
+VARIANT_KEYS = ("TMA", "DQ_BLOCK_M", "DQ_BLOCK_N")
 """Config keys that pick a kernel variant (constexprs), not launch options; absent keys mean the original kernels.
-``DQ_BLOCK_M`` / ``DQ_BLOCK_N``: the dQ pass's query / key tiles (default: the dK/dV tiles swapped).
-``ONE_LAUNCH`` (backward, bool): the one-launch backward (``_attn_bwd_one_launch_kernel``); its dK/dV loop takes
-BLOCK_M queries against BLOCK_N keys, its dQ loop BLOCK_N queries (``DQ_BLOCK_M``, if given, must equal BLOCK_N)
-against ``DQ_BLOCK_N`` keys (default BLOCK_M); ``DIAGONAL_SLICES`` (default 1, the tutorial's BLK_SLICE_FACTOR)
-splits both loops' causal diagonal block into that many finer steps. It needs S % BLOCK_N == 0 (no tail masks)
-and loads through pointers (``TMA`` must not be True)."""
-ONE_LAUNCH_KEYS = ("ONE_LAUNCH", "DIAGONAL_SLICES")
-DELTA_BLOCK_M = 128
-"""Rows per program of the one-launch backward's delta launch (the tutorial's PRE_BLOCK)."""
+``DQ_BLOCK_M`` / ``DQ_BLOCK_N``: the dQ pass's query / key tiles (default: the dK/dV tiles swapped)."""
 DROPPED_KEYS = ("DQ", "WARP_SPECIALIZE")
 """Config keys of the dropped variants (atomic dQ, warp specialisation; see the module docstring): refused."""
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
@@ -367,176 +350,6 @@ def _attn_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,  # delta [B, Hq, S] fp32
              dq.to(DQ.dtype.element_ty), mask=rows)
 
 
-# ------------------------------------------------------------------------------------------ backward, one launch
-# Ported from Triton's fused-attention tutorial, python/tutorials/06-fused-attention.py of
-# https://github.com/triton-lang/triton (its backward: a delta launch, then one launch with separate dK/dV and dQ
-# loops and K pre-scaled on the host), by way of benchmarks/kernels/tutorial_attention.py. Changed: GQA (a program
-# owns one kv head and loops over its query heads), strided Q, V, dO, natural-log lse in, IEEE fp32 dots, the
-# interpreter's bf16 upcast. Triton's license:
-#
-# Copyright 2018-2020 Philippe Tillet
-# Copyright 2020-2022 OpenAI
-#
-# Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated
-# documentation files (the "Software"), to deal in the Software without restriction, including without limitation
-# the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the Software, and
-# to permit persons to whom the Software is furnished to do so, subject to the following conditions:
-#
-# The above copyright notice and this permission notice shall be included in all copies or substantial portions
-# of the Software.
-#
-# THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED
-# TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
-# AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF
-# CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS
-# IN THE SOFTWARE.
-@triton.jit
-def _attn_bwd_delta_kernel(O, DO, DELTA,  # o, do: [B, Hq, S, D]; delta: [B, Hq, S] fp32
-                           stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos, seq_len, heads_q,
-                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Grid (cdiv(S, BLOCK_M), B * Hq): delta = rowsum(dO * O), FlashAttention-2's preprocessing step, which the
-    one-launch backward reads for every query row (the two-pass dQ pass computes it itself)."""
-    bh = tl.program_id(1)
-    b = (bh // heads_q).to(tl.int64)
-    h = (bh % heads_q).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    rows = offs_m[:, None] < seq_len
-    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :], mask=rows,
-                other=0.0)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :], mask=rows,
-                 other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # delta: [BLOCK_M] fp32
-    tl.store(DELTA + bh.to(tl.int64) * seq_len + offs_m, delta, mask=offs_m < seq_len)
-
-
-@triton.jit
-def _one_launch_dkdv(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
-                     start_m, num_steps, BLOCK_M: tl.constexpr, MASK: tl.constexpr, UPCAST: tl.constexpr):
-    """num_steps query blocks of BLOCK_M rows from start_m against one key block; tiles transposed: q_t
-    [HEAD_DIM, BLOCK_M]; k (pre-scaled by scale * log2 e), v, dk, dv [BLOCK_N, HEAD_DIM]."""
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    for _ in range(num_steps):
-        q_t = tl.load(q_base + offs_m[None, :] * stride_qs + offs_d[:, None])  # q_t: [HEAD_DIM, BLOCK_M]
-        if UPCAST:
-            q_t = q_t.to(tl.float32)
-        lse2 = tl.load(lse_base + offs_m) * 1.4426950408889634  # log2 units, like s_t
-        s_t = tl.dot(k, q_t, input_precision="ieee")  # s_t: [BLOCK_N, BLOCK_M], log2 units (k pre-scaled)
-        p_t = tl.math.exp2(s_t - lse2[None, :])
-        if MASK:
-            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        do = tl.load(do_base + offs_m[:, None] * stride_dos + offs_d[None, :])  # do: [BLOCK_M, HEAD_DIM]
-        if UPCAST:
-            do = do.to(tl.float32)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
-        delta = tl.load(delta_base + offs_m)
-        dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")  # dp_t: [BLOCK_N, BLOCK_M]
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk, input_precision="ieee")
-        offs_m += BLOCK_M
-    return dk, dv
-
-
-@triton.jit
-def _one_launch_dq(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, start_n,
-                   num_steps, BLOCK_N: tl.constexpr, MASK: tl.constexpr, UPCAST: tl.constexpr):
-    """num_steps key blocks of BLOCK_N rows from start_n against one query block: q, do, dq [BLOCK_M, HEAD_DIM];
-    k_t (pre-scaled), v_t [HEAD_DIM, BLOCK_N]; lse2 [BLOCK_M] in log2 units."""
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    for _ in range(num_steps):
-        k_t = tl.load(k_base + offs_n[None, :] * stride_ks + offs_d[:, None])  # k_t: [HEAD_DIM, BLOCK_N]
-        v_t = tl.load(v_base + offs_n[None, :] * stride_vs + offs_d[:, None])
-        if UPCAST:
-            k_t = k_t.to(tl.float32)
-            v_t = v_t.to(tl.float32)
-        s = tl.dot(q, k_t, input_precision="ieee")  # s: [BLOCK_M, BLOCK_N], log2 units
-        p = tl.math.exp2(s - lse2[:, None])
-        if MASK:
-            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
-        dp = tl.dot(do, v_t, input_precision="ieee")  # dp: [BLOCK_M, BLOCK_N]
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k_t.dtype), tl.trans(k_t), dq, input_precision="ieee")
-        offs_n += BLOCK_N
-    return dq
-
-
-@triton.jit
-def _attn_bwd_one_launch_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV,  # k: pre-scaled; dq, dk, dv contiguous
-                                stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-                                stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
-                                seq_len, heads_kv, group, sm_scale,
-                                CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                                BLOCK_N: tl.constexpr, DQ_BLOCK_N: tl.constexpr, DIAGONAL_SLICES: tl.constexpr,
-                                UPCAST: tl.constexpr):
-    """Grid (S // BLOCK_N, B * Hkv); S % BLOCK_N == 0, BLOCK_N % BLOCK_M == 0, BLOCK_N % DQ_BLOCK_N == 0. Program
-    (i, kv head) first sums dK, dV of key block i [BLOCK_N, HEAD_DIM] over the query blocks [BLOCK_M, HEAD_DIM]
-    of every query head of its group, then computes dQ of query block i [BLOCK_N, HEAD_DIM] of each of those heads
-    over the key blocks [DQ_BLOCK_N, HEAD_DIM]. Causal: the diagonal block in DIAGONAL_SLICES-times finer steps
-    (masked), the blocks below it unmasked. K arrives multiplied by scale * log2(e), so S comes out in log2 units
-    and dQ = dS K' * ln 2."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // heads_kv).to(tl.int64)
-    h_kv = (bh % heads_kv).to(tl.int64)
-    heads_q = heads_kv * group
-    offs_d = tl.arange(0, HEAD_DIM)
-    k_base = K + b * stride_kb + h_kv * stride_kh
-    v_base = V + b * stride_vb + h_kv * stride_vh
-
-    # dK, dV of key block pid
-    start_n = pid * BLOCK_N
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :])  # k, v: [BLOCK_N, HEAD_DIM], held
-    v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :])
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    DIAG_M: tl.constexpr = BLOCK_M // DIAGONAL_SLICES
-    for g in range(0, group):
-        h = h_kv * group + g
-        q_base = Q + b * stride_qb + h * stride_qh
-        do_base = DO + b * stride_dob + h * stride_doh
-        lse_base = LSE + (b * heads_q + h) * seq_len
-        delta_base = DELTA + (b * heads_q + h) * seq_len
-        start_m = 0
-        if CAUSAL:  # queries before start_n see none of these keys
-            dk, dv = _one_launch_dkdv(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
-                                      offs_n, offs_d, start_n, BLOCK_N // DIAG_M, DIAG_M, True, UPCAST)
-            start_m = start_n + BLOCK_N
-        dk, dv = _one_launch_dkdv(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
-                                  offs_n, offs_d, start_m, (seq_len - start_m) // BLOCK_M, BLOCK_M, False, UPCAST)
-    kv_rows = (b * heads_kv + h_kv) * seq_len * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    tl.store(DV + kv_rows, dv.to(DV.dtype.element_ty))
-    tl.store(DK + kv_rows, (dk * sm_scale).to(DK.dtype.element_ty))
-
-    # dQ of query block pid, per query head of this kv head
-    start_m = pid * BLOCK_N
-    offs_m = start_m + tl.arange(0, BLOCK_N)
-    DIAG_N: tl.constexpr = DQ_BLOCK_N // DIAGONAL_SLICES
-    for g in range(0, group):
-        h = h_kv * group + g
-        q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :])
-        do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :])
-        if UPCAST:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
-        lse2 = tl.load(LSE + (b * heads_q + h) * seq_len + offs_m) * 1.4426950408889634
-        delta = tl.load(DELTA + (b * heads_q + h) * seq_len + offs_m)
-        dq = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-        end_n = seq_len
-        if CAUSAL:  # the diagonal block (masked), then the key blocks left of it
-            dq = _one_launch_dq(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                                start_m, BLOCK_N // DIAG_N, DIAG_N, True, UPCAST)
-            end_n = start_m
-        dq = _one_launch_dq(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0,
-                            end_n // DQ_BLOCK_N, DQ_BLOCK_N, False, UPCAST)
-        dq = dq * 0.6931471805599453  # ln(2): K' = K * scale * log2(e)
-        tl.store(DQ + (b * heads_q + h) * seq_len * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
-                 dq.to(DQ.dtype.element_ty))
-
-
 # ----------------------------------------------------------------------------------------------------- wrappers
 
 
@@ -574,33 +387,10 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
             if key in config:
                 check(is_power_of_two(config[key], 16), f"config ({pass_})", f"{key}={config[key]!r}",
                       "a power of two >= 16 (tl.dot's smallest tile)")
-        _check_one_launch(config)
     else:
-        extra = sorted(set(config) & {"DQ_BLOCK_M", "DQ_BLOCK_N", *ONE_LAUNCH_KEYS})
+        extra = sorted(set(config) & {"DQ_BLOCK_M", "DQ_BLOCK_N"})
         check(not extra, f"config ({pass_})", ", ".join(extra), "no backward-only keys in a forward config")
     return config
-
-
-def _check_one_launch(config: dict) -> None:
-    """The tile rules of a backward config's one-launch keys (``VARIANT_KEYS``); S is checked in ``_plan``."""
-    one_launch = config.get("ONE_LAUNCH", False)
-    check(isinstance(one_launch, bool), "config (bwd)", f"ONE_LAUNCH={one_launch!r}",
-          "True or False (the one-launch backward)")
-    if not one_launch:
-        check("DIAGONAL_SLICES" not in config, "config (bwd)", "DIAGONAL_SLICES", "ONE_LAUNCH=True beside it")
-        return
-    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
-    dq_block_n, slices = config.get("DQ_BLOCK_N", block_m), config.get("DIAGONAL_SLICES", 1)
-    check(config.get("DQ_BLOCK_M", block_n) == block_n, "config (bwd)", f"DQ_BLOCK_M={config.get('DQ_BLOCK_M')!r}",
-          f"BLOCK_N ({block_n}) or no DQ_BLOCK_M: a one-launch program's dQ rows are its key block's")
-    check(block_n % block_m == 0 and block_n % dq_block_n == 0, "config (bwd)",
-          f"BLOCK_M={block_m}, BLOCK_N={block_n}, DQ_BLOCK_N={dq_block_n}",
-          "BLOCK_N a multiple of BLOCK_M and of DQ_BLOCK_N (ONE_LAUNCH)")
-    check(isinstance(slices, int) and not isinstance(slices, bool) and slices >= 1 and (slices & (slices - 1)) == 0
-          and min(block_m, dq_block_n) // slices >= 16, "config (bwd)", f"DIAGONAL_SLICES={slices!r}",
-          f"a power of two leaving BLOCK_M / slices and DQ_BLOCK_N / slices >= 16 ({block_m}, {dq_block_n})")
-    check(config.get("TMA") is not True, "config (bwd)", "TMA=True",
-          "no TMA key or TMA=False: the one-launch backward loads through pointers")
 
 
 def _use_tma(config: dict, q: torch.Tensor, strides: tuple) -> bool:
@@ -628,13 +418,11 @@ class _AttentionPlan:
     tensors, worked out and checked once (``_plan``): which inputs need a copy with unit last stride, the
     strides the kernels then see, grids, scalar arguments and constexprs of the forward and backward passes, and
     whether each pass loads through TMA descriptors (``fwd_tma``, ``bwd_tma``: the constexprs say TMA=True then;
-    a call whose tensors are not TMA-aligned launches with TMA=False). ``one_launch``: the backward is
-    ``_attn_bwd_one_launch_kernel`` (``bwd_grids``, ``bwd_args``, ``bwd_constexprs`` then hold the delta launch and
-    it, and ``bwd_tma`` is False)."""
+    a call whose tensors are not TMA-aligned launches with TMA=False)."""
 
     __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "fwd_grid",
                  "fwd_args", "fwd_constexprs", "bwd_grids", "bwd_args", "bwd_constexprs", "causal", "scale",
-                 "bwd_config", "fwd_tma", "bwd_tma", "one_launch")
+                 "bwd_config", "fwd_tma", "bwd_tma")
 
 
 _PLANS = plan_cache()
@@ -675,31 +463,17 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     block_q, block_k = bwd_config["BLOCK_M"], bwd_config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
     dq_block_m, dq_block_n = bwd_config.get("DQ_BLOCK_M", block_k), bwd_config.get("DQ_BLOCK_N", block_q)
     bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
-    plan.one_launch = bool(bwd_config.get("ONE_LAUNCH", False))
-    if plan.one_launch:
-        check(s % block_k == 0, "config (bwd)", f"BLOCK_N={block_k} with sequence length {s}",
-              "a BLOCK_N that divides the sequence length (the one-launch backward has no tail masks), or a "
-              "two-pass config (no ONE_LAUNCH)")
-        plan.bwd_tma = False
-        plan.bwd_grids = ((triton.cdiv(s, DELTA_BLOCK_M), b * hq), (s // block_k, b * hkv))  # delta, one launch
-        # the one launch reads K' = K * scale * log2(e), a contiguous copy (kv_strides); dO's strides go between
-        plan.bwd_args = ((o_strides, (s, hq)), ((*q_strides, *kv_strides, *v_strides), (s, hkv, group, scale)))
-        plan.bwd_constexprs = (dict(HEAD_DIM=d, BLOCK_M=DELTA_BLOCK_M),
-                               dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k,
-                                    DQ_BLOCK_N=dq_block_n, DIAGONAL_SLICES=bwd_config.get("DIAGONAL_SLICES", 1),
-                                    UPCAST=upcast, **bwd_options))
-    else:
-        plan.bwd_tma = _use_tma(bwd_config, q, (*q_strides, *k_strides, *v_strides))  # dO: checked per call
-        plan.bwd_grids = ((triton.cdiv(s, dq_block_m), b * hq), (triton.cdiv(s, block_k), b * hkv))  # dQ, dK/dV
-        # dO's strides are the call's: every gradient launch reads them (in _backward); O and dQ are contiguous
-        plan.bwd_args = (((*q_strides, *k_strides, *v_strides, *o_strides), (*o_strides, s, hq, group, scale,
-                                                                             qk_scale)),
-                         ((*q_strides, *k_strides, *v_strides), (*kv_strides, *kv_strides, s, hkv, group, scale,
-                                                                 qk_scale)))
-        plan.bwd_constexprs = (dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=dq_block_m, BLOCK_N=dq_block_n,
-                                    UPCAST=upcast, TMA=plan.bwd_tma, **bwd_options),
-                               dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
-                                    TMA=plan.bwd_tma, **bwd_options))
+    plan.bwd_tma = _use_tma(bwd_config, q, (*q_strides, *k_strides, *v_strides))  # dO: checked per call
+    plan.bwd_grids = ((triton.cdiv(s, dq_block_m), b * hq), (triton.cdiv(s, block_k), b * hkv))  # dQ, dK/dV
+    # dO's strides are the call's: every gradient launch reads them (in _backward); O and dQ are contiguous
+    plan.bwd_args = (((*q_strides, *k_strides, *v_strides, *o_strides), (*o_strides, s, hq, group, scale,
+                                                                         qk_scale)),
+                     ((*q_strides, *k_strides, *v_strides), (*kv_strides, *kv_strides, s, hkv, group, scale,
+                                                             qk_scale)))
+    plan.bwd_constexprs = (dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=dq_block_m, BLOCK_N=dq_block_n, UPCAST=upcast,
+                                TMA=plan.bwd_tma, **bwd_options),
+                           dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
+                                TMA=plan.bwd_tma, **bwd_options))
     if key is not None:
         _PLANS.put(key, plan)
     return plan
@@ -765,8 +539,6 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    if plan.one_launch:
-        return _backward_one_launch(plan, do, q, k, v, o, lse, delta, dq, dk, dv)
     (dq_strides, dq_args), (dkdv_strides, dkdv_args) = plan.bwd_args
     grid_dq, grid_dkdv = plan.bwd_grids
 
@@ -790,21 +562,6 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
     return dq, dk, dv
 
 
-def _backward_one_launch(plan: _AttentionPlan, do, q, k, v, o, lse, delta, dq, dk, dv):
-    """The delta launch, then ``_attn_bwd_one_launch_kernel`` (same stream: ordered), on K pre-scaled by
-    scale * log2(e) (the tutorial's host-side multiply: one elementwise pass over K)."""
-    (delta_strides, delta_args), (strides, args) = plan.bwd_args
-    grid_delta, grid = plan.bwd_grids
-    delta_c, constexprs = plan.bwd_constexprs
-    do_strides = do.stride()[:3]
-    k_scaled = torch.empty_like(k, memory_format=torch.contiguous_format)  # k': [B, Hkv, S, D]
-    torch.mul(k, plan.scale * _LOG2E, out=k_scaled)
-    _attn_bwd_delta_kernel[grid_delta](o, do, delta, *delta_strides, *do_strides, *delta_args, **delta_c)
-    _attn_bwd_one_launch_kernel[grid](q, k_scaled, v, do, lse, delta, dq, dk, dv, *strides, *do_strides, *args,
-                                      **constexprs)
-    return dq, dk, dv
-
-
 _TMA_BUILD_ERRORS = (triton.compiler.errors.CompilationError, triton.runtime.errors.OutOfResources, RuntimeError)
 """What a TMA build that this Triton or this config cannot compile raises (an MLIR pass failure is a RuntimeError)."""
 
@@ -816,10 +573,9 @@ def _without_tma(plan: _AttentionPlan, exc: BaseException) -> None:
         raise exc
     warnings.warn(f"flash attention: the TMA build failed ({type(exc).__name__}: {str(exc).strip()[:200]}); "
                   "this shape runs with pointer loads", RuntimeWarning, stacklevel=3)
-    if plan.bwd_tma:  # (the one-launch backward has no TMA build)
-        plan.bwd_constexprs = tuple(_pointer_loads(c) for c in plan.bwd_constexprs)
     plan.fwd_tma = plan.bwd_tma = False
     plan.fwd_constexprs = {**plan.fwd_constexprs, "TMA": False}
+    plan.bwd_constexprs = tuple(_pointer_loads(c) for c in plan.bwd_constexprs)
 
 
 def _pointer_loads(constexprs: dict) -> dict:
@@ -838,8 +594,7 @@ def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                         lse: torch.Tensor, causal: bool = False, scale: float | None = None,
                         config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV from dO and the forward's O and lse. ``config`` keys: BLOCK_M = query tile and BLOCK_N = key
-    tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys); ``ONE_LAUNCH``
-    and its keys (``VARIANT_KEYS``) pick the one-launch backward."""
+    tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys)."""
     plan = _plan(q, k, v, causal, scale, None, config)
     if _copy_o(q, do, o, lse):  # the plan reads O as flash_attention_fwd writes it
         o = o.contiguous()

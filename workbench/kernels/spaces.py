@@ -354,27 +354,6 @@ named above the defaults, and at d=64 64-key tiles for S <= 1024, where 128-key 
 cover fall back to the selector's calibrated pick (specs/calibration/h200-sxm-select.yaml)."""
 
 
-_ATTENTION_ONE_LAUNCH_BWD = {
-    "sm_90": {
-        # (head_dim, causal): (BLOCK_M, BLOCK_N, DQ_BLOCK_N, DIAGONAL_SLICES, num_warps, num_stages) of the one-launch
-        # backward (attention.VARIANT_KEYS ONE_LAUNCH; Triton's tutorial backward), taken over _ATTENTION_PINNED's
-        # two-pass entries where BLOCK_N divides S. Decided per bucket on the FIT shapes only of
-        # benchmarks/kernels/attention_candidates_split.json, in the H200 run
-        # benchmarks/results/h200/kernels/attention_candidates (benchmarks/kernels/attention_backward_choice.py):
-        # geometric mean of ours / the tutorial's backward time (fwd_bwd minus fwd) over the fit shapes:
-        # d64 full 1.666 (a02, a08), d64 causal 1.111 (a11, a20), d128 full 1.056 (a09), d128 causal 1.024
-        # (a01, a05, a07, a13, a17). Configs: that run's fit picks (picks.json, BLOCK_M1 32, BLOCK_N1 = BLOCK_M2 128,
-        # BLOCK_N2 32, BLK_SLICE_FACTOR 2).
-        (64, False): (32, 128, 32, 2, 4, 5),
-        (64, True): (32, 128, 32, 2, 4, 5),
-        (128, False): (32, 128, 32, 2, 8, 3),
-        (128, True): (32, 128, 32, 2, 8, 4),
-    },
-}
-"""Per-(head_dim, causal) one-launch backward configs on sm_90; ``attention_pinned_config`` returns them for
-sequence lengths their BLOCK_N divides (the kernel has no tail masks) and the two-pass entry otherwise."""
-
-
 def attention_seq_bucket(seq: int) -> int:
     """The ``ATTENTION_SEQ_BUCKETS`` index of a sequence length (len(ATTENTION_SEQ_BUCKETS) past the last bound)."""
     return next((i for i, bound in enumerate(ATTENTION_SEQ_BUCKETS) if seq <= bound), len(ATTENTION_SEQ_BUCKETS))
@@ -382,13 +361,7 @@ def attention_seq_bucket(seq: int) -> int:
 
 def attention_pinned_config(target: str, pass_: str, head_dim: int, causal: bool, seq: int) -> dict | None:
     """The pinned config of a shape's bucket on ``target`` ("sm_90"), with its ``TMA`` flag; None where the table
-    has no entry (the wrapper then asks the selector, forward only, or takes ``attention_config_space``'s first).
-    Backward: the one-launch config of ``_ATTENTION_ONE_LAUNCH_BWD`` where its BLOCK_N divides ``seq``."""
-    one_launch = _ATTENTION_ONE_LAUNCH_BWD.get(target, {}).get((64 if head_dim <= 64 else head_dim, bool(causal)))
-    if pass_ == "bwd" and one_launch is not None and seq % one_launch[1] == 0:
-        block_m, block_n, dq_block_n, slices, warps, stages = one_launch
-        return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, TMA=False, ONE_LAUNCH=True,
-                    DQ_BLOCK_N=dq_block_n, DIAGONAL_SLICES=slices)
+    has no entry (the wrapper then asks the selector, forward only, or takes ``attention_config_space``'s first)."""
     entry = _ATTENTION_PINNED.get(target, {}).get((pass_, 64 if head_dim <= 64 else head_dim, bool(causal),
                                                    attention_seq_bucket(seq)))
     if entry is None:
