@@ -1,8 +1,9 @@
 """The workbench notebook in a real browser: JupyterLab (localhost, random port, token) and headless Debian
 Chromium through playwright. Runs the notebook, changes the model, the GPUs and the precision through the widgets,
 checks that the roofline re-rendered with the new points, then with five GPUs checks every chart tab's layout (no
-chart, panel or legend leaves the notebook's output area or the window: nothing to scroll sideways) and that no two
-text labels of a tab's chart overlap, that a configuration that does not fit gets no bar but says by how much and
+chart, panel or legend leaves the notebook's output area or the window: nothing to scroll sideways), that no two
+text labels of a tab's chart overlap and that no text is cut (a control's label, a dropdown's choice, a chart title
+or a table wider than the output area), that a configuration that does not fit gets no bar but says by how much and
 offers the nearest one that fits (applied through its button), shows the trust tab's measured and published rows, exports a recipe through the button and reads the file, and last uploads
 a profiler trace (its op classes beside the prediction in the Step time tab, its measured points on the roofline).
 
@@ -278,6 +279,42 @@ def _assert_no_text_overlaps(page, selector: str = ".wb-workbench svg") -> int:
     return found["labels"]
 
 
+_CUT_JS = """(root) => {
+  const visible = e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+  const cut = [];
+  for (const e of document.querySelectorAll(`${root} button, ${root} label, ${root} .widget-label`)) {
+    // ipywidgets end what does not fit a button, checkbox or description with an ellipsis (text-overflow)
+    if (visible(e) && e.textContent.trim() && e.scrollWidth > e.clientWidth + 1)
+      cut.push('text: ' + e.textContent.trim());
+  }
+  const ctx = document.createElement('canvas').getContext('2d');
+  for (const s of document.querySelectorAll(`${root} select:not([multiple])`)) {  // a dropdown's shown choice
+    const option = s.options[s.selectedIndex], style = getComputedStyle(s);
+    if (!visible(s) || !option) continue;
+    ctx.font = style.font;
+    const room = s.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    if (ctx.measureText(option.textContent).width > room + 1) cut.push('dropdown: ' + option.textContent);
+  }
+  for (const t of document.querySelectorAll(`${root} svg text`)) {  // Vega ends a text past its limit with "…"
+    if (visible(t) && t.textContent.endsWith('\u2026')) cut.push('chart: ' + t.textContent);
+  }
+  const host = document.querySelector(root), area = host.closest('.jp-OutputArea-output') || host;
+  const right = Math.min(window.innerWidth, area.getBoundingClientRect().right) + 1;
+  for (const table of document.querySelectorAll(`${root} table`)) {
+    if (visible(table) && table.getBoundingClientRect().right > right)
+      cut.push('table: ' + table.textContent.slice(0, 80));
+  }
+  return cut;
+}"""
+
+
+def _assert_nothing_cut(page, root: str = ".wb-workbench") -> None:
+    """No visible text of the workbench is cut: every button, checkbox and description whole, every dropdown's
+    choice inside its box, no chart text ended with an ellipsis, no table past the output area's right edge."""
+    cut = page.evaluate(_CUT_JS, root)
+    assert not cut, f"cut or overflowing text: {cut[:10]}"
+
+
 def _tab_screenshot(page, name: str) -> None:
     """The workbench's tabs as shown (the notebook scrolls inside its panel, so a page screenshot would cut them)."""
     page.locator(".wb-workbench .widget-tab").first.screenshot(path=str(ARTIFACTS / "tabs" / f"{name}.png"))
@@ -301,6 +338,7 @@ def test_workbench_in_jupyterlab(tmp_path):
         assert "NVIDIA H200 SXM 141GB" in start_text and "AMD Instinct MI350X" in start_text
         assert "fp8 ridge" not in start_text and "bf16 989 TFLOP/s" in start_text  # roofs carry their peak
         assert "HBM 4.8 TB/s" in start_text  # and the slope its bandwidth
+        _assert_nothing_cut(page)  # the controls: every GPU's name, the sharding buttons, the parameters' dtype
 
         # the speed target's case: Llama 3 70B on three GPUs
         page.select_option(".wb-model select", label="llama3-70b (Llama 3 70B)")
@@ -348,6 +386,7 @@ def test_workbench_in_jupyterlab(tmp_path):
         timings["output_area_width_px"] = round(layout["area"]["width"])
         timings["roofline_width_px"] = round(layout["svg"]["width"])
         timings["roofline_labels_checked"] = _assert_no_text_overlaps(page)
+        _assert_nothing_cut(page)  # the title's settings lines too
 
         # Step time: Llama 3 70B on 8 GPUs does not fit without checkpointing: no bars, what does not fit; with
         # full checkpointing the bars come; the stack says what every number is for
@@ -366,6 +405,7 @@ def test_workbench_in_jupyterlab(tmp_path):
         assert re.search(r"does not fit: needs [\d,.]+ GB of [\d,.]+ GB usable \([\d,.]+ GB over\); "
                          + re.escape(suggestion), summary), summary
         _assert_no_text_overlaps(page)
+        _assert_nothing_cut(page)  # the summary table keeps inside the tab, its sentences under it
         page.screenshot(path=str(ARTIFACTS / "4a-step-does-not-fit.png"), full_page=True)
         fit_button.click()  # applies the B200's suggestion: full checkpointing
         page.wait_for_selector(f"{STEP_SVG} g.mark-rect path", timeout=30_000)
@@ -379,6 +419,9 @@ def test_workbench_in_jupyterlab(tmp_path):
         _tab_screenshot(page, "step-time")
         _assert_fits_sideways(page, ".wb-chart-step-time", panels=0)
         timings["step_labels_checked"] = _assert_no_text_overlaps(page)
+        _assert_nothing_cut(page)
+        details = page.inner_text(".wb-summary-details")  # the sentences of every GPU under the numbers' table
+        assert all(name in details for name in FIVE_GPUS) and "how far to trust this: " in details, details
 
         _tab(page, "Memory")
         page.wait_for_selector(f"{MEMORY_SVG} g.mark-rect path", timeout=30_000)
@@ -388,11 +431,14 @@ def test_workbench_in_jupyterlab(tmp_path):
         _tab_screenshot(page, "memory")
         _assert_fits_sideways(page, ".wb-chart-memory", panels=5)
         timings["memory_labels_checked"] = _assert_no_text_overlaps(page)
+        _assert_nothing_cut(page)
 
         _tab(page, "Kernels")  # no GPU here: no chart, only the panel (its check covers any chart it shows)
         page.wait_for_timeout(300)
         _tab_screenshot(page, "kernels")
         _assert_no_text_overlaps(page)
+        # no benchmark here, so no chart to save: no save bar
+        page.wait_for_selector(".wb-workbench button:has-text('Save chart')", state="hidden", timeout=30_000)
 
         # How far to trust this: the measured record for the stack, then the published rows of Llama 3 on these GPUs
         _tab(page, "How far to trust this")
@@ -406,12 +452,17 @@ def test_workbench_in_jupyterlab(tmp_path):
         _tab_screenshot(page, "trust")
         _assert_fits_sideways(page, ".wb-chart-trust", panels=0)
         timings["trust_labels_checked"] = _assert_no_text_overlaps(page)
+        _assert_nothing_cut(page)  # the runs' table too: its file paths break instead of widening it
 
         # Recipe tab: export through the button, then read the file the kernel wrote
         _tab(page, "Recipe")
         page.wait_for_selector(".wb-recipe-preview", timeout=30_000)
         _tab_screenshot(page, "recipe")
         _assert_no_text_overlaps(page)
+        _assert_nothing_cut(page)
+        targets = page.eval_on_selector(".wb-recipe-gpu select",  # ipywidgets writes spaces as no-break spaces
+                                        "s => [...s.options].map(o => o.textContent.replace(/\\s/g, ' '))")
+        assert targets == list(FIVE_GPUS), targets  # display names, in the chosen order, no catalog ids
         page.click("button.wb-export")
         page.wait_for_selector(".wb-export-message a.wb-download", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "6-recipe.png"), full_page=True)
@@ -429,9 +480,14 @@ def test_workbench_in_jupyterlab(tmp_path):
         page.screenshot(path=str(ARTIFACTS / "4-step-time.png"), full_page=True)
         assert page.locator(".wb-advice h4").count(), page.inner_text(".wb-status")
         _assert_no_text_overlaps(page)  # the comparison chart too (its GPU names)
+        _assert_nothing_cut(page)  # the advisor's button beside its long prompt
 
         # a profiler trace uploaded in the Step time tab's trace section, for the H200: the table of op classes
         # (measured beside predicted, the calibration warning beside its button), then its diamonds on the roofline
+        shown = page.eval_on_selector(".wb-trace-gpu select",
+                                      "s => s.selectedIndex >= 0"
+                                      " && s.options[s.selectedIndex].textContent.replace(/\\s/g, ' ')")
+        assert shown == FIVE_GPUS[0], shown  # the GPU a load takes unless another is chosen: shown, not blank
         page.select_option(".wb-trace-gpu select", label="NVIDIA H200 SXM 141GB")
         page.fill(".wb-trace-steps input", "2")
         page.press(".wb-trace-steps input", "Enter")

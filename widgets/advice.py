@@ -79,8 +79,8 @@ def advice_frame(advices: Mapping[str, object]) -> pd.DataFrame:
 
 def advice_chart(frame: pd.DataFrame, source: str) -> alt.Chart:
     """Predicted tokens/s per target GPU: the source's best recipe ported unchanged vs the co-designed one
-    (``widgets.charts.port_chart``: each GPU named once)."""
-    return charts.port_chart(frame, source)
+    (``widgets.charts.port_chart``: each GPU named once, the source by its display name)."""
+    return charts.port_chart(frame, get_gpu(source).display_name)
 
 
 def _recipe_cell(setting: str, value: object) -> str:

@@ -24,7 +24,7 @@ class AdvisorPanel:
 
     def __init__(self, on_compare: Callable[[], None]):
         self.button = w.Button(description="Compare direct port vs co-designed", icon="exchange",
-                               layout=w.Layout(width="300px"))
+                               layout=w.Layout(width="300px", flex="0 0 auto"))  # not squeezed by the prompt
         self.button.on_click(lambda _: on_compare())
         self.prompt = w.HTML()
         self.view = chart_view()

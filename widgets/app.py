@@ -82,7 +82,13 @@ _STYLE = """<style>
 .wb-table th:first-child, .wb-table td:first-child { text-align: left; }
 .wb-table tr:nth-child(even) { background: #f4f4f4; }
 .wb-table td.wb-num { white-space: nowrap; }
+.wb-table td.wb-long { text-align: left; overflow-wrap: anywhere; min-width: 9em; }
+.wb-workbench .jupyter-widget-html > .jupyter-widget-html-content,
+.wb-workbench .widget-html > .widget-html-content { line-height: 1.45; }
 </style>"""
+"""The workbench's CSS: tables in the tabs' text size, numbers kept on one line, long text columns (a file path,
+a reason) allowed to break anywhere so they do not push the table sideways, and text at a reading line height
+(JupyterLab sets an HTML widget's to the 28 px of a control, which spreads a wrapped sentence over the page)."""
 
 
 class Workbench(w.VBox):
@@ -136,7 +142,7 @@ class Workbench(w.VBox):
         self.step = StepPanel(self.trace_panel, self.advisor, self._use_fit_from_button)
         self.memory = MemoryPanel()
         kernels_view = chart_view("wb-chart-kernels")
-        self.kernels = KernelsPanel(self._prediction_on, lambda: kernels_view)
+        self.kernels = KernelsPanel(self._prediction_on, lambda: kernels_view, on_chart=self._show_save_bar)
         self.recipe = RecipePanel()
         self.trust = TrustPanel()
         self.panels: dict[str, Panel] = {"roofline": self.roofline, "step time": self.step, "memory": self.memory,
@@ -159,7 +165,7 @@ class Workbench(w.VBox):
         self.save_link = w.HTML()
         self.save_button.on_click(lambda _: self._save_from_button())
         self.save_bar = w.HBox([self.save_format, self.save_button, self.save_link])
-        """Shown only on tabs with a chart (``CHART_TABS``)."""
+        """Shown only on a tab that has a chart (``CHART_TABS``; the Kernels tab once a benchmark drew one)."""
 
         super().__init__(children=[w.HTML(_STYLE), self.controls.box, self.model_input.box, self.status, self.tabs,
                                    self.save_bar])
@@ -266,14 +272,20 @@ class Workbench(w.VBox):
                 setattr(self, name, list(value) if name == "gpus" else value)
             self.controls.show(new, self._custom)
             self.tabs.selected_index = TABS.index(new.tab)
-        self.save_bar.layout.display = None if new.tab in CHART_TABS else "none"
         if changed:
             self.comparison = comparison
             self._dirty = set(TABS)
             self.status.value = "".join(f"<div style='color:#b00'>{html.escape(get_gpu(g).display_name)}: "
                                         f"{html.escape(e)}</div>" for g, e in self.comparison.errors.items())
         self._draw(new.tab)
+        self._show_save_bar()
         self.last_redraw_s = time.perf_counter() - start
+
+    def _show_save_bar(self) -> None:
+        """The save bar on a tab with a chart to save (the Kernels tab has one only after a benchmark)."""
+        tab = self._state.tab
+        shown = tab in CHART_TABS and (tab != "kernels" or self.kernels.chart is not None)
+        self.save_bar.layout.display = None if shown else "none"
 
     @traitlets.observe(*FIELDS)
     def _on_trait(self, change) -> None:

@@ -21,7 +21,7 @@ from widgets.data import memory_by_checkpointing, op_detail, roofline_note, roof
 from widgets.formatting import gb, html_table, prediction_stack_label
 from widgets.live import LiveChart
 from widgets.panels import PanelContext, chart_view, html_box
-from widgets.tables import memory_table, op_detail_html, stack_caption, summary_table
+from widgets.tables import memory_table, op_detail_html, stack_caption, summary_html
 from widgets.trace_panel import TracePanel
 
 _CLICK_HINT = "<i>Click a point to see its op (double-click clears).</i>"
@@ -55,7 +55,7 @@ class RooflinePanel:
             points.append(measured)
         self.live.show(charts.roofline_frame(points, [roofs(p) for p in predictions], context.gpu_names()),
                        title=[f"Roofline of the predicted step, op by op: {context.stack_label()}",
-                              context.settings_line()])
+                              *context.settings_lines()])
         if first:  # the selection traits exist from the first chart on (the structure never changes)
             self.view.selections.observe(self.on_select, names=[charts.OP_SELECTION])
         uncalibrated = [p.gpu.display_name for p in predictions if not p.calibrated]
@@ -102,9 +102,9 @@ class StepPanel:
     def draw(self, context: PanelContext) -> None:
         comparison = context.comparison
         self.live.show(step_breakdown(comparison),
-                       title=[f"Predicted step time: {context.stack_label()}", context.settings_line()])
+                       title=[f"Predicted step time: {context.stack_label()}", *context.settings_lines()])
         self.caption.value = f"<b>{html.escape(stack_caption(comparison))}</b>"
-        self.table.value = html_table(summary_table(comparison))
+        self.table.value = summary_html(comparison)
         self.trace.refresh()
         offers = [f for f in comparison.fit.values() if f.changes]
         self.fit_button.layout.display = None if offers else "none"
@@ -129,7 +129,7 @@ class MemoryPanel:
             self.table.value = "<i>no prediction</i>"
             return
         self.live.show(frame, title=["Memory per GPU by activation checkpointing (the workbench memory model, "
-                                     "workbench.memory)", context.settings_line()])
+                                     "workbench.memory)", *context.settings_lines()])
         self.table.value = html_table(memory_table(frame))
         s = context.state
         self.note.value = "<br>".join(

@@ -126,7 +126,7 @@ def port_chart(frame: pd.DataFrame, source: str) -> alt.Chart:
     return alt.Chart(frame).mark_bar().encode(
         y=alt.Y("target:N", title=None, sort=None, axis=alt.Axis(labelLimit=300, labelFontSize=11)),
         yOffset=alt.YOffset("variant:N", sort=variants),
-        x=alt.X("tokens_per_s:Q", title=f"predicted tokens/s (port from {source})"),
+        x=alt.X("tokens_per_s:Q", title=f"predicted tokens/s, total over the job's GPUs (port from {source})"),
         color=alt.Color("variant:N", sort=variants, legend=legend(None)),
         opacity=alt.condition(alt.datum.fits, alt.value(1.0), alt.value(0.35)),
         tooltip=[alt.Tooltip("target:N", title="GPU"), alt.Tooltip("variant:N", title="recipe"),

@@ -82,22 +82,28 @@ SHARDING_TIPS = {"fsdp": "shard parameters, gradients and optimizer states (ZeRO
                  "ddp": "replicate parameters, gradients and optimizer states"}
 
 
+_GPU_COLUMNS = "repeat(auto-fill, minmax(320px, 1fr))"
+"""The GPU picker's grid: as many aligned columns as fit, each wide enough for the longest catalog name
+("NVIDIA B300 (HGX B300, Blackwell Ultra)", 39 characters) uncut."""
+
+
 class GpuPicker(w.VBox):
-    """One checkbox per catalog GPU, in rows that wrap; ``value`` is the ticked GPUs in the order they were ticked
-    (the first is the advisor's source), as ``SelectMultiple``'s value is. Setting ``value`` ticks the boxes."""
+    """One checkbox per catalog GPU, in a grid whose rows wrap; ``value`` is the ticked GPUs in the order they were
+    ticked (the first is the advisor's source), as ``SelectMultiple``'s value is. Setting ``value`` ticks the boxes."""
 
     value = traitlets.Tuple()
 
     def __init__(self, value: tuple[str, ...] = (), **kwargs):
         self.boxes = {g.name: w.Checkbox(value=g.name in value, description=g.display_name, indent=False,
-                                         layout=w.Layout(width="250px")) for g in list_gpus()}
+                                         layout=w.Layout(width="auto")) for g in list_gpus()}
         for name, box in self.boxes.items():
             box.add_class(f"wb-gpu-{name}")
             box.observe(lambda change, name=name: self._on_box(name, change["new"]), names="value")
         self.order = w.HTML()
         self._syncing = False
         super().__init__([w.HTML("<b>GPUs compared</b> (tick any number)"),
-                          w.Box(list(self.boxes.values()), layout=w.Layout(flex_flow="row wrap", width="100%")),
+                          w.GridBox(list(self.boxes.values()), layout=w.Layout(grid_template_columns=_GPU_COLUMNS,
+                                                                               width="100%")),
                           self.order], **kwargs)
         self.value = tuple(value)
 
@@ -126,9 +132,10 @@ class Controls:
     def __init__(self, state: WorkbenchState, custom: dict[str, Model]):
         style = {"description_width": "initial"}
 
-        def count(value: int, description: str, minimum: int = 1, maximum: int = MAX_GPUS, tip: str = "") -> w.BoundedIntText:
-            return w.BoundedIntText(value=value, min=minimum, max=maximum, description=description, layout=_NARROW,
-                                    style=style, tooltip=tip)
+        def count(value: int, description: str, minimum: int = 1, maximum: int = MAX_GPUS, tip: str = "",
+                  width: str = _NARROW.width) -> w.BoundedIntText:
+            return w.BoundedIntText(value=value, min=minimum, max=maximum, description=description,
+                                    layout=w.Layout(width=width), style=style, tooltip=tip)
 
         self.by_field: dict[str, w.ValueWidget] = {
             "model": w.Dropdown(options=model_options(custom), value=state.model, description="model", layout=_WIDE,
@@ -142,11 +149,12 @@ class Controls:
             "gpu_count": count(state.gpu_count, "GPUs per job", tip="dp x tp x pp"),
             "tp": count(state.tp, "tensor parallel (tp)", tip="inside one scale-up domain"),
             "pp": count(state.pp, "pipeline stages (pp)"),
-            "ep": count(state.ep, "expert parallel (ep)", tip="MoE models: a divisor of dp x cp"),
+            "ep": count(state.ep, "expert parallel (ep)", tip="MoE models: a divisor of dp x cp",
+                        width="280px"),  # room for "expert parallel (ep): MoE only" beside the value
             "cp": count(state.cp, "context parallel (cp)", tip="each sequence split over cp ranks"),
             "virtual_stages": count(state.virtual_stages, "virtual stages per pp rank", tip="interleaved 1F1B"),
             "sharding": w.ToggleButtons(options=[(SHARDING_WORDS[s], s) for s in SHARDINGS], value=state.sharding,
-                                        description="data parallel", style={**style, "button_width": "64px"},
+                                        description="data parallel", style={**style, "button_width": "76px"},
                                         tooltips=[SHARDING_TIPS[s] for s in SHARDINGS]),
             "lora_rank": count(state.lora_rank, "LoRA rank (0 = full)", minimum=0, maximum=MAX_LORA_RANK,
                                tip="adapters on the attention projections; base weights frozen"),
@@ -159,7 +167,8 @@ class Controls:
                                 style=style),
             "compile": w.Checkbox(value=state.compile, description="torch.compile", indent=False),
             "param_dtype": w.Dropdown(options=param_dtype_options(state.stack), value=state.param_dtype,
-                                      description="parameters", layout=_WIDE, style=style),
+                                      description="parameters", style=style,
+                                      layout=w.Layout(width="310px")),  # "fp32 parameters (bf16 autocast)" uncut
         }
         for name, control in self.by_field.items():
             control.add_class(f"wb-{name.replace('_', '-')}")

@@ -64,11 +64,14 @@ class FitProblem:
     def over_bytes(self) -> float:
         return self.needs_bytes - self.usable_bytes
 
+    def shortfall(self) -> str:
+        """ "does not fit: needs 165.2 GB of 133.9 GB usable (31.3 GB over)" """
+        return (f"does not fit: needs {gb(self.needs_bytes)} of {gb(self.usable_bytes)} usable "
+                f"({gb(self.over_bytes)} over)")
+
     def text(self) -> str:
         """ "does not fit: needs 165.2 GB of 133.9 GB usable (31.3 GB over); micro-batch 3 fits" """
-        head = (f"does not fit: needs {gb(self.needs_bytes)} of {gb(self.usable_bytes)} usable "
-                f"({gb(self.over_bytes)} over)")
-        return f"{head}; {self.suggestion}" if self.suggestion else head
+        return f"{self.shortfall()}; {self.suggestion}" if self.suggestion else self.shortfall()
 
 
 @dataclass(frozen=True)
@@ -369,10 +372,11 @@ def step_breakdown(comparison: Comparison) -> pd.DataFrame:
     """Per GPU, the step's stacked parts in ms (``layer`` "part": rows gpu, gpu_order, part, order, ms), plus one
     ``layer`` "label" row per GPU with the text the chart writes over its bar: the step time with its uncertainty,
     tokens/s in total and per GPU, and MFU against its peak; or, for a configuration that does not fit, no parts
-    at all and what does not fit by how much (``fits`` False, no step time, no MFU). A ``layer`` "note" row
-    (written under the bar) says when the step was priced as the fused-step bound outside the stack's kernel
-    tables, and the CPU's launch time (``StepSummary.host_s``) where the stack has one; a CPU-bound step gets a
-    part for the GPU's wait, so the parts still add up to the step time.
+    at all and what does not fit by how much (``fits`` False, no step time, no MFU), its "note" row the nearest
+    configuration that fits. A ``layer`` "note" row (written under the bar) says when the step was priced as the
+    fused-step bound outside the stack's kernel tables, and the CPU's launch time (``StepSummary.host_s``) where
+    the stack has one; a CPU-bound step gets a part for the GPU's wait, so the parts still add up to the step
+    time. Each text is one line the chart can hold (``charts.step_chart`` cuts at its width).
 
     Every row of a GPU carries ``fits`` (bool), ``step_ms`` (the whole step, where an error bar is centred; null
     when it does not fit), ``uncertainty`` (the relative step-time error of the validation record, e.g. 0.039;
@@ -385,8 +389,11 @@ def step_breakdown(comparison: Comparison) -> pd.DataFrame:
         trust = comparison.uncertainty.get(name) or uncertainty_for(p)
         s = p.summary
         if problem is not None:
-            rows.append({"gpu": gpu, "gpu_order": gpu_order, "layer": "label", "ms": 0.0, "fits": False,
-                         "step_ms": None, "uncertainty": None, "uncertainty_text": "", "text": problem.text()})
+            common = {"gpu": gpu, "gpu_order": gpu_order, "ms": 0.0, "fits": False, "step_ms": None,
+                      "uncertainty": None, "uncertainty_text": ""}
+            rows.append({**common, "layer": "label", "text": problem.shortfall()})
+            if problem.suggestion:
+                rows.append({**common, "layer": "note", "text": problem.suggestion})
             continue
         common = {"gpu": gpu, "gpu_order": gpu_order, "fits": True, "step_ms": s.step_time_s * 1e3,
                   "uncertainty": trust.relative, "uncertainty_text": uncertainty_text(trust, s.gpus)}

@@ -39,9 +39,12 @@ class KernelsPanel:
     """``box`` is the tab's content. ``predict_for(gpu_name)`` gives the current settings' prediction on the
     benchmarked GPU (for the predicted roofline under the measured points)."""
 
-    def __init__(self, predict_for: Callable[[str], Prediction | str], chart_view: Callable[[], alt.JupyterChart]):
+    def __init__(self, predict_for: Callable[[str], Prediction | str], chart_view: Callable[[], alt.JupyterChart],
+                 on_chart: Callable[[], None] = lambda: None):
         self.predict_for = predict_for
         self.chart_view = chart_view
+        self.on_chart = on_chart
+        """Called once a benchmark's chart is drawn (the workbench shows its save bar)."""
         self.status = w.HTML()
         self.ops = w.SelectMultiple(description="kernels", rows=6)
         self.suite = w.ToggleButtons(options=["quick", "full"], value="quick", description="suite")
@@ -124,3 +127,4 @@ class KernelsPanel:
         view.chart = self.chart
         note = f"{len(measured) // 2} cases measured" + (f", {failed} failed (see the table)" if failed else "")
         self.box.children = [self.status, *self.box.children[1:2], w.HTML(note), view, self.output]
+        self.on_chart()

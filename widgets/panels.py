@@ -42,12 +42,14 @@ class PanelContext:
         """The stack every number is for, in words (``widgets.formatting.stack_label``)."""
         return stack_label(self.state.stack, self.state.compile)
 
-    def settings_line(self) -> str:
-        """The settings a chart is for, as its title's second line."""
+    def settings_lines(self) -> list[str]:
+        """The settings a chart is for, as the lines of its title under the first: the model and sizes, then the
+        split and batch (one line would be cut at the chart's width)."""
         s = self.state
         name = getattr(self.model, "display_name", None) or s.model
-        return (f"{name}, {s.precision}, {s.seq_len:,} tokens per sample, activation checkpointing "
-                f"{s.checkpointing}; per GPU type: {configuration_text(s, self.model)}")
+        tokens = f"{s.seq_len:,} token{'s' if s.seq_len != 1 else ''} per sample"
+        return [f"{name}, {s.precision}, {tokens}, activation checkpointing {s.checkpointing}",
+                f"per GPU type: {configuration_text(s, self.model)}"]
 
     def gpu_names(self) -> list[str]:
         """Display names of the GPUs with a prediction, in the chosen order."""

@@ -93,7 +93,8 @@ class RecipePanel:
     """``box`` is the tab's content; ``refresh(state, predictions)`` rebuilds the preview."""
 
     def __init__(self):
-        self.gpu = w.Dropdown(description="target GPU")
+        self.gpu = w.Dropdown(description="target GPU", layout=w.Layout(width="380px"))  # display names uncut
+        self.gpu.add_class("wb-recipe-gpu")
         self.format = w.Dropdown(options=list(FORMATS), value="yaml", description="format")
         self.kind = w.ToggleButtons(options=list(KINDS.items()), value="searched")
         self.path = w.Text(description="file", layout=w.Layout(width="420px"))
@@ -133,9 +134,10 @@ class RecipePanel:
         if self.state is not None and state != self.state:
             self.message.value = ""  # the last export's message (or error) is about the previous settings
         self.state, self.predictions, self.catalog_model = state, predictions, catalog_model
-        options = list(predictions)
+        options = [(p.gpu.display_name, name) for name, p in predictions.items()]  # shown by name, valued by id
         if list(self.gpu.options) != options:
-            keep = self.gpu.value if self.gpu.value in options else (options[0] if options else None)
+            names = [name for _, name in options]
+            keep = self.gpu.value if self.gpu.value in names else (names[0] if names else None)
             self.gpu.options = options
             self.gpu.value = keep
         self._render()

@@ -65,6 +65,13 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def _bandwidth(value: float) -> str:
+    """A TB/s label with at least one decimal, so GPUs side by side read alike: 8.0 -> "8.0" (not "8" beside
+    another GPU's "7.7"), 3.35 -> "3.35", 4.2913 -> "4.29"."""
+    text = _number(value)
+    return text if "." in text or value >= 100 else f"{value:.1f}"
+
+
 # ---------------------------------------------------------------------------------------------- the frame
 
 
@@ -192,9 +199,9 @@ def _labels(roofs: pd.DataFrame, x_range: tuple[float, float], pixels: _Pixels) 
         # on the slope, ~1.5 decades under the lowest ridge, with room on its left for the text
         low_log, ridge_log = math.log10(x_range[0]), math.log10(min(r["ridge"] for r in spec))
         anchor = 10 ** min(max(low_log + 95 / pixels.per_decade_x, ridge_log - 1.5), ridge_log - 0.3)
-        text, layer = f"HBM {_number(bandwidth)} TB/s", "hbm_label"
+        text, layer = f"HBM {_bandwidth(bandwidth)} TB/s", "hbm_label"
         if calibrated:
-            text, layer = f"{text}\ncalibrated {_number(float(calibrated[0]['bandwidth_tb_s']))} TB/s", "hbm_label_2"
+            text, layer = f"{text}\ncalibrated {_bandwidth(float(calibrated[0]['bandwidth_tb_s']))} TB/s", "hbm_label_2"
         rows.append({"gpu": gpu, "layer": layer, "label": text, "intensity": anchor, "tflops": bandwidth * anchor,
                      "bandwidth_tb_s": bandwidth})
     return pd.DataFrame(rows)
@@ -307,7 +314,8 @@ def _op_tooltip() -> list[alt.Tooltip]:
 def _trace_layer() -> alt.Chart:
     """A loaded trace's kernels per op class (``layer == "trace"``): hollow diamonds at the predicted class's
     intensity and the measured achieved TFLOP/s, one legend entry "measured (trace)" (its domain from the data:
-    no entry without a trace)."""
+    no entry without a trace). The legend keeps its title "trace" even then: a legend with neither entries nor a
+    title has no bounds, and Vega then sizes the whole chart as infinite (seen in vega-embed and vl-convert)."""
     return alt.Chart().transform_filter(alt.datum.layer == "trace").mark_point(
         filled=False, color="#111", strokeWidth=1.8, size=110).encode(
         x=X_LOG, y=_y("TFLOP/s (predicted achieved)"),

@@ -20,8 +20,8 @@ from workbench.stacks import get_stack
 from workbench.validation import Uncertainty, ValidationRecord
 from widgets.data import SHARDING_WORDS, Comparison, uncertainty_for
 from widgets.formatting import (
-    BOUND_LABEL, count, gb, gpus_text, host_text, mfu, ms, prediction_stack_label, priced_as_bound, stack_label,
-    tokens_header, uncertainty_short, uncertainty_text, yes_no,
+    BOUND_LABEL, count, gb, gpus_text, host_text, html_table, mfu, ms, prediction_stack_label, priced_as_bound,
+    stack_label, tokens_header, uncertainty_short, uncertainty_text, yes_no,
 )
 from widgets.state import WorkbenchState, resolved_global_batch
 
@@ -90,6 +90,31 @@ def summary_table(comparison: Comparison) -> list[dict[str, str]]:
     for name, error in comparison.errors.items():
         rows.append({"GPU": get_gpu(name).display_name, "notes": f"not predicted: {error}"})
     return rows
+
+
+DETAIL_COLUMNS: tuple[str, ...] = ("how far to trust this", "CPU launch time", "notes")
+"""The summary table's sentences: the Step time tab shows them under the table, one entry per GPU
+(``summary_html``), so the columns of numbers stay narrow enough to read side by side."""
+
+
+def summary_html(comparison: Comparison) -> str:
+    """``summary_table`` as the Step time tab shows it: the numbers in a table (a configuration that does not fit
+    says by how much in its memory column), then per GPU the sentences: what does not fit and the nearest
+    configuration that does, how far to trust the numbers, the CPU's launch time, the notes."""
+    problems = {p.gpu.display_name: comparison.fit.get(g) for g, p in comparison.predictions.items()}
+    table, entries = [], []
+    for row in summary_table(comparison):
+        problem = problems.get(row["GPU"])
+        short = {k: v for k, v in row.items() if k not in DETAIL_COLUMNS}
+        details = [f"{k}: {row[k]}" for k in DETAIL_COLUMNS if row.get(k)]
+        if problem is not None:
+            short["memory per GPU"] = problem.shortfall().removeprefix("does not fit: needs ")
+            details.insert(0, problem.text())
+        table.append(short)
+        if details:
+            entries.append(f"<li><b>{html.escape(row['GPU'])}</b><br>"
+                           + "<br>".join(html.escape(d) for d in details) + "</li>")
+    return html_table(table) + (f"<ul class='wb-summary-details'>{''.join(entries)}</ul>" if entries else "")
 
 
 def _largest(micro_batch: int) -> str:

@@ -68,7 +68,7 @@ class TracePanel:
                                       tooltip="0: from the trace's ProfilerStep# annotations",
                                       style={"description_width": "initial"}, layout=w.Layout(width="170px"))
         self.steps.add_class("wb-trace-steps")
-        self.gpu = w.Dropdown(description="on GPU", layout=w.Layout(width="300px"),
+        self.gpu = w.Dropdown(description="on GPU", layout=w.Layout(width="360px"),  # "NVIDIA B200 (HGX ...)" uncut
                               tooltip="the chosen GPU the trace ran on")
         self.gpu.add_class("wb-trace-gpu")
         self.info, self.table, self.message = w.HTML(), w.HTML(), w.HTML()
@@ -167,6 +167,8 @@ class TracePanel:
         names = [(get_gpu(g).display_name, g) for g in state.gpus]
         if list(self.gpu.options) != names:
             self.gpu.options = names
+        if self.gpu.value not in state.gpus:  # shown, not blank: what a load without a choice takes
+            self.gpu.value = state.gpus[0]
         ctx = self.context
         self.warning.value = ""
         if ctx is None:

@@ -137,7 +137,8 @@ class TrustPanel:
             "predicted now with the current model (<code>workbench.validation</code>, record in "
             "<code>specs/validation/</code>); errors are predicted / measured - 1; the ± is the mean over the runs "
             "counted (test and held-out runs the stack's tables cover).</p><ul>" + "".join(parts) + "</ul>")
-        self.table.value = html_table(rows) if rows else "<i>no measured runs for this stack</i>"
+        self.table.value = (html_table(rows, long_columns=("source",)) if rows
+                            else "<i>no measured runs for this stack</i>")
         frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         self.view.layout.display = None if not frame.empty else "none"
         if not frame.empty:
@@ -158,5 +159,5 @@ class TrustPanel:
         rows = [r for g in state.gpus for r in published_rows_for(g, family)]
         self.published.value = (head + f" Rows of the {html.escape(family)} family on the chosen GPUs:</p><ul>"
                                 + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>")
-        self.published_table.value = (html_table(published_table(list(dict.fromkeys(rows))))
+        self.published_table.value = (html_table(published_table(list(dict.fromkeys(rows))), long_columns=("note",))
                                       if rows else "<i>no published rows for this model family on these GPUs</i>")

@@ -68,9 +68,10 @@ def test_a_configuration_that_does_not_fit_has_no_bar_and_shows_the_suggestion(w
     rows = [r for r in _values(wb.views["step time"]) if r["gpu"] == "NVIDIA H200 SXM 141GB"]
     assert not [r for r in rows if r["layer"] == "part"]  # no bar
     (label,) = [r for r in rows if r["layer"] == "label"]
-    assert label["text"].startswith("does not fit: needs ") and " GB over); micro-batch" in label["text"]
+    assert label["text"].startswith("does not fit: needs ") and label["text"].endswith(" GB over)")
     assert label["fits"] is False and label["step_ms"] is None and label["uncertainty"] is None
-    assert label["text"].endswith(f"micro-batch {h200.summary.max_micro_batch} fits") and "MFU" not in label["text"]
+    (note,) = [r for r in rows if r["layer"] == "note"]  # the nearest fit, on its own line under the shortfall
+    assert note["text"] == f"micro-batch {h200.summary.max_micro_batch} fits" and "MFU" not in label["text"]
     assert f"micro-batch {h200.summary.max_micro_batch} fits" in wb.step_table.value
     b200 = [r for r in _values(wb.views["step time"]) if r["gpu"] == "NVIDIA B200 (HGX B200, 180GB)"]
     assert wb.comparison.predictions["b200"].summary.memory.fits and [r for r in b200 if r["layer"] == "part"]

@@ -148,7 +148,8 @@ def test_step_frame_columns_for_the_chart():
     frame = data.step_breakdown(comparison)
     assert tuple(frame.columns) == data.STEP_COLUMNS
     h200 = frame[frame["gpu"] == "NVIDIA H200 SXM 141GB"]
-    assert list(h200["layer"]) == ["label"] and not h200["fits"].iloc[0]  # no bar, no step, no uncertainty
+    # no bar, no step, no uncertainty: the shortfall, and the nearest fit under it
+    assert list(h200["layer"]) == ["label", "note"] and not h200["fits"].any()
     assert h200["step_ms"].isna().all() and h200["uncertainty"].isna().all() and "MFU" not in h200["text"].iloc[0]
     b200 = frame[frame["gpu"] == "NVIDIA B200 (HGX B200, 180GB)"]
     assert b200["fits"].all() and b200["uncertainty"].isna().all()  # not validated on a B200: no error bar
