@@ -376,11 +376,25 @@ class HSTUModel:
     default_batch: int = 64
     kind: Literal["hstu"] = "hstu"
 
+    @property
+    def uvqk_width(self) -> int:
+        """Columns of the U/V/Q/K projection: per head two linear and two attention widths."""
+        return self.num_heads * (2 * self.linear_dim + 2 * self.attention_dim)
+
+    @property
+    def output_in_width(self) -> int:
+        """K of the output projection: ``cat([u, attn, norm(attn) * u])``, three times heads x linear_dim
+        (generative-recommenders ``modules/stu.py`` at db1bf8f: ``_output_weight`` is
+        ``[hidden_dim * num_heads * 3, embedding_dim]``, ``hstu_compute_output(concat_u=True, concat_x=True)``)."""
+        return 3 * self.num_heads * self.linear_dim
+
     def layer_params(self) -> int:
+        """One STU layer's parameters (``modules/stu.py`` at db1bf8f): the uvqk weight and bias, the output
+        weight, the input norm's and the output norm's weight and bias."""
         d = self.embedding_dim
-        uvqk = d * self.num_heads * (2 * self.linear_dim + 2 * self.attention_dim)
-        out = self.num_heads * self.linear_dim * d
-        return uvqk + out + 2 * d
+        uvqk = (d + 1) * self.uvqk_width
+        out = self.output_in_width * d
+        return uvqk + out + 2 * d + 2 * self.num_heads * self.linear_dim
 
     @property
     def dense_params(self) -> int:

@@ -12,14 +12,23 @@ Each row runs in its own process (clean peak memory; an OOM or a Triton failure 
 its error; a failed Triton row is retried once with the TMA attention path off). A row: warm-up steps (Triton
 compilation and autotuning), then ``steps`` steps timed by CUDA events (median), peak allocated / reserved memory,
 and one profiled step's CUDA kernel time per kernel. The prediction is ``workbench.predict`` on the same
-configuration with the HSTU family's default stack (``ideal``, the fused-step bound), bf16.
+configuration, bf16, twice: with the ``generative-recommenders`` stack (upstream's kernels and recompute,
+``workbench/graph/hstu_gr_kernels.py``), its kernel fractions from ``--kernels``' fit when one ran, and with
+``ideal`` (the fused-step bound).
+
+``--kernels`` first times upstream's attention and norm-mul-dropout kernels alone on the fit shapes of
+``hstu_kernel_split.json`` (``hstu_kernels.py``, in a child process: it also fills the Triton cache the step rows
+then reuse), derives the stack's fractions from them, and writes every row's prediction to ``predictions.json``
+before any step row runs: the step rows are the test.
 
     python benchmarks/train/hstu_h200.py --out DIR [--budget-s 290]       # the H200 sweep (re-run: the rest)
+    python benchmarks/train/hstu_h200.py --kernels --out DIR --only ...   # kernel fit, predictions, then the rows
     python benchmarks/train/hstu_h200.py --dry-run --out DIR              # tiny shapes on the CPU, no timing claims
     python benchmarks/train/hstu_h200.py --row '{"label": ...}'           # one row, one JSON line on stdout
 
 Writes under ``--out``: ``rows.jsonl`` (one line per row), ``kernels_<label>.csv``, ``environment.json``,
-``REPORT.md``; progress on stderr.
+``REPORT.md``; with ``--kernels`` also ``kernels_fit.jsonl``, ``fitted_constants.json``, ``predictions.json``;
+progress on stderr.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ REPO = HERE.parents[1]
 for path in (REPO, HERE):  # the workbench from this checkout (no pip install on the device), and hstu_*.py
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+from hstu_kernels import fitted_values  # noqa: E402
 from hstu_report import kernel_groups, report  # noqa: E402
 from workbench.benchmarking import append_jsonl, environment, measured_labels, read_jsonl  # noqa: E402
 from workbench.fileio import write_text  # noqa: E402
@@ -163,18 +173,55 @@ def op_group(name: str) -> str:
         head, "elementwise/norm")
 
 
-def prediction(row: Row) -> dict:
-    from workbench import predict
+STACK = "generative-recommenders"
+"""The stack that runs the measured step (``specs/stacks/generative-recommenders.yaml``)."""
 
-    p = predict(workbench_model(row), "h200", micro_batch=row.batch, seq_len=row.seq_len, precision="bf16")
+
+def prediction(row: Row, fitted: dict[str, float] | None = None) -> dict:
+    """The row as the ``generative-recommenders`` stack runs it (with ``fitted``: the kernel fit's fractions over
+    the H200's constants) and the ``ideal`` bound."""
+    from workbench import predict
+    from workbench.hardware import get_gpu
+    from workbench.perf.efficiency import constants_for
+
+    args = dict(micro_batch=row.batch, seq_len=row.seq_len, precision="bf16")
+    constants = constants_for(get_gpu("h200")).with_values(fitted, "fitted") if fitted else None
+    p = predict(workbench_model(row), "h200", stack=STACK, constants=constants, **args)
+    bound = predict(workbench_model(row), "h200", stack="ideal", **args)
     groups: dict[str, float] = {}
     for o in p.ops:
         groups[op_group(o.op.name)] = groups.get(op_group(o.op.name), 0.0) + o.time_s * o.executions
     mem = p.summary.memory
     return {"predicted_step_s": p.summary.step_time_s, "predicted_stack": p.summary.stack,
+            "predicted_with_kernel_fit": bool(fitted), "bound_step_s": bound.summary.step_time_s,
             "priced_as_bound": p.summary.priced_as_bound, "predicted_groups_s": groups,
             "predicted_memory_bytes": mem.params + mem.grads + mem.optimizer + mem.activations + mem.workspace,
             "predicted_notes": list(p.notes)}
+
+
+def child_env() -> dict[str, str]:
+    """Triton's compiled kernels and autotuning timings on disk under the ignored build/ (kept between device calls
+    on one machine): the kernel fit compiles what the step rows then reuse, and a later row skips recompiling and
+    re-benchmarking what an earlier one tuned."""
+    env = dict(os.environ)
+    env.setdefault("TRITON_CACHE_DIR", str(REPO / "build" / "hstu_triton_cache"))
+    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+    return env
+
+
+def kernel_fit(out: Path, budget_s: float) -> dict:
+    """``hstu_kernels.py`` in a child process (its own CUDA context, capped at ``budget_s``): the fitted constants,
+    or ``{"error": ...}``."""
+    cmd = [sys.executable, str(HERE / "hstu_kernels.py"), "--out", str(out), "--budget-s", str(budget_s - 15)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s, env=child_env())
+    except subprocess.TimeoutExpired:
+        return {"error": f"kernel fit timed out after {budget_s:.0f} s"}
+    sys.stderr.write(done.stderr[-4000:])
+    path = out / "fitted_constants.json"
+    if not path.is_file():
+        return {"error": f"kernel fit exit {done.returncode}: {done.stderr[-2000:]}"}
+    return json.loads(path.read_text())
 
 
 # --- the sweep (the parent process) -----------------------------------------------------------------------------
@@ -182,13 +229,8 @@ def prediction(row: Row) -> dict:
 def run_child(row: Row, out: Path, timeout_s: float) -> dict:
     cmd = [sys.executable, __file__, "--row", json.dumps(asdict(row)), "--kernels-csv",
            str(out / f"kernels_{row.label}.csv")]
-    env = dict(os.environ)
-    # Triton's compiled kernels and autotuning timings on disk under the ignored build/ (kept between device
-    # calls): a re-run or a later row skips recompiling and re-benchmarking what an earlier one tuned
-    env.setdefault("TRITON_CACHE_DIR", str(REPO / "build" / "hstu_triton_cache"))
-    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=child_env())
     except subprocess.TimeoutExpired as exc:
         tail = exc.stderr or b""
         tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
@@ -199,9 +241,12 @@ def run_child(row: Row, out: Path, timeout_s: float) -> dict:
     return json.loads(lines[-1])
 
 
-def main_sweep(rows: list[Row], out: Path, budget_s: float, fresh: bool = False) -> list[dict]:
+def main_sweep(rows: list[Row], out: Path, budget_s: float, fresh: bool = False, kernels_s: float = 0.0
+               ) -> list[dict]:
     """Run ``rows`` not yet measured in ``out/rows.jsonl`` (all of them with ``fresh``), appending a line per row;
-    REPORT.md covers every row of the file (its last line per label), so a re-run finishes a cut-short sweep."""
+    REPORT.md covers every row of the file (its last line per label), so a re-run finishes a cut-short sweep.
+    ``kernels_s`` > 0: first the kernel fit (at most that long), then every row's prediction with its fractions
+    into ``predictions.json``, before any row runs; a re-run reads the fit already there."""
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "rows.jsonl"
     if fresh and jsonl.exists():
@@ -209,6 +254,24 @@ def main_sweep(rows: list[Row], out: Path, budget_s: float, fresh: bool = False)
     done = measured_labels(jsonl)
     write_text(out / "environment.json", json.dumps(environment(), indent=2) + "\n", overwrite=True)
     began = time.perf_counter()
+    fitted: dict[str, float] | None = None
+    fit_path = out / "fitted_constants.json"
+    if kernels_s > 0 and not rows[0].dry_run:
+        fit = json.loads(fit_path.read_text()) if fit_path.is_file() and not fresh else kernel_fit(out, kernels_s)
+        print(f"[hstu] kernel fit: {json.dumps(fit.get('constants') or fit)[:1500]}", file=sys.stderr, flush=True)
+        fitted = fitted_values(fit) or None
+    predicted = {}
+    for row in rows:
+        try:
+            predicted[row.label] = prediction(row, fitted)
+        except Exception as exc:  # noqa: BLE001 -- a prediction error is recorded with the row
+            predicted[row.label] = {"prediction_error": f"{type(exc).__name__}: {exc}"}
+    if kernels_s > 0:
+        write_text(out / "predictions.json", json.dumps({"made_before_the_step_rows_ran": True, "fitted": fitted,
+                                                         "rows": predicted}, indent=2) + "\n", overwrite=True)
+        print("[hstu] predictions (before any step row): " + ", ".join(
+            f"{k} {v.get('predicted_step_s', float('nan')) * 1e3:.1f} ms" for k, v in predicted.items()),
+            file=sys.stderr, flush=True)
     queue = [r for r in rows if r.label not in done]
     if done:
         print(f"[hstu] already measured in {jsonl}: {', '.join(sorted(done))}", file=sys.stderr, flush=True)
@@ -216,10 +279,8 @@ def main_sweep(rows: list[Row], out: Path, budget_s: float, fresh: bool = False)
         row = queue.pop(0)
         left = budget_s - (time.perf_counter() - began)
         record = {"label": row.label, "row": asdict(row)}
-        try:
-            record.update(prediction(row))
-        except Exception as exc:  # noqa: BLE001 -- a prediction error is recorded with the row
-            record["prediction_error"] = f"{type(exc).__name__}: {exc}"
+        base = row.label.removesuffix("-notma")
+        record.update(predicted.get(base) or prediction(row, fitted))
         if left < 20:
             record["error"] = f"skipped: {left:.0f} s of the budget left"
         else:
@@ -230,6 +291,7 @@ def main_sweep(rows: list[Row], out: Path, budget_s: float, fresh: bool = False)
                 queue.insert(0, dataclasses.replace(row, label=row.label + "-notma", tma=False))
         if "step_time_s" in record and "predicted_step_s" in record:
             record["error_vs_prediction"] = record["predicted_step_s"] / record["step_time_s"] - 1
+            record["error_vs_bound"] = record["bound_step_s"] / record["step_time_s"] - 1
         status = record.get("error") or (f"{record['step_time_s'] * 1e3:.2f} ms measured, "
                                          f"{record.get('predicted_step_s', float('nan')) * 1e3:.2f} ms predicted")
         print(f"[hstu] {row.label}: {status}", file=sys.stderr, flush=True)
@@ -247,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (tests the script)")
     parser.add_argument("--fresh", action="store_true", help="start over: drop the rows already in rows.jsonl")
     parser.add_argument("--only", help="comma-separated row labels to run (default: the whole sweep)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="first the kernel fit (hstu_kernels.py), then predictions.json, then the rows")
+    parser.add_argument("--kernels-budget-s", type=float, default=100.0, help="the kernel fit's share of --budget-s")
     parser.add_argument("--row", help="run one row (JSON of Row) here and print its result as one JSON line")
     parser.add_argument("--kernels-csv", type=Path, help="with --row: write the profiled kernels there")
     args = parser.parse_args(argv)
@@ -262,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--only {','.join(sorted(unknown))}: unknown; rows are {', '.join(r.label for r in rows)}")
         rows = [r for r in rows if r.label in wanted]
-    results = main_sweep(rows, args.out, args.budget_s, args.fresh)
+    results = main_sweep(rows, args.out, args.budget_s, args.fresh, args.kernels_budget_s if args.kernels else 0.0)
     return 0 if any("step_time_s" in r for r in results) else 1
 
 if __name__ == "__main__":

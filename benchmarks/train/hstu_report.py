@@ -73,16 +73,18 @@ def _gb(x) -> str:
 
 
 def _table(results: list[dict]) -> list[str]:
-    lines = ["| row | B | S | tokens | measured ms | predicted ms | pred/meas - 1 | peak alloc GB | predicted GB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | B | S | tokens | measured ms | predicted ms | pred/meas - 1 | bound ms | bound/meas - 1 | "
+             "peak alloc GB | predicted GB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         row = r["row"]
         err = r.get("error_vs_prediction")
         err_s = "-" if err is None else f"{err:+.1%}"
         measured = _ms(r.get("step_time_s")) if "step_time_s" in r else f"FAILED: {r.get('error', '?')}"
+        bound = r.get("error_vs_bound")
+        bound_s = "-" if bound is None else f"{bound:+.1%}"
         lines.append(f"| {r['label']} | {row['batch']} | {row['seq_len']} | {r.get('tokens', '-')} | {measured} | "
-                     f"{_ms(r.get('predicted_step_s'))} | {err_s} | {_gb(r.get('peak_allocated_bytes'))} | "
-                     f"{_gb(r.get('predicted_memory_bytes'))} |")
+                     f"{_ms(r.get('predicted_step_s'))} | {err_s} | {_ms(r.get('bound_step_s'))} | {bound_s} | "
+                     f"{_gb(r.get('peak_allocated_bytes'))} | {_gb(r.get('predicted_memory_bytes'))} |")
     return lines
 
 
@@ -108,8 +110,14 @@ def report(results: list[dict], dry_run: bool) -> str:
     lines = ["# HSTU training step (generative-recommenders STU layers) vs the workbench's `hstu-gr` prediction", ""]
     if dry_run:
         lines += ["**Dry run** (tiny shapes on the CPU): tests the script; no timing claim.", ""]
-    lines += ["Prediction: `workbench.predict(hstu-gr with the run's table, 'h200', micro_batch, seq_len, bf16)`, the "
-              "family's default stack (`ideal`, the fused-step bound). Measured: median of the timed steps "
+    fitted = any(r.get("predicted_with_kernel_fit") for r in results)
+    lines += ["Predicted: `workbench.predict(hstu-gr with the run's table, 'h200', micro_batch, seq_len, bf16, "
+              "stack='generative-recommenders')`: upstream's kernels and backward recompute "
+              "(`workbench/graph/hstu_gr_kernels.py`), "
+              + ("its attention and norm-mul-dropout fractions from the kernel fit (`fitted_constants.json`, on the "
+                 "fit shapes of `hstu_kernel_split.json`, none a step row), every row predicted before any step row "
+                 "ran (`predictions.json`)" if fitted else "at the generic kernel fractions (no kernel fit)")
+              + ". Bound: the same with `stack='ideal'` (the fused-step bound). Measured: median of the timed steps "
               "(CUDA events), fwd + bwd + both optimizers.", ""]
     lines += _table(results)
     like = [r for r in results if "error_vs_prediction" in r and r["row"]["lengths"] == "full"

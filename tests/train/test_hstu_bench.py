@@ -62,7 +62,8 @@ def test_dry_run_writes_rows_and_report(tmp_path):
     assert bench.main(["--dry-run", "--out", str(tmp_path), "--only", "dry-b4-s64", "--budget-s", "240"]) == 0
     rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert [r["label"] for r in rows] == ["dry-b4-s64"]
-    assert rows[0]["step_time_s"] > 0 and rows[0]["predicted_step_s"] > 0 and rows[0]["predicted_stack"] == "ideal"
+    assert rows[0]["step_time_s"] > 0 and rows[0]["predicted_step_s"] > 0 and rows[0]["predicted_stack"] == "generative-recommenders"
+    assert 0 < rows[0]["bound_step_s"] <= rows[0]["predicted_step_s"]  # the bound beside the stack that ran it
     assert rows[0]["tokens"] == 4 * 64
     text = (tmp_path / "REPORT.md").read_text()
     assert "Dry run" in text and "dry-b4-s64" in text and "Output projection is 3x wider" in text
@@ -76,3 +77,34 @@ def test_sweep_starts_with_the_catalog_default():
     first = bench.sweep()[0]
     assert (first.batch, first.seq_len) == (model.default_batch, model.default_seq_len)
     assert len({r.label for r in bench.sweep()}) == len(bench.sweep())
+
+
+def test_kernel_split_is_disjoint_from_the_step_rows():
+    kernels, bench = _load("hstu_kernels"), _load("hstu_h200")
+    split = kernels.load_split()
+    assert not set(split["fit"]) & {(r.batch, r.seq_len) for r in bench.sweep()}
+    assert set(split["test"]) <= {(r.batch, r.seq_len) for r in bench.sweep()}
+
+
+def test_kernel_fit_recovers_the_fraction_it_is_given():
+    """Times made from known fractions through the workbench's own op model come back as those fractions."""
+    from workbench.hardware import get_gpu
+    from workbench.perf.attention import _wave_efficiency
+    from workbench.perf.efficiency import constants_for
+    from workbench.precision import get_precision
+
+    kernels = _load("hstu_kernels")
+    gpu, c = get_gpu("h200"), constants_for(get_gpu("h200"))
+    rows = []
+    for b, s in kernels.load_split()["fit"]:
+        ops = kernels.workbench_ops(b, s)
+        att = ops["hstu_attention.fwd"]
+        peak = gpu.peak_tflops(get_precision("bf16").peak_key) * 1e12
+        t = att.flops / (peak * 0.3 * _wave_efficiency(att.shape, gpu.compute_units.value))
+        rows.append({"batch": b, "seq_len": s, "kernel": "attn_fwd", "ms": (t + c["attention_launch_us"] * 1e-6) * 1e3})
+        ln = ops["ln_mul_dropout.bwd"]
+        t = ln.bytes / (gpu.hbm_bandwidth_tb_s.value * 1e12 * 0.4) + c["memory_launch_us"] * 1e-6
+        rows.append({"batch": b, "seq_len": s, "kernel": "ln_mul_dropout_bwd", "ms": t * 1e3})
+    fitted = kernels.fitted_values(kernels.fit(rows))
+    assert abs(fitted["attention_fwd_fraction.hstu-triton"] - 0.3) < 1e-3
+    assert abs(fitted["memory_fraction.hstu_ln_mul_dropout_bwd"] - 0.4) < 1e-3

@@ -213,7 +213,7 @@ def hstu_microbatch_ops(model: HSTUModel, cfg: TrainingConfig) -> list[Op]:
     act = activation_dtype(cfg.precision)
     n = model.num_layers
     heads = model.num_heads
-    uvqk = heads * (2 * model.linear_dim + 2 * model.attention_dim)
+    uvqk = model.uvqk_width
     ops = _embedding_ops("item_embedding", tokens, d, tokens, "embedding")
 
     def rows(name: str, kind: str, cols: int, reads: float, writes: float, bwd_reads: float, bwd_writes: float) -> None:
@@ -230,7 +230,8 @@ def hstu_microbatch_ops(model: HSTUModel, cfg: TrainingConfig) -> list[Op]:
     ops.append(attention("hstu_attention.bwd", shape, act, phase="bwd", count=n, layer="hstu"))
     rows("output_norm", "layernorm", heads * model.linear_dim, 1, 1, 2, 1)
     rows("gate", "mul", heads * model.linear_dim, 2, 1, 3, 2)
-    ops += gemm_with_grads("output", tokens, d, heads * model.linear_dim, cfg.precision, count=n, layer="hstu")
+    # K = cat([u, attn, norm(attn) * u]): three times heads x linear_dim (HSTUModel.output_in_width)
+    ops += gemm_with_grads("output", tokens, d, model.output_in_width, cfg.precision, count=n, layer="hstu")
     rows("residual", "add", d, 2, 1, 2, 1)
     ops += gemm_with_grads("sampled_softmax", tokens, SAMPLED_SOFTMAX_NEGATIVES, d, cfg.precision, layer="loss")
     return ops

@@ -19,8 +19,10 @@ from workbench.hardware import GPU
 from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
-SDPA_BACKENDS: tuple[str, ...] = ("flash2",)
-"""Backends with their own fractions in ``specs/efficiency.yaml`` (``Op.extra["sdpa_backend"]``)."""
+SDPA_BACKENDS: tuple[str, ...] = ("flash2", "hstu-triton")
+"""Backends with their own fractions in ``specs/efficiency.yaml`` (``Op.extra["sdpa_backend"]``); ``hstu-triton``:
+generative-recommenders' Triton HSTU attention (``workbench.graph.hstu_gr_kernels``), the generic fractions until a
+GPU's kernel fit gives its own."""
 
 
 def _wave_efficiency(shape: AttentionShape, units: int) -> float:
