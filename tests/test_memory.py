@@ -94,3 +94,20 @@ def test_expert_parallel_fsdp_shards_experts_dp_ways_and_ddp_ep_ways():
     dense = mixtral.num_params - experts
     assert memory_breakdown(mixtral, fsdp, H200).optimizer == pytest.approx(8 * mixtral.num_params / 8)
     assert memory_breakdown(mixtral, ddp, H200).optimizer == pytest.approx(8 * (dense + experts / 8))
+
+
+def test_megatron_te_holds_fp8_steps_as_nemo_configures_them():
+    """NeMo's fp8 recipes reduce gradients in bf16 (grad_reduce_in_fp32 False) and TE saves the linears' inputs in
+    fp8; its bf16 recipe keeps fp32 gradients. Stacks without memory traits keep the job's accounting."""
+    import workbench
+    h100 = get_gpu("h100-sxm")
+
+    def memory(precision, stack):
+        cfg = TrainingConfig(1, 8192, precision, Parallelism(dp=4, cp=2, sharding="zero1"), "none", global_batch=128)
+        return workbench.predict(LLAMA8B, h100, cfg, stack=stack).summary.memory
+
+    fp8, bf16, bound = memory("fp8", "megatron"), memory("bf16", "megatron"), memory("fp8", "ideal")
+    assert fp8.grads == pytest.approx(bf16.grads / 2) and bf16.grads == pytest.approx(bound.grads)
+    assert fp8.activations < bf16.activations < bound.activations
+    assert fp8.fits and not bound.fits  # N2407-H100-L3-8B ran on 80 GB H100s (NeMo 24.07)
+    assert memory("fp8", "torchtitan") == bound  # no traits: the job's accounting

@@ -1,11 +1,7 @@
-"""The megatron (TE) stack's fp8 tables (workbench.graph.te_fp8) and TP comm overlap (workbench.graph.te_tp_overlap)."""
-
-import pytest
+"""The megatron (TE) stack's fp8 tables (workbench.graph.te_fp8); its TP overlap: tests/graph/test_te_tp_overlap.py."""
 
 from workbench.config import Parallelism, TrainingConfig
 from workbench.graph.stacked import stack_tables
-from workbench.graph.te_tp_overlap import RS_SPLITS, overlapped_tp_exposed_s, partner_exposed_s
-from workbench.models import get_model
 from workbench.predict import predict
 from workbench.stacks import get_stack
 from workbench.validation import benchmark_model
@@ -72,29 +68,6 @@ def test_mxfp8_quantizes_weights_once_per_step():
 def test_other_8bit_recipes_stay_outside_the_tables():
     p = predict(benchmark_model("1b"), "h100-sxm", _cfg("fp8_gw_hp"), stack="megatron")
     assert p.summary.priced_as_bound
-
-
-def test_partner_overlap_formulas():
-    assert partner_exposed_s("bulk", 1.0, 3.0, 4) == 0.0
-    assert partner_exposed_s("bulk", 3.0, 1.0, 4) == pytest.approx(2.0)
-    assert partner_exposed_s("ring_exchange_ag", 1.0, 4.0, 4) == 0.0
-    assert partner_exposed_s("ring_exchange_ag", 1.0, 0.0, 4) == pytest.approx(1.0)
-    assert partner_exposed_s("rs", 1.0, 10.0, 4) == pytest.approx(1 / RS_SPLITS)  # the last chunk's
-    assert overlapped_tp_exposed_s(8.0, 8, [("bulk", 5.0, 4)], 4) == pytest.approx(4.0)  # 4 unpaired stay
-    with pytest.raises(ValueError):
-        partner_exposed_s("async", 1.0, 1.0, 2)
-
-
-def test_tp_overlap_hides_part_of_the_tp_collectives():
-    model = get_model("llama3-70b")
-    cfg = TrainingConfig(1, 4096, "fp8", Parallelism(dp=1, tp=4, pp=1), "none")
-    mega = predict(model, "h100-sxm", cfg, stack="megatron")
-    (tp,) = [c for c in mega.comms if c.name == "tp.all_reduce_activations"]
-    assert 0 < tp.exposed_s < tp.time_s
-    local = predict(model, "h100-sxm", TrainingConfig(1, 4096, "bf16", Parallelism(dp=1, tp=4, pp=1), "none"),
-                    stack="megatron-local")
-    (tp_local,) = [c for c in local.comms if c.name == "tp.all_reduce_activations"]
-    assert tp_local.exposed_s == tp_local.time_s  # no userbuffers in the local spec
 
 
 def test_fp8cs_variant_loads():

@@ -29,6 +29,11 @@ GPU keeps its bf16 parameters. Under ZeRO-3 (fsdp) the reduced gradient shard is
 (DeepSpeed's stage 3 ``partition_grads`` writes it into the host's fp32 gradient buffer), so no gradient shard stays
 in HBM; under ZeRO-1/2 (zero1) the gradients stay as without offload. ``optimizer+params`` (fsdp only) also moves
 the bf16 parameter shard to the host: HBM holds only the gathered layers.
+
+A stack that holds its step differently from the project's job says how in ``StackMemoryTraits``
+(``workbench.stack_memory_megatron.te_memory_traits`` for Megatron-Core + TransformerEngine): the bytes of its working
+weights and of its gradient buffer, whether its linears save their inputs quantized for the weight gradient (and
+none when the weight is frozen), and its loss's bytes per logit.
 """
 
 from __future__ import annotations
@@ -66,6 +71,26 @@ stores each chunk's bf16 gradient straight into dlogits (``workbench.graph.execu
 runs of the recommended Llama 3.2 1B recipe agree: the job's peak allocated memory fell by 3.221 GB when the loss was
 compiled, 3 fp32 chunks of 2^28 (``benchmarks/results/h200/stacks/codesign/``, ``before_compiled_loss/``)."""
 ROWWISE_ADAGRAD_BYTES_PER_ROW = 4
+
+
+@dataclass(frozen=True)
+class StackMemoryTraits:
+    """What a stack holds differently from the project's job (which ``None`` traits mean); the stack's memory module
+    builds them with their sources (``stack_memory_megatron.te_memory_traits``)."""
+
+    weight_bytes: float = 2.0
+    """Bytes per parameter of the weights the GEMMs read, trained or frozen (bf16: 2; fp8 parameters: 1, plus 1 where
+    a cached transpose sits beside them)."""
+    frozen_weight_bytes: float | None = None
+    """Bytes per parameter of LoRA's frozen base; None: ``weight_bytes``."""
+    grad_bytes: float = 4.0
+    """Bytes per parameter of the gradient buffer (the reduce dtype: fp32 4, bf16 2)."""
+    saved_input_bytes: float | None = None
+    """Bytes per element of the input a linear saves for its weight gradient, None: the activation dtype (the job's
+    linears save their bf16 input whatever the recipe). Set: the linear saves its input only for the weight
+    gradient, so a frozen linear (LoRA's base) saves none; a LoRA adapter saves its own bf16 copy."""
+    loss_bytes_per_logit: float | None = None
+    """The loss's peak bytes per logit of this rank's vocabulary shard; None: the job's chunked loss."""
 
 
 @dataclass(frozen=True)
@@ -126,21 +151,52 @@ def _block_activation_elements(model: TransformerModel, mode: str, kind: BlockKi
     return saved
 
 
-def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
-                        compiled_loss: bool) -> MemoryBreakdown:
+def _saved_input_delta(model: TransformerModel, mode: str, kind: BlockKind, a: float, traits: StackMemoryTraits,
+                       lora_targets: tuple[str, ...] | None) -> float:
+    """Bytes per token by which a block's saved linear inputs differ from ``a`` bytes per element of
+    ``_block_activation_elements`` when linears save their inputs for the weight gradient only, in
+    ``traits.saved_input_bytes`` (``lora_targets`` None: every weight trained). The inputs of QKV and gate/up (the
+    norms' outputs) and of down (the activation's output) are saved only under ``none``; the output projection's
+    input is the attention output, which flash attention keeps in bf16 anyway: a trained projection adds its
+    quantized copy, a frozen one nothing (an adapter on it reads the same bf16 tensor). Latent attention's inputs
+    stay as they are (not modelled)."""
+    if mode == "full":
+        return 0.0
+    s = traits.saved_input_bytes
+    width = (model.ffn_hidden_size * model.experts_per_token + model.shared_experts * model.shared_expert_size
+             if kind.moe else model.dense_ffn_size)
+
+    def kept(targets: tuple[str, ...]) -> float:  # bytes per element a linear (group) keeps of its input
+        if lora_targets is None:
+            return s
+        return a if any(t in lora_targets for t in targets) else 0.0
+
+    delta = kept(("o",)) * model.q_size if lora_targets is None else 0.0
+    if mode == "none":
+        h = model.hidden_size
+        delta += (kept(("q", "k", "v")) - a) * h + (kept(("gate", "up")) - a) * h + (kept(("down",)) - a) * width
+    return delta
+
+
+def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool,
+                        traits: StackMemoryTraits | None = None) -> MemoryBreakdown:
     p = cfg.parallelism
-    stage, params, grads, optimizer = _memoized(model, ("weights", p, cfg.lora_rank, cfg.lora_targets),
-                                                lambda: _weight_bytes(model, cfg))
+    stage, params, grads, optimizer = _memoized(model, ("weights", p, cfg.lora_rank, cfg.lora_targets, traits),
+                                                lambda: _weight_bytes(model, cfg, traits))
     a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
     tokens = cfg.micro_batch * cfg.seq_len // p.cp  # this rank's share of the sequence
     in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
     if p.virtual_stages > 1:  # interleaved 1F1B: the first stage's extra warm-up micro-batches (Korthikanti Sec. 4.2.3)
         in_flight *= 1 + (p.pp - 1) / (p.pp * p.virtual_stages)
 
+    quantized_inputs = traits is not None and traits.saved_input_bytes is not None
+    lora_targets = cfg.lora_targets if cfg.lora else None
+
     def per_block(kind: BlockKind, mode: str) -> float:
         elements = _memoized(model, ("activation elements", mode, kind),
                              lambda: _block_activation_elements(model, mode, kind))
-        return elements * tokens * a / p.tp
+        delta = _saved_input_delta(model, mode, kind, a, traits, lora_targets) if quantized_inputs else 0.0
+        return (elements * a + delta) * tokens / p.tp
 
     blocks = sum(in_flight * n * per_block(kind, cfg.activation_checkpointing) for kind, n in stage)
     recompute_peak = max(per_block(kind, "none") for kind, _ in stage) if cfg.activation_checkpointing != "none" else 0
@@ -148,6 +204,8 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU,
     # the loss's backward holds the saved logits, their gradient (both in the activation dtype) and fp32 chunks
     chunks = COMPILED_LOSS_CHUNKS_LIVE if compiled_loss else LOSS_CHUNKS_LIVE
     loss_peak = 2 * a * logits + 4 * chunks * min(logits, LOSS_CHUNK_ELEMENTS)
+    if traits is not None and traits.loss_bytes_per_logit is not None:  # the stack's own loss
+        loss_peak = traits.loss_bytes_per_logit * logits
     # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
     activations = blocks + max(recompute_peak, loss_peak)
     return MemoryBreakdown(
@@ -180,37 +238,44 @@ def _memoized(model: TransformerModel, key: tuple, build):
     return hit[1]
 
 
-def _weight_bytes(model: TransformerModel, cfg: TrainingConfig) -> tuple[tuple[tuple[BlockKind, int], ...], float,
-                                                                            float, float]:
+def _weight_bytes(model: TransformerModel, cfg: TrainingConfig, traits: StackMemoryTraits | None = None
+                  ) -> tuple[tuple[tuple[BlockKind, int], ...], float, float, float]:
     """(the busiest stage's blocks, and the bytes per GPU of parameters, gradients and optimizer states): what of
-    a transformer's memory depends on the parallelism and LoRA only (the module docstring)."""
+    a transformer's memory depends on the parallelism, LoRA and the stack's traits only (the module docstring)."""
     p = cfg.parallelism
     stage = model.stage_blocks(p.pp)
     fsdp = p.sharding == "fsdp"
+    w = 2.0 if traits is None else traits.weight_bytes  # the working weights' bytes per parameter
     per_gpu = model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=fsdp)
     # FSDP2 gathers a bf16 copy even on one GPU; the root group (embeddings, output head) stays gathered from
     # its forward to the end of backward (fully_shard does not reshard the root after forward)
-    gathered = (GATHERED_LAYERS * model.layer_params() + model.embedding_params()) / p.tp * 2 if fsdp else 0
+    gathered = (GATHERED_LAYERS * model.layer_params() + model.embedding_params()) / p.tp * w if fsdp else 0
     if cfg.lora or p.sharding == "zero1":
-        return (stage, *_frozen_or_zero1_bytes(model, cfg, per_gpu, gathered))
+        return (stage, *_frozen_or_zero1_bytes(model, cfg, per_gpu, gathered, traits))
+    if traits is not None:  # the stack's weights beside fp32 master weights (Megatron's fp16/bf16 optimizer)
+        master = 4 * per_gpu + (0 if fsdp else w * per_gpu)
+        return stage, master + gathered, traits.grad_bytes * per_gpu, 8 * per_gpu
     return stage, 4 * per_gpu + gathered, 4 * per_gpu, 8 * per_gpu
 
 
-def _frozen_or_zero1_bytes(model: TransformerModel, cfg: TrainingConfig, per_gpu: float,
-                           gathered: float) -> tuple[float, float, float]:
+def _frozen_or_zero1_bytes(model: TransformerModel, cfg: TrainingConfig, per_gpu: float, gathered: float,
+                           traits: StackMemoryTraits | None = None) -> tuple[float, float, float]:
     """Weights, gradients and optimizer states under zero1 and / or LoRA (the module docstring)."""
     p = cfg.parallelism
+    w, g = (2.0, 4.0) if traits is None else (traits.weight_bytes, traits.grad_bytes)
+    if cfg.lora and traits is not None and traits.frozen_weight_bytes is not None:
+        w = traits.frozen_weight_bytes
     replicas = p.weight_replicas if p.sharding == "zero1" else 1  # optimizer states sharded over them
-    if cfg.lora:  # frozen base in bf16; adapters trained (A and B split tp-ways with their linears)
+    if cfg.lora:  # frozen base in the working dtype; adapters trained (A and B split tp-ways with their linears)
         trained = math.ceil(model.num_layers / p.pp) * model.lora_params_per_layer(cfg.lora_rank, cfg.lora_targets) / p.tp
         # zero1 keeps a bf16 working copy beside the fp32 master shard; ddp / one-GPU fsdp train fp32 adapters
-        params = 2 * per_gpu + gathered + (2 * trained if p.sharding == "zero1" else 0) + 4 * trained / replicas
-    else:  # zero1: bf16 weights replicated, fp32 master shard
+        params = w * per_gpu + gathered + (2 * trained if p.sharding == "zero1" else 0) + 4 * trained / replicas
+    else:  # zero1: working weights replicated, fp32 master shard
         trained = per_gpu
-        params = 2 * per_gpu + 4 * model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=True)
+        params = w * per_gpu + 4 * model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep, sharded=True)
     sharded_trained = trained / replicas if cfg.lora else model.params_per_gpu(p.tp, p.pp, p.weight_replicas, p.ep,
                                                                                sharded=True)
-    return params, 4 * trained, 8 * sharded_trained
+    return params, g * trained, 8 * sharded_trained
 
 
 def dlrm_memory(model: DLRMModel, cfg: TrainingConfig, gpu: GPU) -> MemoryBreakdown:
@@ -247,17 +312,22 @@ def _recsys_memory(model: DLRMModel | HSTUModel, cfg: TrainingConfig, gpu: GPU, 
     )
 
 
-def memory_breakdown(model: Model, cfg: TrainingConfig, gpu: GPU, *, compiled_loss: bool = False) -> MemoryBreakdown:
+def memory_breakdown(model: Model, cfg: TrainingConfig, gpu: GPU, *, compiled_loss: bool = False,
+                     traits: StackMemoryTraits | None = None) -> MemoryBreakdown:
     """Peak bytes per GPU for a validated training config (``TrainingConfig.resolved``), as the model's family
     holds them (``Family.memory_breakdown``: ``transformer_memory``, ``dlrm_memory``, ``hstu_memory``);
     ``compiled_loss``: the job's chunked loss runs compiled (``COMPILED_LOSS_CHUNKS_LIVE``;
-    ``Execution.compiled_loss``)."""
-    return family_of(model).memory_breakdown(model, cfg, gpu, compiled_loss)
+    ``Execution.compiled_loss``); ``traits``: what the stack holds differently from the job (None: the job)."""
+    family = family_of(model)
+    if traits is None:  # a user's family may take no traits (``Family.memory_breakdown``'s older signature)
+        return family.memory_breakdown(model, cfg, gpu, compiled_loss)
+    return family.memory_breakdown(model, cfg, gpu, compiled_loss, traits)
 
 
-def transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool) -> MemoryBreakdown:
+def transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool,
+                       traits: StackMemoryTraits | None = None) -> MemoryBreakdown:
     """A transformer's peak bytes per GPU (the module docstring), CPU offload's share taken out."""
-    breakdown = _transformer_memory(model, cfg, gpu, compiled_loss)
+    breakdown = _transformer_memory(model, cfg, gpu, compiled_loss, traits)
     return _offloaded(model, cfg, breakdown) if cfg.offload != "none" else breakdown
 
 
@@ -272,12 +342,12 @@ def _offloaded(model: TransformerModel, cfg: TrainingConfig, m: MemoryBreakdown)
 
 
 def max_micro_batch(model: Model, cfg: TrainingConfig, gpu: GPU, limit: int = 1 << 20, *,
-                    compiled_loss: bool = False) -> int:
+                    compiled_loss: bool = False, traits: StackMemoryTraits | None = None) -> int:
     """The largest micro-batch that fits in HBM with headroom (0 if not even 1 does)."""
     def fits(mb: int) -> bool:
         trial = TrainingConfig(mb, cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
                                lora_rank=cfg.lora_rank, lora_targets=cfg.lora_targets, offload=cfg.offload)
-        return memory_breakdown(model, trial, gpu, compiled_loss=compiled_loss).fits
+        return memory_breakdown(model, trial, gpu, compiled_loss=compiled_loss, traits=traits).fits
 
     if not fits(1):
         return 0

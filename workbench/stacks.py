@@ -33,11 +33,12 @@ from workbench.schema import Fields, check_number, load_yaml
 
 SCHEMA_VERSION = 1
 KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te",
-                                  "hf-deepspeed")
+                                  "hf-deepspeed", "generative-recommenders")
 """How a stack's ops are priced: ``fused`` (one fused kernel per memory-bound op, ``workbench.graph.transformer``),
 ``reference-job`` (the project's job, ``workbench.graph.execution``), ``pytorch`` and ``torchtitan``
 (``workbench.graph.stack_kernels``), ``megatron-local`` and ``megatron-te`` (``workbench.graph.stack_kernels_megatron``),
-``hf-deepspeed`` (HF transformers' Llama under DeepSpeed ZeRO, ``workbench.graph.stack_kernels_hf``)."""
+``hf-deepspeed`` (HF transformers' Llama under DeepSpeed ZeRO, ``workbench.graph.stack_kernels_hf``),
+``generative-recommenders`` (its HSTU kernels, ``workbench.graph.hstu_gr_kernels``; other models: the bound)."""
 COMPILE_MODES: tuple[str, ...] = ("never", "always", "recipe")
 CHECKPOINT_POLICIES: tuple[str, ...] = ("none", "full", "workbench-selective", "selective-op", "selective-2",
                                         "selective-core-attn")
@@ -77,7 +78,8 @@ class Stack:
     summary: str
     """One line: what this stack assumes (``workbench stacks`` prints it)."""
     source: str
-    kernels: Literal["fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed"]
+    kernels: Literal["fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed",
+                     "generative-recommenders"]
     compile: Literal["never", "always", "recipe"]
     param_dtypes: tuple[str, ...]
     """Parameter dtypes this stack trains with; the first is its default (fp32 = fp32 parameters under autocast)."""

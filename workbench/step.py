@@ -42,13 +42,14 @@ from workbench.graph.te_fp8 import fp8_gemm_any_layout
 from workbench.graph.transformer import block_graph as _block_graph  # noqa: F401 -- tests/test_step.py reads it
 from workbench.graph.transformer import block_pieces as _block_pieces  # noqa: F401 -- and this
 from workbench.hardware import GPU, get_gpu
-from workbench.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from workbench.memory import MemoryBreakdown, StackMemoryTraits, max_micro_batch, memory_breakdown
 from workbench.models import Model, get_model
 from workbench.offload import offload_note, offload_time
 from workbench.perf import OpTime, op_time
 from workbench.perf.efficiency import Constants, constants_for, profile_path
 from workbench.power import tensor_throughput_scale
 from workbench.precision import get_precision, is_8bit_training, linear_gemm_precisions, resolve_precision
+from workbench.stack_memory_megatron import te_memory_traits
 from workbench.stacks import Stack, get_stack
 from workbench.step_comm import (
     CommPrediction,
@@ -63,6 +64,9 @@ from workbench.step_result import OpPrediction, Prediction, StepSummary, check_p
 
 TABLE_KERNELS = ("pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed")
 """Stacks priced from their own kernel tables (``workbench.graph.stacked``)."""
+FAMILY_KERNELS = ("generative-recommenders",)
+"""Stacks whose kernels a model family prices itself (``Family.own_kernels``, ``Family.stack_microbatch_ops``):
+generative-recommenders' HSTU (``workbench.graph.hstu_gr_kernels``)."""
 
 
 # ----------------------------------------------------------------------------------------------- the op graphs
@@ -339,7 +343,8 @@ class StepModel:
             key = (cfg if execution is not None else
                    (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing))
             micro = ((self._cached(("micro", key, execution, f), lambda: self._price(
-                [(op, op.count) for op in microbatch_ops(model, cfg, execution)], fit, power=power)), 1),)
+                [(op, op.count) for op in self.family.stack_microbatch_ops(model, cfg, execution, self.stack.kernels)],
+                fit, power=power)), 1),)
         on_gpu = cfg.offload == "none"
         optimizer = self._cached(("optimizer", p, cfg.lora_rank, cfg.lora_targets, on_gpu, f), lambda: self._price(
             [(optimizer_op(model, cfg), 1)] if on_gpu else [], fit, bound="memory", power=power))
@@ -406,7 +411,15 @@ class StepModel:
     def _max_micro_batch(self, cfg: TrainingConfig, compiled_loss: bool = False) -> int:
         key = ("max_micro_batch", cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
                cfg.lora_rank, cfg.lora_targets, cfg.offload, compiled_loss)
-        return self._cached(key, lambda: max_micro_batch(self.model, cfg, self.gpu, compiled_loss=compiled_loss))
+        return self._cached(key, lambda: max_micro_batch(self.model, cfg, self.gpu, compiled_loss=compiled_loss,
+                                                         traits=self._memory_traits(cfg.precision)))
+
+    def _memory_traits(self, precision: str) -> StackMemoryTraits | None:
+        """What the stack holds differently from the job in ``workbench.memory`` (None: the job's own)."""
+        if self.stack.kernels != "megatron-te":
+            return None
+        from workbench.graph.stacked_megatron import fp8_recipe  # as graph.stacked does: imported when used
+        return te_memory_traits(fp8_recipe(self.stack, precision), fp8_gemm_any_layout(self.gpu))
 
     def _peak(self, precision: str) -> float:
         peak = self._peaks.get(precision)
@@ -431,7 +444,8 @@ class StepModel:
     def _build_memory(self, cfg: TrainingConfig, tables, compiled_loss: bool) -> MemoryBreakdown:
         if tables is not None and (cfg.parallelism.gpus == 1 or tables.covers_data_parallel_memory):
             return tables.memory(self.stack, self.gpu.hbm_capacity_gb.value * 1e9)
-        return memory_breakdown(self.model, cfg, self.gpu, compiled_loss=compiled_loss)
+        return memory_breakdown(self.model, cfg, self.gpu, compiled_loss=compiled_loss,
+                                traits=self._memory_traits(cfg.precision))
 
     def priced_as_bound(self, cfg: TrainingConfig, *, compile: bool | None = None,
                         param_dtype: str | None = None) -> bool:
@@ -440,7 +454,9 @@ class StepModel:
         return self._bound(self._tables(cfg, compiled, dtype)[0])
 
     def _bound(self, tables) -> bool:
-        return self.stack.kernels == "fused" or (self.stack.kernels in TABLE_KERNELS and tables is None)
+        kernels = self.stack.kernels
+        return (kernels == "fused" or (kernels in TABLE_KERNELS and tables is None)
+                or (kernels in FAMILY_KERNELS and kernels not in self.family.own_kernels))
 
     # -- the step
     def summary(self, cfg: TrainingConfig, *, compile: bool | None = None, param_dtype: str | None = None,
@@ -533,7 +549,8 @@ class StepModel:
         comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s,
                          plan=self._plan(cfg, tables),
                          attention_s=s.attention_s, critical=self._critical(cfg) if tables is None else
-                         tables.overlap_critical_path(self._critical(cfg), micro, cfg, model))
+                         tables.overlap_critical_path(self._critical(cfg), micro, cfg, model, gpu,
+                                                      lambda op: self.op_time(op).time_s))
         if detail:
             comms: list[CommPrediction] | None = communication(model, cfg, gpu, self.constants,
                                                                accum * s.microbatch_s, **comm_args)

@@ -99,6 +99,15 @@ class Family(ABC):
     def microbatch_ops(self, model, cfg: TrainingConfig, execution: Execution | None) -> list[Op]:
         """Every op of one micro-batch on the busiest pipeline stage (``workbench.step.microbatch_ops``)."""
 
+    own_kernels: tuple[str, ...] = ()
+    """Stack kernel tables (``Stack.kernels``) this family prices itself (``stack_microbatch_ops``); a stack of one
+    of ``step.FAMILY_KERNELS`` that its family does not list is priced as the fused-step bound."""
+
+    def stack_microbatch_ops(self, model, cfg: TrainingConfig, execution: Execution | None, kernels: str) -> list[Op]:
+        """``microbatch_ops`` as a stack of kernel table ``kernels`` runs them (``own_kernels``); by default the
+        same ops."""
+        return self.microbatch_ops(model, cfg, execution)
+
     def step_ops(self, model, cfg: TrainingConfig, execution: Execution) -> list[Op]:
         """Ops the reference job runs once per step (``execution`` given)."""
         return []
@@ -133,8 +142,10 @@ class Family(ABC):
 
     # -- memory and collectives
     @abstractmethod
-    def memory_breakdown(self, model, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool) -> MemoryBreakdown:
-        """Peak bytes per GPU (``workbench.memory.memory_breakdown``)."""
+    def memory_breakdown(self, model, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool,
+                         traits=None) -> MemoryBreakdown:
+        """Peak bytes per GPU (``workbench.memory.memory_breakdown``; ``traits``: the stack's
+        ``StackMemoryTraits``, None: the job's)."""
 
     @abstractmethod
     def data_parallel_collectives(self, model, cfg: TrainingConfig) -> list[tuple[list[ScheduledCollective], int]]:

@@ -13,6 +13,7 @@ from workbench.config import TrainingConfig, check_replicated_dense_config
 from workbench.errors import SpecError
 from workbench.families import Family, register
 from workbench.graph.execution import Execution
+from workbench.graph.hstu_gr_kernels import hstu_gr_microbatch_ops
 from workbench.graph.ops import Op
 from workbench.graph.recsys import dlrm_job_embedding_ops, dlrm_microbatch_ops, hstu_microbatch_ops
 from workbench.hardware import GPU
@@ -73,8 +74,8 @@ class DLRMFamily(_Recommender):
         return 1
 
     def memory_breakdown(self, model: DLRMModel, cfg: TrainingConfig, gpu: GPU,
-                         compiled_loss: bool) -> MemoryBreakdown:
-        return dlrm_memory(model, cfg, gpu)
+                         compiled_loss: bool, traits=None) -> MemoryBreakdown:
+        return dlrm_memory(model, cfg, gpu)  # no stack holds a DLRM differently (traits unused)
 
     def critical_traffic(self, model: DLRMModel, cfg: TrainingConfig, domain: int):
         # one pooled vector per table and sample
@@ -92,15 +93,23 @@ class HSTUFamily(_Recommender):
     def default_seq_len(self, model: HSTUModel) -> int:
         return int(model.default_seq_len)
 
+    own_kernels = ("generative-recommenders",)
+
     def microbatch_ops(self, model: HSTUModel, cfg: TrainingConfig, execution: Execution | None) -> list[Op]:
         return hstu_microbatch_ops(model, cfg)  # the reference job runs no HSTU: the fused step either way
+
+    def stack_microbatch_ops(self, model: HSTUModel, cfg: TrainingConfig, execution: Execution | None,
+                             kernels: str) -> list[Op]:
+        """The ``generative-recommenders`` stack's kernels (``graph.hstu_gr_kernels``); other stacks: the fused step."""
+        ops = hstu_microbatch_ops(model, cfg)
+        return hstu_gr_microbatch_ops(model, cfg, ops) if kernels == "generative-recommenders" else ops
 
     def tokens_per_sample(self, model: HSTUModel, cfg: TrainingConfig) -> int:
         return cfg.seq_len
 
     def memory_breakdown(self, model: HSTUModel, cfg: TrainingConfig, gpu: GPU,
-                         compiled_loss: bool) -> MemoryBreakdown:
-        return hstu_memory(model, cfg, gpu)
+                         compiled_loss: bool, traits=None) -> MemoryBreakdown:
+        return hstu_memory(model, cfg, gpu)  # traits unused: no stack's HSTU memory differs yet
 
     def critical_traffic(self, model: HSTUModel, cfg: TrainingConfig, domain: int):
         # one item embedding per token

@@ -100,8 +100,9 @@ class TransformerFamily(Family):
     def model_flops_per_sample(self, model: TransformerModel, seq_len: int, lora: bool) -> float:
         return graph.model_flops_per_sample(model, seq_len, lora=lora)
 
-    def memory_breakdown(self, model: TransformerModel, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool):
-        return transformer_memory(model, cfg, gpu, compiled_loss)
+    def memory_breakdown(self, model: TransformerModel, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool,
+                         traits=None):
+        return transformer_memory(model, cfg, gpu, compiled_loss, traits)
 
     def data_parallel_collectives(self, model: TransformerModel, cfg: TrainingConfig):
         return transformer_data_parallel(model, cfg)

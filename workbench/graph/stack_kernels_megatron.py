@@ -67,6 +67,7 @@ from workbench.graph.stack_kernels import (
     rmsnorm_tables,
     StackFlavor,
 )
+from workbench.graph.stack_kernels_megatron_moe import Experts, expert_parameters, moe_ops, router_parameters
 from workbench.graph.te_fp8 import TeFp8Recipe
 
 MEGATRON_POLICIES = ("none", "selective-core-attn", "full-uniform")
@@ -194,15 +195,17 @@ LOSS_FUSED_BWD: tuple[Kernel, ...] = (("dlogits", 4, 2, True),)
 
 
 TP_OVERLAP_PARTNERS: dict[str, str] = {
-    "linear_qkv.fwd": "ring_exchange_ag", "linear_proj.fwd": "rs", "linear_fc1.fwd": "ring_exchange_ag",
-    "linear_fc2.fwd": "rs", "linear_proj.dgrad": "ring_exchange_ag", "linear_fc2.dgrad": "ring_exchange_ag",
-    "linear_qkv.wgrad": "bulk", "linear_fc1.wgrad": "bulk"}
-"""The GEMMs TE's userbuffers overlap a sequence-parallel collective with (NeMo's tp_overlap_configs/userbuffers.py
-``TransformerLayerTPOverlapCfg``): the column-parallel fprops' input all-gathers and the row-parallel dgrads' dy
-all-gathers by ring exchange (``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad``), the row-parallel
-fprops' reduce-scatters split or ring-exchanged (``proj_fprop``, ``fc2_fprop``), the column-parallel dgrads'
-reduce-scatters in bulk behind the wgrad GEMMs (``qkv_wgrad``, ``fc1_wgrad``). Tagged ``extra["tp_overlap"]``
-(``workbench.graph.te_tp_overlap``)."""
+    "linear_qkv.fwd": "qkv_fprop", "linear_proj.fwd": "proj_fprop", "linear_fc1.fwd": "fc1_fprop",
+    "linear_fc2.fwd": "fc2_fprop", "linear_proj.dgrad": "proj_dgrad", "linear_fc2.dgrad": "fc2_dgrad",
+    "linear_qkv.dgrad": "qkv_dgrad", "linear_fc1.dgrad": "fc1_dgrad", "linear_qkv.wgrad": "qkv_wgrad",
+    "linear_fc1.wgrad": "fc1_wgrad"}
+"""Each GEMM TE's userbuffers overlap a sequence-parallel collective with -> its slot in NeMo's
+tp_overlap_configs/userbuffers.py ``TransformerLayerTPOverlapCfg`` (TE's ``initialize_ub`` names): the
+column-parallel fprops' input all-gathers and the row-parallel dgrads' dy all-gathers (``qkv_fprop``,
+``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad``), the row-parallel fprops' reduce-scatters (``proj_fprop``,
+``fc2_fprop``), the column-parallel dgrads' re-gather of their saved local input (``qkv_dgrad``, ``fc1_dgrad``)
+and their output's reduce-scatter behind the wgrad GEMM (``qkv_wgrad``, ``fc1_wgrad``). Tagged
+``extra["tp_overlap"]`` (``workbench.graph.te_tp_overlap`` prices each slot as NeMo configures it)."""
 
 
 def _gemm_grads(name: str, t: int, i: int, o: int, count: int, layer: str, mm_index: int,
@@ -267,8 +270,9 @@ def core_attention_ops(d: Dims, flavor: MegatronFlavor, count: int) -> tuple[lis
     return _tag(fwd, core_attn=True), bwd
 
 
-def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
-    """(forward, backward) kernels of the ``d.layers`` blocks (count = layers), without recomputation."""
+def block_ops(d: Dims, flavor: MegatronFlavor, experts: Experts | None = None) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) kernels of the ``d.layers`` blocks (count = layers), without recomputation;
+    ``experts``: an MoE model's routed experts on this rank (``stack_kernels_megatron_moe``: TE spec only)."""
     n, t, ts = d.layers, d.tokens, d.stream_tokens  # ts: t / tp under sequence parallelism
     th = ts * d.hidden  # the residual stream's elements: norms, bias-dropout-adds and their grads
     fwd: list[Op] = []
@@ -308,17 +312,27 @@ def block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
     bwd += _k("input_layernorm", "rmsnorm", norm_b, th, "bwd", n, "attention", "rms_norm", rows=ts)
     bwd += _k("input_layernorm.main_grad", "add", MAIN_GRAD_ADD, d.hidden, "bwd", n, "attention", "main_grad")
     bwd += _k("attn.residual_grad", "add", GRAD_ACCUMULATE, th, "bwd", n, "attention", "add")
-    # --- MLP: pre_mlp_layernorm -> linear_fc1 (gate | up) -> glu -> linear_fc2 -> + x
-    fwd += _k("pre_mlp_layernorm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=ts)
-    layernorm_linear("linear_fc1", 2 * d.ffn, "mlp", 3)
-    glu_f, glu_b = (SWIGLU_FUSED_FWD, SWIGLU_FUSED_BWD) if flavor.te else (GLU_LOCAL_FWD, GLU_LOCAL_BWD)
-    fwd += _k("glu", "swiglu", glu_f, t * d.ffn, "fwd", n, "mlp", "swiglu")
-    bwd += _k("glu", "swiglu", glu_b, t * d.ffn, "bwd", n, "mlp", "swiglu")
-    f, b = _gemm_grads("linear_fc2", t, d.ffn, d.hidden, n, "mlp", 4, flavor, casts_input=True)
-    fwd += f
-    bwd += b
-    fwd += _k("mlp_bda", "add", RESIDUAL_ADD, th, "fwd", n, "mlp", "add")
-    bwd += _k("pre_mlp_layernorm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=ts)
+    # --- MLP: pre_mlp_layernorm -> linear_fc1 (gate | up) -> glu -> linear_fc2 -> + x (MoE: the routed experts)
+    if experts is not None:
+        if not flavor.te:
+            raise ValueError("Megatron's MoE tables are the TE spec's (megatron stack), not the local spec's")
+        fwd += _k("pre_mlp_layernorm", "rmsnorm", NORM_TE_FWD, th, "fwd", n, "mlp", "rms_norm", rows=ts)
+        f, b = moe_ops(d, experts, flavor, _gemm_grads, (SWIGLU_FUSED_FWD, SWIGLU_FUSED_BWD), MAIN_GRAD_ADD)
+        fwd += f
+        bwd += b
+        fwd += _k("mlp_bda", "add", RESIDUAL_ADD, th, "fwd", n, "mlp", "add")
+        bwd += _k("pre_mlp_layernorm", "rmsnorm", NORM_TE_BWD, th, "bwd", n, "mlp", "rms_norm", rows=ts)
+    else:
+        fwd += _k("pre_mlp_layernorm", "rmsnorm", norm_f, th, "fwd", n, "mlp", "rms_norm", rows=ts)
+        layernorm_linear("linear_fc1", 2 * d.ffn, "mlp", 3)
+        glu_f, glu_b = (SWIGLU_FUSED_FWD, SWIGLU_FUSED_BWD) if flavor.te else (GLU_LOCAL_FWD, GLU_LOCAL_BWD)
+        fwd += _k("glu", "swiglu", glu_f, t * d.ffn, "fwd", n, "mlp", "swiglu")
+        bwd += _k("glu", "swiglu", glu_b, t * d.ffn, "bwd", n, "mlp", "swiglu")
+        f, b = _gemm_grads("linear_fc2", t, d.ffn, d.hidden, n, "mlp", 4, flavor, casts_input=True)
+        fwd += f
+        bwd += b
+        fwd += _k("mlp_bda", "add", RESIDUAL_ADD, th, "fwd", n, "mlp", "add")
+        bwd += _k("pre_mlp_layernorm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=ts)
     bwd += _k("pre_mlp_layernorm.main_grad", "add", MAIN_GRAD_ADD, d.hidden, "bwd", n, "mlp", "main_grad")
     bwd += _k("mlp.residual_grad", "add", GRAD_ACCUMULATE, th, "bwd", n, "mlp", "add")
     return fwd, bwd
@@ -415,19 +429,24 @@ def optimizer_ops(params: int, tensors: int, flavor: MegatronFlavor, fp8_params:
     return ops
 
 
-def block_linears(d: Dims) -> tuple[tuple[str, int, int], ...]:
-    """(name, in, out) of one block's four linears on this rank."""
-    return (("linear_qkv", d.hidden, d.q + 2 * d.kv), ("linear_proj", d.q, d.hidden),
-            ("linear_fc1", d.hidden, 2 * d.ffn), ("linear_fc2", d.ffn, d.hidden))
+def block_linears(d: Dims, experts: Experts | None = None) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, in, out, copies) of one block's linears on this rank (MoE: each local expert's fc1 and fc2)."""
+    attention = (("linear_qkv", d.hidden, d.q + 2 * d.kv, 1), ("linear_proj", d.q, d.hidden, 1))
+    if experts is None:
+        return attention + (("linear_fc1", d.hidden, 2 * d.ffn, 1), ("linear_fc2", d.ffn, d.hidden, 1))
+    return attention + (("experts.linear_fc1", d.hidden, 2 * d.ffn, experts.local),
+                        ("experts.linear_fc2", d.ffn, d.hidden, experts.local))
 
 
-def fp8_step_ops(d: Dims, flavor: MegatronFlavor, fp8_layers: int, shard: int) -> list[Op]:
+def fp8_step_ops(d: Dims, flavor: MegatronFlavor, fp8_layers: int, shard: int, experts: Experts | None = None,
+                 expert_shard: int = 1) -> list[Op]:
     """Once per step under TE fp8: the ``fp8_layers`` fp8 blocks' weight casts (``te_fp8.weight_step_casts``,
-    main shards over ``shard`` ranks)."""
+    main shards over ``shard`` ranks; the experts' over ``expert_shard``)."""
     ops: list[Op] = []
-    for name, i, o in block_linears(d):
-        ops += te_fp8.weight_step_casts(_k, name, flavor.fp8, i, o, shard, flavor.fp8_transpose, fp8_layers,
-                                        "optimizer")
+    for name, i, o, copies in block_linears(d, experts):
+        ranks = expert_shard if name.startswith("experts.") else shard
+        ops += te_fp8.weight_step_casts(_k, name, flavor.fp8, i, o, ranks, flavor.fp8_transpose,
+                                        fp8_layers * copies, "optimizer")
     return ops
 
 
@@ -451,12 +470,17 @@ def fp8_layer_split(layers: int, stages: int, flavor: MegatronFlavor) -> tuple[i
     return layers - kept, kept
 
 
-def parameter_count(d: Dims, tied: bool) -> tuple[int, int]:
-    """(parameters, parameter tensors): per block the QKV, proj, fc1, fc2 weights and two norms; the table(s)
-    and the final norm."""
-    block = d.hidden * (d.q + 2 * d.kv) + d.q * d.hidden + 2 * d.hidden * d.ffn + d.ffn * d.hidden + 2 * d.hidden
+def parameter_count(d: Dims, tied: bool, experts: Experts | None = None) -> tuple[int, int]:
+    """(parameters, parameter tensors): per block the QKV, proj, fc1, fc2 weights (MoE: the router and the
+    local experts' fc1 and fc2) and two norms; the table(s) and the final norm."""
+    attention = d.hidden * (d.q + 2 * d.kv) + d.q * d.hidden + 2 * d.hidden
+    if experts is None:
+        block, tensors = attention + 3 * d.hidden * d.ffn, 6
+    else:
+        block = attention + router_parameters(d, experts) + expert_parameters(d, experts)
+        tensors = 5 + 2 * experts.local
     params = d.layers * block + d.vocab * d.hidden * (1 if tied else 2) + d.hidden
-    return params, 6 * d.layers + (2 if tied else 3)
+    return params, tensors * d.layers + (2 if tied else 3)
 
 
 def megatron_step_ops(model, micro_batch: int, seq_len: int, flavor: MegatronFlavor,

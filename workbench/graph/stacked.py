@@ -120,8 +120,11 @@ def transformer_scope_gap(model: TransformerModel, cfg: TrainingConfig, kernels:
     ``FLOAT8_STACKS``); tensor, pipeline and context parallelism where ``PARALLEL_TABLES`` says so (torchtitan's
     only under FSDP2: without it, ``maybe_enable_amp`` in torchtitan/distributed/utils.py trains TP / PP in fp32,
     "Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled")."""
-    if model.is_moe:
-        return "MoE blocks"
+    if model.is_moe:  # Megatron-Core's TE spec prices Mixtral-like experts (graph.stack_kernels_megatron_moe)
+        from workbench.graph.stack_kernels_megatron_moe import moe_scope_gap
+        gap = moe_scope_gap(model) if kernels == "megatron-te" else "MoE blocks"
+        if gap:
+            return gap
     if model.non_llama_features():
         return f"{' / '.join(model.non_llama_features())} blocks"
     if model.norm != "rmsnorm" or model.ffn_activation != "swiglu":
@@ -192,9 +195,10 @@ class StackStep:
     def step_ops(self) -> list[Op]:
         return flat_ops(self.step_parts)
 
-    def overlap_critical_path(self, critical, micro, cfg: TrainingConfig, model: Model):
+    def overlap_critical_path(self, critical, micro, cfg: TrainingConfig, model: Model, gpu=None, price=None):
         """``critical`` (``step_comm.CriticalPath``) with what the stack overlaps of it, given the priced
-        micro-batch ``micro``: nothing here (Megatron-Core's TE userbuffers overlap: ``MegatronStackStep``)."""
+        micro-batch ``micro``, the GPU and ``price`` (seconds of one execution of an op): nothing here
+        (Megatron-Core's TE userbuffers overlap: ``MegatronStackStep``)."""
         return critical
 
     def data_parallel_schedules(self, cfg: TrainingConfig) -> list | None:
@@ -291,7 +295,7 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
     built_key = flavor_key[:-1] + ((ANY_SHARDS,) if gathers else (0,))
     built = flavor if not gathers else _memo(memo, ("flavor",) + built_key, lambda: _flavor(
         model, stack.kernels, compiled, param_dtype, fsdp, recipe, ANY_SHARDS))
-    micro, micro_counts = _microbatch_parts(memo, shape + built_key, d, built, policy, gathers)
+    micro, micro_counts = _microbatch_parts(memo, shape, built_key, d, built, policy, gathers)
     local_params = _memo(memo, ("local params", tp, pp, replicas, fsdp),
                          lambda: max(1, int(model.params_per_gpu(tp, pp, replicas, 1, sharded=fsdp))))
     # the optimizer steps the fp32 shards under FSDP2 (its moments fp32); else the parameters in their own dtype
@@ -314,23 +318,33 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
                      (micro_counts, tuple(counts for _, (counts,) in step)))
 
 
-def _microbatch_parts(memo: dict, block: tuple, d: Dims, flavor: StackFlavor, policy: str,
+def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flavor: StackFlavor, policy: str,
                       shards: int) -> tuple[Parts, tuple]:
     """The micro-batch's pieces and their launch counts: the embedding, one block's forward (split at its
     weight-shard casts under FSDP2's float8 all-gather over ``shards`` ranks), the head, one block's backward,
-    the recomputed block; ``block`` keys them (the micro-batch's shape and the flavor they were built with)."""
+    the recomputed block; the micro-batch's ``shape`` and the ``flavor_key`` they were built with key them."""
     layers, compile_blocks = d.layers, flavor.compile_blocks
-    (embedding, fwd, head, bwd), counts = _memo(memo, ("micro-batch pieces",) + block,
-                                                lambda: _pieces(_microbatch_pieces(d, flavor), compile_blocks))
-    forward, forward_counts = ((fwd,), counts[1:2]) if not shards else _memo(
-        memo, ("forward", shards) + block, lambda: _pieces(_gathered_forward(memo, block, fwd, d, shards),
+    block = shape + flavor_key
+    # one block's forward and backward: every block of the stage runs the same shapes, so they are built for one
+    # (``copies`` = the stage's blocks) and shared by every pipeline degree
+    (fwd, bwd), counts = _memo(memo, ("block pieces",) + block,
+                               lambda: _pieces(block_ops(dataclasses.replace(d, layers=1), flavor), compile_blocks))
+    # the embedding and the head read the shape and the parameter dtype (the head its loss's compile flag too),
+    # no block count, float8 recipe or FSDP2: layouts and flavors share them (their ops are no compiled block's)
+    (embedding,), embedding_counts = _memo(memo, ("embedding", flavor.param_dtype) + shape, lambda: _pieces(
+        (embedding_ops(d, flavor),), compile_blocks))
+    (head,), head_counts = _memo(memo, ("head", flavor.param_dtype, flavor.compile_loss) + shape, lambda: _pieces(
+        (head_ops(d, flavor),), compile_blocks))
+    casts = (shards, d.sp) + flavor_key  # what a weight-shard cast reads: the shards, the linears' tp split, tags
+    forward, forward_counts = ((fwd,), counts[:1]) if not shards else _memo(
+        memo, ("forward", shards) + block, lambda: _pieces(_gathered_forward(memo, block, casts, fwd, d, shards),
                                                            compile_blocks))
     recompute, recompute_counts = _memo(memo, ("recompute", policy, shards) + block, lambda: _pieces(
-        _recomputed_forward(memo, block, fwd, forward, policy, shards), compile_blocks))
+        _recomputed_forward(memo, block, casts, fwd, forward, policy, shards), compile_blocks))
     recomputed = layers if policy == "selective-op-all-mm" else recomputed_blocks(policy, layers)
     parts = ((embedding, 1), *((piece, layers) for piece in forward), (head, 1), (bwd, layers),
              *((piece, recomputed) for piece in recompute))
-    parts_counts = (counts[0], *forward_counts, counts[2], counts[3], *recompute_counts)
+    parts_counts = (*embedding_counts, *forward_counts, *head_counts, counts[1], *recompute_counts)
     kept = [i for i, (ops, copies) in enumerate(parts) if ops and copies]  # an empty piece adds nothing
     if len(kept) == len(parts):
         return parts, parts_counts
@@ -376,50 +390,46 @@ def _flavor(model: TransformerModel, kernels: str, compiled: bool, param_dtype: 
     return dataclasses.replace(flavor, tied=model.tied_embeddings)
 
 
-def _microbatch_pieces(d: Dims, flavor: StackFlavor) -> tuple[list[Op], ...]:
-    """(embedding, one block's forward, head, one block's backward) kernels: a block's ops repeat on every block of
-    the stage with the same shapes, so they are built for one (``copies`` = the stage's blocks) and shared by every
-    pipeline degree; the embedding and the head read no block count."""
-    fwd, bwd = block_ops(dataclasses.replace(d, layers=1), flavor)
-    return embedding_ops(d, flavor), fwd, head_ops(d, flavor), bwd
-
-
 ANY_SHARDS = 1
 """The float8 gather shard count a block is built with under FSDP2's float8 all-gather (``stack_step``); never a
 real one (FSDP2 shards over more than one rank)."""
 
 
-def _gathered_forward(memo: dict, block: tuple, fwd: tuple[Op, ...], d: Dims, shards: int) -> list[tuple[Op, ...]]:
+def _gathered_forward(memo: dict, block: tuple, casts: tuple, fwd: tuple[Op, ...], d: Dims,
+                      shards: int) -> list[tuple[Op, ...]]:
     """One block's forward (built with ``ANY_SHARDS``) for FSDP2's float8 all-gather over ``shards`` ranks: the
     runs between the weight-shard casts as they are (split once, ``block`` keys them in ``memo``), each linear's
-    weight-shard cast (``stack_kernels.weight_shard_cast``) made again for ``shards``, with its tags."""
+    weight-shard cast (``stack_kernels.weight_shard_cast``) made again for ``shards``, with its tags. A cast reads
+    no micro-batch shape (a weight's elements, its tensor-parallel split and its tags: ``casts`` keys it with the
+    linear), so every micro-batch of a layout shares one (and the step model prices it once)."""
     runs = _memo(memo, ("shard cast runs",) + block, lambda: _shard_cast_runs(fwd))
     linears = {name: (i, o) for name, i, o in d.linears()}
-    pieces = []
-    for ops, casts in runs:
-        if casts:
-            linear = _linear_of(ops[0])
-            fresh = weight_shard_cast(linear, *linears[linear], shards, ops[0].count, ops[0].layer)
-            if [op.name for op in fresh] != [op.name for op in ops]:
-                raise AssertionError(f"{linear}'s weight-shard cast is not the one the block was built with")
-            ops = tuple(replace_op(op, shape=f.shape, flops=f.flops, bytes_read=f.bytes_read,
-                                            bytes_written=f.bytes_written, extra=dict(op.extra))
-                        for op, f in zip(ops, fresh))
-        pieces.append(ops)
-    return pieces
+
+    def fresh_cast(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+        linear = _linear_of(ops[0])
+        fresh = weight_shard_cast(linear, *linears[linear], shards, ops[0].count, ops[0].layer)
+        if [op.name for op in fresh] != [op.name for op in ops]:
+            raise AssertionError(f"{linear}'s weight-shard cast is not the one the block was built with")
+        return tuple(replace_op(op, shape=f.shape, flops=f.flops, bytes_read=f.bytes_read,
+                                bytes_written=f.bytes_written, extra=dict(op.extra)) for op, f in zip(ops, fresh))
+
+    return [_memo(memo, ("weight-shard cast", _linear_of(ops[0])) + casts, lambda: fresh_cast(ops)) if cast else ops
+            for ops, cast in runs]
 
 
-def _recomputed_forward(memo: dict, block: tuple, fwd: tuple[Op, ...], forward: tuple[tuple[Op, ...], ...],
-                        policy: str, shards: int) -> list[tuple[Op, ...]]:
+def _recomputed_forward(memo: dict, block: tuple, casts: tuple, fwd: tuple[Op, ...],
+                        forward: tuple[tuple[Op, ...], ...], policy: str, shards: int) -> list[tuple[Op, ...]]:
     """``_block_recompute`` of each piece of ``forward``; under FSDP2's float8 all-gather (``shards``) the runs
     between the weight-shard casts are every shard count's (``_gathered_forward``), so their recomputation is
-    made once (keyed by the run's place in the block)."""
+    made once (keyed by the run's place in the block), and a weight-shard cast's once per ``casts`` key (every
+    micro-batch's, as the cast itself)."""
     if not shards:
         return [tuple(_block_recompute(piece, policy)) for piece in forward]
     runs = _memo(memo, ("shard cast runs",) + block, lambda: _shard_cast_runs(fwd))
-    return [tuple(_block_recompute(piece, policy)) if casts else _memo(
+    return [_memo(memo, ("recomputed weight-shard cast", policy, _linear_of(piece[0])) + casts,
+                  lambda: tuple(_block_recompute(piece, policy))) if cast else _memo(
         memo, ("recomputed run", policy, k) + block, lambda: tuple(_block_recompute(piece, policy)))
-        for k, (piece, (_, casts)) in enumerate(zip(forward, runs, strict=True))]
+        for k, (piece, (_, cast)) in enumerate(zip(forward, runs, strict=True))]
 
 
 def _shard_cast_runs(fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:

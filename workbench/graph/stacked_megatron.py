@@ -22,6 +22,7 @@ from workbench.graph.stack_kernels_megatron import (
     parameter_count,
     recompute_ops,
 )
+from workbench.graph.stack_kernels_megatron_moe import Experts, expert_parameters, experts_of
 from workbench.graph.stacked import StackStep, one_piece
 from workbench.graph.te_tp_overlap import with_tp_overlap
 from workbench.memory import MemoryBreakdown
@@ -45,23 +46,26 @@ class MegatronStackStep(StackStep):
     dp: int = 1
     syncs: int = 0
     """Host syncs of the gradient norm per step (``stack_kernels_megatron.grad_norm_syncs``)."""
+    experts: Experts | None = None
+    """An MoE model's routed experts on this rank (``stack_kernels_megatron_moe``)."""
 
     def host_s(self, stack: Stack, grad_accumulation: int) -> float:
         """The launches' CPU time (``StackStep.host_s``) and the gradient norm's syncs, once per step."""
         sync_s = self.syncs * stack.constant("host_sync_us", HOST_SYNC_US) * 1e-6
         return super().host_s(stack, grad_accumulation) + sync_s
 
-    def overlap_critical_path(self, critical, micro, cfg: TrainingConfig, model):
+    def overlap_critical_path(self, critical, micro, cfg: TrainingConfig, model, gpu=None, price=None):
         """TE's userbuffers overlap of the tensor-parallel collectives with their GEMMs (NeMo's recipes set
-        ``tp_comm_overlap`` for every tp > 1 run: ``workbench.graph.te_tp_overlap``)."""
-        if not self.flavor.te:
+        ``tp_comm_overlap`` for every tp > 1 run: ``workbench.graph.te_tp_overlap``), on ``gpu`` with ``price``
+        (seconds of one execution of an op) for the chunked GEMMs."""
+        if not self.flavor.te or gpu is None or price is None:
             return critical
-        return with_tp_overlap(critical, micro, cfg, model.num_layers)
+        return with_tp_overlap(critical, micro, cfg, model, gpu, price)
 
     def memory(self, stack: Stack, capacity_bytes: float) -> MemoryBreakdown:
         """Peak reserved memory on one GPU: the largest of the loss's, the last layer's backward's and the
         optimizer step's allocations, times the stack's reserved/allocated ratio."""
-        m = megatron_memory(self.dims, self.flavor, self.policy, self.dp)
+        m = megatron_memory(self.dims, self.flavor, self.policy, self.dp, self.experts)
         slack = (stack.constant("reserved_over_allocated", 1.0) - 1) * m.peak_allocated
         transient = m.peak_allocated - m.static
         return MemoryBreakdown(params=m.params + m.persistent_buffers, grads=m.grad_buffer, optimizer=m.optimizer,
@@ -89,23 +93,30 @@ def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Sta
     flavor = dataclasses.replace(megatron_flavor(MEGATRON_KERNELS[stack.kernels]), tied=model.tied_embeddings,
                                  fp8=fp8_recipe(stack, cfg.precision), fp8_transpose=not fp8_any_layout)
     fp8_layers, bf16_layers = fp8_layer_split(d.layers, p.pp, flavor)
+    experts = experts_of(model, p)  # an MoE model's routed experts (stack_kernels_megatron_moe)
     fwd, bwd = [], []  # the fp8 blocks, then current scaling's bf16 ones (their counts add to d.layers)
     for layers, block_flavor in ((fp8_layers, flavor), (bf16_layers, dataclasses.replace(flavor, fp8="none"))):
         if layers:
-            f, b = block_ops(dataclasses.replace(d, layers=layers), block_flavor)
+            f, b = block_ops(dataclasses.replace(d, layers=layers), block_flavor, experts)
             fwd += f
             bwd += b
     recompute = recompute_ops(fwd, POLICIES[policy])
     microbatch = (megatron_embedding_ops(d, flavor) + fwd + head_ops(d, flavor) + bwd + recompute
                   + fp8_microbatch_ops(flavor))
     dp = p.weight_replicas  # the distributed optimizer shards over the data-parallel-with-cp group
-    params, tensors = parameter_count(d, flavor.tied)
+    # the experts' over the expert-data-parallel group (megatron/core/parallel_state.py: the ranks of one
+    # pipeline stage over expert x expert-tensor parallelism)
+    expert_dp = max(1, p.gpus // (p.pp * p.ep * p.tp)) if experts else dp
+    params, tensors = parameter_count(d, flavor.tied, experts)
+    expert_params = d.layers * expert_parameters(d, experts) if experts else 0
     fp8_params = 0
     if flavor.fp8 in ("delayed", "current"):  # fp8_param_gather: the fp8 linears' weights are fp8 parameters
-        fp8_params = fp8_layers * sum(i * o for _, i, o in block_linears(d)) // dp
+        fp8_params = sum(fp8_layers * i * o * copies // (expert_dp if name.startswith("experts.") else dp)
+                         for name, i, o, copies in block_linears(d, experts))
     # the distributed optimizer steps its shard
-    step = optimizer_ops(max(1, params // dp), tensors, flavor, fp8_params=fp8_params)
+    shard = (params - expert_params) // dp + expert_params // expert_dp
+    step = optimizer_ops(max(1, shard), tensors, flavor, fp8_params=fp8_params)
     if flavor.fp8 != "none" and fp8_layers:
-        step += fp8_step_ops(d, flavor, fp8_layers, dp)
+        step += fp8_step_ops(d, flavor, fp8_layers, dp, experts, expert_dp)
     return MegatronStackStep(flavor, POLICIES[policy], one_piece(microbatch), one_piece(step), d, dp=dp,
-                             syncs=grad_norm_syncs(tensors, flavor))
+                             syncs=grad_norm_syncs(tensors, flavor), experts=experts)
