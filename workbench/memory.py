@@ -91,6 +91,9 @@ class StackMemoryTraits:
     gradient, so a frozen linear (LoRA's base) saves none; a LoRA adapter saves its own bf16 copy."""
     loss_bytes_per_logit: float | None = None
     """The loss's peak bytes per logit of this rank's vocabulary shard; None: the job's chunked loss."""
+    kernels: str | None = None
+    """The stack's kernel table where its model family has a memory model for that code (``Family.own_kernels``:
+    HSTU under ``generative-recommenders``, ``workbench.stack_memory_hstu``); None: the family's own."""
 
 
 @dataclass(frozen=True)

@@ -416,6 +416,8 @@ class StepModel:
 
     def _memory_traits(self, precision: str) -> StackMemoryTraits | None:
         """What the stack holds differently from the job in ``workbench.memory`` (None: the job's own)."""
+        if self.stack.kernels in self.family.own_kernels:  # the family's model of that code's memory
+            return StackMemoryTraits(kernels=self.stack.kernels)
         if self.stack.kernels != "megatron-te":
             return None
         from workbench.graph.stacked_megatron import fp8_recipe  # as graph.stacked does: imported when used

@@ -19,6 +19,7 @@ from workbench.graph.recsys import dlrm_job_embedding_ops, dlrm_microbatch_ops, 
 from workbench.hardware import GPU
 from workbench.memory import MemoryBreakdown, dlrm_memory, hstu_memory
 from workbench.models import DLRMModel, HSTUModel
+from workbench.stack_memory_hstu import hstu_gr_memory
 from workbench.step_comm import embedding_traffic, replicated_dense_data_parallel
 
 
@@ -109,7 +110,11 @@ class HSTUFamily(_Recommender):
 
     def memory_breakdown(self, model: HSTUModel, cfg: TrainingConfig, gpu: GPU,
                          compiled_loss: bool, traits=None) -> MemoryBreakdown:
-        return hstu_memory(model, cfg, gpu)  # traits unused: no stack's HSTU memory differs yet
+        """The ``generative-recommenders`` stack's step (``traits.kernels``): what upstream's STU layers save under
+        their recompute flags (``workbench.stack_memory_hstu``); any other stack: the fused step's ``hstu_memory``."""
+        if traits is not None and traits.kernels == "generative-recommenders":
+            return hstu_gr_memory(model, cfg, gpu)
+        return hstu_memory(model, cfg, gpu)
 
     def critical_traffic(self, model: HSTUModel, cfg: TrainingConfig, domain: int):
         # one item embedding per token
