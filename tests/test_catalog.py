@@ -87,6 +87,17 @@ def test_no_gpu_name_is_also_an_alias():
     assert not names & set(aliases) and len(aliases) == len(set(aliases))
 
 
+
+def test_the_alias_scan_reads_what_validation_reads():
+    """``get_gpu("h200")`` reads each file's one-line aliases list instead of validating the whole catalog: on
+    the shipped files it must give what the validated entries declare; other forms fall back to the loader."""
+    from workbench import hardware
+    gpus = [*list_gpus(), *list_gpu_variants()]
+    assert hardware._aliases() == {alias: gpu.name for gpu in gpus for alias in gpu.aliases}
+    assert hardware._FLOW_ALIASES.findall("name: x\naliases: [h9, h9-sxm]  # both\n") == ["h9, h9-sxm"]
+    assert hardware._FLOW_ALIASES.findall("name: x\naliases:\n  - h9\n") == []  # a block list: loaded whole
+
+
 AUDIT = textwrap.dedent("""
     import json, sys
     opened = {"import": [], "predict": []}

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench import fileio
 from workbench._data import specs_dir
 from workbench.catalog import Catalog
 from workbench.errors import SpecError, UnknownNameError
@@ -461,9 +463,29 @@ def _check_variant_name(variant: GPU) -> None:
         raise SpecError(variant.origin, "name", variant.name, "a name no catalog part has")
 
 
+_FLOW_ALIASES = re.compile(r"^aliases:[ \t]*\[([^\]\n]*)\][ \t]*(?:#[^\n]*)?$", re.MULTILINE)
+"""A top-level ``aliases: [a, b]`` line, the form every shipped GPU file writes its aliases in."""
+_PLAIN_ALIAS = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+
+def _declared_aliases(catalog: Catalog[GPU], name: str) -> tuple[str, ...]:
+    """The aliases file ``name`` declares, read off its one ``aliases: [...]`` line when it has exactly one of
+    plain names; any other file (a block list, quoted names, none) is loaded and validated whole."""
+    text = fileio.read_text(catalog.folder / f"{name}.yaml", what="GPU spec file")
+    lines = _FLOW_ALIASES.findall(text)
+    if len(lines) == 1:
+        aliases = tuple(a.strip().lower() for a in lines[0].split(",") if a.strip())
+        if all(_PLAIN_ALIAS.fullmatch(a) for a in aliases):
+            return aliases
+    return catalog.get(name).aliases
+
+
 @cache
 def _aliases() -> dict[str, str]:
-    return {alias: gpu.name for gpu in (*_catalog().values(), *_variants().values()) for alias in gpu.aliases}
+    """Every alias of the parts and variants -> the name it stands for; reads each file's aliases line, validating
+    only the files whose aliases are not a plain one-line list (the target is validated when it is looked up)."""
+    return {alias: name for catalog in (_PARTS, _VARIANTS) for name in catalog.names
+            for alias in _declared_aliases(catalog, name)}
 
 
 def list_gpus() -> list[GPU]:
