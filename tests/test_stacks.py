@@ -127,10 +127,12 @@ def test_golden_predictions(key):
 
 # torchtitan float8 (torchao rowwise) on one GPU, one per configuration of benchmarks/stacks/fp8_split.json
 # (8b4l = llama3-8b cut to 4 layers, 1b = llama3.2-1b with an untied head, as torchtitan's flavors)
+# 8b4l moved -0.26% when stack_kernels._k split FLOPs over launches as it splits bytes (the optimizer's per-chunk
+# kernels had carried the whole parameter count's FLOPs each, priced at the fp32 vector rate)
 FP8_GOLDEN = {
-    ("8b4l", 2, 4096, "full", True): (147.252, 34.633),  # compiled loss: 4 B a logit (peak now at backward end)
+    ("8b4l", 2, 4096, "full", True): (146.864, 34.633),  # compiled loss: 4 B a logit (peak now at backward end)
     ("1b", 4, 4096, "selective", True): (279.496, 39.063),  # and no w2 output saved
-    ("8b4l", 1, 8192, "none", True): (141.442, 35.160),
+    ("8b4l", 1, 8192, "none", True): (141.055, 35.160),
     ("1b", 2, 4096, "full", False): (491.05, 37.411),
 }
 

@@ -157,3 +157,16 @@ def test_float8_compiled_recompute_follows_the_partitioner():
     assert "recompute.wk.fwd" in sel and "recompute.wq.fwd" not in sel
     assert "recompute.wq.w.fp8.fp8_weight_row_cast" not in sel and "recompute.wk.w.fp8.fp8_weight_row_cast" in sel
     assert "recompute.wq.x.fp8.fp8_row_cast" in sel and "recompute.w2.x.fp8.fp8_row_cast" not in sel
+
+
+def test_launches_split_flops_as_they_split_bytes():
+    """``_k(..., launches=n)``: each of the n kernels does 1/n of the work, FLOPs as well as bytes (the megatron
+    optimizer's 21M-element chunks once carried the whole parameter count's FLOPs each: ~1 ms a chunk at 70B)."""
+    from workbench.graph.stack_kernels import _k
+
+    table = (("scale", 4, 4, True),)
+    whole = _k("clip", "optimizer", table, 1_000_000, "optimizer", 1, "optimizer", "grad_clip")[0]
+    split = _k("clip", "optimizer", table, 1_000_000, "optimizer", 1, "optimizer", "grad_clip", launches=10)[0]
+    assert split.count == 10 * whole.count
+    assert split.flops * 10 == pytest.approx(whole.flops)
+    assert split.bytes * 10 == pytest.approx(whole.bytes)

@@ -464,9 +464,10 @@ def _tag(ops: list[Op], **extra) -> list[Op]:
 def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
        rows: int = 0, launches: int = 1) -> list[Op]:
     ops = kernels(prefix, kind, table, elements, phase=phase, count=count * launches, layer=layer, rows=rows)
-    if launches > 1:  # the same bytes over ``launches`` kernels: scale each op's bytes down
+    if launches > 1:  # the same work over ``launches`` kernels: scale each op's bytes and FLOPs down
         ops = [replace_op(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
-                                   shape=type(o.shape)(max(1, o.shape.elements // launches))) for o in ops]
+                          flops=o.flops / launches, shape=type(o.shape)(max(1, o.shape.elements // launches)))
+               for o in ops]
     return _tag(ops, aten=aten)
 
 
