@@ -47,6 +47,9 @@ saves every GEMM output (the fused step's and the reference job's selective); ``
 Megatron's (``recompute_modules=["core_attn"]``); ``selective-op`` is torchtitan's
 per-op policy (saves SDPA and every second matmul's output); ``selective-N`` fully checkpoints every N-th block."""
 CONSTANT_KINDS: tuple[str, ...] = ("sourced", "fitted", "guess")
+KERNEL_PATCHES: tuple[str, ...] = ("", "liger")
+"""A kernel library patched over the model's own ops (``kernel_patch``; read by the ``hf-deepspeed`` tables):
+``liger`` is Liger-Kernel's ``apply_liger_kernel_to_llama`` (``workbench.graph.stack_kernels_liger``); "" none."""
 FP8_RECIPES: tuple[str, ...] = ("delayed", "current")
 """TransformerEngine's per-tensor fp8 recipe a ``megatron-te`` stack runs for ``precision: fp8``
 (``workbench.graph.te_fp8``): delayed scaling (NeMo's ``bf16_with_fp8_mixed``, TE's default) or current scaling
@@ -96,6 +99,9 @@ class Stack:
     """The SDPA kernel the stack's attention runs where it is not what the generic attention fractions describe
     (``workbench.perf.attention.SDPA_BACKENDS``, e.g. ``flash2``: a torchtitan from before cuDNN-first SDPA on
     Hopper); empty: the generic fractions."""
+    kernel_patch: Literal["", "liger"] = ""
+    """A kernel library patched over the model's ops (``KERNEL_PATCHES``: ``liger``, Liger-Kernel's fused RMSNorm,
+    RoPE, SwiGLU and fused linear cross-entropy on HF's Llama); "" the model's own ops."""
     fp8_recipe: Literal["delayed", "current"] = "delayed"
     """The per-tensor fp8 recipe of ``precision: fp8`` (``FP8_RECIPES``; read by the ``megatron-te`` tables)."""
     context_parallel: ContextParallel | None = None
@@ -184,6 +190,7 @@ def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
         constants=constants,
         derived_from=data["derived_from"] if isinstance(data, dict) and "derived_from" in data else "",
         sdpa_backend=top.string("sdpa_backend", SDPA_BACKENDS) if top.has("sdpa_backend") else "",
+        kernel_patch=top.string("kernel_patch", KERNEL_PATCHES[1:]) if top.has("kernel_patch") else "",
         fp8_recipe=top.string("fp8_recipe", FP8_RECIPES) if top.has("fp8_recipe") else "delayed",
         context_parallel=_context_parallel(top.sub("context_parallel")) if top.has("context_parallel") else None,
     )

@@ -24,6 +24,11 @@ times them on ``workbench.perf.overlap``'s schedule) and the memory is ``zero_me
 optimizer offload (``offload: optimizer``, DeepSpeed's ``offload_optimizer``) takes the update and its fp32 state
 off the GPU; ``workbench.offload`` prices the host's side (gradients down, the host AdamW, parameters up).
 
+A stack's ``kernel_patch`` swaps the block's memory-bound kernels and the loss for a library's (``BLOCK_TABLES``:
+``liger``, Liger-Kernel's, ``workbench.graph.stack_kernels_liger``), and its ``sdpa_backend`` tags the attention ops
+(``flash-attn``: HF's ``flash_attention_3`` / ``_4``, priced at that kernel's fractions; the helper kernels stay
+cuDNN's, as FlashAttention's backward also launches a preprocess and an fp32 -> bf16 postprocess).
+
 Conventions are ``stack_kernels``' (one ``Op`` per CUDA kernel, bytes per element of the walked tensor, ``False``
 = not vectorized). The kernel counts were checked against the Kineto trace of ``deepspeed-zero2 1b mb1 s2048
 ac=none`` (``benchmarks/results/h200/stacks/deepspeed/``, a fit row): 38 forward kernels per decoder layer (plus 3
@@ -52,6 +57,16 @@ from workbench.graph.stack_kernels import (
     _tag,
     embedding_ops,
     grad_accumulate,
+)
+from workbench.graph.stack_kernels_liger import (
+    LIGER_RMSNORM_BWD,
+    LIGER_RMSNORM_FWD,
+    LIGER_ROPE_BWD,
+    LIGER_ROPE_FWD,
+    LIGER_SWIGLU_BWD,
+    LIGER_SWIGLU_FWD,
+    liger_activation_bytes,
+    liger_loss_ops,
 )
 from workbench.graph.stack_kernels_zero import (
     param_sizes,
@@ -134,6 +149,32 @@ def sdpa_reduce_head(d: Dims) -> tuple[Kernel, ...]:
     return (("reduce_head_dk", 4, 2 * d.kv / d.q, True), ("reduce_head_dv", 4, 2 * d.kv / d.q, True))
 
 
+@dataclass(frozen=True)
+class BlockTables:
+    """The memory-bound kernels of one LlamaDecoderLayer: HF's eager ops, or a kernel patch's (``kernel_patch``)."""
+
+    rmsnorm_fwd: tuple[Kernel, ...]
+    rmsnorm_bwd: tuple[Kernel, ...]
+    rope_fwd: tuple[Kernel, ...]
+    rope_bwd: tuple[Kernel, ...]
+    swiglu_fwd: tuple[Kernel, ...]
+    swiglu_bwd: tuple[Kernel, ...]
+    rope_per_tensor: bool
+    """One RoPE call per q and per k (HF's), or one kernel over both (Liger's)."""
+    rope_grad_copy: bool
+    """SDPA's dq, dk reach RoPE's backward transposed: a strided copy each (HF's eager RoPE); Liger's RoPE
+    transposes them back to the physical layout instead."""
+
+
+HF_TABLES = BlockTables(HF_RMSNORM_FWD, HF_RMSNORM_BWD, HF_ROPE_FWD, HF_ROPE_BWD, SWIGLU_FWD, SWIGLU_BWD,
+                        rope_per_tensor=True, rope_grad_copy=True)
+LIGER_TABLES = BlockTables(LIGER_RMSNORM_FWD, LIGER_RMSNORM_BWD, LIGER_ROPE_FWD, LIGER_ROPE_BWD, LIGER_SWIGLU_FWD,
+                           LIGER_SWIGLU_BWD, rope_per_tensor=False, rope_grad_copy=False)
+"""Liger-Kernel's (``workbench.graph.stack_kernels_liger``)."""
+BLOCK_TABLES = {"": HF_TABLES, "liger": LIGER_TABLES}
+"""``Stack.kernel_patch`` -> the block's memory-bound kernels."""
+
+
 # the embedding's backward at 3,072 tokens or fewer (Embedding.cu ``embedding_dense_backward_cuda``): the zeroed
 # table and one ``embedding_backward_feature_kernel`` (reads the gradient rows, accumulates into the table's rows)
 EMBEDDING_DIRECT_MAX_TOKENS = 3072
@@ -152,8 +193,9 @@ def hf_embedding_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
     return ops
 
 
-def hf_block_ops(d: Dims) -> tuple[list[Op], list[Op]]:
-    """(forward, backward) kernels of HF's ``d.layers`` LlamaDecoderLayers (bf16), without recomputation."""
+def hf_block_ops(d: Dims, tables: BlockTables = HF_TABLES) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) kernels of HF's ``d.layers`` LlamaDecoderLayers (bf16), without recomputation; the
+    memory-bound ones from ``tables`` (HF's eager ops or a kernel patch's), attention tagged ``d.sdpa_backend``."""
     n, t, th = d.layers, d.tokens, d.tokens * d.hidden
     fwd: list[Op] = []
     bwd: list[Op] = []
@@ -164,21 +206,24 @@ def hf_block_ops(d: Dims) -> tuple[list[Op], list[Op]]:
         bwd.extend([dg, wg])
 
     def norm(name: str, layer: str) -> None:
-        fwd.extend(_k(name, "rmsnorm", HF_RMSNORM_FWD, th, "fwd", n, layer, "rms_norm", rows=t))
-        bwd.extend(_k(name, "rmsnorm", HF_RMSNORM_BWD, th, "bwd", n, layer, "rms_norm", rows=t))
+        fwd.extend(_k(name, "rmsnorm", tables.rmsnorm_fwd, th, "fwd", n, layer, "rms_norm", rows=t))
+        bwd.extend(_k(name, "rmsnorm", tables.rmsnorm_bwd, th, "bwd", n, layer, "rms_norm", rows=t))
 
     # --- self-attention: norm -> q/k/v_proj -> RoPE -> SDPA -> o_proj (SDPA's output read as is) -> + residual
     norm("input_layernorm", "attention")
     for idx, (name, i, o) in enumerate(d.linears()[:3], 1):
         linear(name, i, o, idx, "attention")
     bwd.extend(_k("attn.input_grads", "add", grad_accumulate(2), th, "bwd", 2 * n, "attention", "add"))
-    for x, w in (("q", d.q), ("k", d.kv)):
-        fwd.extend(_k(f"rope.{x}", "rope", HF_ROPE_FWD, t * w, "fwd", n, "attention", "rope"))
-        bwd.extend(_k(f"rope.{x}", "rope", HF_ROPE_BWD, t * w, "bwd", n, "attention", "rope"))
-        bwd.extend(_k(f"rope.{x}.grad_copy", "copy", STRIDED_COPY, t * w, "bwd", n, "attention", "copy"))
+    for x, w in ((("q", d.q), ("k", d.kv)) if tables.rope_per_tensor else (("qk", d.q + d.kv),)):
+        fwd.extend(_k(f"rope.{x}", "rope", tables.rope_fwd, t * w, "fwd", n, "attention", "rope"))
+        bwd.extend(_k(f"rope.{x}", "rope", tables.rope_bwd, t * w, "bwd", n, "attention", "rope"))
+        if tables.rope_grad_copy:
+            bwd.extend(_k(f"rope.{x}.grad_copy", "copy", STRIDED_COPY, t * w, "bwd", n, "attention", "copy"))
     shape = AttentionShape(d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, causal=True)
-    fwd.extend(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa"))
-    bwd.append(attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention"))
+    backend = {"sdpa_backend": d.sdpa_backend} if d.sdpa_backend else {}
+    fwd.extend(_tag([attention("attention.fwd", shape, "bf16", phase="fwd", count=n, layer="attention")], aten="sdpa",
+                    **backend))
+    bwd.extend(_tag([attention("attention.bwd", shape, "bf16", phase="bwd", count=n, layer="attention")], **backend))
     bwd.extend(_k("attention.bwd_helpers", "copy", SDPA_BWD_HELPERS + sdpa_reduce_head(d), t * d.q, "bwd", n,
                   "attention", "sdpa_helper"))
     linear("wo", d.q, d.hidden, 4, "attention")
@@ -189,8 +234,8 @@ def hf_block_ops(d: Dims) -> tuple[list[Op], list[Op]]:
     for idx, (name, i, o) in ((5, d.linears()[4]), (6, d.linears()[5])):
         linear(name, i, o, idx, "mlp")
     bwd.extend(_k("ffn.input_grads", "add", grad_accumulate(2), th, "bwd", n, "mlp", "add"))
-    fwd.extend(_k("swiglu", "swiglu", SWIGLU_FWD, t * d.ffn, "fwd", n, "mlp", "swiglu"))
-    bwd.extend(_k("swiglu", "swiglu", SWIGLU_BWD, t * d.ffn, "bwd", n, "mlp", "swiglu"))
+    fwd.extend(_k("swiglu", "swiglu", tables.swiglu_fwd, t * d.ffn, "fwd", n, "mlp", "swiglu"))
+    bwd.extend(_k("swiglu", "swiglu", tables.swiglu_bwd, t * d.ffn, "bwd", n, "mlp", "swiglu"))
     linear("w2", d.ffn, d.hidden, 7, "mlp")
     fwd.extend(_tag(_k("mlp_residual", "add", RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add"), last=True))
     bwd.extend(_k("ffn.residual_grad", "add", grad_accumulate(2), th, "bwd", n, "mlp", "add"))
@@ -202,15 +247,22 @@ def _launches(prefix: str, n: int, phase: str) -> list[Op]:
               launches=n)
 
 
-def hf_head_ops(d: Dims, tied: bool) -> list[Op]:
+def hf_head_ops(d: Dims, tied: bool, kernel_patch: str = "") -> list[Op]:
     """The mask and rotary tables, the final norm, lm_head (bf16), ForCausalLMLoss (fp32 upcast + cross-entropy);
-    tied: the head's and the embedding's gradients of one table summed (bf16)."""
+    tied: the head's and the embedding's gradients of one table summed (bf16). ``kernel_patch`` liger: Liger's
+    norm, and its fused linear cross-entropy in place of lm_head and the loss (``stack_kernels_liger``)."""
     t, h, v = d.tokens, d.hidden, d.vocab
+    tables = BLOCK_TABLES[kernel_patch]
     ops = _launches("causal_mask", HF_MASK_KERNELS, "fwd")
     ops += _k("rotary_emb", "rope", HF_ROTARY_TABLES, d.batch * d.seq * d.head_dim, "fwd", 1, "head", "rope",
               rows=d.batch * d.seq * d.head_dim)
-    ops += _k("norm", "rmsnorm", HF_RMSNORM_FWD, t * h, "fwd", 1, "head", "rms_norm", rows=t)
-    ops += _k("norm", "rmsnorm", HF_RMSNORM_BWD, t * h, "bwd", 1, "head", "rms_norm", rows=t)
+    ops += _k("norm", "rmsnorm", tables.rmsnorm_fwd, t * h, "fwd", 1, "head", "rms_norm", rows=t)
+    ops += _k("norm", "rmsnorm", tables.rmsnorm_bwd, t * h, "bwd", 1, "head", "rms_norm", rows=t)
+    if kernel_patch == "liger":
+        ops += liger_loss_ops(d)
+        if tied:
+            ops += _k("tied.grad_accumulate", "add", grad_accumulate(2), v * h, "bwd", 1, "head", "add")
+        return ops
     ops += gemm_with_grads("lm_head", t, v, h, "bf16", layer="head")
     logits = t * v
     for name, r, w, vec in LOSS_EAGER_FWD + LOSS_EAGER_BWD:
@@ -283,6 +335,8 @@ class DeepSpeedStep(StackStep):
     recompute_passes: int = 0
     offload: bool = False
     """``offload_optimizer`` on the CPU: no fp32 state, gradient partition or flat step in HBM."""
+    kernel_patch: str = ""
+    """``Stack.kernel_patch``: liger holds Liger's saved tensors and no logits (``stack_kernels_liger``)."""
 
     covers_data_parallel_memory = True  # a class flag: the step model uses ``memory`` on several GPUs too
 
@@ -307,7 +361,8 @@ class DeepSpeedStep(StackStep):
         return 1e-6 * sum(n * c[name] for name, n in self.host_terms(grad_accumulation).items())
 
     def memory(self, stack: Stack, capacity_bytes: float) -> MemoryBreakdown:
-        activations, loss = hf_activation_bytes(self.dims, self.policy)
+        held = liger_activation_bytes if self.kernel_patch == "liger" else hf_activation_bytes
+        activations, loss = held(self.dims, self.policy)
         m = zero_memory(self.dims, self.tied, self.zero_stage, self.dp, activations, loss, self.offload)
         slack = (stack.constant("reserved_over_allocated", 1.0) - 1) * m.peak_allocated
         states = m.master_and_moments
@@ -334,19 +389,20 @@ def deepspeed_step(model, cfg, stack: Stack) -> DeepSpeedStep:
                         "2 or 3 (DeepSpeed's zero_optimization.stage this stack's tables price)")
     stage = int(stage)
     dp = cfg.parallelism.dp
-    d = Dims.of(model, cfg.micro_batch, cfg.seq_len)
+    d = dataclasses.replace(Dims.of(model, cfg.micro_batch, cfg.seq_len), sdpa_backend=stack.sdpa_backend)
     tied = model.tied_embeddings
     flavor = dataclasses.replace(FLAVOR, tied=tied)
     policy = stack.policy(cfg.activation_checkpointing)
-    fwd, bwd = hf_block_ops(d)
+    fwd, bwd = hf_block_ops(d, BLOCK_TABLES[stack.kernel_patch])
     if policy == "workbench-selective":  # as stacked.stack_step: recompute the memory-bound ops only
         policy = "selective-op-all-mm"
     recompute = _recompute(fwd, policy, d.layers)
-    microbatch = hf_embedding_ops(d, flavor) + fwd + hf_head_ops(d, tied) + bwd + recompute + zero_grad_ops(d, tied)
+    microbatch = (hf_embedding_ops(d, flavor) + fwd + hf_head_ops(d, tied, stack.kernel_patch) + bwd + recompute
+                  + zero_grad_ops(d, tied))
     recompute_passes = 1 if policy == "full" else 0
     if stage == 3:
         microbatch += zero_gather_ops(d, tied, 2 + recompute_passes, dp)
     offload = cfg.offload == "optimizer"  # stacked.scope_gap leaves parameter offload outside the tables
     step = zero_step_ops(d, tied, stage, dp, offload)
     return DeepSpeedStep(flavor, policy, one_piece(microbatch), one_piece(step), d, zero_stage=stage, dp=dp, tied=tied,
-                         recompute_passes=recompute_passes, offload=offload)
+                         recompute_passes=recompute_passes, offload=offload, kernel_patch=stack.kernel_patch)

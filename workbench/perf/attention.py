@@ -19,10 +19,12 @@ from workbench.hardware import GPU
 from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
-SDPA_BACKENDS: tuple[str, ...] = ("flash2", "hstu-triton")
-"""Backends with their own fractions in ``specs/efficiency.yaml`` (``Op.extra["sdpa_backend"]``); ``hstu-triton``:
-generative-recommenders' Triton HSTU attention (``workbench.graph.hstu_gr_kernels``), the generic fractions until a
-GPU's kernel fit gives its own."""
+SDPA_BACKENDS: tuple[str, ...] = ("flash2", "flash-attn", "hstu-triton")
+"""Backends with their own fractions in ``specs/efficiency.yaml`` (``Op.extra["sdpa_backend"]``); ``flash-attn``:
+Dao-AILab's flash-attn package for the GPU's architecture (flash-attn-3 on Hopper, flash-attn-4 on Blackwell: HF's
+``attn_implementation`` ``flash_attention_3`` / ``_4``), fractions per architecture, the generic ones elsewhere;
+``hstu-triton``: generative-recommenders' Triton HSTU attention (``workbench.graph.hstu_gr_kernels``), the generic
+fractions until a GPU's kernel fit gives its own."""
 
 
 def _wave_efficiency(shape: AttentionShape, units: int) -> float:
