@@ -83,6 +83,7 @@ _STYLE = """<style>
 .wb-table tr:nth-child(even) { background: #f4f4f4; }
 .wb-table td.wb-num { white-space: nowrap; }
 .wb-table td.wb-long { text-align: left; overflow-wrap: anywhere; min-width: 9em; }
+.wb-published td.wb-long { min-width: 4em; }
 .wb-workbench .jupyter-widget-html > .jupyter-widget-html-content,
 .wb-workbench .widget-html > .widget-html-content { line-height: 1.45; }
 </style>"""

@@ -59,6 +59,10 @@ def published_table(rows: tuple[PublishedRow, ...] | list[PublishedRow]) -> list
     return out
 
 
+_PUBLISHED_TEXT = ("GPU", "published result", "framework", "priced as", "model", "metric", "note")
+"""The published table's text columns: they break (within the output area at five GPUs) where numbers do not."""
+
+
 def _priced_as(row: PublishedRow, stack: str) -> bool:
     """Whether ``row`` was priced by ``stack`` or a variant of it (torchtitan's tables ran as torchtitan-flash2)."""
     try:
@@ -159,5 +163,6 @@ class TrustPanel:
         rows = [r for g in state.gpus for r in published_rows_for(g, family)]
         self.published.value = (head + f" Rows of the {html.escape(family)} family on the chosen GPUs:</p><ul>"
                                 + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>")
-        self.published_table.value = (html_table(published_table(list(dict.fromkeys(rows))), long_columns=("note",))
+        table = published_table(list(dict.fromkeys(rows)))
+        self.published_table.value = (html_table(table, css_class="wb-table wb-published", long_columns=_PUBLISHED_TEXT)
                                       if rows else "<i>no published rows for this model family on these GPUs</i>")

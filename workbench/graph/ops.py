@@ -8,6 +8,8 @@ HBM: each input read once, each output written once.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Union
@@ -187,6 +189,9 @@ def attention(name: str, shape: AttentionShape, dtype: str, *, phase: Phase, cou
         flops, read, written = (fwd[i] + bwd[i] for i in range(3))
     else:
         flops, read, written = fwd if phase == "fwd" else bwd
+        # the kernel's own pass, which its rate follows: a recomputed forward runs in backward (phase bwd) at the
+        # forward's rate (workbench.perf.attention)
+        shape = dataclasses.replace(s, pass_="fwd" if phase == "fwd" else "bwd")
     return Op(name, "attention", phase, shape, dtype, flops, read, written, count=count, layer=layer)
 
 

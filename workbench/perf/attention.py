@@ -54,7 +54,7 @@ def attention_time(op: Op, gpu: GPU, constants: Constants) -> tuple[float, str]:
         compute_s = fwd_flops / fwd_rate + 2.5 * fwd_flops / bwd_rate
         launches = 2
     else:
-        compute_s = op.flops / (fwd_rate if op.phase == "fwd" else bwd_rate)
+        compute_s = op.flops / (fwd_rate if shape.pass_ == "fwd" else bwd_rate)  # a recomputed forward: fwd
         launches = 1
     memory_s = op.bytes / (gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["memory_fraction.default"])
     bound = "compute" if compute_s >= memory_s else "memory"
