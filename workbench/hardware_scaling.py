@@ -51,6 +51,18 @@ def _times(figure: Figure, factor: float, integer: bool = False) -> Figure:
     return dataclasses.replace(figure, value=max(figure.value + 1, math.ceil(value)) if integer else value)
 
 
+def _with_peaks(gpu: GPU, factors: dict[str, float]) -> dict:
+    """The fields of ``gpu`` with the dense peaks of ``factors`` scaled, and its measured matmul ceilings of the
+    same precisions with them: a GPU with more FLOP/s reaches the same share of them (the GEMM fractions are
+    measured ceiling / peak, ``workbench.perf.efficiency.measured_gemm_fractions``)."""
+    def ceiling(key: str, figure: Figure) -> Figure:
+        precision = key.removeprefix("matmul_tflops.")
+        return _times(figure, factors[precision]) if key != precision and precision in factors else figure
+
+    peaks = {k: _times(v, factors[k]) if k in factors else v for k, v in gpu.peak_dense_tflops.items()}
+    return {"peak_dense_tflops": peaks, "measured": {k: ceiling(k, v) for k, v in gpu.measured.items()}}
+
+
 def scaled(gpu: GPU, field: str, factor: float) -> GPU:
     """``gpu`` with one figure ``field`` (a ``resource_fields`` name, or ``compute_units_alone``) times ``factor``;
     integer figures round up to at least one more."""
@@ -59,10 +71,12 @@ def scaled(gpu: GPU, field: str, factor: float) -> GPU:
         if field == "compute_units_alone":
             return dataclasses.replace(gpu, compute_units=units)
         ratio = units.value / gpu.compute_units.value  # more units of the same kind: the peaks grow with them
-        peaks = {k: _times(v, ratio) for k, v in gpu.peak_dense_tflops.items()}
-        return dataclasses.replace(gpu, compute_units=units, peak_dense_tflops=peaks)
+        peaks_and_ceilings = _with_peaks(gpu, dict.fromkeys(gpu.peak_dense_tflops, ratio))
+        return dataclasses.replace(gpu, compute_units=units, **peaks_and_ceilings)
     top, _, key = field.partition(".")
     value = getattr(gpu, top)
+    if top == "peak_dense_tflops":
+        return dataclasses.replace(gpu, **_with_peaks(gpu, {key: factor}))
     if key:
         return dataclasses.replace(gpu, **{top: {**value, key: _times(value[key], factor)}})
     integer = isinstance(value.value, int) and not isinstance(value.value, bool)

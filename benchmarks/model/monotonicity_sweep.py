@@ -35,7 +35,7 @@ from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import WorkbenchError
 from workbench.graph.execution import Execution
 from workbench.hardware import list_gpus
-from workbench.hardware_scaling import resource_fields, scaled
+from workbench.hardware_scaling import GRANULES, resource_fields, scaled
 from workbench.models import list_models
 from workbench.recipe.schema import SHARDINGS as RECIPE_SHARDINGS
 

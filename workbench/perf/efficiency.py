@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from workbench._data import specs_dir
-from workbench.errors import SpecError, WorkbenchError
-from workbench.hardware import GPU
+from workbench.errors import SpecError, UnknownNameError, WorkbenchError
+from workbench.hardware import GPU, get_gpu
 from workbench.paths import CALIBRATION_DIR_ENV, calibration_dirs, find_calibration_file, user_calibration_dir
 from workbench.schema import Fields, check_number, load_yaml
 
 # CALIBRATION_DIR_ENV: one folder read and written instead of the user's + shipped
 __all__ = ["CALIBRATION_DIR_ENV", "Constants", "constants_for", "default_constants", "derived", "load_profile",
-           "profile_path", "user_profile_path"]
+           "measured_gemm_fractions", "profile_path", "user_profile_path"]
 
 
 @dataclass(frozen=True)
@@ -83,37 +83,126 @@ def calibration_dir() -> Path:
     return user_calibration_dir()
 
 
+def _read_constant(entry: Fields, at_most: float | None = None) -> tuple[float, str]:
+    """One ``{value, kind, source or note}`` entry: (value, provenance)."""
+    value = check_number(entry.raw("value"), entry.origin, f"{entry.path}.value", above=0)
+    if at_most is not None and value > at_most:
+        raise entry.error("value", value, f"a number above 0 and at most {at_most:g}")
+    kind = entry.string("kind", ("sourced", "guess"))
+    if kind == "sourced":
+        provenance = f"sourced: {entry.string('source')}"
+    else:
+        provenance = f"guess: {entry.string('note', default='calibrate me')}"
+    entry.finish()
+    return value, provenance
+
+
 def _read_constants(table: object, origin: str, path: str) -> tuple[dict[str, float], dict[str, str]]:
     f = Fields(table, origin, path)
     values, provenance = {}, {}
     for name in list(f.data):
-        entry = f.sub(name)
-        values[name] = check_number(entry.raw("value"), origin, f"{entry.path}.value", above=0)
-        kind = entry.string("kind", ("sourced", "guess"))
-        provenance[name] = f"{kind}: {entry.string('source')}" if kind == "sourced" else f"guess: {entry.string('note', default='calibrate me')}"
-        entry.finish()
+        values[name], provenance[name] = _read_constant(f.sub(name))
     f.finish()
     return values, provenance
 
 
+@dataclass(frozen=True)
+class _Defaults:
+    """specs/efficiency.yaml, parsed once."""
+
+    values: dict[str, float]
+    provenance: dict[str, str]
+    per_arch: dict[str, tuple[dict[str, float], dict[str, str]]]
+    sustained_share: float
+    """``mamf_sustained_share``: a long run of GEMMs over a MAMF's best-shape mean (the file says why)."""
+
+
 @cache
-def _defaults() -> tuple[dict, dict, dict]:
+def _defaults() -> _Defaults:
     path = _specs_dir() / "efficiency.yaml"
     top = Fields(load_yaml(path), str(path))
     top.number("schema_version", integer=True)
     values, provenance = _read_constants(top.raw("defaults"), str(path), "defaults")
+    share, _ = _read_constant(top.sub("mamf_sustained_share"), at_most=1.0)
     archs = top.sub("architectures")
     per_arch = {name: _read_constants(archs.raw(name), str(path), f"architectures.{name}") for name in list(archs.data)}
     archs.finish()
     top.finish()
-    return values, provenance, per_arch
+    return _Defaults(values, provenance, per_arch, share)
+
+
+MEASURED_MATMUL = "matmul_tflops."
+"""Prefix of a GPU's own measured matmul ceilings in ``GPU.measured`` (``matmul_tflops.bf16``: a MAMF or MAF)."""
+SAME_MATRIX_RATE = {"fp16": "bf16"}
+"""A precision without a measurement of its own reads this one's where the two dense peaks are equal."""
+FRACTION_DECIMALS = 3
+"""Derived fractions are rounded as specs/efficiency.yaml states them (0.803, then 0.803 x 0.948 = 0.761): finer
+than the sources (a MAMF re-run moves ~1%), and a part whose figure is its architecture's source (H100 bf16, H200
+fp8, B200, B300, A100, MI355X bf16) gets exactly its architecture's constant."""
+
+
+def _measured_part(gpu: GPU) -> GPU:
+    """The GPU whose measured matmul ceilings ``gpu`` reads: ``gpu`` itself, or -- for a variant with none of its
+    own (a variant's ``measured`` section starts empty) -- its base part: the same die and software reach the same
+    share of their peaks; the variant's own peaks and ``workbench.power``'s scale for a power-limited one say what
+    its clock and power change."""
+    if not gpu.derived_from or any(key.startswith(MEASURED_MATMUL) for key in gpu.measured):
+        return gpu
+    try:
+        return get_gpu(gpu.derived_from)
+    except UnknownNameError:  # a variant built from a base outside the catalog
+        return gpu
+
+
+def measured_gemm_fractions(gpu: GPU) -> tuple[dict[str, float], dict[str, str]]:
+    """``gemm_fraction_unthrottled.<p>`` = the GPU's own measured matmul ceiling / its dense peak, and
+    ``gemm_fraction.<p>`` = that x ``mamf_sustained_share``, for every precision ``p`` its spec file measures
+    (figures marked uncertain are skipped; a variant reads its base part's, ``_measured_part``): (values,
+    provenance). A few dict reads per call (a prediction's constants are built once per ``StepModel``)."""
+    share = _defaults().sustained_share
+    part = _measured_part(gpu)
+    own = {key.removeprefix(MEASURED_MATMUL): figure for key, figure in part.measured.items()
+           if key.startswith(MEASURED_MATMUL) and not figure.uncertain}
+    for precision, same_rate in SAME_MATRIX_RATE.items():
+        if (precision not in own and same_rate in own and precision in part.peak_dense_tflops
+                and part.peak_tflops(precision) == part.peak_tflops(same_rate)):
+            own[precision] = own[same_rate]
+    values, provenance = {}, {}
+    for precision, figure in own.items():
+        if precision not in part.peak_dense_tflops or precision not in gpu.peak_dense_tflops:
+            continue  # a measured rate with no dense peak to divide by (no hardware path for it)
+        peak = part.peak_tflops(precision)
+        # at most the whole peak: a what-if GPU (workbench.hardware_scaling) may scale the measurement past it;
+        # tests/perf/test_efficiency.py checks the catalog's figures are below their peaks
+        best = round(min(float(figure.value) / peak, 1.0), FRACTION_DECIMALS)
+        measured = (f"{part.name}'s own measured matmul ceiling, {precision} {figure.value:g} of {peak:g} TFLOP/s "
+                    f"({figure.how or figure.source})")
+        values[f"gemm_fraction_unthrottled.{precision}"] = best
+        provenance[f"gemm_fraction_unthrottled.{precision}"] = f"sourced: {measured}"
+        values[f"gemm_fraction.{precision}"] = round(best * share, FRACTION_DECIMALS)
+        provenance[f"gemm_fraction.{precision}"] = (
+            f"sourced: {measured} x mamf_sustained_share {share:g} (specs/efficiency.yaml)")
+    return values, provenance
+
+
+_MEASURED: dict[int, tuple[GPU, tuple[dict[str, float], dict[str, str]]]] = {}
+"""``measured_gemm_fractions`` per GPU object (keyed by identity, the entry holding the GPU so the id is not
+reused; what-if GPUs are new objects); emptied at ``_DERIVED_LIMIT`` entries."""
 
 
 def default_constants(gpu: GPU) -> Constants:
-    """Spec-only constants for ``gpu``: the defaults overridden by its architecture's section."""
-    values, provenance, per_arch = _defaults()
-    arch_values, arch_prov = per_arch.get(gpu.architecture, ({}, {}))
-    return Constants({**values, **arch_values}, {**provenance, **arch_prov})
+    """Spec-only constants for ``gpu``: the defaults, overridden by its architecture's section, overridden by the
+    GEMM fractions of the GPU's own measured matmul ceilings (``measured_gemm_fractions``, once per GPU object)."""
+    defaults = _defaults()
+    arch_values, arch_prov = defaults.per_arch.get(gpu.architecture, ({}, {}))
+    hit = _MEASURED.get(id(gpu))
+    if hit is None:
+        if len(_MEASURED) >= _DERIVED_LIMIT:
+            _MEASURED.clear()
+        hit = _MEASURED[id(gpu)] = (gpu, measured_gemm_fractions(gpu))
+    own_values, own_prov = hit[1]
+    return Constants({**defaults.values, **arch_values, **own_values},
+                     {**defaults.provenance, **arch_prov, **own_prov})
 
 
 def profile_path(gpu: GPU) -> Path:
@@ -149,7 +238,7 @@ def _read_profile(gpu_name_expected: str, path: str, mtime_ns: int, size: int) -
     if gpu_name != gpu_name_expected:
         raise SpecError(path, "gpu", gpu_name, f"{gpu_name_expected!r} (the profile is for another GPU)")
     constants = top.sub("constants")
-    families = {k.split(".")[0] for k in _defaults()[0]}
+    families = {k.split(".")[0] for k in _defaults().values}
     values = {}
     for name in list(constants.data):
         if name.split(".")[0] not in families:
