@@ -188,11 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from workbench.benchmarking import append_jsonl
-    from workbench.fileio import check_output, write_text
+    from workbench.fileio import OutputExistsError, check_output, write_text
 
     out = Path(args.out)
-    for name in ("cold_start.jsonl", "environment.json", "REPORT.md"):
-        check_output(out / name, overwrite=args.force)
+    try:
+        for name in ("cold_start.jsonl", "environment.json", "REPORT.md"):
+            check_output(out / name, overwrite=args.force)
+    except OutputExistsError as exc:
+        parser.error(str(exc))  # the earlier run's files stay as they are
     (out / "cold_start.jsonl").unlink(missing_ok=True)
     env = {"python": platform.python_version(), "implementation": platform.python_implementation(),
            "machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform(),
