@@ -31,6 +31,23 @@ from workbench.errors import SpecError, UnknownNameError, WorkbenchError  # noqa
 from workbench.fileio import load_yaml, read_csv_text, read_text, write_text  # noqa: E402
 from workbench.stacks import get_stack  # noqa: E402
 
+
+def _sibling(name: str):
+    """A module next to this script, under a name of its own (``kernels`` alone is too common a top-level name)."""
+    import importlib.util
+
+    qualified = f"published_{name}"
+    if qualified not in sys.modules:
+        spec = importlib.util.spec_from_file_location(qualified, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]
+
+
+kernels = _sibling("kernels")
+"""The per-kernel table (``kernel_throughput.csv``) through ``predict-ops``."""
+
 MAPPING = Path(__file__).with_name("rows.yaml")
 AUDIT = Path(__file__).with_name("audit.md")
 """The row-by-row audit of the mapping (prose, written by hand); copied into EVALUATION.md."""
@@ -439,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", type=Path, default=ROOT.parent / "shared" / "reference" / "published" / "training_throughput.csv")
     parser.add_argument("--mapping", type=Path, default=MAPPING)
+    parser.add_argument("--kernel-table", type=Path, default=kernels.TABLE,
+                        help="the per-kernel table, priced through predict-ops (benchmarks/published/kernels.py)")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     parser.add_argument("--print", action="store_true", help="print the Markdown; write nothing")
     parser.add_argument("--baseline", type=Path, default=BASELINE,
@@ -452,12 +471,14 @@ def main(argv: list[str] | None = None) -> int:
     results, twins = evaluate(args.table, args.mapping, without)
     baseline = load_baseline(args.baseline) if args.baseline and args.baseline.exists() else None
     audit = read_text(AUDIT) if AUDIT.exists() else ""
-    markdown = render_markdown(results, twins, baseline, audit)
+    kernel_results = kernels.evaluate(args.kernel_table)
+    markdown = render_markdown(results, twins, baseline, audit) + "\n" + kernels.render_markdown(kernel_results)
     if args.print or (without and args.out == OUT_DIR):
         sys.stdout.write(markdown)
         return 0
     write_text(args.out / "EVALUATION.md", markdown, overwrite=True)
     write_text(args.out / "evaluation.csv", render_csv(results), overwrite=True)
+    write_text(args.out / "kernels.csv", kernels.render_csv(kernel_results), overwrite=True)
     overall = score("all", results)
     print(f"{overall.expressed}/{overall.rows} expressed, MAPE {_pct(overall.mape)} -> {args.out}")
     return 0
