@@ -602,14 +602,14 @@ _TIMER_EXTRAS = ("host_idle", "bandwidth_kind", "unvectorized", "transpose", "ga
 
 
 def _timer_key(op: Op) -> tuple:
-    """Everything ``workbench.perf.op_time`` reads of an op (``perf.gemm``: shape, dtype; ``perf.attention``: shape,
-    dtype, FLOPs, bytes, alone the phase, and ``extra["sdpa_backend"]``; ``perf.memory_bound``: kind, dtype, bytes
-    and the ``extra`` flags, ``_TIMER_EXTRAS``; ``perf.roofline``: kind, dtype, FLOPs, bytes). A field the timer
-    starts to read must join this key. (Flags are keyed as stored: an absent and a False flag are two keys of one
-    time, priced twice; the builders set only True flags.)"""
+    """Everything ``workbench.perf.op_time`` reads of an op (``perf.gemm``: shape, dtype; ``perf.attention``: shape
+    -- its kernel's pass included (``graph.ops.kernel_pass``) --, dtype, FLOPs, bytes and ``extra["sdpa_backend"]``;
+    ``perf.memory_bound``: kind, dtype, bytes and the ``extra`` flags, ``_TIMER_EXTRAS``; ``perf.roofline``: kind,
+    dtype, FLOPs, bytes). A field the timer starts to read must join this key. (Flags are keyed as stored: an absent
+    and a False flag are two keys of one time, priced twice; the builders set only True flags.)"""
     extra = op.extra
-    return (op.kind, op.phase if op.kind == "attention" else "", op.shape, op.dtype, op.flops, op.bytes_read,
-            op.bytes_written, tuple(map(extra.get, _TIMER_EXTRAS)) if extra else ())
+    return (op.kind, op.shape, op.dtype, op.flops, op.bytes_read, op.bytes_written,
+            tuple(map(extra.get, _TIMER_EXTRAS)) if extra else ())
 
 
 __all__ = ["PricedOps", "StepModel", "microbatch_ops", "optimizer_op", "step_ops"]

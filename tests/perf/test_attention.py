@@ -35,3 +35,21 @@ def test_an_unknown_backend_is_an_error_naming_the_known_ones():
     op = _tagged(attention("attention.fwd", SHAPE, "bf16", phase="fwd"), "flash9")
     with pytest.raises(ValueError, match="flash2"):
         attention_time(op, H100, default_constants(H100))
+
+
+@pytest.mark.parametrize("window", [0, 4096])  # the plain kernel (ops.attention) and the windowed one
+def test_a_recomputed_forward_keeps_the_forwards_rate_and_the_backward_its_own(window):
+    """The rate follows the kernel's pass (``graph.ops.kernel_pass``), not the phase it runs in: a forward copied
+    into the backward (activation checkpointing) is priced as the forward, every backward op at the backward's."""
+    from workbench.graph.ops import replace_op
+    from workbench.graph.transformer import attention_op
+
+    c = default_constants(H100)
+    fwd, bwd = (attention_op(f"attention.{p}", SHAPE, "bf16", phase=p, v_dim=SHAPE.head_dim, window=window,
+                             window_kind="sliding", count=1, layer="attention") for p in ("fwd", "bwd"))
+    recomputed = replace_op(fwd, name="recompute.attention.fwd", phase="bwd")
+    assert attention_time(recomputed, H100, c) == attention_time(fwd, H100, c)
+    launch = c["attention_launch_us"] * 1e-6
+    ratio = (attention_time(bwd, H100, c)[0] - launch) / (attention_time(fwd, H100, c)[0] - launch)
+    assert ratio == pytest.approx(bwd.flops / fwd.flops * c["attention_fwd_fraction"] / c["attention_bwd_fraction"],
+                                  rel=1e-9)

@@ -189,10 +189,15 @@ def attention(name: str, shape: AttentionShape, dtype: str, *, phase: Phase, cou
         flops, read, written = (fwd[i] + bwd[i] for i in range(3))
     else:
         flops, read, written = fwd if phase == "fwd" else bwd
-        # the kernel's own pass, which its rate follows: a recomputed forward runs in backward (phase bwd) at the
-        # forward's rate (workbench.perf.attention)
-        shape = dataclasses.replace(s, pass_="fwd" if phase == "fwd" else "bwd")
-    return Op(name, "attention", phase, shape, dtype, flops, read, written, count=count, layer=layer)
+    return Op(name, "attention", phase, kernel_pass(s, phase), dtype, flops, read, written, count=count, layer=layer)
+
+
+def kernel_pass(shape: AttentionShape, phase: Phase) -> AttentionShape:
+    """``shape`` carrying the kernel's own pass, which its rate follows (``workbench.perf.attention``): the
+    ``phase``'s, so that a recomputed forward (copied into the backward, phase bwd) keeps the forward's rate."""
+    if shape.pass_ == "fwd_bwd":
+        return shape
+    return dataclasses.replace(shape, pass_="fwd" if phase == "fwd" else "bwd")
 
 
 # FLOPs per element of the memory-bound ops (rough operation counts; they only matter for the roofline plot).

@@ -51,6 +51,7 @@ from workbench.graph.ops import (
     RowsShape,
     attention,
     gemm_with_grads,
+    kernel_pass,
     memory_op,
     nbytes,
 )
@@ -105,7 +106,8 @@ def attention_op(name: str, shape: AttentionShape, dtype: str, *, phase: str, v_
     lse = s.batch * s.heads_q * s.seq * 4  # fp32 log-sum-exp saved for backward
     flops, read, written = ((fwd_flops, q + kv, out + lse) if phase == "fwd" else
                             (2.5 * fwd_flops, q + kv + 2 * out + lse, q + kv))  # bwd reads o and do; writes dq, dk, dv
-    return Op(name, "attention", phase, shape, dtype, flops, read, written, count=count, layer=layer)
+    return Op(name, "attention", phase, kernel_pass(shape, phase), dtype, flops, read, written, count=count,
+              layer=layer)
 
 
 def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
