@@ -1,6 +1,7 @@
 """Memory-bound kernels and the tf32 GEMM against torch, eager and torch.compile'd, on one GPU (issue 20).
 
     python3 benchmarks/kernels/elementwise.py --out DIR --budget-s 170     # on a GPU
+    python3 benchmarks/kernels/elementwise.py --out DIR --budget-s 100 --ops cross_entropy,swiglu   # some ops
     python3 benchmarks/kernels/elementwise.py --report DIR                 # REPORT.md again from DIR's CSVs
 
 Per op (RMSNorm, LayerNorm, SwiGLU on a fused gate_up, cross-entropy; forward, and forward + backward through
@@ -12,7 +13,9 @@ Each row carries the bytes the op must move (the kernel modules' ``bytes_moved``
 achieved GB/s as a fraction of the measured copy bandwidth (``copy_`` of a 1 GiB bf16 buffer, read + write), and
 the model's prediction for the eager op (``workbench.bench.predicted_ms``). Then the tf32 GEMM (``matmul(...,
 precision="tf32")``) against cuBLAS with ``allow_tf32`` on six shapes, and, budget permitting, small config
-sweeps (tf32 tiles, the norms' and cross-entropy's pipeline depth and warps) that say whether the defaults hold.
+sweeps (tf32 tiles, the norms' and cross-entropy's pipeline depth and warps, cross-entropy's forward split and
+SwiGLU's block and warps) that say whether the defaults hold; REPORT.md names each sweep's fastest config.
+``--ops`` runs only the named ops (and their sweeps).
 
 Writes DIR/elementwise.csv, DIR/tf32.csv, DIR/sweeps.csv (rows appended as they finish), DIR/environment.json and
 DIR/REPORT.md (every figure and the targets met or missed). One failing row records its error and the run goes
@@ -54,6 +57,8 @@ FIELDS = ("op", "pass", "tokens", "width", "bytes", "ours_ms", "eager_ms", "comp
           "ours_gb_s", "copy_fraction", "predicted_eager_ms", "eager_over_predicted", "rel_err", "error")
 TF32_FIELDS = ("m", "n", "k", "ours_ms", "cublas_ms", "vs_cublas", "ours_tflops", "cublas_tflops", "rel_err", "error")
 SWEEP_FIELDS = ("op", "pass", "tokens", "width", "config", "ms", "vs_default", "error")
+OPS = ("rmsnorm", "layernorm", "tf32", "swiglu", "cross_entropy")
+"""What ``--ops`` selects from, in run order."""
 
 
 # ------------------------------------------------------------------------------------------------- timing
@@ -258,10 +263,10 @@ def _guarded(make_row, base: dict, deadline: float, table: _Table, label: str) -
     return row
 
 
-def _sweep_configs() -> list[tuple[str, str, int, object, list[dict]]]:
-    """(op, pass, tokens, width, configs): each default (first) and its neighbours, on one shape each."""
+def _sweep_configs(ops: tuple[str, ...] = OPS) -> list[tuple[str, str, int, object, list[dict]]]:
+    """(op, pass, tokens, width, configs) of the selected ops: each default (first) and its neighbours."""
     from workbench.kernels import cross_entropy as ce
-    from workbench.kernels import norms
+    from workbench.kernels import norms, swiglu
     from workbench.kernels.spaces import gemm_config_space
 
     tf32 = [c for c in gemm_config_space("cuda", dtype_bytes=4)
@@ -276,13 +281,27 @@ def _sweep_configs() -> list[tuple[str, str, int, object, list[dict]]]:
                     {**base, "ROWS_PER_PROGRAM": 2, "num_warps": base["num_warps"] * 2}]
         sweeps.append((op, "fwd_bwd", 16384, 4096, configs))
     default = ce.config_space("cuda")[0]
-    configs = [default] + [{**default, "num_stages": s} for s in (1, 2, 4)]
-    configs += [{"BLOCK_V": 8192, "num_warps": 8}, {"BLOCK_V": 16384, "num_warps": 16}, {"BLOCK_V": 4096, "num_warps": 4}]
+    # the forward that only reads: columns per program (131072: a whole 128256 row, the kernel before the split),
+    # block and warps, and the pipelined loop it had (num_stages 3)
+    configs = [default] + [{**default, "SPLIT_V": v} for v in (16384, 65536, 131072)]
+    configs += [{**default, "num_warps": 8}, {"BLOCK_V": 4096, "num_warps": 4}, {**default, "num_stages": 3}]
+    sweeps.append(("cross_entropy", "fwd", 4096, 128256, configs))
+    configs = [default, {**default, "SPLIT_V": 16384}, {**default, "num_warps": 8}, {"BLOCK_V": 4096, "num_warps": 4}]
+    sweeps.append(("cross_entropy", "fwd", 16384, 32000, configs))
+    configs = [default] + [{**default, "num_stages": 1}, {**default, "num_warps": 8},
+                           {"BLOCK_V": 16384, "num_warps": 16}]
     sweeps.append(("cross_entropy", "fwd_bwd", 8192, 128256, configs))
-    return sweeps
+    # SwiGLU on gate_up: inductor's flat kernel takes 1024 elements over 4 warps (8 a thread, one 16-byte load)
+    default = swiglu.config_space("cuda")[0]
+    configs = [default] + [{"BLOCK": b, "num_warps": w} for b, w in ((1024, 4), (2048, 4), (2048, 8), (4096, 4),
+                                                                        (8192, 8))]
+    sweeps.append(("swiglu", "fwd", 8192, 28672, configs))
+    sweeps.append(("swiglu", "fwd", 4096, 14336, configs[:3]))
+    sweeps.append(("swiglu", "fwd_bwd", 4096, 14336, configs[:3]))
+    return [sweep for sweep in sweeps if sweep[0] in ops]
 
 
-def run(out: Path, budget_s: float) -> None:
+def run(out: Path, budget_s: float, ops: tuple[str, ...] = OPS) -> None:
     import torch
     import torch._dynamo
     import triton
@@ -300,7 +319,7 @@ def run(out: Path, budget_s: float) -> None:
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
            "cuda": torch.version.cuda, "sm_count": props.multi_processor_count, "python": platform.python_version(),
            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv),
-           "rounds": ROUNDS}
+           "rounds": ROUNDS, "ops": list(ops)}
     env["copy_gb_s"] = copy_bandwidth_gb_s()
     print(f"copy bandwidth {env['copy_gb_s']:.0f} GB/s", flush=True)
     (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
@@ -318,15 +337,16 @@ def run(out: Path, budget_s: float) -> None:
                          rows, f"{op} {pass_} {tokens}x{width}")
 
     # in the order of what is least known: the norms, the tf32 GEMM (cheap), SwiGLU, cross-entropy, the sweeps
-    elementwise("rmsnorm", NORM_SHAPES)
-    elementwise("layernorm", NORM_SHAPES)
-    for m, n, k in TF32_SHAPES:
-        _guarded(lambda: tf32_row(m, n, k), {"m": m, "n": n, "k": k}, deadline, gemms, f"tf32 {m}x{n}x{k}")
-    elementwise("swiglu", SWIGLU_SHAPES)
-    elementwise("cross_entropy", CE_SHAPES)
+    shapes = {"rmsnorm": NORM_SHAPES, "layernorm": NORM_SHAPES, "swiglu": SWIGLU_SHAPES, "cross_entropy": CE_SHAPES}
+    for op in ops:
+        if op == "tf32":
+            for m, n, k in TF32_SHAPES:
+                _guarded(lambda: tf32_row(m, n, k), {"m": m, "n": n, "k": k}, deadline, gemms, f"tf32 {m}x{n}x{k}")
+        else:
+            elementwise(op, shapes[op])
 
     sweeps = _Table(out / "sweeps.csv", SWEEP_FIELDS)
-    for op, pass_, tokens, width, configs in _sweep_configs():
+    for op, pass_, tokens, width, configs in _sweep_configs(ops):
         default_ms = None
         for i, config in enumerate(configs):
             base = {"op": op, "pass": pass_, "tokens": tokens, "width": width, "config": json.dumps(config)}
@@ -439,7 +459,23 @@ def report(out: Path) -> str:
     lines += _table(sweeps, [("op", "op", ""), ("pass", "pass", ""), ("tokens", "tokens", ""), ("width", "width", ""),
                              ("config", "config", ""), ("ms", "ms", ".4f"), ("vs default", "vs_default", ".2f"),
                              ("error", "error", "")])
+    lines += ["", "Fastest config of each sweep (vs default > 1: faster than the default, the first row):", ""]
+    lines += _table(sweep_picks(sweeps), [("op", "op", ""), ("pass", "pass", ""), ("tokens", "tokens", ""),
+                                          ("width", "width", ""), ("fastest config", "config", ""),
+                                          ("ms", "ms", ".4f"), ("vs default", "vs_default", ".2f")])
     return "\n".join(lines) + "\n"
+
+
+def sweep_picks(sweeps: list[dict]) -> list[dict]:
+    """The fastest measured row of each (op, pass, tokens, width) sweep, in the sweeps' order."""
+    best: dict[tuple, dict] = {}
+    for row in sweeps:
+        if row.get("error") or not math.isfinite(_num(row, "ms")):
+            continue
+        key = (row["op"], row["pass"], row["tokens"], row["width"])
+        if key not in best or _num(row, "ms") < _num(best[key], "ms"):
+            best[key] = row
+    return list(best.values())
 
 
 def _mb(rows: list[dict]) -> list[dict]:
@@ -451,7 +487,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="folder for the CSVs, environment.json and REPORT.md")
     parser.add_argument("--budget-s", type=float, default=170.0, help="wall-clock cap: later rows are skipped")
     parser.add_argument("--report", type=Path, help="write DIR/REPORT.md again from DIR's CSVs (no GPU)")
+    parser.add_argument("--ops", default=",".join(OPS),
+                        help=f"comma-separated ops to run, among {', '.join(OPS)} (default: all)")
     args = parser.parse_args()
+    ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
+    unknown = [op for op in ops if op not in OPS]
+    if unknown or not ops:
+        parser.error(f"--ops: got {args.ops!r}, expected a comma-separated list among {', '.join(OPS)}")
     sys.path.insert(0, str(ROOT))
     if args.report:
         (args.report / "REPORT.md").write_text(report(args.report))
@@ -459,7 +501,7 @@ def main() -> None:
         return
     if not args.out:
         parser.error("--out DIR is required (or --report DIR)")
-    run(args.out, args.budget_s)
+    run(args.out, args.budget_s, tuple(op for op in OPS if op in ops))
 
 
 if __name__ == "__main__":

@@ -218,3 +218,24 @@ def test_bench_case_callables_on_a_small_shape(pass_):
     assert rel_err(case.run(*args), want) < case.tolerance
     # torch returns a bf16 loss for bf16 logits: its rounding alone (up to 2^-9) can exceed the 1e-3 tolerance.
     assert rel_err(case.baseline(*args), want) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_row_split_over_programs_matches_reference(dtype):
+    # SPLIT_V 1024 over V = 3000: three programs a row (the last 952 columns), their partials combined
+    logits, targets = make(6, 3000, dtype, seed=11, ignored=(2,))
+    logits[4, 1024:2048] = -float("inf")  # a whole split of masked (e.g. padded) vocabulary
+    targets[4] = 10
+    split = {"BLOCK_V": 512, "num_warps": 4, "SPLIT_V": 1024}
+    loss_tol, grad_tol = TOLERANCE[dtype]
+    for reduction in ("mean", "sum", "none"):
+        want = ce.reference_cross_entropy(logits, targets, reduction=reduction)
+        assert rel_err(ce.cross_entropy(logits, targets, reduction=reduction, config=split), want) < loss_tol
+    per_row = ce.cross_entropy(logits, targets, reduction="none", config=split)
+    assert per_row[2] == 0 and torch.isfinite(per_row).all()
+    x = logits.clone().requires_grad_(True)  # inplace_backward: the forward only reads, split; the backward writes
+    ce.cross_entropy(x.clone(), targets, config=split, inplace_backward=True).backward()
+    want_grad = ce.reference_cross_entropy_grad(logits, targets)
+    assert rel_err(x.grad, want_grad) < grad_tol
+    with pytest.raises(KernelInputError, match="SPLIT_V"):
+        ce.cross_entropy(logits, targets, config={**split, "SPLIT_V": 0})

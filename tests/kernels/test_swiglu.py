@@ -182,3 +182,16 @@ def test_bench_case_runs_small(op, concat, fwd_bwd):
         got = fn(*inputs)
         assert got.shape == want.shape
         assert rel_err(got, want) < case.tolerance
+
+
+def test_forward_without_autograd_matches_the_recorded_one():
+    # no input needs a gradient: the wrappers launch without autograd.Function; same values, no graph
+    g = torch.Generator().manual_seed(5)
+    gate_up = randn((7, 2 * 150), torch.float32, g)  # F = 150: three column blocks of 64 a row, the last partial
+    recorded = sw.swiglu(gate_up.clone().requires_grad_(True), config=SMALL)
+    direct = sw.swiglu(gate_up, config=SMALL)
+    assert direct.grad_fn is None and recorded.grad_fn is not None
+    assert torch.equal(direct, recorded.detach())
+    assert torch.equal(direct, sw.swiglu(gate_up[:, :150], gate_up[:, 150:], config=SMALL))
+    ref = sw.reference_swiglu(gate_up[:, :150].double(), gate_up[:, 150:].double())
+    assert torch.allclose(direct.double(), ref, rtol=1e-5, atol=1e-6)

@@ -12,6 +12,16 @@ its end so that its most recently read chunks come from L2, writes ``dlogits`` f
 The logits are then not kept for the backward, which only scales ``dlogits`` by the upstream gradient
 (``_scale_kernel``, which returns at once when that is 1, the usual case: no host sync to find out).
 Both loops are software-pipelined (``tl.range(num_stages=)``: the next chunks load while one is reduced).
+
+Without the gradient (no grad wanted, ``reduction="none"``, or ``inplace_backward``) the forward only reads: its
+loop is not pipelined (``FORWARD_NUM_STAGES``), and a long row is split over several programs of ``SPLIT_V``
+columns each (``_cross_entropy_partial_kernel``), whose partial maxima and sums ``_cross_entropy_combine_kernel``
+folds into the row's log-sum-exp and loss. With one program per 256 KB row (V = 128256) the last rows ran alone
+for tens of microseconds, a fixed cost that showed at 1 GB of logits (0.70-0.83 of copy bandwidth).
+
+Exponentials are base 2 (``tl.exp2`` of ``x * log2(e) - max``: one FFMA and one MUFU.EX2 a logit on sm_90, where
+``tl.exp(x - max)`` also multiplies by log2(e) and guards denormals, three more instructions a logit; near copy
+bandwidth the forward is bound by instruction issue as much as by memory).
 """
 
 from __future__ import annotations
@@ -37,8 +47,41 @@ _TARGET_DTYPES = (torch.int64, torch.int32)
 
 
 NUM_STAGES = 3
-"""Chunks per program in the pipelined loops (the current one and two loading): a guess, calibrate with a sweep
-(benchmarks/kernels/elementwise.py times a few); a config's ``num_stages`` overrides it."""
+"""Chunks per program in the pipelined loops that write the gradient (the current one and two loading): a guess,
+calibrate with a sweep (benchmarks/kernels/elementwise.py times a few); a config's ``num_stages`` overrides it."""
+FORWARD_NUM_STAGES = 1
+"""The same for the forward that only reads: not pipelined. Pipelined (cp.async through shared memory), its loop
+compiles to about twice the non-math instructions a logit (sm_90 SASS from Triton 3.6: FSEL for the masked fill,
+P2R/PLOP3/ISETP predicates, IMAD addressing) and 32 KB of shared memory a program; the forward at 8192 x 128256
+ran at 0.79 of copy bandwidth pipelined, 0.92-0.94 without (benchmarks/results/h200/kernels/elementwise/REPORT.md
+and kernels_full.csv). A config's ``num_stages`` overrides it."""
+SPLIT_V = 32768
+"""Columns per program of the forward that only reads (64 KB of bf16): V = 128256 takes four programs a row,
+V <= 32768 one (then no combine kernel runs). A guess, calibrate with the sweep; a config's ``SPLIT_V``
+overrides it (rounded up to a multiple of BLOCK_V)."""
+COMBINE_ROWS = 128
+"""Rows per program of ``_cross_entropy_combine_kernel`` (a tile of [128, splits] partials; a guess, it moves
+N x splits x 8 bytes)."""
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _online_logsumexp(row_ptr, start, end, V, BLOCK_V: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """Columns [start, end) of one row, in [BLOCK_V] chunks: (m, s), m = max(x) and s = sum of exp(x - m),
+    computed as 2^(x log2(e) - m log2(e)); fp32 scalars; (-inf, 0) for an empty range or one of -inf logits only."""
+    running_max = -float("inf")
+    running_sum = 0.0
+    for chunk in tl.range(start, end, BLOCK_V, num_stages=NUM_STAGES):
+        cols = chunk + tl.arange(0, BLOCK_V)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)  # x: [BLOCK_V]
+        new_max = tl.maximum(running_max, tl.max(x, axis=0))
+        # while every logit so far is -inf, shift by 0: 2^(-inf - 0) = 0, where -inf - -inf would be nan
+        shift = tl.where(new_max == -float("inf"), 0.0, new_max) * LOG2E
+        # 2^(-inf - shift) = 0 on the first step, so the empty initial sum drops out
+        running_sum = (running_sum * tl.exp2(running_max * LOG2E - shift)
+                       + tl.sum(tl.exp2(x * LOG2E - shift), axis=0))
+        running_max = new_max
+    return running_max, running_sum
 
 
 @triton.jit
@@ -69,15 +112,7 @@ def _cross_entropy_fwd_kernel(
     # An ignored row (padding) reads nothing: its loop bound is 0.
     v_end = tl.where(valid, V, 0)
 
-    running_max = -float("inf")
-    running_sum = 0.0
-    for start in tl.range(0, v_end, BLOCK_V, num_stages=NUM_STAGES):
-        cols = start + tl.arange(0, BLOCK_V)
-        x = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)  # x: [BLOCK_V]
-        new_max = tl.maximum(running_max, tl.max(x, axis=0))
-        # exp(-inf - finite) = 0 on the first step, so the empty initial sum drops out.
-        running_sum = running_sum * tl.exp(running_max - new_max) + tl.sum(tl.exp(x - new_max), axis=0)
-        running_max = new_max
+    running_max, running_sum = _online_logsumexp(row_ptr, 0, v_end, V, BLOCK_V, NUM_STAGES)
     lse = running_max + tl.log(tl.where(valid, running_sum, 1.0))  # ignored rows: no log(0)
 
     target_logit = tl.load(row_ptr + target, mask=valid, other=0.0).to(tl.float32)
@@ -96,8 +131,71 @@ def _cross_entropy_fwd_kernel(
             cols = last - back + tl.arange(0, BLOCK_V)
             in_row = cols < V
             x = tl.load(row_ptr + cols, mask=in_row & valid, other=0.0).to(tl.float32)  # x: [BLOCK_V]
-            dx = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * scale
+            dx = (tl.exp2(x * LOG2E - lse * LOG2E) - tl.where(cols == target, 1.0, 0.0)) * scale
             tl.store(out_ptr + cols, dx.to(dlogits_ptr.dtype.element_ty), mask=in_row)
+
+
+@triton.jit
+def _cross_entropy_partial_kernel(
+    logits_ptr,  # [N, V], row stride `stride_row`, unit column stride
+    targets_ptr,  # [N] int
+    partial_ptr,  # [2, N, splits] fp32 out: each split's max, then its sum of exp(x - max)
+    N,
+    V,
+    stride_row,
+    ignore_index,
+    splits,
+    SPLIT_V: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """Program ``pid`` owns columns [split * SPLIT_V, (split + 1) * SPLIT_V) of row pid // splits (split =
+    pid % splits: neighbouring programs read neighbouring columns); block [BLOCK_V] per loop step. An ignored
+    row reads nothing and writes (-inf, 0)."""
+    pid = tl.program_id(0)
+    row = (pid // splits).to(tl.int64)
+    split = pid % splits
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    start = split * SPLIT_V
+    end = tl.where(target != ignore_index, tl.minimum(start + SPLIT_V, V), start)
+    m, s = _online_logsumexp(logits_ptr + row * stride_row, start, end, V, BLOCK_V, NUM_STAGES)
+    out = row * splits + split
+    tl.store(partial_ptr + out, m)
+    tl.store(partial_ptr + N * splits + out, s)
+
+
+@triton.jit
+def _cross_entropy_combine_kernel(
+    partial_ptr,  # [2, N, splits] fp32 from _cross_entropy_partial_kernel
+    logits_ptr,  # [N, V]: the target logits are read here
+    targets_ptr,  # [N] int
+    loss_ptr,  # [N] fp32 out
+    lse_ptr,  # [N] fp32 out (0 for ignored rows)
+    N,
+    stride_row,
+    ignore_index,
+    splits,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr,
+):
+    """Block [BLOCK_ROWS, BLOCK_SPLITS] of partials: lse = m + log(sum_i s_i exp(m_i - m)), m = max_i m_i;
+    loss = lse - x[target]."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # [BLOCK_ROWS]
+    row_in = rows < N
+    parts = tl.arange(0, BLOCK_SPLITS)
+    mask = row_in[:, None] & (parts < splits)[None, :]
+    offsets = rows[:, None] * splits + parts[None, :]  # [BLOCK_ROWS, BLOCK_SPLITS]
+    m = tl.load(partial_ptr + offsets, mask=mask, other=-float("inf"))
+    s = tl.load(partial_ptr + N * splits + offsets, mask=mask, other=0.0)
+    row_max = tl.max(m, axis=1)  # [BLOCK_ROWS]
+    shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+    total = tl.sum(s * tl.exp2((m - shift[:, None]) * LOG2E), axis=1)
+    target = tl.load(targets_ptr + rows, mask=row_in, other=ignore_index).to(tl.int64)
+    valid = target != ignore_index
+    lse = shift + tl.log(tl.where(valid, total, 1.0))  # ignored rows: no log(0)
+    target_logit = tl.load(logits_ptr + rows * stride_row + target, mask=row_in & valid, other=0.0).to(tl.float32)
+    tl.store(loss_ptr + rows, tl.where(valid, lse - target_logit, 0.0), mask=row_in)
+    tl.store(lse_ptr + rows, tl.where(valid, lse, 0.0), mask=row_in)
 
 
 @triton.jit
@@ -127,25 +225,37 @@ def _cross_entropy_bwd_kernel(
         in_row = cols < V
         # Ignored rows skip the read (masked loads move no data) and write zeros.
         x = tl.load(row_in + cols, mask=in_row & valid, other=0.0).to(tl.float32)  # x: [BLOCK_V]
-        probs = tl.exp(x - lse)
+        probs = tl.exp2(x * LOG2E - lse * LOG2E)
         dx = (probs - tl.where(cols == target, 1.0, 0.0)) * grad
         dx = tl.where(valid, dx, 0.0)
         tl.store(row_out + cols, dx.to(dlogits_ptr.dtype.element_ty), mask=in_row)
 
 
-def _launch_options(config: dict) -> tuple[int, int, dict]:
-    """Split a config into BLOCK_V, the pipeline depth (``num_stages``, default ``NUM_STAGES``) and the compiler
-    options (num_warps, and waves_per_eu on AMD)."""
+_CONFIG_KEYS = ("BLOCK_V", "SPLIT_V", "num_warps", "num_stages", "waves_per_eu")
+
+
+def _launch_options(config: dict, default_stages: int = NUM_STAGES) -> tuple[int, int, dict]:
+    """Split a config into BLOCK_V, the pipeline depth (``num_stages``, default ``default_stages``) and the
+    compiler options (num_warps, and waves_per_eu on AMD)."""
     block_v = config.get("BLOCK_V")
     check(isinstance(block_v, int) and block_v > 0 and block_v & (block_v - 1) == 0, "config['BLOCK_V']",
           block_v, "a power of two")
-    unknown = set(config) - {"BLOCK_V", "num_warps", "num_stages", "waves_per_eu"}
-    check(not unknown, "config", sorted(unknown), "only BLOCK_V, num_warps, num_stages, waves_per_eu")
-    stages = config.get("num_stages", NUM_STAGES)
+    unknown = set(config) - set(_CONFIG_KEYS)
+    check(not unknown, "config", sorted(unknown), f"only {', '.join(_CONFIG_KEYS)}")
+    stages = config.get("num_stages", default_stages)
     check(isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 8, "config['num_stages']",
           stages, "an integer from 1 (no pipelining) to 8")
     options = {k: v for k, v in config.items() if k in ("num_warps", "waves_per_eu")}
     return block_v, stages, options
+
+
+def _split_v(config: dict, block_v: int, v: int) -> int:
+    """Columns per program of the forward that only reads: config["SPLIT_V"] (default ``SPLIT_V``) rounded up
+    to a multiple of BLOCK_V; the whole row (one program) when that covers V."""
+    split = config.get("SPLIT_V", SPLIT_V)
+    check(isinstance(split, int) and not isinstance(split, bool) and split >= 1, "config['SPLIT_V']", split,
+          "a positive number of columns")
+    return min(triton.cdiv(split, block_v), triton.cdiv(v, block_v)) * block_v
 
 
 def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, config: dict, *,
@@ -155,15 +265,27 @@ def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, ignore_in
     With ``dlogits`` ([N, V] like logits) also writes the gradient of the summed loss into it, or of the mean
     over ``valid_rows`` (a device int64 count) when that is given."""
     n, v = logits.shape
-    block_v, stages, options = _launch_options(config)
+    write_grad = dlogits is not None
+    block_v, stages, options = _launch_options(config, NUM_STAGES if write_grad else FORWARD_NUM_STAGES)
     loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     lse = torch.empty(n, dtype=torch.float32, device=logits.device)
-    if n > 0:
-        write_grad = dlogits is not None
+    if n == 0:
+        return loss, lse
+    split_v = _split_v(config, block_v, v)
+    splits = triton.cdiv(v, split_v)
+    if write_grad or splits == 1:
         _cross_entropy_fwd_kernel[(n,)](logits, targets, loss, lse, dlogits if write_grad else logits,
                                         valid_rows if valid_rows is not None else targets, v, logits.stride(0),
                                         ignore_index, WRITE_GRAD=write_grad, MEAN=valid_rows is not None,
                                         BLOCK_V=block_v, NUM_STAGES=stages, **options)
+        return loss, lse
+    partial = torch.empty((2, n, splits), dtype=torch.float32, device=logits.device)  # [2, N, splits]
+    _cross_entropy_partial_kernel[(n * splits,)](logits, targets, partial, n, v, logits.stride(0), ignore_index,
+                                                 splits, SPLIT_V=split_v, BLOCK_V=block_v, NUM_STAGES=stages,
+                                                 **options)
+    _cross_entropy_combine_kernel[(triton.cdiv(n, COMBINE_ROWS),)](
+        partial, logits, targets, loss, lse, n, logits.stride(0), ignore_index, splits, BLOCK_ROWS=COMBINE_ROWS,
+        BLOCK_SPLITS=triton.next_power_of_2(splits), num_warps=4)
     return loss, lse
 
 
@@ -286,7 +408,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
 
 
 def config_space(backend: str) -> list[dict]:
-    """BLOCK_V x num_warps; AMD adds waves_per_eu. The first entry is the default (measured best on the H200)."""
+    """BLOCK_V x num_warps; AMD adds waves_per_eu. The first entry is the default (measured best on the H200).
+    ``SPLIT_V`` and ``num_stages`` are optional keys (defaults ``SPLIT_V``, ``NUM_STAGES`` / ``FORWARD_NUM_STAGES``)."""
     check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
     # fastest forward config at 8192 x 128256 on the H200 (benchmarks/results/h200/kernels/config_sweep.csv)
     default = {"BLOCK_V": 8192, "num_warps": 4}

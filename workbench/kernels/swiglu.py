@@ -8,12 +8,20 @@ GELU (tanh approximation, as GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044
   computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)), the same function without cancellation.
 
 All kernels work on 1-D blocks of BLOCK elements: of the flattened tensors, or, for a concatenated gate_up, of one
-row (grid rows x column blocks, which saves a per-element division by F). Math is fp32 whatever the storage
-dtype (bf16, fp16, fp32).
+row (a program per (row, column block), which saves a per-element division by F). Math is fp32 whatever the
+storage dtype (bf16, fp16, fp32). Programs are numbered along memory: for gate_up the column blocks of one row
+come one after another (program id = row x blocks + block), so the programs running at once read a few
+contiguous stretches, as a flat pointwise kernel does, rather than one block from each of thousands of rows (the
+rows-first grid this replaced ran the gate_up forward at 0.94-0.97 of torch.compile's flat kernel and 0.95 of the
+two-tensor path, benchmarks/results/h200/kernels/elementwise/REPORT.md and kernels_full.csv).
+
+Without a gradient to record the wrappers launch directly (``autograd.Function.apply`` costs ~25 us of host time
+a call) and the default config is resolved once per backend.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -22,7 +30,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from workbench.kernels._common import backend, check, check_device
+from workbench.kernels._common import backend, check, check_device, needs_grad
 from workbench.kernels.reference import reference_gelu, reference_swiglu  # noqa: F401 - re-exported
 
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
@@ -38,13 +46,16 @@ GELU_CUBIC = tl.constexpr(0.044715)
 def _tile(n_cols, ROWS_ON_GRID: tl.constexpr, BLOCK: tl.constexpr):
     """This program's elements (row, first + lanes) of a [rows, n_cols] view of the output, and their mask.
 
-    ROWS_ON_GRID: grid (rows, cdiv(n_cols, BLOCK)); used for a gate_up [rows, 2F] whose gate and up halves are
-    strided rows (no per-element division by F). Otherwise grid (cdiv(n, BLOCK),) over contiguous tensors seen as
-    one row of n_cols = n elements. Offsets are a scalar (int64) base plus int32 lanes, to keep registers low.
+    ROWS_ON_GRID: grid (rows * cdiv(n_cols, BLOCK),), program row * blocks + block (a row's blocks are
+    neighbours); used for a gate_up [rows, 2F] whose gate and up halves are strided rows (no per-element division
+    by F, one scalar division a program). Otherwise grid (cdiv(n, BLOCK),) over contiguous tensors seen as one row
+    of n_cols = n elements. Offsets are a scalar (int64) base plus int32 lanes, to keep registers low.
     """
     if ROWS_ON_GRID:
-        row = tl.program_id(0).to(tl.int64)
-        first = tl.program_id(1) * BLOCK
+        blocks = tl.cdiv(n_cols, BLOCK)
+        pid = tl.program_id(0)
+        row = (pid // blocks).to(tl.int64)
+        first = (pid % blocks) * BLOCK
     else:
         row = 0
         first = tl.program_id(0).to(tl.int64) * BLOCK
@@ -111,10 +122,15 @@ def _gelu_bwd_kernel(x_ptr, dout_ptr, dx_ptr, n_elements, BLOCK: tl.constexpr):
 _CONFIG_KEYS = ("BLOCK", "num_warps", "waves_per_eu")
 
 
+@functools.lru_cache(maxsize=4)
+def _default_config(backend_name: str) -> dict:
+    return config_space(backend_name)[0]
+
+
 def _resolve_config(config: dict | None) -> dict:
-    default = config_space(backend())[0]
+    default = _default_config(backend())
     if config is None:
-        return default
+        return default  # shared: never modified
     check(isinstance(config, dict), "config", type(config).__name__, "a dict from config_space() or None")
     unknown = sorted(set(config) - set(_CONFIG_KEYS))
     check(not unknown, "config", f"unknown keys {unknown}", f"keys among {', '.join(_CONFIG_KEYS)}")
@@ -127,14 +143,14 @@ def _resolve_config(config: dict | None) -> dict:
 
 
 def _launch(kernel, rows: int, n_cols: int, config: dict, *args, concat: bool | None = None) -> None:
-    """Launch over a [rows, n_cols] output: grid (rows, column blocks) for concat, else (blocks,) with rows 1."""
+    """Launch over a [rows, n_cols] output: rows x column blocks programs for concat, else blocks (rows 1)."""
     if rows * n_cols == 0:
         return
     options = {"num_warps": config["num_warps"]}
     if backend() == "hip":
         options["waves_per_eu"] = config.get("waves_per_eu", 0)
     block = config["BLOCK"]
-    grid = (rows, triton.cdiv(n_cols, block)) if concat else (triton.cdiv(n_cols, block),)
+    grid = (rows * triton.cdiv(n_cols, block),)
     constexprs = {} if concat is None else {"CONCAT": concat}
     kernel[grid](*args, BLOCK=block, **constexprs, **options)
 
@@ -147,18 +163,32 @@ def _split_rows(gate_up: torch.Tensor) -> tuple[torch.Tensor, int]:
     return rows2, gate_up.shape[-1] // 2
 
 
+def _swiglu_concat_forward(gate_up: torch.Tensor, config: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """gate_up [..., 2F] -> (out [..., F], gate_up as [rows, 2F])."""
+    rows2, ffn = _split_rows(gate_up)
+    out = torch.empty((rows2.shape[0], ffn), dtype=gate_up.dtype, device=gate_up.device)
+    _launch(_swiglu_fwd_kernel, rows2.shape[0], ffn, config, rows2, rows2[:, ffn:], out, ffn, rows2.stride(0),
+            out.stride(0), concat=True)
+    return out.view(*gate_up.shape[:-1], ffn), rows2
+
+
+def _swiglu_pair_forward(gate: torch.Tensor, up: torch.Tensor, config: dict) -> torch.Tensor:
+    """gate, up [..., F] (contiguous) -> out [..., F]."""
+    out = torch.empty_like(gate)
+    n = gate.numel()
+    _launch(_swiglu_fwd_kernel, 1, n, config, gate, up, out, n, 0, 0, concat=False)
+    return out
+
+
 class _SwiGLUConcat(torch.autograd.Function):
     """gate_up [..., 2F] -> out [..., F]; the gradient has gate_up's shape (dgate | dup)."""
 
     @staticmethod
     def forward(ctx, gate_up, config):
-        rows2, ffn = _split_rows(gate_up)
-        out = torch.empty((rows2.shape[0], ffn), dtype=gate_up.dtype, device=gate_up.device)
-        _launch(_swiglu_fwd_kernel, rows2.shape[0], ffn, config, rows2, rows2[:, ffn:], out, ffn, rows2.stride(0),
-                out.stride(0), concat=True)
+        out, rows2 = _swiglu_concat_forward(gate_up, config)
         ctx.save_for_backward(rows2)
         ctx.config, ctx.shape = config, gate_up.shape
-        return out.view(*gate_up.shape[:-1], ffn)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -178,9 +208,7 @@ class _SwiGLUPair(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, config):
         gate, up = gate.contiguous(), up.contiguous()
-        out = torch.empty_like(gate)
-        n = gate.numel()
-        _launch(_swiglu_fwd_kernel, 1, n, config, gate, up, out, n, 0, 0, concat=False)
+        out = _swiglu_pair_forward(gate, up, config)
         ctx.save_for_backward(gate, up)
         ctx.config = config
         return out
@@ -231,6 +259,8 @@ def swiglu(gate_up_or_gate: torch.Tensor, up: torch.Tensor | None = None, config
         check(width % 2 == 0 and width > 0, "gate_up", f"last dimension {width}",
               "an even width 2F (gate then up); pass up= to give gate and up separately")
         check_device(gate_up, names=("gate_up",))
+        if not needs_grad(gate_up):
+            return _swiglu_concat_forward(gate_up, _resolve_config(config))[0]
         return _SwiGLUConcat.apply(gate_up, _resolve_config(config))
     gate = gate_up_or_gate
     _check_tensor(gate, "gate")
@@ -238,6 +268,8 @@ def swiglu(gate_up_or_gate: torch.Tensor, up: torch.Tensor | None = None, config
     check(up.shape == gate.shape, "up", f"shape {tuple(up.shape)}", f"gate's shape {tuple(gate.shape)}")
     check(up.dtype == gate.dtype, "up", f"dtype {up.dtype}", f"gate's dtype {gate.dtype}")
     check_device(gate, up, names=("gate", "up"))
+    if not needs_grad(gate, up):
+        return _swiglu_pair_forward(gate.contiguous(), up.contiguous(), _resolve_config(config))
     return _SwiGLUPair.apply(gate, up, _resolve_config(config))
 
 
@@ -253,11 +285,15 @@ def gelu(x: torch.Tensor, config: dict | None = None) -> torch.Tensor:
 # --------------------------------------------------------------------------- #
 
 def config_space(backend: str) -> list[dict]:
-    """BLOCK x num_warps; on AMD (hip) also waves_per_eu (0 = no occupancy hint). The first entry is the default
-    (a guess: 4096 elements over 8 warps = 16 per thread, two 16-byte bf16 loads per tensor; calibrate with a
-    sweep)."""
+    """BLOCK x num_warps; on AMD (hip) also waves_per_eu (0 = no occupancy hint). The first entry is the default.
+    CUDA: 1024 elements over 4 warps (inductor's choice for a pointwise kernel), at or above 4096 over 8 on every
+    row of the H200 sweep (benchmarks/results/h200/kernels/elementwise_ce_swiglu/sweeps.csv: 1.01x forward, 1.58x
+    forward+backward at 4096 x 14336). hip: 4096 over 8 (16 per thread, two 16-byte bf16 loads per tensor; a
+    guess, calibrate with a sweep)."""
     check(backend in ("cuda", "hip", "interpreter"), "backend", repr(backend), "'cuda', 'hip' or 'interpreter'")
-    space = [{"BLOCK": block, "num_warps": warps} for block in (4096, 1024, 2048, 8192) for warps in (8, 4)]
+    blocks = (1024, 4096, 2048, 8192) if backend == "cuda" else (4096, 1024, 2048, 8192)
+    warps_first = (4, 8) if backend == "cuda" else (8, 4)
+    space = [{"BLOCK": block, "num_warps": warps} for block in blocks for warps in warps_first]
     if backend == "hip":
         space = [{**c, "waves_per_eu": waves} for c in space for waves in (0, 1, 2)]
     return space
