@@ -188,3 +188,44 @@ def test_split_was_written_for_the_runner_rows():
     assert sorted(split["holdout"]) == labels("holdout")
     assert len(split["fit"]) <= len(main) // 2
     assert not set(split["holdout"]) & set(main)
+
+
+def _runner_module():
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "stacks" / "deepspeed_runs.py"
+    spec = importlib.util.spec_from_file_location("deepspeed_runs", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repeats_run_every_row_once_per_round_in_rotated_order():
+    runs = _runner_module()
+    split = json.loads((ROOT / "benchmarks" / "stacks" / "deepspeed_split.json").read_text())
+    rows = runs.repeat_rows(list(runs.REPEAT_ROWS), 3, 10, "torch")
+    assert len(rows) == 3 * len(runs.REPEAT_ROWS)
+    rounds = [[r.label for r in rows if r.repeat == k] for k in range(3)]
+    assert all(sorted(labels) == sorted(runs.REPEAT_ROWS) for labels in rounds)
+    assert len({labels[0] for labels in rounds}) == 3  # no row always first
+    assert all(r.diagnose and not r.trace and r.optimizer == "torch" and r.steps == 10 for r in rows)
+    known = set(split["fit"] + split["test"] + split["holdout"])
+    extra = {r.label for r in runs.DIAGNOSTIC_ROWS}
+    assert not extra & known  # the diagnostic rows are never fitted or evaluated
+    assert set(runs.REPEAT_ROWS) <= known | extra
+    with pytest.raises(SystemExit, match="unknown"):
+        runs.repeat_rows(["deepspeed-zero3 1b mb9 s1 ac=none"], 1, 10, "torch")
+
+
+def test_repeat_report_gives_each_rows_spread():
+    runs = _runner_module()
+    measured = {"label": "deepspeed-zero3 1b mb1 s2048 ac=none", "steps": 2, "step_times_s": [0.25, 0.30],
+                "gc_during_timed_steps": {"collections": [4, 1, 0], "seconds": [0.001, 0.003, 0.0]},
+                "phases_s": {"forward": 0.1, "backward": 0.15, "step": 0.05}, "python_calls": 123456}
+    records = [{**measured, "step_time_s": 0.30}, {**measured, "step_time_s": 0.24},
+               {"label": measured["label"], "skipped": "time budget"}]
+    report = runs.repeat_report(records)
+    assert "| deepspeed-zero3 1b mb1 s2048 ac=none | 300.0, 240.0 (+1 not measured) | 300.0 | 1.25 | 1.20 | 2.0 |" \
+        in report
+    assert "100 / 150 / 50 | 123,456 |" in report

@@ -23,13 +23,25 @@ marked ``trace`` also write that step's Kineto trace (gzipped) under ``DIR/trace
 test / holdout) are ``benchmarks/stacks/deepspeed_split.json``, written before any of them ran.
 
     python benchmarks/stacks/deepspeed_runs.py --sweep [main|holdout] --out DIR [--budget-s 240]
+    python benchmarks/stacks/deepspeed_runs.py --repeats 3 --out DIR [--rows LABEL,...] [--steps 10]
     python benchmarks/stacks/deepspeed_runs.py --row '{"stack": "deepspeed-zero2", "model": "1b", ...}'
     python benchmarks/stacks/deepspeed_runs.py --list [--sweep holdout]
+
+``--repeats N`` re-measures rows (default ``REPEAT_ROWS``: the host-bound ZeRO-3 1B rows and a ZeRO-2 control) in
+N processes each, the row order rotated from one round to the next, into ``DIR/deepspeed_repeats.jsonl`` and
+``DIR/REPORT.md``; it never writes the sweep files the evaluation reads. Each of these processes also records, after
+its timed steps (so nothing timed moves): the step times in call order, the time the cyclic garbage collector took
+during the timed steps, the host time of forward, backward and ``engine.step()`` apart (a synchronize between them),
+Python calls per step on every thread (``sys.monitoring``), the load average and the process's CPU. Why: the 1B
+ZeRO-3 rows are host-bound and moved 14-21 % between two processes of the same row (``deepspeed_repeat.jsonl``),
+and their micro-batch-1 rows sit 17-28 % above a model whose host terms do not depend on the micro-batch.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import gc
 import json
 import os
 import subprocess
@@ -87,6 +99,8 @@ class Row:
     trace: bool = False
     steps: int = 6
     warmup: int = 3
+    diagnose: bool = False  # the repeats' extra records (after the timed steps)
+    repeat: int = 0  # which process of the row (``--repeats``)
 
     @property
     def label(self) -> str:
@@ -109,6 +123,21 @@ def _holdout() -> list[Row]:
 
 
 SWEEPS = {"main": _main, "holdout": _holdout}
+
+DIAGNOSTIC_ROWS = (Row("deepspeed-zero3", "1b", 2, 4096, "full"),)
+"""Rows of no sweep, never fitted or evaluated: with ``1b mb1 s4096 ac=full`` (holdout) it separates the micro-batch
+from the sequence length under full checkpointing (``mb4 s2048`` and ``mb1 s8192`` differ in both)."""
+REPEAT_ROWS = ("deepspeed-zero3 1b mb1 s2048 ac=none", "deepspeed-zero3 1b mb2 s2048 ac=none",
+               "deepspeed-zero3 1b mb2 s4096 ac=none", "deepspeed-zero3 1b mb1 s4096 ac=full",
+               "deepspeed-zero3 1b mb2 s4096 ac=full", "deepspeed-zero3 1b mb1 s8192 ac=full",
+               "deepspeed-zero3 1b mb4 s2048 ac=full", "deepspeed-zero2 1b mb1 s2048 ac=none")
+"""What ``--repeats`` measures by default: every host-bound ZeRO-3 1B row (fit, test, holdout and the diagnostic
+one) and, as a control of the machine's own host noise, the host-bound ZeRO-2 row of the same model."""
+
+
+def rows_by_label() -> dict[str, Row]:
+    """Every row a sweep or the repeats can run, by label."""
+    return {r.label: r for r in [*_main(), *_holdout(), *DIAGNOSTIC_ROWS]}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -162,12 +191,16 @@ def build(row: Row):
     engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=client, config=ds_config(row),
                                                    model_parameters=None if client else model.parameters())
 
+    def forward(x):
+        return engine(input_ids=x, labels=x).loss
+
     def step(x):
-        loss = engine(input_ids=x, labels=x).loss
+        loss = forward(x)
         engine.backward(loss)
         engine.step()
         return loss
 
+    step.phases = (forward, engine.backward, engine.step)
     inner = getattr(optimizer, "optimizer", optimizer)
     params = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     info = {"params": params, "zero_optimizer": type(optimizer).__name__, "optimizer_impl": type(inner).__name__,
@@ -187,18 +220,116 @@ def run_row(row: Row) -> dict:
     step, info = build(row)
     vocab = MODELS[row.model]["vocab_size"]
     data = [torch.randint(0, vocab, (row.micro_batch, row.seq_len), device=DEVICE) for _ in range(4)]
-    timing = time_steps(lambda i: step(data[i % len(data)]), warmup=row.warmup, repeats=row.steps,
-                        synchronize=sync, after_warmup=torch.cuda.reset_peak_memory_stats if cuda else None)
+    in_order: list[float] = []
+    gc_clock = GcClock()
+
+    def timed(i):
+        began = time.perf_counter()
+        loss = step(data[i % len(data)])
+        sync()  # time_steps' own synchronize follows at once: nothing timed moves
+        in_order.append(time.perf_counter() - began)
+        return loss
+
+    def after_warmup():
+        in_order.clear()
+        gc.callbacks.append(gc_clock)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    timing = time_steps(timed, warmup=row.warmup, repeats=row.steps, synchronize=sync, after_warmup=after_warmup)
+    gc.callbacks.remove(gc_clock)
     times, warmup_s = timing.times_s, timing.warmup_s
     losses = [float(loss.detach()) for loss in timing.results]
     peak_alloc, peak_reserved = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()) if cuda \
         else (0, 0)
     kernels = profile_kernels(lambda i: step(data[i % len(data)]), 1, trace=_trace_path(row)) if cuda else []
     median = timing.median_s
+    extra = {}
+    if row.diagnose:
+        extra = {"step_times_in_order_s": in_order, "gc_during_timed_steps": gc_clock.record(),
+                 **diagnostics(step, data, sync)}
     return {**asdict(row), "label": row.label, **info, "step_time_s": median, "step_times_s": times,
             "tokens_per_s": row.micro_batch * row.seq_len / median, "warmup_s": warmup_s,
             "peak_allocated_gb": peak_alloc / 1e9, "peak_reserved_gb": peak_reserved / 1e9,
-            "loss_first": losses[0], "loss_last": losses[-1], "kernels": kernels, "versions": versions()}
+            "loss_first": losses[0], "loss_last": losses[-1], "kernels": kernels, "versions": versions(), **extra}
+
+
+class GcClock:
+    """Collections of Python's cyclic garbage collector and the seconds they took, per generation (a
+    ``gc.callbacks`` entry): a full collection over the heap of torch, transformers and DeepSpeed is tens of ms."""
+
+    def __init__(self) -> None:
+        self.collections, self.seconds, self._began = [0, 0, 0], [0.0, 0.0, 0.0], None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self._began is not None:
+            self.collections[info["generation"]] += 1
+            self.seconds[info["generation"]] += time.perf_counter() - self._began
+            self._began = None
+
+    def record(self) -> dict:
+        return {"collections": self.collections, "seconds": self.seconds}
+
+
+def python_calls(run) -> tuple[int, dict[str, int]]:
+    """(Python function calls, the 40 most called functions) during ``run()`` on every thread -- autograd's device
+    thread runs ZeRO-3's backward hooks -- counted by a ``sys.monitoring`` PY_START callback (Python >= 3.12;
+    (0, {}) before). Counts, not times: the callback's own cost is the same per call in every row."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        run()
+        return 0, {}
+    tool, counts = 3, collections.Counter()  # 3: a tool id Python leaves free (0-2 and 5 are named)
+    monitoring.use_tool_id(tool, "deepspeed_runs")
+    monitoring.register_callback(tool, monitoring.events.PY_START, lambda code, offset: counts.update((code,)))
+    monitoring.set_events(tool, monitoring.events.PY_START)
+    try:
+        run()
+    finally:
+        monitoring.set_events(tool, 0)
+        monitoring.register_callback(tool, monitoring.events.PY_START, None)
+        monitoring.free_tool_id(tool)
+    top = {f"{Path(c.co_filename).name}:{c.co_firstlineno}:{c.co_qualname}": n for c, n in counts.most_common(40)}
+    return sum(counts.values()), top
+
+
+def host_state() -> dict:
+    """The machine's load average and the CPU this process last ran on (``/proc``; None where absent)."""
+    def read(path):
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return None
+    load, stat = read("/proc/loadavg"), read("/proc/self/stat")
+    cpu = int(stat.rsplit(")", 1)[1].split()[36]) if stat else None  # field 39, "processor"
+    return {"loadavg": [float(x) for x in load.split()[:3]] if load else None, "cpu": cpu,
+            "cpus_allowed": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+
+
+def diagnostics(step, data, sync, steps: int = 3) -> dict:
+    """After the timed steps: forward (loss included), backward and ``engine.step()`` timed apart over ``steps``
+    further steps (median seconds each, a synchronize between the phases: their sum exceeds the step by the overlap
+    the synchronizes remove), then one step's Python calls (``python_calls``)."""
+    forward, backward, update = step.phases
+    phases = {"forward": [], "backward": [], "step": []}
+    for i in range(steps):
+        sync()
+        began = time.perf_counter()
+        loss = forward(data[i % len(data)])
+        sync()
+        mid = time.perf_counter()
+        backward(loss)
+        sync()
+        late = time.perf_counter()
+        update()
+        sync()
+        for name, seconds in zip(phases, (mid - began, late - mid, time.perf_counter() - late)):
+            phases[name].append(seconds)
+    calls, top = python_calls(lambda: (step(data[0]), sync()))
+    return {"phases_s": {name: sorted(v)[len(v) // 2] for name, v in phases.items()}, "python_calls": calls,
+            "python_calls_top": top, "host": host_state()}
 
 
 def _trace_path(row: Row) -> str | None:
@@ -294,6 +425,79 @@ def sweep(out: str, budget_s: float, name: str, optimizer: str, build_timeout_s:
         print(f"{row.label:48} {brief}", flush=True)
 
 
+def _rotated(rows: list[Row], k: int) -> list[Row]:
+    return rows[k % len(rows):] + rows[:k % len(rows)]
+
+
+def repeat_rows(labels: list[str], repeats: int, steps: int, optimizer: str) -> list[Row]:
+    """The processes of ``--repeats``: round k runs every row once, the order rotated by k (no row always first)."""
+    known = rows_by_label()
+    unknown = [label for label in labels if label not in known]
+    if unknown:
+        raise SystemExit(f"--rows: unknown {unknown}; expected labels of: {sorted(known)}")
+    rows = [Row(**{**asdict(known[label]), "optimizer": optimizer, "trace": False, "steps": steps,
+                   "diagnose": True}) for label in labels]
+    return [Row(**{**asdict(r), "repeat": k}) for k in range(repeats) for r in _rotated(rows, k)]
+
+
+def repeats(out: str, budget_s: float, labels: list[str], count: int, steps: int, optimizer: str,
+            row_cap_s: float) -> None:
+    """Run ``repeat_rows`` into ``out/deepspeed_repeats.jsonl`` within ``budget_s``, then write ``out/REPORT.md``."""
+    deadline = time.time() + budget_s
+    planned = repeat_rows(labels, count, steps, optimizer)  # an unknown label ends here, before anything runs
+    os.makedirs(out, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = EXTENSIONS_DIR
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(os.environ["TORCH_CUDA_ARCH_LIST"])
+    with open(os.path.join(out, "environment_repeats.json"), "w") as handle:
+        json.dump({**environment(), "command": " ".join(sys.argv), "optimizer": optimizer}, handle, indent=2)
+    results = os.path.join(out, "deepspeed_repeats.jsonl")
+    for row in planned:
+        left = min(deadline - time.time(), row_cap_s)
+        record = {**asdict(row), "label": row.label, "skipped": "time budget"} if left < 15 else \
+            run_subprocess(row, left)
+        with open(results, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        brief = (f"{record['step_time_s'] * 1e3:7.1f} ms (in order: "
+                 f"{' '.join(f'{t * 1e3:.0f}' for t in record.get('step_times_in_order_s', []))})"
+                 if "step_time_s" in record else
+                 record.get("skipped") or (record["error"].strip().splitlines() or ["?"])[-1][:100])
+        print(f"[{row.repeat}] {row.label:42} {brief}", flush=True)
+    with open(os.path.join(out, "REPORT.md"), "w") as handle:
+        handle.write(repeat_report([json.loads(line) for line in open(results)]))
+
+
+def repeat_report(records: list[dict]) -> str:
+    """REPORT.md of the repeats: per row, each process's median step, their median and spread, the steps' spread
+    inside a process, the garbage collector's time per timed step, the phases and the Python calls per step."""
+    by_label: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in records:
+        by_label[r["label"]].append(r)
+    lines = ["# DeepSpeed repeats (`deepspeed_runs.py --repeats`)", "",
+             "Per row: each process's median step (ms, in run order), the median over processes and their spread "
+             "(max / min); inside a process the timed steps' max / min; the cyclic GC's ms per timed step; forward, "
+             "backward and engine.step() host ms timed apart (median); Python calls per step (all threads).", "",
+             "| row | processes (ms) | median | spread | in-process max/min | GC ms/step | fwd / bwd / step ms | "
+             "Python calls |", "|---|---|---|---|---|---|---|---|"]
+    for label, rows in by_label.items():
+        done = [r for r in rows if "step_time_s" in r]
+        if not done:
+            lines.append(f"| {label} | {', '.join(r.get('skipped') or 'error' for r in rows)} | | | | | | |")
+            continue
+        medians = [r["step_time_s"] * 1e3 for r in done]
+        inner = max(max(r["step_times_s"]) / min(r["step_times_s"]) for r in done)
+        gc_ms = [1e3 * sum(r["gc_during_timed_steps"]["seconds"]) / r["steps"] for r in done]
+        ph = [r["phases_s"] for r in done]
+        phases = " / ".join(f"{sorted(p[k] for p in ph)[len(ph) // 2] * 1e3:.0f}" for k in ("forward", "backward",
+                                                                                             "step"))
+        calls = sorted(r["python_calls"] for r in done)[len(done) // 2]
+        failed = f" (+{len(rows) - len(done)} not measured)" if len(done) < len(rows) else ""
+        lines.append(f"| {label} | {', '.join(f'{m:.1f}' for m in medians)}{failed} | "
+                     f"{sorted(medians)[len(medians) // 2]:.1f}"
+                     f" | {max(medians) / min(medians):.2f} | {inner:.2f} | {max(gc_ms):.1f} | {phases} | {calls:,} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", nargs="?", const="main", choices=sorted(SWEEPS), help="run a sweep (default: main)")
@@ -307,6 +511,9 @@ def main() -> None:
     p.add_argument("--only-missing", action="store_true",
                    help="skip the rows already measured in --out's results file; append the others")
     p.add_argument("--row-cap-s", type=float, help="wall-clock cap of one row (default: what the budget leaves)")
+    p.add_argument("--repeats", type=int, help="re-measure --rows in this many processes each (see the docstring)")
+    p.add_argument("--rows", default=",".join(REPEAT_ROWS), help="--repeats: comma-separated row labels")
+    p.add_argument("--steps", type=int, default=10, help="--repeats: timed steps per process")
     args = p.parse_args()
     if args.list:
         for r in SWEEPS[args.sweep or "main"]():
@@ -315,11 +522,14 @@ def main() -> None:
         if os.environ.get("TORCH_CUDA_ARCH_LIST"):  # a row run on its own: as the sweep sets it
             os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(os.environ["TORCH_CUDA_ARCH_LIST"])
         print(json.dumps(run_row(Row(**json.loads(args.row)))))
+    elif args.repeats:
+        repeats(args.out, args.budget_s, [x.strip() for x in args.rows.split(",") if x.strip()], args.repeats,
+                args.steps, "torch" if args.optimizer == "auto" else args.optimizer, args.row_cap_s or 60)
     elif args.sweep:
         sweep(args.out, args.budget_s, args.sweep, args.optimizer, args.build_timeout_s,
               only_missing=args.only_missing, row_cap_s=args.row_cap_s)
     else:
-        p.error("--sweep, --row or --list")
+        p.error("--sweep, --repeats, --row or --list")
 
 
 if __name__ == "__main__":
