@@ -114,10 +114,14 @@ class PricedOps:
     """Every op."""
 
     @staticmethod
-    def of(entries: Sequence[tuple[Op, int, OpTime, str]]) -> PricedOps:
-        """From (op, count, time, reported bound) entries: one pass sorting each into the sums it enters."""
+    def of(ops: Sequence[Op], times: Sequence[OpTime], bounds: Sequence[str]) -> PricedOps:
+        """From each op (run ``op.count`` times), its time and its reported bound: one pass sorting each into the
+        sums it enters."""
         compute, memory, optimizer, emb_fwd, emb_bwd, attention, useful, pairs = [], [], [], [], [], [], [], []
-        for op, n, t, bound in entries:
+        counts = []
+        for op, t, bound in zip(ops, times, bounds):
+            n = op.count
+            counts.append(n)
             pair = (t.time_s, n)
             pairs.append(pair)
             phase = op.phase
@@ -136,9 +140,12 @@ class PricedOps:
                 attention.append(pair)
             if not op.name.startswith("recompute."):
                 useful.append((op.flops, n))
-        ops, counts, times, bounds = zip(*entries) if entries else ((), (), (), ())
-        return PricedOps(ops, counts, times, bounds, tuple(compute), tuple(memory), tuple(optimizer),
-                         tuple(emb_fwd), tuple(emb_bwd), tuple(attention), tuple(useful), tuple(pairs))
+        priced = object.__new__(PricedOps)  # the fields set without the frozen __init__ (a cold search makes ~1,500)
+        priced.__dict__.update(ops=tuple(ops), counts=tuple(counts), times=tuple(times), bounds=tuple(bounds),
+                               compute=tuple(compute), memory=tuple(memory), optimizer=tuple(optimizer),
+                               embedding_fwd=tuple(emb_fwd), embedding_bwd=tuple(emb_bwd), attention=tuple(attention),
+                               useful=tuple(useful), pairs=tuple(pairs))
+        return priced
 
     def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:
         """One ``OpPrediction`` per op, its count x ``copies`` (a block's layers on the stage); executions = that
@@ -254,14 +261,15 @@ class StepModel:
             hit = self._op_times[key] = op_time(op, self.gpu, self.constants)
         return hit
 
-    def _entries(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None, power: float = 1.0) -> list:
-        """(op, count, its time under the stack profile ``fit``, its bound) of each (op, count). ``power``: the
-        sustained tensor throughput under the power limit (``workbench.power``); a compute-bound op's time is
-        divided by it (memory-bound ops are left as they are)."""
-        entries = []
+    def _price(self, ops: Sequence[Op], fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
+        """``ops`` (each run ``op.count`` times) priced under the stack profile ``fit``, each with its bound
+        (``bound``, or its time's). ``power``: the sustained tensor throughput under the power limit
+        (``workbench.power``); a compute-bound op's time is divided by it (memory-bound ops are left as they are)."""
+        ops = tuple(ops)  # walked twice: here and by PricedOps.of
+        priced, bounds = [], []
         scaled = fit.applied
         times, gpu, constants = self._op_times, self.gpu, self.constants
-        for op, n in ops:  # self.op_time, inlined: the cold search's innermost loop
+        for op in ops:  # self.op_time, inlined: the cold search's innermost loop
             key = _timer_key(op)
             t = times.get(key)
             if t is None:
@@ -270,11 +278,9 @@ class StepModel:
                 t = fit.op_time(op, t)
             if power != 1.0 and t.bound == "compute":
                 t = dataclasses.replace(t, time_s=t.time_s / power)
-            entries.append((op, n, t, bound or t.bound))
-        return entries
-
-    def _price(self, ops: Sequence[tuple[Op, int]], fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
-        return PricedOps.of(self._entries(ops, fit, bound, power))
+            priced.append(t)
+            bounds.append(bound or t.bound)
+        return PricedOps.of(ops, priced, bounds)
 
     def _power(self, cfg: TrainingConfig) -> float:
         """Sustained tensor throughput under ``cfg``'s power limit, or the GPU's (``workbench.power``): 1 at the
@@ -343,15 +349,14 @@ class StepModel:
             key = (cfg if execution is not None else
                    (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing))
             micro = ((self._cached(("micro", key, execution, f), lambda: self._price(
-                [(op, op.count) for op in self.family.stack_microbatch_ops(model, cfg, execution, self.stack.kernels)],
-                fit, power=power)), 1),)
+                self.family.stack_microbatch_ops(model, cfg, execution, self.stack.kernels), fit, power=power)), 1),)
         on_gpu = cfg.offload == "none"
         optimizer = self._cached(("optimizer", p, cfg.lora_rank, cfg.lora_targets, on_gpu, f), lambda: self._price(
-            [(optimizer_op(model, cfg), 1)] if on_gpu else [], fit, bound="memory", power=power))
+            [optimizer_op(model, cfg)] if on_gpu else [], fit, bound="memory", power=power))
         if execution is None:
             return micro, ((optimizer, 1),)
         once = self._cached(("step", cfg, execution, f), lambda: self._price(
-            [(op, op.count) for op in step_ops(model, cfg, execution)], fit, power=power))
+            step_ops(model, cfg, execution), fit, power=power))
         return micro, ((once, 1), (optimizer, 1))
 
     def _price_parts(self, parts: stacked.Parts, fit, power: float) -> Stage:
@@ -360,7 +365,7 @@ class StepModel:
         parallelism and checkpointing), so a candidate's tables are mostly priced already."""
         f = (id(fit), power)
         return tuple((self._cached(("table piece", id(ops), f), lambda: (
-            self._price([(op, op.count) for op in ops], fit, power=power), ops))[0], copies) for ops, copies in parts)
+            self._price(ops, fit, power=power), ops))[0], copies) for ops, copies in parts)
 
     def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0, kind=None) -> tuple[PricedOps, ...]:
         """``Family.block_graph``'s pieces priced (one block, independent of pp). Checkpointing changes only the
@@ -375,9 +380,9 @@ class StepModel:
             graph = self._cached(("block graph",) + block[:-2],
                                  lambda: self.family.block_graph(self.model, cfg, execution, kind))
             shared = self._cached(("block pieces",) + block, lambda: tuple(
-                self._price([(op, op.count) for op in piece], fit, power=power) for piece in graph[:4]))
+                self._price(piece, fit, power=power) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
-                self._price([(op, op.count) for op in graph[4][mode]], fit, power=power),))
+                self._price(graph[4][mode], fit, power=power),))
         return hit
 
     def _plan(self, cfg: TrainingConfig, tables=None) -> DataParallelPlan:

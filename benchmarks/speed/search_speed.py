@@ -7,14 +7,20 @@ after a slider move).
 the micro-batch climb stops at the first that does not fit); "timed" counts those that fit and got a full step
 prediction. Rates are given per wall-clock second and per CPU second of this process (``time.process_time``): on a
 shared machine the CPU-time rate is the per-core figure the target speaks of. The agreement column is the largest relative difference of step time against ``predict()`` on every
-fifth fitting candidate. One process, one thread (the interpreter is single-threaded).
+fifth fitting candidate. ``candidates_sha256`` is the sha256 of every candidate's ``repr`` (its configuration and
+every predicted number, floats as their shortest exact repr), the first 16 hex digits: every cold run and the warm
+run must give the same one (the script stops otherwise), and a change meant to leave the predictions as they were
+must leave it as it was. One process, one thread (the interpreter is single-threaded).
 
     python benchmarks/speed/search_speed.py        # writes benchmarks/results/search_speed.csv and .md, prints the table
+    python benchmarks/speed/search_speed.py --out /tmp/speed   # the same files in another folder
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import hashlib
 import io
 import os
 import platform
@@ -56,23 +62,32 @@ def _model(name: str):
     return revised_model(base, {key: int(value)})
 
 
+def candidates_sha256(result) -> str:
+    """The first 16 hex digits of the sha256 of every candidate's ``repr``, in search order."""
+    return hashlib.sha256("\n".join(map(repr, result.candidates)).encode()).hexdigest()[:16]
+
+
 def run_case(name: str, gpu: str, gpus: int, global_batch: int, precisions: tuple[str, ...],
              stack: str = "ideal") -> dict:
     search("gpt2-small", gpu, 1)  # load catalogs and constants outside the timing
     model = _model(name)
-    colds, cold_cpus = [], []
+    colds, cold_cpus, hashes = [], [], set()
     for _ in range(COLD_RUNS):  # the machine is shared: the median of fresh-evaluator runs
         evaluator = StepEvaluator(model, gpu, stack)
         start, start_cpu = time.perf_counter(), time.process_time()
         result = search(model, gpu, gpus, global_batch=global_batch, precisions=precisions, evaluator=evaluator)
         colds.append(time.perf_counter() - start)
         cold_cpus.append(time.process_time() - start_cpu)
+        hashes.add(candidates_sha256(result))
     cold, cold_cpu = statistics.median(colds), statistics.median(cold_cpus)
     warm_runs, start, start_cpu = 20, time.perf_counter(), time.process_time()
     for _ in range(warm_runs):
-        search(model, gpu, gpus, global_batch=global_batch, precisions=precisions, evaluator=evaluator)
+        warm_result = search(model, gpu, gpus, global_batch=global_batch, precisions=precisions, evaluator=evaluator)
     warm = (time.perf_counter() - start) / warm_runs
     warm_cpu = (time.process_time() - start_cpu) / warm_runs
+    hashes.add(candidates_sha256(warm_result))
+    if len(hashes) != 1:
+        raise SystemExit(f"{name} on {gpu} ({stack}): cold and warm searches gave different candidates: {hashes}")
     fitting = [c for c in result.candidates if c.fits]
     worst = max((abs(predict(model, gpu, c.config, stack=stack, compile=c.compile)
                      .summary.step_time_s / c.step_time_s - 1) for c in fitting[::5]), default=0.0)
@@ -82,10 +97,15 @@ def run_case(name: str, gpu: str, gpus: int, global_batch: int, precisions: tupl
             "cold_cpu_s": round(cold_cpu, 4), "cold_per_cpu_s": round(n / cold_cpu),
             "warm_s": round(warm, 4), "warm_per_s": round(n / warm), "warm_cpu_s": round(warm_cpu, 4),
             "warm_per_cpu_s": round(n / warm_cpu), "max_rel_diff_vs_predict": f"{worst:.1e}",
-            "best_tokens_per_s": round(result.best.tokens_per_s) if fitting else 0}
+            "best_tokens_per_s": round(result.best.tokens_per_s) if fitting else 0,
+            "candidates_sha256": hashes.pop()}
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=RESULTS.parent,
+                        help="folder for search_speed.csv and .md (default: benchmarks/results)")
+    out = parser.parse_args().out / RESULTS.name
     load_before = os.getloadavg()[0]
     rows = [run_case(*case) for case in CASES]
     stack_rows = [run_case(*case) for case in STACK_CASES]
@@ -93,7 +113,7 @@ def main() -> None:
              "candidates": sum(r["candidates"] for r in rows), "timed": sum(r["timed"] for r in rows),
              **{key: round(sum(r[key] for r in rows), 4) for key in ("cold_s", "cold_cpu_s", "warm_s", "warm_cpu_s")},
              "max_rel_diff_vs_predict": f"{max(float(r['max_rel_diff_vs_predict']) for r in rows):.1e}",
-             "best_tokens_per_s": ""}
+             "best_tokens_per_s": "", "candidates_sha256": ""}
     for rate, seconds in (("cold_per_s", "cold_s"), ("cold_per_cpu_s", "cold_cpu_s"), ("warm_per_s", "warm_s"),
                           ("warm_per_cpu_s", "warm_cpu_s")):
         total[rate] = round(total["candidates"] / total[seconds])
@@ -107,14 +127,14 @@ def main() -> None:
     writer = csv.DictWriter(table, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_text(RESULTS, f"# {header}\n{table.getvalue()}", overwrite=True)
+    write_text(out, f"# {header}\n{table.getvalue()}", overwrite=True)
     shown = ("model", "stack", "gpu", "gpus", "precisions", "candidates", "timed", "cold_per_cpu_s", "warm_per_cpu_s",
-             "max_rel_diff_vs_predict")
+             "max_rel_diff_vs_predict", "candidates_sha256")
     lines = [f"# Recipe search speed\n\n{header}. Cold: a fresh evaluator, median of {COLD_RUNS} runs; warm: the same "
              "evaluator searching again. Candidates per CPU second of this process.\n",
              "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(str(r[c]) for c in shown) + " |" for r in rows]
-    write_text(RESULTS.with_suffix(".md"), "\n".join(lines) + "\n", overwrite=True)
+    write_text(out.with_suffix(".md"), "\n".join(lines) + "\n", overwrite=True)
     columns = list(rows[0])
     print("  ".join(columns))
     for r in rows:

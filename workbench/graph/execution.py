@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.graph.ops import FlatShape, Op, Phase
+from workbench.graph.ops import FlatShape, Op, Phase, new_op
 
 TRITON_OPS: tuple[str, ...] = ("rmsnorm", "swiglu", "cross_entropy", "attention", "gemm", "embedding_bag")
 """Ops a recipe can route to the project's Triton kernels (``kernels: [{op: ..., choice: triton}]``)."""
@@ -151,8 +151,8 @@ def kernels(prefix: str, kind: str, table: tuple[Kernel, ...], elements: int, *,
             extra["gather"] = gather
         elif not vectorized:
             extra["unvectorized"] = True
-        ops.append(Op(f"{prefix}.{name}", kind, phase, FlatShape(n), dtype, flops=float(n), bytes_read=r * n,
-                      bytes_written=w * n, count=count, layer=layer, extra=extra))
+        ops.append(new_op(f"{prefix}.{name}", kind, phase, FlatShape(n), dtype, float(n), r * n, w * n, count,
+                          layer, extra))
     return ops
 
 

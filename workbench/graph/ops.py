@@ -118,6 +118,18 @@ class Op:
 _OP_FIELDS = frozenset(Op.__dataclass_fields__)
 
 
+def new_op(name: str, kind: str, phase: Phase, shape: Shape, dtype: str, flops: float, bytes_read: float,
+           bytes_written: float, count: int = 1, layer: str = "", extra: dict | None = None) -> Op:
+    """``Op(...)`` without the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field): the same
+    fields, so an equal, equally hashed op. The graph builders make tens of thousands of ops in a cold recipe
+    search, and ``__init__`` was half the time of making one."""
+    new = object.__new__(Op)
+    new.__dict__.update(name=name, kind=kind, phase=phase, shape=shape, dtype=dtype, flops=flops,
+                        bytes_read=bytes_read, bytes_written=bytes_written, count=count, layer=layer,
+                        extra={} if extra is None else extra)
+    return new
+
+
 def replace_op(op: Op, **changes) -> Op:
     """``dataclasses.replace(op, **changes)`` without calling ``__init__``: an ``Op`` derives nothing from its
     fields, so they are copied and ``changes`` set (``extra`` shared, as ``replace`` shares it). The recomputation
@@ -159,8 +171,8 @@ def gemm(name: str, m: int, n: int, k: int, dtype: str, *, phase: Phase = "fwd",
          count: int = 1, layer: str = "") -> Op:
     a = nbytes(dtype)
     out = nbytes(output_dtype(dtype))
-    return Op(name, "gemm", phase, GemmShape(m, n, k, groups), dtype, flops=2.0 * m * n * k * groups,
-              bytes_read=(m * k + k * n) * a * groups, bytes_written=m * n * out * groups, count=count, layer=layer)
+    return new_op(name, "gemm", phase, GemmShape(m, n, k, groups), dtype, 2.0 * m * n * k * groups,
+                  (m * k + k * n) * a * groups, m * n * out * groups, count, layer)
 
 
 def gemm_with_grads(name: str, m: int, n: int, k: int, dtype: str, *, groups: int = 1, count: int = 1,
@@ -189,7 +201,7 @@ def attention(name: str, shape: AttentionShape, dtype: str, *, phase: Phase, cou
         flops, read, written = (fwd[i] + bwd[i] for i in range(3))
     else:
         flops, read, written = fwd if phase == "fwd" else bwd
-    return Op(name, "attention", phase, kernel_pass(s, phase), dtype, flops, read, written, count=count, layer=layer)
+    return new_op(name, "attention", phase, kernel_pass(s, phase), dtype, flops, read, written, count, layer)
 
 
 def kernel_pass(shape: AttentionShape, phase: Phase) -> AttentionShape:
@@ -211,9 +223,8 @@ def memory_op(name: str, kind: str, shape: RowsShape | FlatShape, dtype: str, *,
     """A memory-bound op that reads ``reads`` and writes ``writes`` tensors of the shape's size in ``dtype``."""
     elements = shape.rows * shape.cols if isinstance(shape, RowsShape) else shape.elements
     a = nbytes(dtype)
-    return Op(name, kind, phase, shape, dtype, flops=float(_FLOPS_PER_ELEMENT.get(kind, 1) * elements),
-              bytes_read=reads * elements * a + extra_bytes, bytes_written=writes * elements * a,
-              count=count, layer=layer)
+    return new_op(name, kind, phase, shape, dtype, float(_FLOPS_PER_ELEMENT.get(kind, 1) * elements),
+                  reads * elements * a + extra_bytes, writes * elements * a, count, layer)
 
 
 # The predict-ops row format: per op, how many full-size tensors it reads and writes.

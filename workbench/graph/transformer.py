@@ -54,6 +54,7 @@ from workbench.graph.ops import (
     kernel_pass,
     memory_op,
     nbytes,
+    new_op,
 )
 from workbench.models import BlockKind, TransformerModel
 from workbench.precision import is_8bit_training
@@ -106,8 +107,7 @@ def attention_op(name: str, shape: AttentionShape, dtype: str, *, phase: str, v_
     lse = s.batch * s.heads_q * s.seq * 4  # fp32 log-sum-exp saved for backward
     flops, read, written = ((fwd_flops, q + kv, out + lse) if phase == "fwd" else
                             (2.5 * fwd_flops, q + kv + 2 * out + lse, q + kv))  # bwd reads o and do; writes dq, dk, dv
-    return Op(name, "attention", phase, kernel_pass(shape, phase), dtype, flops, read, written, count=count,
-              layer=layer)
+    return new_op(name, "attention", phase, kernel_pass(shape, phase), dtype, flops, read, written, count, layer)
 
 
 def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
@@ -347,8 +347,8 @@ def block_graph(model: TransformerModel, cfg: TrainingConfig, execution: Executi
     copies on the stage (``TransformerModel.stage_blocks``)."""
     ends, fwd, head, bwd, selective = block_pieces(model, replace(cfg, activation_checkpointing="selective"),
                                                    execution, kind)
-    full = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
-               op.bytes_written, op.count, op.layer, op.extra) for op in fwd]
+    full = [new_op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
+                   op.bytes_written, op.count, op.layer, op.extra) for op in fwd]
     return ends, fwd, head, bwd, {"none": [], "selective": selective, "full": full}
 
 
