@@ -63,6 +63,11 @@ def _with_peaks(gpu: GPU, factors: dict[str, float]) -> dict:
     return {"peak_dense_tflops": peaks, "measured": {k: ceiling(k, v) for k, v in gpu.measured.items()}}
 
 
+def with_peaks_scaled(gpu: GPU, factor: float) -> GPU:
+    """``gpu`` with every dense peak, and the measured matmul ceiling of each, times ``factor`` (``_with_peaks``)."""
+    return dataclasses.replace(gpu, **_with_peaks(gpu, dict.fromkeys(gpu.peak_dense_tflops, factor)))
+
+
 def scaled(gpu: GPU, field: str, factor: float) -> GPU:
     """``gpu`` with one figure ``field`` (a ``resource_fields`` name, or ``compute_units_alone``) times ``factor``;
     integer figures round up to at least one more."""
