@@ -130,10 +130,15 @@ def stand_in(size: int) -> int:
 
 # ------------------------------------------------------------------------------------------------------ timing
 class Timer:
-    """do_bench medians on a GPU; in the dry run one wall-clock call (the code path, not a measurement)."""
+    """do_bench medians on a GPU; in the dry run one wall-clock call (the code path, not a measurement).
+    ``warmup_ms``, ``rep_ms``, ``rounds``: do_bench's per round (default WARMUP_MS, REP_MS, ROUNDS)."""
 
-    def __init__(self, gpu: bool):
+    def __init__(self, gpu: bool, *, warmup_ms: float | None = None, rep_ms: float | None = None,
+                 rounds: int | None = None):
         self.gpu = gpu
+        self.warmup_ms = WARMUP_MS if warmup_ms is None else warmup_ms
+        self.rep_ms = REP_MS if rep_ms is None else rep_ms
+        self.rounds_n = ROUNDS if rounds is None else rounds
 
     def rounds(self, fns: dict) -> dict:
         """{name: ms} for each function: ROUNDS alternating do_bench rounds, the median of their medians."""
@@ -147,9 +152,9 @@ class Timer:
         from triton.testing import do_bench
 
         samples = {name: [] for name in fns}
-        for round_ in range(ROUNDS):
+        for round_ in range(self.rounds_n):
             for name, fn in fns.items():
-                samples[name].append(float(do_bench(fn, warmup=WARMUP_MS if round_ == 0 else 2, rep=REP_MS,
+                samples[name].append(float(do_bench(fn, warmup=self.warmup_ms if round_ == 0 else 2, rep=self.rep_ms,
                                                     return_mode="median")))
         return {name: statistics.median(values) for name, values in samples.items()}
 
@@ -464,14 +469,17 @@ def _compile_job(job: tuple) -> str:
     return f"{kind} {shape['id']} {dtype}: {status} ({time.perf_counter() - started:.1f} s)"
 
 
-def precompile(jobs: list[tuple], workers: int, limit_s: float) -> None:
+def precompile(jobs: list[tuple], workers: int, limit_s: float, job_fn=None) -> None:
+    """Run ``job_fn`` (default ``_compile_job``: a module-level function returning a status line with "ok (" on
+    success) over ``jobs`` in ``workers`` spawned processes, for at most ``limit_s``."""
     if not jobs or workers < 1 or limit_s <= 0:
         return
+    job_fn = job_fn or _compile_job
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
-        futures = [pool.submit(_compile_job, job) for job in jobs]
+        futures = [pool.submit(job_fn, job) for job in jobs]
         done, pending = concurrent.futures.wait(futures, timeout=limit_s)
         failures = 0
         for future in done:

@@ -10,12 +10,19 @@ which keeps the exact launches it makes (kernel, grid, arguments); the "bare" si
 back to back on tiny shapes (the GPU finishes each launch faster than the host issues the next, so the loop is
 host-bound) and the host wall time per call is reported without the final ``torch.cuda.synchronize`` and with
 it; median of ROUNDS alternating rounds. The vendor calls (torch.matmul, torch._scaled_mm, SDPA) are timed the
-same way for scale.
+same way for scale. Wrappers whose plans keep their kernels (``_launch.KernelLaunch``: after the first launch
+they call the compiled kernel's launcher directly) are recorded at that launch object; the bare side stays
+``kernel[grid](...)``, Triton's own launch path, with the same arguments. The forward +
+backward case is also timed against its recorded launches replayed inside a no-op autograd.Function (forward
+launch in its forward, backward launches in its backward, on autograd's thread): what any autograd op that
+launches these kernels pays, so the difference is the wrapper's own share.
 
 With ``--cpu`` (no GPU needed) the kernel objects are replaced by no-op stubs and the wrapper runs on CPU tensors
 in a simulated H200 environment (``_fake_h200``: the device checks accept the CPU, the device name is the H200's,
 Gluon counts as runnable), so what is timed is the Python of the wrapper above the launch: argument checks,
-config resolution (``workbench.select``), padding decisions, descriptors, allocation. ``--tree PATH`` imports
+config resolution (``workbench.select``), padding decisions, descriptors, allocation, and a direct launch's own
+checks (a stub launch returns a stand-in compiled kernel whose launcher does nothing). The CPU mode times this
+thread's CPU time and keeps the least of the rounds (the machine is shared: wall-clock medians there move by 2x). ``--tree PATH`` imports
 ``workbench`` from another checkout (e.g. a copy of the tree before a change), for before/after numbers.
 
 Writes DIR/host_overhead.csv (one row per case, appended as it goes), DIR/host_overhead.md and
@@ -56,7 +63,8 @@ class _Launches:
 
     def __init__(self, real, log: list, stub: bool):
         self.real, self.log, self.stub = real, log, stub
-        self.arg_names = getattr(real, "arg_names", None)
+        self.arg_names = getattr(real, "arg_names", None)  # what a direct launch reads of its kernel
+        self.params = getattr(real, "params", None)
         self.recording = False
 
     def __getitem__(self, grid):
@@ -67,7 +75,7 @@ class _Launches:
             self.log.append((self, grid, args, kwargs))
         if not self.stub:
             return self.real[grid](*args, **kwargs)
-        return None
+        return _STUB_COMPILED
 
     def bare(self, grid, args, kwargs):
         """The bare launch: the real kernel on a GPU, an empty call with --cpu."""
@@ -78,6 +86,18 @@ class _Launches:
 
 def _noop(*args, **kwargs):
     return None
+
+
+class _StubCompiled:
+    """What a stubbed launch returns in place of Triton's CompiledKernel: a launcher that does nothing, so a
+    wrapper that launches directly through the compiled kernel (``_launch.KernelLaunch``) takes that path."""
+
+    run = staticmethod(_noop)
+    function = None
+    packed_metadata = None
+
+
+_STUB_COMPILED = _StubCompiled()
 
 
 def install_recorders(modules: dict, stub: bool) -> tuple[list, list]:
@@ -96,15 +116,36 @@ def install_recorders(modules: dict, stub: bool) -> tuple[list, list]:
     return log, recorders
 
 
-def record(fn, log: list, recorders: list) -> list:
-    """The launches one call of ``fn`` makes, in order."""
+def record(fn, log: list, recorders: list, launch_class=None) -> list:
+    """The launches one call of ``fn`` makes, in order. ``launch_class`` (``_launch.KernelLaunch``): plans that hold
+    their kernels and, after a first launch, call the compiled kernel directly never reach a recorder, so while
+    recording its calls are logged as the launch ``kernel[grid](*tensors, *scalars, **kwargs)`` they stand for."""
     log.clear()
+    by_kernel = {id(k): r for r in recorders for k in (r, r.real)}
+    original = getattr(launch_class, "__call__", None)
+
+    def logged(launch, aligned, *tensors):
+        recorder = by_kernel.get(id(launch.kernel))
+        if recorder is not None:
+            log.append((recorder, launch.grid, (*tensors, *launch.scalars), launch.kwargs))
+        for r in recorders:  # the JIT path below may reach a recorder: logged once, here
+            r.recording = False
+        try:
+            return original(launch, aligned, *tensors)
+        finally:
+            for r in recorders:
+                r.recording = True
+
     for r in recorders:
         r.recording = True
         setattr(r.module, r.name, r)
+    if original is not None:
+        launch_class.__call__ = logged
     try:
         fn()
     finally:
+        if original is not None:
+            launch_class.__call__ = original
         for r in recorders:
             r.recording = False
             if not r.stub:
@@ -140,6 +181,9 @@ def _fake_h200(modules: dict) -> None:
                             ("_sm_count", sm_count), ("_capability", capability)):  # the names before the layering
             if name in vars(module):
                 setattr(module, name, value)
+    launch = modules.get("_launch")
+    if launch is not None:  # a direct launch asks for the current device and stream (Triton's driver: a GPU)
+        launch.device_getters = lambda: ((lambda: 0), (lambda device: 0))
     gluon = modules.get("gemm_gluon")
     if gluon is not None:
         def supported(device=None):  # gemm_gluon.supported's steps, with the CPU as the Hopper GPU
@@ -267,6 +311,32 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
     def floor_bwd_only():
         return torch.autograd.grad(o_floor_graph, (qg, kg, vg), do, retain_graph=True)
 
+    def replayed_through_autograd(launches: list):
+        """fwd_bwd's recorded launches inside a no-op autograd.Function saving what the wrapper saves (q, k, v, o,
+        lse): the forward kernel's launch in its forward, the others in its backward."""
+        forward = [x for x in launches if x[0].name == "_attn_fwd_kernel"]
+        backward = [x for x in launches if x[0].name != "_attn_fwd_kernel"]
+        replay_forward, replay_backward = replayer(forward), replayer(backward)
+        o_, lse_ = forward[0][2][3:5]  # _attn_fwd_kernel(Q, K, V, O, LSE, ...)
+
+        class _Replayed(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q_, k_, v_):
+                replay_forward()
+                ctx.save_for_backward(q_, k_, v_, o_, lse_)
+                return torch.empty_like(q_)
+
+            @staticmethod
+            def backward(ctx, do_):
+                q_, k_, v_, _, _ = ctx.saved_tensors
+                replay_backward()
+                return torch.empty_like(q_), torch.empty_like(k_), torch.empty_like(v_)
+
+        def call():
+            o = _Replayed.apply(qg, kg, vg)
+            return torch.autograd.grad(o, (qg, kg, vg), do)
+        return call
+
     # where the forward + backward overhead sits: the autograd.Function's forward alone (saves for backward, no
     # backward run), and the backward wrapper on this thread without autograd (its two launches: dQ with delta fused, dK/dV)
     out += [
@@ -289,9 +359,12 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
              config="None", call=fwd_bwd, vendor=sdpa_fwd_bwd),
         dict(case="autograd floor: a no-op Function + torch.autograd.grad, same tensors", kernel="floor",
              shape=att_shape, config="", call=floor, vendor=None, bare=lambda: None),
+        dict(case="bare launches through autograd: fwd_bwd's launches replayed in a no-op Function",
+             kernel="floor+launches", shape=att_shape, config="None", call=fwd_bwd, vendor=None,
+             make_call=replayed_through_autograd),
     ]
     # the config=None calls and attention first: what a budget cut would cost least to lose comes last
-    first = ("config=None", "flash_attention", "autograd floor")
+    first = ("config=None", "flash_attention", "autograd floor", "bare launches through autograd")
     return sorted(out, key=lambda case: next((i for i, word in enumerate(first) if word in case["case"]), len(first)))
 
 
@@ -300,27 +373,31 @@ def _label(config: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- timing
-def _loop(fn, calls: int, sync) -> tuple[float, float]:
+def _loop(fn, calls: int, sync, clock=time.perf_counter_ns) -> tuple[float, float]:
     """(host us per call without the final sync, with it) for ``calls`` back-to-back calls."""
     sync()
-    start = time.perf_counter_ns()
+    start = clock()
     for _ in range(calls):
         fn()
-    issued = time.perf_counter_ns()
+    issued = clock()
     sync()
-    done = time.perf_counter_ns()
+    done = clock()
     return (issued - start) / calls / 1e3, (done - start) / calls / 1e3
 
 
-def time_pair(wrapper, bare, calls: int, rounds: int, sync) -> dict:
-    """Alternating rounds of the wrapper and the bare launches; medians of the per-call host times."""
+def time_pair(wrapper, bare, calls: int, rounds: int, sync, cpu: bool = False) -> dict:
+    """Alternating rounds of the wrapper and the bare launches; medians of the per-call host times (wall clock).
+    ``cpu`` (--cpu, stubbed launches on a shared machine): the least of the rounds' CPU times of this thread
+    (``time.thread_time_ns``; autograd runs CPU backwards on the calling thread), which time spent descheduled by
+    other processes does not inflate."""
     samples = {"wrapper": [], "bare": [], "wrapper_sync": [], "bare_sync": []}
+    clock, pick = (time.thread_time_ns, min) if cpu else (time.perf_counter_ns, statistics.median)
     for _ in range(rounds):
         for name, fn in (("wrapper", wrapper), ("bare", bare)):
-            host, synced = _loop(fn, calls, sync)
+            host, synced = _loop(fn, calls, sync, clock)
             samples[name].append(host)
             samples[f"{name}_sync"].append(synced)
-    return {key: statistics.median(values) for key, values in samples.items()}
+    return {key: pick(values) for key, values in samples.items()}
 
 
 def replayer(launches: list):
@@ -339,11 +416,12 @@ def load_modules(tree: Path | None, cpu: bool) -> dict:
     import importlib
 
     modules = {"_common": importlib.import_module("workbench.kernels._common")}
-    for name in ("gemm", "gemm_tma", "gemm_gluon", "attention", "dispatch", "checks", "_tiling"):
+    for name in ("gemm", "gemm_tma", "gemm_gluon", "attention", "dispatch", "checks", "_tiling", "_launch"):
         try:
             modules[name] = importlib.import_module(f"workbench.kernels.{name}")
         except ImportError:
-            pass  # dispatch.py exists only after issue 20's first slice, checks.py and _tiling.py after its layering
+            pass  # dispatch.py exists only after issue 20's first slice, checks.py and _tiling.py after its
+            # layering, _launch.py after the attention and TMA wrappers' direct launches
     return modules
 
 
@@ -375,7 +453,8 @@ def write_markdown(rows: list[dict], env: dict, path: Path) -> None:
              "with the same arguments, and their difference (target: <= %.0f us). `*_sync` include the final "
              "`torch.cuda.synchronize` of the loop divided over its calls. Dispatch rows compare the shim with the "
              "call it routes to; the autograd floor is what any autograd.Function with these tensors costs "
-             "(the forward + backward row's overhead above it and its three launches is the wrapper's own)."
+             "(the forward + backward row's overhead above it and its three launches is the wrapper's own; the "
+             "'bare launches through autograd' row replays those launches inside a no-op Function)."
              % TARGET_US, "",
              "| case | kernel | launches | wrapper us | bare us | overhead us | wrapper+sync us | bare+sync us | error |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -393,6 +472,12 @@ def write_markdown(rows: list[dict], env: dict, path: Path) -> None:
             own = float(row["wrapper_us"]) - float(floor["wrapper_us"]) - float(row["bare_us"])
             lines += ["", f"{what} through autograd, the wrapper's own share: {own:.2f} us per call "
                       "(the row's wrapper time minus its autograd floor minus its bare launches)."]
+    row, replayed = timed("flash_attention forward + backward"), timed("bare launches through autograd")
+    if row is not None and replayed is not None:
+        own = float(row["wrapper_us"]) - float(replayed["wrapper_us"])
+        lines += ["", f"Forward + backward through autograd above the same launches replayed through autograd: "
+                  f"{own:.2f} us per call (target: <= {TARGET_US:.0f} us; the replay's own cost above the floor and "
+                  "the bare launches is what autograd's thread adds to any Triton launch)."]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -444,10 +529,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 case["call"]()  # compiles, fills the wrapper's caches
                 sync()
-                launches = record(case["call"], log, recorders)
+                launches = record(case["call"], log, recorders, getattr(modules.get("_launch"), "KernelLaunch", None))
                 row["launches"] = len(launches)
                 bare = case.get("bare") or replayer(launches)
-                times = time_pair(case["call"], bare, calls, args.rounds, sync)
+                call = case["make_call"](launches) if "make_call" in case else case["call"]
+                call()
+                sync()
+                times = time_pair(call, bare, calls, args.rounds, sync, cpu=args.cpu)
                 row.update(wrapper_us=f"{times['wrapper']:.2f}", bare_us=f"{times['bare']:.2f}",
                            overhead_us=f"{times['wrapper'] - times['bare']:.2f}",
                            wrapper_sync_us=f"{times['wrapper_sync']:.2f}", bare_sync_us=f"{times['bare_sync']:.2f}")

@@ -94,7 +94,7 @@ def test_tma_loads_match_float64_reference(dtype, causal, b, hq, hkv, s, d, tile
     o, lse = flash_attention_fwd(q, k, v, causal, config=config)
     dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, causal, config=config)
     plan = attention._plan(q, k, v, causal, None, None, config)
-    assert plan.bwd_tma and plan.bwd_constexprs[0]["TMA"] and attention._plan(q, k, v, causal, None, config, None).fwd_tma
+    assert plan.bwd_tma and plan.dq.kwargs["TMA"] and attention._plan(q, k, v, causal, None, config, None).fwd_tma
     o64, lse64, (dq64, dk64, dv64) = _reference_grads(q, k, v, do, causal)
     errors = {name: _error(ours, ref) for name, ours, ref in
               (("o", o, o64), ("lse", lse, lse64), ("dq", dq, dq64), ("dk", dk, dk64), ("dv", dv, dv64))}
@@ -122,7 +122,7 @@ def test_kernel_variants_match_float64_reference(dtype, causal, b, hq, hkv, s, d
     o, lse = flash_attention_fwd(q, k, v, causal, config=fwd_config)
     dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, causal, config=bwd_config)
     plan = attention._plan(q, k, v, causal, None, fwd_config, bwd_config)
-    assert plan.bwd_constexprs[0]["BLOCK_M"] == variant["DQ_BLOCK_M"]  # the dQ pass's tiles
+    assert plan.dq.kwargs["BLOCK_M"] == variant["DQ_BLOCK_M"]  # the dQ pass's tiles
     assert dq.dtype == dtype and (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
     o64, lse64, (dq64, dk64, dv64) = _reference_grads(q, k, v, do, causal)
     errors = {name: _error(ours, ref) for name, ours, ref in
@@ -161,7 +161,7 @@ def test_a_failed_tma_build_falls_back_to_pointer_loads(monkeypatch):
         o = flash_attention(q, k, v, config={**_config("16x16"), "TMA": True})
     assert _error(o, reference_attention(q, k, v)) < 1e-5
     plan = attention._plan(q, k, v, False, None, {**_config("16x16"), "TMA": True}, None)
-    assert not plan.fwd_tma and not plan.fwd_constexprs["TMA"] and not plan.bwd_tma
+    assert not plan.fwd_tma and not plan.fwd.kwargs["TMA"] and not plan.bwd_tma
     clear_plan_caches()
 
 
@@ -353,3 +353,36 @@ def test_bench_cases(suite, count):
             assert len(inputs) == 3
     assert {c.row["pass"] for c in cases} == {"fwd", "fwd_bwd"}
 
+
+
+def test_repeated_calls_resolve_configs_and_check_inputs_once_per_shape(monkeypatch):
+    """The plan cache (issue 20's host-overhead target): a repeated call of one shape resolves its configs and
+    checks its inputs once; another shape gets its own; results are the same from the cached plan."""
+    calls = {"resolve": 0, "check": 0}
+    real_resolve, real_check = attention._resolve_config, attention.check_attention_inputs
+
+    def resolve(*args, **kwargs):
+        calls["resolve"] += 1
+        return real_resolve(*args, **kwargs)
+
+    def check_inputs(*args, **kwargs):
+        calls["check"] += 1
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "_resolve_config", resolve)
+    monkeypatch.setattr(attention, "check_attention_inputs", check_inputs)
+    clear_plan_caches()
+    q, k, v, do = _inputs(1, 2, 1, 20, 16, torch.float32)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    outputs = [flash_attention(qg, kg, vg, causal=True) for _ in range(3)]
+    grads = [torch.autograd.grad(o, (qg, kg, vg), do) for o in outputs]
+    assert calls == {"resolve": 2, "check": 1}  # the forward and the backward config, one check
+    assert all(torch.equal(o, outputs[0]) for o in outputs)
+    assert all(torch.equal(g, h) for other in grads for g, h in zip(other, grads[0]))
+    flash_attention(q[:, :, :12], k[:, :, :12], v[:, :, :12], causal=True)  # another shape: its own plan
+    assert calls == {"resolve": 4, "check": 2}
+    o, lse = flash_attention_fwd(q, k, v, causal=True)
+    for _ in range(2):
+        flash_attention_bwd(do, q, k, v, o, lse, causal=True)
+    assert calls == {"resolve": 4, "check": 2}  # the direct fwd and bwd of the first shape reuse its plan
+    clear_plan_caches()

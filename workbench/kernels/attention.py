@@ -34,6 +34,10 @@ the strides and base addresses are 16-byte aligned; elsewhere, and with ``config
 A TMA build that fails to compile switches that plan to pointer loads with a RuntimeWarning. Configs for
 config=None: the pinned per-bucket table of ``spaces.attention_pinned_config`` (head_dim, causal, sequence
 bucket; measured by ``benchmarks/kernels/attention_sweep.py``), then the selector (forward), then the default.
+On sm_90 the config=None forward of long sequences (d=128 from 2,048, d=64 from 16,384, contiguous 16-bit inputs)
+runs the Gluon kernel of ``attention_gluon`` instead (FA3's structure: a TMA producer warp, two ping-ponged
+consumer warpgroups, async wgmma; 0.93-1.13 of cuDNN there against this kernel's 0.72-0.91,
+``benchmarks/results/h200/kernels/gluon_attention/``); its O and lse feed this module's backward unchanged.
 
 Precision: tiles stay in the input dtype into tl.dot (fp32 accumulation); P and dS are rounded to it before
 their GEMMs, as in FlashAttention-2. fp32 inputs use IEEE fp32 dots (no TF32): a parity path, slow on the GPU.
@@ -51,9 +55,9 @@ import triton.language as tl
 
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
-from workbench.kernels import crosscompile
-from workbench.kernels._common import (backend, capability, check, device_name, frozen, interpreting, needs_grad,
-                                       plan_cache, tensor_key)
+from workbench.kernels import attention_gluon, crosscompile
+from workbench.kernels._common import backend, capability, check, device_name, frozen, interpreting, plan_cache
+from workbench.kernels._launch import KernelLaunch
 from workbench.kernels._tiling import TMA_ALIGN_BYTES, is_power_of_two, use_torch_allocator
 from workbench.kernels.checks import check_attention_grads, check_attention_inputs
 from workbench.kernels.reference import reference_attention, reference_attention_grads  # noqa: F401 - re-exported
@@ -397,7 +401,7 @@ def _use_tma(config: dict, q: torch.Tensor, strides: tuple) -> bool:
     """Whether the K/V (forward, dQ pass) and Q/dO (dK/dV pass) loops load through device-built TMA descriptors:
     the config's ``TMA`` flag (default: on for 16-bit inputs on sm_90+, off under the interpreter and on AMD), and
     only where TMA can address every head: 16-byte aligned batch, head and row strides (CUDA driver API,
-    cuTensorMapEncodeTiled). Base addresses are checked per call (``_aligned``)."""
+    cuTensorMapEncodeTiled). Base addresses are checked per call (``_forward``, ``_backward``)."""
     kind = backend()
     wanted = config.get("TMA")
     if wanted is None:
@@ -408,21 +412,17 @@ def _use_tma(config: dict, q: torch.Tensor, strides: tuple) -> bool:
         stride * q.element_size() % TMA_ALIGN_BYTES == 0 for stride in strides)
 
 
-def _aligned(*tensors: torch.Tensor) -> bool:
-    """Whether every tensor starts on a TMA-aligned (16-byte) address."""
-    return all(t.data_ptr() % TMA_ALIGN_BYTES == 0 for t in tensors)
-
-
 class _AttentionPlan:
     """Everything the launches of one (shape, strides, dtype, device, causal, scale, configs) need besides the
-    tensors, worked out and checked once (``_plan``): which inputs need a copy with unit last stride, the
-    strides the kernels then see, grids, scalar arguments and constexprs of the forward and backward passes, and
-    whether each pass loads through TMA descriptors (``fwd_tma``, ``bwd_tma``: the constexprs say TMA=True then;
-    a call whose tensors are not TMA-aligned launches with TMA=False)."""
+    tensors, worked out and checked once (``_plan``): which inputs need a copy with unit last stride, the shape
+    of lse, and the forward, dQ and dK/dV launches (``KernelLaunch``: grid, scalar arguments, constexprs; after
+    their first launch they call the compiled kernels directly). ``fwd_tma`` / ``bwd_tma``: whether each pass
+    loads through TMA descriptors (its constexprs say TMA=True then; a call whose tensors are not TMA-aligned
+    launches with TMA=False). The backward launches are built for a contiguous dO (``do_strides``, the layout
+    autograd hands over); another layout launches through the JIT with its own strides."""
 
-    __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "fwd_grid",
-                 "fwd_args", "fwd_constexprs", "bwd_grids", "bwd_args", "bwd_constexprs", "causal", "scale",
-                 "bwd_config", "fwd_tma", "bwd_tma")
+    __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "causal", "scale", "bwd_config",
+                 "fwd_tma", "bwd_tma", "fwd", "dq", "dkdv", "do_strides", "fwd_parts", "bwd_parts", "gluon")
 
 
 _PLANS = plan_cache()
@@ -433,13 +433,15 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     try:
         key = None
         if causal is True or causal is False:  # 1 == True as a key, but only a bool passes the checks
-            key = (tensor_key(q), tensor_key(k), tensor_key(v), causal, scale, frozen(config), frozen(bwd_config))
+            key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
+                   v.stride(), v.dtype, v.device, causal, scale, frozen(config), frozen(bwd_config))
             plan = _PLANS.get(key)
             if plan is not None:
                 return plan
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks below say which
         key = None
     scale = check_attention_inputs(q, k, v, causal, scale)
+    gluon = _gluon_forward_config(q, k, v, causal) if config is None else None
     config = _resolve_config(config, "fwd", q.shape[-1], q, k, causal)
     bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1], q, k, causal)
     b, hq, s, d = q.shape
@@ -448,35 +450,60 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     plan.copy_q, plan.copy_k, plan.copy_v = (t.stride(-1) != 1 for t in (q, k, v))
     q_strides, k_strides, v_strides = (_contiguous_strides(t.shape) if copy else t.stride()[:3]
                                        for t, copy in ((q, plan.copy_q), (k, plan.copy_k), (v, plan.copy_v)))
-    o_strides = _contiguous_strides(q.shape)
+    o_strides = _contiguous_strides(q.shape)  # o, dq, and the dO the backward launches are built for
     kv_strides = _contiguous_strides(k.shape)  # dk, dv
     plan.lse_shape = (b, hq, s)
     plan.device_index = q.device.index if q.is_cuda else None
-    plan.causal, plan.scale, plan.bwd_config = causal, scale, bwd_config
+    plan.causal, plan.scale, plan.bwd_config, plan.gluon = causal, scale, bwd_config, gluon
     group, qk_scale, upcast = hq // hkv, scale * _LOG2E, _upcast(q)
     options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
     plan.fwd_tma = _use_tma(config, q, (*q_strides, *k_strides, *v_strides))
-    plan.fwd_grid = (triton.cdiv(s, config["BLOCK_M"]), b * hq)
-    plan.fwd_args = (*q_strides, *k_strides, *v_strides, *o_strides, s, hq, group, qk_scale)
-    plan.fwd_constexprs = dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, BLOCK_M=config["BLOCK_M"],
-                               BLOCK_N=config["BLOCK_N"], TMA=plan.fwd_tma, **options)
+    plan.fwd_parts = ((triton.cdiv(s, config["BLOCK_M"]), b * hq),
+                      (*q_strides, *k_strides, *v_strides, *o_strides, s, hq, group, qk_scale),
+                      dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, BLOCK_M=config["BLOCK_M"],
+                           BLOCK_N=config["BLOCK_N"], TMA=plan.fwd_tma, **options))
+    plan.fwd = _fwd_launch(plan, plan.fwd_tma)
     block_q, block_k = bwd_config["BLOCK_M"], bwd_config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
     dq_block_m, dq_block_n = bwd_config.get("DQ_BLOCK_M", block_k), bwd_config.get("DQ_BLOCK_N", block_q)
     bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
     plan.bwd_tma = _use_tma(bwd_config, q, (*q_strides, *k_strides, *v_strides))  # dO: checked per call
-    plan.bwd_grids = ((triton.cdiv(s, dq_block_m), b * hq), (triton.cdiv(s, block_k), b * hkv))  # dQ, dK/dV
-    # dO's strides are the call's: every gradient launch reads them (in _backward); O and dQ are contiguous
-    plan.bwd_args = (((*q_strides, *k_strides, *v_strides, *o_strides), (*o_strides, s, hq, group, scale,
-                                                                         qk_scale)),
-                     ((*q_strides, *k_strides, *v_strides), (*kv_strides, *kv_strides, s, hkv, group, scale,
-                                                             qk_scale)))
-    plan.bwd_constexprs = (dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=dq_block_m, BLOCK_N=dq_block_n, UPCAST=upcast,
-                                TMA=plan.bwd_tma, **bwd_options),
-                           dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
-                                TMA=plan.bwd_tma, **bwd_options))
+    # (grid, scalars before dO's strides, scalars after them, constexprs) of the dQ and the dK/dV pass
+    plan.bwd_parts = (((triton.cdiv(s, dq_block_m), b * hq), (*q_strides, *k_strides, *v_strides, *o_strides),
+                       (*o_strides, s, hq, group, scale, qk_scale),
+                       dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=dq_block_m, BLOCK_N=dq_block_n, UPCAST=upcast,
+                            TMA=plan.bwd_tma, **bwd_options)),
+                      ((triton.cdiv(s, block_k), b * hkv), (*q_strides, *k_strides, *v_strides),
+                       (*kv_strides, *kv_strides, s, hkv, group, scale, qk_scale),
+                       dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
+                            TMA=plan.bwd_tma, **bwd_options)))
+    plan.do_strides = o_strides
+    plan.dq, plan.dkdv = _bwd_launches(plan, o_strides, plan.bwd_tma)
     if key is not None:
         _PLANS.put(key, plan)
     return plan
+
+
+def _gluon_forward_config(q, k, v, causal: bool) -> dict | None:
+    """config=None's forward on sm_90 for long sequences: the Gluon kernel's pinned config
+    (``attention_gluon.pinned_forward_config``), for contiguous 16-bit inputs (its TMA views are 2-D); else None
+    (this module's Triton kernel)."""
+    if (backend() != "cuda" or q.dtype not in (torch.bfloat16, torch.float16) or not attention_gluon.HAS_GLUON
+            or capability(q.device.index or 0) != (9, 0) or not all(t.is_contiguous() for t in (q, k, v))):
+        return None
+    return attention_gluon.pinned_forward_config(q.shape[-1], causal, q.shape[2])
+
+
+def _fwd_launch(plan: _AttentionPlan, tma: bool) -> KernelLaunch:
+    """The forward pass's launch, with or without TMA loads."""
+    grid, scalars, constexprs = plan.fwd_parts
+    return KernelLaunch(_attn_fwd_kernel, grid, scalars, {**constexprs, "TMA": tma})
+
+
+def _bwd_launches(plan: _AttentionPlan, do_strides: tuple, tma: bool) -> tuple[KernelLaunch, KernelLaunch]:
+    """The dQ and dK/dV launches for a dO with these strides, with or without TMA loads."""
+    return tuple(KernelLaunch(kernel, grid, (*before, *do_strides, *after), {**constexprs, "TMA": tma})
+                 for kernel, (grid, before, after, constexprs) in zip((_attn_bwd_dq_kernel, _attn_bwd_dkdv_kernel),
+                                                                      plan.bwd_parts))
 
 
 def _contiguous_strides(shape) -> tuple[int, int, int]:
@@ -506,23 +533,22 @@ def _forward(plan: _AttentionPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]
     if _on_other_device(plan):
         with torch.cuda.device(plan.device_index):
             return _forward(plan, q, k, v)
+    if plan.gluon is not None:
+        return attention_gluon.gluon_attention_forward(q, k, v, plan.causal, plan.scale, plan.gluon)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)  # o: [B, Hq, S, D]
-    lse = torch.empty(plan.lse_shape, device=q.device, dtype=torch.float32)  # lse: [B, Hq, S]
-
-    def launch(constexprs):
-        _attn_fwd_kernel[plan.fwd_grid](q, k, v, o, lse, *plan.fwd_args, **constexprs)
-
+    lse = q.new_empty(plan.lse_shape, dtype=torch.float32)  # lse: [B, Hq, S] (new_empty: ~1 us under torch.empty)
+    aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % TMA_ALIGN_BYTES  # o, lse: torch's, aligned
     if not plan.fwd_tma:
-        launch(plan.fwd_constexprs)
-    elif not _aligned(q, k, v):
-        launch({**plan.fwd_constexprs, "TMA": False})
+        plan.fwd(aligned, q, k, v, o, lse)
+    elif not aligned:
+        _fwd_launch(plan, False)(False, q, k, v, o, lse)
     else:
         use_torch_allocator()  # device-built descriptors take 128 bytes of global scratch each (thread-local)
         try:
-            launch(plan.fwd_constexprs)
+            plan.fwd(True, q, k, v, o, lse)
         except _TMA_BUILD_ERRORS as exc:
             _without_tma(plan, exc)
-            launch(plan.fwd_constexprs)
+            plan.fwd(True, q, k, v, o, lse)
     return o, lse
 
 
@@ -533,32 +559,30 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
             return _backward(plan, do, q, k, v, o, lse)
     if do.stride(-1) != 1:
         do = do.contiguous()
-    do_strides = do.stride()[:3]
     delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
     # dq, dk, dv: contiguous like q, k, v (empty_like parses fewer arguments than torch.empty: ~0.5 us each)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    (dq_strides, dq_args), (dkdv_strides, dkdv_args) = plan.bwd_args
-    grid_dq, grid_dkdv = plan.bwd_grids
-
-    def launch(constexprs):
-        dq_c, dkdv_c = constexprs  # dQ first: it writes delta, which the dK/dV pass reads (same stream: ordered)
-        _attn_bwd_dq_kernel[grid_dq](q, k, v, o, do, lse, delta, dq, *dq_strides, *do_strides, *dq_args, **dq_c)
-        _attn_bwd_dkdv_kernel[grid_dkdv](q, k, v, do, lse, delta, dk, dv, *dkdv_strides, *do_strides, *dkdv_args,
-                                         **dkdv_c)
-
-    if not plan.bwd_tma:
-        launch(plan.bwd_constexprs)
-    elif not (_aligned(q, k, v, do) and all(x * do.element_size() % TMA_ALIGN_BYTES == 0 for x in do_strides)):
-        launch(tuple(_pointer_loads(c) for c in plan.bwd_constexprs))
-    else:
+    tma_aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr() | do.data_ptr()) % TMA_ALIGN_BYTES
+    aligned = tma_aligned and not (o.data_ptr() | lse.data_ptr()) % TMA_ALIGN_BYTES  # the rest: torch's
+    do_strides = do.stride()[:3]
+    if do_strides == plan.do_strides and (tma_aligned or not plan.bwd_tma):
+        dq_pass, dkdv_pass = plan.dq, plan.dkdv
+    else:  # another dO layout, or bases TMA cannot take: launches of their own (through the JIT)
+        tma = plan.bwd_tma and tma_aligned and all(x * do.element_size() % TMA_ALIGN_BYTES == 0 for x in do_strides)
+        dq_pass, dkdv_pass = _bwd_launches(plan, do_strides, tma)
+        aligned = False
+    if dq_pass.kwargs["TMA"]:
         use_torch_allocator()
-        try:
-            launch(plan.bwd_constexprs)
-        except _TMA_BUILD_ERRORS as exc:
-            _without_tma(plan, exc)
-            launch(plan.bwd_constexprs)
+    try:  # dQ first: it writes delta, which the dK/dV pass reads (same stream: ordered)
+        dq_pass(aligned, q, k, v, o, do, lse, delta, dq)
+        dkdv_pass(aligned, q, k, v, do, lse, delta, dk, dv)
+    except _TMA_BUILD_ERRORS as exc:
+        if not dq_pass.kwargs["TMA"]:
+            raise
+        _without_tma(plan, exc)
+        return _backward(plan, do, q, k, v, o, lse)
     return dq, dk, dv
 
 
@@ -574,13 +598,8 @@ def _without_tma(plan: _AttentionPlan, exc: BaseException) -> None:
     warnings.warn(f"flash attention: the TMA build failed ({type(exc).__name__}: {str(exc).strip()[:200]}); "
                   "this shape runs with pointer loads", RuntimeWarning, stacklevel=3)
     plan.fwd_tma = plan.bwd_tma = False
-    plan.fwd_constexprs = {**plan.fwd_constexprs, "TMA": False}
-    plan.bwd_constexprs = tuple(_pointer_loads(c) for c in plan.bwd_constexprs)
-
-
-def _pointer_loads(constexprs: dict) -> dict:
-    """A pass's constexprs without TMA: pointer loads."""
-    return {**constexprs, "TMA": False}
+    plan.fwd = _fwd_launch(plan, False)
+    plan.dq, plan.dkdv = _bwd_launches(plan, plan.do_strides, False)
 
 
 def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -608,7 +627,8 @@ _BWD_CHECKED = plan_cache()
 def _copy_o(q, do, o, lse) -> bool:
     """Check flash_attention_bwd's extra arguments (once per distinct layout); whether o needs a copy."""
     try:
-        key = (tensor_key(q), tensor_key(do), tensor_key(o), tensor_key(lse))
+        key = (q.shape, q.stride(), q.dtype, q.device, do.shape, do.stride(), do.dtype, do.device, o.shape,
+               o.stride(), o.dtype, o.device, lse.shape, lse.stride(), lse.dtype, lse.device)
         copy = _BWD_CHECKED.get(key)
         if copy is not None:
             return copy
@@ -656,9 +676,22 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     ``config_space(backend(), "bwd", D)``. Checks and configs are cached per distinct call (``_AttentionPlan``);
     without a gradient to record, the forward kernel is launched directly (no ``autograd.Function``)."""
     plan = _plan(q, k, v, causal, scale, config, bwd_config)
-    if needs_grad(q, k, v):
-        return _FlashAttention.apply(q, k, v, plan)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):  # needs_grad, inlined
+        if _apply is None or torch._C._are_functorch_transforms_active():
+            return _FlashAttention.apply(q, k, v, plan)
+        return _apply(_unwrap_if_dead(q), _unwrap_if_dead(k), _unwrap_if_dead(v), plan)
     return _forward(plan, *_kernel_inputs(plan, q, k, v))[0]
+
+
+# ``Function.apply`` (torch 2.x) is a Python layer over the C++ apply: it binds default arguments for a
+# ``setup_context`` (this Function has none), and outside functorch transforms unwraps dead functorch wrappers
+# (``_functorch.utils.unwrap_dead_wrappers``, a generator over the arguments) before calling the C++ apply; under a
+# transform it routes through functorch. ``flash_attention`` calls the C++ apply itself outside transforms, with
+# the same per-tensor unwrap: ~1.5 us a call less. Either missing (another torch): the full ``apply``.
+_apply = getattr(super(torch.autograd.Function, _FlashAttention), "apply", None)
+_unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+if _unwrap_if_dead is None:
+    _apply = None
 
 
 # ------------------------------------------------------------------------------------------------- FLOPs, bytes

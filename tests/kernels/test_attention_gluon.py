@@ -1,0 +1,176 @@
+"""FA3-style Gluon attention forward (workbench/kernels/attention_gluon.py). Gluon has no interpreter: on the CPU
+these check the config space and its checks, and compile every shipped config for sm_90 ahead of time (no spills,
+shared memory within sm_90's, the overlapped wgmma wait kept). On an sm_90 GPU with TRITON_INTERPRET=0 they check
+O and lse against the float64 reference on shapes with GQA, causal masks and sequences that are not a multiple of
+the tiles. Speed is benchmarks/kernels/attention_gluon_bench.py's job on an H200."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workbench.kernels import attention_gluon
+from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels.attention_gluon import (
+    SM90_SHARED_BYTES,
+    config_space,
+    default_config,
+    gluon_attention_forward,
+    resolve_config,
+    shared_bytes,
+    supported,
+)
+from workbench.kernels.reference import reference_attention
+
+BUCKETS = [(d, causal) for d in (64, 128) for causal in (False, True)]
+
+
+@pytest.mark.parametrize("head_dim, causal", BUCKETS)
+def test_every_config_passes_its_own_checks_and_fits_shared_memory(head_dim, causal):
+    space = config_space(head_dim, causal)
+    assert space and space[0] == default_config(head_dim, causal)
+    assert len({json.dumps(c, sort_keys=True) for c in space}) == len(space)
+    for config in space:
+        assert resolve_config(config, head_dim, causal) is config
+        assert shared_bytes(config, head_dim) <= SM90_SHARED_BYTES
+
+
+def test_shared_bytes_counts_q_the_k_v_ring_and_the_barriers():
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "PINGPONG": True}
+    assert shared_bytes(config, 128) == 2 * (128 * 128 + 2 * 3 * 128 * 128) + 8 * (2 + 12 + 2)  # 224 KiB + 128
+
+
+@pytest.mark.parametrize("change, key", [({"BLOCK_M": 256}, "BLOCK_M"), ({"BLOCK_N": 176}, "BLOCK_N"),
+                                         ({"NUM_STAGES": 1}, "NUM_STAGES"), ({"PINGPONG": 1}, "PINGPONG"),
+                                         ({"BLOCK_M": 64, "PINGPONG": True}, "PINGPONG"),
+                                         ({"BLOCK_N": 256, "NUM_STAGES": 3}, "shared memory")])
+def test_a_bad_config_names_the_key(change, key):
+    with pytest.raises(KernelInputError, match=key):
+        resolve_config({**default_config(128, False), **change}, 128, False)
+
+
+def test_a_config_missing_a_key_lists_the_keys():
+    config = dict(default_config(64, True))
+    del config["NUM_STAGES"]
+    with pytest.raises(KernelInputError, match="NUM_STAGES"):
+        resolve_config(config, 64, True)
+
+
+@pytest.mark.skipif(not interpreting(), reason="CPU tensors under TRITON_INTERPRET=1 (tests/conftest.py sets it)")
+def test_cpu_inputs_are_refused_before_any_launch():
+    q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
+    with pytest.raises(KernelInputError):
+        gluon_attention_forward(q, q, q)
+    with pytest.raises(KernelInputError, match="dtype"):
+        gluon_attention_forward(q.float(), q.float(), q.float())
+
+
+@pytest.mark.slow
+def test_every_shipped_config_compiles_for_sm90_without_spills():
+    """Ahead-of-time sm_90 builds (no GPU) of every config of every (head_dim, causal) bucket: no spills, the
+    shared memory the estimate says, the overlapped loop's wgmma.wait_group 1 without ptxas serializing."""
+    pytest.importorskip("triton.backends.nvidia")
+    import triton
+
+    version = tuple(int(part) for part in triton.__version__.split(".")[:2])
+    if not attention_gluon.HAS_GLUON or version < (3, 6):
+        pytest.skip(f"triton {triton.__version__} cannot build this kernel: it is written for the Gluon API of "
+                    "triton 3.6 and 3.7 (triton.experimental.gluon)")
+    code = ("import json; from workbench.kernels import attention_gluon as g\n"
+            "cases = [(c, d, causal) for d in (64, 128) for causal in (False, True)\n"
+            "         for c in g.config_space(d, causal)]\n"
+            "print(json.dumps([[c, d, causal, g.inspect_build(c, d, causal).as_dict()] for c, d, causal in cases]))")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
+                            capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    builds = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(builds) == sum(len(config_space(d, causal)) for d, causal in BUCKETS)
+    for config, head_dim, causal, build in builds:
+        assert build["spill_bytes"] == 0 and not build["serialized"], (config, head_dim, causal, build)
+        assert 0 <= build["shared_bytes"] - shared_bytes(config, head_dim) <= 1024, (config, head_dim, build)
+        assert build["shared_bytes"] <= SM90_SHARED_BYTES
+        assert build["wait_groups"] == [0, 1], (config, head_dim, causal, build)
+        consumers = config["BLOCK_M"] // 64
+        assert build["launched_warps"] == 4 * consumers + 4, (config, build)  # + the producer's warpgroup
+
+
+on_hopper = pytest.mark.skipif(interpreting() or not supported(), reason="runs the kernel: needs an sm_90 GPU with "
+                               "TRITON_INTERPRET=0 (CI has neither; the lead runs these on the H200)")
+GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, causal)
+    (2, 4, 4, 256, 64, False),
+    (2, 4, 4, 256, 128, True),
+    (1, 8, 2, 333, 128, False),  # GQA 4, sequence not a multiple of any tile
+    (1, 8, 2, 333, 64, True),
+    (2, 4, 1, 1000, 128, True),  # MQA, many key blocks (ring phases wrap), ragged tail on the diagonal
+    (1, 2, 2, 40, 64, True),  # one partial tile: block 0 is the diagonal and the tail
+    (1, 2, 2, 2048, 128, False),
+]
+
+
+def _config_ids(config: dict) -> str:
+    return f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s, d, causal", GPU_SHAPES)
+@pytest.mark.parametrize("index", range(max(len(config_space(d, c)) for d, c in BUCKETS)))
+def test_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, index):
+    space = config_space(d, causal)
+    if index >= len(space):
+        pytest.skip(f"bucket ({d}, {causal}) has {len(space)} configs")
+    config = space[index]
+    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s + d)
+    q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16, generator=generator)
+    k = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, generator=generator)
+    v = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, generator=generator)
+    o, lse = gluon_attention_forward(q, k, v, causal, config=config)
+    ref_o, ref_lse = reference_attention(q, k, v, causal, return_lse=True)
+    assert o.shape == q.shape and o.dtype == torch.bfloat16 and lse.shape == (b, hq, s) and lse.dtype == torch.float32
+    err = ((o.double() - ref_o).norm() / ref_o.norm()).item()
+    assert err <= 2e-2, (_config_ids(config), err)  # attention.TOLERANCE["bf16"]
+    assert (lse.double() - ref_lse).abs().max().item() <= 1e-2, _config_ids(config)  # fp32 stats of bf16 scores
+
+
+@on_hopper
+def test_strided_inputs_and_an_explicit_scale():
+    q = torch.randn(1, 300, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)  # [B, H, S, D] view
+    k = torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    v = torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    o, lse = gluon_attention_forward(q, k, v, True, scale=0.05)
+    ref_o, ref_lse = reference_attention(q, k, v, True, scale=0.05, return_lse=True)
+    assert ((o.double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2
+    assert (lse.double() - ref_lse).abs().max().item() <= 1e-2
+
+
+@pytest.mark.parametrize("head_dim, causal, seq_len, picked", [
+    (128, True, 2048, True), (128, False, 8192, True), (128, True, 1024, False), (128, True, 2048 + 64, False),
+    (64, True, 16384, True), (64, False, 8192, False), (96, False, 8192, False)])
+def test_the_config_none_forward_takes_this_kernel_only_for_long_whole_block_sequences(head_dim, causal, seq_len,
+                                                                                       picked):
+    config = attention_gluon.pinned_forward_config(head_dim, causal, seq_len)
+    assert (config is not None) == picked
+    if picked:
+        assert resolve_config(config, head_dim, causal) is config
+
+
+@on_hopper
+@pytest.mark.parametrize("hq, hkv, s, d, causal", [(8, 2, 2048, 128, True), (4, 4, 2048, 128, False),
+                                                   (4, 1, 16384, 64, True)])
+def test_flash_attention_runs_its_long_forward_here_and_its_backward_on_the_gluon_o_and_lse(hq, hkv, s, d, causal):
+    from workbench.kernels.attention import _plan, flash_attention
+    from workbench.kernels.reference import reference_attention_grads
+
+    generator = torch.Generator(device="cuda").manual_seed(s + d)
+    q, k, v, do = (torch.randn(1, h, s, d, device="cuda", dtype=torch.bfloat16, generator=generator)
+                   for h in (hq, hkv, hkv, hq))
+    assert _plan(q, k, v, causal, None, None, None).gluon is not None
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    o = flash_attention(q, k, v, causal)
+    o.backward(do)
+    want = reference_attention_grads(q.detach(), k.detach(), v.detach(), do, causal)
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (o, q.grad, k.grad, v.grad), want):
+        err = ((got.double() - ref).norm() / ref.norm()).item()
+        assert err <= 2e-2, (name, err)

@@ -1,0 +1,524 @@
+"""Flash attention forward for Hopper in Gluon, FlashAttention-3 style (Shah et al. 2024, arXiv:2407.08608).
+
+Same contract as ``attention.flash_attention_fwd``: q [B, Hq, S, D], k and v [B, Hkv, S, D] (query head h reads kv
+head h // (Hq / Hkv)), bf16 or fp16, D in (64, 128), causal or not; returns O [B, Hq, S, D] in q's dtype and the
+natural-log log-sum-exp lse [B, Hq, S] (fp32) the backward of ``attention.py`` consumes. sm_90 only.
+
+Why a second forward. Triton's ``tl.dot`` lowering tops out near 0.8 of cuDNN on an H200: it cannot keep the
+tensor cores busy during the softmax. FA3 (and cuDNN) do it with three pieces Gluon exposes directly:
+
+1. Warp specialization: a 1-warp producer partition TMA-loads Q once and K, V blocks into a NUM_STAGES ring,
+   signalling ``ready`` mbarriers (one per slot, K and V apart so QK^T starts before V lands); the consumers
+   arrive on ``empty`` mbarriers once their wgmma has read a slot.
+2. Two consumer warpgroups (BLOCK_M = 128: 64 query rows each, one partition each, sharing the K/V ring), so one
+   warpgroup's softmax runs while the other's wgmma does. PINGPONG=True orders them explicitly (FA3's
+   "pingpong" schedule): a warpgroup issues its two GEMMs of a step only after the other has issued its own,
+   through a pair of mbarriers (``turn``); without it the warp schedulers interleave them as they come.
+3. Intra-warpgroup overlap (FA3's Algorithm 2), per consumer, with P_{j-1} held in registers as wgmma's A
+   operand (no shared-memory round trip):
+
+       S_j = Q K_j^T            async wgmma, issued first
+       O  += P_{j-1} V_{j-1}    async wgmma (register A)
+       wait(1)                  S_j retired; P_{j-1} V_{j-1} still runs ...
+       softmax(S_j) -> P_j      ... under this softmax
+       wait(0); O *= alpha_j    the running rescale
+
+   The running max is in log2 units with the softmax scale folded in (exp2(s * qk_scale - m), one FMA a score).
+   O is rescaled every step: on Hopper it lives in registers, so the multiply is 64 FMULs a thread, and
+   Blackwell's lazy rescaling (skip unless the max grows by > 8, ``01-attention-forward.py``) saves little here.
+
+Blocks and masks: key blocks every row of the query tile sees whole run unmasked; block 0 (the pipeline's
+prologue), the causal diagonal and the sequence tail are masked; key blocks wholly above the diagonal are never
+loaded. Causal grids run the longest query tiles first (query-tile axis reversed and outermost).
+
+Loads: host TMA descriptors over the 2-D views q [B*Hq*S, D], k, v [B*Hkv*S, D] (contiguous copies when the inputs
+are not). A K/V block past a head's end reads the next head's rows (or zeros past the tensor): the tail mask
+zeroes their probabilities, so they add nothing. Q rows past S are computed and dropped: O and lse are stored from
+registers with row masks (a TMA store of the 2-D view would overwrite the next head's rows).
+
+Versions: written against the Gluon API of Triton 3.6.0 (the H200 machine) and 3.7.1 (this repo's CI), the
+idioms of ``gemm_gluon.py``. Gluon has no interpreter: on the CPU only ``crosscompile`` / ``inspect_build`` run.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import triton
+
+from workbench.kernels._common import capability, check, interpreting
+from workbench.kernels.checks import check_attention_inputs
+
+try:  # Gluon: Triton >= 3.5 (the 3.6 / 3.7 API used here)
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
+    _partition_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier  # renamed in 3.7
+    HAS_GLUON = True
+except ImportError:  # pragma: no cover - older Triton
+    HAS_GLUON = False
+
+_LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+ROWS_PER_WARPGROUP = 64
+"""Query rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
+SM90_SHARED_BYTES = 227 * 1024
+"""Shared memory one CTA may use on sm_90 (CUDA programming guide, compute capability 9.0)."""
+LOADER_REGISTERS = 24
+"""Registers per thread of the TMA producer warp (setmaxnreg, a multiple of 8 in [24, 256]): it only issues
+copies and waits (FA3's producer takes 24-56; Triton's Gluon tutorials 24)."""
+CONSUMER_REGISTERS = 240
+"""Registers per thread asked for the second consumer warpgroup (setmaxnreg; FA3 gives its consumers 240 with
+two of them). The default partition (the first consumer) gets what Triton leaves; ``inspect_build`` reads both."""
+_KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "PINGPONG")
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def _tile_schedule(seq_len, heads_q, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       CAUSAL: gl.constexpr):
+        """This program's query tile: (start_m, b * Hq + h, first q row, first k/v row of its kv head in the 2-D
+        views, key blocks seen unmasked by every row, key blocks visited). Causal grids are (B * Hq, tiles) with
+        the tile axis reversed (longest first); full ones (tiles, B * Hq), neighbours sharing K/V."""
+        if CAUSAL:
+            bh = gl.program_id(0)
+            pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+        else:
+            pid_m = gl.program_id(0)
+            bh = gl.program_id(1)
+        start_m = pid_m * BLOCK_M
+        b = bh // heads_q
+        h_kv = (bh % heads_q) // group
+        heads_kv = heads_q // group
+        if CAUSAL:  # keys <= start_m are seen by every row; keys past the tile's last row by none
+            n_full = gl.minimum(start_m + 1, seq_len) // BLOCK_N
+            n_blocks = gl.cdiv(gl.minimum(start_m + BLOCK_M, seq_len), BLOCK_N)
+        else:
+            n_full = seq_len // BLOCK_N
+            n_blocks = gl.cdiv(seq_len, BLOCK_N)
+        return start_m, bh, bh * seq_len, (b * heads_kv + h_kv) * seq_len, n_full, n_blocks
+
+    # ----------------------------------------------------------------------------------------- producer
+    @gluon.jit
+    def _load_partition(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
+                        seq_len, heads_q, group, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                        NUM_STAGES: gl.constexpr):
+        """The TMA warp: each consumer's Q rows once, then K_j, V_j for every key block j in the consumers'
+        order, slot j % NUM_STAGES, waiting for empty[slot] (a fresh mbarrier passes parity 1 at once)."""
+        ROWS: gl.constexpr = q_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        start_m, bh, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
+                                                                      BLOCK_N, CAUSAL)
+        for i in gl.static_range(NUM_CONSUMERS):
+            mbarrier.expect(q_bar.index(i), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_row + start_m + i * ROWS, 0], q_bar.index(i), q_smem.index(i))
+        for j in range(n_blocks):
+            slot = j % NUM_STAGES
+            parity = ((j // NUM_STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), parity)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot))
+            mbarrier.wait(v_empty.index(slot), parity)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot))
+
+    # ----------------------------------------------------------------------------------------- consumers
+    @gluon.jit
+    def _release(empty, slot):
+        """Every warp of this warpgroup is past the wait that retired the wgmma reading ``slot``: one arrive
+        (the partition barrier first, as gemm_gluon's ``_release``)."""
+        _partition_barrier()
+        mbarrier.arrive(empty.index(slot), count=1)
+
+    @gluon.jit
+    def _softmax(s, m_i, l_i, offs_m, start_n, seq_len, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+        """Online softmax of one score tile s [ROWS, BLOCK_N] (unscaled, fp32): (P, alpha, l, m), m in log2
+        units. Masked tiles drop keys past S and, causal, keys after the query."""
+        BLOCK_N: gl.constexpr = s.shape[1]
+        if MASKED:
+            offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+            keep = gl.expand_dims(offs_n, 0) < seq_len
+            if CAUSAL:
+                keep = keep & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
+            s = gl.where(keep, s, float("-inf"))
+        # Block 0 holds key 0, which every row sees: m_new is finite from the first block on.
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        alpha = gl.exp2(m_i - m_new)
+        return p, alpha, l_i * alpha + gl.sum(p, axis=1), m_new
+
+    @gluon.jit
+    def _take_turn(turn, steps, WG: gl.constexpr, PINGPONG: gl.constexpr):
+        """Ping-pong: wait until the other warpgroup has issued its GEMMs of the step before (warpgroup 0 goes
+        first: its first wait, parity 1 on a fresh barrier, passes)."""
+        if PINGPONG:
+            mbarrier.wait(turn.index(WG), (steps & 1) ^ (1 - WG))
+
+    @gluon.jit
+    def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - WG), count=1)
+
+    @gluon.jit
+    def _overlapped_step(j, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, turn, p_op, acc, m_i, l_i,
+                         offs_m, seq_len, qk_scale, zero_s, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+                         WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+        """Key block j: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j while the second runs."""
+        BLOCK_N: gl.constexpr = zero_s.shape[1]
+        k_slot = j % NUM_STAGES
+        v_slot = (j - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(k_slot), (j // NUM_STAGES) & 1)
+        _take_turn(turn, j, WG, PINGPONG)
+        s_tok = warpgroup_mma(q_tile, k_ring.index(k_slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(v_ready.index(v_slot), ((j - 1) // NUM_STAGES) & 1)
+        o_tok = warpgroup_mma(p_op, v_ring.index(v_slot), acc, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))  # S_j, issued first, has retired
+        _release(k_empty, k_slot)
+        p, alpha, l_i, m_i = _softmax(s, m_i, l_i, offs_m, j * BLOCK_N, seq_len, qk_scale, MASKED, CAUSAL)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op))  # p_op: read until here
+        _release(v_empty, v_slot)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+        p_op = gl.convert_layout(p.to(q_tile.dtype), p_op.type.layout)
+        return p_op, acc, m_i, l_i
+
+    @gluon.jit
+    def _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, seq_len,
+                  heads_q, group, qk_scale, CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+        """Consumer warpgroup WG: query rows [start_m + 64 WG, + 64) against every key block the tile visits.
+        Tiles: q [64, D] (shared), S, P [64, BLOCK_N] and O [64, D] fp32 (registers, wgmma layouts)."""
+        ROWS: gl.constexpr = q_smem.shape[1]
+        HEAD_DIM: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_ring.shape[1]
+        S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_DIM, 16])
+        P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+        start_m, bh, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
+                                                                      BLOCK_N, CAUSAL)
+        offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
+        q_tile = q_smem.index(WG)
+        zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=S_LAYOUT)  # use_acc=False reads nothing
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+        l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+
+        # Prologue: S_0 alone (masked: block 0 may hold the diagonal or the tail).
+        mbarrier.wait(q_bar.index(WG), 0)
+        mbarrier.wait(k_ready.index(0), 0)
+        _take_turn(turn, 0, WG, PINGPONG)
+        s_tok = warpgroup_mma(q_tile, k_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+        _release(k_empty, 0)
+        p, alpha, l_i, m_i = _softmax(s, m_i, l_i, offs_m, 0, seq_len, qk_scale, True, CAUSAL)
+        p_op = gl.convert_layout(p.to(q_tile.dtype), P_LAYOUT)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=O_LAYOUT)
+
+        for j in range(1, n_full):  # blocks every row sees whole
+            p_op, acc, m_i, l_i = _overlapped_step(j, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty,
+                                                   turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale, zero_s,
+                                                   False, CAUSAL, WG, NUM_STAGES, PINGPONG)
+        for j in range(gl.maximum(n_full, 1), n_blocks):  # the diagonal and the tail
+            p_op, acc, m_i, l_i = _overlapped_step(j, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty,
+                                                   turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale, zero_s,
+                                                   True, CAUSAL, WG, NUM_STAGES, PINGPONG)
+
+        # Epilogue: the last P V.
+        last = n_blocks - 1
+        v_slot = last % NUM_STAGES
+        mbarrier.wait(v_ready.index(v_slot), (last // NUM_STAGES) & 1)
+        _take_turn(turn, n_blocks, WG, PINGPONG)
+        o_tok = warpgroup_mma(p_op, v_ring.index(v_slot), acc, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op))
+        _release(v_empty, v_slot)
+
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT)), 1)
+        rows = gl.convert_layout(offs_m, gl.SliceLayout(1, O_LAYOUT))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
+        o_offs = gl.expand_dims((q_row + rows).to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        gl.store(o_ptr + o_offs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(rows < seq_len, 1))
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # ln(2): back to natural log
+        gl.store(lse_ptr + q_row.to(gl.int64) + offs_m, lse, mask=offs_m < seq_len)
+
+    @gluon.jit
+    def _second_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
+                         seq_len, heads_q, group, qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr,
+                         PINGPONG: gl.constexpr):
+        _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, seq_len,
+                  heads_q, group, qk_scale, CAUSAL, 1, 2, NUM_STAGES, PINGPONG)
+
+    @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group"])  # one build per config and layout
+    def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, seq_len, heads_q, group, qk_scale,
+                         CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                         PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+        """Grid: causal (B * Hq, cdiv(S, BLOCK_M)), else (cdiv(S, BLOCK_M), B * Hq); BLOCK_M = 64 NUM_CONSUMERS.
+
+        q_desc: q [B*Hq*S, D], block [64, D]; k_desc, v_desc: [B*Hkv*S, D], block [BLOCK_N, D]; o_ptr: O
+        [B, Hq, S, D] contiguous; lse_ptr: [B, Hq, S] fp32. Launched with num_warps=4 (the first consumer);
+        workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
+        """
+        ROWS: gl.constexpr = q_desc.block_type.shape[0]
+        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_CONSUMERS, ROWS, HEAD_DIM], q_desc.layout)
+        k_ring = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_ring = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NUM_CONSUMERS):
+            mbarrier.init(q_bar.index(i), count=1)
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)  # every consumer releases every slot
+            mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
+        for i in gl.static_range(2):
+            mbarrier.init(turn.index(i), count=1)
+        # The partition lists are written out in each call: a JIT function cannot be bound to a variable.
+        if NUM_CONSUMERS == 2:
+            gl.warp_specialize([
+                (_consumer, (q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
+                             seq_len, heads_q, group, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, PINGPONG)),
+                (_second_consumer, (q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr,
+                                    lse_ptr, seq_len, heads_q, group, qk_scale, CAUSAL, NUM_STAGES, PINGPONG)),
+                (_load_partition, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty,
+                                   v_empty, seq_len, heads_q, group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+            ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        else:
+            gl.warp_specialize([
+                (_consumer, (q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
+                             seq_len, heads_q, group, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, False)),
+                (_load_partition, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty,
+                                   v_empty, seq_len, heads_q, group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+            ], [1], [LOADER_REGS])
+        for i in gl.static_range(NUM_CONSUMERS):
+            mbarrier.invalidate(q_bar.index(i))
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(k_ready.index(i))
+            mbarrier.invalidate(v_ready.index(i))
+            mbarrier.invalidate(k_empty.index(i))
+            mbarrier.invalidate(v_empty.index(i))
+        for i in gl.static_range(2):
+            mbarrier.invalidate(turn.index(i))
+
+
+# ---------------------------------------------------------------------------------------------- launch wrapper
+def gluon_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                            scale: float | None = None,
+                            config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """O [B, Hq, S, D] in q's dtype and lse [B, Hq, S] (fp32, natural log) of softmax(q k^T * scale) v, as
+    ``attention.flash_attention_fwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only."""
+    scale = check_attention_inputs(q, k, v, causal, scale)
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
+    check(q.dtype in (torch.bfloat16, torch.float16), "q", f"dtype {q.dtype}",
+          "torch.bfloat16 or torch.float16 (wgmma's 16-bit operands)")
+    check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
+    check(not interpreting(), "TRITON_INTERPRET", "1", "unset: Gluon kernels have no interpreter")
+    check(q.is_cuda and capability(q.device.index or 0) == (9, 0), "device",
+          f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
+          "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
+    config = resolve_config(config, d, causal)
+    q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))  # the 2-D views need it
+    o = torch.empty_like(q)  # o: [B, Hq, S, D]
+    lse = torch.empty((b, hq, s), device=q.device, dtype=torch.float32)  # lse: [B, Hq, S]
+    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    gl_dtype = _GL_DTYPES[q.dtype]
+    q_desc = GluonTensorDescriptor.from_tensor(q.view(b * hq * s, d), [ROWS_PER_WARPGROUP, d],
+                                               _tile_layout(ROWS_PER_WARPGROUP, d, gl_dtype))
+    kv_layout = _tile_layout(block_n, d, gl_dtype)
+    k_desc = GluonTensorDescriptor.from_tensor(k.view(b * hkv * s, d), [block_n, d], kv_layout)
+    v_desc = GluonTensorDescriptor.from_tensor(v.view(b * hkv * s, d), [block_n, d], kv_layout)
+    tiles = triton.cdiv(s, block_m)
+    grid = (b * hq, tiles) if causal else (tiles, b * hq)
+    _attn_fwd_kernel[grid](q_desc, k_desc, v_desc, o, lse, s, hq, hq // hkv, scale * _LOG2E,
+                           **_constexprs(config, causal), num_warps=4)
+    return o, lse
+
+
+_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16} if HAS_GLUON else {}
+
+
+@functools.lru_cache(maxsize=32)
+def _tile_layout(rows: int, head_dim: int, dtype):
+    """Shared layout of a [rows, head_dim] 16-bit tile: the widest swizzle TMA and wgmma both take."""
+    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], dtype)
+
+
+def _constexprs(config: dict, causal: bool) -> dict:
+    return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_M"] // ROWS_PER_WARPGROUP,
+                NUM_STAGES=config["NUM_STAGES"], PINGPONG=bool(config["PINGPONG"]), LOADER_REGS=LOADER_REGISTERS,
+                CONSUMER_REGS=CONSUMER_REGISTERS)
+
+
+def supported(device: torch.device | str | None = None) -> bool:
+    """True when this kernel can run on ``device``: Triton has Gluon, and the device is an sm_90 GPU."""
+    if not HAS_GLUON or interpreting() or torch.version.hip or not torch.cuda.is_available():
+        return False
+    device = torch.device("cuda") if device is None else torch.device(device)
+    return device.type == "cuda" and capability(device.index or 0) == (9, 0)
+
+
+# ------------------------------------------------------------------------------------------------ config space
+def shared_bytes(config: dict, head_dim: int) -> int:
+    """Shared memory of a config: the Q tiles, NUM_STAGES K and V tiles (16-bit), 8 bytes per mbarrier."""
+    tiles = config["BLOCK_M"] * head_dim + 2 * config["NUM_STAGES"] * config["BLOCK_N"] * head_dim
+    barriers = config["BLOCK_M"] // ROWS_PER_WARPGROUP + 4 * config["NUM_STAGES"] + 2
+    return 2 * tiles + 8 * barriers
+
+
+def config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Launch configs for one (head_dim, causal) bucket, the default first (a guess until the H200 sweep of
+    ``benchmarks/kernels/attention_gluon_bench.py`` ranks them; calibrate me): FA3's sm_90 forward tiles are
+    128 x 128 (d=128, causal; 176 keys otherwise, not a power of two here) and 128 x 128 at d=64 (FA3
+    ``hopper/tile_size.h``), two consumer warpgroups, 2 stages; the rest vary one knob each. One single-consumer
+    entry (BLOCK_M=64) is kept as the contrast: its 8 warps take 255 registers each at launch, so one CTA per SM
+    and nothing to hide its softmax behind. Every entry fits sm_90's shared memory (``shared_bytes``; d=128 with
+    128-key tiles: 3 stages is 224 KiB of 227)."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    entries = [(128, 128, 2, True), (128, 128, 2, False), (128, 64, 2, True), (128, 64, 2, False),
+               (128, 64, 3, True), (128, 128, 3, True), (64, 128, 2, False)]
+    space = [dict(zip(_KEYS, e)) for e in entries]
+    return [c for c in space if shared_bytes(c, head_dim) <= SM90_SHARED_BYTES]
+
+
+PINNED_FORWARD: dict[tuple[int, bool], dict] = {
+    (64, False): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "PINGPONG": True},
+    (64, True): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False},
+    (128, False): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "PINGPONG": True},
+    (128, True): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True},
+}
+"""Per (head_dim, causal), the config picked on the fit shapes of
+``benchmarks/kernels/attention_candidates_split.json`` (H200, triton 3.6:
+``benchmarks/results/h200/kernels/gluon_attention/picks.json``; each within 3% of the fit shapes' per-shape best)."""
+MIN_SEQ_LEN: dict[int, int] = {64: 16384, 128: 2048}
+"""Per head_dim, the shortest sequence ``attention.flash_attention``'s config=None forward runs here instead of the
+Triton kernel; from the fit shapes of the same run (``gluon_attention/REPORT.md``): at d=128 this kernel was faster
+from 2,048 (a07, a09) and slower at 512-1,024 (a01, a05: launch and per-tile costs on small grids); at d=64 slower
+at 512-4,096 (a02, a08, a11) and faster at 32,768 (a20), so the switch is put at the geometric middle, 16,384
+(rounded to a power of two; the test shapes a15 at 8,192 and a18 at 16,384 say the d=64 switch is at or above
+it)."""
+
+
+def pinned_forward_config(head_dim: int, causal: bool, seq_len: int) -> dict | None:
+    """The bucket's config where this kernel is the config=None forward (``MIN_SEQ_LEN``), else None. Only
+    sequences a whole number of key blocks long: a ragged last block would read the next head's K/V rows (masked
+    to probability 0, but a non-finite value there would still reach O as 0 x inf)."""
+    config = PINNED_FORWARD.get((head_dim, causal))
+    if config is None or seq_len < MIN_SEQ_LEN[head_dim] or seq_len % config["BLOCK_N"]:
+        return None
+    return config
+
+
+def default_config(head_dim: int, causal: bool) -> dict:
+    return config_space(head_dim, causal)[0]
+
+
+def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
+    """Check a config (None: ``default_config``) and return it; raises ``KernelInputError`` naming the key."""
+    if config is None:
+        return default_config(head_dim, causal)
+    check(isinstance(config, dict), "config", type(config).__name__, "a dict")
+    missing = [key for key in _KEYS if key not in config]
+    check(not missing, "config", f"a dict without {missing}", f"keys {_KEYS}")
+    check(config["BLOCK_M"] in (64, 128), "config['BLOCK_M']", config["BLOCK_M"],
+          "64 or 128 (one or two consumer warpgroups of 64 rows)")
+    check(config["BLOCK_N"] in (32, 64, 128, 256), "config['BLOCK_N']", config["BLOCK_N"], "32, 64, 128 or 256")
+    check(isinstance(config["NUM_STAGES"], int) and config["NUM_STAGES"] >= 2, "config['NUM_STAGES']",
+          config["NUM_STAGES"], "an int >= 2 (the producer refills a slot while the consumers read the other)")
+    check(isinstance(config["PINGPONG"], bool), "config['PINGPONG']", config["PINGPONG"], "True or False")
+    check(not config["PINGPONG"] or config["BLOCK_M"] == 128, "config['PINGPONG']", True,
+          "False with BLOCK_M=64 (ping-pong orders two consumer warpgroups)")
+    check(shared_bytes(config, head_dim) <= SM90_SHARED_BYTES, "config",
+          f"{shared_bytes(config, head_dim)} bytes of shared memory at head_dim {head_dim}",
+          f"at most {SM90_SHARED_BYTES} (sm_90): fewer NUM_STAGES or a smaller BLOCK_N")
+    return config
+
+
+# ------------------------------------------------------------------------------------- cross-compilation check
+def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16", capability: int = 90):
+    """Compile one config for sm_90 on this machine (no GPU needed): ``triton.compile`` of a GluonASTSource with
+    the launch's descriptor types; returns the CompiledKernel (``.metadata.shared``, ``.asm['ptx']``)."""
+    check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    config = resolve_config(config, head_dim, causal)
+    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+    rows, block_n = ROWS_PER_WARPGROUP, config["BLOCK_N"]
+    q_type = f"tensordesc<{dtype}[{rows}, {head_dim}],{_tile_layout(rows, head_dim, gl_dtype)!r}>"
+    kv_type = f"tensordesc<{dtype}[{block_n}, {head_dim}],{_tile_layout(block_n, head_dim, gl_dtype)!r}>"
+    signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_ptr": f"*{dtype}", "lse_ptr": "*fp32",
+                 "seq_len": "i32", "heads_q": "i32", "group": "i32", "qk_scale": "fp32"}
+    constexprs = _constexprs(config, causal)
+    signature.update({name: "constexpr" for name in constexprs})
+    signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
+    names = list(signature)
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in ("o_ptr", "lse_ptr")}
+    source = GluonASTSource(_attn_fwd_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 4})
+
+
+@dataclass(frozen=True)
+class GluonAttentionBuild:
+    """What ptxas made of one config's sm_90 build (``inspect_build``)."""
+
+    shared_bytes: int
+    """Shared memory the kernel allocates (compiled metadata); sm_90 allows SM90_SHARED_BYTES."""
+    registers: int
+    """Registers per thread at launch (ptxas -v); setmaxnreg then re-divides them among the partitions."""
+    partition_registers: tuple[int, ...]
+    """The N of every distinct ``setmaxnreg`` in the PTX (the consumers' and the producer's budgets)."""
+    spill_bytes: int
+    """Spill-store bytes (ptxas -v): anything above 0 costs local-memory traffic in the main loop."""
+    launched_warps: int
+    """Warps per CTA (the first consumer's 4 plus the workers')."""
+    wait_groups: tuple[int, ...]
+    """The N of every distinct ``wgmma.wait_group N``: the overlapped loop must show 1."""
+    ptxas_remarks: tuple[str, ...]
+    """ptxas's (C75xx) wgmma remarks; "serialized" means the overlap is gone."""
+
+    @property
+    def serialized(self) -> bool:
+        return any("serialized" in remark for remark in self.ptxas_remarks)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "serialized": self.serialized}
+
+
+def inspect_build(config: dict, head_dim: int, causal: bool, dtype: str = "bf16") -> GluonAttentionBuild:
+    """Compile ``config`` for sm_90 (``crosscompile``) and read shared memory, registers, spills and the wgmma
+    waits of the build; Triton's bundled ptxas is run again with -v on the PTX for its report."""
+    kernel = crosscompile(config, head_dim, causal, dtype)
+    ptx = kernel.asm["ptx"]
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    arch = re.search(r"\.target\s+(sm_\w+)", ptx).group(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "kernel.ptx").write_text(ptx)
+        report = subprocess.run([str(ptxas), f"-arch={arch}", "-v", "kernel.ptx", "-o", "kernel.cubin"], cwd=tmp,
+                                capture_output=True, text=True, timeout=300, check=False).stderr
+    registers = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    return GluonAttentionBuild(
+        shared_bytes=int(kernel.metadata.shared), registers=int(registers.group(1)) if registers else 0,
+        partition_registers=tuple(sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
+                                                                     ptx)})),
+        spill_bytes=int(spills.group(1)) if spills else 0, launched_warps=int(kernel.metadata.num_warps),
+        wait_groups=tuple(sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})),
+        ptxas_remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
