@@ -165,3 +165,34 @@ def _triton_older_than(major: int, minor: int) -> bool:
     import triton
 
     return tuple(int(part) for part in triton.__version__.split(".")[:2]) < (major, minor)
+
+
+@runs
+def test_tf32_takes_fp32_operands_with_b_column_major():
+    """fp32 inputs multiplied as tf32 (tf32 wgmma reads B only K-major): the front door copies a row-major B."""
+    from workbench.kernels.dispatch import triton_matmul
+
+    config = dict(SMALL, BLOCK_K=32)
+    a, w = torch.randn(37, 64, device=DEVICE), torch.randn(40, 64, device=DEVICE)
+    out = matmul_tma(a, w.t(), config, input_precision="tf32")
+    assert out.dtype == torch.float32
+    assert _error(out, reference_matmul(a, w.t())) < TOLERANCE["tf32"]
+    row_major = w.t().contiguous()
+    assert _error(triton_matmul(a, row_major, precision="tf32", config=dict(config, KERNEL="tma")),
+                    reference_matmul(a, row_major)) < TOLERANCE["tf32"]
+    with pytest.raises(KernelInputError, match="column-major"):
+        matmul_tma(a, row_major, config, input_precision="tf32")
+    with pytest.raises(KernelInputError, match="tf32"):
+        matmul_tma(a, w.t(), config)
+    with pytest.raises(KernelInputError, match="precision"):
+        triton_matmul(a, row_major, config=dict(config, KERNEL="tma"))
+
+
+def test_tf32_space_fits_shared_memory_with_its_fp32_store_buffer():
+    from workbench.kernels.spaces import tma_shared_bytes
+
+    space = config_space("tf32")
+    assert space and all(c["BLOCK_K"] * 4 <= 256 for c in space)
+    for c in space:
+        assert tma_shared_bytes(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["EPILOGUE_SUBTILE"], 4,
+                                4) <= SM90_SHARED_BYTES

@@ -421,12 +421,12 @@ def test_bf16_dgrad_layout_goes_to_the_tma_kernel_on_hopper():
 
 
 def test_skinny_gemms_get_a_split_k_config_priced_from_its_unsplit_twin():
-    """M = 16 x N = 4096: 32 output tiles of 64 x 128 for 132 SMs. Split-K configs fill the GPU; they are priced
+    """M = 128 x N = 4096: 64 output tiles of 64 x 128 for 132 SMs. Split-K configs fill the GPU; they are priced
     with their unsplit twin's fitted coefficients over SPLIT_K x the tiles and K / SPLIT_K steps, plus the fp32
-    partials' traffic and the reduction's launch."""
+    partials' traffic and the reduction's launch. (M <= 64 now goes to the swap-AB family: the next test.)"""
     from workbench.kernels.spaces import is_split_k, split_k_config_space, split_k_fits
 
-    skinny = {"m": 16, "n": 4096, "k": 14336}
+    skinny = {"m": 128, "n": 4096, "k": 14336}
     best = select_config("gemm", skinny, "bf16", "h200")
     unsplit = select_config("gemm", skinny, "bf16", "h200", split_k=False)
     assert is_split_k(best.config) and best.source == "calibrated+anchored" and best.time_s < unsplit.time_s
@@ -455,3 +455,31 @@ def test_skinny_gemms_get_a_split_k_config_priced_from_its_unsplit_twin():
     constants = default_constants(get_gpu("h200"))
     assert gemm_model.split_k_reduce_s(16, 4096, 1, 2, get_gpu("h200"), constants) == 0.0
     assert gemm_model.split_k_reduce_s(16, 4096, 4, 2, get_gpu("h200"), constants) > constants["gemm_launch_us"] * 1e-6
+
+
+def test_swap_ab_configs_are_ranked_when_given_priced_from_the_nearest_gemm_config_but_not_picked_by_default():
+    """The swap-AB family (C^T = B^T A^T, M the kernel's 16- to 64-wide N) is ranked when passed as ``configs=``:
+    each config priced from gemm.py's nearest fitted config, its per-K-step terms scaled by the operand bytes per K
+    step, and counted on the swapped problem; config=None's space leaves it out (the H200 sweep: the model's pick
+    among them ran at 0.59 of cuBLAS where the family's best reached 0.83)."""
+    from workbench.kernels.spaces import SKINNY_MAX_M, is_swap_ab, skinny_config_space
+
+    family = skinny_config_space(2)
+    for m in (16, 64):
+        shape = {"m": m, "n": 4096, "k": 14336}
+        ranked = rank_configs("gemm", shape, "bf16", "h200", configs=family)
+        assert ranked and all(is_swap_ab(c.config) for c in ranked)
+        assert ranked[0].source == "calibrated+anchored" and " swap" in ranked[0].key
+        assert not is_swap_ab(select_config("gemm", shape, "bf16", "h200").config)
+    wide = {"m": SKINNY_MAX_M * 2, "n": 4096, "k": 14336}
+    with pytest.raises(WorkbenchError, match="no config"):  # M above the family's reach: none of it is offered
+        rank_configs("gemm", wide, "bf16", "h200", configs=family)
+    # terms follow the kernel's problem: 128 x 16 tiles over N = 4096 and M = 16, both operands transposed
+    config = next(c for c in skinny_config_space(2) if (c["BLOCK_M"], c["BLOCK_N"], c.get("SPLIT_K", 1)) == (128, 16, 1))
+    t = gemm_model.terms(config, 16, 4096, 14336, "nn", 2, 132)
+    steps = -(-14336 // config["BLOCK_K"])
+    assert t[gemm_model.TERMS.index("k_steps")] == steps  # 32 tiles, one per SM
+    assert t[gemm_model.TERMS.index("k_steps_tn")] == steps and t[gemm_model.TERMS.index("k_steps_nt")] == steps
+    table = load_selection_profile(get_gpu("h200"), "gemm", 2)
+    anchored = gemm_model.skinny_anchor(config, table)
+    assert anchored is not None and gemm_model.skinny_anchor(config, {}) is None

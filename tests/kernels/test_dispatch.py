@@ -171,3 +171,23 @@ def test_bad_inputs_fail_with_the_gemm_checks():
     with pytest.raises(KernelInputError, match=r"^scale_b\.shape"):
         a8, b8, sa, sb = _fp8(32, 48, 32)
         dispatch.scaled_matmul(a8, b8, sa, torch.rand(1, 7, device=DEVICE), gpu="h200")
+
+
+def test_the_fp8_tma_route_carries_its_plan(monkeypatch):
+    """A TMA config's fp8 route holds the gemm_tma plan it resolved: a repeated call looks up the front door's
+    route only (never gemm_tma's own cache) and gives bitwise what gemm_tma.scaled_matmul_tma gives."""
+    from workbench.kernels import gemm_tma
+
+    if not gemm_tma.supported(DEVICE):
+        pytest.skip("needs triton >= 3.4 (tensor descriptors) and TRITON_INTERPRET=1 or an sm_90+ GPU")
+    config = gemm_tma.config_space("interpreter")[0] if interpreting() else gemm_tma.config_space("fp8")[0]
+    a8, b8, sa, sb = _fp8(40, 48, 64)
+    planned, wrapped = [], []
+    real_plan, real_wrapper = gemm_tma._plan_scaled, gemm_tma.scaled_matmul_tma
+    monkeypatch.setattr(gemm_tma, "_plan_scaled", lambda *args: planned.append(1) or real_plan(*args))
+    monkeypatch.setattr(gemm_tma, "scaled_matmul_tma",
+                        lambda *args, **kw: wrapped.append(1) or real_wrapper(*args, **kw))
+    dispatch._SCALED_PLANS.clear()
+    first, second = (dispatch.triton_scaled_matmul(a8, b8, sa, sb, config=config) for _ in range(2))
+    assert planned == [1] and wrapped == []
+    assert torch.equal(first, second) and torch.equal(first, real_wrapper(a8, b8, sa, sb, None, config))

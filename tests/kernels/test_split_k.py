@@ -114,3 +114,39 @@ def test_a_repeated_attention_call_resolves_no_config(monkeypatch):
     assert sorted(calls) == ["bwd", "fwd"]
     attention.flash_attention(q, k, v, causal=True).sum().backward()  # forward and backward from the cache
     assert sorted(calls) == ["bwd", "fwd"]
+
+
+@pytest.mark.parametrize("split", [1, 3])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+def test_swap_ab_computes_c_transposed_with_the_bias_along_its_rows(layout, split):
+    """A swap-AB config (spaces.skinny_config_space) launches C^T = B^T A^T: M = 5 rows become the kernel's
+    columns; the bias over N runs along the kernel's rows (BIAS_PER_ROW); C is written row-major all the same."""
+    m, n, k = 5, 40, 70
+    a = _randn(k, m).t() if layout[0] == "t" else _randn(m, k)
+    b = _randn(n, k, seed=1).t() if layout[1] == "t" else _randn(k, n, seed=1)
+    bias = _randn(n, seed=2)
+    config = dict(TILES, SWAP_AB=True, **({"SPLIT_K": split} if split > 1 else {}))
+    out = matmul(a, b, bias=bias, config=config)
+    assert out.shape == (m, n) and out.is_contiguous()
+    assert _error(out, reference_matmul(a, b, bias=bias)) < TOLERANCE["fp32"]
+    if split == 1:  # an activation needs no split
+        relu = matmul(a, b, bias=bias, activation="relu", config=config)
+        assert _error(relu, reference_matmul(a, b, bias=bias, activation="relu")) < TOLERANCE["fp32"]
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_swap_ab_fp8_swaps_the_scales_with_the_operands(scaling):
+    m, n, k = 8, 48, 64
+    a8 = _randn(m, k).to(torch.float8_e4m3fn)
+    b8 = _randn(n, k, seed=1).to(torch.float8_e4m3fn).t()
+    scale_a = torch.rand(m, 1, device=DEVICE) + 0.5 if scaling == "row" else torch.tensor(0.7, device=DEVICE)
+    scale_b = torch.rand(1, n, device=DEVICE) + 0.5 if scaling == "row" else torch.tensor(1.3, device=DEVICE)
+    out = scaled_matmul(a8, b8, scale_a, scale_b, config=dict(TILES, BLOCK_K=32, SWAP_AB=True))
+    ref = reference_scaled_matmul(a8, b8, scale_a, scale_b)
+    assert _error(out.float(), ref) < TOLERANCE["fp8"]
+
+
+def test_swap_ab_must_be_a_bool():
+    a, b = _randn(8, 32), _randn(32, 16, seed=1)
+    with pytest.raises(KernelInputError, match="SWAP_AB"):
+        matmul(a, b, config=dict(TILES, SWAP_AB=1))

@@ -127,6 +127,12 @@ def _plan_matmul(a, b, bias, activation, precision, config, out_dtype) -> tuple:
     if is_tma(config):
         check(bias is None and activation == "none" and out_dtype == a.dtype, "config", "a TMA config (KERNEL='tma')",
               "a gemm.py config: the TMA kernel has no bias, activation or other output dtype for bf16/fp16")
+        if a.dtype == torch.float32:  # tf32 only, B K-major (copied per call when it is not: as gemm.py does)
+            check(input_precision == "tf32", "config", "a TMA config (KERNEL='tma') for fp32 IEEE inputs",
+                  "precision='tf32' (the TMA kernel multiplies fp32 as tf32) or a gemm.py config")
+            if b.stride(0) == 1:
+                gemm_tma._plan_matmul(a, b, config, None, "tf32")  # its checks, now
+            return _tma_tf32_matmul, config
         gemm_tma._plan_matmul(a, b, config, None)  # its checks, now (the call goes through its own cache)
         return _tma_matmul, config
     if config is None and bias is None and activation == "none" and out_dtype == a.dtype and _tma_takes(a, b):
@@ -161,7 +167,9 @@ def _plan_scaled_matmul(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_a
               f"spaces.gluon_config_space({accumulation!r})")
         return _gluon_scaled_matmul, (config, bool(use_fast_accum))
     if is_tma(config):  # the selector's pick on Hopper for TMA-aligned operands (``spaces.tma_eligible``)
-        return _tma_scaled_matmul, (config, bool(use_fast_accum))
+        # the route carries the TMA plan (its checks, now): a call looks up this route and nothing else
+        return _tma_scaled_matmul, gemm_tma._plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config,
+                                                         bool(use_fast_accum), None)
     return _gemm_scaled_matmul, gemm.plan_gemm(
         a_fp8, b_fp8, torch.bfloat16, config, bias=bias, upcast=interpreting(), scale_kinds=kinds,
         scale_copy=not (scale_a.is_contiguous() and scale_b.is_contiguous()), promote_every_block_k=not use_fast_accum)
@@ -206,11 +214,20 @@ def _gluon_runs(device: torch.device) -> bool:
     return gemm_gluon.supported(device)
 
 
-# Routes: run(plan, a, b, bias) and run(plan, a_fp8, b_fp8, scale_a, scale_b, bias). A TMA or Gluon route calls
-# that module's public wrapper, looked up at each call (its own plan cache makes the second lookup cheap, ~2 us;
-# tests replace the wrapper to watch the routing).
+# Routes: run(plan, a, b, bias) and run(plan, a_fp8, b_fp8, scale_a, scale_b, bias). The fp8 TMA route runs the
+# gemm_tma plan it carries (one plan lookup a call, this module's). The bf16/fp16 TMA and the Gluon routes call that
+# module's public wrapper, looked up at each call (its own plan cache makes the second lookup cheap, ~2 us; tests
+# replace the wrapper to watch the routing).
 def _tma_matmul(config, a, b, bias=None):
     return gemm_tma.matmul_tma(a, b, config)
+
+
+def _tma_tf32_matmul(config, a, b, bias=None):
+    """An fp32 product on the TMA kernel in tf32: B copied K-major first unless it is (tf32 wgmma reads B only
+    K-major; ``gemm._k_major_copies`` says why), the copy inside the call as gemm.py's tf32 path has it."""
+    if b.stride(0) != 1:
+        b = b.t().contiguous().t()  # [K, N] column-major
+    return gemm_tma.matmul_tma(a, b, config, input_precision="tf32")
 
 
 def _tma_matmul_or_gemm(plan, a, b, bias=None):
@@ -227,7 +244,7 @@ def _gemm_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
 
 
 def _tma_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
-    return gemm_tma.scaled_matmul_tma(a_fp8, b_fp8, scale_a, scale_b, bias, plan[0], use_fast_accum=plan[1])
+    return gemm_tma._run(plan, a_fp8, b_fp8, bias, scale_a, scale_b, None)  # what scaled_matmul_tma runs
 
 
 def _gluon_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):

@@ -49,7 +49,7 @@ def _gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     DIV_M: tl.constexpr = 1, DIV_N: tl.constexpr = 1, DIV_K: tl.constexpr = 1,
     DIV_AM: tl.constexpr = 1, DIV_AK: tl.constexpr = 1, DIV_BK: tl.constexpr = 1, DIV_BN: tl.constexpr = 1,
-    SPLIT_K: tl.constexpr = 1,
+    SPLIT_K: tl.constexpr = 1, BIAS_PER_ROW: tl.constexpr = False,
 ):
     """One program computes C[pid_m*BLOCK_M : +BLOCK_M, pid_n*BLOCK_N : +BLOCK_N].
 
@@ -67,6 +67,9 @@ def _gemm_kernel(
     shorter or empty) and stores its fp32 partial tile, scales applied and the bias added by slice 0 only (both
     linear), into slab pid_k of c_ptr, an fp32 workspace [SPLIT_K, M, N]; ``_split_k_reduce_kernel`` sums the
     slabs in fp32 and casts. No activation (it is not linear): the wrapper refuses one.
+
+    BIAS_PER_ROW: the bias runs along C's rows (bias [M]) instead of its columns: a swap-AB launch (``plan_gemm``)
+    computes C^T = B^T A^T, so the caller's bias over N lands on this kernel's rows.
     """
     tl.static_assert(SPLIT_K == 1 or ACTIVATION == "none", "split-K sums partial tiles: no activation")
     # Grouped ordering: program ids walk down GROUP_M tile rows before moving one tile column right.
@@ -133,10 +136,11 @@ def _gemm_kernel(
     elif SCALE_B == "row":
         acc = acc * tl.load(scale_b_ptr + cols % N)[None, :]
     if HAS_BIAS:
-        if SPLIT_K == 1:
-            acc = acc + tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
-        elif tl.program_id(1) == 0:  # the bias once, in slice 0's partial
-            acc = acc + tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
+        if SPLIT_K == 1 or tl.program_id(1) == 0:  # split-K: the bias once, in slice 0's partial
+            if BIAS_PER_ROW:
+                acc = acc + tl.load(bias_ptr + rows % M).to(tl.float32)[:, None]
+            else:
+                acc = acc + tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
     if ACTIVATION == "relu":
         acc = tl.maximum(acc, 0.0)
     elif ACTIVATION == "gelu":
@@ -172,7 +176,7 @@ class GemmPlan:
     """One gemm.py launch, minus the tensors: what ``run`` needs besides them (``plan_gemm`` works it out)."""
 
     __slots__ = ("out_shape", "out_dtype", "grid", "pad_a", "pad_b", "bias_copy",
-                 "scale_copy", "scalars", "constexprs", "split_k", "reduce_grid")
+                 "scale_copy", "scalars", "constexprs", "split_k", "reduce_grid", "swap_ab")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -184,6 +188,8 @@ def run(plan: GemmPlan, a, b, bias=None, scale_a=None, scale_b=None) -> torch.Te
     c = torch.empty(plan.out_shape, dtype=plan.out_dtype, device=a.device)  # c: [M, N] row-major
     if plan.grid is None:  # M or N is 0
         return c
+    if plan.swap_ab:  # C^T = B^T A^T: the kernel's A is B^T [N, K], its B is A^T [K, M] (see plan_gemm)
+        a, b, scale_a, scale_b = b.t(), a.t(), scale_b, scale_a
     if plan.pad_a is not None:  # rows that are not 16-byte aligned would be loaded element by element
         a = _padded(a, *plan.pad_a)
     if plan.pad_b is not None:
@@ -193,6 +199,7 @@ def run(plan: GemmPlan, a, b, bias=None, scale_a=None, scale_b=None) -> torch.Te
         (m, n), split = plan.out_shape, plan.split_k
         ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
         _gemm_kernel[plan.grid](a, b, ws, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
+        # the slabs use C's own addressing (transposed or not), so the reduction is element-wise over C's memory
         _split_k_reduce_kernel[plan.reduce_grid](ws, c, m * n, SPLIT_K=split, BLOCK=SPLIT_K_REDUCE_BLOCK)
         return c
     _gemm_kernel[plan.grid](a, b, c, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
@@ -205,17 +212,27 @@ def plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, a
     """The launch of one program per output tile for checked inputs (``dispatch`` checks them; ``config=None``:
     ``default_config``, gemm.py's configs only). scale_kinds: the two scales' kinds
     ("tensor" / "row") or None; promote_every_block_k: fp8 partial products leave the tensor cores' accumulator
-    every BLOCK_K (sm_90)."""
+    every BLOCK_K (sm_90).
+
+    A config with ``SWAP_AB`` (the skinny family, ``spaces.skinny_config_space``) launches C^T = B^T A^T: the
+    kernel's rows walk N and its columns M, so a GEMM with M <= 64 gets 64- or 128-row tiles along N and a 16- or
+    32-wide tile along M instead of a 64-row tile that is mostly padding. C is written through transposed strides
+    (the kernel's C [N, M] is C [M, N] row-major), the scales and the bias swap sides with the operands."""
     (m, k), n = a.shape, b.shape[1]
     plan = GemmPlan(out_shape=(m, n), out_dtype=out_dtype)
     if m == 0 or n == 0:
         return plan
+    meta, launch = _resolve_config(config, a, b, split_k=activation == "none")
+    plan.swap_ab = meta.pop("SWAP_AB", False)
+    c_strides = (n, 1)  # c: [M, N] row-major
+    scale_a, scale_b = scale_kinds or ("none", "none")
+    if plan.swap_ab:  # the kernel's problem: C^T [N, M] = B^T [N, K] @ A^T [K, M]
+        a, b, m, n = b.t(), a.t(), n, m
+        c_strides, (scale_a, scale_b) = (1, m), (scale_b, scale_a)
     pad_a, pad_b = _k_major_copies(a, b) if input_precision == "tf32" and backend() != "hip" else _padding(a, b)
     a_shape, a_stride = _padded_layout(a, pad_a)
     b_shape, b_stride = _padded_layout(b, pad_b)
     (m_load, k), n_load = a_shape, b_shape[1]
-    meta, launch = _resolve_config(config, a, b, split_k=activation == "none")
-    scale_a, scale_b = scale_kinds or ("none", "none")
     split = meta.pop("SPLIT_K", 1)
     plan.grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
     if split > 1:
@@ -229,13 +246,14 @@ def plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, a
     plan.pad_a, plan.pad_b = pad_a, pad_b
     plan.bias_copy = bias is not None and not bias.is_contiguous()
     plan.scale_copy = scale_copy
-    plan.scalars = (m, n, k, m_load, n_load, *a_stride, *b_stride, n, 1)  # c: [M, N] row-major
+    plan.scalars = (m, n, k, m_load, n_load, *a_stride, *b_stride, *c_strides)
     plan.constexprs = dict(
         HAS_BIAS=bias is not None, ACTIVATION=activation, SCALE_A=scale_a, SCALE_B=scale_b,
         UPCAST=upcast, INPUT_PRECISION=input_precision,
         MAX_IMPRECISE_ACC=meta["BLOCK_K"] if promote_every_block_k else None,
         EVEN_K=k % meta["BLOCK_K"] == 0, **meta, **launch,
-        **divisibility_hints(m_load, n_load, k, *a_stride, *b_stride), **({"SPLIT_K": split} if split > 1 else {}))
+        **divisibility_hints(m_load, n_load, k, *a_stride, *b_stride), **({"SPLIT_K": split} if split > 1 else {}),
+        **({"BIAS_PER_ROW": True} if plan.swap_ab and bias is not None else {}))
     return plan
 
 
@@ -336,6 +354,10 @@ def _resolve_config(config: dict | None, a: torch.Tensor, b: torch.Tensor, *,
           "config['SPLIT_K']", split, f"an integer from 1 to {MAX_SPLIT_K} (K slices per output tile)")
     if split > 1:
         meta["SPLIT_K"] = split
+    swap = config.get("SWAP_AB", False)
+    check(isinstance(swap, bool), "config['SWAP_AB']", swap, "True or False (launch C^T = B^T A^T)")
+    if swap:
+        meta["SWAP_AB"] = True
     launch = {key: config[key] for key in ("num_warps", "num_stages")}
     if kind == "hip":
         launch.update({key: config[key] for key in _AMD_KEYS if key in config})
@@ -403,7 +425,7 @@ def crosscompile_source(config: dict, dtype: str, target: str) -> crosscompile.C
                       SCALE_B=scale, UPCAST=False, INPUT_PRECISION=precision, MAX_IMPRECISE_ACC=None, EVEN_K=True,
                       **dict.fromkeys(("DIV_M", "DIV_N", "DIV_K", "DIV_AM", "DIV_AK", "DIV_BK", "DIV_BN"), 1),
                       **{k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
-                      SPLIT_K=config.get("SPLIT_K", 1))
+                      SPLIT_K=config.get("SPLIT_K", 1), BIAS_PER_ROW=False)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _gemm_kernel.arg_names}  # the kernel's parameter order
     divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "M_LOAD", "N_LOAD", "stride_am", "stride_bk", "stride_cm"]

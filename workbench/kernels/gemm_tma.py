@@ -50,6 +50,7 @@ from workbench.kernels import crosscompile as xc
 from workbench.kernels import spaces
 from workbench.kernels._common import (check, frozen, interpreting, launch_operands, plan_cache,
                                        reused_descriptors, sm_count, tensor_key, without_launch)
+from workbench.kernels._launch import KernelLaunch
 from workbench.kernels._tiling import TMA_ALIGN_BYTES, grouped_tile, is_power_of_two, use_torch_allocator
 from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
 
@@ -61,6 +62,9 @@ except ImportError:  # pragma: no cover - older Triton
 HAS_WARP_SPECIALIZE = "warp_specialize" in inspect.signature(tl.range.__init__).parameters
 """``tl.range(..., warp_specialize=...)`` exists (Triton >= 3.4)."""
 MATMUL_DTYPES = (torch.bfloat16, torch.float16)
+TF32_DTYPES = (torch.float32,)
+"""fp32 operands, multiplied as tf32 (``matmul_tma(..., input_precision="tf32")``, B column-major: tf32 wgmma reads
+both operands K-major), C in fp32."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE", "num_warps",
          "num_stages")
 
@@ -73,6 +77,7 @@ def _gemm_tma_kernel(
     UPCAST: tl.constexpr, MAX_IMPRECISE_ACC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr = None,
 ):
     """Program p computes the output tiles p, p + NUM_SMS, p + 2 NUM_SMS, ... (grouped order).
 
@@ -83,6 +88,7 @@ def _gemm_tma_kernel(
     C [M, N]. SCALE_A / SCALE_B: "none", "tensor" (one fp32 scalar) or "row" (scale_a [M], scale_b [N]).
     MAX_IMPRECISE_ACC: None (fp8 accumulates all of K in the tensor cores' reduced-precision accumulator on
     sm_90) or BLOCK_K (each BLOCK_K partial sum is added into fp32, as _scaled_mm's use_fast_accum=False).
+    INPUT_PRECISION: "tf32" for fp32 operands (None: the 16-bit and fp8 dots).
     """
     if DEVICE_DESCRIPTORS:  # a, b, c are pointers: build the descriptors here (global scratch from set_allocator)
         a_desc = tl.make_tensor_descriptor(a, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
@@ -128,7 +134,7 @@ def _gemm_tma_kernel(
             if UPCAST:
                 a_tile = a_tile.to(tl.float32)
                 b_tile = b_tile.to(tl.float32)
-            acc = tl.dot(a_tile, b_tile, acc, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
 
         # Epilogue, in torch._scaled_mm's order: scales, then bias, then the cast.
         stored_tile += NUM_SMS
@@ -156,17 +162,18 @@ def _gemm_tma_kernel(
 
 
 def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: dict | None = None, *,
-               out: torch.Tensor | None = None) -> torch.Tensor:
+               out: torch.Tensor | None = None, input_precision: str | None = None) -> torch.Tensor:
     """``a @ b`` for bf16 or fp16 a [M, K] (row-major) and b [K, N] (row-major or column-major); returns C [M, N]
     in the input dtype (written into ``out`` when given: a row-major [M, N] tensor of that dtype). Checks, config
-    and descriptor layouts are cached per distinct call (``_TmaPlan``)."""
+    and descriptor layouts are cached per distinct call (``_TmaPlan``). fp32 a and b take
+    ``input_precision="tf32"`` and b column-major (``TF32_DTYPES``)."""
     try:
-        key = (tensor_key(a), tensor_key(b), tensor_key(out), frozen(config))
+        key = (tensor_key(a), tensor_key(b), tensor_key(out), frozen(config), input_precision)
         plan = _MATMUL_PLANS.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable config value: the checks say which
         key = plan = None
     if plan is None:
-        plan = _plan_matmul(a, b, config, out)
+        plan = _plan_matmul(a, b, config, out, input_precision)
         if key is not None:
             _MATMUL_PLANS.put(key, plan)
     return _run(plan, a, b, None, None, None, out)
@@ -191,13 +198,22 @@ def scaled_matmul_tma(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch.T
     return _run(plan, a_fp8, b_fp8, bias, scale_a, scale_b, out)
 
 
-def _plan_matmul(a, b, config: dict | None, out) -> _TmaPlan:
+def _plan_matmul(a, b, config: dict | None, out, input_precision: str | None = None) -> _TmaPlan:
     """``matmul_tma``'s checks and launch plan for these inputs (also the front door's for a TMA config)."""
     check_tma_operands(a, b, "a", "b", out)
-    check(a.dtype in MATMUL_DTYPES, "a.dtype", a.dtype,
-          f"one of {', '.join(map(str, MATMUL_DTYPES))} (fp8: use scaled_matmul_tma; fp32: dispatch.triton_matmul)")
+    tf32 = a.dtype in TF32_DTYPES
+    check(a.dtype in MATMUL_DTYPES or (tf32 and input_precision == "tf32"), "a.dtype", a.dtype,
+          f"one of {', '.join(map(str, MATMUL_DTYPES))}, or float32 with input_precision='tf32' "
+          f"(fp8: use scaled_matmul_tma; fp32 IEEE: dispatch.triton_matmul)")
     check(b.dtype == a.dtype, "b.dtype", b.dtype, f"a's dtype {a.dtype}")
-    return _plan(a, b, a.dtype, config, out=out, upcast=interpreting() and a.dtype == torch.bfloat16)
+    check(input_precision in (None, "tf32"), "input_precision", repr(input_precision), "None or 'tf32' (fp32 operands)")
+    if tf32:  # tf32 wgmma reads B only K-major (PTX ISA, wgmma: the transpose flags are for 16-bit types)
+        check(b.stride(0) == 1 or b.shape[1] == 1, "b.stride()", tuple(b.stride()),
+              "column-major [K, N] (b = w.t() of a row-major w [N, K]) for tf32: wgmma reads tf32 B only K-major")
+    plan = _plan(a, b, a.dtype, config, out=out, upcast=interpreting() and a.dtype == torch.bfloat16)
+    if tf32 and plan.constexprs is not None:
+        plan.constexprs["INPUT_PRECISION"] = "tf32"
+    return plan
 
 
 def _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config: dict | None, use_fast_accum: bool, out) -> _TmaPlan:
@@ -213,12 +229,13 @@ def _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config: dict | None, use_
 
 
 class _TmaPlan:
-    """One TMA launch minus the tensors (``_run``): the grid, scalar arguments and constexprs, and the three
-    descriptors' fields (``descriptors``: filled in by the first launch, which builds them with
-    ``TensorDescriptor.from_tensor`` and its checks; later launches copy them with the call's tensors as bases)."""
+    """One TMA launch minus the tensors (``_run``): the grid, scalar arguments and constexprs (``launch``, a
+    ``KernelLaunch``: after its first launch it calls the compiled kernel directly), and the three descriptors'
+    fields (``descriptors``: filled in by the first launch, which builds them with ``TensorDescriptor.from_tensor``
+    and its checks; later launches copy them with the call's tensors as bases)."""
 
     __slots__ = ("route", "out_shape", "out_dtype", "grid", "blocks", "b_k_major", "device_descriptors",
-                 "descriptors", "bias_copy", "scale_copy", "scalars", "constexprs", "names")
+                 "descriptors", "bias_copy", "scale_copy", "scalars", "constexprs", "names", "launch")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -260,6 +277,7 @@ def _plan(a, b, out_dtype: torch.dtype, config: dict | None, *, out=None, bias=N
         MAX_IMPRECISE_ACC=bk if max_imprecise_acc == "block_k" else None,
         FLATTEN=not meta["WARP_SPECIALIZE"], **meta, **launch)
     plan.names = ("a_fp8", "b_fp8") if scales else ("a", "b")
+    plan.launch = KernelLaunch(_gemm_tma_kernel, plan.grid, plan.scalars, plan.constexprs)
     return plan
 
 
@@ -277,7 +295,9 @@ def _run(plan: _TmaPlan, a, b, bias, scale_a, scale_b, out) -> torch.Tensor:
     else:
         a_arg, b_arg, c_arg = reused_descriptors(plan, TensorDescriptor, a, b_op, c, plan.blocks)
     bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
-    _gemm_tma_kernel[plan.grid](a_arg, b_arg, c_arg, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
+    # a, b, c: aligned (checked above); Triton specializes the other pointers on their 16-byte alignment
+    aligned = not (bias.data_ptr() | scale_a.data_ptr() | scale_b.data_ptr()) % TMA_ALIGN_BYTES
+    plan.launch(aligned, a_arg, b_arg, c_arg, bias, scale_a, scale_b)
     return c
 
 
@@ -285,7 +305,7 @@ def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
     """Split a config into kernel meta-parameters (NUM_SMS filled in from the device) and launch options;
     config=None takes the first (default) entry of ``config_space``."""
     if config is None:
-        config = config_space("interpreter" if interpreting() else "fp8" if a.element_size() == 1 else "bf16")[0]
+        config = config_space("interpreter" if interpreting() else {1: "fp8", 4: "tf32"}.get(a.element_size(), "bf16"))[0]
     missing = [key for key in _KEYS if key not in config]
     check(not missing, "config", f"a dict without {missing}", f"keys {_KEYS} (NUM_SMS optional)")
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
@@ -324,11 +344,12 @@ def config_space(dtype: str) -> list[dict]:
     """Launch configs for sm_90 and operand ``dtype`` ("bf16", "fp16" or "fp8"), the default first
     (``spaces.TMA_SM90_SPACE`` says where they come from); "interpreter" gives one small config for the CPU
     tests. NUM_SMS is left out: the wrapper takes the device's SM count."""
-    check(dtype in ("bf16", "fp16", "fp8", "interpreter"), "dtype", repr(dtype), "'bf16', 'fp16', 'fp8' or 'interpreter'")
+    check(dtype in ("bf16", "fp16", "fp8", "tf32", "interpreter"), "dtype", repr(dtype),
+          "'bf16', 'fp16', 'fp8', 'tf32' or 'interpreter'")
     if dtype == "interpreter":
         return [dict(KERNEL=spaces.TMA_KERNEL, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, EPILOGUE_SUBTILE=1,
                      WARP_SPECIALIZE=False, num_warps=4, num_stages=2)]
-    return spaces.tma_config_space(1 if dtype == "fp8" else 2, warp_specialize=HAS_WARP_SPECIALIZE)
+    return spaces.tma_config_space({"fp8": 1, "tf32": 4}.get(dtype, 2), warp_specialize=HAS_WARP_SPECIALIZE)
 
 
 # ------------------------------------------------------------------------------------- cross-compilation check
@@ -338,8 +359,8 @@ def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_
     and spills, as ``crosscompile.inspect_config`` does for ``gemm.py``. Returns an ``Inspection``; its
     ``occupancy`` is the warps the compiled kernel launches (12 for a warp-specialized num_warps=4 config).
     fp8 compiles with ``scaling`` ("tensor" or "row") scales, and promotes every BLOCK_K unless fast_accum."""
-    operand = "fp8e4nv" if dtype == "fp8" else dtype
-    out = "bf16" if dtype == "fp8" else dtype
+    operand = {"fp8": "fp8e4nv", "tf32": "fp32"}.get(dtype, dtype)
+    out = {"fp8": "bf16", "tf32": "fp32"}.get(dtype, dtype)
     bm, bn, bk, subtile = (config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPILOGUE_SUBTILE"))
     device_descriptors = config["WARP_SPECIALIZE"]
     if device_descriptors:
@@ -354,6 +375,7 @@ def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_
     constexprs = dict(B_K_MAJOR=b_k_major, HAS_BIAS=bias, SCALE_A=scale, SCALE_B=scale, UPCAST=False,
                       MAX_IMPRECISE_ACC=bk if dtype == "fp8" and not fast_accum else None, NUM_SMS=num_sms,
                       DEVICE_DESCRIPTORS=device_descriptors, FLATTEN=not config["WARP_SPECIALIZE"],
+                      INPUT_PRECISION="tf32" if dtype == "tf32" else None,
                       **{k: config[k] for k in _KEYS[:6]})
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _gemm_tma_kernel.arg_names}

@@ -143,6 +143,48 @@ def is_split_k(config: dict | None) -> bool:
     return bool(config) and config.get("SPLIT_K", 1) > 1
 
 
+# ----------------------------------------------------------------------------------- skinny GEMMs: swap-AB
+SKINNY_MAX_M = 64
+"""The swap-AB family is offered for M up to this (issue 20: M = 16 and 64 ran 0.75-0.90 of cuBLAS). gemm.py's
+smallest BLOCK_M is 64 (one Hopper wgmma is 64 rows per warpgroup), so at M = 16 three quarters of every MMA and of
+every A tile is padding; swapped, M is the kernel's N, which a wgmma takes in steps of 8. A guess: M = 128 and 256
+already ran 0.95-1.6 of cuBLAS with the plain space (benchmarks/results/h200/kernels/broad/gemm.csv)."""
+SKINNY_ROWS = (64, 128)
+"""BLOCK_M over N of a swap-AB config (one 4-warp warpgroup per 64 rows)."""
+SKINNY_COLS = (16, 32, 64)
+"""BLOCK_N over M of a swap-AB config: the M = 16, 32 and 64 of skinny inference and decode GEMMs."""
+SKINNY_BLOCK_K = (64, 128, 256)
+"""A skinny GEMM streams B (the weight) once: deep K steps keep more of it in flight per stage."""
+SKINNY_SPLIT_K = (1, 2, 4, 8)
+"""K slices of a swap-AB config: 4096 / 64 = 64 N tiles fill half the 132 SMs unsplit, split 2-4 fill them."""
+SKINNY_MIN_INFLIGHT_BYTES = 32 * 1024
+"""num_stages * BLOCK_M * BLOCK_K * dtype bytes: the bytes of B^T each program keeps in flight. At the H200's
+4.8 TB/s (datasheet) over 132 SMs and ~1 us of DRAM latency (a guess) an SM must keep ~36 KB in flight to stream at
+the full bandwidth; one resident program at 32 KB or two at 16 KB (a guess, calibrate me with
+benchmarks/kernels/gemm_skinny_sweep.py)."""
+
+
+def skinny_config_space(dtype_bytes: int = 2) -> list[dict]:
+    """gemm.py's swap-AB configs for sm_90 (``gemm.plan_gemm``: C^T = B^T A^T), split-K or not: 4 warps (one
+    warpgroup), a [BLOCK_M, BLOCK_K] tile of B^T and a [BLOCK_K, BLOCK_N] tile of A^T per stage within the shared
+    memory, ``SKINNY_MIN_INFLIGHT_BYTES`` of B^T in flight. NVIDIA only, as the split-K family."""
+    check(dtype_bytes in (1, 2), "dtype_bytes", dtype_bytes, "1 (fp8) or 2 (bf16/fp16)")
+    configs = []
+    for bm, bn, bk, stages, split in itertools.product(SKINNY_ROWS, SKINNY_COLS, SKINNY_BLOCK_K, (3, 4, 5),
+                                                       SKINNY_SPLIT_K):
+        shared = stages * (bm + bn) * bk * dtype_bytes
+        inflight = stages * bm * bk * dtype_bytes
+        if shared <= SM90_SHARED_BYTES and SKINNY_MIN_INFLIGHT_BYTES <= inflight <= 2 * SKINNY_MIN_INFLIGHT_BYTES:
+            configs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, num_warps=4,
+                                num_stages=stages, SWAP_AB=True, **({"SPLIT_K": split} if split > 1 else {})))
+    return configs
+
+
+def is_swap_ab(config: dict | None) -> bool:
+    """True for a gemm.py swap-AB config (``skinny_config_space``)."""
+    return bool(config) and bool(config.get("SWAP_AB", False))
+
+
 # ------------------------------------------------------------------------------------------ Hopper TMA GEMM
 TMA_KERNEL = "tma"
 """The ``KERNEL`` key of a config for ``gemm_tma.py`` (persistent TMA GEMM, sm_90); gemm.py's configs have none."""
@@ -150,7 +192,12 @@ TMA_SM90_SPACE = {
     2: [(128, 256, 64, 8, 3, 2, False), (128, 256, 64, 8, 4, 2, False), (256, 128, 64, 8, 3, 2, False),
         (128, 128, 64, 8, 4, 1, False), (128, 128, 64, 4, 4, 1, False),
         (128, 256, 64, 4, 3, 2, True), (128, 256, 64, 4, 4, 2, True), (256, 128, 64, 4, 3, 2, True),
-        (256, 128, 64, 4, 4, 2, True), (128, 128, 64, 4, 4, 1, True)],
+        (256, 128, 64, 4, 4, 2, True), (128, 128, 64, 4, 4, 1, True),
+        # issue 20's short-K GEMMs (DLRM K = 256-1024, the 4096 x 576 x 7168 projection): 128 x 128 tiles, twice as
+        # many per SM as 128 x 256 ones, so the flattened tile loop overlaps more epilogues with the next loads
+        (128, 128, 64, 8, 3, 1, False), (128, 128, 128, 8, 3, 2, False)],
+    4: [(128, 256, 32, 8, 3, 2, False), (128, 128, 32, 8, 4, 1, False), (256, 128, 32, 8, 3, 2, False),
+        (128, 128, 64, 8, 3, 2, False)],
     1: [(256, 128, 128, 8, 3, 2, False), (256, 128, 128, 8, 4, 2, False), (128, 128, 128, 8, 4, 1, False),
         (128, 128, 256, 8, 3, 1, False), (128, 128, 128, 4, 4, 1, False),
         (256, 128, 128, 4, 3, 2, True), (256, 128, 128, 4, 4, 2, True),
@@ -165,23 +212,33 @@ Llama 3 shapes of benchmarks/tma_gemm_bench.py on the H200 (benchmarks/results/h
 There, under triton 3.6, the warp-specialized 128x256 and 256x128 configs failed to compile ("PassManager::run
 failed"; they stay for triton 3.7) and fp8 128x128x128 w4 s5 ws returned non-finite results, so it was dropped.
 fp8 leaves out 128 x 256 tiles: promoting every BLOCK_K (use_fast_accum=False) keeps a second fp32 tile per
-consumer warpgroup, and a 128 x 256 tile then spills (72-152 bytes per thread in triton 3.7.1 sm_90 builds)."""
+consumer warpgroup, and a 128 x 256 tile then spills (72-152 bytes per thread in triton 3.7.1 sm_90 builds).
+4 bytes is tf32 (fp32 operands, ``input_precision="tf32"``, B K-major as tf32 wgmma reads it): the bf16 tiles at
+the same 128 bytes per K row (BLOCK_K 32), the stages that fit next to the fp32 store buffer; not measured yet
+(benchmarks/kernels/gemm_skinny_sweep.py times them against cuBLAS), so the first entry is gemm.py's tf32 default
+tile."""
 TMA_OPERAND_ALIGN_BYTES = 16
 """TMA needs 16-byte aligned base addresses and outer strides (CUDA driver API, cuTensorMapEncodeTiled)."""
 
 
 def tma_config_space(dtype_bytes: int, *, warp_specialize: bool = True) -> list[dict]:
-    """``gemm_tma.py``'s sm_90 configs for operands of ``dtype_bytes`` (1 fp8, 2 bf16/fp16), the default first;
+    """``gemm_tma.py``'s sm_90 configs for operands of ``dtype_bytes`` (1 fp8, 2 bf16/fp16, 4 tf32), the default first;
     ``warp_specialize=False`` leaves out the warp-specialized ones (they need Triton's Hopper warp
     specialization, which triton 3.6 fails to compile for the larger tiles)."""
-    check(dtype_bytes in TMA_SM90_SPACE, "dtype_bytes", dtype_bytes, "1 (fp8) or 2 (bf16/fp16)")
+    check(dtype_bytes in TMA_SM90_SPACE, "dtype_bytes", dtype_bytes, "1 (fp8), 2 (bf16/fp16) or 4 (tf32)")
     configs = []
     for bm, bn, bk, warps, stages, subtile, ws in TMA_SM90_SPACE[dtype_bytes]:
-        if (ws and not warp_specialize) or tma_shared_bytes(bm, bn, bk, stages, subtile, dtype_bytes) > SM90_SHARED_BYTES:
+        shared = tma_shared_bytes(bm, bn, bk, stages, subtile, dtype_bytes, tma_out_bytes(dtype_bytes))
+        if (ws and not warp_specialize) or shared > SM90_SHARED_BYTES:
             continue
         configs.append(dict(KERNEL=TMA_KERNEL, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M,
                             EPILOGUE_SUBTILE=subtile, WARP_SPECIALIZE=ws, num_warps=warps, num_stages=stages))
     return configs
+
+
+def tma_out_bytes(operand_bytes: int) -> int:
+    """Bytes per output element of the TMA kernel: bf16 for fp8 and 16-bit operands, fp32 for tf32."""
+    return 4 if operand_bytes == 4 else 2
 
 
 def tma_shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, subtile: int, operand_bytes: int,

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from workbench.errors import WorkbenchError
 from workbench.hardware import GPU, get_gpu
-from workbench.kernels.spaces import (ACCUMULATIONS, attention_config_space, gemm_config_space, gluon_config_space,
-                                      gluon_eligible, is_gluon, is_split_k, is_tma, split_k_config_space,
-                                      split_k_fits, tma_config_space, tma_eligible)
+from workbench.kernels.spaces import (ACCUMULATIONS, SKINNY_MAX_M, attention_config_space, gemm_config_space,
+                                      gluon_config_space, gluon_eligible, is_gluon, is_split_k, is_swap_ab, is_tma,
+                                      split_k_config_space, split_k_fits, tma_config_space, tma_eligible)
 from workbench.perf.efficiency import Constants, default_constants
 from workbench.precision import get_precision
 from workbench.select import attention as attention_model
@@ -94,7 +94,7 @@ Hopper's wgmma). At run time ``dispatch.triton_scaled_matmul`` offers them only 
 
 @functools.lru_cache(maxsize=64)
 def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int, tma: bool = False,
-           gluon: str = "", split_k: bool = False) -> tuple[dict, ...]:
+           gluon: str = "", split_k: bool = False, tf32: bool = False) -> tuple[dict, ...]:
     """The configs to rank. ``tma``: add the TMA kernel's fp8 and bf16/fp16 configs, leaving out the
     warp-specialized ones (triton 3.6 fails to compile the larger ones; measured only without them); gemm.py's
     fp8 reaches 0.78 of torch._scaled_mm on the H200, the TMA kernel 0.86, and in bf16 (B row-major) the TMA
@@ -104,10 +104,16 @@ def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int, 
     run at 0.94-0.99 (benchmarks/results/h200/kernels/broad/REPORT.md), while TMA reads either layout as one box.
     ``gluon``: "exact" or "fast" adds the Gluon kernel's fp8 configs of that accumulation mode ("" none).
     ``split_k``: add gemm.py's split-K family on NVIDIA (``spaces.split_k_config_space``; 16-bit and fp8), for
-    GEMMs whose output tiles cannot fill the GPU (issue 20: skinny M <= 256 at 0.4-0.9 of cuBLAS, DLRM's small N)."""
+    GEMMs whose output tiles cannot fill the GPU (issue 20: skinny M <= 256 at 0.4-0.9 of cuBLAS, DLRM's small N).
+    gemm.py's swap-AB family (``spaces.skinny_config_space``) is not in this space: on the H200 the model's pick
+    among them ran at 0.59 of cuBLAS on 16 x 4096 x 14336 where the family's best reached 0.83, and at 0.84 on
+    64 x 4096 x 14336 (benchmarks/results/h200/kernels/skinny/REPORT.md): their pricing, anchored on gemm.py's
+    configs, cannot rank them yet. Pass them as ``configs=`` (``rank_configs`` counts them on the swapped problem,
+    for M <= SKINNY_MAX_M). ``tf32`` (fp32 operands multiplied as tf32): the TMA kernel's tf32 configs join with
+    ``tma``."""
     if op == "gemm":
         space = gemm_config_space(backend, arch=arch or "gfx942", dtype_bytes=operand_bytes)
-        if tma and operand_bytes in (1, 2):
+        if tma and (operand_bytes in (1, 2) or (operand_bytes == 4 and tf32)):
             space += tma_config_space(operand_bytes, warp_specialize=False)
         if gluon and operand_bytes == 1:
             space += gluon_config_space(gluon)
@@ -133,16 +139,19 @@ def _coefficients(op: str, gpu: GPU, dtype: str, space: list[dict], calibrated: 
     every other config but not all of the Gluon kernel's (not swept yet, or a fast-only config) prices each
     uncovered Gluon config from the fitted coefficients of its nearest TMA config (``gemm_model.gluon_anchor``),
     each uncovered TMA config (bf16: not swept yet) from gemm.py's config of the same tile and warps
-    (``gemm_model.tma_anchor``) and each split-K config from its unsplit twin (``gemm_model.split_k_anchor``),
+    (``gemm_model.tma_anchor``), each swap-AB config from gemm.py's nearest config (``gemm_model.skinny_anchor``)
+    and each split-K config from its unsplit twin (``gemm_model.split_k_anchor``),
     source "calibrated+anchored"."""
     operand_bytes = int(get_precision(dtype).bytes_per_element) or 1
     if calibrated:
         table = load_selection_profile(gpu, op, operand_bytes, head_dim=shape.get("head_dim", 0))
         if table and all(gemm_model.config_key(c) in table for c in space):
             return [table[gemm_model.config_key(c)] for c in space], "calibrated"
-        anchored = lambda c: is_gluon(c) or is_tma(c) or is_split_k(c)  # noqa: E731
+        anchored = lambda c: is_gluon(c) or is_tma(c) or is_split_k(c) or is_swap_ab(c)  # noqa: E731
         anchor = lambda c: (gemm_model.gluon_anchor(c, table) if is_gluon(c)  # noqa: E731
-                            else gemm_model.tma_anchor(c, table) if is_tma(c) else gemm_model.split_k_anchor(c, table))
+                            else gemm_model.tma_anchor(c, table) if is_tma(c)
+                            else gemm_model.skinny_anchor(c, table) if is_swap_ab(c)
+                            else gemm_model.split_k_anchor(c, table))
         if table and all(gemm_model.config_key(c) in table for c in space if not anchored(c)):
             priced = [table.get(gemm_model.config_key(c)) or anchor(c) for c in space]
             if all(p is not None for p in priced):
@@ -218,13 +227,13 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
     with_gluon = accumulation if gluon and gpu.architecture in GLUON_ARCHITECTURES else ""
     space = configs if configs is not None else _space(op, backend, arch, operand_bytes, shape.get("head_dim", 0),
                                                        tma and gpu.architecture in TMA_ARCHITECTURES, with_gluon,
-                                                       split_k)
+                                                       split_k, dtype == "tf32")
     if op == "gemm":  # the TMA and Gluon kernels only take 16-byte aligned rows in their layouts
         m, n, k = shape["m"], shape["n"], shape["k"]
         space = [c for c in space if (not is_tma(c) or tma_eligible(m, n, k, layout, operand_bytes))
                  and (not is_gluon(c) or (gluon_eligible(m, n, k, layout, operand_bytes)
                                           and c.get("ACCUMULATION", accumulation) == accumulation))
-                 and split_k_fits(c, k)]
+                 and split_k_fits(c, k) and (not is_swap_ab(c) or m <= SKINNY_MAX_M)]
     resident = [_resident(op, c, gpu, operand_bytes, shape, compiled) for c in space]
     fitting = [c for c, r in zip(space, resident) if r]
     if not fitting:
@@ -241,7 +250,8 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
             reduce = gemm_model.split_k_reduce_s(m, n, config.get("SPLIT_K", 1), 2 if operand_bytes <= 2 else 4,
                                                  gpu, _constants(gpu))
             time_s = copies + reduce + max(floor, sum(c * x for c, x in zip(coef, t)))
-            tiles = -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"])
+            rows, cols = (n, m) if is_swap_ab(config) else (m, n)  # a swap-AB kernel tiles C^T
+            tiles = -(-rows // config["BLOCK_M"]) * -(-cols // config["BLOCK_N"])
             candidates.append(Candidate(config, time_s, tiles, int(t[2]), occupancy, source))
     else:
         for config, coef, occupancy in zip(fitting, coefficients, [r for r in resident if r]):

@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 
 from workbench.hardware import GPU
-from workbench.kernels.spaces import (config_stages, gluon_shared_bytes, is_gluon, is_tma, tma_config_space,
-                                      tma_shared_bytes)
+from workbench.kernels.spaces import (config_stages, gluon_shared_bytes, is_gluon, is_swap_ab, is_tma,
+                                      tma_config_space, tma_out_bytes, tma_shared_bytes)
 from workbench.perf.efficiency import Constants
 from workbench.precision import get_precision
 
@@ -93,6 +93,8 @@ def config_key(config: dict) -> str:
         key = f"gluon {key}" + (" ws" if config["WARP_SPECIALIZE"] else "")
     if is_tma(config):
         key = f"tma {key} sub{config['EPILOGUE_SUBTILE']}" + (" ws" if config["WARP_SPECIALIZE"] else "")
+    if is_swap_ab(config):
+        key += " swap"
     if config.get("SPLIT_K", 1) > 1:
         key += f" split{config['SPLIT_K']}"
     for knob, tag in (("waves_per_eu", "wpe"), ("matrix_instr_nonkdim", "nk"), ("kpack", "kp")):
@@ -133,7 +135,11 @@ def padding_bytes(m: int, n: int, k: int, layout: str, operand_bytes: int) -> in
 def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int, units: int,
           resident: int = 1) -> tuple[float, ...]:
     """The TERMS of one GEMM C[m, n] = A[m, k] @ B[k, n] under ``config`` on ``units`` SMs/CUs with ``resident``
-    programs per unit."""
+    programs per unit. A swap-AB config (``spaces.skinny_config_space``) is counted on the problem its kernel runs:
+    C^T [n, m] = B^T A^T, each operand's transposition flipped (B row-major is B^T column-major)."""
+    if is_swap_ab(config):
+        flip = {"n": "t", "t": "n"}
+        m, n, layout = n, m, flip[layout[1]] + flip[layout[0]]
     k = padding(m, n, k, layout, operand_bytes)[2]
     split = config.get("SPLIT_K", 1)  # split-K: SPLIT_K programs per output tile, each over a K slice
     tiles = math.ceil(m / config["BLOCK_M"]) * math.ceil(n / config["BLOCK_N"]) * split
@@ -142,7 +148,7 @@ def terms(config: dict, m: int, n: int, k: int, layout: str, operand_bytes: int,
     steps = per_unit * tile_steps
     waves = math.ceil(tiles / (units * max(1, resident)))
     fill = min(1.0, tiles / units)
-    tn, nt = layout == "tn", layout == "nt"
+    tn, nt = layout[0] == "t", layout[1] == "t"  # A column-major, B column-major (a swap-AB "tt": both)
     # TMA and Gluon store through a descriptor, no mask
     scalar_store = n % STORE_VECTOR_N != 0 and not is_tma(config) and not is_gluon(config)
     return (steps, steps * fill, per_unit, 1.0, steps * tn, steps * nt,
@@ -159,7 +165,7 @@ def occupancy(config: dict, gpu: GPU, operand_bytes: int) -> int:
     """
     if is_tma(config):  # persistent: one program per SM walks its tiles
         shared = tma_shared_bytes(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"],
-                                  config["EPILOGUE_SUBTILE"], operand_bytes)
+                                  config["EPILOGUE_SUBTILE"], operand_bytes, tma_out_bytes(operand_bytes))
         return int(shared <= gpu.shared_memory_kb.value * 1024)
     if is_gluon(config):  # persistent too: one program per SM (gemm_gluon's grid is min(SMs, tiles))
         shared = gluon_shared_bytes(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["NUM_STAGES"])
@@ -241,6 +247,37 @@ def tma_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
     fitted = min(twins, key=lambda coefficients: coefficients[TERMS.index("k_steps")])
     return tuple(0.0 if term in TMA_LAYOUT_FREE_TERMS else value * TMA_STEP_FRACTION
                  for term, value in zip(TERMS, fitted))
+
+
+STEP_TERMS = ("k_steps", "k_steps_x_fill", "k_steps_tn", "k_steps_nt", "k_steps_ragged_k", "wave_k_steps")
+"""The terms priced per K step (the rest per tile or per launch)."""
+
+
+def skinny_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
+    """Coefficients for a swap-AB config (``spaces.skinny_config_space``, not swept yet): those fitted for the
+    gemm.py config nearest to its unsplit, unswapped self (same BLOCK_M and BLOCK_K if the profile has one, then the
+    closest tile area, warps and stages), the per-K-step ones scaled by the operand bytes per K step,
+    (BLOCK_M + BLOCK_N) * BLOCK_K, over the anchor's. A skinny GEMM's K step is memory-bound: it streams its two
+    operand tiles and its MMA (a 128 x 16 tile's wgmma) is short, so its time follows its bytes (a guess to
+    calibrate with benchmarks/kernels/gemm_skinny_sweep.py). None without a gemm.py config in ``table``."""
+    plain = [key for key in table if key[0].isdigit() and " split" not in key and " swap" not in key]
+    if not plain:
+        return None
+
+    def parsed(key: str) -> dict:
+        tile, _, warps, stages = key.split()
+        bm, bn, bk = (int(x) for x in tile.split("x"))
+        return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=int(warps[1:]), num_stages=int(stages[1:]))
+
+    def distance(other: dict) -> tuple:
+        return (other["BLOCK_M"] != config["BLOCK_M"], other["BLOCK_K"] != config["BLOCK_K"],
+                abs(math.log2(other["BLOCK_M"] * other["BLOCK_N"] / (config["BLOCK_M"] * config["BLOCK_N"]))),
+                other["num_warps"] != config["num_warps"], abs(other["num_stages"] - config["num_stages"]))
+    nearest_key = min(plain, key=lambda key: (distance(parsed(key)), key))
+    nearest = parsed(nearest_key)
+    ratio = ((config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"]
+             / ((nearest["BLOCK_M"] + nearest["BLOCK_N"]) * nearest["BLOCK_K"]))
+    return tuple(value * ratio if term in STEP_TERMS else value for term, value in zip(TERMS, table[nearest_key]))
 
 
 def split_k_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
