@@ -156,7 +156,7 @@ def host_rows(op: str, pass_: str) -> list[dict]:
     """The host-cost split at HOST_SHAPE: floor, ours new/old, bare launches (JIT, direct), eager, compiled."""
     import torch
 
-    from workbench.kernels import norms
+    from workbench.kernels._launch import KernelLaunch
 
     tokens, width = HOST_SHAPE
     fns, (leaves, dy) = make_fns(op, pass_, tokens, width, {})
@@ -172,8 +172,8 @@ def host_rows(op: str, pass_: str) -> list[dict]:
             return (grad,) + (None,) * (len(leaves) - 1)
 
     floor = elementwise._callable(NoOp.apply, leaves, dy, pass_ == "fwd_bwd", len(leaves))
-    recorded: list = []
-    real_call = norms._KernelLaunch.__call__
+    recorded: list = []  # (launch, (aligned, *tensors)) of one call
+    real_call = KernelLaunch.__call__
 
     def recording(self, *args):
         recorded.append((self, args))
@@ -181,15 +181,15 @@ def host_rows(op: str, pass_: str) -> list[dict]:
 
     fns["new"]()
     fns["new"]()  # planned, compiled, launchers kept
-    norms._KernelLaunch.__call__ = recording
+    KernelLaunch.__call__ = recording
     try:
         fns["new"]()
     finally:
-        norms._KernelLaunch.__call__ = real_call
+        KernelLaunch.__call__ = real_call
 
     def bare_jit():
-        for launch, args in recorded:
-            launch.kernel[launch.grid](*args, **launch.kwargs)
+        for launch, (_, *tensors) in recorded:
+            launch.kernel[launch.grid](*tensors, *launch.scalars, **launch.kwargs)
 
     def bare_direct():
         for launch, args in recorded:

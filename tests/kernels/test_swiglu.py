@@ -5,6 +5,7 @@ import torch
 
 from workbench.kernels import swiglu as sw
 from workbench.kernels._common import KernelInputError
+from workbench.kernels._launch import KernelLaunch
 from workbench.kernels.cases import make_swiglu_case, swiglu_cases
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}  # relative Frobenius error
@@ -195,3 +196,34 @@ def test_forward_without_autograd_matches_the_recorded_one():
     assert torch.equal(direct, sw.swiglu(gate_up[:, :150], gate_up[:, 150:], config=SMALL))
     ref = sw.reference_swiglu(gate_up[:, :150].double(), gate_up[:, 150:].double())
     assert torch.allclose(direct.double(), ref, rtol=1e-5, atol=1e-6)
+
+
+def _fwd_bwd(fn, inputs, dout):
+    leaves = [t.clone().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    return (out.detach(), *torch.autograd.grad(out, leaves, dout))
+
+
+def test_repeated_calls_launch_through_the_compiled_kernels(direct_launches):
+    """Each form's launches are planned once per distinct call (``_launch.KernelLaunch``): the first fwd+bwd
+    compiles through the JIT, repeats call the compiled launchers directly (conftest's stand-ins replay them), with
+    bitwise the same results; a gate_up whose up half starts off a 16-byte boundary keeps the JIT path."""
+    g = torch.Generator().manual_seed(6)
+    gate_up, dout = randn((5, 2 * 64), torch.float32, g), randn((5, 64), torch.float32, g)  # up: 256 bytes in
+    odd, odd_dout = randn((5, 2 * 150), torch.float32, g), randn((5, 150), torch.float32, g)  # up: 600 bytes in
+    x, x_dout = randn((3, 40), torch.float32, g), randn((3, 40), torch.float32, g)
+    calls = {"concat": (lambda t: sw.swiglu(t, config=SMALL), (gate_up,), dout),
+             "pair": (lambda a, b: sw.swiglu(a, b, config=SMALL), (gate_up[:, :64].contiguous(),
+                                                                    gate_up[:, 64:].contiguous()), dout),
+             "gelu": (lambda t: sw.gelu(t, config=SMALL), (x,), x_dout),
+             "unaligned": (lambda t: sw.swiglu(t, config=SMALL), (odd,), odd_dout)}
+    jit = {name: _fwd_bwd(*call) for name, call in calls.items()}  # the real kernels, through the JIT
+    log = direct_launches(sw, "_swiglu_fwd_kernel", "_swiglu_bwd_kernel", "_gelu_fwd_kernel", "_gelu_bwd_kernel")
+    for name, call in calls.items():
+        log.clear()
+        results = [_fwd_bwd(*call) for _ in range(3)]
+        paths = [path for path, _ in log]
+        assert paths == ["jit"] * 6 if name == "unaligned" else ["jit", "jit"] + ["direct"] * 4, name
+        for got in results:
+            assert all(torch.equal(a, b) for a, b in zip(got, jit[name])), name
+    assert all(isinstance(launch, KernelLaunch) for plan in sw._PLANS.values() for launch in (plan.fwd, plan.bwd))

@@ -19,9 +19,9 @@ columns each (``_cross_entropy_partial_kernel``), whose partial maxima and sums 
 folds into the row's log-sum-exp and loss. With one program per 256 KB row (V = 128256) the last rows ran alone
 for tens of microseconds, a fixed cost that showed at 1 GB of logits (0.70-0.83 of copy bandwidth).
 
-Exponentials are base 2 (``tl.exp2`` of ``x * log2(e) - max``: one FFMA and one MUFU.EX2 a logit on sm_90, where
-``tl.exp(x - max)`` also multiplies by log2(e) and guards denormals, three more instructions a logit; near copy
-bandwidth the forward is bound by instruction issue as much as by memory).
+Exponentials are base 2 (``tl.exp2`` of ``(x - max) * log2(e)``: FADD, FMUL and MUFU.EX2 a logit on sm_90, where
+``tl.exp(x - max)`` also guards denormals, two more instructions a logit; near copy bandwidth the forward is bound
+by instruction issue as much as by memory). The subtraction comes first so the max logit's term is exactly 1.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 @triton.jit
 def _online_logsumexp(row_ptr, start, end, V, BLOCK_V: tl.constexpr, NUM_STAGES: tl.constexpr):
     """Columns [start, end) of one row, in [BLOCK_V] chunks: (m, s), m = max(x) and s = sum of exp(x - m),
-    computed as 2^(x log2(e) - m log2(e)); fp32 scalars; (-inf, 0) for an empty range or one of -inf logits only."""
+    computed as 2^((x - m) log2(e)); fp32 scalars; (-inf, 0) for an empty range or one of -inf logits only."""
     running_max = -float("inf")
     running_sum = 0.0
     for chunk in tl.range(start, end, BLOCK_V, num_stages=NUM_STAGES):
@@ -76,10 +76,13 @@ def _online_logsumexp(row_ptr, start, end, V, BLOCK_V: tl.constexpr, NUM_STAGES:
         x = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)  # x: [BLOCK_V]
         new_max = tl.maximum(running_max, tl.max(x, axis=0))
         # while every logit so far is -inf, shift by 0: 2^(-inf - 0) = 0, where -inf - -inf would be nan
-        shift = tl.where(new_max == -float("inf"), 0.0, new_max) * LOG2E
-        # 2^(-inf - shift) = 0 on the first step, so the empty initial sum drops out
-        running_sum = (running_sum * tl.exp2(running_max * LOG2E - shift)
-                       + tl.sum(tl.exp2(x * LOG2E - shift), axis=0))
+        shift = tl.where(new_max == -float("inf"), 0.0, new_max)
+        # 2^(-inf - shift) = 0 on the first step, so the empty initial sum drops out; x - shift first (one FADD
+        # and one FMUL, not one FFMA of x log2(e) - shift log2(e)), so the row's max gives exactly 2^0 = 1 on a
+        # GPU too, where the fused multiply-add left the rounding of shift log2(e): a one-class row's loss and
+        # gradient came out 6e-8, not 0 (tests/kernels/test_cross_entropy.py, on the H200)
+        running_sum = (running_sum * tl.exp2((running_max - shift) * LOG2E)
+                       + tl.sum(tl.exp2((x - shift) * LOG2E), axis=0))
         running_max = new_max
     return running_max, running_sum
 
@@ -131,7 +134,7 @@ def _cross_entropy_fwd_kernel(
             cols = last - back + tl.arange(0, BLOCK_V)
             in_row = cols < V
             x = tl.load(row_ptr + cols, mask=in_row & valid, other=0.0).to(tl.float32)  # x: [BLOCK_V]
-            dx = (tl.exp2(x * LOG2E - lse * LOG2E) - tl.where(cols == target, 1.0, 0.0)) * scale
+            dx = (tl.exp2((x - lse) * LOG2E) - tl.where(cols == target, 1.0, 0.0)) * scale
             tl.store(out_ptr + cols, dx.to(dlogits_ptr.dtype.element_ty), mask=in_row)
 
 
@@ -225,7 +228,7 @@ def _cross_entropy_bwd_kernel(
         in_row = cols < V
         # Ignored rows skip the read (masked loads move no data) and write zeros.
         x = tl.load(row_in + cols, mask=in_row & valid, other=0.0).to(tl.float32)  # x: [BLOCK_V]
-        probs = tl.exp2(x * LOG2E - lse * LOG2E)
+        probs = tl.exp2((x - lse) * LOG2E)
         dx = (probs - tl.where(cols == target, 1.0, 0.0)) * grad
         dx = tl.where(valid, dx, 0.0)
         tl.store(row_out + cols, dx.to(dlogits_ptr.dtype.element_ty), mask=in_row)

@@ -23,8 +23,8 @@ torch.autograd.grad costs ~95 us and a Triton launch ~20 us (benchmarks/results/
 while a 4096x4096 bf16 fwd+bwd moves 168 MB (~40 us at copy bandwidth). So a repeated call only allocates (y
 and one statistics buffer; dx, the gradients and one partial-sum buffer) and makes its three launches: config,
 constexprs, shapes and grids (from the compiled kernels) are worked out once per distinct call (``_NormPlan``),
-and the launches after the first call the compiled kernels' launchers directly (``_KernelLaunch``), skipping the
-JIT's per-call argument binding and cache lookup (``config["launch"] = "jit"`` keeps the JIT path). The backward
+and the launches after the first call the compiled kernels' launchers directly (``_launch.KernelLaunch``), skipping
+the JIT's per-call argument binding and cache lookup (``config["launch"] = "jit"`` keeps the JIT path). The backward
 runs at twice the forward's warps (``_backward_warps``: half the values a thread, about half the registers).
 
 RMSNorm: y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)      (Zhang & Sennrich 2019)
@@ -43,6 +43,7 @@ from torch.autograd.function import once_differentiable
 
 from workbench.kernels._common import (BenchCase, backend, check, check_device, frozen, needs_grad, plan_cache,
                                        tensor_key)
+from workbench.kernels._launch import KernelLaunch, pointers_aligned
 
 Norm = Literal["rmsnorm", "layernorm"]
 Pass = Literal["fwd", "bwd", "fwd_bwd"]
@@ -263,7 +264,7 @@ def _partial_sum_kernel(partial_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr
 
 _CONFIG_KEYS = ("num_warps", "ROWS_PER_PROGRAM", "num_stages", "waves_per_eu", "BLOCK_N", "bwd_num_warps", "launch")
 LAUNCHES = ("direct", "jit")
-"""How a repeated call launches its kernels: "direct" calls the compiled kernel's launcher (``_KernelLaunch``),
+"""How a repeated call launches its kernels: "direct" calls the compiled kernel's launcher (``KernelLaunch``),
 "jit" goes through ``JITFunction.run`` every time (argument binding, specialization key, cache lookup)."""
 MAX_NUM_WARPS = {"cuda": 32, "hip": 16, "interpreter": 32}
 """Warps a program may have: 1024 threads on NVIDIA (32 lanes) and AMD (64 lanes)."""
@@ -344,73 +345,14 @@ def _resident_programs(kernel, args: tuple, kwargs: dict, device: torch.device) 
     return max(1, per_sm) * props.multi_processor_count
 
 
-def _launch_hooks_idle() -> bool:
-    """No profiler hook is set on Triton's launches (``knobs.runtime.launch_enter_hook`` / ``launch_exit_hook``:
-    empty HookChains in Triton 3.6 and 3.7, None or a function in others); a direct launch passes none."""
-    runtime = triton.knobs.runtime
-    return all(h is None or getattr(h, "calls", None) == [] for h in (runtime.launch_enter_hook,
-                                                                       runtime.launch_exit_hook))
-
-
-class _KernelLaunch:
-    """One kernel of a plan: its grid, constexprs and options, and, once a launch through ``JITFunction.run`` has
-    compiled it, the compiled kernel's own launcher, which later launches call directly.
-
-    ``JITFunction.run`` (Triton 3.6 and 3.7 alike) binds the arguments, builds the specialization key (integers
-    equal to 1 or divisible by 16, pointers aligned to 16 bytes), finds the compiled kernel in its cache, builds
-    the launch metadata for the profiler hooks and calls ``CompiledKernel.run(grid..., stream, function,
-    packed_metadata, launch_metadata, enter_hook, exit_hook, *every argument)``. A plan's launches repeat the
-    same integers (rows, cols, strides are in the plan's key), so only what may change between calls is checked
-    (``_specialization``): the integer arguments themselves and the tensors' dtypes (dy's are not in the key), every
-    pointer's 16-byte alignment; and the current device, and that no launch hook is set. Any difference takes the JIT path, which specializes anew.
-    Under the interpreter (or ``config["launch"] == "jit"``) every launch takes the JIT path."""
-
-    __slots__ = ("kernel", "grid", "kwargs", "direct", "handle", "constexprs", "specialization")
-
-    def __init__(self, kernel, grid: tuple, kwargs: dict, direct: bool):
-        self.kernel, self.grid, self.kwargs, self.direct = kernel, grid, kwargs, direct
-        self.handle = self.constexprs = self.specialization = None
-
-    def __call__(self, *args) -> None:
-        handle = self.handle
-        if handle is not None:
-            run, (g0, g1, g2), function, metadata, device, current_device, current_stream = handle
-            if self.specialization == _specialization(args) and current_device() == device and _launch_hooks_idle():
-                run(g0, g1, g2, current_stream(device), function, metadata, None, None, None, *args,
-                    *self.constexprs)
-                return
-        compiled = self.kernel[self.grid](*args, **self.kwargs)
-        if handle is None and self.direct and hasattr(compiled, "packed_metadata"):
-            self._keep(compiled, args)
-
-    def _keep(self, compiled, args: tuple) -> None:
-        """The launcher of ``compiled`` (just launched with ``args``), and what the next launches must match."""
-        names = getattr(self.kernel, "arg_names", None)  # every parameter, constexprs last (as the norms kernels
-        if names is None:                                # declare them); None: a wrapper, not a JITFunction
-            return
-        constexprs = names[len(args):]
-        if sorted(constexprs) != sorted(k for k in self.kwargs if k in names):
-            return  # positional constexprs, or a kernel of another shape: keep the JIT path
-        driver = triton.runtime.driver.active
-        self.constexprs = tuple(self.kwargs[name] for name in constexprs)
-        self.specialization = _specialization(args)
-        grid = tuple(self.grid) + (1,) * (3 - len(self.grid))
-        self.handle = (compiled.run, grid, compiled.function, compiled.packed_metadata, driver.get_current_device(),
-                       driver.get_current_device, driver.get_current_stream)
-
-
-def _specialization(args: tuple) -> list:
-    """What a compiled kernel was specialized on, of these launch arguments: each integer, each tensor's dtype and
-    whether its data pointer is 16-byte aligned (floats are not specialized)."""
-    return [a if type(a) is int else (a.dtype, a.data_ptr() % 16 == 0) for a in args
-            if type(a) is int or isinstance(a, torch.Tensor)]
-
-
 class _NormPlan:
     """Everything a call works out once per distinct (shapes, strides, dtypes, device, eps, config), so that a
     repeated call only allocates and launches: the resolved config, the constexprs and launch options of each
     kernel, the shapes of what it allocates, and, from the first launch of each pass (which compiles the kernel
-    and reads its resources), the grids and the compiled launchers (``_KernelLaunch``).
+    and reads its resources), the grids and the launches (``KernelLaunch``: after their first launch they call the
+    compiled kernels' launchers directly). Every integer argument is fixed by the plan's key except dy's row stride
+    (dy is not in the key): a backward whose dy has another row stride than the first one's gets a launch of its
+    own, through the JIT, as attention's backward does for another dO layout.
 
     A repeated fwd+bwd does, on the host: the plan lookup (a dict get on shapes, strides, dtypes, device), two
     ``contiguous()`` of the weights (no-ops), ``autograd.Function.apply`` with ``ctx.save_for_backward`` of x, w
@@ -443,22 +385,35 @@ class _NormPlan:
         self.bwd_kwargs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=self.bwd_one_block, BLOCK_N=bwd_block_n,
                                ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages,
                                **_launch_options(config, _backward_warps(config)))
-        self.fwd = self.bwd = self.partial_shape = None  # the launches of the first forward / backward
-        block_p, block_c = PARTIAL_SUM_BLOCK
-        self.partial_sum = _KernelLaunch(_partial_sum_kernel, (triton.cdiv(cols, block_c), self.groups),
-                                         dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4), self.direct)
+        # the launches of the first forward / backward (the partial sums': with the backward's, whose grid sets
+        # the number of partial rows)
+        self.fwd = self.bwd = self.partial_sum = self.partial_shape = None
 
-    def first_forward(self, args: tuple, device: torch.device) -> None:
-        """The forward's grid, from its compiled kernel (args: a launch's arguments)."""
+    def first_forward(self, tensors: tuple, scalars: tuple, device: torch.device) -> None:
+        """The forward's grid, from its compiled kernel, and its launch (tensors, scalars: a launch's arguments)."""
+        args = (*tensors, *scalars)
         programs = min(self.tiles, _resident_programs(_norm_fwd_kernel, args, self.fwd_kwargs, device))
-        self.fwd = _KernelLaunch(_norm_fwd_kernel, (programs,), self.fwd_kwargs, self.direct)
+        self.fwd = KernelLaunch(_norm_fwd_kernel, (programs,), scalars, self.fwd_kwargs, self.direct)
 
-    def first_backward(self, args: tuple, device: torch.device) -> None:
-        """The backward's grid and partial-sum buffer, from its compiled kernel (args: a launch's arguments, with
-        an fp32 stand-in for the partial sums, whose size depends on the programs this finds)."""
-        programs = min(self.tiles, _resident_programs(_norm_bwd_kernel, args, self.bwd_kwargs, device))
-        self.bwd = _KernelLaunch(_norm_bwd_kernel, (programs,), self.bwd_kwargs, self.direct)
+    def first_backward(self, tensors: tuple, scalars: tuple, device: torch.device) -> None:
+        """The backward's grid and partial-sum buffer, from its compiled kernel, and the launches of the backward
+        and the partial sums (tensors, scalars: a launch's arguments, with an fp32 stand-in for the partial sums,
+        whose size depends on the programs this finds)."""
+        programs = min(self.tiles, _resident_programs(_norm_bwd_kernel, (*tensors, *scalars), self.bwd_kwargs,
+                                                      device))
+        self.bwd = KernelLaunch(_norm_bwd_kernel, (programs,), scalars, self.bwd_kwargs, self.direct)
         self.partial_shape = (self.groups, programs, self.cols)
+        block_p, block_c = PARTIAL_SUM_BLOCK
+        self.partial_sum = KernelLaunch(_partial_sum_kernel, (triton.cdiv(self.cols, block_c), self.groups),
+                                        (programs, self.cols), dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4),
+                                        self.direct)
+
+    def backward_launch(self, scalars: tuple) -> KernelLaunch:
+        """The backward's launch for these scalar arguments: the plan's, or for a dy of another row stride one of
+        its own through the JIT (rare: autograd's dy is usually contiguous)."""
+        if scalars == self.bwd.scalars:
+            return self.bwd
+        return KernelLaunch(_norm_bwd_kernel, self.bwd.grid, scalars, self.bwd_kwargs, direct=False)
 
 
 _PLANS = plan_cache()
@@ -470,11 +425,10 @@ def _norm_forward(x2, weight, bias, eps, plan):
     stats = torch.empty(plan.stats_shape, dtype=torch.float32, device=x2.device)
     if plan.rows == 0:
         return y, stats
-    args = (x2, weight, weight if bias is None else bias, y, stats, plan.rows, plan.cols, x2.stride(0), plan.cols,
-            eps)
-    if plan.fwd is None:
-        plan.first_forward(args, x2.device)
-    plan.fwd(*args)
+    tensors = (x2, weight, weight if bias is None else bias, y, stats)
+    if plan.fwd is None:  # every scalar argument is in the plan's key (rows, cols, x's row stride, eps)
+        plan.first_forward(tensors, (plan.rows, plan.cols, x2.stride(0), plan.cols, eps), x2.device)
+    plan.fwd(pointers_aligned(*tensors[:3]), *tensors)  # y, stats: torch's allocations, aligned
     return y, stats
 
 
@@ -485,14 +439,16 @@ def _norm_backward(dy2, x2, weight, stats, plan, bias_dtype):
     if plan.rows == 0:  # no rows: zero gradients for the weights
         grads.zero_()
     else:
+        # dy: y's dtype (autograd casts it), any row stride (not in the plan's key)
+        scalars = (plan.rows, plan.cols, x2.stride(0), dy2.stride(0), plan.cols)
         if plan.bwd is None:  # stats stand in for the partial sums (same dtype: the same compiled kernel)
-            plan.first_backward((x2, weight, dy2, stats, dx, stats, plan.rows, plan.cols, x2.stride(0),
-                                 dy2.stride(0), plan.cols), x2.device)
+            plan.first_backward((x2, weight, dy2, stats, dx, stats), scalars, x2.device)
         # ONE_BLOCK stores each program's partial sums once; the column loop adds into them
         partials = (torch.empty if plan.bwd_one_block else torch.zeros)(plan.partial_shape, dtype=torch.float32,
                                                                           device=x2.device)
-        plan.bwd(x2, weight, dy2, stats, dx, partials, plan.rows, plan.cols, x2.stride(0), dy2.stride(0), plan.cols)
-        plan.partial_sum(partials, grads, plan.bwd.grid[0], plan.cols)
+        # stats, dx, partials, grads: torch's allocations, aligned
+        plan.backward_launch(scalars)(pointers_aligned(x2, weight, dy2), x2, weight, dy2, stats, dx, partials)
+        plan.partial_sum(True, partials, grads)
     if not plan.layer_norm:
         return dx, grads, None
     dweight, dbias = grads.unbind()
