@@ -46,7 +46,7 @@ from workbench.kernels import gemm, gemm_gluon, gemm_tma
 from workbench.kernels._common import (amd_arch, backend, check, device_name, frozen, interpreting, plan_cache,
                                        tensor_key)
 from workbench.kernels.checks import check_epilogue, check_offsets, scale_kind
-from workbench.kernels.spaces import is_gluon, is_tma, tma_eligible
+from workbench.kernels.spaces import is_gluon, is_tma, tma_config_space, tma_eligible
 from workbench.perf.gemm import is_aligned
 from workbench.select import ShimChoice, select_config, vendor_choice
 
@@ -135,6 +135,10 @@ def _plan_matmul(a, b, bias, activation, precision, config, out_dtype) -> tuple:
             return _tma_tf32_matmul, config
         gemm_tma._plan_matmul(a, b, config, None)  # its checks, now (the call goes through its own cache)
         return _tma_matmul, config
+    if config is None and bias is None and activation == "none" and out_dtype == a.dtype and \
+            input_precision == "tf32" and _tma_tf32_takes(a, b):  # fp32 as tf32 on sm_90: TF32_TMA_CONFIG
+        fallback = gemm.plan_gemm(a, b, out_dtype, None, input_precision=input_precision)
+        return _tma_tf32_matmul_or_gemm, (TF32_TMA_CONFIG, fallback)
     if config is None and bias is None and activation == "none" and out_dtype == a.dtype and _tma_takes(a, b):
         picked = _default_config(a, b, backend(), tma=True)  # bf16/fp16 on Hopper: TMA configs ranked too
         if is_tma(picked):
@@ -207,6 +211,36 @@ def _tma_takes(a: torch.Tensor, b: torch.Tensor) -> bool:
     if any(r * a.element_size() % 16 for r in rows) or not tma_eligible(m, n, k, layout, a.element_size()):
         return False
     return gemm_tma.supported(a.device)
+
+
+TF32_TMA_CONFIG = next(c for c in tma_config_space(4, warp_specialize=False)
+                       if (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"]) == (128, 256, 32, 3))
+"""config=None's tf32 config on sm_90 (``tma 128x256x32 g8 w8 s3 sub2``): the TMA tf32 config with the best
+geometric-mean ratio to cuBLAS over the fit half of benchmarks/kernels/tma_pricing_split.json; on its test half
+0.974 of cuBLAS against gemm.py's static default's 0.837, ahead on all 3 shapes
+(benchmarks/select/fit_tma_pricing.py over benchmarks/results/h200/kernels/skinny/sweep.csv)."""
+
+
+def _tma_tf32_takes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether config=None may run this fp32-as-tf32 call on ``gemm_tma.py`` (TF32_TMA_CONFIG): an sm_90 GPU
+    (the only one measured), at least TMA_MIN_MACS multiply-adds, A row-major, and K and N 16-byte aligned (B is
+    copied K-major in the call unless it is: its rows are then K long)."""
+    if a.dtype != torch.float32 or backend() != "cuda" or interpreting() or not gemm_tma.supported(a.device):
+        return False
+    if torch.cuda.get_device_capability(a.device) != (9, 0):
+        return False
+    (m, k), n = a.shape, b.shape[1]
+    return (m * n * k >= TMA_MIN_MACS and a.stride(1) == 1 and a.stride(0) * 4 % 16 == 0
+            and tma_eligible(m, n, k, "nt", 4) and n * 4 % 16 == 0)
+
+
+def _tma_tf32_matmul_or_gemm(plan, a, b, bias=None):
+    """config=None's tf32 route on sm_90: the TMA kernel, or gemm.py's tf32 default for a base that is not
+    16-byte aligned (as ``_tma_matmul_or_gemm``)."""
+    config, fallback = plan
+    if (a.data_ptr() | b.data_ptr()) % 16:
+        return gemm.run(fallback, a, b)
+    return _tma_tf32_matmul(config, a, b)
 
 
 def _gluon_runs(device: torch.device) -> bool:

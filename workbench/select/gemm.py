@@ -229,8 +229,9 @@ TMA_STEP_FRACTION = 1.0
 """Time of a bf16 TMA config over gemm.py's config of the same tile, warps and stages, B row-major. A guess from the
 H200 (benchmarks/results/h200/kernels/tma/SUMMARY.md: TMA 128x256x64 w8 s3 sub2 0.989 of torch.matmul over the 12
 Llama 3 shapes, gemm.py's best of 3 configs 0.973), kept at 1 so that ties on "nn" stay with gemm.py (ranked
-first); calibrate by fitting a bf16 TMA sweep (``select_sweep.py``) into the profile, which then replaces the
-anchor."""
+first). The H200 profile no longer needs it: its bf16 TMA configs carry coefficients of their own
+(``tma_scaled``, fitted by benchmarks/select/fit_tma_pricing.py on benchmarks/results/h200/kernels/skinny/sweep.csv);
+a profile without them still gets the anchor."""
 
 
 def tma_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
@@ -251,6 +252,20 @@ def tma_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
 
 STEP_TERMS = ("k_steps", "k_steps_x_fill", "k_steps_tn", "k_steps_nt", "k_steps_ragged_k", "wave_k_steps")
 """The terms priced per K step (the rest per tile or per launch)."""
+
+
+def tma_scaled(config: dict, table: dict, step_scale: float, tile_scale: float) -> tuple[float, ...] | None:
+    """Coefficients for a TMA config from its gemm.py twin's (``tma_anchor``) with the per-K-step terms times
+    ``step_scale`` and the per-tile term (``tiles_per_unit``: pipeline fill and epilogue) times ``tile_scale``: the
+    kernel family's measured correction. The persistent TMA kernel overlaps a tile's epilogue with the next tile's
+    loads, which gemm.py's one-tile programs cannot, so short-K GEMMs (few K steps per tile) gain most.
+    ``benchmarks/select/fit_tma_pricing.py`` fits the two scales on the fit half of an H200 sweep and writes the
+    result into the selection profile per config. None when ``tma_anchor`` has no twin."""
+    anchored = tma_anchor(config, table)
+    if anchored is None:
+        return None
+    return tuple(value * step_scale if term in STEP_TERMS else value * tile_scale if term == "tiles_per_unit"
+                 else value for term, value in zip(TERMS, anchored))
 
 
 def skinny_anchor(config: dict, table: dict) -> tuple[float, ...] | None:
