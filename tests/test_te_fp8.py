@@ -1,7 +1,10 @@
 """The megatron (TE) stack's fp8 tables (workbench.graph.te_fp8); its TP overlap: tests/graph/test_te_tp_overlap.py."""
 
+import dataclasses
+
 from workbench.config import Parallelism, TrainingConfig
 from workbench.graph.stacked import stack_tables
+from workbench.models import get_model
 from workbench.predict import predict
 from workbench.stacks import get_stack
 from workbench.validation import benchmark_model
@@ -46,16 +49,35 @@ def test_blackwell_writes_no_fp8_transposes():
     assert not any("transpose" in n for n in _names(blackwell.microbatch_ops + blackwell.step_ops))
 
 
-def test_current_scaling_reads_amax_and_keeps_the_end_blocks_bf16():
+def _fc1_blocks(tables, dtype):
+    return sum(op.count for op in tables.microbatch_ops if op.name == "linear_fc1.fwd" and op.dtype == dtype)
+
+
+def test_current_scaling_reads_amax_with_every_block_fp8_as_the_performance_scripts_run_it():
     tables = _tables(stack="megatron-fp8cs")
-    ops = tables.microbatch_ops
-    names = _names(ops)
+    names = _names(tables.microbatch_ops)
     assert "linear_proj.x.amax" in names and "linear_qkv.ln_out.compute_scale" in names
     assert "input_layernorm.te_rmsnorm_fp8" not in names
-    layers = tables.dims.layers
-    fp8 = sum(op.count for op in ops if op.name == "linear_fc1.fwd" and op.dtype == "fp8")
-    bf16 = sum(op.count for op in ops if op.name == "linear_fc1.fwd" and op.dtype == "bf16")
-    assert (fp8, bf16) == (layers - 2, 2)
+    # NeMo 25.04's scripts/performance/utils.py: first_last_layers_bf16 = False for the cs recipe
+    assert (_fc1_blocks(tables, "fp8"), _fc1_blocks(tables, "bf16")) == (tables.dims.layers, 0)
+
+
+def test_end_blocks_in_bf16_where_the_stack_keeps_them():
+    edges = dataclasses.replace(get_stack("megatron-fp8cs"), fp8_bf16_end_blocks=(1, 1))
+    layers = _tables(stack="megatron-fp8cs").dims.layers
+    one_stage = stack_tables(benchmark_model("1b"), _cfg(), edges, compiled=False, param_dtype="bf16")[0]
+    assert (_fc1_blocks(one_stage, "fp8"), _fc1_blocks(one_stage, "bf16")) == (layers - 2, 2)
+    staged = stack_tables(benchmark_model("1b"), _cfg(pp=2), edges, compiled=False, param_dtype="bf16")[0]
+    assert _fc1_blocks(staged, "bf16") == 1  # the busiest stage holds one end
+
+
+def test_megatron_pads_the_vocabulary_per_tensor_parallel_rank():
+    megatron, model = get_stack("megatron"), get_model("gpt3-175b")  # GPT-2's 50257 tokens
+    assert megatron.padded_model(model, 4).vocab_size == 50688  # 128 x 4 = 512: 99 x 512
+    assert megatron.padded_model(model, 1).vocab_size == 50304
+    assert get_stack("torchtitan").padded_model(model, 4) is model
+    llama = get_model("llama3-8b")
+    assert megatron.padded_model(llama, 2) is llama  # 128256 = 1002 x 128 is a multiple of 256 already
 
 
 def test_mxfp8_quantizes_weights_once_per_step():

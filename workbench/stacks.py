@@ -19,6 +19,7 @@ is a guess to calibrate.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -104,6 +105,13 @@ class Stack:
     RoPE, SwiGLU and fused linear cross-entropy on HF's Llama); "" the model's own ops."""
     fp8_recipe: Literal["delayed", "current"] = "delayed"
     """The per-tensor fp8 recipe of ``precision: fp8`` (``FP8_RECIPES``; read by the ``megatron-te`` tables)."""
+    fp8_bf16_end_blocks: tuple[int, int] = (0, 0)
+    """Blocks kept in bf16 at the start and at the end of the model under fp8 (Megatron-Core's
+    ``num_layers_at_start_in_bf16`` / ``num_layers_at_end_in_bf16`` with ``first_last_layers_bf16``; read by the
+    ``megatron-te`` tables); (0, 0): every block's linears in fp8."""
+    vocab_size_divisible_by: int = 1
+    """The vocabulary is padded to a multiple of this times the tensor-parallel size (Megatron's
+    ``make_vocab_size_divisible_by``: ``padded_model``); 1: no padding."""
     context_parallel: ContextParallel | None = None
     """How the stack's ring attention moves K/V and merges its steps under cp > 1 (``context_parallel`` in its
     YAML: ``workbench.perf.context_parallel``); None: the generic p2p ring (``GENERIC_RING``)."""
@@ -126,6 +134,17 @@ class Stack:
 
     def constant(self, name: str, default: float) -> float:
         return self.constants[name].value if name in self.constants else default
+
+    def padded_model(self, model, tp: int):
+        """``model`` with its vocabulary padded as this stack pads it for ``tp`` tensor-parallel ranks: up to a
+        multiple of ``vocab_size_divisible_by`` x tp (NeMo 2.2 nemo/lightning/base.py ``get_vocab_size``:
+        ``multiple = make_vocab_size_divisible_by * config.tensor_model_parallel_size``); a model without a
+        vocabulary, or one already a multiple, is returned as it is."""
+        vocab = getattr(model, "vocab_size", 0)
+        multiple = self.vocab_size_divisible_by * max(1, tp)
+        if self.vocab_size_divisible_by <= 1 or not vocab or vocab % multiple == 0:
+            return model
+        return dataclasses.replace(model, vocab_size=-(-vocab // multiple) * multiple)
 
     def is_variant_of(self, name: str) -> bool:
         """Whether this stack is ``name`` or a variant derived from it (``torchtitan-flash2`` of ``torchtitan``)."""
@@ -192,12 +211,24 @@ def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
         sdpa_backend=top.string("sdpa_backend", SDPA_BACKENDS) if top.has("sdpa_backend") else "",
         kernel_patch=top.string("kernel_patch", KERNEL_PATCHES[1:]) if top.has("kernel_patch") else "",
         fp8_recipe=top.string("fp8_recipe", FP8_RECIPES) if top.has("fp8_recipe") else "delayed",
+        fp8_bf16_end_blocks=_end_blocks(top) if top.has("fp8_bf16_end_blocks") else (0, 0),
+        vocab_size_divisible_by=(int(top.number("vocab_size_divisible_by", minimum=1, integer=True))
+                                 if top.has("vocab_size_divisible_by") else 1),
         context_parallel=_context_parallel(top.sub("context_parallel")) if top.has("context_parallel") else None,
     )
     top.finish()
     if not stack.param_dtypes:
         raise SpecError(origin, "param_dtypes", [], f"at least one of {', '.join(PARAM_DTYPES)}")
     return stack
+
+
+def _end_blocks(top: Fields) -> tuple[int, int]:
+    """A stack's ``fp8_bf16_end_blocks``: [blocks at the start, blocks at the end], non-negative integers."""
+    value = top.raw("fp8_bf16_end_blocks")
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+        raise top.error("fp8_bf16_end_blocks", value, "[start, end]: two non-negative integers")
+    return value[0], value[1]
 
 
 def _context_parallel(entry: Fields) -> ContextParallel:

@@ -237,6 +237,19 @@ class StepModel:
         self._peaks: dict[str, float] = {}
         self._table_memo: dict = {}
         """The pieces of the stack's kernel tables, shared by every configuration's (``stacked.stack_tables``)."""
+        self._padded: dict[int, Model] = {}
+
+    def _laid_out(self, cfg: TrainingConfig) -> Model:
+        """The model as the stack lays it out on ``cfg``'s tensor-parallel ranks: its vocabulary padded
+        (``Stack.padded_model``: Megatron's ``make_vocab_size_divisible_by``); the model itself for a stack that pads
+        nothing. Every op, plan and memory term of a step reads this; the prediction reports the model as given."""
+        if self.stack.vocab_size_divisible_by <= 1:
+            return self.model
+        tp = cfg.parallelism.tp
+        padded = self._padded.get(tp)
+        if padded is None:
+            padded = self._padded[tp] = self.stack.padded_model(self.model, tp)
+        return padded
 
     @functools.cached_property
     def constants(self) -> Constants:
@@ -314,7 +327,7 @@ class StepModel:
         return self._cached(("tables", cfg, compiled, dtype), lambda: self._build_tables(cfg, compiled, dtype))
 
     def _build_tables(self, cfg: TrainingConfig, compiled: bool, dtype: str):
-        return stacked.stack_tables(self.model, cfg, self.stack, compiled=compiled, param_dtype=dtype,
+        return stacked.stack_tables(self._laid_out(cfg), cfg, self.stack, compiled=compiled, param_dtype=dtype,
                                     memo=self._table_memo, fp8_any_layout=fp8_gemm_any_layout(self.gpu))
 
     def _fit(self, compiled: bool, tables: stacked.StackStep | None):
@@ -338,7 +351,7 @@ class StepModel:
             return self._cached(("table parts", id(tables), f), lambda: (
                 (self._price_parts(tables.microbatch_parts, fit, power),
                  self._price_parts(tables.step_parts, fit, power)), tables))[0]
-        model, p = self.model, cfg.parallelism
+        model, p = self._laid_out(cfg), cfg.parallelism
         if self.family.repeats_blocks:  # each kind of block priced once, its copies on the stage
             blocks = [(self._block(cfg, execution, fit, power, kind), n)
                       for kind, n in self.family.stage_blocks(model, cfg)]
@@ -378,7 +391,7 @@ class StepModel:
         hit = self._graphs.get(("block", mode) + block)
         if hit is None:
             graph = self._cached(("block graph",) + block[:-2],
-                                 lambda: self.family.block_graph(self.model, cfg, execution, kind))
+                                 lambda: self.family.block_graph(self._laid_out(cfg), cfg, execution, kind))
             shared = self._cached(("block pieces",) + block, lambda: tuple(
                 self._price(piece, fit, power=power) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
@@ -393,7 +406,7 @@ class StepModel:
         own = tables.data_parallel_schedules(cfg) if tables is not None else None
         key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
                cfg.lora_targets, scale, None if own is None else tuple((tuple(s), group) for s, group in own))
-        return self._cached(key, lambda: data_parallel_plan(self.model, cfg, self.gpu, self.constants,
+        return self._cached(key, lambda: data_parallel_plan(self._laid_out(cfg), cfg, self.gpu, self.constants,
                                                             block_gather_scale=scale, schedules=own))
 
     def _bound_gather_scale(self, cfg: TrainingConfig) -> float:
@@ -410,13 +423,14 @@ class StepModel:
         p = cfg.parallelism
         key = ("critical", cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing,
                cfg.grad_accumulation, p.dp, p.tp, p.pp, p.ep, p.cp, p.virtual_stages)
-        return self._cached(key, lambda: critical_path(self.model, cfg, self.gpu, self.constants,
+        return self._cached(key, lambda: critical_path(self._laid_out(cfg), cfg, self.gpu, self.constants,
                                                        context_parallel=self.stack.context_parallel))
 
     def _max_micro_batch(self, cfg: TrainingConfig, compiled_loss: bool = False) -> int:
         key = ("max_micro_batch", cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
                cfg.lora_rank, cfg.lora_targets, cfg.offload, compiled_loss)
-        return self._cached(key, lambda: max_micro_batch(self.model, cfg, self.gpu, compiled_loss=compiled_loss,
+        return self._cached(key, lambda: max_micro_batch(self._laid_out(cfg), cfg, self.gpu,
+                                                         compiled_loss=compiled_loss,
                                                          traits=self._memory_traits(cfg.precision)))
 
     def _memory_traits(self, precision: str) -> StackMemoryTraits | None:
@@ -451,7 +465,7 @@ class StepModel:
     def _build_memory(self, cfg: TrainingConfig, tables, compiled_loss: bool) -> MemoryBreakdown:
         if tables is not None and (cfg.parallelism.gpus == 1 or tables.covers_data_parallel_memory):
             return tables.memory(self.stack, self.gpu.hbm_capacity_gb.value * 1e9)
-        return memory_breakdown(self.model, cfg, self.gpu, compiled_loss=compiled_loss,
+        return memory_breakdown(self._laid_out(cfg), cfg, self.gpu, compiled_loss=compiled_loss,
                                 traits=self._memory_traits(cfg.precision))
 
     def priced_as_bound(self, cfg: TrainingConfig, *, compile: bool | None = None,
@@ -521,7 +535,7 @@ class StepModel:
                          "job (workbench.memory); the stack's own memory terms cover one GPU")
         if cfg.offload != "none":  # the same terms _step added, itemized
             microbatch_s = _micro_sums(micro, 1, ("pairs",))[0]
-            notes.append(offload_note(offload_time(self.model, cfg, self.gpu, microbatch_s), cfg))
+            notes.append(offload_note(offload_time(self._laid_out(cfg), cfg, self.gpu, microbatch_s), cfg))
         memory = summary.memory
         if not memory.fits:
             notes.append(f"does not fit: needs {memory.total / 1e9:.1f} GB of {memory.usable / 1e9:.1f} GB usable "
@@ -549,7 +563,7 @@ class StepModel:
         """(summary, priced parts, collectives) of ``cfg``: the one place the step's arithmetic lives. ``detail``
         False leaves out the collectives (None; their sums are the same: ``step_comm.communication_seconds``);
         ``memory``: ``cfg``'s, already looked up (``_memory``)."""
-        model, gpu, p = self.model, self.gpu, cfg.parallelism
+        model, gpu, p = self._laid_out(cfg), self.gpu, cfg.parallelism
         accum = cfg.grad_accumulation
         micro, once = parts = self._parts(cfg, fit, tables, execution)
         s = _fold(micro, accum, once, self._micro_sums(micro, accum))
@@ -579,7 +593,7 @@ class StepModel:
         samples = cfg.samples_per_step
         family = self.family
         flops = self._cached(("flops", cfg.seq_len, cfg.lora),
-                             lambda: family.model_flops_per_sample(model, cfg.seq_len, cfg.lora))
+                             lambda: family.model_flops_per_sample(self.model, cfg.seq_len, cfg.lora))
         model_flops = s.useful_flops * p.gpus if flops is None else flops * samples  # None: the priced ops' FLOPs
         tokens = samples * family.tokens_per_sample(model, cfg)
         compiled_loss = _compiled_loss(execution)
@@ -590,7 +604,8 @@ class StepModel:
             communication_s=comm_s, communication_total_s=comm_total_s,
             optimizer_s=optimizer_s, bubble_s=bubble_s, samples_per_s=samples / step, tokens_per_s=tokens / step,
             mfu=model_flops / (step * p.gpus * peak), model_flops_per_step=model_flops, memory=memory,
-            max_micro_batch=self._max_micro_batch(cfg, compiled_loss) if with_max_micro_batch else -1, gpus=p.gpus, host_s=host_s, stack=self.stack.name,
+            max_micro_batch=self._max_micro_batch(cfg, compiled_loss) if with_max_micro_batch else -1, gpus=p.gpus,
+            host_s=host_s, stack=self.stack.name,
             priced_as_bound=self._bound(tables))
         check_plausible(summary, model, gpu)
         return summary, parts, comms

@@ -93,6 +93,8 @@ class MegatronFlavor:
     fp8_transpose: bool = True
     """Whether fp8 column-wise data is a transposed copy (Hopper); False where fp8 GEMMs take any layout
     (Blackwell: ``te_fp8``)."""
+    bf16_end_blocks: tuple[int, int] = (0, 0)
+    """Blocks kept in bf16 at the model's start and end under fp8 (the stack's ``fp8_bf16_end_blocks``)."""
 
     def as_stack_flavor(self) -> StackFlavor:
         """The plain tables' flavor for the pieces they share (embedding): bf16 parameters, no autocast."""
@@ -460,13 +462,13 @@ def fp8_microbatch_ops(flavor: MegatronFlavor) -> list[Op]:
 
 
 def fp8_layer_split(layers: int, stages: int, flavor: MegatronFlavor) -> tuple[int, int]:
-    """(fp8 blocks, bf16 blocks) of the busiest stage's ``layers``: current scaling keeps the model's first and
-    last blocks in bf16 (``te_fp8.CURRENT_SCALING_BF16_BLOCKS``), on one stage both, else one on the first or
-    the last stage (the busiest stage is taken to hold one of them)."""
-    if flavor.fp8 != "current":
-        return (layers, 0) if flavor.fp8 != "none" else (0, layers)
-    kept = sum(te_fp8.CURRENT_SCALING_BF16_BLOCKS) if stages == 1 else max(te_fp8.CURRENT_SCALING_BF16_BLOCKS)
-    kept = min(kept, layers)
+    """(fp8 blocks, bf16 blocks) of the busiest stage's ``layers``: the model's first and last blocks kept in bf16
+    (``flavor.bf16_end_blocks``), on one stage both ends, else the larger end (the busiest stage is taken to hold
+    the first or the last stage's share)."""
+    if flavor.fp8 == "none":
+        return 0, layers
+    start, end = flavor.bf16_end_blocks
+    kept = min(start + end if stages == 1 else max(start, end), layers)
     return layers - kept, kept
 
 

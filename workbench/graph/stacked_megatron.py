@@ -91,7 +91,8 @@ def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Sta
     p = cfg.parallelism
     d = Dims.of(model, cfg.micro_batch, cfg.seq_len, p.tp, p.cp, p.pp)  # this rank's shard (stacked's docstring)
     flavor = dataclasses.replace(megatron_flavor(MEGATRON_KERNELS[stack.kernels]), tied=model.tied_embeddings,
-                                 fp8=fp8_recipe(stack, cfg.precision), fp8_transpose=not fp8_any_layout)
+                                 fp8=fp8_recipe(stack, cfg.precision), fp8_transpose=not fp8_any_layout,
+                                 bf16_end_blocks=stack.fp8_bf16_end_blocks)
     fp8_layers, bf16_layers = fp8_layer_split(d.layers, p.pp, flavor)
     experts = experts_of(model, p)  # an MoE model's routed experts (stack_kernels_megatron_moe)
     fwd, bwd = [], []  # the fp8 blocks, then current scaling's bf16 ones (their counts add to d.layers)

@@ -10,7 +10,8 @@ d0067d0) and NeMo's precision recipes (nemo/collections/llm/recipes/precision/mi
   (the fused cast-transpose); the amaxes and scales are updated once per autocast region (forward and backward
   of each micro-batch: ``FP8GlobalStateManager.reduce_and_update_fp8_tensors``).
 - **current (per-tensor) scaling** (``bf16_with_fp8_current_scaling_mixed``: ``Fp8Recipe.tensorwise``, the first
-  and last blocks in bf16, ``fp8_param_gather=True``): ``Float8CurrentScalingQuantizer``. The norm writes bf16 and
+  and last blocks in bf16 unless the run turns it off -- NeMo 25.04's performance scripts do: the stack's
+  ``fp8_bf16_end_blocks`` -- ``fp8_param_gather=True``): ``Float8CurrentScalingQuantizer``. The norm writes bf16 and
   its amax in one kernel (``Impl::FUSED_NORM_AMAX_FP8``), then ``quantize_with_amax``: the scale
   (``nvte_compute_scale_from_amax``) and the cast; any other cast first reads the tensor for its amax
   (pytorch/csrc/quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax``, [amax
@@ -49,9 +50,6 @@ TeFp8Recipe = Literal["none", "delayed", "current", "mxfp8"]
 TE_FP8_RECIPES: tuple[str, ...] = ("delayed", "current", "mxfp8")
 MX_BLOCK = 32
 """Elements per MXFP8 e8m0 scale (OCP MX v1.0)."""
-CURRENT_SCALING_BF16_BLOCKS = (1, 1)
-"""NeMo's current-scaling recipe keeps this many blocks in bf16 at the start and the end of the model
-(``num_layers_at_start_in_bf16 = 1``, ``num_layers_at_end_in_bf16 = 1``, ``first_last_layers_bf16 = True``)."""
 
 
 FP8_ANY_LAYOUT_ARCHITECTURES: tuple[str, ...] = ("blackwell", "blackwell-ultra")
