@@ -43,17 +43,14 @@ idioms of ``gemm_gluon.py``. Gluon has no interpreter: on the CPU only ``crossco
 from __future__ import annotations
 
 import functools
-import re
-import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import triton
 
 from workbench.kernels._common import capability, check, interpreting
 from workbench.kernels.checks import check_attention_inputs
+from workbench.kernels.crosscompile import ptxas_report
 
 try:  # Gluon: Triton >= 3.5 (the 3.6 / 3.7 API used here)
     from triton.experimental import gluon
@@ -504,21 +501,11 @@ class GluonAttentionBuild:
 
 def inspect_build(config: dict, head_dim: int, causal: bool, dtype: str = "bf16") -> GluonAttentionBuild:
     """Compile ``config`` for sm_90 (``crosscompile``) and read shared memory, registers, spills and the wgmma
-    waits of the build; Triton's bundled ptxas is run again with -v on the PTX for its report."""
+    waits of the build; Triton's bundled ptxas is run again with -v on the PTX for its report
+    (``crosscompile.ptxas_report``)."""
     kernel = crosscompile(config, head_dim, causal, dtype)
-    ptx = kernel.asm["ptx"]
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    arch = re.search(r"\.target\s+(sm_\w+)", ptx).group(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "kernel.ptx").write_text(ptx)
-        report = subprocess.run([str(ptxas), f"-arch={arch}", "-v", "kernel.ptx", "-o", "kernel.cubin"], cwd=tmp,
-                                capture_output=True, text=True, timeout=300, check=False).stderr
-    registers = re.search(r"Used (\d+) registers", report)
-    spills = re.search(r"(\d+) bytes spill stores", report)
+    report = ptxas_report(kernel.asm["ptx"])
     return GluonAttentionBuild(
-        shared_bytes=int(kernel.metadata.shared), registers=int(registers.group(1)) if registers else 0,
-        partition_registers=tuple(sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
-                                                                     ptx)})),
-        spill_bytes=int(spills.group(1)) if spills else 0, launched_warps=int(kernel.metadata.num_warps),
-        wait_groups=tuple(sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})),
-        ptxas_remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
+        shared_bytes=int(kernel.metadata.shared), registers=report.registers,
+        partition_registers=report.partition_registers, spill_bytes=report.spill_bytes,
+        launched_warps=int(kernel.metadata.num_warps), wait_groups=report.wait_groups, ptxas_remarks=report.remarks)

@@ -189,6 +189,39 @@ def _nvidia_resources(cubin: bytes) -> tuple[int, int]:
     return _first_int(out, r"REG:(\d+)"), _first_int(out, r"STACK:(\d+)")
 
 
+class PtxasReport(NamedTuple):
+    """What Triton's bundled ptxas says of a Hopper build's PTX (``ptxas_report``), and what the PTX shows."""
+
+    registers: int
+    """Registers per thread at launch (ptxas -v)."""
+    spill_bytes: int
+    """Spill-store bytes (ptxas -v): anything above 0 costs local-memory traffic in the main loop."""
+    wait_groups: tuple[int, ...]
+    """The N of every distinct ``wgmma.wait_group N`` in the PTX (an overlapped main loop shows 1)."""
+    partition_registers: tuple[int, ...]
+    """The N of every distinct ``setmaxnreg`` (a warp-specialized build's per-partition budgets)."""
+    remarks: tuple[str, ...]
+    """ptxas's (C75xx) wgmma remarks; "serialized" means it gave up the overlap."""
+
+
+def ptxas_report(ptx: str, timeout_s: float = 300) -> PtxasReport:
+    """Run Triton's bundled ptxas with -v on ``ptx`` (a Gluon or Triton kernel's ``asm['ptx']``) for its target
+    and read registers, spills and wgmma remarks; no GPU needed."""
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    arch = re.search(r"\.target\s+(sm_\w+)", ptx).group(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "kernel.ptx").write_text(ptx)
+        report = subprocess.run([str(ptxas), f"-arch={arch}", "-v", "kernel.ptx", "-o", "kernel.cubin"], cwd=tmp,
+                                capture_output=True, text=True, timeout=timeout_s, check=False).stderr
+    distinct = lambda pattern: tuple(sorted({int(n) for n in re.findall(pattern, ptx)}))  # noqa: E731
+    return PtxasReport(
+        registers=_first_int(report, r"Used (\d+) registers"),
+        spill_bytes=_first_int(report, r"(\d+) bytes spill stores"),
+        wait_groups=distinct(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)"),
+        partition_registers=distinct(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)"),
+        remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
+
+
 def inspect_space(kernel: str, configs: list[dict], targets=("gfx942", "gfx950", "sm_90"), dtype: str = "bf16"):
     """Inspect every config on every target; a config that fits gfx950 but not gfx942 is flagged."""
     results = [inspect_config(kernel, config, target, dtype) for config in configs for target in targets]

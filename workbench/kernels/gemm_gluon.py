@@ -53,11 +53,7 @@ on a CPU-only machine. Gluon has no interpreter: on the CPU only the host-side c
 from __future__ import annotations
 
 import functools
-import re
-import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import triton
@@ -66,6 +62,7 @@ from workbench.kernels._common import (capability, check, frozen, interpreting, 
                                        reused_descriptors, sm_count, tensor_key, without_launch)
 from workbench.kernels._tiling import grouped_tile_gluon, is_power_of_two, tma_aligned
 from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
+from workbench.kernels.crosscompile import ptxas_report
 from workbench.kernels.reference import reference_scaled_matmul  # noqa: F401 - the reference, re-exported
 from workbench.kernels.spaces import (
     GLUON_KERNEL,
@@ -577,21 +574,10 @@ class GluonBuild:
 
 def inspect_build(config: dict, *, exact: bool = True, scaling: str = "tensor", bias: bool = False) -> GluonBuild:
     """Compile ``config`` for sm_90 (``crosscompile``) and read shared memory, registers, spills and the wgmma
-    waits of the build; ptxas (Triton's bundled one) is run again with -v on the PTX for its report."""
-    import triton
-
+    waits of the build; ptxas (Triton's bundled one) is run again with -v on the PTX for its report
+    (``crosscompile.ptxas_report``)."""
     kernel = crosscompile(config, exact=exact, scaling=scaling, bias=bias)
-    ptx = kernel.asm["ptx"]
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    arch = re.search(r"\.target\s+(sm_\w+)", ptx).group(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "kernel.ptx").write_text(ptx)
-        report = subprocess.run([str(ptxas), f"-arch={arch}", "-v", "kernel.ptx", "-o", "kernel.cubin"], cwd=tmp,
-                                capture_output=True, text=True, timeout=120, check=False).stderr
-    registers = re.search(r"Used (\d+) registers", report)
-    spills = re.search(r"(\d+) bytes spill stores", report)
+    report = ptxas_report(kernel.asm["ptx"], timeout_s=120)
     return GluonBuild(
-        shared_bytes=int(kernel.metadata.shared), registers=int(registers.group(1)) if registers else 0,
-        spill_bytes=int(spills.group(1)) if spills else 0, launched_warps=int(kernel.metadata.num_warps),
-        wait_groups=tuple(sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)})),
-        ptxas_remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
+        shared_bytes=int(kernel.metadata.shared), registers=report.registers, spill_bytes=report.spill_bytes,
+        launched_warps=int(kernel.metadata.num_warps), wait_groups=report.wait_groups, ptxas_remarks=report.remarks)
