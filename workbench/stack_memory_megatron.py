@@ -141,7 +141,7 @@ class MegatronMemory:
 def megatron_memory(d: Dims, flavor: MegatronFlavor, policy: str, dp: int = 1,
                     experts: Experts | None = None) -> MegatronMemory:
     """Peak allocated memory of one rank (``dp`` ranks share the optimizer state; ``experts``: an MoE model's)."""
-    params, _ = parameter_count(d, flavor.tied, experts)
+    params, _ = parameter_count(d, flavor.tied, experts, flavor.gpt_block)
     t, n = d.tokens, d.layers
     saved_scores = scores_bytes(d, flavor, 6.0 + 1.0 / (d.batch * d.heads))  # fp32 softmax, bf16 probs, mask
     activations = n * saved_per_token(d, flavor, policy, experts) * t

@@ -67,6 +67,7 @@ from workbench.graph.stack_kernels import (
     rmsnorm_tables,
     StackFlavor,
 )
+from workbench.graph import stack_kernels_megatron_gpt as gpt
 from workbench.graph.stack_kernels_megatron_moe import Experts, expert_parameters, moe_ops, router_parameters
 from workbench.graph.te_fp8 import TeFp8Recipe
 
@@ -95,6 +96,9 @@ class MegatronFlavor:
     (Blackwell: ``te_fp8``)."""
     bf16_end_blocks: tuple[int, int] = (0, 0)
     """Blocks kept in bf16 at the model's start and end under fp8 (the stack's ``fp8_bf16_end_blocks``)."""
+    gpt_block: bool = False
+    """GPT-2/GPT-3 blocks as TE's TransformerLayer runs them (``stack_kernels_megatron_gpt``: LayerNorm, GeLU MLP,
+    biases, learned positions; TE spec only); False: Llama-style blocks (RMSNorm, SwiGLU, RoPE)."""
 
     def as_stack_flavor(self) -> StackFlavor:
         """The plain tables' flavor for the pieces they share (embedding): bf16 parameters, no autocast."""
@@ -211,12 +215,14 @@ and their output's reduce-scatter behind the wgrad GEMM (``qkv_wgrad``, ``fc1_wg
 
 
 def _gemm_grads(name: str, t: int, i: int, o: int, count: int, layer: str, mm_index: int,
-                flavor: MegatronFlavor, *, casts_input: bool = False) -> tuple[list[Op], list[Op]]:
+                flavor: MegatronFlavor, *, casts_input: bool = False, casts_grad: bool = True
+                ) -> tuple[list[Op], list[Op]]:
     """A linear y[t, o] = x[t, i] W^T: forward GEMM, dgrad and wgrad, and the weight gradient into main_grad
     (the local spec's DDP hook add; TE's gradient_accumulation_fusion writes main_grad from the wgrad GEMM,
     which then reads and writes the fp32 [i, o] accumulator: priced as extra wgrad output bytes). Under TE fp8
     the three GEMMs run in fp8 with dy's cast (and, ``casts_input``, a plain Linear's input cast: a
-    LayerNormLinear's input is its norm's output, ``block_ops``); the weight's casts are once per step."""
+    LayerNormLinear's input is its norm's output, ``block_ops``; ``casts_grad`` False: dy's cast is fused into the
+    kernel before, a GPT block's dgelu); the weight's casts are once per step."""
     f, dg, wg = gemm_with_grads(name, t, o, i, te_fp8.gemm_dtype(flavor.fp8), count=count, layer=layer)
     fwd: list[Op] = []
     bwd = [dg]
@@ -231,7 +237,8 @@ def _gemm_grads(name: str, t: int, i: int, o: int, count: int, layer: str, mm_in
     if flavor.fp8 != "none":
         if casts_input:
             fwd += te_fp8.input_casts(_k, name, flavor.fp8, t, i, flavor.fp8_transpose, count, layer)
-        bwd = te_fp8.grad_output_casts(_k, name, flavor.fp8, t, o, flavor.fp8_transpose, count, layer) + bwd
+        if casts_grad:
+            bwd = te_fp8.grad_output_casts(_k, name, flavor.fp8, t, o, flavor.fp8_transpose, count, layer) + bwd
     return fwd + _tag([f], aten="mm", mm_index=mm_index), bwd
 
 
@@ -275,6 +282,8 @@ def core_attention_ops(d: Dims, flavor: MegatronFlavor, count: int) -> tuple[lis
 def block_ops(d: Dims, flavor: MegatronFlavor, experts: Experts | None = None) -> tuple[list[Op], list[Op]]:
     """(forward, backward) kernels of the ``d.layers`` blocks (count = layers), without recomputation;
     ``experts``: an MoE model's routed experts on this rank (``stack_kernels_megatron_moe``: TE spec only)."""
+    if flavor.gpt_block:
+        return gpt_block_ops(d, flavor)
     n, t, ts = d.layers, d.tokens, d.stream_tokens  # ts: t / tp under sequence parallelism
     th = ts * d.hidden  # the residual stream's elements: norms, bias-dropout-adds and their grads
     fwd: list[Op] = []
@@ -340,6 +349,63 @@ def block_ops(d: Dims, flavor: MegatronFlavor, experts: Experts | None = None) -
     return fwd, bwd
 
 
+def gpt_block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
+    """``block_ops`` of GPT-2/GPT-3 blocks under TE's TransformerLayer (``stack_kernels_megatron_gpt``): LayerNorm
+    -> biased QKV (no RoPE, no split copy) -> attention -> proj -> bias-dropout-add; LayerNorm -> fc1 -> gelu -> fc2
+    -> bias-dropout-add; the biases' and norms' gradients."""
+    if not flavor.te:
+        raise ValueError("GPT blocks are in the TE spec's tables (megatron stack), not the local spec's")
+    n, t, ts = d.layers, d.tokens, d.stream_tokens
+    th = ts * d.hidden
+    recipe, transpose = flavor.fp8, flavor.fp8_transpose
+    norm_f, norm_b = gpt.norm_tables(recipe)
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+
+    def norm_linear(norm: str, name: str, o: int, layer: str, mm_index: int, **grads) -> None:
+        """A LayerNormLinear / LayerNormMLP's norm, its output's fp8 casts and the linear after it."""
+        nonlocal fwd, bwd
+        fwd += _k(norm, "layernorm", norm_f, th, "fwd", n, layer, "layer_norm", rows=ts)
+        if recipe != "none":
+            cf, cb = te_fp8.norm_output_casts(_k, name, recipe, ts, t, d.hidden, transpose, n, layer)
+            fwd += cf
+            bwd += cb
+        f, b = _gemm_grads(name, t, d.hidden, o, n, layer, mm_index, flavor, **grads)
+        fwd += f
+        bwd += b
+
+    def residual(name: str, norm: str, layer: str) -> None:
+        """The block half's bias-dropout-add (the returned bias's gradient) and its norm's backward."""
+        nonlocal fwd, bwd
+        fwd += _k(f"{layer}_bda", "add", RESIDUAL_ADD, th, "fwd", n, layer, "add")
+        bwd += gpt.row_bias_grad_ops(name, d, n, layer)
+        bwd += _k(norm, "layernorm", norm_b, th, "bwd", n, layer, "layer_norm", rows=ts)
+        bwd += _k(f"{layer}.residual_grad", "add", GRAD_ACCUMULATE, th, "bwd", n, layer, "add")
+
+    # --- attention: LayerNormLinear(qkv, bias in the epilogue) -> fused attention -> proj (bias returned)
+    norm_linear("input_layernorm", "linear_qkv", d.q + 2 * d.kv, "attention", 1)
+    bwd += gpt.qkv_bias_grad_ops(d, recipe, n)
+    f, b = core_attention_ops(d, flavor, n)
+    fwd += f
+    bwd += b
+    f, b = _gemm_grads("linear_proj", t, d.q, d.hidden, n, "attention", 2, flavor, casts_input=True)
+    fwd += f
+    bwd += b
+    residual("linear_proj", "input_layernorm", "attention")
+    # --- MLP: LayerNormMLP = norm -> fc1 (bias in the epilogue under fp8) -> gelu -> fc2 (bias returned)
+    norm_linear("pre_mlp_layernorm", "linear_fc1", d.ffn, "mlp", 3, casts_grad=False)
+    f, b = gpt.gelu_ops(d, recipe, transpose, n)
+    fwd += f
+    bwd += b
+    f, b = _gemm_grads("linear_fc2", t, d.ffn, d.hidden, n, "mlp", 4, flavor)
+    fwd += f
+    bwd += b
+    residual("linear_fc2", "pre_mlp_layernorm", "mlp")
+    for name, elements, layer in gpt.small_parameters(d):
+        bwd += _k(f"{name}.main_grad", "add", MAIN_GRAD_ADD, elements, "bwd", n, layer, "main_grad")
+    return fwd, bwd
+
+
 def recompute_ops(fwd: list[Op], policy: str) -> list[Op]:
     """The forward kernels ``policy`` reruns in backward (``MEGATRON_POLICIES``), prefixed ``recompute.``."""
     if policy == "none":
@@ -356,9 +422,15 @@ def recompute_ops(fwd: list[Op], policy: str) -> list[Op]:
 def head_ops(d: Dims, flavor: MegatronFlavor) -> list[Op]:
     """final_layernorm, output_layer (+ main_grad, or the tied table's grad accumulation), the fp32 loss."""
     t, h, v, ts = d.tokens, d.hidden, d.vocab, d.stream_tokens
-    norm_f, norm_b = (NORM_TE_FWD, NORM_TE_BWD) if flavor.te else rmsnorm_tables(2)
-    ops = _k("final_layernorm", "rmsnorm", norm_f, ts * h, "fwd", 1, "head", "rms_norm", rows=ts)
-    ops += _k("final_layernorm", "rmsnorm", norm_b, ts * h, "bwd", 1, "head", "rms_norm", rows=ts)
+    if flavor.gpt_block:  # TE's LayerNorm, weight and bias
+        norm_f, norm_b = gpt.norm_tables("none")
+        ops = _k("final_layernorm", "layernorm", norm_f, ts * h, "fwd", 1, "head", "layer_norm", rows=ts)
+        ops += _k("final_layernorm", "layernorm", norm_b, ts * h, "bwd", 1, "head", "layer_norm", rows=ts)
+        ops += _k("final_layernorm.bias.main_grad", "add", MAIN_GRAD_ADD, h, "bwd", 1, "head", "main_grad")
+    else:
+        norm_f, norm_b = (NORM_TE_FWD, NORM_TE_BWD) if flavor.te else rmsnorm_tables(2)
+        ops = _k("final_layernorm", "rmsnorm", norm_f, ts * h, "fwd", 1, "head", "rms_norm", rows=ts)
+        ops += _k("final_layernorm", "rmsnorm", norm_b, ts * h, "bwd", 1, "head", "rms_norm", rows=ts)
     ops += _k("final_layernorm.main_grad", "add", MAIN_GRAD_ADD, h, "bwd", 1, "head", "main_grad")
     f, dg, wg = gemm_with_grads("output_layer", t, v, h, "bf16", layer="head")
     ops += [f, dg, wg]
@@ -380,6 +452,8 @@ def megatron_embedding_ops(d: Dims, flavor: MegatronFlavor) -> list[Op]:
         ops += _k("embedding.transpose", "copy", STRIDED_COPY, d.tokens * d.hidden, "fwd", 1, "embedding", "copy")
     if not flavor.tied:
         ops += _k("embedding.main_grad", "add", MAIN_GRAD_ADD, d.vocab * d.hidden, "bwd", 1, "embedding", "main_grad")
+    if flavor.gpt_block:  # learned absolute positions
+        ops += gpt.position_embedding_ops(d, flavor.as_stack_flavor().stream_bytes, MAIN_GRAD_ADD)
     return ops
 
 
@@ -431,11 +505,14 @@ def optimizer_ops(params: int, tensors: int, flavor: MegatronFlavor, fp8_params:
     return ops
 
 
-def block_linears(d: Dims, experts: Experts | None = None) -> tuple[tuple[str, int, int, int], ...]:
-    """(name, in, out, copies) of one block's linears on this rank (MoE: each local expert's fc1 and fc2)."""
+def block_linears(d: Dims, experts: Experts | None = None, gpt_block: bool = False
+                  ) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, in, out, copies) of one block's linears on this rank (MoE: each local expert's fc1 and fc2; a GPT
+    block's fc1 is h -> f, no gate)."""
     attention = (("linear_qkv", d.hidden, d.q + 2 * d.kv, 1), ("linear_proj", d.q, d.hidden, 1))
     if experts is None:
-        return attention + (("linear_fc1", d.hidden, 2 * d.ffn, 1), ("linear_fc2", d.ffn, d.hidden, 1))
+        fc1 = d.ffn if gpt_block else 2 * d.ffn
+        return attention + (("linear_fc1", d.hidden, fc1, 1), ("linear_fc2", d.ffn, d.hidden, 1))
     return attention + (("experts.linear_fc1", d.hidden, 2 * d.ffn, experts.local),
                         ("experts.linear_fc2", d.ffn, d.hidden, experts.local))
 
@@ -445,7 +522,7 @@ def fp8_step_ops(d: Dims, flavor: MegatronFlavor, fp8_layers: int, shard: int, e
     """Once per step under TE fp8: the ``fp8_layers`` fp8 blocks' weight casts (``te_fp8.weight_step_casts``,
     main shards over ``shard`` ranks; the experts' over ``expert_shard``)."""
     ops: list[Op] = []
-    for name, i, o, copies in block_linears(d, experts):
+    for name, i, o, copies in block_linears(d, experts, flavor.gpt_block):
         ranks = expert_shard if name.startswith("experts.") else shard
         ops += te_fp8.weight_step_casts(_k, name, flavor.fp8, i, o, ranks, flavor.fp8_transpose,
                                         fp8_layers * copies, "optimizer")
@@ -472,9 +549,17 @@ def fp8_layer_split(layers: int, stages: int, flavor: MegatronFlavor) -> tuple[i
     return layers - kept, kept
 
 
-def parameter_count(d: Dims, tied: bool, experts: Experts | None = None) -> tuple[int, int]:
+def parameter_count(d: Dims, tied: bool, experts: Experts | None = None, gpt_block: bool = False
+                    ) -> tuple[int, int]:
     """(parameters, parameter tensors): per block the QKV, proj, fc1, fc2 weights (MoE: the router and the
-    local experts' fc1 and fc2) and two norms; the table(s) and the final norm."""
+    local experts' fc1 and fc2) and two norms; the table(s) and the final norm. ``gpt_block``: GPT blocks' weights,
+    biases and LayerNorms (``stack_kernels_megatron_gpt.gpt_parameters``), the position table, the final norm's
+    bias."""
+    if gpt_block:
+        block, tensors = gpt.gpt_parameters(d)
+        params = (d.layers * block + d.vocab * d.hidden * (1 if tied else 2) + d.seq * d.cp * d.hidden
+                  + 2 * d.hidden)
+        return params, tensors * d.layers + (2 if tied else 3) + 2
     attention = d.hidden * (d.q + 2 * d.kv) + d.q * d.hidden + 2 * d.hidden
     if experts is None:
         block, tensors = attention + 3 * d.hidden * d.ffn, 6
@@ -489,8 +574,8 @@ def megatron_step_ops(model, micro_batch: int, seq_len: int, flavor: MegatronFla
                       policy: str = "none") -> list[Op]:
     """Every kernel of one single-GPU, single-micro-batch step of ``flavor`` (counts per step)."""
     d = Dims.of(model, micro_batch, seq_len)
-    flavor = dataclasses.replace(flavor, tied=model.tied_embeddings)
+    flavor = dataclasses.replace(flavor, tied=model.tied_embeddings, gpt_block=flavor.te and gpt.is_gpt_block(model))
     fwd, bwd = block_ops(d, flavor)
-    params, tensors = parameter_count(d, flavor.tied)
+    params, tensors = parameter_count(d, flavor.tied, gpt_block=flavor.gpt_block)
     return (megatron_embedding_ops(d, flavor) + fwd + head_ops(d, flavor) + bwd + recompute_ops(fwd, policy)
             + optimizer_ops(params, tensors, flavor))

@@ -44,6 +44,7 @@ from workbench.graph.stack_kernels import (
     torchtitan_flavor,
     weight_shard_cast,
 )
+from workbench.graph.stack_kernels_megatron_gpt import is_gpt_block
 from workbench.memory import MemoryBreakdown
 from workbench.models import Model, TransformerModel
 from workbench.precision import is_8bit_training
@@ -127,7 +128,8 @@ def transformer_scope_gap(model: TransformerModel, cfg: TrainingConfig, kernels:
             return gap
     if model.non_llama_features():
         return f"{' / '.join(model.non_llama_features())} blocks"
-    if model.norm != "rmsnorm" or model.ffn_activation != "swiglu":
+    gpt_covered = kernels == "megatron-te" and is_gpt_block(model)  # graph.stack_kernels_megatron_gpt
+    if (model.norm != "rmsnorm" or model.ffn_activation != "swiglu") and not gpt_covered:
         return f"{model.norm} / {model.ffn_activation} blocks"
     p = cfg.parallelism
     if p.tp > 1 or p.pp > 1:

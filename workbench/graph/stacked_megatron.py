@@ -22,6 +22,7 @@ from workbench.graph.stack_kernels_megatron import (
     parameter_count,
     recompute_ops,
 )
+from workbench.graph.stack_kernels_megatron_gpt import is_gpt_block
 from workbench.graph.stack_kernels_megatron_moe import Experts, expert_parameters, experts_of
 from workbench.graph.stacked import StackStep, one_piece
 from workbench.graph.te_tp_overlap import with_tp_overlap
@@ -92,7 +93,8 @@ def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Sta
     d = Dims.of(model, cfg.micro_batch, cfg.seq_len, p.tp, p.cp, p.pp)  # this rank's shard (stacked's docstring)
     flavor = dataclasses.replace(megatron_flavor(MEGATRON_KERNELS[stack.kernels]), tied=model.tied_embeddings,
                                  fp8=fp8_recipe(stack, cfg.precision), fp8_transpose=not fp8_any_layout,
-                                 bf16_end_blocks=stack.fp8_bf16_end_blocks)
+                                 bf16_end_blocks=stack.fp8_bf16_end_blocks,
+                                 gpt_block=MEGATRON_KERNELS[stack.kernels] and is_gpt_block(model))
     fp8_layers, bf16_layers = fp8_layer_split(d.layers, p.pp, flavor)
     experts = experts_of(model, p)  # an MoE model's routed experts (stack_kernels_megatron_moe)
     fwd, bwd = [], []  # the fp8 blocks, then current scaling's bf16 ones (their counts add to d.layers)
@@ -108,12 +110,12 @@ def megatron_stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Sta
     # the experts' over the expert-data-parallel group (megatron/core/parallel_state.py: the ranks of one
     # pipeline stage over expert x expert-tensor parallelism)
     expert_dp = max(1, p.gpus // (p.pp * p.ep * p.tp)) if experts else dp
-    params, tensors = parameter_count(d, flavor.tied, experts)
+    params, tensors = parameter_count(d, flavor.tied, experts, flavor.gpt_block)
     expert_params = d.layers * expert_parameters(d, experts) if experts else 0
     fp8_params = 0
     if flavor.fp8 in ("delayed", "current"):  # fp8_param_gather: the fp8 linears' weights are fp8 parameters
         fp8_params = sum(fp8_layers * i * o * copies // (expert_dp if name.startswith("experts.") else dp)
-                         for name, i, o, copies in block_linears(d, experts))
+                         for name, i, o, copies in block_linears(d, experts, flavor.gpt_block))
     # the distributed optimizer steps its shard
     shard = (params - expert_params) // dp + expert_params // expert_dp
     step = optimizer_ops(max(1, shard), tensors, flavor, fp8_params=fp8_params)

@@ -129,6 +129,18 @@ def grad_output_casts(k, name: str, recipe: TeFp8Recipe, t: int, o: int, transpo
     return _ops(k, f"{name}.dy", _quantize(recipe, transpose), t * o, "bwd", count, layer)
 
 
+def activation_output_casts(k, name: str, recipe: TeFp8Recipe, t: int, i: int, transpose: bool, count: int,
+                            layer: str) -> list[Op]:
+    """An activation's bf16 output [t, i] quantized for the next linear when the activation kernel wrote its amax
+    (current scaling: the scale and the cast; ``stack_kernels_megatron_gpt``'s gelu)."""
+    return _ops(k, name, _quantize(recipe, transpose, amax_known=True), t * i, "fwd", count, layer)
+
+
+def transpose_ops(k, name: str, elements: int, phase: str, count: int, layer: str) -> list[Op]:
+    """An fp8 tensor's column-wise copy (``FP8_TRANSPOSE``) of ``elements``."""
+    return _ops(k, name, FP8_TRANSPOSE, elements, phase, count, layer)
+
+
 def weight_step_casts(k, name: str, recipe: TeFp8Recipe, i: int, o: int, shard: int, transpose: bool,
                       count: int, layer: str) -> list[Op]:
     """Once per step, a linear's weight W[o, i]: with ``fp8_param_gather`` (delayed, current) the fp32 main shard

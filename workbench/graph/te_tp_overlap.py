@@ -99,8 +99,14 @@ UB_CONFIGS: dict[tuple[str, str, int], dict[str, UbSlot]] = {
     ("hopper", "fp8", 16384): _cfg(2, 24, 2, 2, _RING_RS, _RING_RS),          # ..._fp8_h100_h16384_tp8_cp2
     ("blackwell", "bf16", 16384): _cfg(8, 24, 2, 2, _pipe(32), _pipe(8)),     # ..._bf16_b200_h16384_tp4_cp2
     ("blackwell", "fp8", 16384): _cfg(8, 32, 2, 8, _RING_RS, _RING_RS),       # ..._fp8_b200_h16384_tp4_cp2
+    # the same file's "GPT3 175b" entries (userbuffers_{bf16,fp8}_{h100,b200}_h12288_tp4_mbs1_seqlen2048)
+    ("hopper", "bf16", 12288): _cfg(4, 4, 2, 4, _pipe(24), _RING_RS),         # userbuffers_bf16_h100_h12288_tp4
+    ("hopper", "fp8", 12288): _cfg(4, 4, 2, 4, _RING_RS, _RING_RS),           # userbuffers_fp8_h100_h12288_tp4
+    ("blackwell", "bf16", 12288): _cfg(4, 16, 2, 8, _RING_RS, _RING_RS),      # userbuffers_bf16_b200_h12288_tp4
+    ("blackwell", "fp8", 12288): _cfg(4, 16, 2, 8, _RING_RS, _RING_RS),       # userbuffers_fp8_b200_h12288_tp4
 }
-"""NeMo's userbuffers configs for the Llama 3 70B (hidden 8192) and 405B (16384) performance recipes."""
+"""NeMo's userbuffers configs for the Llama 3 70B (hidden 8192) and 405B (16384) and the GPT-3 175B (12288)
+performance recipes."""
 TE_DEFAULTS: dict[str, UbSlot] = {
     **{s: UbSlot("ring_exchange") for s in ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")},
     **{s: UbSlot("pipeline", 16, True, 4) for s in ("proj_fprop", "fc2_fprop")},
