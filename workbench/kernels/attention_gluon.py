@@ -43,14 +43,13 @@ idioms of ``gemm_gluon.py``. Gluon has no interpreter: on the CPU only ``crossco
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
 
 import torch
 import triton
 
 from workbench.kernels._common import capability, check, interpreting
 from workbench.kernels.checks import check_attention_inputs
-from workbench.kernels.crosscompile import ptxas_report
+from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
 
 try:  # Gluon: Triton >= 3.5 (the 3.6 / 3.7 API used here)
     from triton.experimental import gluon
@@ -472,40 +471,8 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 4})
 
 
-@dataclass(frozen=True)
-class GluonAttentionBuild:
-    """What ptxas made of one config's sm_90 build (``inspect_build``)."""
-
-    shared_bytes: int
-    """Shared memory the kernel allocates (compiled metadata); sm_90 allows SM90_SHARED_BYTES."""
-    registers: int
-    """Registers per thread at launch (ptxas -v); setmaxnreg then re-divides them among the partitions."""
-    partition_registers: tuple[int, ...]
-    """The N of every distinct ``setmaxnreg`` in the PTX (the consumers' and the producer's budgets)."""
-    spill_bytes: int
-    """Spill-store bytes (ptxas -v): anything above 0 costs local-memory traffic in the main loop."""
-    launched_warps: int
-    """Warps per CTA (the first consumer's 4 plus the workers')."""
-    wait_groups: tuple[int, ...]
-    """The N of every distinct ``wgmma.wait_group N``: the overlapped loop must show 1."""
-    ptxas_remarks: tuple[str, ...]
-    """ptxas's (C75xx) wgmma remarks; "serialized" means the overlap is gone."""
-
-    @property
-    def serialized(self) -> bool:
-        return any("serialized" in remark for remark in self.ptxas_remarks)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "serialized": self.serialized}
-
-
-def inspect_build(config: dict, head_dim: int, causal: bool, dtype: str = "bf16") -> GluonAttentionBuild:
+def inspect_build(config: dict, head_dim: int, causal: bool, dtype: str = "bf16") -> GluonBuild:
     """Compile ``config`` for sm_90 (``crosscompile``) and read shared memory, registers, spills and the wgmma
-    waits of the build; Triton's bundled ptxas is run again with -v on the PTX for its report
-    (``crosscompile.ptxas_report``)."""
-    kernel = crosscompile(config, head_dim, causal, dtype)
-    report = ptxas_report(kernel.asm["ptx"])
-    return GluonAttentionBuild(
-        shared_bytes=int(kernel.metadata.shared), registers=report.registers,
-        partition_registers=report.partition_registers, spill_bytes=report.spill_bytes,
-        launched_warps=int(kernel.metadata.num_warps), wait_groups=report.wait_groups, ptxas_remarks=report.remarks)
+    waits of the build (``crosscompile.inspect_gluon_build``: the producer's and consumers' setmaxnreg budgets in
+    ``partition_registers``)."""
+    return inspect_gluon_build(crosscompile(config, head_dim, causal, dtype))

@@ -189,24 +189,38 @@ def _nvidia_resources(cubin: bytes) -> tuple[int, int]:
     return _first_int(out, r"REG:(\d+)"), _first_int(out, r"STACK:(\d+)")
 
 
-class PtxasReport(NamedTuple):
-    """What Triton's bundled ptxas says of a Hopper build's PTX (``ptxas_report``), and what the PTX shows."""
+@dataclass(frozen=True)
+class GluonBuild:
+    """What ptxas made of one Hopper build of a Gluon kernel (``inspect_gluon_build``): ``gemm_gluon`` and
+    ``attention_gluon`` check their shipped configs with it."""
 
+    shared_bytes: int
+    """Shared memory the kernel allocates (compiled metadata)."""
     registers: int
-    """Registers per thread at launch (ptxas -v)."""
+    """Registers per thread at launch (ptxas -v); a warp-specialized build re-divides them with setmaxnreg."""
+    partition_registers: tuple[int, ...]
+    """The N of every distinct ``setmaxnreg`` in the PTX (the partitions' register budgets; () without)."""
     spill_bytes: int
     """Spill-store bytes (ptxas -v): anything above 0 costs local-memory traffic in the main loop."""
+    launched_warps: int
+    """Warps per CTA (compiled metadata: the default partition's plus the workers')."""
     wait_groups: tuple[int, ...]
-    """The N of every distinct ``wgmma.wait_group N`` in the PTX (an overlapped main loop shows 1)."""
-    partition_registers: tuple[int, ...]
-    """The N of every distinct ``setmaxnreg`` (a warp-specialized build's per-partition budgets)."""
-    remarks: tuple[str, ...]
-    """ptxas's (C75xx) wgmma remarks; "serialized" means it gave up the overlap."""
+    """The N of every distinct ``wgmma.wait_group N`` in the PTX: an overlapped main loop shows 1."""
+    ptxas_remarks: tuple[str, ...]
+    """ptxas's (C75xx) wgmma remarks; C7514/C7515 ("serialized") mean it gave up the overlap."""
+
+    @property
+    def serialized(self) -> bool:
+        return any("serialized" in remark for remark in self.ptxas_remarks)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "serialized": self.serialized}
 
 
-def ptxas_report(ptx: str, timeout_s: float = 300) -> PtxasReport:
-    """Run Triton's bundled ptxas with -v on ``ptx`` (a Gluon or Triton kernel's ``asm['ptx']``) for its target
-    and read registers, spills and wgmma remarks; no GPU needed."""
+def inspect_gluon_build(kernel, timeout_s: float = 300) -> GluonBuild:
+    """Read a compiled Hopper kernel (``triton.compile``'s result): its metadata, and Triton's bundled ptxas run
+    again with -v on its PTX for registers, spills and wgmma remarks; no GPU needed."""
+    ptx = kernel.asm["ptx"]
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     arch = re.search(r"\.target\s+(sm_\w+)", ptx).group(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,12 +228,12 @@ def ptxas_report(ptx: str, timeout_s: float = 300) -> PtxasReport:
         report = subprocess.run([str(ptxas), f"-arch={arch}", "-v", "kernel.ptx", "-o", "kernel.cubin"], cwd=tmp,
                                 capture_output=True, text=True, timeout=timeout_s, check=False).stderr
     distinct = lambda pattern: tuple(sorted({int(n) for n in re.findall(pattern, ptx)}))  # noqa: E731
-    return PtxasReport(
-        registers=_first_int(report, r"Used (\d+) registers"),
-        spill_bytes=_first_int(report, r"(\d+) bytes spill stores"),
-        wait_groups=distinct(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)"),
+    return GluonBuild(
+        shared_bytes=int(kernel.metadata.shared), registers=_first_int(report, r"Used (\d+) registers"),
         partition_registers=distinct(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)"),
-        remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
+        spill_bytes=_first_int(report, r"(\d+) bytes spill stores"), launched_warps=int(kernel.metadata.num_warps),
+        wait_groups=distinct(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)"),
+        ptxas_remarks=tuple(line.strip() for line in report.splitlines() if re.search(r"\(C75\d\d\)", line)))
 
 
 def inspect_space(kernel: str, configs: list[dict], targets=("gfx942", "gfx950", "sm_90"), dtype: str = "bf16"):

@@ -53,7 +53,6 @@ on a CPU-only machine. Gluon has no interpreter: on the CPU only the host-side c
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
 
 import torch
 import triton
@@ -62,7 +61,7 @@ from workbench.kernels._common import (capability, check, frozen, interpreting, 
                                        reused_descriptors, sm_count, tensor_key, without_launch)
 from workbench.kernels._tiling import grouped_tile_gluon, is_power_of_two, tma_aligned
 from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
-from workbench.kernels.crosscompile import ptxas_report
+from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
 from workbench.kernels.reference import reference_scaled_matmul  # noqa: F401 - the reference, re-exported
 from workbench.kernels.spaces import (
     GLUON_KERNEL,
@@ -547,37 +546,7 @@ def crosscompile(config: dict, *, exact: bool = True, scaling: str = "tensor", b
                           options={"num_warps": config["num_warps"]})
 
 
-@dataclass(frozen=True)
-class GluonBuild:
-    """What ptxas made of one config's sm_90 build (``inspect_build``)."""
-
-    shared_bytes: int
-    """Shared memory the kernel allocates (compiled metadata); sm_90 allows SM90_SHARED_BYTES."""
-    registers: int
-    """Registers per thread at launch (ptxas -v); a warp-specialized build re-divides them with setmaxnreg."""
-    spill_bytes: int
-    """Spill-store bytes (ptxas -v); anything above 0 costs local-memory traffic in the main loop."""
-    launched_warps: int
-    """Warps per CTA: num_warps, or num_warps + 4 with the loader partition (warps are allocated by warpgroup)."""
-    wait_groups: tuple[int, ...]
-    """The N of every distinct ``wgmma.wait_group N`` in the PTX: the exact main loop must show 1 (the overlap)."""
-    ptxas_remarks: tuple[str, ...]
-    """ptxas's (C75xx) wgmma remarks; C7514/C7515 mean it serialized the wgmmas, defeating the overlap."""
-
-    @property
-    def serialized(self) -> bool:
-        return any("serialized" in remark for remark in self.ptxas_remarks)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "serialized": self.serialized}
-
-
 def inspect_build(config: dict, *, exact: bool = True, scaling: str = "tensor", bias: bool = False) -> GluonBuild:
     """Compile ``config`` for sm_90 (``crosscompile``) and read shared memory, registers, spills and the wgmma
-    waits of the build; ptxas (Triton's bundled one) is run again with -v on the PTX for its report
-    (``crosscompile.ptxas_report``)."""
-    kernel = crosscompile(config, exact=exact, scaling=scaling, bias=bias)
-    report = ptxas_report(kernel.asm["ptx"], timeout_s=120)
-    return GluonBuild(
-        shared_bytes=int(kernel.metadata.shared), registers=report.registers, spill_bytes=report.spill_bytes,
-        launched_warps=int(kernel.metadata.num_warps), wait_groups=report.wait_groups, ptxas_remarks=report.remarks)
+    waits of the build (``crosscompile.inspect_gluon_build``)."""
+    return inspect_gluon_build(crosscompile(config, exact=exact, scaling=scaling, bias=bias), timeout_s=120)
