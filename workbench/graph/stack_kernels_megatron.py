@@ -279,6 +279,20 @@ def core_attention_ops(d: Dims, flavor: MegatronFlavor, count: int) -> tuple[lis
     return _tag(fwd, core_attn=True), bwd
 
 
+def _linear_after_norm(d: Dims, flavor: MegatronFlavor, name: str, o: int, layer: str, mm_index: int,
+                       **grads) -> tuple[list[Op], list[Op]]:
+    """The linear of a TE LayerNormLinear / LayerNormMLP after its norm (the norm itself is the caller's): the
+    norm output's fp8 casts under an fp8 recipe, then the linear's GEMMs (``_gemm_grads``, ``grads`` its cast
+    flags)."""
+    n, t, ts = d.layers, d.tokens, d.stream_tokens
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    if flavor.fp8 != "none":
+        fwd, bwd = te_fp8.norm_output_casts(_k, name, flavor.fp8, ts, t, d.hidden, flavor.fp8_transpose, n, layer)
+    f, b = _gemm_grads(name, t, d.hidden, o, n, layer, mm_index, flavor, **grads)
+    return fwd + f, bwd + b
+
+
 def block_ops(d: Dims, flavor: MegatronFlavor, experts: Experts | None = None) -> tuple[list[Op], list[Op]]:
     """(forward, backward) kernels of the ``d.layers`` blocks (count = layers), without recomputation;
     ``experts``: an MoE model's routed experts on this rank (``stack_kernels_megatron_moe``: TE spec only)."""
@@ -289,17 +303,11 @@ def block_ops(d: Dims, flavor: MegatronFlavor, experts: Experts | None = None) -
     fwd: list[Op] = []
     bwd: list[Op] = []
     norm_f, norm_b = (NORM_TE_FWD, NORM_TE_BWD) if flavor.te else rmsnorm_tables(2)
-    recipe, transpose = flavor.fp8, flavor.fp8_transpose
-    norm_f = te_fp8.norm_table(recipe, norm_f)  # a LayerNormLinear's norm: fp8 out under delayed scaling
+    norm_f = te_fp8.norm_table(flavor.fp8, norm_f)  # a LayerNormLinear's norm: fp8 out under delayed scaling
 
     def layernorm_linear(name: str, o: int, layer: str, mm_index: int) -> None:
-        """TELayerNormColumnParallelLinear after its norm: the norm output's fp8 casts, then the linear."""
         nonlocal fwd, bwd
-        if recipe != "none":
-            cf, cb = te_fp8.norm_output_casts(_k, name, recipe, ts, t, d.hidden, transpose, n, layer)
-            fwd += cf
-            bwd += cb
-        f, b = _gemm_grads(name, t, d.hidden, o, n, layer, mm_index, flavor)
+        f, b = _linear_after_norm(d, flavor, name, o, layer, mm_index)
         fwd += f
         bwd += b
 
@@ -366,11 +374,7 @@ def gpt_block_ops(d: Dims, flavor: MegatronFlavor) -> tuple[list[Op], list[Op]]:
         """A LayerNormLinear / LayerNormMLP's norm, its output's fp8 casts and the linear after it."""
         nonlocal fwd, bwd
         fwd += _k(norm, "layernorm", norm_f, th, "fwd", n, layer, "layer_norm", rows=ts)
-        if recipe != "none":
-            cf, cb = te_fp8.norm_output_casts(_k, name, recipe, ts, t, d.hidden, transpose, n, layer)
-            fwd += cf
-            bwd += cb
-        f, b = _gemm_grads(name, t, d.hidden, o, n, layer, mm_index, flavor, **grads)
+        f, b = _linear_after_norm(d, flavor, name, o, layer, mm_index, **grads)
         fwd += f
         bwd += b
 
