@@ -677,21 +677,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     without a gradient to record, the forward kernel is launched directly (no ``autograd.Function``)."""
     plan = _plan(q, k, v, causal, scale, config, bwd_config)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):  # needs_grad, inlined
-        if _apply is None or torch._C._are_functorch_transforms_active():
-            return _FlashAttention.apply(q, k, v, plan)
-        return _apply(_unwrap_if_dead(q), _unwrap_if_dead(k), _unwrap_if_dead(v), plan)
+        return _FlashAttention.apply(q, k, v, plan)
     return _forward(plan, *_kernel_inputs(plan, q, k, v))[0]
-
-
-# ``Function.apply`` (torch 2.x) is a Python layer over the C++ apply: it binds default arguments for a
-# ``setup_context`` (this Function has none), and outside functorch transforms unwraps dead functorch wrappers
-# (``_functorch.utils.unwrap_dead_wrappers``, a generator over the arguments) before calling the C++ apply; under a
-# transform it routes through functorch. ``flash_attention`` calls the C++ apply itself outside transforms, with
-# the same per-tensor unwrap: ~1.5 us a call less. Either missing (another torch): the full ``apply``.
-_apply = getattr(super(torch.autograd.Function, _FlashAttention), "apply", None)
-_unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
-if _unwrap_if_dead is None:
-    _apply = None
 
 
 # ------------------------------------------------------------------------------------------------- FLOPs, bytes
