@@ -146,7 +146,9 @@ def pick_key(shape: dict, first: tuple) -> str:
     from workbench.select.gemm import config_key
 
     a, b = first
-    if shape["dtype"] == "tf32":  # fp32: gemm.py's static default (the selector does not rank fp32 at run time)
+    if shape["dtype"] == "tf32":  # fp32 as tf32: the TMA config on sm_90 where it takes the call, else gemm.py's
+        if dispatch._tma_tf32_takes(a, b):  # static default (the selector does not rank fp32 at run time)
+            return config_key(dispatch.TF32_TMA_CONFIG)
         return config_key(gemm.default_config(a, b, backend()))
     tma = dispatch._tma_takes(a, b)
     return config_key(dispatch._default_config(a, b, backend(), "exact", tma=tma))
@@ -284,9 +286,9 @@ def write_report(out: Path) -> str:
              f"{env.get('date_utc', '?')}; `{env.get('command', '')}`; {env.get('timing', '')}.", "",
              "ratio = vendor time / ours (above 1: ours faster). before: the committed broad run "
              "(benchmarks/results/h200/kernels/broad/gemm.csv; tf32: elementwise/tf32.csv). pick: what config=None "
-             "runs (the selector; tf32: gemm.py's static default). best: the fastest candidate timed (its rank in "
-             "the model's order in parentheses). Per family: the best ratio of gemm.py, its split-K and swap-AB "
-             "families and the TMA kernel.", "",
+             "runs (the selector; tf32: the TMA tf32 config on sm_90, else gemm.py's static default). best: "
+             "the fastest candidate timed (its rank in the model's order in parentheses). Per family: the best ratio of "
+             "gemm.py, its split-K and swap-AB families and the TMA kernel.", "",
              "| group | id | name | m x n x k | layout | vendor ms | before | pick | pick ratio | best | best ratio | "
              "gemm | split | swap | tma | timed | errors |", "|" + "---|" * 17]
     for r in rows:
