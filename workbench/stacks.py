@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from workbench._data import specs_dir
 from workbench.catalog import Catalog
@@ -32,14 +32,18 @@ from workbench.families import family_of
 from workbench.perf.context_parallel import KV_HEADS, MERGES, ROTATE_METHODS, ContextParallel
 from workbench.schema import Fields, check_number, load_yaml
 
+if TYPE_CHECKING:
+    from workbench.families.recsys import EmbeddingPlacement
+
 SCHEMA_VERSION = 1
 KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te",
-                                  "hf-deepspeed", "generative-recommenders")
+                                  "hf-deepspeed", "generative-recommenders", "hugectr")
 """How a stack's ops are priced: ``fused`` (one fused kernel per memory-bound op, ``workbench.graph.transformer``),
 ``reference-job`` (the project's job, ``workbench.graph.execution``), ``pytorch`` and ``torchtitan``
 (``workbench.graph.stack_kernels``), ``megatron-local`` and ``megatron-te`` (``workbench.graph.stack_kernels_megatron``),
 ``hf-deepspeed`` (HF transformers' Llama under DeepSpeed ZeRO, ``workbench.graph.stack_kernels_hf``),
-``generative-recommenders`` (its HSTU kernels, ``workbench.graph.hstu_gr_kernels``; other models: the bound)."""
+``generative-recommenders`` (its HSTU kernels, ``workbench.graph.hstu_gr_kernels``; other models: the bound),
+``hugectr`` (NVIDIA's MLPerf DLRM-DCNv2, ``workbench.families.recsys``; other models: the bound)."""
 COMPILE_MODES: tuple[str, ...] = ("never", "always", "recipe")
 CHECKPOINT_POLICIES: tuple[str, ...] = ("none", "full", "workbench-selective", "selective-op", "selective-2",
                                         "selective-core-attn")
@@ -83,7 +87,7 @@ class Stack:
     """One line: what this stack assumes (``workbench stacks`` prints it)."""
     source: str
     kernels: Literal["fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed",
-                     "generative-recommenders"]
+                     "generative-recommenders", "hugectr"]
     compile: Literal["never", "always", "recipe"]
     param_dtypes: tuple[str, ...]
     """Parameter dtypes this stack trains with; the first is its default (fp32 = fp32 parameters under autocast)."""
@@ -115,6 +119,9 @@ class Stack:
     context_parallel: ContextParallel | None = None
     """How the stack's ring attention moves K/V and merges its steps under cp > 1 (``context_parallel`` in its
     YAML: ``workbench.perf.context_parallel``); None: the generic p2p ring (``GENERIC_RING``)."""
+    embedding_placement: EmbeddingPlacement | None = None
+    """How the stack places a DLRM's tables (``embedding_placement`` in its YAML: replicated small tables,
+    model-parallel shards; ``workbench.families.recsys.EmbeddingPlacement``); None: every table row-sharded."""
 
     def compiled(self, recipe_compile: bool) -> bool:
         """Whether this stack's blocks run compiled, given the configuration's compile flag."""
@@ -215,6 +222,7 @@ def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
         vocab_size_divisible_by=(int(top.number("vocab_size_divisible_by", minimum=1, integer=True))
                                  if top.has("vocab_size_divisible_by") else 1),
         context_parallel=_context_parallel(top.sub("context_parallel")) if top.has("context_parallel") else None,
+        embedding_placement=_embedding_placement(top) if top.has("embedding_placement") else None,
     )
     top.finish()
     if not stack.param_dtypes:
@@ -229,6 +237,14 @@ def _end_blocks(top: Fields) -> tuple[int, int]:
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
         raise top.error("fp8_bf16_end_blocks", value, "[start, end]: two non-negative integers")
     return value[0], value[1]
+
+
+def _embedding_placement(top: Fields) -> EmbeddingPlacement:
+    """The stack's ``embedding_placement`` (DLRM tables), read by the recommender family's module, imported only
+    for a stack that has one (a transformer's predictions never load it)."""
+    from workbench.families.recsys import embedding_placement_from
+
+    return embedding_placement_from(top.sub("embedding_placement"))
 
 
 def _context_parallel(entry: Fields) -> ContextParallel:

@@ -238,7 +238,8 @@ class StepModel:
         self._table_memo: dict = {}
         """The pieces of the stack's kernel tables, shared by every configuration's (``stacked.stack_tables``)."""
         self._padded: dict[int, Model] = {}
-
+        self._prefix_sums = PrefixSums(_ACCUMULATED + _ONE_MICRO)
+        """Every sum of ``_fold`` over a micro-batch's parts, once per prefix of parts (``_micro_sums``)."""
     def _laid_out(self, cfg: TrainingConfig) -> Model:
         """The model as the stack lays it out on ``cfg``'s tensor-parallel ranks: its vocabulary padded
         (``Stack.padded_model``: Megatron's ``make_vocab_size_divisible_by``); the model itself for a stack that pads
@@ -546,16 +547,19 @@ class StepModel:
 
     def _micro_sums(self, micro: Stage, accum: int) -> tuple[tuple, tuple]:
         """``_micro_sums`` of ``_ACCUMULATED`` (x ``accum``) and of ``_ONE_MICRO`` (x 1) for the micro-batch graph
-        ``micro``, cached by its parts (configurations with other tables often share a graph: another sharding or
-        global batch) and, for the next look-up, by ``micro`` itself (a cached value of ``_parts``)."""
+        ``micro``, cached by ``micro`` itself (a cached value of ``_parts``). The sums are made once per prefix of
+        parts (``step_sums.PrefixSums``: graphs that begin alike add their common parts once). A power-of-two
+        ``accum`` scales the sums of one micro-batch: every term and every partial sum is then that power of two
+        times its one-micro-batch value, exactly (the same significands), so the bits are those ``_micro_sums``
+        makes with ``accum``; any other ``accum`` sums again."""
         key = ("micro sums of", id(micro), accum)  # micro rides in the cached value: its id stays its own
         hit = self._graphs.get(key)
         if hit is None:
-            graph = tuple((id(part), copies) for part, copies in micro)  # the parts ride in the values too
-            step_sums = self._cached(("micro sums", accum) + graph,
-                                     lambda: (micro, _micro_sums(micro, accum, _ACCUMULATED)))
-            micro_sums = self._cached(("micro sums",) + graph, lambda: (micro, _micro_sums(micro, 1, _ONE_MICRO)))
-            hit = self._cached(key, lambda: (micro, (step_sums[1], micro_sums[1])))
+            sums = self._prefix_sums(micro)
+            split = len(_ACCUMULATED)
+            step_sums = (tuple(s * accum for s in sums[:split]) if accum & (accum - 1) == 0
+                         else _micro_sums(micro, accum, _ACCUMULATED))
+            hit = self._cached(key, lambda: (micro, (step_sums, sums[split:])))
         return hit[1]
 
     def _step(self, cfg: TrainingConfig, fit, tables, execution, peak: float, with_max_micro_batch: bool = True,

@@ -254,14 +254,17 @@ class RingExchange(NamedTuple):
 
 
 def critical_path(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants,
-                  context_parallel: ContextParallel | None = None) -> CriticalPath:
+                  context_parallel: ContextParallel | None = None, stack=None) -> CriticalPath:
     """The step's tensor-, expert- and pipeline-parallel collectives, on the critical path and all exposed, and
     context parallelism's ring K/V exchange before its overlap with attention (``communication`` adds it): the
     family's traffic (``Family.critical_traffic``: ``transformer_traffic``, ``embedding_traffic``), timed. Reads the
     micro-batch, sequence, precision, checkpointing, accumulation and every parallel degree but the sharding, so
     ``workbench.step.StepModel`` caches it for FSDP, DDP and ZeRO-1 alike. ``context_parallel``: the stack's ring
-    (``Stack.context_parallel``); None or ``p2p``: the family's generic ring."""
-    traffic, ring_exchange = family_of(model).critical_traffic(model, cfg, gpu.scale_up_domain_gpus.value)
+    (``Stack.context_parallel``); None or ``p2p``: the family's generic ring. ``stack``: the traffic as that stack
+    runs it (``Family.stack_critical_traffic``), None: the family's."""
+    family, domain = family_of(model), gpu.scale_up_domain_gpus.value
+    traffic, ring_exchange = (family.critical_traffic(model, cfg, domain) if stack is None
+                              else family.stack_critical_traffic(model, cfg, domain, stack))
     exposed: list[CommPrediction] = []
     for name, kind, size, group, spans, times in traffic:
         if group <= 1:

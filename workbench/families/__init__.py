@@ -158,6 +158,17 @@ class Family(ABC):
         """The critical-path collectives (all exposed) and context parallelism's ring exchange, if any, for a
         scale-up domain of ``domain`` GPUs (``workbench.step_comm.critical_path`` times them)."""
 
+    def stack_data_parallel_collectives(self, model, cfg: TrainingConfig, stack
+                                        ) -> list[tuple[list[ScheduledCollective], int]]:
+        """``data_parallel_collectives`` as ``stack`` (a ``workbench.stacks.Stack``) runs them; by default the same."""
+        return self.data_parallel_collectives(model, cfg)
+
+    def stack_critical_traffic(self, model, cfg: TrainingConfig, domain: int, stack
+                               ) -> tuple[list[Traffic], RingExchange | None]:
+        """``critical_traffic`` as ``stack`` runs it (DLRM: the stack's ``embedding_placement``); by default the
+        same."""
+        return self.critical_traffic(model, cfg, domain)
+
     # -- stacks and recipes
     default_stack: str = "torchtitan"
     """The stack a step of this family is priced for when none is named (``workbench.stacks.default_stack``):
