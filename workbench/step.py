@@ -61,12 +61,13 @@ from workbench.step_comm import (
     data_parallel_plan,
 )
 from workbench.step_result import OpPrediction, Prediction, StepSummary, check_plausible, implausible_notes
+from workbench.step_sums import PrefixSums
 
 TABLE_KERNELS = ("pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed")
 """Stacks priced from their own kernel tables (``workbench.graph.stacked``)."""
-FAMILY_KERNELS = ("generative-recommenders",)
+FAMILY_KERNELS = ("generative-recommenders", "hugectr")
 """Stacks whose kernels a model family prices itself (``Family.own_kernels``, ``Family.stack_microbatch_ops``):
-generative-recommenders' HSTU (``workbench.graph.hstu_gr_kernels``)."""
+generative-recommenders' HSTU (``workbench.graph.hstu_gr_kernels``), HugeCTR's DLRM (``workbench.families.recsys``)."""
 
 
 # ----------------------------------------------------------------------------------------------- the op graphs
@@ -240,6 +241,7 @@ class StepModel:
         self._padded: dict[int, Model] = {}
         self._prefix_sums = PrefixSums(_ACCUMULATED + _ONE_MICRO)
         """Every sum of ``_fold`` over a micro-batch's parts, once per prefix of parts (``_micro_sums``)."""
+
     def _laid_out(self, cfg: TrainingConfig) -> Model:
         """The model as the stack lays it out on ``cfg``'s tensor-parallel ranks: its vocabulary padded
         (``Stack.padded_model``: Megatron's ``make_vocab_size_divisible_by``); the model itself for a stack that pads
@@ -405,6 +407,8 @@ class StepModel:
         its own (``StackStep.data_parallel_schedules``: DeepSpeed ZeRO's buckets and per-module gathers)."""
         scale = tables.fsdp_gather_scale if tables is not None else self._bound_gather_scale(cfg)
         own = tables.data_parallel_schedules(cfg) if tables is not None else None
+        if own is None and self._family_kernels:  # the family's model of that stack's collectives
+            own = self.family.stack_data_parallel_collectives(self._laid_out(cfg), cfg, self.stack)
         key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
                cfg.lora_targets, scale, None if own is None else tuple((tuple(s), group) for s, group in own))
         return self._cached(key, lambda: data_parallel_plan(self._laid_out(cfg), cfg, self.gpu, self.constants,
@@ -425,7 +429,13 @@ class StepModel:
         key = ("critical", cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing,
                cfg.grad_accumulation, p.dp, p.tp, p.pp, p.ep, p.cp, p.virtual_stages)
         return self._cached(key, lambda: critical_path(self._laid_out(cfg), cfg, self.gpu, self.constants,
-                                                       context_parallel=self.stack.context_parallel))
+                                                       context_parallel=self.stack.context_parallel,
+                                                       stack=self.stack if self._family_kernels else None))
+
+    @property
+    def _family_kernels(self) -> bool:
+        """The stack's kernels are a table this model's family prices itself (``Family.own_kernels``)."""
+        return self.stack.kernels in self.family.own_kernels
 
     def _max_micro_batch(self, cfg: TrainingConfig, compiled_loss: bool = False) -> int:
         key = ("max_micro_batch", cfg.seq_len, cfg.precision, cfg.parallelism, cfg.activation_checkpointing,
