@@ -19,8 +19,10 @@ from workbench.kernels.attention_gluon import (
     config_space,
     default_config,
     gluon_attention_forward,
+    register_budget,
     resolve_config,
     shared_bytes,
+    short_config_space,
     supported,
 )
 from workbench.kernels.reference import reference_attention
@@ -52,6 +54,35 @@ def test_a_bad_config_names_the_key(change, key):
         resolve_config({**default_config(128, False), **change}, 128, False)
 
 
+@pytest.mark.parametrize("head_dim, causal", BUCKETS)
+def test_the_short_sequence_candidates_pass_their_checks_and_fit_their_ctas_per_sm(head_dim, causal):
+    space = short_config_space(head_dim, causal)
+    assert space and len({json.dumps(c, sort_keys=True) for c in space}) == len(space)
+    for config in space:
+        ctas = config.get("CTAS_PER_SM", 1)
+        assert resolve_config(config, head_dim, causal) is config
+        assert ctas * (shared_bytes(config, head_dim) + 1024) <= 228 * 1024
+        per_thread, consumer = register_budget(config)
+        if ctas > 1:
+            threads = 128 * (config["BLOCK_M"] // 64 + 1)
+            assert ctas * per_thread * threads <= 65536 and per_thread % 8 == 0 and consumer % 8 == 0
+
+
+def test_the_register_budget_splits_the_register_file_over_the_resident_ctas():
+    one = {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True}
+    assert register_budget(one) == (None, 240)  # Triton's own cap (168 x 384 threads), FA3's 240 a consumer
+    assert register_budget({**one, "BLOCK_M": 64, "PINGPONG": False, "CTAS_PER_SM": 2}) == (128, 232)
+    assert register_budget({**one, "CTAS_PER_SM": 2}) == (80, 104)  # (80 x 384 - 24 x 128) / 256
+    assert register_budget({**one, "BLOCK_M": 64, "PINGPONG": False, "CTAS_PER_SM": 3}) == (80, 136)
+
+
+@pytest.mark.parametrize("change, key", [({"CTAS_PER_SM": 4}, "CTAS_PER_SM"), ({"CTAS_PER_SM": 2}, "shared memory"),
+                                         ({"CTA_PER_SM": 2}, "CTA_PER_SM")])
+def test_a_bad_residency_or_an_unknown_key_is_named(change, key):
+    with pytest.raises(KernelInputError, match=key):  # the default's 128 x 128 tiles do not fit twice an SM
+        resolve_config({**default_config(128, True), **change}, 128, True)
+
+
 def test_a_config_missing_a_key_lists_the_keys():
     config = dict(default_config(64, True))
     del config["NUM_STAGES"]
@@ -81,14 +112,17 @@ def test_every_shipped_config_compiles_for_sm90_without_spills():
                     "triton 3.6 and 3.7 (triton.experimental.gluon)")
     code = ("import json; from workbench.kernels import attention_gluon as g\n"
             "cases = [(c, d, causal) for d in (64, 128) for causal in (False, True)\n"
-            "         for c in g.config_space(d, causal)]\n"
+            "         for c in g.config_space(d, causal) + g.short_config_space(d, causal)]\n"
             "print(json.dumps([[c, d, causal, g.inspect_build(c, d, causal).as_dict()] for c, d, causal in cases]))")
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
                             capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     builds = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(builds) == sum(len(config_space(d, causal)) for d, causal in BUCKETS)
+    assert len(builds) == sum(len(config_space(d, c)) + len(short_config_space(d, c)) for d, c in BUCKETS)
     for config, head_dim, causal, build in builds:
+        per_thread = register_budget(config)[0]
+        if per_thread is not None:  # CTAS_PER_SM > 1: the build keeps to its share of the register file
+            assert build["registers"] <= per_thread, (config, build)
         assert build["spill_bytes"] == 0 and not build["serialized"], (config, head_dim, causal, build)
         assert 0 <= build["shared_bytes"] - shared_bytes(config, head_dim) <= 1024, (config, head_dim, build)
         assert build["shared_bytes"] <= SM90_SHARED_BYTES
@@ -111,14 +145,19 @@ GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, causal)
 
 
 def _config_ids(config: dict) -> str:
-    return f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
+    return (f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
+            f"-c{config.get('CTAS_PER_SM', 1)}")
+
+
+def _spaces(d: int, causal: bool) -> list[dict]:
+    return config_space(d, causal) + short_config_space(d, causal)
 
 
 @on_hopper
 @pytest.mark.parametrize("b, hq, hkv, s, d, causal", GPU_SHAPES)
-@pytest.mark.parametrize("index", range(max(len(config_space(d, c)) for d, c in BUCKETS)))
+@pytest.mark.parametrize("index", range(max(len(_spaces(d, c)) for d, c in BUCKETS)))
 def test_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, index):
-    space = config_space(d, causal)
+    space = _spaces(d, causal)
     if index >= len(space):
         pytest.skip(f"bucket ({d}, {causal}) has {len(space)} configs")
     config = space[index]
@@ -132,6 +171,22 @@ def test_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, inde
     err = ((o.double() - ref_o).norm() / ref_o.norm()).item()
     assert err <= 2e-2, (_config_ids(config), err)  # attention.TOLERANCE["bf16"]
     assert (lse.double() - ref_lse).abs().max().item() <= 1e-2, _config_ids(config)  # fp32 stats of bf16 scores
+
+
+@on_hopper
+def test_a_repeated_call_reuses_its_plan_and_launches_directly_on_new_tensors():
+    from workbench.kernels.attention_gluon import _PLANS
+
+    config = {"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2}
+    inputs = [[torch.randn(2, h, 384, 128, device="cuda", dtype=torch.bfloat16) for h in (4, 2, 2)]
+              for _ in range(3)]
+    outs = [gluon_attention_forward(q, k, v, True, config=config) for q, k, v in inputs]
+    plans = [p for p in _PLANS.values() if p.lse_shape == (2, 4, 384)]
+    assert len(plans) == 1 and plans[0].launch.handle is not None  # after the first launch: the direct path
+    for (q, k, v), (o, lse) in zip(inputs, outs):  # each call read its own tensors
+        ref_o, ref_lse = reference_attention(q, k, v, True, return_lse=True)
+        assert ((o.double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2
+        assert (lse.double() - ref_lse).abs().max().item() <= 1e-2
 
 
 @on_hopper

@@ -34,7 +34,11 @@ loaded. Causal grids run the longest query tiles first (query-tile axis reversed
 Loads: host TMA descriptors over the 2-D views q [B*Hq*S, D], k, v [B*Hkv*S, D] (contiguous copies when the inputs
 are not). A K/V block past a head's end reads the next head's rows (or zeros past the tensor): the tail mask
 zeroes their probabilities, so they add nothing. Q rows past S are computed and dropped: O and lse are stored from
-registers with row masks (a TMA store of the 2-D view would overwrite the next head's rows).
+registers with row masks (a TMA store of the 2-D view would overwrite the next head's rows). Host side: checks,
+config, grid, layouts and the descriptors' checked fields are planned once per distinct call (``_ForwardPlan``);
+a repeated call builds its three descriptors from those fields and launches the compiled kernel directly
+(``_launch.KernelLaunch``): ~9 us of Python a call instead of ~38 us (CPU, stubbed launch;
+``benchmarks/kernels/attention_fwd_short_bench.py --cpu-host``).
 
 Versions: written against the Gluon API of Triton 3.6.0 (the H200 machine) and 3.7.1 (this repo's CI), the
 idioms of ``gemm_gluon.py``. Gluon has no interpreter: on the CPU only ``crosscompile`` / ``inspect_build`` run.
@@ -47,7 +51,9 @@ import functools
 import torch
 import triton
 
-from workbench.kernels._common import capability, check, interpreting
+from workbench.kernels._common import (capability, check, frozen, interpreting, plan_cache, reused_descriptors,
+                                       tensor_key)
+from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels.checks import check_attention_inputs
 from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
 
@@ -73,7 +79,18 @@ copies and waits (FA3's producer takes 24-56; Triton's Gluon tutorials 24)."""
 CONSUMER_REGISTERS = 240
 """Registers per thread asked for the second consumer warpgroup (setmaxnreg; FA3 gives its consumers 240 with
 two of them). The default partition (the first consumer) gets what Triton leaves; ``inspect_build`` reads both."""
+SM90_SHARED_BYTES_PER_SM = 228 * 1024
+SM90_RESERVED_SHARED_BYTES = 1024
+"""Shared memory of one sm_90 SM, and what the driver reserves of it per resident CTA (CUDA programming guide,
+compute capability 9.0): CTAS_PER_SM CTAs fit when CTAS_PER_SM x (their bytes + the reserve) <= 228 KiB."""
+SM90_REGISTERS = 65536
+"""32-bit registers of one sm_90 SM (CUDA programming guide, compute capability 9.0), shared by its resident CTAs."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "PINGPONG")
+OPTIONAL_KEYS = {"CTAS_PER_SM": 1}
+"""Config keys with a default. CTAS_PER_SM: how many CTAs an SM is to hold at once (1 or 2). With 1, a short
+sequence's tiles run their prologue (Q and the first K/V loads, the lone S_0) and epilogue (the last P V, the O
+store) with nothing to hide them behind; a second resident CTA runs its main loop meanwhile. It caps the launch's
+registers per thread (``register_budget``) and must fit twice in shared memory (``fits_shared_memory``)."""
 
 
 if HAS_GLUON:
@@ -318,7 +335,37 @@ def gluon_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
                             scale: float | None = None,
                             config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """O [B, Hq, S, D] in q's dtype and lse [B, Hq, S] (fp32, natural log) of softmax(q k^T * scale) v, as
-    ``attention.flash_attention_fwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only."""
+    ``attention.flash_attention_fwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only. Checks, config,
+    grid, descriptor layouts and the launch are worked out once per distinct call (``_ForwardPlan``)."""
+    try:
+        key = None
+        if causal is True or causal is False:  # 1 == True as a key, but only a bool passes the checks
+            key = (tensor_key(q), tensor_key(k), tensor_key(v), causal, scale, frozen(config))
+            plan = _PLANS.get(key)
+            if plan is not None:
+                return _run(plan, q, k, v)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable config value: the checks say which
+        key = None
+    plan = _plan(q, k, v, causal, scale, config)
+    if key is not None:
+        _PLANS.put(key, plan)
+    return _run(plan, q, k, v)
+
+
+class _ForwardPlan:
+    """One forward launch minus the tensors: which inputs need a contiguous copy (the TMA views are 2-D), the
+    views' shapes, the descriptors' block shapes and layouts (``descriptors``: their checked fields, as
+    ``_common.reused_descriptors`` keeps them), lse's shape, and the launch (``KernelLaunch``: grid, scalars,
+    constexprs; after its first launch it calls the compiled kernel directly)."""
+
+    __slots__ = ("copy", "views", "blocks", "layouts", "descriptors", "lse_shape", "device_index", "launch")
+
+
+_PLANS = plan_cache()
+
+
+def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
+    """``gluon_attention_forward``'s checks and launch plan; raises ``KernelInputError`` naming a bad argument."""
     scale = check_attention_inputs(q, k, v, causal, scale)
     b, hq, s, d = q.shape
     hkv = k.shape[1]
@@ -330,20 +377,40 @@ def gluon_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
           f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
           "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
     config = resolve_config(config, d, causal)
-    q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))  # the 2-D views need it
-    o = torch.empty_like(q)  # o: [B, Hq, S, D]
-    lse = torch.empty((b, hq, s), device=q.device, dtype=torch.float32)  # lse: [B, Hq, S]
-    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
-    gl_dtype = _GL_DTYPES[q.dtype]
-    q_desc = GluonTensorDescriptor.from_tensor(q.view(b * hq * s, d), [ROWS_PER_WARPGROUP, d],
-                                               _tile_layout(ROWS_PER_WARPGROUP, d, gl_dtype))
-    kv_layout = _tile_layout(block_n, d, gl_dtype)
-    k_desc = GluonTensorDescriptor.from_tensor(k.view(b * hkv * s, d), [block_n, d], kv_layout)
-    v_desc = GluonTensorDescriptor.from_tensor(v.view(b * hkv * s, d), [block_n, d], kv_layout)
-    tiles = triton.cdiv(s, block_m)
+    plan = _ForwardPlan()
+    plan.copy = tuple(not t.is_contiguous() for t in (q, k, v))
+    plan.views = ((b * hq * s, d), (b * hkv * s, d), (b * hkv * s, d))  # q [B*Hq*S, D], k and v [B*Hkv*S, D]
+    block_n, gl_dtype = config["BLOCK_N"], _GL_DTYPES[q.dtype]
+    plan.blocks = ([ROWS_PER_WARPGROUP, d], [block_n, d], [block_n, d])
+    plan.layouts = tuple(_tile_layout(rows, d, gl_dtype) for rows, _ in plan.blocks)
+    plan.descriptors = None  # built by the first launch
+    plan.lse_shape = (b, hq, s)
+    plan.device_index = q.device.index
+    tiles = triton.cdiv(s, config["BLOCK_M"])
     grid = (b * hq, tiles) if causal else (tiles, b * hq)
-    _attn_fwd_kernel[grid](q_desc, k_desc, v_desc, o, lse, s, hq, hq // hkv, scale * _LOG2E,
-                           **_constexprs(config, causal), num_warps=4)
+    plan.launch = KernelLaunch(_attn_fwd_kernel, grid, (s, hq, hq // hkv, scale * _LOG2E),
+                               {**_constexprs(config, causal), **launch_options(config)})
+    return plan
+
+
+def _run(plan: _ForwardPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate O and lse, build the descriptors over the call's tensors and launch: the per-call work of a plan."""
+    if plan.device_index != torch.cuda.current_device():  # Triton launches on the current device
+        with torch.cuda.device(plan.device_index):
+            return _run(plan, q, k, v)
+    copy_q, copy_k, copy_v = plan.copy
+    q, k, v = q.contiguous() if copy_q else q, k.contiguous() if copy_k else k, v.contiguous() if copy_v else v
+    if not pointers_aligned(q, k, v):  # TMA takes 16-byte aligned bases only (the plan checked the strides)
+        q, k, v = (t if pointers_aligned(t) else t.clone() for t in (q, k, v))
+    o = torch.empty_like(q)  # o: [B, Hq, S, D], contiguous like q
+    lse = q.new_empty(plan.lse_shape, dtype=torch.float32)  # lse: [B, Hq, S]
+    if plan.descriptors is None:  # the first launch builds and checks the descriptors over the 2-D views
+        (q_rows, d), (kv_rows, _), _ = plan.views
+        q, k, v = q.view(q_rows, d), k.view(kv_rows, d), v.view(kv_rows, d)
+    # later launches keep the checked shapes and strides and take the call's tensors as bases: the launcher
+    # reads only base.data_ptr() of them (3.6 and 3.7), and the 4-D tensors share the views' (views: ~1 us each)
+    descriptors = reused_descriptors(plan, GluonTensorDescriptor, q, k, v, plan.blocks, plan.layouts)
+    plan.launch(True, *descriptors, o, lse)  # every base aligned (above); o, lse: torch's allocations
     return o, lse
 
 
@@ -359,7 +426,15 @@ def _tile_layout(rows: int, head_dim: int, dtype):
 def _constexprs(config: dict, causal: bool) -> dict:
     return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_M"] // ROWS_PER_WARPGROUP,
                 NUM_STAGES=config["NUM_STAGES"], PINGPONG=bool(config["PINGPONG"]), LOADER_REGS=LOADER_REGISTERS,
-                CONSUMER_REGS=CONSUMER_REGISTERS)
+                CONSUMER_REGS=register_budget(config)[1])
+
+
+def launch_options(config: dict) -> dict:
+    """The launch's options: 4 warps (the first consumer; the workers add theirs), and with CTAS_PER_SM > 1 the
+    per-thread register cap (``register_budget``) that lets that many CTAs share an SM's register file."""
+    if config.get("CTAS_PER_SM", 1) == 1:
+        return dict(num_warps=4)  # Triton caps the launch at the register file / the CTA's threads itself
+    return dict(num_warps=4, maxnreg=register_budget(config)[0])
 
 
 def supported(device: torch.device | str | None = None) -> bool:
@@ -378,6 +453,29 @@ def shared_bytes(config: dict, head_dim: int) -> int:
     return 2 * tiles + 8 * barriers
 
 
+def fits_shared_memory(config: dict, head_dim: int) -> bool:
+    """One CTA within sm_90's per-CTA limit, and CTAS_PER_SM of them, with the driver's reserve each, in one SM."""
+    ctas, used = config.get("CTAS_PER_SM", 1), shared_bytes(config, head_dim)
+    return used <= SM90_SHARED_BYTES and ctas * (used + SM90_RESERVED_SHARED_BYTES) <= SM90_SHARED_BYTES_PER_SM
+
+
+def register_budget(config: dict) -> tuple[int | None, int]:
+    """(registers per thread the launch is capped at, None: Triton's own cap of the register file over the CTA's
+    threads; the second consumer's setmaxnreg). The CTA launches 4 warps per consumer plus the producer's
+    warpgroup (its one warp is padded to four: ``inspect_build``'s launched_warps); with CTAS_PER_SM CTAs on an SM
+    each gets SM90_REGISTERS / CTAS_PER_SM, rounded down to a multiple of 8 per thread (setmaxnreg's unit, PTX ISA);
+    the producer keeps LOADER_REGISTERS and the consumers share the rest. One CTA: FA3's 240 (CONSUMER_REGISTERS,
+    what that split gives for two consumers: (168 x 384 - 24 x 128) / 256)."""
+    ctas = config.get("CTAS_PER_SM", 1)
+    if ctas == 1:
+        return None, CONSUMER_REGISTERS
+    consumers = config["BLOCK_M"] // ROWS_PER_WARPGROUP
+    threads = 128 * (consumers + 1)
+    per_thread = SM90_REGISTERS // (ctas * threads) // 8 * 8
+    consumer = (per_thread * threads - 128 * LOADER_REGISTERS) // (128 * consumers) // 8 * 8
+    return per_thread, min(consumer, 256)
+
+
 def config_space(head_dim: int, causal: bool) -> list[dict]:
     """Launch configs for one (head_dim, causal) bucket, the default first (a guess until the H200 sweep of
     ``benchmarks/kernels/attention_gluon_bench.py`` ranks them; calibrate me): FA3's sm_90 forward tiles are
@@ -391,7 +489,22 @@ def config_space(head_dim: int, causal: bool) -> list[dict]:
     entries = [(128, 128, 2, True), (128, 128, 2, False), (128, 64, 2, True), (128, 64, 2, False),
                (128, 64, 3, True), (128, 128, 3, True), (64, 128, 2, False)]
     space = [dict(zip(_KEYS, e)) for e in entries]
-    return [c for c in space if shared_bytes(c, head_dim) <= SM90_SHARED_BYTES]
+    return [c for c in space if fits_shared_memory(c, head_dim)]
+
+
+def short_config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Candidates for short sequences (a few key blocks per query tile), beside ``config_space`` until the H200
+    sweep of ``benchmarks/kernels/attention_fwd_short_bench.py`` ranks them (guesses, calibrate me): two CTAs per
+    SM (``CTAS_PER_SM``) so one tile's prologue and epilogue run under another's main loop, with the tiles that
+    fit twice in shared memory and registers (d=128: one consumer of 64 rows, 232 registers; d=64 also two
+    consumers at 104), and 64-key tiles with deeper rings (more loads in flight over a short loop)."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    entries = [(64, 64, 2, False, 2), (64, 64, 3, False, 2), (128, 64, 4, True, 1), (128, 64, 4, False, 1)]
+    if head_dim == 64:
+        entries += [(64, 128, 2, False, 2), (64, 128, 3, False, 2), (64, 64, 2, False, 3), (128, 128, 4, True, 1)]
+    space = [dict(zip((*_KEYS, "CTAS_PER_SM"), e)) for e in entries]
+    return [c for c in space if fits_shared_memory(c, head_dim)]
 
 
 PINNED_FORWARD: dict[tuple[int, bool], dict] = {
@@ -441,9 +554,14 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
     check(isinstance(config["PINGPONG"], bool), "config['PINGPONG']", config["PINGPONG"], "True or False")
     check(not config["PINGPONG"] or config["BLOCK_M"] == 128, "config['PINGPONG']", True,
           "False with BLOCK_M=64 (ping-pong orders two consumer warpgroups)")
-    check(shared_bytes(config, head_dim) <= SM90_SHARED_BYTES, "config",
-          f"{shared_bytes(config, head_dim)} bytes of shared memory at head_dim {head_dim}",
-          f"at most {SM90_SHARED_BYTES} (sm_90): fewer NUM_STAGES or a smaller BLOCK_N")
+    ctas = config.get("CTAS_PER_SM", 1)
+    check(ctas in (1, 2, 3), "config['CTAS_PER_SM']", ctas, "1, 2 or 3 (CTAs resident on one SM)")
+    check(fits_shared_memory(config, head_dim), "config",
+          f"{shared_bytes(config, head_dim)} bytes of shared memory at head_dim {head_dim}, CTAS_PER_SM={ctas}",
+          f"at most {SM90_SHARED_BYTES} (sm_90), and {ctas} x (that + {SM90_RESERVED_SHARED_BYTES}) <= "
+          f"{SM90_SHARED_BYTES_PER_SM}: fewer NUM_STAGES or a smaller BLOCK_N")
+    unknown = sorted(set(config) - set(_KEYS) - set(OPTIONAL_KEYS))
+    check(not unknown, "config", f"keys {unknown}", f"only {_KEYS} and {tuple(OPTIONAL_KEYS)}")
     return config
 
 
@@ -468,7 +586,7 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     names = list(signature)
     attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in ("o_ptr", "lse_ptr")}
     source = GluonASTSource(_attn_fwd_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 4})
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=launch_options(config))
 
 
 def inspect_build(config: dict, head_dim: int, causal: bool, dtype: str = "bf16") -> GluonBuild:
