@@ -96,6 +96,11 @@ def test_the_alias_scan_reads_what_validation_reads():
     assert hardware._aliases() == {alias: gpu.name for gpu in gpus for alias in gpu.aliases}
     assert hardware._FLOW_ALIASES.findall("name: x\naliases: [h9, h9-sxm]  # both\n") == ["h9, h9-sxm"]
     assert hardware._FLOW_ALIASES.findall("name: x\naliases:\n  - h9\n") == []  # a block list: loaded whole
+    texts = [path.read_text() for path in sorted((REPO / "specs" / "gpus").rglob("*.yaml"))] + [
+        "aliases: [a]\n", "x: 1\n  aliases: [b]\naliases: [c]\n", "note: aliases: [d]\naliases: [e, f]\naliases: [g]",
+        "aliases: [h\n", "aliases:[i] # x\n", "xaliases: [j]\n", "aliases: [k]x\n"]
+    for text in texts:  # the str.find scan finds what the regex finds
+        assert hardware._flow_alias_lines(text) == hardware._FLOW_ALIASES.findall(text), text
 
 
 AUDIT = textwrap.dedent("""

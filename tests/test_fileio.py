@@ -113,7 +113,7 @@ def _pure_python(text: str):
     return fileio.yaml.load(text, Loader=fileio.NoAliasSafeLoader)
 
 
-@pytest.mark.skipif(fileio._LibyamlLoader is None, reason="PyYAML without libyaml: one loader only")
+@pytest.mark.skipif(fileio._LibyamlParser is None, reason="PyYAML without libyaml: one loader only")
 def test_every_shipped_spec_parses_the_same_through_libyaml_and_pure_python():
     files = sorted((REPO / "specs").rglob("*.yaml")) + sorted((REPO / "tests" / "data").rglob("*.yaml"))
     fast = readable = 0
@@ -131,13 +131,30 @@ def test_every_shipped_spec_parses_the_same_through_libyaml_and_pure_python():
     assert fast >= readable - 2  # the billion-laughs file (aliases) is the pure-Python loader's
 
 
-@pytest.mark.skipif(fileio._LibyamlLoader is None, reason="PyYAML without libyaml: one loader only")
+@pytest.mark.skipif(fileio._LibyamlParser is None, reason="PyYAML without libyaml: one loader only")
 @pytest.mark.parametrize("text", ["a: &x 1\n", "a: [*x]\n", "- &x [1]\n- *x\n", "k: 'x & y * z'\n" + "[" * 70])
 def test_anchors_aliases_and_errors_go_to_the_pure_python_loader(text):
     assert fileio._parse_fast(text) is fileio._NOT_FAST
 
 
-@pytest.mark.skipif(fileio._LibyamlLoader is None, reason="PyYAML without libyaml: one loader only")
+@pytest.mark.skipif(fileio._LibyamlParser is None, reason="PyYAML without libyaml: one loader only")
+@pytest.mark.parametrize("text", [
+    "a: 2024-01-02\nb: 1_000\nc: .inf\nd: yes\ne: ~\nf: 0x1F\ng: '1'\nh: 1:30\ni: -1.5e3\nj: \"\"\nk:\n",
+    "1: a\n1.0: b\ntrue: c\n~: d\n", "a: 1\nb: 2\na: 3\n", "[a, {b: c}, [d, []], {}]", "x\n", "", "# only a comment\n",
+    "--- !!map\na: !!str 1\nb: !!float 2\nc: !!binary aGk=\nd: ! 3\ne: !!seq [1]\n", "? a\n: b\n",
+    "s: |\n  two\n  lines\nf: >\n  folded\n  text\n"])
+def test_libyaml_builds_the_values_pyyaml_builds(text):
+    assert repr(fileio._parse_fast(text)) == repr(_pure_python(text))
+
+
+@pytest.mark.skipif(fileio._LibyamlParser is None, reason="PyYAML without libyaml: one loader only")
+@pytest.mark.parametrize("text", ["<<: {a: 1}\nb: 2\n", "a: =\n", "? [1]\n: 2\n", "? {a: 1}\n: 2\n", "a: !custom 1\n",
+                                  "a: !!omap [b: 1]\n", "a: 1\n---\nb: 2\n", "a: [1\n"])
+def test_what_is_not_plain_goes_to_the_pure_python_loader(text):
+    assert fileio._parse_fast(text) is fileio._NOT_FAST
+
+
+@pytest.mark.skipif(fileio._LibyamlParser is None, reason="PyYAML without libyaml: one loader only")
 def test_libyaml_takes_nesting_up_to_its_depth_limit_only():
     too_deep = "[" * (fileio.FAST_MAX_DEPTH + 1) + "]" * (fileio.FAST_MAX_DEPTH + 1)
     assert fileio._parse_fast(too_deep) is fileio._NOT_FAST and parse_yaml(too_deep, "x.yaml") == _pure_python(too_deep)
@@ -146,7 +163,7 @@ def test_libyaml_takes_nesting_up_to_its_depth_limit_only():
 
 
 def test_without_libyaml_every_document_takes_the_pure_python_loader(monkeypatch):
-    monkeypatch.setattr(fileio, "_LibyamlLoader", None)
+    monkeypatch.setattr(fileio, "_LibyamlParser", None)
     assert parse_yaml("a: [1, 2.5, x, true, null]\n", "spec.yaml") == {"a": [1, 2.5, "x", True, None]}
     with pytest.raises(SpecError, match="line 2, column 4: YAML anchors and aliases"):
         parse_yaml("a: 1\nb: &x 2\n", "spec.yaml")

@@ -14,6 +14,7 @@ the GPU, model and stack it names, not the 40 files of the shipped catalogs (iss
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -39,7 +40,11 @@ class Catalog(Generic[Entry]):
     @cached_property
     def names(self) -> tuple[str, ...]:
         """Every entry's name (its file's stem), in file-name order; none for a missing folder."""
-        return tuple(path.stem for path in sorted(self.folder.glob("*.yaml")))
+        try:
+            files = os.listdir(self.folder)  # a tenth of a pathlib glob's time; names sort as their paths did
+        except (FileNotFoundError, NotADirectoryError):
+            return ()
+        return tuple(file[:-len(".yaml")] for file in sorted(files) if file.endswith(".yaml") and file != ".yaml")
 
     def __contains__(self, name: object) -> bool:
         return name in self._name_set

@@ -15,9 +15,10 @@ Each family is one module of this package that registers itself: ``transformer``
 decoders: an MoE model is a transformer with ``num_experts > 1``) and ``recsys`` (``dlrm``, ``hstu``). A new family
 (a ViT, a diffusion model) is one more module, here or anywhere imported before its models are used: a frozen model
 dataclass with ``name``, ``display_name``, ``kind`` (the family's name) and ``num_params``; a ``Family`` subclass for
-it; ``register(MyFamily())`` at the bottom. The first lookup imports every module of this package, so a module
-dropped in here is found without editing anything else; a catalog YAML of its ``kind`` is read through its
-``model_from_fields``.
+it; ``register(MyFamily())`` at the bottom. A lookup imports the modules of this package it needs (by name: all of
+them; ``family_of`` a model: the module named for its ``kind`` first, then the others until one registers its
+type), so a module dropped in here is found without editing anything else; a catalog YAML of its ``kind`` is read
+through its ``model_from_fields``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import importlib
 import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import UnknownNameError, WorkbenchError
@@ -209,7 +211,8 @@ class Family(ABC):
 
 _BY_NAME: dict[str, Family] = {}
 _BY_TYPE: dict[type, Family] = {}
-_discovered = False
+_imported: set[str] = set()
+"""This package's family modules imported so far (``_discover``)."""
 
 
 def register(family: Family, *, replace: bool = False) -> Family:
@@ -236,15 +239,35 @@ def unregister(name: str) -> None:
         del _BY_TYPE[cls]
 
 
-def _discover() -> None:
-    """Import every family module of this package once (each registers itself)."""
-    global _discovered
-    if _discovered:
+@cache
+def _family_modules() -> tuple[str, ...]:
+    """The family modules of this package, by name (listed once)."""
+    return tuple(module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_"))
+
+
+def _discover(model=None) -> None:
+    """Import the family modules of this package (each registers itself), each once: all of them, or, given a
+    ``model``, only until its type's family is registered, the module named for its ``kind`` first (a transformer's
+    first prediction imports ``transformer``, not the recommender families' modules)."""
+    modules = _family_modules()
+    if len(_imported) == len(modules):
         return
-    _discovered = True
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
+    kind = getattr(model, "kind", None)
+    for name in sorted(modules, key=lambda name: name != kind):
+        if model is not None and _registered_family(type(model)) is not None:
+            return
+        if name not in _imported:
+            _imported.add(name)
+            importlib.import_module(f"{__name__}.{name}")
+
+
+def _registered_family(model_type: type) -> Family | None:
+    """The family registered for ``model_type`` or the nearest of its base classes, None for none."""
+    for cls in model_type.__mro__:
+        family = _BY_TYPE.get(cls)
+        if family is not None:
+            return family
+    return None
 
 
 def family_of(model) -> Family:
@@ -253,12 +276,11 @@ def family_of(model) -> Family:
         return _BY_TYPE[type(model)]
     except KeyError:
         pass
-    _discover()
-    for cls in type(model).__mro__:
-        family = _BY_TYPE.get(cls)
-        if family is not None:
-            _BY_TYPE[type(model)] = family
-            return family
+    _discover(model)
+    family = _registered_family(type(model))
+    if family is not None:
+        _BY_TYPE[type(model)] = family
+        return family
     raise WorkbenchError(f"no model family for {type(model).__name__} {getattr(model, 'name', model)!r}; "
                          f"registered families: {', '.join(family_names())}")
 
