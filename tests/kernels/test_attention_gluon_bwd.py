@@ -1,0 +1,188 @@
+"""FA3-style Gluon attention backward (workbench/kernels/attention_gluon_bwd.py). Gluon has no interpreter: on the
+CPU these check the config space and its checks, and compile every config for sm_90 ahead of time (spills within
+``KNOWN_SPILL_BYTES``, none elsewhere; shared memory within sm_90's; the S^T / dP^T overlap's wgmma.wait_group 1
+kept). On an sm_90 GPU with TRITON_INTERPRET=0 they check dQ, dK, dV against the float64 reference on shapes with
+GQA, causal masks and sequences that are not a multiple of the tiles. Speed is
+benchmarks/kernels/attention_gluon_bwd_bench.py's job on an H200."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workbench.kernels import attention_gluon_bwd
+from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels.attention_gluon_bwd import (
+    KNOWN_SPILL_BYTES,
+    SM90_SHARED_BYTES,
+    config_space,
+    default_config,
+    gluon_attention_backward,
+    resolve_config,
+    shared_bytes,
+    supported,
+)
+from workbench.kernels.reference import reference_attention, reference_attention_grads
+
+BUCKETS = [(d, causal) for d in (64, 128) for causal in (False, True)]
+
+
+def _key(config: dict, head_dim: int, causal: bool) -> tuple:
+    return (head_dim, causal, config["BLOCK_M"], config["BLOCK_N"], config["NUM_STAGES"])
+
+
+@pytest.mark.parametrize("head_dim, causal", BUCKETS)
+def test_every_config_passes_its_own_checks_and_fits_shared_memory(head_dim, causal):
+    space = config_space(head_dim, causal)
+    assert space and space[0] == default_config(head_dim, causal)
+    assert len({json.dumps(c, sort_keys=True) for c in space}) == len(space)
+    for config in space:
+        assert resolve_config(config, head_dim, causal) is config
+        assert shared_bytes(config, head_dim) <= SM90_SHARED_BYTES
+
+
+def test_known_spills_name_configs_of_the_space():
+    keys = {_key(c, d, causal) for d, causal in BUCKETS for c in config_space(d, causal)}
+    assert set(KNOWN_SPILL_BYTES) <= keys
+
+
+def test_shared_bytes_counts_k_v_the_q_do_ds_ring_and_the_barriers():
+    config = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2}
+    tiles = 2 * 128 * 128 + 2 * 2 * 64 * 128 + 2 * 128 * 64  # K, V; Q, dO ring; dS^T per slot
+    assert shared_bytes(config, 128) == 2 * tiles + 8 * (1 + 4 * 2)
+
+
+@pytest.mark.parametrize("change, key", [({"BLOCK_M": 32}, "BLOCK_M"), ({"BLOCK_N": 256}, "BLOCK_N"),
+                                         ({"NUM_STAGES": 1}, "NUM_STAGES"), ({"NUM_STAGES": 2.0}, "NUM_STAGES"),
+                                         ({"BLOCK_M": 128, "NUM_STAGES": 3}, "shared memory")])
+def test_a_bad_config_names_the_key(change, key):
+    with pytest.raises(KernelInputError, match=key):
+        resolve_config({**default_config(128, False), **change}, 128, False)
+
+
+def test_a_config_missing_a_key_lists_the_keys():
+    config = dict(default_config(64, True))
+    del config["NUM_STAGES"]
+    with pytest.raises(KernelInputError, match="NUM_STAGES"):
+        resolve_config(config, 64, True)
+
+
+@pytest.mark.skipif(not interpreting(), reason="CPU tensors under TRITON_INTERPRET=1 (tests/conftest.py sets it)")
+def test_cpu_inputs_are_refused_before_any_launch():
+    q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 2, 16)
+    with pytest.raises(KernelInputError):
+        gluon_attention_backward(q, q, q, q, q, lse)
+    with pytest.raises(KernelInputError, match="lse"):
+        gluon_attention_backward(q, q, q, q, q, lse.double())
+
+
+@pytest.mark.slow
+def test_every_config_compiles_for_sm90_within_its_known_spills():
+    """Ahead-of-time sm_90 builds (no GPU) of every config of every (head_dim, causal) bucket: spills no more than
+    ``KNOWN_SPILL_BYTES`` says (none for the rest), the shared memory the estimate says, S^T's wgmma.wait_group 1
+    (dP^T's GEMM still running under the exponentials) without ptxas serializing."""
+    pytest.importorskip("triton.backends.nvidia")
+    import triton
+
+    version = tuple(int(part) for part in triton.__version__.split(".")[:2])
+    if not attention_gluon_bwd.HAS_GLUON or version < (3, 6):
+        pytest.skip(f"triton {triton.__version__} cannot build this kernel: it is written for the Gluon API of "
+                    "triton 3.6 and 3.7 (triton.experimental.gluon)")
+    code = ("import json; from workbench.kernels import attention_gluon_bwd as g\n"
+            "cases = [(c, d, causal) for d in (64, 128) for causal in (False, True)\n"
+            "         for c in g.config_space(d, causal)]\n"
+            "print(json.dumps([[c, d, causal, g.inspect_build(c, d, causal).as_dict()] for c, d, causal in cases]))")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
+                            capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    builds = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(builds) == sum(len(config_space(d, causal)) for d, causal in BUCKETS)
+    for config, head_dim, causal, build in builds:
+        allowed = KNOWN_SPILL_BYTES.get(_key(config, head_dim, causal), 0)
+        assert build["spill_bytes"] <= allowed and not build["serialized"], (config, head_dim, causal, build)
+        # above the estimate: the compiler's scratch (layout conversions, alignment), 1-2.5 KiB with triton 3.7.1
+        assert 0 <= build["shared_bytes"] - shared_bytes(config, head_dim) <= 4096, (config, head_dim, build)
+        assert build["shared_bytes"] <= SM90_SHARED_BYTES
+        assert build["wait_groups"] == [0, 1], (config, head_dim, causal, build)
+        consumers = config["BLOCK_N"] // 64
+        assert build["launched_warps"] == 4 * consumers + 4, (config, build)  # + the producer's warpgroup
+
+
+on_hopper = pytest.mark.skipif(interpreting() or not supported(), reason="runs the kernel: needs an sm_90 GPU with "
+                               "TRITON_INTERPRET=0 (CI has neither; the lead runs these on the H200)")
+GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, causal)
+    (2, 4, 4, 256, 64, False),
+    (2, 4, 4, 256, 128, True),
+    (1, 8, 2, 333, 128, False),  # GQA 4, sequence not a multiple of any tile (ragged key and query blocks)
+    (1, 8, 2, 333, 64, True),
+    (2, 4, 1, 1000, 128, True),  # MQA, many query blocks (ring phases wrap), ragged tail on the diagonal
+    (1, 2, 2, 40, 64, True),  # one partial tile: the key block is the diagonal and the tail
+    (1, 2, 2, 2048, 128, False),
+]
+
+
+def _config_ids(config: dict) -> str:
+    return f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}"
+
+
+def _inputs(b, hq, hkv, s, d, seed):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=generator)
+            for h in (hq, hkv, hkv, hq))
+
+
+def _check_grads(got, want):
+    for name, g, ref in zip(("dq", "dk", "dv"), got, want):
+        err = ((g.double() - ref).norm() / ref.norm()).item()
+        assert err <= 2e-2, (name, err)  # attention.TOLERANCE["bf16"]
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s, d, causal", GPU_SHAPES)
+@pytest.mark.parametrize("index", range(max(len(config_space(d, c)) for d, c in BUCKETS)))
+def test_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, index):
+    from workbench.kernels.attention import flash_attention_fwd
+
+    space = config_space(d, causal)
+    if index >= len(space):
+        pytest.skip(f"bucket ({d}, {causal}) has {len(space)} configs")
+    config = space[index]
+    q, k, v, do = _inputs(b, hq, hkv, s, d, b * 1000 + s + d)
+    o, lse = flash_attention_fwd(q, k, v, causal)
+    dq, dk, dv = gluon_attention_backward(do, q, k, v, o, lse, causal, config=config)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert dq.dtype == dk.dtype == dv.dtype == torch.bfloat16
+    _, *want = reference_attention_grads(q, k, v, do, causal)
+    try:
+        _check_grads((dq, dk, dv), want)
+    except AssertionError as exc:
+        raise AssertionError(f"{_config_ids(config)}: {exc}") from exc
+
+
+@on_hopper
+def test_strided_inputs_an_explicit_scale_and_the_gluon_forward():
+    from workbench.kernels.attention_gluon import gluon_attention_forward
+
+    q = torch.randn(1, 300, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)  # [B, H, S, D] view
+    k = torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    v = torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    do = torch.randn(1, 300, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    o, lse = gluon_attention_forward(q, k, v, True, scale=0.05)
+    assert ((o.double() - reference_attention(q, k, v, True, scale=0.05)).norm() / o.double().norm()) < 2e-2
+    got = gluon_attention_backward(do, q, k, v, o, lse, True, scale=0.05)
+    _check_grads(got, reference_attention_grads(q, k, v, do, True, scale=0.05)[1:])
+
+
+@on_hopper
+def test_fp16_matches_the_reference():
+    from workbench.kernels.attention import flash_attention_fwd
+
+    q, k, v, do = (t.half() for t in _inputs(2, 8, 2, 520, 64, 7))
+    o, lse = flash_attention_fwd(q, k, v, True)
+    got = gluon_attention_backward(do, q, k, v, o, lse, True)
+    assert all(g.dtype == torch.float16 for g in got)
+    _check_grads(got, reference_attention_grads(q, k, v, do, True)[1:])

@@ -1,0 +1,545 @@
+"""Flash attention backward for Hopper in Gluon, FlashAttention-3 style (Shah et al. 2024, arXiv:2407.08608, the
+backward of Sec. 3; FA3's ``hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp``).
+
+Same contract as ``attention.flash_attention_bwd``: dO, q [B, Hq, S, D], k, v [B, Hkv, S, D] (query head h reads kv
+head h // (Hq / Hkv)), O and the natural-log lse [B, Hq, S] of a forward (``attention`` or ``attention_gluon``);
+bf16 or fp16, D in (64, 128), causal or not; returns dQ, dK, dV in q's dtype. sm_90 only.
+
+Why a second backward. The Triton one (``attention.py``) runs two passes (dQ, then dK/dV: seven GEMMs a tile pair)
+through ``tl.dot``; FA3 does the five GEMMs of the paper in one pass, with dQ summed in fp32 by atomics, and
+keeps the tensor cores fed with the pieces Gluon exposes:
+
+1. One program per (key block of BLOCK_N rows, batch, kv head); it loops over the query heads of its GQA group
+   and, per head, over the query blocks that see its keys (causal: from the diagonal on), so dK and dV of the
+   group sum in registers (no atomics for them) and are stored once.
+2. Warp specialization: a 1-warp producer TMA-loads K and V once, then Q_i and dO_i of every step into a
+   NUM_STAGES ring (``q_ready`` / ``do_ready`` mbarriers per slot, apart so S^T starts before dO lands); the
+   consumers arrive on ``empty`` once the GEMMs reading a slot have retired.
+3. BLOCK_N // 64 consumer warpgroups, each owning 64 keys (one wgmma M) and sharing the Q/dO ring. Per step, in
+   FA3's "SdP_swapAB" orientation (keys on the rows, so P^T and dS^T land in registers as the A operands of the
+   dV and dK GEMMs, no shared-memory round trip):
+
+       S^T  = K Q^T                async wgmma                           [64, BLOCK_M]
+       dP^T = V dO^T               async wgmma, issued right after
+       P^T  = exp2(S^T * scale * log2(e) - lse * log2(e))    under dP^T's GEMM
+       dS^T = P^T * (dP^T - delta)
+       dV  += P^T dO               register A                            [64, D]
+       dK  += dS^T Q               register A
+       dQ_i = dS K                 dS^T through shared memory (A transposed) -> fp32 atomics into dQ_acc
+
+   Each warpgroup adds its 64 keys' part of dQ_i; FA3 instead splits dQ's columns between the warpgroups after a
+   barrier and reduces through TMA (``cp.reduce.async.bulk``, which Gluon 3.6/3.7 does not expose): twice the
+   atomics here, one cross-warpgroup barrier fewer.
+4. Around it, two small Triton launches: ``delta = rowsum(dO * O)`` with dQ_acc zeroed (the paper's
+   preprocessing), and dQ = scale * dQ_acc in q's dtype (its postprocessing).
+
+Blocks and masks: query blocks wholly above the diagonal are never loaded; those crossing it and the sequence tail
+are masked (P^T = 0 there); a key block that runs past S is masked on every step (its rows past S belong to the
+next head: they would reach dQ otherwise). Query rows past S read the next head's Q/dO rows (or TMA's zeros):
+their P^T is 0, so they add nothing, and their dQ rows are not stored.
+
+Versions: written against the Gluon API of Triton 3.6.0 (the H200 machine) and 3.7.1 (this repo's CI), the idioms
+of ``attention_gluon.py``. Gluon has no interpreter: on the CPU only ``crosscompile`` / ``inspect_build`` run.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from workbench.kernels._common import capability, check, interpreting
+from workbench.kernels.checks import check_attention_grads, check_attention_inputs
+from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
+
+try:  # Gluon: Triton >= 3.5 (the 3.6 / 3.7 API used here)
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
+    _partition_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier  # renamed in 3.7
+    HAS_GLUON = True
+except ImportError:  # pragma: no cover - older Triton
+    HAS_GLUON = False
+
+_LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+KEYS_PER_WARPGROUP = 64
+"""Key rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
+SM90_SHARED_BYTES = 227 * 1024
+"""Shared memory one CTA may use on sm_90 (CUDA programming guide, compute capability 9.0)."""
+LOADER_REGISTERS = 24
+"""Registers per thread of the TMA producer warp (setmaxnreg; FA3's producers take 24-56, Triton's tutorials 24)."""
+CONSUMER_REGISTERS = 240
+"""Registers per thread asked for the second consumer warpgroup (setmaxnreg; FA3 gives two consumers 240 each). The
+default partition (the first consumer) gets what Triton leaves; ``inspect_build`` reads both."""
+_KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES")
+_PRE_ROWS = 64
+"""Rows per program of the delta preprocessing (a guess: a [64, D] tile of O and dO per program; calibrate me)."""
+_POST_BLOCK = 2048
+"""Elements per program of the dQ conversion (a guess; calibrate me)."""
+
+
+# -------------------------------------------------------------------------------- pre- and postprocessing
+@triton.jit
+def _bwd_preprocess_kernel(O, DO, DELTA, DQ_ACC, n_rows, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
+    """delta = rowsum(dO * O) (fp32) and dQ_acc = 0 over the 2-D views o, do, dq_acc [B*Hq*S, D]. Grid
+    (cdiv(B*Hq*S, ROWS),)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    offs = rows.to(tl.int64)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    keep = rows[:, None] < n_rows
+    o = tl.load(O + offs, mask=keep, other=0.0).to(tl.float32)
+    do = tl.load(DO + offs, mask=keep, other=0.0).to(tl.float32)
+    tl.store(DELTA + rows, tl.sum(o * do, 1), mask=rows < n_rows)
+    tl.store(DQ_ACC + offs, tl.zeros([ROWS, HEAD_DIM], tl.float32), mask=keep)
+
+
+@triton.jit
+def _dq_convert_kernel(DQ_ACC, DQ, n, scale, BLOCK: tl.constexpr):
+    """dQ = scale * dQ_acc in dQ's dtype, elementwise over n values. Grid (cdiv(n, BLOCK),)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    keep = offs < n
+    tl.store(DQ + offs, (tl.load(DQ_ACC + offs, mask=keep) * scale).to(DQ.dtype.element_ty), mask=keep)
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def _kv_schedule(seq_len, heads_kv, group, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """This program's key block and query loop: (first key, first k/v row in the 2-D views, b * Hq + first
+        query head of the group, lo, diag_end, full_end, end). Per query head the steps run over query blocks
+        [lo, end): [lo, diag_end) cross the diagonal (masked), [diag_end, full_end) need no mask, [full_end, end)
+        is the sequence tail (masked); a key block past S masks every step."""
+        start_n = gl.program_id(0) * BLOCK_N
+        bh_kv = gl.program_id(1)  # b * Hkv + kv head
+        q_head0 = (bh_kv // heads_kv) * heads_kv * group + (bh_kv % heads_kv) * group
+        end = gl.cdiv(seq_len, BLOCK_M) * BLOCK_M
+        full_end = (seq_len // BLOCK_M) * BLOCK_M
+        if CAUSAL:  # queries before start_n see none of these keys; from the key block's last key on, all
+            lo = (start_n // BLOCK_M) * BLOCK_M
+            diag_end = gl.maximum(lo, gl.minimum(gl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M, full_end))
+            full_end = gl.maximum(diag_end, full_end)
+        else:
+            lo = start_n * 0
+            diag_end = start_n * 0
+        ragged = start_n + BLOCK_N > seq_len
+        diag_end = gl.where(ragged, end, diag_end)
+        full_end = gl.where(ragged, end, full_end)
+        return start_n, bh_kv * seq_len, q_head0, lo, diag_end, full_end, end
+
+    # ----------------------------------------------------------------------------------------- producer
+    @gluon.jit
+    def _load_partition(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring, do_ring,
+                        lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv, group,
+                        CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
+        """The TMA warp: each consumer's K and V rows once, then Q_i with its lse rows and dO_i with its delta
+        rows for every (query head, query block) step in the consumers' order, slot step % NUM_STAGES, waiting
+        for empty[slot] (a fresh mbarrier passes parity 1 at once)."""
+        KEYS: gl.constexpr = k_desc.block_type.shape[0]
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        start_n, kv_row, q_head0, lo, diag_end, full_end, end = _kv_schedule(seq_len, heads_kv, group,
+                                                                             KEYS * NUM_CONSUMERS, BLOCK_M, CAUSAL)
+        mbarrier.expect(kv_bar, NUM_CONSUMERS * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+        for i in gl.static_range(NUM_CONSUMERS):
+            tma.async_copy_global_to_shared(k_desc, [kv_row + start_n + i * KEYS, 0], kv_bar, k_smem.index(i))
+            tma.async_copy_global_to_shared(v_desc, [kv_row + start_n + i * KEYS, 0], kv_bar, v_smem.index(i))
+        steps = (end - lo) // BLOCK_M
+        for g in range(group):
+            q_row = (q_head0 + g) * seq_len + lo
+            for j in range(steps):
+                step = g * steps + j
+                slot = step % NUM_STAGES
+                mbarrier.wait(empty.index(slot), ((step // NUM_STAGES) & 1) ^ 1)
+                row = q_row + j * BLOCK_M
+                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(q_desc, [row, 0], q_ready.index(slot), q_ring.index(slot))
+                tma.async_copy_global_to_shared(lse_desc, [row], q_ready.index(slot), lse_ring.index(slot))
+                mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(do_desc, [row, 0], do_ready.index(slot), do_ring.index(slot))
+                tma.async_copy_global_to_shared(delta_desc, [row], do_ready.index(slot), delta_ring.index(slot))
+
+    # ----------------------------------------------------------------------------------------- consumers
+    @gluon.jit
+    def _add_dq(ptrs, dq, rows, seq_len, MASKED: gl.constexpr):
+        """dQ_acc += dq (fp32 atomics; rows past S dropped on masked steps)."""
+        if MASKED:
+            gl.atomic_add(ptrs, dq, mask=gl.expand_dims(rows < seq_len, 1), sem="relaxed")
+        else:
+            gl.atomic_add(ptrs, dq, sem="relaxed")
+
+    @gluon.jit
+    def _step(step, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring, delta_ring, q_ready,
+              do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len, qk_scale,
+              MASKED: gl.constexpr,
+              CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+              SPLIT_DQ: gl.constexpr):
+        """One query block [start_m, + BLOCK_M) of query head ``q_row / S`` against this warpgroup's 64 keys:
+        dK, dV accumulate; dQ_i goes to dQ_acc by atomics, [BLOCK_M, 64] at a time. Tiles: S^T, dP^T [64,
+        BLOCK_M] and dK, dV [64, D] fp32 (registers, wgmma layouts); Q_i, dO_i [BLOCK_M, D] and dS^T [64, BLOCK_M]
+        (one per consumer and ring slot) in shared memory. SPLIT_DQ (two consumers, D = 128): each warpgroup
+        takes 64 columns of dQ_i over both consumers' keys, after both have written dS^T (``ds_ready``)."""
+        BLOCK_M: gl.constexpr = q_ring.shape[1]
+        HEAD_DIM: gl.constexpr = q_ring.shape[2]
+        S_LAYOUT: gl.constexpr = zero_s.type.layout
+        ACC_LAYOUT: gl.constexpr = dk.type.layout
+        DQ_LAYOUT: gl.constexpr = zero_dq.type.layout
+        DQ_COLS: gl.constexpr = zero_dq.shape[1]
+        OP_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ACC_LAYOUT, k_width=2)
+        k_tile = k_smem.index(WG)
+        v_tile = v_smem.index(WG)
+        slot = step % NUM_STAGES
+        phase = (step // NUM_STAGES) & 1
+        q_tile = q_ring.index(slot)
+        do_tile = do_ring.index(slot)
+        COLUMNS: gl.constexpr = gl.SliceLayout(0, S_LAYOUT)  # per query: 16 registers a thread at BLOCK_M = 64
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=COLUMNS)
+
+        mbarrier.wait(q_ready.index(slot), phase)
+        s_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(do_ready.index(slot), phase)
+        dp_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))  # S^T retired; dP^T still runs ...
+        # lse and delta come from shared memory just before their use (FA3 keeps them there too): held in
+        # registers across the step they would take 32 of a consumer's 240
+        lse = lse_ring.index(slot).load(COLUMNS)
+        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse * 1.4426950408889634, 0))  # ... under this
+        if MASKED:
+            if CAUSAL:  # a query at or after the key and before S is a key before S too
+                keep = (gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)) & gl.expand_dims(offs_m < seq_len, 0)
+            else:
+                keep = gl.expand_dims(offs_m < seq_len, 0) & gl.expand_dims(offs_n < seq_len, 1)
+            p_t = gl.where(keep, p_t, 0.0)
+        dp_t = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
+        delta = delta_ring.index(slot).load(COLUMNS)
+        ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(q_tile.dtype)
+        p_op = gl.convert_layout(p_t.to(q_tile.dtype), OP_LAYOUT)
+        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
+        ds_op = gl.convert_layout(ds_t, OP_LAYOUT)
+        dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
+        ds_tile = ds_smem.index(slot * NUM_CONSUMERS + WG)
+        ds_tile.store(ds_t)  # dS^T [64 keys, BLOCK_M]: dQ's A operand, read transposed
+        fence_async_shared()
+        _partition_barrier()  # every warp's part of dS^T is written before a wgmma reads it
+        if SPLIT_DQ:  # the other warpgroup reads this dS^T too
+            mbarrier.arrive(ds_ready.index(slot), count=1)
+        dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, p_op, ds_op))
+
+        # dQ_acc rows of this block from one 64-bit base and 32-bit offsets (a [BLOCK_M, 64] tile of 64-bit
+        # addresses would take 64 registers a thread)
+        dq_block = dq_ptr + (q_row + start_m).to(gl.int64) * HEAD_DIM
+        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, DQ_LAYOUT))
+        dq_offs = gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(gl.arange(0, DQ_COLS, layout=gl.SliceLayout(
+            0, DQ_LAYOUT)), 0)
+        rows = start_m + rows
+        if SPLIT_DQ:  # FA3's split: columns [64 WG, + 64) of dQ_i over all BLOCK_N keys
+            mbarrier.wait(ds_ready.index(slot), phase)
+            for i in gl.static_range(NUM_CONSUMERS):
+                dq_tok = warpgroup_mma(ds_smem.index(slot * NUM_CONSUMERS + i).permute((1, 0)),
+                                       k_smem.index(i).slice(WG * DQ_COLS, DQ_COLS, dim=1),
+                                       zero_dq if i == 0 else dq_tok, use_acc=i > 0, is_async=True)
+            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
+            _add_dq(dq_block + WG * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
+        else:  # this warpgroup's 64 keys' part of dQ_i, 64 columns at a time (32 fp32 registers a thread)
+            for c in gl.static_range(HEAD_DIM // DQ_COLS):
+                if DQ_COLS == HEAD_DIM:
+                    k_cols = k_smem.index(WG)
+                else:
+                    k_cols = k_smem.index(WG).slice(c * DQ_COLS, DQ_COLS, dim=1)
+                dq_tok = warpgroup_mma(ds_tile.permute((1, 0)), k_cols, zero_dq, use_acc=False, is_async=True)
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
+                _add_dq(dq_block + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
+        # Q_i, dO_i and every dS^T of this slot read (the dS^T slots turn with the ring's: a consumer writes this
+        # one again only after the producer refilled the slot, after both consumers arrived here).
+        _partition_barrier()  # as attention_gluon's _release: every warp is past its last wait
+        mbarrier.arrive(empty.index(slot), count=1)
+        return dk, dv
+
+    @gluon.jit
+    def _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
+                  empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr,
+                  WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
+        """Consumer warpgroup WG: keys [start_n + 64 WG, + 64) against every query block of every query head of
+        the kv group; stores its dK, dV rows at the end."""
+        KEYS: gl.constexpr = k_smem.shape[1]
+        HEAD_DIM: gl.constexpr = k_smem.shape[2]
+        BLOCK_M: gl.constexpr = q_ring.shape[1]
+        S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_M, 16])
+        ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, HEAD_DIM, 16])
+        DQ_COLS: gl.constexpr = 64
+        DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                            instr_shape=[16, DQ_COLS, 16])
+        SPLIT_DQ: gl.constexpr = NUM_CONSUMERS == 2 and HEAD_DIM == 2 * DQ_COLS
+        start_n, kv_row, q_head0, lo, diag_end, full_end, end = _kv_schedule(seq_len, heads_kv, group,
+                                                                             KEYS * NUM_CONSUMERS, BLOCK_M, CAUSAL)
+        first_key = start_n + WG * KEYS
+        offs_n = first_key + gl.arange(0, KEYS, layout=gl.SliceLayout(1, S_LAYOUT))
+        zero_s = gl.zeros([KEYS, BLOCK_M], gl.float32, layout=S_LAYOUT)  # use_acc=False reads nothing
+        zero_dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, layout=DQ_LAYOUT)
+        dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, layout=ACC_LAYOUT)
+        dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, layout=ACC_LAYOUT)
+        steps = (end - lo) // BLOCK_M
+        mbarrier.wait(kv_bar, 0)  # (SPLIT_DQ reads the other consumer's K too)
+        for step in range(group * steps):  # (query head, query block) pairs; the group's dK, dV sum here
+            g = step // steps
+            start_m = lo + (step - g * steps) * BLOCK_M
+            q_row = (q_head0 + g) * seq_len
+            if (start_m < diag_end) | (start_m >= full_end):  # the diagonal, the tails
+                dk, dv = _step(step, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring, delta_ring,
+                               q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len,
+                               qk_scale, True, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES, SPLIT_DQ)
+            else:
+                dk, dv = _step(step, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring, delta_ring,
+                               q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len,
+                               qk_scale, False, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES, SPLIT_DQ)
+
+        # dK, dV rows from a 64-bit base and 32-bit offsets, as dQ's
+        rows = gl.arange(0, KEYS, layout=gl.SliceLayout(1, ACC_LAYOUT))
+        offs = gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(
+            0, ACC_LAYOUT)), 0)
+        keep = gl.expand_dims(first_key + rows < seq_len, 1)
+        base = (kv_row + first_key).to(gl.int64) * HEAD_DIM
+        gl.store(dk_ptr + base + offs, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keep)
+        gl.store(dv_ptr + base + offs, dv.to(dv_ptr.dtype.element_ty), mask=keep)
+
+    @gluon.jit
+    def _second_consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
+                         do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
+                         qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr):
+        _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
+                  empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL, 1, 2, NUM_STAGES)
+
+    @gluon.jit(do_not_specialize=["seq_len", "heads_kv", "group"])  # one build per config and layout
+    def _attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_ptr, dk_ptr, dv_ptr, seq_len,
+                         heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                         NUM_STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+        """Grid (cdiv(S, 64 NUM_CONSUMERS), B * Hkv).
+
+        q_desc, do_desc: q, dO [B*Hq*S, D], block [BLOCK_M, D]; k_desc, v_desc: [B*Hkv*S, D], block [64, D];
+        lse_desc, delta_desc: lse, delta [B*Hq*S] fp32, block [BLOCK_M]; dq_ptr: dQ_acc [B, Hq, S, D] fp32
+        (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous. Launched with num_warps=4 (the first consumer);
+        workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS)."""
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        KEYS: gl.constexpr = k_desc.block_type.shape[0]
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_CONSUMERS, KEYS, HEAD_DIM], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_CONSUMERS, KEYS, HEAD_DIM], v_desc.layout)
+        q_ring = gl.allocate_shared_memory(q_desc.dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
+        do_ring = gl.allocate_shared_memory(do_desc.dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
+        lse_ring = gl.allocate_shared_memory(lse_desc.dtype, [NUM_STAGES, BLOCK_M], lse_desc.layout)
+        delta_ring = gl.allocate_shared_memory(delta_desc.dtype, [NUM_STAGES, BLOCK_M], delta_desc.layout)
+        # dS^T [64, BLOCK_M] per ring slot and consumer: 16-bit rows of >= 128 bytes like Q's, so Q's swizzle
+        ds_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_STAGES * NUM_CONSUMERS, KEYS, BLOCK_M],
+                                            q_desc.layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        ds_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_bar, count=1)
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(do_ready.index(i), count=1)
+            mbarrier.init(ds_ready.index(i), count=NUM_CONSUMERS)  # (used with two consumers at D = 128)
+            mbarrier.init(empty.index(i), count=NUM_CONSUMERS)  # every consumer releases every slot
+        # The partition lists are written out in each call: a JIT function cannot be bound to a variable.
+        if NUM_CONSUMERS == 2:
+            gl.warp_specialize([
+                (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
+                             do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
+                             qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES)),
+                (_second_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
+                                    do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group,
+                                    sm_scale, qk_scale, CAUSAL, NUM_STAGES)),
+                (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
+                                   do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
+                                   group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+            ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        else:
+            gl.warp_specialize([
+                (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
+                             do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
+                             qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES)),
+                (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
+                                   do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
+                                   group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+            ], [1], [LOADER_REGS])
+        mbarrier.invalidate(kv_bar)
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(q_ready.index(i))
+            mbarrier.invalidate(do_ready.index(i))
+            mbarrier.invalidate(ds_ready.index(i))
+            mbarrier.invalidate(empty.index(i))
+
+
+# ---------------------------------------------------------------------------------------------- launch wrapper
+def gluon_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                             lse: torch.Tensor, causal: bool = False, scale: float | None = None,
+                             config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV (q's dtype; dK, dV shaped like k) from dO and a forward's O and lse, as
+    ``attention.flash_attention_bwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only."""
+    scale = check_attention_inputs(q, k, v, causal, scale)
+    check_attention_grads(q, do, o, lse)
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
+    check(q.dtype in (torch.bfloat16, torch.float16), "q", f"dtype {q.dtype}",
+          "torch.bfloat16 or torch.float16 (wgmma's 16-bit operands)")
+    check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
+    check(not interpreting(), "TRITON_INTERPRET", "1", "unset: Gluon kernels have no interpreter")
+    check(q.is_cuda and capability(q.device.index or 0) == (9, 0), "device",
+          f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
+          "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
+    config = resolve_config(config, d, causal)
+    q, k, v, do, o = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v, do, o))  # 2-D views
+    rows = b * hq * s
+    delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
+    dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32)  # dq_acc: [B, Hq, S, D], zeroed below
+    _bwd_preprocess_kernel[(triton.cdiv(rows, _PRE_ROWS),)](o, do, delta, dq_acc, rows, HEAD_DIM=d, ROWS=_PRE_ROWS)
+
+    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    gl_dtype = _GL_DTYPES[q.dtype]
+    q_layout = _tile_layout((block_m, d), gl_dtype)
+    q_desc = GluonTensorDescriptor.from_tensor(q.view(rows, d), [block_m, d], q_layout)
+    do_desc = GluonTensorDescriptor.from_tensor(do.view(rows, d), [block_m, d], q_layout)
+    kv_layout = _tile_layout((KEYS_PER_WARPGROUP, d), gl_dtype)
+    k_desc = GluonTensorDescriptor.from_tensor(k.view(b * hkv * s, d), [KEYS_PER_WARPGROUP, d], kv_layout)
+    v_desc = GluonTensorDescriptor.from_tensor(v.view(b * hkv * s, d), [KEYS_PER_WARPGROUP, d], kv_layout)
+    row_layout = _tile_layout((block_m,), gl.float32)
+    lse_desc = GluonTensorDescriptor.from_tensor(lse.view(rows), [block_m], row_layout)
+    delta_desc = GluonTensorDescriptor.from_tensor(delta.view(rows), [block_m], row_layout)
+    dk = torch.empty_like(k)  # dk, dv: [B, Hkv, S, D]
+    dv = torch.empty_like(v)
+    _attn_bwd_kernel[(triton.cdiv(s, block_n), b * hkv)](
+        q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_acc, dk, dv, s, hkv, hq // hkv, scale,
+        scale * _LOG2E, **_constexprs(config, causal), num_warps=4)
+
+    dq = torch.empty_like(q)  # dq: [B, Hq, S, D]
+    _dq_convert_kernel[(triton.cdiv(dq.numel(), _POST_BLOCK),)](dq_acc, dq, dq.numel(), scale, BLOCK=_POST_BLOCK)
+    return dq, dk, dv
+
+
+_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16} if HAS_GLUON else {}
+
+
+@functools.lru_cache(maxsize=32)
+def _tile_layout(shape: tuple, dtype):
+    """Shared layout of a TMA tile ([rows, head_dim] 16-bit, or [rows] fp32): the widest swizzle TMA and wgmma
+    both take."""
+    return gl.NVMMASharedLayout.get_default_for(list(shape), dtype)
+
+
+def _constexprs(config: dict, causal: bool) -> dict:
+    return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_N"] // KEYS_PER_WARPGROUP,
+                NUM_STAGES=config["NUM_STAGES"], LOADER_REGS=LOADER_REGISTERS, CONSUMER_REGS=CONSUMER_REGISTERS)
+
+
+def supported(device: torch.device | str | None = None) -> bool:
+    """True when this kernel can run on ``device``: Triton has Gluon, and the device is an sm_90 GPU."""
+    if not HAS_GLUON or interpreting() or torch.version.hip or not torch.cuda.is_available():
+        return False
+    device = torch.device("cuda") if device is None else torch.device(device)
+    return device.type == "cuda" and capability(device.index or 0) == (9, 0)
+
+
+# ------------------------------------------------------------------------------------------------ config space
+def shared_bytes(config: dict, head_dim: int) -> int:
+    """Shared memory of a config: K and V (BLOCK_N rows), NUM_STAGES Q, dO and dS^T tiles (dS^T: [64, BLOCK_M]
+    per consumer; all 16-bit), 8 bytes per mbarrier."""
+    stages = config["NUM_STAGES"]
+    tiles = (2 * config["BLOCK_N"] * head_dim + 2 * stages * config["BLOCK_M"] * head_dim
+             + stages * config["BLOCK_N"] * config["BLOCK_M"])
+    barriers = 1 + 4 * stages
+    return 2 * tiles + 8 * barriers
+
+
+def config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Launch configs for one (head_dim, causal) bucket, the default first (a guess until the H200 run of
+    ``benchmarks/kernels/attention_gluon_bwd_bench.py`` ranks them; calibrate me). FA3's sm_90 backward takes 64
+    queries x 128 keys over two consumer warpgroups with 2 stages (``hopper/flash_bwd_launch_template.h``,
+    ``run_mha_bwd_hdim128`` / ``hdim64``); the rest vary one knob each: 3 stages, one consumer (64 keys: half the
+    K/V reuse, every build spill-free), 128-query steps at d=64 (S^T, dP^T [64, 128] fp32: 64 registers a thread
+    each). ``KNOWN_SPILL_BYTES`` lists the entries whose sm_90 build spills."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    entries = [(64, 128, 2), (64, 64, 2), (64, 128, 3)]
+    if head_dim == 64:
+        entries.append((128, 128, 2))
+    space = [dict(zip(_KEYS, e)) for e in entries]
+    return [c for c in space if shared_bytes(c, head_dim) <= SM90_SHARED_BYTES]
+
+
+KNOWN_SPILL_BYTES: dict[tuple[int, bool, int, int, int], int] = {
+    (128, False, 64, 128, 2): 8, (128, True, 64, 128, 2): 4,
+    (128, False, 64, 128, 3): 64, (128, True, 64, 128, 3): 72,
+    (64, False, 128, 128, 2): 12, (64, True, 128, 128, 2): 76,
+}
+"""(head_dim, causal, BLOCK_M, BLOCK_N, NUM_STAGES) -> spill-store bytes of the bf16 sm_90 build (ptxas of triton
+3.7.1, ``inspect_build``); every other entry of ``config_space`` builds without spills. Two consumers at d=128
+hold dK, dV (128 registers) beside S^T, dP^T (64) in 240: the few bytes are loop-invariant scalars reloaded from
+L1 once a step; 3 stages add ring-slot arithmetic. Kept in the space for the H200 sweep to judge; a pick that
+spills is reported as such. The CPU test checks these figures as upper bounds and the rest at zero."""
+
+
+def default_config(head_dim: int, causal: bool) -> dict:
+    return config_space(head_dim, causal)[0]
+
+
+def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
+    """Check a config (None: ``default_config``) and return it; raises ``KernelInputError`` naming the key."""
+    if config is None:
+        return default_config(head_dim, causal)
+    check(isinstance(config, dict), "config", type(config).__name__, "a dict")
+    missing = [key for key in _KEYS if key not in config]
+    check(not missing, "config", f"a dict without {missing}", f"keys {_KEYS}")
+    check(config["BLOCK_M"] in (64, 128), "config['BLOCK_M']", config["BLOCK_M"],
+          "64 or 128 (query rows per step: the N of the S^T and dP^T wgmmas)")
+    check(config["BLOCK_N"] in (64, 128), "config['BLOCK_N']", config["BLOCK_N"],
+          "64 or 128 (one or two consumer warpgroups of 64 keys)")
+    check(isinstance(config["NUM_STAGES"], int) and config["NUM_STAGES"] >= 2, "config['NUM_STAGES']",
+          config["NUM_STAGES"], "an int >= 2 (the producer refills a slot while the consumers read the other)")
+    check(shared_bytes(config, head_dim) <= SM90_SHARED_BYTES, "config",
+          f"{shared_bytes(config, head_dim)} bytes of shared memory at head_dim {head_dim}",
+          f"at most {SM90_SHARED_BYTES} (sm_90): fewer NUM_STAGES or a smaller BLOCK_M")
+    return config
+
+
+# ------------------------------------------------------------------------------------- cross-compilation check
+def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16", capability: int = 90):
+    """Compile one config for sm_90 on this machine (no GPU needed): ``triton.compile`` of a GluonASTSource with
+    the launch's descriptor types; returns the CompiledKernel (``.metadata.shared``, ``.asm['ptx']``)."""
+    check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    config = resolve_config(config, head_dim, causal)
+    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+    block_m, keys = config["BLOCK_M"], KEYS_PER_WARPGROUP
+    q_type = f"tensordesc<{dtype}[{block_m}, {head_dim}],{_tile_layout((block_m, head_dim), gl_dtype)!r}>"
+    kv_type = f"tensordesc<{dtype}[{keys}, {head_dim}],{_tile_layout((keys, head_dim), gl_dtype)!r}>"
+    row_type = f"tensordesc<fp32[{block_m}],{_tile_layout((block_m,), gl.float32)!r}>"
+    signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "do_desc": q_type, "lse_desc": row_type,
+                 "delta_desc": row_type, "dq_ptr": "*fp32", "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
+                 "seq_len": "i32", "heads_kv": "i32", "group": "i32", "sm_scale": "fp32", "qk_scale": "fp32"}
+    constexprs = _constexprs(config, causal)
+    signature.update({name: "constexpr" for name in constexprs})
+    signature = {name: signature[name] for name in _attn_bwd_kernel.arg_names}
+    names = list(signature)
+    pointers = ("dq_ptr", "dk_ptr", "dv_ptr")
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in pointers}
+    source = GluonASTSource(_attn_bwd_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 4})
+
+
+def inspect_build(config: dict, head_dim: int, causal: bool, dtype: str = "bf16") -> GluonBuild:
+    """Compile ``config`` for sm_90 (``crosscompile``) and read shared memory, registers, spills and the wgmma
+    waits of the build (``crosscompile.inspect_gluon_build``)."""
+    return inspect_gluon_build(crosscompile(config, head_dim, causal, dtype))
