@@ -31,13 +31,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from workbench.config import TrainingConfig, activation_dtype
 from workbench.families import family_of
 from workbench.graph import stacked
 from workbench.graph.execution import Execution
-from workbench.graph.ops import FlatShape, Op, memory_op, replace_op
+from workbench.graph.ops import FlatShape, Op, memory_op
 from workbench.graph.te_fp8 import fp8_gemm_any_layout
 from workbench.graph.transformer import block_graph as _block_graph  # noqa: F401 -- tests/test_step.py reads it
 from workbench.graph.transformer import block_pieces as _block_pieces  # noqa: F401 -- and this
@@ -60,8 +59,12 @@ from workbench.step_comm import (
     critical_path,
     data_parallel_plan,
 )
-from workbench.step_result import OpPrediction, Prediction, StepSummary, check_plausible, implausible_notes
-from workbench.step_sums import PrefixSums
+from workbench.step_result import Prediction, StepSummary, check_plausible, implausible_notes
+from workbench.step_sums import ACCUMULATED as _ACCUMULATED
+from workbench.step_sums import ONE_MICRO as _ONE_MICRO
+from workbench.step_sums import PrefixSums, PricedOps, Stage
+from workbench.step_sums import fold as _fold
+from workbench.step_sums import micro_sums as _micro_sums
 
 TABLE_KERNELS = ("pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed")
 """Stacks priced from their own kernel tables (``workbench.graph.stacked``)."""
@@ -89,128 +92,6 @@ def optimizer_op(model: Model, cfg: TrainingConfig) -> Op:
     params = family_of(model).optimizer_params(model, cfg)
     return memory_op("optimizer.adamw", "optimizer", FlatShape(max(1, int(params))), "fp32", reads=4, writes=3.5,
                      phase="optimizer", layer="optimizer")
-
-
-# ------------------------------------------------------------------------------------------- priced op lists
-@dataclass(frozen=True)
-class PricedOps:
-    """Ops priced once, with what the step sums of them: (seconds per execution, count) pairs filtered as the
-    summary sums them. ``counts`` are the ops' counts on the busiest stage (a block op's count x its layers)."""
-
-    ops: tuple[Op, ...]
-    counts: tuple[int, ...]
-    times: tuple[OpTime, ...]
-    bounds: tuple[str, ...]
-    """The bound reported per op (the fused step's optimizer: memory)."""
-    compute: tuple[tuple[float, int], ...]
-    """Compute-bound ops outside the optimizer phase."""
-    memory: tuple[tuple[float, int], ...]
-    optimizer: tuple[tuple[float, int], ...]
-    embedding_fwd: tuple[tuple[float, int], ...]
-    embedding_bwd: tuple[tuple[float, int], ...]
-    attention: tuple[tuple[float, int], ...]
-    useful: tuple[tuple[float, int], ...]
-    """(FLOPs, count) of every op but recomputation."""
-    pairs: tuple[tuple[float, int], ...]
-    """Every op."""
-
-    @staticmethod
-    def of(ops: Sequence[Op], times: Sequence[OpTime], bounds: Sequence[str]) -> PricedOps:
-        """From each op (run ``op.count`` times), its time and its reported bound: one pass sorting each into the
-        sums it enters."""
-        compute, memory, optimizer, emb_fwd, emb_bwd, attention, useful, pairs = [], [], [], [], [], [], [], []
-        counts = []
-        for op, t, bound in zip(ops, times, bounds):
-            n = op.count
-            counts.append(n)
-            pair = (t.time_s, n)
-            pairs.append(pair)
-            phase = op.phase
-            if phase == "optimizer":
-                optimizer.append(pair)
-            elif bound == "compute":
-                compute.append(pair)
-            else:
-                memory.append(pair)
-            if op.layer == "embedding":
-                if phase == "fwd":
-                    emb_fwd.append(pair)
-                elif phase == "bwd":
-                    emb_bwd.append(pair)
-            if op.kind == "attention":
-                attention.append(pair)
-            if not op.name.startswith("recompute."):
-                useful.append((op.flops, n))
-        priced = object.__new__(PricedOps)  # the fields set without the frozen __init__ (a cold search makes ~1,500)
-        priced.__dict__.update(ops=tuple(ops), counts=tuple(counts), times=tuple(times), bounds=tuple(bounds),
-                               compute=tuple(compute), memory=tuple(memory), optimizer=tuple(optimizer),
-                               embedding_fwd=tuple(emb_fwd), embedding_bwd=tuple(emb_bwd), attention=tuple(attention),
-                               useful=tuple(useful), pairs=tuple(pairs))
-        return priced
-
-    def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:
-        """One ``OpPrediction`` per op, its count x ``copies`` (a block's layers on the stage); executions = that
-        count x ``executions_per_count`` (the micro-batches)."""
-        return [OpPrediction(op if op.count == n * copies else replace_op(op, count=n * copies), t.time_s,
-                             t.roofline_s, bound, n * copies * executions_per_count)
-                for op, n, t, bound in zip(self.ops, self.counts, self.times, self.bounds)]
-
-
-Stage = tuple[tuple[PricedOps, int], ...]
-"""Priced op lists in step order, each with how many copies of it run (a block's ops: the stage's layers)."""
-
-
-@dataclass(frozen=True)
-class _Sums:
-    compute_bound_s: float
-    memory_bound_s: float
-    optimizer_s: float
-    microbatch_s: float
-    embedding_fwd_s: float
-    embedding_bwd_s: float
-    attention_s: float
-    useful_flops: float
-
-
-_ACCUMULATED = ("compute", "memory", "optimizer", "useful")
-"""``PricedOps``' sums that count every micro-batch (x accumulation)."""
-_ONE_MICRO = ("pairs", "embedding_fwd", "embedding_bwd", "attention")
-"""``PricedOps``' sums that count one micro-batch (``pairs``: the micro-batch's own time, ``microbatch_s``)."""
-
-
-def _micro_sums(micro: Stage, accum: int, fields: Sequence[str]) -> tuple:
-    """``_fold``'s running sums of ``fields`` after the micro-batch ops, in op order, each term x ``accum``: the
-    part FSDP and DDP (and every once-per-step op list) share for one micro-batch graph and accumulation, so
-    ``StepModel`` caches it (``_ONE_MICRO`` with ``accum`` 1, by the graph alone)."""
-    sums = []
-    for field in fields:
-        s = 0
-        for part, copies in micro:
-            k = copies * accum
-            for t, n in getattr(part, field):
-                s += t * (n * k)
-        sums.append(s)
-    return tuple(sums)
-
-
-def _fold(micro: Stage, accum: int, once: Stage, micro_sums: tuple[tuple, tuple] | None = None) -> _Sums:
-    """The step's sums over the micro-batch ops (executed count x ``accum``) and the once-per-step ops, in op order:
-    the left-to-right sums the summary has always made (a term is seconds x executions, the executions an exact
-    integer however it is grouped), so every path gives the same bits. ``micro_sums``: ``_micro_sums`` of
-    ``_ACCUMULATED`` (x ``accum``) and of ``_ONE_MICRO`` (x 1) already made; the running sums go on from them over
-    ``once`` (the same additions in the same order). ``microbatch_s`` has no once-per-step term."""
-    per_step, per_micro = micro_sums or (_micro_sums(micro, accum, _ACCUMULATED), _micro_sums(micro, 1, _ONE_MICRO))
-
-    def go_on(s, field: str) -> float:
-        for part, copies in once:
-            for t, n in getattr(part, field):
-                s += t * (n * copies)
-        return s
-
-    compute, memory, optimizer, useful = (go_on(s, f) for s, f in zip(per_step, _ACCUMULATED, strict=True))
-    microbatch, emb_fwd, emb_bwd, attention = per_micro[0], *(
-        go_on(s, f) for s, f in zip(per_micro[1:], _ONE_MICRO[1:], strict=True))
-    return _Sums(compute, memory, optimizer, microbatch, emb_fwd, emb_bwd, attention, useful)
 
 
 # ---------------------------------------------------------------------------------------------- the pipeline
@@ -279,24 +160,12 @@ class StepModel:
 
     def _price(self, ops: Sequence[Op], fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
         """``ops`` (each run ``op.count`` times) priced under the stack profile ``fit``, each with its bound
-        (``bound``, or its time's). ``power``: the sustained tensor throughput under the power limit
-        (``workbench.power``); a compute-bound op's time is divided by it (memory-bound ops are left as they are)."""
-        ops = tuple(ops)  # walked twice: here and by PricedOps.of
-        priced, bounds = [], []
-        scaled = fit.applied
-        times, gpu, constants = self._op_times, self.gpu, self.constants
-        for op in ops:  # self.op_time, inlined: the cold search's innermost loop
-            key = _timer_key(op)
-            t = times.get(key)
-            if t is None:
-                t = times[key] = op_time(op, gpu, constants)
-            if scaled:
-                t = fit.op_time(op, t)
-            if power != 1.0 and t.bound == "compute":
-                t = dataclasses.replace(t, time_s=t.time_s / power)
-            priced.append(t)
-            bounds.append(bound or t.bound)
-        return PricedOps.of(ops, priced, bounds)
+        (``bound``, or its time's), by the memoized timer (``op_time``). ``power``: the sustained tensor throughput
+        under the power limit (``workbench.power``); a compute-bound op's time is divided by it (memory-bound ops
+        are left as they are)."""
+        gpu, constants = self.gpu, self.constants
+        return PricedOps.priced(ops, self._op_times, _timer_key, lambda op: op_time(op, gpu, constants), fit,
+                                bound, power)
 
     def _power(self, cfg: TrainingConfig) -> float:
         """Sustained tensor throughput under ``cfg``'s power limit, or the GPU's (``workbench.power``): 1 at the
@@ -509,10 +378,18 @@ class StepModel:
         (``memory``), its ``summary`` without the largest micro-batch if it fits (None if it does not), and
         whether it is priced as the bound (``priced_as_bound``)."""
         compiled, dtype, execution = self._mode(compile, param_dtype)
+        compiled_loss = _compiled_loss(execution)
+        memory = None
+        if self.stack.kernels in TABLE_KERNELS and not stacked.memory_reads_tables(self.stack, cfg):
+            memory = self._memory(cfg, None, compiled_loss)  # the sharded model: no tables built for it
+            if not memory.fits:  # priced as the bound where the tables do not cover cfg
+                gap = stacked.tables_gap(self._laid_out(cfg), cfg, self.stack, self._table_memo)
+                return memory, None, gap is not None
         tables, _ = self._tables(cfg, compiled, dtype)
-        memory = self._memory(cfg, tables, _compiled_loss(execution))
-        if not memory.fits:
-            return memory, None, self._bound(tables)
+        if memory is None:
+            memory = self._memory(cfg, tables, compiled_loss)
+            if not memory.fits:
+                return memory, None, self._bound(tables)
         fit, _ = self._fit(compiled, tables)
         summary = self._step(cfg, fit, tables, execution, self._peak(cfg.precision), False, detail=False,
                              memory=memory)[0]

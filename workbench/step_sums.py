@@ -1,23 +1,137 @@
-"""The step's running sums over a micro-batch's priced parts, made once per prefix of parts
-(``workbench.step.StepModel``).
+"""Priced op lists and the step's running sums over them (``workbench.step.StepModel``).
 
 ``workbench.step`` sums each field of the priced ops (compute-bound seconds, memory-bound seconds, FLOPs, ...) left
 to right over the micro-batch's parts, each term seconds x executions, so that every path gives the same bits. A
 part's additions depend on the sums before it, so they cannot be made once per part; but the graphs of one recipe
 search begin alike (the checkpointing modes differ only in their recomputed blocks, the shardings not at all), so
 the sums after each prefix of parts are kept and a prefix two graphs share is added once.
+
+(A running sum over a part is a plain loop: ``functools.reduce`` over ``map`` makes the same additions, but costs
+more than it saves on a part's ~10 ops, most of its sums over 0-3 of them.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from workbench.graph.ops import Op, replace_op
+from workbench.perf import OpTime
+from workbench.step_result import OpPrediction
+
+Column = tuple[tuple[float, int], ...]
+"""(value, count) of each op that enters one sum: seconds (or FLOPs) per execution, executions per copy."""
 
 PREFIX_LIMIT = 50_000
 """Prefixes kept before the memo starts over (a long-lived step model: the widget's)."""
 
 
-def part_sums(sums: tuple, part, fields: Sequence[str], k: int) -> tuple:
+# ------------------------------------------------------------------------------------------ priced op lists
+@dataclass(frozen=True)
+class PricedOps:
+    """Ops priced once, with what the step sums of them: (seconds per execution, count) pairs filtered as the
+    summary sums them. ``counts`` are the ops' counts on the busiest stage (a block op's count x its layers)."""
+
+    ops: tuple[Op, ...]
+    counts: tuple[int, ...]
+    times: tuple[OpTime, ...]
+    bounds: tuple[str, ...]
+    """The bound reported per op (the fused step's optimizer: memory)."""
+    compute: Column
+    """Compute-bound ops outside the optimizer phase."""
+    memory: Column
+    optimizer: Column
+    embedding_fwd: Column
+    embedding_bwd: Column
+    attention: Column
+    useful: Column
+    """(FLOPs, count) of every op but recomputation."""
+    pairs: Column
+    """Every op."""
+
+    @staticmethod
+    def priced(ops: Sequence[Op], times: dict, key: Callable[[Op], tuple], time: Callable[[Op], OpTime],
+               fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
+        """``ops`` (each run ``op.count`` times) priced, in one pass sorting each into the sums it enters: an op's
+        time is ``times[key(op)]``, made by ``time(op)`` on a miss (the memoized timer), then ``fit``'s
+        (``profile_fit``; applied only where ``fit.applied``) and, for a compute-bound op, divided by ``power`` (the
+        sustained tensor throughput under a power limit); its bound is ``bound``, or its time's."""
+        ops = tuple(ops)
+        compute, memory, optimizer, emb_fwd, emb_bwd, attention, useful, pairs = [], [], [], [], [], [], [], []
+        counts, priced, bounds = [], [], []
+        scaled = fit.applied
+        for op in ops:  # the cold search's innermost loop
+            k = key(op)
+            t = times.get(k)
+            if t is None:
+                t = times[k] = time(op)
+            if scaled:
+                t = fit.op_time(op, t)
+            if power != 1.0 and t.bound == "compute":
+                t = dataclasses.replace(t, time_s=t.time_s / power)
+            priced.append(t)
+            b = bound or t.bound
+            bounds.append(b)
+            n = op.count
+            counts.append(n)
+            pair = (t.time_s, n)
+            pairs.append(pair)
+            phase = op.phase
+            if phase == "optimizer":
+                optimizer.append(pair)
+            elif b == "compute":
+                compute.append(pair)
+            else:
+                memory.append(pair)
+            if op.layer == "embedding":
+                if phase == "fwd":
+                    emb_fwd.append(pair)
+                elif phase == "bwd":
+                    emb_bwd.append(pair)
+            if op.kind == "attention":
+                attention.append(pair)
+            if not op.name.startswith("recompute."):
+                useful.append((op.flops, n))
+        new = object.__new__(PricedOps)  # the fields set without the frozen __init__ (a cold search makes ~1,500)
+        new.__dict__.update(ops=ops, counts=tuple(counts), times=tuple(priced), bounds=tuple(bounds),
+                            compute=tuple(compute), memory=tuple(memory), optimizer=tuple(optimizer),
+                            embedding_fwd=tuple(emb_fwd), embedding_bwd=tuple(emb_bwd), attention=tuple(attention),
+                            useful=tuple(useful), pairs=tuple(pairs))
+        return new
+
+    def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:
+        """One ``OpPrediction`` per op, its count x ``copies`` (a block's layers on the stage); executions = that
+        count x ``executions_per_count`` (the micro-batches)."""
+        return [OpPrediction(op if op.count == n * copies else replace_op(op, count=n * copies), t.time_s,
+                             t.roofline_s, bound, n * copies * executions_per_count)
+                for op, n, t, bound in zip(self.ops, self.counts, self.times, self.bounds)]
+
+
+ACCUMULATED = ("compute", "memory", "optimizer", "useful")
+"""``PricedOps``' sums that count every micro-batch (x accumulation)."""
+ONE_MICRO = ("pairs", "embedding_fwd", "embedding_bwd", "attention")
+"""``PricedOps``' sums that count one micro-batch (``pairs``: the micro-batch's own time, ``microbatch_s``)."""
+
+Stage = tuple[tuple[PricedOps, int], ...]
+"""Priced op lists in step order, each with how many copies of it run (a block's ops: the stage's layers)."""
+
+
+# ------------------------------------------------------------------------------------------------ the sums
+@dataclass(frozen=True)
+class Sums:
+    compute_bound_s: float
+    memory_bound_s: float
+    optimizer_s: float
+    microbatch_s: float
+    embedding_fwd_s: float
+    embedding_bwd_s: float
+    attention_s: float
+    useful_flops: float
+
+
+def part_sums(sums: tuple, part: PricedOps, fields: Sequence[str], k: int) -> tuple:
     """``sums`` (one per name in ``fields``) carried on over the (value, count) pairs of ``part``'s field of that
     name, each term value x (count x ``k``): the additions of a left-to-right sum, in its order."""
     out = []
@@ -26,6 +140,41 @@ def part_sums(sums: tuple, part, fields: Sequence[str], k: int) -> tuple:
             s += t * (n * k)
         out.append(s)
     return tuple(out)
+
+
+def micro_sums(micro: Stage, accum: int, fields: Sequence[str]) -> tuple:
+    """``fold``'s running sums of ``fields`` after the micro-batch ops, in op order, each term x ``accum``: the
+    part FSDP and DDP (and every once-per-step op list) share for one micro-batch graph and accumulation, so
+    ``StepModel`` caches it (``ONE_MICRO`` with ``accum`` 1, by the graph alone)."""
+    sums = []
+    for field in fields:
+        s = 0
+        for part, copies in micro:
+            k = copies * accum
+            for t, n in getattr(part, field):
+                s += t * (n * k)
+        sums.append(s)
+    return tuple(sums)
+
+
+def fold(micro: Stage, accum: int, once: Stage, made: tuple[tuple, tuple] | None = None) -> Sums:
+    """The step's sums over the micro-batch ops (executed count x ``accum``) and the once-per-step ops, in op order:
+    the left-to-right sums the summary has always made (a term is seconds x executions, the executions an exact
+    integer however it is grouped), so every path gives the same bits. ``made``: ``micro_sums`` of ``ACCUMULATED``
+    (x ``accum``) and of ``ONE_MICRO`` (x 1) already made; the running sums go on from them over ``once`` (the
+    same additions in the same order). ``microbatch_s`` has no once-per-step term."""
+    per_step, per_micro = made or (micro_sums(micro, accum, ACCUMULATED), micro_sums(micro, 1, ONE_MICRO))
+
+    def go_on(s, field: str) -> float:
+        for part, copies in once:
+            for t, n in getattr(part, field):
+                s += t * (n * copies)
+        return s
+
+    compute, memory, optimizer, useful = (go_on(s, f) for s, f in zip(per_step, ACCUMULATED, strict=True))
+    microbatch, emb_fwd, emb_bwd, attention = per_micro[0], *(
+        go_on(s, f) for s, f in zip(per_micro[1:], ONE_MICRO[1:], strict=True))
+    return Sums(compute, memory, optimizer, microbatch, emb_fwd, emb_bwd, attention, useful)
 
 
 class PrefixSums:

@@ -249,6 +249,17 @@ def stack_tables(model: Model, cfg: TrainingConfig, stack: Stack, *, compiled: b
     keeps for this one model and stack (None: build everything afresh); the tables of every configuration asked of
     it share their pieces."""
     memo = _memo_for(memo, model, stack)
+    gap = tables_gap(model, cfg, stack, memo)
+    if gap is not None:
+        return None, gap
+    return stack_step(model, cfg, stack, compiled=compiled, param_dtype=param_dtype, memo=memo,
+                      fp8_any_layout=fp8_any_layout), None
+
+
+def tables_gap(model: Model, cfg: TrainingConfig, stack: Stack, memo: dict | None = None) -> str | None:
+    """``scope_gap`` of ``cfg`` for ``stack``'s tables, kept in ``memo`` (``stack_tables``'): whether the tables
+    cover a configuration, known without building them."""
+    memo = _memo_for(memo, model, stack)
     p = cfg.parallelism
     # scope_gap reads the layout (every parallel degree and the sharding), precision, offload and LoRA, not the
     # micro-batch, sequence, checkpointing or global batch (``feature_gap``, ``transformer_scope_gap``)
@@ -256,10 +267,15 @@ def stack_tables(model: Model, cfg: TrainingConfig, stack: Stack, *, compiled: b
     gap = memo.get(key, _GAP_UNSET)
     if gap is _GAP_UNSET:
         gap = memo[key] = scope_gap(model, cfg, stack.kernels)
-    if gap is not None:
-        return None, gap
-    return stack_step(model, cfg, stack, compiled=compiled, param_dtype=param_dtype, memo=memo,
-                      fp8_any_layout=fp8_any_layout), None
+    return gap
+
+
+def memory_reads_tables(stack: Stack, cfg: TrainingConfig) -> bool:
+    """Whether the step model's memory of ``cfg`` reads ``stack``'s tables (``StackStep.memory``): on one GPU, or
+    where the tables hold several data-parallel GPUs' memory (DeepSpeed's, Megatron-Core's: their own
+    ``StackStep`` kinds); else it is ``workbench.memory``'s sharded model, which reads only whether they cover
+    ``cfg`` (``tables_gap``), so a configuration that does not fit needs no tables built."""
+    return cfg.parallelism.gpus == 1 or stack.kernels not in ("pytorch", "torchtitan")
 
 
 def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, compiled: bool,
