@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from workbench.kernels import dispatch, gemm_gluon
-from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels._common import KernelInputError, PlanCache, interpreting
 from workbench.kernels.spaces import gluon_config_space, gluon_eligible, is_gluon
 from workbench.select import config_for_device, rank_configs, select_config
 from workbench.select import gemm as gemm_model
@@ -113,12 +113,16 @@ def _operands(m=64, n=32, k=48):
 
 @pytest.mark.parametrize("use_fast_accum", [False, True])
 def test_scaled_matmul_routes_gluon_configs_to_the_gluon_kernel(monkeypatch, use_fast_accum):
-    calls = []
-    monkeypatch.setattr(gemm_gluon, "scaled_matmul_gluon",
-                        lambda a, b, sa, sb, bias, config, use_fast_accum: calls.append((config, use_fast_accum)))
+    """The route plans the Gluon launch once (``gemm_gluon._plan_scaled``) and runs that plan on every call."""
+    planned, runs = [], []
+    monkeypatch.setattr(dispatch, "_SCALED_PLANS", PlanCache())  # the stand-in plan's route leaves with the test
+    monkeypatch.setattr(gemm_gluon, "_plan_scaled", lambda a, b, sa, sb, bias, config, fast, out:
+                        planned.append((config, fast)) or "plan")
+    monkeypatch.setattr(gemm_gluon, "_run", lambda plan, a, b, bias, sa, sb, out: runs.append(plan))
     config = gluon_config_space("fast" if use_fast_accum else "exact")[0]
-    dispatch.triton_scaled_matmul(*_operands(), config=config, use_fast_accum=use_fast_accum)
-    assert calls == [(config, use_fast_accum)]
+    for _ in range(2):
+        dispatch.triton_scaled_matmul(*_operands(), config=config, use_fast_accum=use_fast_accum)
+    assert planned == [(config, use_fast_accum)] and runs == ["plan", "plan"]
 
 
 def test_a_config_of_the_other_mode_is_refused():

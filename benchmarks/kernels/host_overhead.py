@@ -3,9 +3,9 @@
     python3 benchmarks/kernels/host_overhead.py --out DIR                 # on a GPU
     python3 benchmarks/kernels/host_overhead.py --cpu --out DIR --label after [--tree PATH]   # no GPU
 
-On a GPU, per kernel (bf16 GEMM gemm.py and TMA, fp8 GEMM gemm.py / TMA / Gluon, flash attention forward, and
-forward + backward through autograd): the wrapper is called once with a recorder in place of the kernel objects,
-which keeps the exact launches it makes (kernel, grid, arguments); the "bare" side replays those launches,
+On a GPU, per kernel (bf16 GEMM gemm.py, its split-K and TMA, fp8 GEMM gemm.py / TMA / Gluon, flash attention
+forward, and forward + backward through autograd): the wrapper is called once with a recorder in place of the kernel
+objects, which keeps the exact launches it makes (kernel, grid, arguments); the "bare" side replays those launches,
 ``kernel[grid](*args, **kwargs)``, on the same compiled kernel with the same config. Both are then called N times
 back to back on tiny shapes (the GPU finishes each launch faster than the host issues the next, so the loop is
 host-bound) and the host wall time per call is reported without the final ``torch.cuda.synchronize`` and with
@@ -24,6 +24,10 @@ config resolution (``workbench.select``), padding decisions, descriptors, alloca
 checks (a stub launch returns a stand-in compiled kernel whose launcher does nothing). The CPU mode times this
 thread's CPU time and keeps the least of the rounds (the machine is shared: wall-clock medians there move by 2x). ``--tree PATH`` imports
 ``workbench`` from another checkout (e.g. a copy of the tree before a change), for before/after numbers.
+
+On a GPU the report also lists the host time per call of each GEMM path as the selector's per-call pricing reads
+it (``host_call_us.*`` in specs/efficiency.yaml, ``workbench/select/host.py``): copy those values there to calibrate
+the picks to this machine.
 
 Writes DIR/host_overhead.csv (one row per case, appended as it goes), DIR/host_overhead.md and
 DIR/environment.json. Each case runs in its own try/except; ``--budget-s`` stops cleanly.
@@ -47,13 +51,23 @@ ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ("mode", "label", "case", "kernel", "shape", "config", "launches", "calls", "wrapper_us", "bare_us",
           "overhead_us", "wrapper_sync_us", "bare_sync_us", "error")
 KERNEL_NAMES = {  # module -> the @triton.jit / @gluon.jit objects its wrappers launch
-    "gemm": ("_gemm_kernel",),
+    "gemm": ("_gemm_kernel", "_split_k_reduce_kernel"),
     "gemm_tma": ("_gemm_tma_kernel",),
     "gemm_gluon": ("_gemm_fp8_kernel",),
     "attention": ("_attn_fwd_kernel", "_attn_bwd_dq_kernel", "_attn_bwd_dkdv_kernel"),
 }
 TARGET_US = 15.0
 """Issue 20's target: a call costs at most this much host time above a bare launch of the same kernel."""
+HOST_CALL_ROWS = {  # specs/efficiency.yaml's host_call_us.<key> (workbench/select/host.py) -> the row measuring it
+    "gemm": "gemm bf16, gemm.py config",
+    "gemm.fp8": "scaled_matmul fp8 row scales, gemm.py config",
+    "gemm_split_k": "gemm bf16, gemm.py split-K config",
+    "tma": "gemm bf16, TMA config",
+    "tma.fp8": "scaled_matmul fp8 row scales, TMA config",
+    "gluon": "scaled_matmul fp8 row scales, Gluon config",
+    "vendor": "vendor for: gemm bf16, config=None (selector)",
+    "vendor.fp8": "vendor for: scaled_matmul fp8 row scales, config=None (selector)",
+}
 
 
 # ------------------------------------------------------------------------------------------- kernel recorders
@@ -218,6 +232,7 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
     sb = torch.rand(1, n, device=device) + 0.5
     plain_bf16 = gemm.config_space(backend, dtype_bytes=2)[0]
     plain_fp8 = gemm.config_space(backend, dtype_bytes=1)[0]
+    split_bf16 = dict(plain_bf16, SPLIT_K=2)  # two launches: the GEMM's K halves, then their sum
     shape = f"{m}x{n}x{k}"
     out = [
         dict(case="gemm bf16, config=None (selector)", kernel="gemm", shape=shape, config="None",
@@ -233,6 +248,8 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
         dict(case="scaled_matmul fp8 row scales, gemm.py config", kernel="gemm", shape=shape,
              config=_label(plain_fp8), call=lambda: scaled_matmul(a8, b8, sa, sb, config=plain_fp8),
              vendor=None),
+        dict(case="gemm bf16, gemm.py split-K config", kernel="gemm", shape=shape, config=_label(split_bf16),
+             call=lambda: matmul(a, b, config=split_bf16), vendor=None),
     ]
     tma_ok = tma is not None and tma.supported(device if not gpu else "cuda")
     if tma_ok:
@@ -472,6 +489,11 @@ def write_markdown(rows: list[dict], env: dict, path: Path) -> None:
             own = float(row["wrapper_us"]) - float(floor["wrapper_us"]) - float(row["bare_us"])
             lines += ["", f"{what} through autograd, the wrapper's own share: {own:.2f} us per call "
                       "(the row's wrapper time minus its autograd floor minus its bare launches)."]
+    if env["mode"] == "gpu":  # what the selector's per-call pricing reads (the CPU mode's launches are stubs)
+        measured = {key: timed(case) for key, case in HOST_CALL_ROWS.items()}
+        values = ", ".join(f"`host_call_us.{key}` {row['wrapper_us']}" for key, row in measured.items() if row)
+        lines += ["", "Host us per call for the selector (specs/efficiency.yaml, `host_call_us.*`, "
+                  f"workbench/select/host.py; the wrapper column of the rows above): {values}."]
     row, replayed = timed("flash_attention forward + backward"), timed("bare launches through autograd")
     if row is not None and replayed is not None:
         own = float(row["wrapper_us"]) - float(replayed["wrapper_us"])

@@ -8,8 +8,8 @@ argument)``. A launch plan repeats the same integers, floats and dtypes (they ar
 launch only what may change between calls is left to check: the pointers' 16-byte alignment, the current device,
 and that no launch hook is set. ``KernelLaunch`` keeps the compiled kernel's launcher from that first launch and
 calls it directly while those hold; anything else takes the JIT path, which specializes anew. Users: attention.py,
-gemm_tma.py, norms.py and swiglu.py (each builds its launches once per plan; an argument outside the plan's key,
-such as a dy row stride, gets a launch of its own with ``direct=False``).
+gemm.py, gemm_gluon.py, gemm_tma.py, norms.py and swiglu.py (each builds its launches once per plan; an argument
+outside the plan's key, such as a dy row stride, gets a launch of its own with ``direct=False``).
 
 Under the interpreter (its launches return no compiled kernel) every launch takes the JIT path.
 """

@@ -22,7 +22,8 @@ builds, through ``torch.matmul``, ``torch.addmm`` (+ the activation) and ``torch
 The rule, ``gemm_choice``, is a pure function of (m, n, k, dtype, GPU, layout, accumulation), cached:
 ``workbench.select.vendor_choice`` prices the selector's best Triton config (its fitted selection profile,
 ``specs/calibration/<gpu>-select.yaml``) against the vendor-library model of ``workbench.perf.gemm`` (calibrated
-on the H200, ``specs/calibration/h200-sxm.yaml``; validated in benchmarks/results/h200/model_eval.md) and takes
+on the H200, ``specs/calibration/h200-sxm.yaml``; validated in benchmarks/results/h200/model_eval.md), each side
+priced per call as max(GPU time, the host time of its path: ``workbench.select.host``), and takes
 Triton only when it is predicted faster by ``workbench.select.VENDOR_MARGIN`` (10%, a guess) and every dimension is
 at least ``TRITON_MIN_DIM`` (a guess) or the vendor's operands are unaligned. Shapes the vendor call refuses
 (``vendor_takes``) go to Triton. Calibrate both guesses from a broad-shape run on the GPU: the report of
@@ -169,7 +170,9 @@ def _plan_scaled_matmul(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_a
               f"a Gluon config for {config.get('ACCUMULATION')} accumulation",
               f"one for {accumulation} accumulation (use_fast_accum={use_fast_accum}): "
               f"spaces.gluon_config_space({accumulation!r})")
-        return _gluon_scaled_matmul, (config, bool(use_fast_accum))
+        # the route carries the Gluon plan (its checks, now): a call looks up this route and nothing else
+        return _gluon_scaled_matmul, gemm_gluon._plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config,
+                                                             bool(use_fast_accum), None)
     if is_tma(config):  # the selector's pick on Hopper for TMA-aligned operands (``spaces.tma_eligible``)
         # the route carries the TMA plan (its checks, now): a call looks up this route and nothing else
         return _tma_scaled_matmul, gemm_tma._plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config,
@@ -248,10 +251,10 @@ def _gluon_runs(device: torch.device) -> bool:
     return gemm_gluon.supported(device)
 
 
-# Routes: run(plan, a, b, bias) and run(plan, a_fp8, b_fp8, scale_a, scale_b, bias). The fp8 TMA route runs the
-# gemm_tma plan it carries (one plan lookup a call, this module's). The bf16/fp16 TMA and the Gluon routes call that
-# module's public wrapper, looked up at each call (its own plan cache makes the second lookup cheap, ~2 us; tests
-# replace the wrapper to watch the routing).
+# Routes: run(plan, a, b, bias) and run(plan, a_fp8, b_fp8, scale_a, scale_b, bias). The fp8 TMA and Gluon routes
+# run the plan they carry (one plan lookup a call, this module's). The bf16/fp16 TMA route calls that module's public
+# wrapper, looked up at each call (its own plan cache makes the second lookup cheap, ~2 us; tests replace the
+# wrapper to watch the routing).
 def _tma_matmul(config, a, b, bias=None):
     return gemm_tma.matmul_tma(a, b, config)
 
@@ -282,7 +285,7 @@ def _tma_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
 
 
 def _gluon_scaled_matmul(plan, a_fp8, b_fp8, scale_a, scale_b, bias):
-    return gemm_gluon.scaled_matmul_gluon(a_fp8, b_fp8, scale_a, scale_b, bias, plan[0], use_fast_accum=plan[1])
+    return gemm_gluon._run(plan, a_fp8, b_fp8, bias, scale_a, scale_b, None)  # what scaled_matmul_gluon runs
 
 
 # ----------------------------------------------------------------------------------------- the per-vendor shim
@@ -304,14 +307,16 @@ def gemm_choice(m: int, n: int, k: int, dtype: str, gpu: str, layout: str = "nn"
                 gluon: bool = True) -> ShimChoice:
     """Triton or the vendor library for C[m, n] = A[m, k] @ B[k, n] in ``dtype`` ("bf16", "fp16" or "fp8") on the
     catalog GPU ``gpu``, A and B in ``layout`` (nn, nt, tn); ``accumulation``: fp8's ("exact" or "fast");
-    ``gluon``: whether the Gluon kernel runs here. Pure and cached (do not mutate the result's config)."""
+    ``gluon``: whether the Gluon kernel runs here. Both sides are priced per call, max(GPU time, host time of the
+    path) (``workbench.select.host``). Pure and cached (do not mutate the result's config)."""
     shape = {"m": m, "n": n, "k": k}
     if min(m, n, k) < 1:  # nothing to price: an empty product is the vendor's (or anyone's) no-op
         return ShimChoice("vendor", None, 0.0, 0.0, "empty")
     if not vendor_takes(m, n, k, dtype):
-        best = select_config("gemm", shape, dtype, gpu, layout=layout, accumulation=accumulation, gluon=gluon)
-        return ShimChoice("triton", best.config, best.time_s, math.inf, f"{best.source}, the vendor refuses it")
-    choice = vendor_choice(shape, dtype, gpu, layout=layout, accumulation=accumulation, gluon=gluon)
+        best = select_config("gemm", shape, dtype, gpu, layout=layout, accumulation=accumulation, gluon=gluon,
+                             host_bound=True)
+        return ShimChoice("triton", best.config, best.call_s, math.inf, f"{best.source}, the vendor refuses it")
+    choice = vendor_choice(shape, dtype, gpu, layout=layout, accumulation=accumulation, gluon=gluon, host_bound=True)
     if choice.choice == "triton" and min(m, n, k) < TRITON_MIN_DIM and is_aligned(GemmShape(m, n, k), dtype):
         return ShimChoice("vendor", None, choice.triton_s, choice.vendor_s, f"{choice.source}, below TRITON_MIN_DIM")
     return choice

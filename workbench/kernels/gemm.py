@@ -23,6 +23,7 @@ import triton.language as tl
 
 from workbench.kernels import crosscompile
 from workbench.kernels._common import amd_arch, backend, check, device_name, launch_operands
+from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels._tiling import grouped_tile, is_power_of_two
 from workbench.kernels.checks import ACTIVATIONS  # noqa: F401 - the epilogue's activations, re-exported
 from workbench.kernels.reference import reference_matmul, reference_scaled_matmul  # noqa: F401 - re-exported
@@ -173,10 +174,13 @@ MAX_SPLIT_K = 16
 
 
 class GemmPlan:
-    """One gemm.py launch, minus the tensors: what ``run`` needs besides them (``plan_gemm`` works it out)."""
+    """One gemm.py launch, minus the tensors: what ``run`` needs besides them (``plan_gemm`` works it out). Its
+    kernels' launches (``launch``, and ``reduce_launch`` for split-K) are ``_launch.KernelLaunch`` objects: after
+    the first launch they call the compiled kernel's launcher directly, skipping ``JITFunction.run``."""
 
     __slots__ = ("out_shape", "out_dtype", "grid", "pad_a", "pad_b", "bias_copy",
-                 "scale_copy", "scalars", "constexprs", "split_k", "reduce_grid", "swap_ab")
+                 "scale_copy", "scalars", "constexprs", "split_k", "reduce_grid", "swap_ab", "launch",
+                 "reduce_launch")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -195,14 +199,16 @@ def run(plan: GemmPlan, a, b, bias=None, scale_a=None, scale_b=None) -> torch.Te
     if plan.pad_b is not None:
         b = _padded(b, *plan.pad_b)
     bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
+    # Triton specializes every pointer on its 16-byte alignment: a view may start mid-row (c is torch's: aligned)
+    aligned = pointers_aligned(a, b, bias, scale_a, scale_b)
     if plan.split_k:  # fp32 partials [SPLIT_K, M, N], summed and cast into c by a second launch
         (m, n), split = plan.out_shape, plan.split_k
         ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
-        _gemm_kernel[plan.grid](a, b, ws, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
+        plan.launch(aligned, a, b, ws, bias, scale_a, scale_b)
         # the slabs use C's own addressing (transposed or not), so the reduction is element-wise over C's memory
-        _split_k_reduce_kernel[plan.reduce_grid](ws, c, m * n, SPLIT_K=split, BLOCK=SPLIT_K_REDUCE_BLOCK)
+        plan.reduce_launch(True, ws, c)
         return c
-    _gemm_kernel[plan.grid](a, b, c, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
+    plan.launch(aligned, a, b, c, bias, scale_a, scale_b)
     return c
 
 
@@ -254,6 +260,10 @@ def plan_gemm(a, b, out_dtype: torch.dtype, config: dict | None, *, bias=None, a
         EVEN_K=k % meta["BLOCK_K"] == 0, **meta, **launch,
         **divisibility_hints(m_load, n_load, k, *a_stride, *b_stride), **({"SPLIT_K": split} if split > 1 else {}),
         **({"BIAS_PER_ROW": True} if plan.swap_ab and bias is not None else {}))
+    plan.launch = KernelLaunch(_gemm_kernel, plan.grid, plan.scalars, plan.constexprs)
+    if plan.split_k:
+        plan.reduce_launch = KernelLaunch(_split_k_reduce_kernel, plan.reduce_grid, (m * n,),
+                                          dict(SPLIT_K=split, BLOCK=SPLIT_K_REDUCE_BLOCK))
     return plan
 
 

@@ -59,6 +59,7 @@ import triton
 
 from workbench.kernels._common import (capability, check, frozen, interpreting, launch_operands, plan_cache,
                                        reused_descriptors, sm_count, tensor_key, without_launch)
+from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels._tiling import grouped_tile_gluon, is_power_of_two, tma_aligned
 from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
 from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
@@ -343,8 +344,10 @@ def scaled_matmul_gluon(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch
     """``(a_fp8 * scale_a) @ (b_fp8 * scale_b) + bias`` in bf16, as ``torch._scaled_mm(a, b, scale_a, scale_b,
     bias, out_dtype=torch.bfloat16, use_fast_accum=...)``: a_fp8 [M, K] row-major, b_fp8 [K, N] column-major,
     fp32 scales per tensor (scalars) or per row (scale_a [M] or [M, 1], scale_b [N] or [1, N]), bias [N].
-    Same contract as ``gemm_tma.scaled_matmul_tma``; sm_90 only (``supported``). Checks, config, grid and
-    descriptor layouts are cached per distinct call (``_GluonPlan``)."""
+    Same contract as ``gemm_tma.scaled_matmul_tma``; sm_90 only (``supported``). Checks, config, grid,
+    constexprs, descriptor layouts and block shapes are cached per distinct call (``_GluonPlan``); a repeated call
+    allocates C, copies the three descriptors' fields onto its tensors and calls the compiled kernel's launcher
+    directly (``_launch.KernelLaunch``)."""
     try:
         key = (tensor_key(a_fp8), tensor_key(b_fp8), tensor_key(scale_a), tensor_key(scale_b),
                tensor_key(bias), tensor_key(out), bool(use_fast_accum), frozen(config))
@@ -359,10 +362,13 @@ def scaled_matmul_gluon(a_fp8: torch.Tensor, b_fp8: torch.Tensor, scale_a: torch
 
 
 class _GluonPlan:
-    """One launch minus the tensors (``_run``); ``descriptors`` as in ``gemm_tma._TmaPlan``."""
+    """One launch minus the tensors (``_run``): the grid, scalars and constexprs in ``launch`` (a ``KernelLaunch``:
+    after its first launch it calls the compiled kernel's launcher directly), the descriptors' block shapes and
+    shared layouts (``blocks``, ``layouts``) and, once the first launch has built them, their fields
+    (``descriptors``, as in ``gemm_tma._TmaPlan``: only the base tensor changes from call to call)."""
 
     __slots__ = ("route", "out_shape", "grid", "blocks", "layouts", "descriptors", "bias_copy", "scale_copy",
-                 "scalars", "constexprs")
+                 "scalars", "constexprs", "launch")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -399,6 +405,7 @@ def _plan_scaled(a_fp8, b_fp8, scale_a, scale_b, bias, config, use_fast_accum: b
     plan.scalars = (m, n, k)
     plan.constexprs = dict(_constexprs(config, exact=not use_fast_accum, has_bias=bias is not None, scale_a=kind_a,
                                        scale_b=kind_b), num_warps=config["num_warps"])
+    plan.launch = KernelLaunch(_gemm_fp8_kernel, plan.grid, plan.scalars, plan.constexprs)
     return plan
 
 
@@ -412,7 +419,8 @@ def _run(plan: _GluonPlan, a_fp8, b_fp8, bias, scale_a, scale_b, out) -> torch.T
     b_t = b_fp8.t()  # [N, K] row-major
     a_desc, b_desc, c_desc = reused_descriptors(plan, GluonTensorDescriptor, a_fp8, b_t, c, plan.blocks, plan.layouts)
     bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
-    _gemm_fp8_kernel[plan.grid](a_desc, b_desc, c_desc, bias, scale_a, scale_b, *plan.scalars, **plan.constexprs)
+    # a, b, c: aligned (checked above); Triton specializes the other pointers on their 16-byte alignment
+    plan.launch(pointers_aligned(bias, scale_a, scale_b), a_desc, b_desc, c_desc, bias, scale_a, scale_b)
     return c
 
 
@@ -423,7 +431,7 @@ def _constexprs(config: dict, *, exact: bool, has_bias: bool, scale_a: str, scal
                 WARP_SPECIALIZE=bool(config["WARP_SPECIALIZE"]), LOADER_REGISTERS=LOADER_REGISTERS)
 
 
-@functools.lru_cache(maxsize=32)  # built at every launch: the layouts of a few tile shapes
+@functools.lru_cache(maxsize=32)  # asked by every new plan and by crosscompile: the layouts of a few tile shapes
 def _operand_layout(rows: int, block_k: int):
     """Shared layout of an fp8 [rows, BLOCK_K] K-major tile: the widest swizzle TMA and wgmma both take."""
     return gl.NVMMASharedLayout.get_default_for([rows, block_k], gl.float8e4nv)

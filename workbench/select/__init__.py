@@ -9,10 +9,15 @@ price them. With a selection profile for the GPU (``specs/calibration/<gpu>-sele
 ``workbench select --fit`` from an exhaustive sweep) they are measured per config; otherwise they come from the
 GPU's catalog figures (``spec_coefficients``), which is what every AMD GPU gets here: AMD picks are predictions.
 Configs that do not fit the unit's shared memory/LDS and registers are dropped. Pure Python: no torch, no GPU.
+
+The model prices GPU time. A runtime pick (``config_for_device``: config=None; ``vendor_choice(host_bound=True)``:
+the per-vendor shim) prices a call as max(GPU time, the host time of its path) (``select.host``), so a small GEMM
+goes to the path that is cheapest to launch rather than to one whose Python costs more than its kernel.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -25,6 +30,7 @@ from workbench.perf.efficiency import Constants, default_constants
 from workbench.precision import get_precision
 from workbench.select import attention as attention_model
 from workbench.select import gemm as gemm_model
+from workbench.select import host as host_model
 from workbench.select.profile import load_selection_profile
 
 OPS = ("gemm", "attention")
@@ -48,10 +54,17 @@ class Candidate:
     source: str
     """"calibrated" (a fitted selection profile), "calibrated+anchored" (fitted, with Gluon configs the profile lacks
     priced from its TMA configs) or "spec" (catalog figures and guesses)."""
+    host_s: float = 0.0
+    """Host seconds per call of the config's path (``select.host``); 0 unless ranked with ``host_bound``."""
 
     @property
     def key(self) -> str:
         return gemm_model.config_key(self.config)
+
+    @property
+    def call_s(self) -> float:
+        """Per-call time of back-to-back calls: max(GPU time, host time) (``select.host``)."""
+        return host_model.per_call_s(self.time_s, self.host_s)
 
 
 def _check_shape(op: str, shape: dict) -> dict:
@@ -190,7 +203,8 @@ def compiled_resources(op: str, arch: str, operand_bytes: int, head_dim: int = 0
 
 def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn", top_k: int | None = None,
                  calibrated: bool = True, configs: list[dict] | None = None, accumulation: str = "exact",
-                 gluon: bool = True, tma: bool = True, split_k: bool = True) -> list[Candidate]:
+                 gluon: bool = True, tma: bool = True, split_k: bool = True,
+                 host_bound: bool = False) -> list[Candidate]:
     """The kernel's configs for ``shape`` on ``gpu``, fastest predicted first (``top_k`` of them, or all).
 
     op "gemm": shape {m, n, k}, C[m, n] = A[m, k] @ B[k, n] in ``layout`` nn, nt or tn; dtype bf16, fp16, fp8,
@@ -201,6 +215,9 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
     where Gluon does not run); an exact request never gets a fast-only config. ``tma=False`` leaves out the TMA
     kernel's configs (a call it cannot serve: a bias, an activation, another output dtype, a runtime without it);
     ``split_k=False`` the split-K configs (a call with an activation: partial sums cannot take it).
+    ``host_bound`` (GEMMs): rank by the per-call time of back-to-back calls, max(GPU time, the host time of the
+    config's path: gemm.py, split-K, TMA or Gluon; ``select.host``), GPU time breaking ties; each candidate's
+    ``host_s`` says its host time, ``time_s`` stays the GPU time.
     """
     if op not in OPS:
         raise WorkbenchError(f"op: got {op!r}, expected one of {OPS}")
@@ -259,10 +276,16 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
             programs = -(-shape["seq"] // config["BLOCK_M"]) * shape["batch"] * shape["heads_q"]
             candidates.append(Candidate(config, sum(c * x for c, x in zip(coef, t)), programs, int(t[2]), occupancy,
                                         source))
-    candidates.sort(key=lambda c: c.time_s)
+    if op == "gemm" and host_bound:
+        host = host_model.host_constants(gpu, calibrated)
+        candidates = [dataclasses.replace(c, host_s=host_model.host_call_s(host_model.host_path(c.config), dtype, host))
+                      for c in candidates]
+        candidates.sort(key=lambda c: (c.call_s, c.time_s))
+    else:
+        candidates.sort(key=lambda c: c.time_s)
     if op == "gemm" and configs is None and any(is_split_k(c.config) for c in candidates):
-        unsplit = next((c for c in candidates if not is_split_k(c.config)), None)
-        if unsplit is not None and unsplit.time_s < SPLIT_K_MIN_GEMM_S:  # host-bound: no second launch
+        unsplit = min((c.time_s for c in candidates if not is_split_k(c.config)), default=None)
+        if unsplit is not None and unsplit < SPLIT_K_MIN_GEMM_S:  # host-bound: no second launch
             candidates = [c for c in candidates if not is_split_k(c.config)]
     return candidates[:top_k] if top_k else candidates
 
@@ -307,7 +330,8 @@ def config_for_device(op: str, shape: dict, dtype: str, device_name: str, *, lay
     no config space here (the kernel then keeps its static default). ``accumulation``: fp8's mode;
     ``gluon``: whether the Gluon kernel runs here (the caller knows the runtime; this module does not import
     torch or triton); ``tma`` / ``split_k``: whether the TMA kernel / a split-K config may serve the call. Do not
-    mutate the returned dict."""
+    mutate the returned dict. GEMM picks are priced per call, max(GPU time, host time of the path)
+    (``rank_configs(host_bound=True)``)."""
     return _config_for_device(op, tuple(sorted(shape.items())), dtype, layout, device_name, accumulation, gluon, tma,
                               split_k)
 
@@ -322,7 +346,7 @@ def _config_for_device(op: str, shape: tuple, dtype: str, layout: str, device_na
         return None
     try:
         return select_config(op, dict(shape), dtype, gpu, layout=layout, accumulation=accumulation,
-                             gluon=gluon, tma=tma, split_k=split_k).config
+                             gluon=gluon, tma=tma, split_k=split_k, host_bound=op == "gemm").config
     except WorkbenchError:
         return None
 
@@ -352,23 +376,31 @@ class ShimChoice:
 
 
 def vendor_choice(shape: dict, dtype: str, gpu: str | GPU, *, layout: str = "nn",
-                  calibrated: bool = True, accumulation: str = "exact", gluon: bool = True) -> ShimChoice:
+                  calibrated: bool = True, accumulation: str = "exact", gluon: bool = True,
+                  host_bound: bool = False) -> ShimChoice:
     """Compare the best Triton config with the vendor library's predicted time (``workbench.perf.gemm``, the
     model validated against cuBLAS in ``benchmarks/results/h200/model_eval.md``): Triton when it is predicted
-    faster by VENDOR_MARGIN, else the vendor library. ``accumulation`` and ``gluon`` as in ``rank_configs``."""
+    faster by VENDOR_MARGIN, else the vendor library. ``accumulation`` and ``gluon`` as in ``rank_configs``.
+    ``host_bound`` (the shim at run time): both sides priced per call, max(GPU time, host time of the path)
+    (``select.host``; the vendor's ``host_call_us.vendor``), and ``triton_s`` / ``vendor_s`` are those prices."""
     from workbench.graph.ops import GemmShape
     from workbench.perf.efficiency import constants_for, profile_path
     from workbench.perf.gemm import gemm_time
 
     gpu = get_gpu(gpu)
     best = select_config("gemm", shape, dtype, gpu, layout=layout, calibrated=calibrated, accumulation=accumulation,
-                         gluon=gluon)
+                         gluon=gluon, host_bound=host_bound)
     vendor_profile = calibrated and profile_path(gpu).exists()  # the vendor model's own profile (workbench calibrate)
     vendor = gemm_time(GemmShape(shape["m"], shape["n"], shape["k"]), dtype, gpu,
                        constants_for(gpu, vendor_profile)).time_s
-    if best.time_s >= vendor * (1 - VENDOR_MARGIN):
-        return ShimChoice("vendor", None, best.time_s, vendor, best.source)
-    return ShimChoice("triton", best.config, best.time_s, vendor, best.source)
+    triton = best.time_s
+    if host_bound:
+        triton = best.call_s
+        host = host_model.host_constants(gpu, calibrated)
+        vendor = host_model.per_call_s(vendor, host_model.host_call_s("vendor", dtype, host))
+    if triton >= vendor * (1 - VENDOR_MARGIN):
+        return ShimChoice("vendor", None, triton, vendor, best.source)
+    return ShimChoice("triton", best.config, triton, vendor, best.source)
 
 
 def autotune_pruner(dtype: str, gpu: str | GPU, top_k: int = 3, calibrated: bool = True):
