@@ -51,8 +51,8 @@ def _geomean(values: list[float]) -> float:
 
 def report(rows: list[dict], split: dict) -> str:
     lines = ["# flash_attention's config=None forward as wired (H200, from one measured run)", "",
-             "Gluon where `attention_gluon.pinned_forward_config` takes the shape (d=128 from 2,048, d=64 from "
-             "16,384; rule set on the fit shapes), else the Triton kernel; ratio = best SDPA / that. Reproduce: "
+             "Gluon where `attention_gluon.pinned_forward_config` takes the shape (d=128 from 2,048, d=64 above "
+             "4,096; rules set on the fit shapes), else the Triton kernel; ratio = best SDPA / that. Reproduce: "
              "`python benchmarks/kernels/attention_wired.py DIR`.", "",
              "| shapes | n | geomean | min | target |", "|---|---|---|---|---|"]
     for label, ids in (("test", set(split["test"])), ("fit", set(split["fit"])), ("all", None)):

@@ -202,7 +202,8 @@ def test_strided_inputs_and_an_explicit_scale():
 
 @pytest.mark.parametrize("head_dim, causal, seq_len, picked", [
     (128, True, 2048, True), (128, False, 8192, True), (128, True, 1024, False), (128, True, 2048 + 64, False),
-    (64, True, 16384, True), (64, False, 8192, False), (96, False, 8192, False)])
+    (64, True, 16384, True), (64, False, 8192, True), (64, True, 4096, False), (64, False, 4096 + 128, True),
+    (96, False, 8192, False)])
 def test_the_config_none_forward_takes_this_kernel_only_for_long_whole_block_sequences(head_dim, causal, seq_len,
                                                                                        picked):
     config = attention_gluon.pinned_forward_config(head_dim, causal, seq_len)

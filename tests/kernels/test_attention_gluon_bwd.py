@@ -9,18 +9,22 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from workbench.kernels import attention_gluon_bwd
 from workbench.kernels._common import KernelInputError, interpreting
 from workbench.kernels.attention_gluon_bwd import (
     KNOWN_SPILL_BYTES,
     SM90_SHARED_BYTES,
+    backward_rule,
     config_space,
     default_config,
     gluon_attention_backward,
+    pinned_backward_config,
     resolve_config,
     shared_bytes,
     supported,
@@ -63,11 +67,106 @@ def test_a_bad_config_names_the_key(change, key):
         resolve_config({**default_config(128, False), **change}, 128, False)
 
 
+@pytest.mark.parametrize("tiles", [(64, 128, 2), (64, 64, 2), (128, 128, 2)])
+def test_the_configs_that_gave_wrong_gradients_on_the_h200_are_refused(tiles):
+    config = dict(zip(("BLOCK_M", "BLOCK_N", "NUM_STAGES"), tiles))
+    with pytest.raises(KernelInputError, match="config_space"):
+        resolve_config(config, 64, True)
+
+
+def test_an_unknown_config_key_is_named():
+    with pytest.raises(KernelInputError, match="PINGPONG"):
+        resolve_config({**default_config(128, True), "PINGPONG": True}, 128, True)
+
+
 def test_a_config_missing_a_key_lists_the_keys():
     config = dict(default_config(64, True))
     del config["NUM_STAGES"]
     with pytest.raises(KernelInputError, match="NUM_STAGES"):
         resolve_config(config, 64, True)
+
+
+def _emulated_grads(q, k, v, do, causal, block_m, block_n):
+    """dQ, dK, dV (float64) by this kernel's block schedule and masks, replayed in torch: ``_kv_schedule``'s query
+    range and masked steps per key block, ``_step``'s P^T / dS^T with the same ``where`` masks, query rows past a
+    head's end read from the next head's rows (zeros past the tensor) as the kernel's 2-D TMA views read them."""
+    b, hq, s, d = q.shape
+    hkv, group, scale = k.shape[1], hq // k.shape[1], d ** -0.5
+    o, lse = reference_attention(q, k, v, causal, return_lse=True)
+    delta = (o * do).sum(-1)
+
+    def rows(t, start, n):  # rows [start, start + n) of t's 2-D view [rows, ...], zeros past its end
+        flat = t.reshape(-1, *t.shape[3:])
+        out = flat.new_zeros((n, *flat.shape[1:]))
+        out[:max(0, min(n, flat.shape[0] - start))] = flat[start:start + n]
+        return out
+
+    dq, dk, dv = (torch.zeros(t.shape[0] * t.shape[1] * s, d, dtype=torch.float64) for t in (q, k, v))
+    for bh_kv in range(b * hkv):
+        q_head0 = bh_kv // hkv * hq + bh_kv % hkv * group
+        for start_n in range(0, s, block_n):
+            end, full_end = -(-s // block_m) * block_m, s // block_m * block_m
+            lo, diag_end = 0, 0
+            if causal:
+                lo = start_n // block_m * block_m
+                diag_end = max(lo, min(-(-(start_n + block_n - 1) // block_m) * block_m, full_end))
+                full_end = max(diag_end, full_end)
+            if start_n + block_n > s:
+                diag_end = full_end = end
+            for first_key in range(start_n, start_n + block_n, 64):  # one consumer warpgroup each
+                offs_n = first_key + torch.arange(64)
+                k_t, v_t = rows(k, bh_kv * s + first_key, 64), rows(v, bh_kv * s + first_key, 64)
+                for g in range(group):
+                    for start_m in range(lo, end, block_m):
+                        row = (q_head0 + g) * s + start_m
+                        q_i, do_i, lse_i, delta_i = (rows(t, row, block_m) for t in (q, do, lse, delta))
+                        offs_m = start_m + torch.arange(block_m)
+                        p_t = torch.exp((k_t @ q_i.T) * scale - lse_i)
+                        masked = start_m < diag_end or start_m >= full_end
+                        if masked:
+                            keep = offs_m[None, :] < s
+                            keep = keep & ((offs_m[None, :] >= offs_n[:, None]) if causal else (offs_n[:, None] < s))
+                            p_t = torch.where(keep, p_t, 0.0)
+                        ds_t = p_t * (v_t @ do_i.T - delta_i)
+                        dv[bh_kv * s + offs_n[offs_n < s]] += (p_t @ do_i)[offs_n < s]
+                        dk[bh_kv * s + offs_n[offs_n < s]] += (ds_t @ q_i)[offs_n < s] * scale
+                        kept = offs_m < s if masked else torch.ones(block_m, dtype=torch.bool)
+                        dq[row + torch.arange(block_m)[kept]] += (ds_t.T @ k_t)[kept] * scale
+    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
+
+
+@pytest.mark.parametrize("tiles", [(64, 64), (64, 128), (128, 128)])
+@pytest.mark.parametrize("b, hq, hkv, s, causal", [(1, 4, 2, 333, True), (1, 4, 2, 333, False), (2, 2, 2, 256, False),
+                                                   (1, 2, 1, 40, True), (1, 2, 2, 200, True)])
+def test_the_block_schedule_and_masks_give_the_reference_gradients(tiles, b, hq, hkv, s, causal):
+    """Also for the tiles ``config_space`` dropped: their wrong H200 gradients are not the schedule's."""
+    generator = torch.Generator().manual_seed(s)
+    q, k, v, do = (torch.randn(b, h, s, 64, dtype=torch.float64, generator=generator) for h in (hq, hkv, hkv, hq))
+    want = reference_attention_grads(q, k, v, do, causal)[1:]
+    for name, got, ref in zip(("dq", "dk", "dv"), _emulated_grads(q, k, v, do, causal, *tiles), want):
+        assert torch.allclose(got, ref, rtol=1e-9, atol=1e-9), name
+
+
+SHAPES = yaml.safe_load((Path(__file__).resolve().parents[2] / "benchmarks/kernels/shapes.yaml").read_text())
+GLUON_BACKWARD_IDS = {"a09", "a11", "a12", "a13", "a14", "a16", "a17", "a19"}
+"""The shapes of shapes.yaml whose config=None backward is this kernel (``BACKWARD_BY_BUCKET``): d=128 non-causal,
+d=128 causal above 4,096, d=64 causal at 1,025-4,096."""
+
+
+@pytest.mark.parametrize("shape", SHAPES["attention"], ids=lambda shape: shape["id"])
+def test_the_backward_rule_on_the_twenty_attention_shapes(shape):
+    config = backward_rule(shape["head_dim"], shape["causal"], shape["seq"])
+    assert (config is not None) == (shape["id"] in GLUON_BACKWARD_IDS)
+    if config is not None:
+        assert config == default_config(shape["head_dim"], shape["causal"])
+
+
+def test_the_backward_rule_leaves_ragged_and_other_head_dims_to_triton():
+    assert backward_rule(128, False, 2048) is not None
+    assert backward_rule(128, False, 2048 + 64) is None  # not a whole number of 128-key blocks
+    assert backward_rule(96, False, 2048) is None
+    q = torch.randn(1, 2, 2048, 128, dtype=torch.bfloat16, device="cpu")  # CPU tensors: never this kernel
+    assert pinned_backward_config(q, q, q, False) is None
 
 
 @pytest.mark.skipif(not interpreting(), reason="CPU tensors under TRITON_INTERPRET=1 (tests/conftest.py sets it)")

@@ -34,10 +34,13 @@ the strides and base addresses are 16-byte aligned; elsewhere, and with ``config
 A TMA build that fails to compile switches that plan to pointer loads with a RuntimeWarning. Configs for
 config=None: the pinned per-bucket table of ``spaces.attention_pinned_config`` (head_dim, causal, sequence
 bucket; measured by ``benchmarks/kernels/attention_sweep.py``), then the selector (forward), then the default.
-On sm_90 the config=None forward of long sequences (d=128 from 2,048, d=64 from 16,384, contiguous 16-bit inputs)
+On sm_90 the config=None forward of long sequences (d=128 from 2,048, d=64 above 4,096, contiguous 16-bit inputs)
 runs the Gluon kernel of ``attention_gluon`` instead (FA3's structure: a TMA producer warp, two ping-ponged
 consumer warpgroups, async wgmma; 0.93-1.13 of cuDNN there against this kernel's 0.72-0.91,
 ``benchmarks/results/h200/kernels/gluon_attention/``); its O and lse feed this module's backward unchanged.
+There too, config=None's backward of the buckets where it measured faster (d=128 non-causal, d=128 causal above
+4,096, d=64 causal at 1,025-4,096; ``attention_gluon_bwd.BACKWARD_BY_BUCKET``) is the Gluon one of
+``attention_gluon_bwd`` (FA3's single pass, dQ by atomics), on the same contiguous 16-bit inputs.
 
 Precision: tiles stay in the input dtype into tl.dot (fp32 accumulation); P and dS are rounded to it before
 their GEMMs, as in FlashAttention-2. fp32 inputs use IEEE fp32 dots (no TF32): a parity path, slow on the GPU.
@@ -55,7 +58,7 @@ import triton.language as tl
 
 from workbench.graph.ops import AttentionShape
 from workbench.graph.ops import attention as attention_op
-from workbench.kernels import attention_gluon, crosscompile
+from workbench.kernels import attention_gluon, attention_gluon_bwd, crosscompile
 from workbench.kernels._common import backend, capability, check, device_name, frozen, interpreting, plan_cache
 from workbench.kernels._launch import KernelLaunch
 from workbench.kernels._tiling import TMA_ALIGN_BYTES, is_power_of_two, use_torch_allocator
@@ -422,7 +425,8 @@ class _AttentionPlan:
     autograd hands over); another layout launches through the JIT with its own strides."""
 
     __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "causal", "scale", "bwd_config",
-                 "fwd_tma", "bwd_tma", "fwd", "dq", "dkdv", "do_strides", "fwd_parts", "bwd_parts", "gluon")
+                 "fwd_tma", "bwd_tma", "fwd", "dq", "dkdv", "do_strides", "fwd_parts", "bwd_parts", "gluon",
+                 "gluon_bwd")
 
 
 _PLANS = plan_cache()
@@ -443,7 +447,8 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     scale = check_attention_inputs(q, k, v, causal, scale)
     gluon = _gluon_forward_config(q, k, v, causal) if config is None else None
     config = _resolve_config(config, "fwd", q.shape[-1], q, k, causal)
-    bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1], q, k, causal)
+    bwd_config, gluon_bwd = _split_bwd_config(bwd_config, q, k, v, causal)
+    bwd_config = _resolve_config(bwd_config, "bwd", q.shape[-1], q, k, causal)  # also the Gluon plans' fallback
     b, hq, s, d = q.shape
     hkv = k.shape[1]
     plan = _AttentionPlan()
@@ -454,7 +459,7 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     kv_strides = _contiguous_strides(k.shape)  # dk, dv
     plan.lse_shape = (b, hq, s)
     plan.device_index = q.device.index if q.is_cuda else None
-    plan.causal, plan.scale, plan.bwd_config, plan.gluon = causal, scale, bwd_config, gluon
+    plan.causal, plan.scale, plan.bwd_config, plan.gluon, plan.gluon_bwd = causal, scale, bwd_config, gluon, gluon_bwd
     group, qk_scale, upcast = hq // hkv, scale * _LOG2E, _upcast(q)
     options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
     plan.fwd_tma = _use_tma(config, q, (*q_strides, *k_strides, *v_strides))
@@ -491,6 +496,31 @@ def _gluon_forward_config(q, k, v, causal: bool) -> dict | None:
             or capability(q.device.index or 0) != (9, 0) or not all(t.is_contiguous() for t in (q, k, v))):
         return None
     return attention_gluon.pinned_forward_config(q.shape[-1], causal, q.shape[2])
+
+
+BWD_BACKENDS = ("triton", "gluon")
+"""Values of an explicit ``bwd_config``'s optional "backend" key: this module's two-pass backward (the default) or
+``attention_gluon_bwd``'s (keys BLOCK_M, BLOCK_N, NUM_STAGES of its ``config_space``; sm_90 only)."""
+
+
+def _split_bwd_config(bwd_config: dict | None, q, k, v, causal: bool) -> tuple[dict | None, dict | None]:
+    """(this module's backward config, None for its config=None default; the Gluon backward's config or None).
+    config=None: ``attention_gluon_bwd.pinned_backward_config`` says which (sm_90, contiguous 16-bit inputs,
+    per bucket); an explicit config runs the backend its "backend" key names ("triton" if absent)."""
+    if bwd_config is None:
+        return None, attention_gluon_bwd.pinned_backward_config(q, k, v, causal)
+    check(isinstance(bwd_config, dict), "bwd_config", type(bwd_config).__name__,
+          "a dict (an entry of config_space(), or {'backend': 'gluon', ...} for attention_gluon_bwd)")
+    name = bwd_config.get("backend", "triton")
+    check(name in BWD_BACKENDS, "bwd_config['backend']", repr(name),
+          "'triton' (this module's backward) or 'gluon' (attention_gluon_bwd, sm_90)")
+    rest = {key: value for key, value in bwd_config.items() if key != "backend"}
+    if name == "gluon":
+        attention_gluon_bwd.check_device(q)
+        return None, attention_gluon_bwd.resolve_config(rest, q.shape[-1], causal)
+    check("NUM_STAGES" not in rest, "bwd_config", "NUM_STAGES (a Gluon backward key) without 'backend'",
+          "'backend': 'gluon' for the Gluon backward's config, or num_stages for this module's")
+    return rest, None
 
 
 def _fwd_launch(plan: _AttentionPlan, tma: bool) -> KernelLaunch:
@@ -557,6 +587,8 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
     if _on_other_device(plan):
         with torch.cuda.device(plan.device_index):
             return _backward(plan, do, q, k, v, o, lse)
+    if plan.gluon_bwd is not None:  # the plan made its checks
+        return attention_gluon_bwd.launch_backward(do, q, k, v, o, lse, plan.causal, plan.scale, plan.gluon_bwd)
     if do.stride(-1) != 1:
         do = do.contiguous()
     delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
@@ -613,7 +645,8 @@ def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                         lse: torch.Tensor, causal: bool = False, scale: float | None = None,
                         config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV from dO and the forward's O and lse. ``config`` keys: BLOCK_M = query tile and BLOCK_N = key
-    tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys)."""
+    tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys); with
+    ``"backend": "gluon"``, a config of ``attention_gluon_bwd`` instead. None: as ``flash_attention``'s."""
     plan = _plan(q, k, v, causal, scale, None, config)
     if _copy_o(q, do, o, lse):  # the plan reads O as flash_attention_fwd writes it
         o = o.contiguous()
@@ -672,8 +705,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     bwd_config: dict | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v, differentiable. q: [B, Hq, S, D]; k, v: [B, Hkv, S, D] with Hq % Hkv == 0
     (query head h reads kv head h // (Hq // Hkv)); causal masks key j > query i. ``config`` / ``bwd_config``
-    default to the selector's forward pick (``workbench.select``) / the first entry of
-    ``config_space(backend(), "bwd", D)``. Checks and configs are cached per distinct call (``_AttentionPlan``);
+    None: on sm_90 the Gluon forward / backward where their rules take the shape
+    (``attention_gluon.pinned_forward_config``, ``attention_gluon_bwd.pinned_backward_config``), else the pinned
+    config of the bucket, the selector's forward pick (``workbench.select``) or the first entry of
+    ``config_space(backend(), pass, D)``. ``bwd_config={"backend": "gluon", ...}`` asks for the Gluon backward
+    (``BWD_BACKENDS``). Checks and configs are cached per distinct call (``_AttentionPlan``);
     without a gradient to record, the forward kernel is launched directly (no ``autograd.Function``)."""
     plan = _plan(q, k, v, causal, scale, config, bwd_config)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):  # needs_grad, inlined

@@ -508,21 +508,25 @@ def short_config_space(head_dim: int, causal: bool) -> list[dict]:
 
 
 PINNED_FORWARD: dict[tuple[int, bool], dict] = {
-    (64, False): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "PINGPONG": True},
-    (64, True): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False},
+    (64, False): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
+    (64, True): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
     (128, False): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "PINGPONG": True},
     (128, True): {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True},
 }
 """Per (head_dim, causal), the config picked on the fit shapes of
-``benchmarks/kernels/attention_candidates_split.json`` (H200, triton 3.6:
-``benchmarks/results/h200/kernels/gluon_attention/picks.json``; each within 3% of the fit shapes' per-shape best)."""
-MIN_SEQ_LEN: dict[int, int] = {64: 16384, 128: 2048}
+``benchmarks/kernels/attention_candidates_split.json`` (H200, triton 3.6). d=128:
+``benchmarks/results/h200/kernels/gluon_attention/picks.json`` (each within 3% of the fit shapes' per-shape best).
+d=64: the long-sequence pick of ``benchmarks/results/h200/kernels/attention_fwd_short/rule.json`` (one consumer
+of 64 rows, two CTAs an SM), the fastest candidate on its fit shape a20 (4.81 ms; the former 128x128 pick took
+4.67-4.97 ms in the same run); test shapes a15 1.024, a18 0.905 of SDPA."""
+MIN_SEQ_LEN: dict[int, int] = {64: 4097, 128: 2048}
 """Per head_dim, the shortest sequence ``attention.flash_attention``'s config=None forward runs here instead of the
-Triton kernel; from the fit shapes of the same run (``gluon_attention/REPORT.md``): at d=128 this kernel was faster
-from 2,048 (a07, a09) and slower at 512-1,024 (a01, a05: launch and per-tile costs on small grids); at d=64 slower
-at 512-4,096 (a02, a08, a11) and faster at 32,768 (a20), so the switch is put at the geometric middle, 16,384
-(rounded to a power of two; the test shapes a15 at 8,192 and a18 at 16,384 say the d=64 switch is at or above
-it)."""
+Triton kernel; from fit shapes. d=128 (``gluon_attention/REPORT.md``): this kernel was faster from 2,048 (a07,
+a09) and slower at 512-1,024 (a01, a05: launch and per-tile costs on small grids). d=64
+(``attention_fwd_short/rule.json``, buckets S <= 1,024 / <= 4,096 / longer): the Triton kernel at 64x64, 3
+stages, pointer loads (``spaces``' pinned entry) up to 4,096 (a02 0.647 -> 0.906, a08 0.935, a11 0.880 -> 0.980 of
+SDPA), this kernel's ``PINNED_FORWARD`` above (a20); test shapes a04 0.765 -> 0.925, a15 0.983 -> 1.024, a18 0.882
+-> 0.905."""
 
 
 def pinned_forward_config(head_dim: int, causal: bool, seq_len: int) -> dict | None:

@@ -53,6 +53,7 @@ import triton.language as tl
 from workbench.kernels._common import capability, check, interpreting
 from workbench.kernels.checks import check_attention_grads, check_attention_inputs
 from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
+from workbench.kernels.spaces import attention_seq_bucket
 
 try:  # Gluon: Triton >= 3.5 (the 3.6 / 3.7 API used here)
     from triton.experimental import gluon
@@ -389,8 +390,12 @@ def gluon_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     ``attention.flash_attention_bwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only."""
     scale = check_attention_inputs(q, k, v, causal, scale)
     check_attention_grads(q, do, o, lse)
-    b, hq, s, d = q.shape
-    hkv = k.shape[1]
+    check_device(q)
+    return launch_backward(do, q, k, v, o, lse, causal, scale, resolve_config(config, q.shape[-1], causal))
+
+
+def check_device(q: torch.Tensor) -> None:
+    """This kernel's dtype and device conditions on q (the 16-bit operands of wgmma, an sm_90 GPU, Gluon)."""
     check(q.dtype in (torch.bfloat16, torch.float16), "q", f"dtype {q.dtype}",
           "torch.bfloat16 or torch.float16 (wgmma's 16-bit operands)")
     check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
@@ -398,7 +403,13 @@ def gluon_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     check(q.is_cuda and capability(q.device.index or 0) == (9, 0), "device",
           f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
           "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
-    config = resolve_config(config, d, causal)
+
+
+def launch_backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict):
+    """``gluon_attention_backward`` after its checks (``attention.flash_attention``'s plan made them once): the
+    preprocessing, the kernel and the dQ conversion, for a resolved ``config`` and scale."""
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
     q, k, v, do, o = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v, do, o))  # 2-D views
     rows = b * hq * s
     delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
@@ -462,31 +473,35 @@ def shared_bytes(config: dict, head_dim: int) -> int:
 
 
 def config_space(head_dim: int, causal: bool) -> list[dict]:
-    """Launch configs for one (head_dim, causal) bucket, the default first (a guess until the H200 run of
-    ``benchmarks/kernels/attention_gluon_bwd_bench.py`` ranks them; calibrate me). FA3's sm_90 backward takes 64
-    queries x 128 keys over two consumer warpgroups with 2 stages (``hopper/flash_bwd_launch_template.h``,
-    ``run_mha_bwd_hdim128`` / ``hdim64``); the rest vary one knob each: 3 stages, one consumer (64 keys: half the
-    K/V reuse, every build spill-free), 128-query steps at d=64 (S^T, dP^T [64, 128] fp32: 64 registers a thread
-    each). ``KNOWN_SPILL_BYTES`` lists the entries whose sm_90 build spills."""
+    """Launch configs for one (head_dim, causal) bucket, the default first: the configs whose dQ, dK, dV matched
+    the float64 reference on every shape of the H200 runs. That is 64 queries x 128 keys (two consumer
+    warpgroups) over a 3-stage ring, in every bucket: FA3's sm_90 backward tile (``hopper/
+    flash_bwd_launch_template.h``, ``run_mha_bwd_hdim128`` / ``hdim64``) with one stage more than FA3's 2.
+
+    Dropped after the H200 run of 2026-12-02 (``benchmarks/results/h200/kernels/gluon_attention_bwd/``,
+    precompile.json and gpu_pytest.log; triton 3.6.0), for wrong gradients: 64x128 with 2 stages (NaN or relative
+    errors 0.6-1.8 in every bucket, also on a 256-token non-causal shape with no masked step), 128x128 with 2
+    stages (d=64: 0.7-1.0) and 64x64 with 2 stages (causal d=64 and d=128: 0.7-0.9; right without the mask). Not
+    a schedule or mask error: ``tests/kernels/test_attention_gluon_bwd.py`` replays this file's block schedule and
+    masks in float64 (an emulation of ``_kv_schedule`` and ``_step``) and matches the reference for every one of
+    those tiles, causal or not, ragged or not. What they share is the 2-deep ring; the cause (a synchronisation
+    fault of the 2-stage pipeline under this Triton, not found in the TTGIR or PTX, whose barrier protocol reads
+    as intended) is open, so they are refused rather than kept. ``KNOWN_SPILL_BYTES`` lists the entries whose
+    sm_90 build spills."""
     check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
     check(isinstance(causal, bool), "causal", repr(causal), "True or False")
-    entries = [(64, 128, 2), (64, 64, 2), (64, 128, 3)]
-    if head_dim == 64:
-        entries.append((128, 128, 2))
-    space = [dict(zip(_KEYS, e)) for e in entries]
+    space = [dict(zip(_KEYS, (64, 128, 3)))]
     return [c for c in space if shared_bytes(c, head_dim) <= SM90_SHARED_BYTES]
 
 
 KNOWN_SPILL_BYTES: dict[tuple[int, bool, int, int, int], int] = {
-    (128, False, 64, 128, 2): 8, (128, True, 64, 128, 2): 4,
     (128, False, 64, 128, 3): 64, (128, True, 64, 128, 3): 72,
-    (64, False, 128, 128, 2): 12, (64, True, 128, 128, 2): 76,
 }
 """(head_dim, causal, BLOCK_M, BLOCK_N, NUM_STAGES) -> spill-store bytes of the bf16 sm_90 build (ptxas of triton
-3.7.1, ``inspect_build``); every other entry of ``config_space`` builds without spills. Two consumers at d=128
-hold dK, dV (128 registers) beside S^T, dP^T (64) in 240: the few bytes are loop-invariant scalars reloaded from
-L1 once a step; 3 stages add ring-slot arithmetic. Kept in the space for the H200 sweep to judge; a pick that
-spills is reported as such. The CPU test checks these figures as upper bounds and the rest at zero."""
+3.7.1, ``inspect_build``; the H200's triton 3.6.0 reports 56 and 72); every other entry of ``config_space``
+builds without spills. Two consumers at d=128 hold dK, dV (128 registers) beside S^T, dP^T (64) in 240: the few
+bytes are loop-invariant scalars and ring-slot arithmetic reloaded from L1 once a step. The CPU test checks these
+figures as upper bounds and the rest at zero."""
 
 
 def default_config(head_dim: int, causal: bool) -> dict:
@@ -509,7 +524,59 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
     check(shared_bytes(config, head_dim) <= SM90_SHARED_BYTES, "config",
           f"{shared_bytes(config, head_dim)} bytes of shared memory at head_dim {head_dim}",
           f"at most {SM90_SHARED_BYTES} (sm_90): fewer NUM_STAGES or a smaller BLOCK_M")
+    unknown = sorted(set(config) - set(_KEYS))
+    check(not unknown, "config", f"keys {unknown}", f"only {_KEYS}")
+    space = config_space(head_dim, causal)
+    check(config in space, "config", {key: config[key] for key in _KEYS},
+          f"one of config_space({head_dim}, {causal}) = {space} (the others gave wrong gradients on the H200: "
+          "see config_space)")
     return config
+
+
+# ------------------------------------------------------------------------------------------ config=None's choice
+BACKWARD_BY_BUCKET: dict[tuple[int, bool], tuple[str, str, str]] = {
+    (64, False): ("triton", "triton", "triton"),
+    (64, True): ("triton", "gluon", "triton"),
+    (128, False): ("gluon", "gluon", "gluon"),
+    (128, True): ("triton", "triton", "gluon"),
+}
+"""Per (head_dim, causal), the backward of ``attention.flash_attention``'s config=None on sm_90 in each sequence
+bucket of ``spaces.ATTENTION_SEQ_BUCKETS`` (S <= 1,024, <= 4,096, longer): this kernel at ``default_config`` or the
+Triton backward of ``attention.py``. Chosen on the FIT shapes of ``benchmarks/kernels/attention_candidates_split.json``
+only, from the H200 run ``benchmarks/results/h200/kernels/gluon_attention_bwd/gluon_bwd.csv`` (fwd+bwd ms behind
+the same Gluon forward, Triton backward -> this one, 64x128 s3): per bucket the backward with the lower geometric
+mean over the bucket's fit shapes; a bucket without a fit shape takes the pick over all fit shapes of its (head_dim,
+causal) group.
+
+- d64 full: a02 0.259 -> 0.394, a08 0.653 -> 0.818: Triton (no fit shape above 4,096: the group's pick, Triton).
+- d64 causal: a11 (4,096) 3.785 -> 3.668: this kernel; a20 (32,768) 18.95 -> 22.11: Triton; S <= 1,024 has no
+  fit shape: over the group (0.969 and 1.166, geometric mean 1.063) Triton.
+- d128 full: a09 (2,048) 2.752 -> 2.362: this kernel; its group has no other fit shape, so every bucket.
+- d128 causal: a01 0.712 -> 0.681 and a05 0.541 -> 0.600 (geometric mean 1.030): Triton; a07 5.640 -> 5.761:
+  Triton; a13 9.442 -> 9.441 and a17 10.18 -> 8.68: this kernel."""
+GLUON_MIN_BLOCKS = 128
+"""config=None takes this kernel only for sequences a whole number of 128-key blocks long (as the Gluon forward's
+``pinned_forward_config``): a ragged last key block reads the next head's K/V rows, where a non-finite value
+would reach dS as 0 x inf."""
+
+
+def backward_rule(head_dim: int, causal: bool, seq_len: int) -> dict | None:
+    """The table's choice for a shape (``BACKWARD_BY_BUCKET``): this kernel's config, or None for the Triton
+    backward; devices and dtypes aside (``pinned_backward_config`` adds them)."""
+    choices = BACKWARD_BY_BUCKET.get((head_dim, bool(causal)))
+    if choices is None or seq_len % GLUON_MIN_BLOCKS or choices[attention_seq_bucket(seq_len)] != "gluon":
+        return None
+    return default_config(head_dim, bool(causal))
+
+
+def pinned_backward_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict | None:
+    """config=None's backward for these inputs: ``backward_rule``'s config where this kernel can run them
+    (contiguous bf16/fp16 q, k, v on an sm_90 GPU with Gluon, the conditions of the Gluon forward's rule in
+    ``attention._gluon_forward_config``), else None: the Triton backward, also on every other device."""
+    if (q.dtype not in (torch.bfloat16, torch.float16) or not all(t.is_contiguous() for t in (q, k, v))
+            or not supported(q.device)):
+        return None
+    return backward_rule(q.shape[-1], causal, q.shape[2])
 
 
 # ------------------------------------------------------------------------------------- cross-compilation check
