@@ -143,8 +143,8 @@ def test_an_explicit_gluon_backward_runs_where_config_none_takes_triton():
     from workbench.kernels.attention import _plan
 
     generator = torch.Generator(device="cuda").manual_seed(3)
-    q, k, v, do = (torch.randn(1, 4, 1000, 64, device="cuda", dtype=torch.float16, generator=generator)
-                   for _ in range(4))  # d=64 non-causal, ragged: config=None's backward is Triton's
+    q, k, v, do = (torch.randn(1, 4, 1024, 64, device="cuda", dtype=torch.float16, generator=generator)
+                   for _ in range(4))  # d=64 non-causal: config=None's backward is Triton's
     bwd_config = {"backend": "gluon", **GLUON_BWD}
     assert _plan(q, k, v, False, None, None, None).gluon_bwd is None
     assert _plan(q, k, v, False, None, None, bwd_config).gluon_bwd == GLUON_BWD

@@ -391,6 +391,7 @@ def gluon_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     scale = check_attention_inputs(q, k, v, causal, scale)
     check_attention_grads(q, do, o, lse)
     check_device(q)
+    check_sequence(q.shape[2])
     return launch_backward(do, q, k, v, o, lse, causal, scale, resolve_config(config, q.shape[-1], causal))
 
 
@@ -403,6 +404,14 @@ def check_device(q: torch.Tensor) -> None:
     check(q.is_cuda and capability(q.device.index or 0) == (9, 0), "device",
           f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
           "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
+
+
+def check_sequence(seq_len: int) -> None:
+    """The sequence lengths this kernel takes: whole 128-row blocks. On the H200 a ragged one (S = 333, d = 128,
+    GQA 4; tests/kernels/test_attention_gluon_bwd.py) raised an illegal instruction on 2026-12-02, cause not found:
+    refused until it is (the Triton backward takes every length)."""
+    check(seq_len % GLUON_MIN_BLOCKS == 0, "sequence length", seq_len,
+          f"a multiple of {GLUON_MIN_BLOCKS} for the Gluon backward (the Triton backward takes any)")
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict):
