@@ -23,7 +23,9 @@ candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is ca
   read; ``summary`` sums the collectives without making a ``CommPrediction`` for each;
 - a stack's kernel tables are built from pieces shared by every configuration (``stacked.stack_tables``' memo:
   one block's ops per micro-batch shape and flavor, copied over the stage's blocks, whatever the pp, dp or
-  accumulation), each piece priced once (``_price_parts``).
+  accumulation), each piece priced once (``_price_parts``);
+- a block's recomputation, whose ops are copies of its forward's with the same timer keys, is priced from the
+  forward's prices (``graph.recomputed``, ``PricedOps.recomputed``), the fused step's and the stacks' alike.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from workbench.families import family_of
 from workbench.graph import stacked
 from workbench.graph.execution import Execution
 from workbench.graph.ops import FlatShape, Op, memory_op
+from workbench.graph.recomputed import RecomputedPiece
 from workbench.graph.te_fp8 import fp8_gemm_any_layout
 from workbench.graph.transformer import block_graph as _block_graph  # noqa: F401 -- tests/test_step.py reads it
 from workbench.graph.transformer import block_pieces as _block_pieces  # noqa: F401 -- and this
@@ -248,9 +251,18 @@ class StepModel:
         """A stack's tables' (ops, copies) pieces priced, each piece once while it lives (its ops ride in the cached
         value): the tables of many configurations share pieces (a block's ops across pipeline degrees, data
         parallelism and checkpointing), so a candidate's tables are mostly priced already."""
-        f = (id(fit), power)
-        return tuple((self._cached(("table piece", id(ops), f), lambda: (
-            self._price(ops, fit, power=power), ops))[0], copies) for ops, copies in parts)
+        return tuple((self._price_piece(ops, fit, power), copies) for ops, copies in parts)
+
+    def _price_piece(self, ops: tuple[Op, ...], fit, power: float) -> PricedOps:
+        """One piece of ``_price_parts``, priced once while it lives; a recomputed piece (``graph.recomputed``)
+        from the prices of the forward piece it copies, unless ``fit`` is applied (it may read the names)."""
+        def price() -> PricedOps:
+            if type(ops) is RecomputedPiece:
+                return self._price_recomputed(ops, ops.forward, self._price_piece(ops.forward, fit, power), fit,
+                                              power)
+            return self._price(ops, fit, power=power)
+
+        return self._cached(("table piece", id(ops), id(fit), power), lambda: (price(), ops))[0]
 
     def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0, kind=None) -> tuple[PricedOps, ...]:
         """``Family.block_graph``'s pieces priced (one block, independent of pp). Checkpointing changes only the
@@ -267,8 +279,16 @@ class StepModel:
             shared = self._cached(("block pieces",) + block, lambda: tuple(
                 self._price(piece, fit, power=power) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
-                self._price(graph[4][mode], fit, power=power),))
+                self._price_recomputed(graph[4][mode], graph[1], shared[1], fit, power),))
         return hit
+
+    def _price_recomputed(self, ops, forward: Sequence[Op], priced: PricedOps, fit, power: float) -> PricedOps:
+        """A block's recomputation ``ops`` priced: from ``priced``, the prices of the forward piece ``forward``,
+        where ``ops`` are copies of its ops (``graph.recomputed``) and ``fit`` is not applied (it may read the
+        names); else afresh."""
+        if getattr(ops, "forward", None) is forward and not fit.applied:
+            return PricedOps.recomputed(ops, ops.kept, priced)
+        return self._price(ops, fit, power=power)
 
     def _plan(self, cfg: TrainingConfig, tables=None) -> DataParallelPlan:
         """``step_comm.data_parallel_plan``, cached by what it reads (not the micro-batch); ``tables``: a stack's,

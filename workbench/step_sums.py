@@ -101,6 +101,40 @@ class PricedOps:
                             useful=tuple(useful), pairs=tuple(pairs))
         return new
 
+    @staticmethod
+    def recomputed(ops: Sequence[Op], kept: Sequence[int], forward: PricedOps) -> PricedOps:
+        """``priced`` of ``ops``, the recomputed copies of ``forward.ops[i]`` for ``i`` in ``kept``
+        (``graph.recomputed.RecomputedPiece``: renamed ``recompute.*``, moved to the backward, nothing else
+        changed), from ``forward``'s prices: a copy has its op's timer key, so ``priced`` gives it its op's time and
+        bound (scaled by the same power; ``forward`` priced with the same ``fit``, one that is not applied, since
+        an applied fit may read the name and phase, and the same ``bound``). Its sums are sorted as ``priced``
+        sorts a backward, recomputed op: compute or memory by its bound, never the optimizer's or the useful
+        FLOPs."""
+        ops = tuple(ops)
+        times, bounds, pairs = forward.times, forward.bounds, forward.pairs
+        compute, memory, emb_bwd, attention, counts, priced, kept_bounds, kept_pairs = [], [], [], [], [], [], [], []
+        for op, i in zip(ops, kept, strict=True):
+            pair = pairs[i]  # (time_s, op.count): the copy's count is its op's
+            priced.append(times[i])
+            b = bounds[i]
+            kept_bounds.append(b)
+            counts.append(pair[1])
+            kept_pairs.append(pair)
+            if b == "compute":
+                compute.append(pair)
+            else:
+                memory.append(pair)
+            if op.layer == "embedding":
+                emb_bwd.append(pair)
+            if op.kind == "attention":
+                attention.append(pair)
+        new = object.__new__(PricedOps)
+        new.__dict__.update(ops=ops, counts=tuple(counts), times=tuple(priced), bounds=tuple(kept_bounds),
+                            compute=tuple(compute), memory=tuple(memory), optimizer=(), embedding_fwd=(),
+                            embedding_bwd=tuple(emb_bwd), attention=tuple(attention), useful=(),
+                            pairs=tuple(kept_pairs))
+        return new
+
     def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:
         """One ``OpPrediction`` per op, its count x ``copies`` (a block's layers on the stage); executions = that
         count x ``executions_per_count`` (the micro-batches)."""

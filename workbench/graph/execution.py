@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.graph.ops import FlatShape, Op, Phase, new_op
+from workbench.graph.ops import FlatShape, Op, Phase, flat_shape, new_op
 
 TRITON_OPS: tuple[str, ...] = ("rmsnorm", "swiglu", "cross_entropy", "attention", "gemm", "embedding_bag")
 """Ops a recipe can route to the project's Triton kernels (``kernels: [{op: ..., choice: triton}]``)."""
@@ -139,10 +139,22 @@ def kernels(prefix: str, kind: str, table: tuple[Kernel, ...], elements: int, *,
     """One ``Op`` per kernel of ``table`` over ``elements`` items; launch-only kernels walk ``rows`` items.
     ``gather``: whose kernel does the "gather" entries (``memory_gather_efficiency.torch``, ``.triton``, or a
     kernel of its own: ``.triton.rowwise_adagrad``)."""
-    ops = []
+    return kernel_ops(kernel_specs(prefix, table, gather), kind, elements, phase=phase, count=count, layer=layer,
+                      dtype=dtype, rows=rows)
+
+
+KernelSpec = tuple[str, float, float, bool, dict]
+"""One kernel of a table as ``kernels`` makes its op, whatever the tensor's size: (op name, bytes read and written
+per item, whether it walks the ``elements`` (else it only launches, over ``rows``), its ``extra``)."""
+
+
+def kernel_specs(prefix: str, table: tuple[Kernel, ...], gather: str = "torch", **tags) -> tuple[KernelSpec, ...]:
+    """``kernels``' ops of ``table`` less the sizes (``kernel_ops`` adds them): what a builder that makes one table's
+    ops at many sizes keeps (``graph.stack_kernels._k``). ``tags``: entries added to each op's ``extra``."""
+    specs = []
     for name, read, write, vectorized in table:
-        n = elements if (read or write) else max(1, rows)
-        r, w = (read, write) if (read or write) else (4.0, 4.0)
+        walks = bool(read or write)
+        r, w = (read, write) if walks else (4.0, 4.0)
         # priced at the bandwidth of what the kernel is (a reduction or a pointwise op), reported under ``kind``
         extra = {"bandwidth_kind": "sum" if r and not w else "add"}
         if vectorized == "transpose":
@@ -151,8 +163,20 @@ def kernels(prefix: str, kind: str, table: tuple[Kernel, ...], elements: int, *,
             extra["gather"] = gather
         elif not vectorized:
             extra["unvectorized"] = True
-        ops.append(new_op(f"{prefix}.{name}", kind, phase, FlatShape(n), dtype, float(n), r * n, w * n, count,
-                          layer, extra))
+        extra.update(tags)
+        specs.append((f"{prefix}.{name}", r, w, walks, extra))
+    return tuple(specs)
+
+
+def kernel_ops(specs: tuple[KernelSpec, ...], kind: str, elements: int, *, phase: Phase, count: int, layer: str,
+               dtype: str, rows: int) -> list[Op]:
+    """The ops of ``kernel_specs`` over ``elements`` items (launch-only kernels over ``rows``), each with an
+    ``extra`` of its own (builders tag the ops they make)."""
+    ops = []
+    for name, r, w, walks, extra in specs:
+        n = elements if walks else max(1, rows)
+        ops.append(new_op(name, kind, phase, flat_shape(n), dtype, float(n), r * n, w * n, count, layer,
+                          extra.copy()))
     return ops
 
 

@@ -130,6 +130,14 @@ def new_op(name: str, kind: str, phase: Phase, shape: Shape, dtype: str, flops: 
     return new
 
 
+def flat_shape(elements: int) -> FlatShape:
+    """``FlatShape(elements)`` without the frozen dataclass's ``__init__`` (as ``new_op``): an equal shape. The
+    kernel tables make one per kernel op."""
+    shape = object.__new__(FlatShape)
+    shape.__dict__["elements"] = elements
+    return shape
+
+
 def replace_op(op: Op, **changes) -> Op:
     """``dataclasses.replace(op, **changes)`` without calling ``__init__``: an ``Op`` derives nothing from its
     fields, so they are copied and ``changes`` set (``extra`` shared, as ``replace`` shares it). The recomputation

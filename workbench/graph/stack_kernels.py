@@ -26,11 +26,12 @@ Forward ops carry ``extra["aten"]`` (``mm`` with its ``mm_index`` in the block, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
-from workbench.graph.execution import ROPE_BWD, ROPE_FWD, Kernel, kernels
+from workbench.graph.execution import ROPE_BWD, ROPE_FWD, Kernel, KernelSpec, kernel_ops, kernel_specs, kernels
 from workbench.graph.ops import AttentionShape, Op, attention, gemm_with_grads, replace_op
 from workbench.perf.context_parallel import ContextParallel, ring_merge_tables
 
@@ -156,6 +157,7 @@ class Dims:
 # F.rms_norm (aten/src/ATen/native/layer_norm.cpp rms_norm -> the fused layer-norm kernel with rms flag):
 # ``vectorized_layer_norm_kernel<float, float>`` under A (fp32 stream in, fp32 out), ``<BFloat16, float>`` under B;
 # backward ``layer_norm_grad_input_kernel_vectorized`` (reads dy, x; writes dx) + ``GammaBetaBackward`` (dw).
+@functools.cache  # one table object per argument: ``_k`` keeps its specs by table
 def rmsnorm_tables(s: int) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
     return (("rms_norm", s, s, True),), (("grad_input", 2 * s, s, True), ("grad_weight", 2 * s, 0, True))
 
@@ -173,6 +175,7 @@ GRAD_TO_BF16: tuple[Kernel, ...] = (("grad_to_bf16", 4, 2, True),)
 RESIDUAL_ADD_A: tuple[Kernel, ...] = (("residual_add", 6, 4, False),)
 RESIDUAL_ADD_B: tuple[Kernel, ...] = (("residual_add", 4, 2, True),)
 # autograd's accumulation of two gradients of one tensor (``CUDAFunctor_add``, 5 per block: 2 residual + 3 fan-out)
+@functools.cache
 def grad_accumulate(s: int) -> tuple[Kernel, ...]:
     return (("grad_accumulate", 2 * s, s, True),)
 
@@ -197,6 +200,7 @@ STRIDED_COPY: tuple[Kernel, ...] = (("strided_copy", 2, 2, False),)
 # ---------------------------------------------------------------------------------------------------------------
 # Inductor-compiled blocks (torch.compile per block), per element, from the kernel names of the profiles of
 # ``1b mb2 s4096 fp32 compile`` and torchtitan's trace of ``8b4l-bf16-full-compile`` (names in the comment):
+@functools.cache  # (callers only read the dict)
 def compiled_block_tables(s: int) -> dict[str, tuple[tuple[Kernel, ...], tuple[Kernel, ...], str]]:
     """{part: (forward kernels, backward kernels, walked tensor)}; ``s`` = stream bytes (4 under autocast)."""
     return {
@@ -236,6 +240,7 @@ LOSS_COMPILED_BWD: tuple[Kernel, ...] = (("log_softmax_nll_backward", 4, 2, True
 # Fused AdamW (torch/optim/adamw.py fused=True -> _fused_adamw_, FusedAdamMathFunctor), per parameter: reads p, g,
 # m, v, writes p, m, v; the moments have the parameter's dtype (torch.zeros_like(p) in _init_group), so bf16
 # parameters move half the bytes.
+@functools.cache
 def adamw_table(param_bytes: int) -> tuple[Kernel, ...]:
     return (("fused_adamw", 4 * param_bytes, 3 * param_bytes, True),)
 
@@ -294,6 +299,7 @@ FP8_K_MAJOR_COPY: tuple[Kernel, ...] = (("k_major_copy", 1, 1, "transpose"),)
 # - wgrad's bf16 output to the fp32 parameter's gradient: as the bf16 tables' upcast.
 FP8_ROW_CAST_FUSED: tuple[Kernel, ...] = (("fp8_row_cast", 2, 1, True),)
 FP8_WEIGHT_ROW_CAST: tuple[Kernel, ...] = (("fp8_weight_row_cast", 8, 1, True),)
+@functools.cache
 def fp8_column_cast(hp_bytes: int, amax: bool = True) -> tuple[Kernel, ...]:
     """A column cast of a ``hp_bytes`` tensor; ``amax`` False: its scale is already known (tensorwise)."""
     return ((("fp8_col_amax", hp_bytes, 0, True),) if amax else ()) + (
@@ -461,14 +467,29 @@ def _tag(ops: list[Op], **extra) -> list[Op]:
     return ops
 
 
+_K_SPECS: dict[tuple, tuple[tuple, tuple[KernelSpec, ...]]] = {}
+"""(table, ``kernel_specs``) of each (prefix, table, aten tag) ``_k`` was asked for, the table by identity (by value,
+4 and 4.0 bytes would be one key): a recipe search makes one block's kernels at every micro-batch size from the
+same tables, so only the sizes are new."""
+
+
 def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
        rows: int = 0, launches: int = 1) -> list[Op]:
-    ops = kernels(prefix, kind, table, elements, phase=phase, count=count * launches, layer=layer, rows=rows)
+    """``kernels`` of ``table`` (fp32) tagged ``aten``; ``launches``: the same work split over that many
+    launches of each kernel."""
     if launches > 1:  # the same work over ``launches`` kernels: scale each op's bytes and FLOPs down
+        ops = kernels(prefix, kind, table, elements, phase=phase, count=count * launches, layer=layer, rows=rows)
         ops = [replace_op(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
                           flops=o.flops / launches, shape=type(o.shape)(max(1, o.shape.elements // launches)))
                for o in ops]
-    return _tag(ops, aten=aten)
+        return _tag(ops, aten=aten)
+    key = (prefix, id(table), aten)
+    hit = _K_SPECS.get(key)
+    if hit is None:  # (the entry holds its table: no other table takes its id while it lives)
+        if len(_K_SPECS) > 10_000:  # a table made per call (the loss's, the embedding's) is a new key each time
+            _K_SPECS.clear()
+        hit = _K_SPECS[key] = (table, kernel_specs(prefix, table, aten=aten))
+    return kernel_ops(hit[1], kind, elements, phase=phase, count=count, layer=layer, dtype="fp32", rows=rows)
 
 
 def ring_merge_ops(d: Dims, *, compiled: bool) -> tuple[list[Op], list[Op]]:
@@ -644,10 +665,16 @@ def recomputed_blocks(policy: Policy, layers: int) -> int:
 def block_recompute_ops(fwd: list[Op] | tuple[Op, ...], policy: Policy) -> list[Op]:
     """``recompute_ops`` of one block: the forward kernels ``policy`` reruns in each block it recomputes, with the
     counts of ``fwd`` (one block's; ``recomputed_blocks`` says how many blocks run them)."""
+    return [replace_op(fwd[i], name=f"recompute.{fwd[i].name}", phase="bwd")
+            for i in block_recomputed_indices(fwd, policy)]
+
+
+def block_recomputed_indices(fwd: list[Op] | tuple[Op, ...], policy: Policy) -> list[int]:
+    """Where in ``fwd`` the ops ``block_recompute_ops`` reruns are, in order (``graph.recomputed``)."""
     if policy == "none":
         return []
     mode = _block_mode(policy)
-    return [replace_op(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd if not _saved(op, mode)]
+    return [i for i, op in enumerate(fwd) if not _saved(op, mode)]
 
 
 def _block_mode(policy: Policy) -> Policy:

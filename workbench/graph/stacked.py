@@ -26,6 +26,7 @@ from workbench.config import TrainingConfig
 from workbench.families import family_of
 from workbench.graph.execution import fsdp_ops
 from workbench.graph.ops import Op, replace_op
+from workbench.graph.recomputed import RecomputedPiece
 from workbench.graph.stack_kernels import (
     FP8_PRECOMPUTE_SCALE,
     MTA_BLOCKS_PER_LAUNCH,
@@ -34,7 +35,7 @@ from workbench.graph.stack_kernels import (
     StackFlavor,
     _k,
     block_ops,
-    block_recompute_ops,
+    block_recomputed_indices,
     embedding_ops,
     head_ops,
     optimizer_ops,
@@ -391,7 +392,7 @@ def _memo(memo: dict, key: tuple, build):
 
 def _pieces(pieces, compile_blocks: bool) -> tuple[tuple[tuple[Op, ...], ...], tuple]:
     """(each piece as a tuple, each one's launch counts: ``stack_memory.piece_launch_counts``)."""
-    pieces = tuple(tuple(ops) for ops in pieces)
+    pieces = tuple(ops if isinstance(ops, tuple) else tuple(ops) for ops in pieces)  # a RecomputedPiece stays one
     return pieces, tuple(piece_launch_counts(ops, compile_blocks) for ops in pieces)
 
 
@@ -442,11 +443,11 @@ def _recomputed_forward(memo: dict, block: tuple, casts: tuple, fwd: tuple[Op, .
     made once (keyed by the run's place in the block), and a weight-shard cast's once per ``casts`` key (every
     micro-batch's, as the cast itself)."""
     if not shards:
-        return [tuple(_block_recompute(piece, policy)) for piece in forward]
+        return [_block_recompute(piece, policy) for piece in forward]
     runs = _memo(memo, ("shard cast runs",) + block, lambda: _shard_cast_runs(fwd))
     return [_memo(memo, ("recomputed weight-shard cast", policy, _linear_of(piece[0])) + casts,
-                  lambda: tuple(_block_recompute(piece, policy))) if cast else _memo(
-        memo, ("recomputed run", policy, k) + block, lambda: tuple(_block_recompute(piece, policy)))
+                  lambda: _block_recompute(piece, policy)) if cast else _memo(
+        memo, ("recomputed run", policy, k) + block, lambda: _block_recompute(piece, policy))
         for k, (piece, (_, cast)) in enumerate(zip(forward, runs, strict=True))]
 
 
@@ -467,11 +468,12 @@ def _linear_of(op: Op) -> str:
     return op.name.split(".", 1)[0]
 
 
-def _block_recompute(fwd: tuple[Op, ...], policy: str) -> list[Op]:
-    """One recomputed block's kernels (``_recompute`` of one block)."""
+def _block_recompute(fwd: tuple[Op, ...], policy: str) -> RecomputedPiece:
+    """One recomputed block's kernels (``_recompute`` of one block), as copies of ``fwd``'s that the step model
+    prices from ``fwd``'s prices (``graph.recomputed``)."""
     if policy != "selective-op-all-mm":
-        return block_recompute_ops(fwd, policy)
-    return _recompute(fwd, policy, 1)
+        return RecomputedPiece(fwd, block_recomputed_indices(fwd, policy))
+    return RecomputedPiece(fwd, [i for i, op in enumerate(fwd) if _all_mm_reruns(op)])
 
 
 def _precompute_float8_scales(shard_params: int) -> list[Op]:
@@ -485,8 +487,13 @@ def _precompute_float8_scales(shard_params: int) -> list[Op]:
 def _recompute(fwd: list[Op] | tuple[Op, ...], policy: str, layers: int) -> list[Op]:
     if policy != "selective-op-all-mm":
         return recompute_ops(fwd, policy, layers)
-    return [replace_op(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd
-            if op.extra.get("aten") not in ("mm", "sdpa") and not op.extra.get("last") and op.kind != "attention"]
+    return [replace_op(op, name=f"recompute.{op.name}", phase="bwd") for op in fwd if _all_mm_reruns(op)]
+
+
+def _all_mm_reruns(op: Op) -> bool:
+    """Whether ``selective-op-all-mm`` (the workbench's selective: every GEMM and attention output saved) reruns
+    the forward op ``op``."""
+    return op.extra.get("aten") not in ("mm", "sdpa") and not op.extra.get("last") and op.kind != "attention"
 
 
 def trace_fit(stack: Stack, gpu, compiled: bool, notes: list[str], *, calibrated: bool, tables: StackStep | None):

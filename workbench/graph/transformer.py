@@ -56,6 +56,7 @@ from workbench.graph.ops import (
     nbytes,
     new_op,
 )
+from workbench.graph.recomputed import RecomputedOps
 from workbench.models import BlockKind, TransformerModel
 from workbench.precision import is_8bit_training
 
@@ -258,12 +259,13 @@ def block_ops(model: TransformerModel, cfg: TrainingConfig, layers: int,
     elementwise("mlp_residual", "add", rows, h, "mlp", 2, 1, 2, 1, recomputed=False)
 
     if cfg.activation_checkpointing == "full":
-        recompute = list(fwd)
+        kept = range(len(fwd))
     elif cfg.activation_checkpointing == "none":
-        recompute = []
-    recompute = [Op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
-                    op.bytes_written, op.count, op.layer, op.extra) for op in recompute]
-    return fwd, bwd, recompute
+        kept = []
+    else:  # the forward ops selective checkpointing listed, where they are in the forward
+        place = {id(op): i for i, op in enumerate(fwd)}
+        kept = [place[id(op)] for op in recompute]
+    return fwd, bwd, RecomputedOps(fwd, kept)  # each renamed recompute.*, in the backward
 
 
 def embedding_ops(model: TransformerModel, cfg: TrainingConfig) -> list[Op]:
@@ -347,8 +349,7 @@ def block_graph(model: TransformerModel, cfg: TrainingConfig, execution: Executi
     copies on the stage (``TransformerModel.stage_blocks``)."""
     ends, fwd, head, bwd, selective = block_pieces(model, replace(cfg, activation_checkpointing="selective"),
                                                    execution, kind)
-    full = [new_op(f"recompute.{op.name}", op.kind, "bwd", op.shape, op.dtype, op.flops, op.bytes_read,
-                   op.bytes_written, op.count, op.layer, op.extra) for op in fwd]
+    full = RecomputedOps(fwd, range(len(fwd)))
     return ends, fwd, head, bwd, {"none": [], "selective": selective, "full": full}
 
 

@@ -1,0 +1,58 @@
+"""A recomputed piece (``graph.recomputed``) is the copies ``block_recompute_ops`` makes, and its prices from the
+forward piece's are exactly the ones pricing it afresh gives (``step_sums.PricedOps.recomputed``)."""
+
+import dataclasses
+
+import pytest
+
+from workbench.config import TrainingConfig
+from workbench.graph.recomputed import RecomputedOps, RecomputedPiece
+from workbench.graph.stack_kernels import Dims, block_ops, block_recompute_ops, torchtitan_flavor
+from workbench.graph.stacked import _block_recompute, _recompute
+from workbench.graph.transformer import block_graph
+from workbench.models import get_model
+from workbench.profile_fit import NO_FIT
+from workbench.step import StepModel, _timer_key
+from workbench.step_sums import PricedOps
+
+FIELDS = [f.name for f in dataclasses.fields(PricedOps)]
+
+
+def _priced_both_ways(step: StepModel, fwd, recomputed, power: float):
+    forward = step._price(fwd, NO_FIT, power=power)
+    fresh = step._price(recomputed, NO_FIT, power=power)
+    derived = PricedOps.recomputed(recomputed, recomputed.kept, forward)
+    return fresh, derived
+
+
+@pytest.mark.parametrize("policy", ["full", "selective-op", "selective-2", "selective-op-all-mm", "none"])
+@pytest.mark.parametrize("float8", ["none", "tensorwise"])
+def test_a_stack_tables_recomputed_block_is_priced_as_afresh(policy, float8):
+    m = get_model("llama3-8b")
+    d = dataclasses.replace(Dims.of(m, 2, 4096, 2), layers=1)
+    flavor = dataclasses.replace(torchtitan_flavor(False, float8), param_dtype="bf16")
+    fwd = tuple(block_ops(d, flavor)[0])
+    piece = _block_recompute(fwd, policy)
+    theirs = _recompute(fwd, policy, 1) if policy == "selective-op-all-mm" else block_recompute_ops(fwd, policy)
+    assert type(piece) is RecomputedPiece and piece.forward is fwd
+    assert list(piece) == theirs and [op.extra for op in piece] == [op.extra for op in theirs]
+    assert all(_timer_key(op) == _timer_key(fwd[i]) for op, i in zip(piece, piece.kept, strict=True))
+    step = StepModel("llama3-8b", "h200-sxm", stack="torchtitan")
+    for power in (1.0, 0.8):
+        fresh, derived = _priced_both_ways(step, fwd, piece, power)
+        for field in FIELDS:
+            assert getattr(derived, field) == getattr(fresh, field), (field, power)
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b"])
+def test_the_fused_steps_recomputation_is_priced_as_afresh(model):
+    m = get_model(model)
+    ends, fwd, head, bwd, recompute = block_graph(m, TrainingConfig(2, 4096), None)
+    step = StepModel(model, "h200-sxm", stack="ideal")
+    for mode in ("selective", "full"):
+        ops = recompute[mode]
+        assert type(ops) is RecomputedOps and ops.forward is fwd and ops
+        for power in (1.0, 0.7):
+            fresh, derived = _priced_both_ways(step, fwd, ops, power)
+            for field in FIELDS:
+                assert getattr(derived, field) == getattr(fresh, field), (mode, field, power)
