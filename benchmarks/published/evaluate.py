@@ -47,6 +47,8 @@ def _sibling(name: str):
 
 kernels = _sibling("kernels")
 """The per-kernel table (``kernel_throughput.csv``) through ``predict-ops``."""
+eval_pauses = _sibling("eval_pauses")
+"""A framework's logged throughput that counts its evaluation pauses (``frameworks.<name>.eval_pauses``)."""
 
 MAPPING = Path(__file__).with_name("rows.yaml")
 AUDIT = Path(__file__).with_name("audit.md")
@@ -75,9 +77,10 @@ FEATURES: tuple[tuple[str, object, type, str], ...] = (
 )
 SHAPE_KEYS = {"dp", "tp", "pp", "cp", "ep", "sharding", "virtual_stages", "micro_batch", "global_batch", "seq_len",
               "precision", "checkpointing", "compile", "lora_rank", "offload", "power_limit_w", "assumptions",
-              "not_expressible", "stack"}
+              "not_expressible", "stack", "eval_batch"}
 """``stack`` (optional): a variant of the framework's stack that this row's run used (a recipe its source
-names, e.g. NeMo 25.04's fp8 current scaling: ``megatron-fp8cs``), in place of the framework's."""
+names, e.g. NeMo 25.04's fp8 current scaling: ``megatron-fp8cs``), in place of the framework's. ``eval_batch``: the
+run's evaluation batch (all GPUs), for a framework whose logged throughput counts its evaluations (``eval_pauses``)."""
 
 
 class NotExpressible(Exception):
@@ -123,7 +126,7 @@ def is_scorable(row: dict[str, str]) -> bool:
 
 MAPPING_SECTIONS = {"schema_version", "csv", "frameworks", "framework_assumptions", "models", "gpus",
                     "gpu_by_framework", "rows"}
-FRAMEWORK_KEYS = {"stack", "proxy", "why"}
+FRAMEWORK_KEYS = {"stack", "proxy", "why", "eval_pauses"}
 
 
 def validate_mapping(mapping: object, origin: str = str(MAPPING)) -> dict:
@@ -149,6 +152,8 @@ def validate_mapping(mapping: object, origin: str = str(MAPPING)) -> dict:
             get_stack(str(fw["stack"]))
         except UnknownNameError as e:
             raise SpecError(origin, f"frameworks.{name}.stack", fw["stack"], str(e)) from None
+        if "eval_pauses" in fw:
+            eval_pauses.EvalPauses.from_mapping(fw["eval_pauses"], f"frameworks.{name}.eval_pauses")
     for label, model in mapping["models"].items():
         try:
             get_model(str(model))
@@ -288,8 +293,18 @@ def evaluate_row(row: dict[str, str], mapping: dict, without: frozenset[str] = f
     except WorkbenchError as e:  # a configuration the model refuses (SpecError) or an implausible prediction
         return RowResult(**base, reason=str(e).splitlines()[0])
     bound = p.summary.priced_as_bound and stack != "ideal"
-    return RowResult(**base, predicted=metric_value(p, row["metric"]), bound=bound, fits=p.summary.memory.fits,
-                     notes="; ".join(p.notes))
+    predicted, notes = metric_value(p, row["metric"]), list(p.notes)
+    if row["metric"] == "train_throughput" and "eval_pauses" in framework:
+        # the logged interval counts the evaluations: each priced as the forward of a step at the eval batch
+        pauses = eval_pauses.EvalPauses.from_mapping(framework["eval_pauses"], f"frameworks.{row['framework']}")
+        if "eval_batch" not in spec:
+            raise SpecError(str(MAPPING), f"rows.{row['id']}", "eval_batch", "the run's evaluation batch (eval_pauses)")
+        eval_batch = int(spec["eval_batch"])
+        evaluation = predict(model, gpu, eval_pauses.eval_config(cfg, eval_batch), stack=stack, compile=compile_)
+        predicted = eval_pauses.logged_samples_per_s(pauses, p.summary.step_time_s, cfg.samples_per_step, eval_batch,
+                                                     evaluation)
+        notes.append(f"logged interval counts evaluation pauses: training alone {metric_value(p, row['metric']):.4g}")
+    return RowResult(**base, predicted=predicted, bound=bound, fits=p.summary.memory.fits, notes="; ".join(notes))
 
 
 def evaluate(table: Path, mapping_path: Path = MAPPING, without: frozenset[str] = frozenset()
