@@ -153,7 +153,7 @@ class DLRMFamily(_Recommender):
     def stack_critical_traffic(self, model: DLRMModel, cfg: TrainingConfig, domain: int, stack):
         """The all-to-all of a stack with an ``embedding_placement``: one pooled vector per model-parallel shard
         and sample (``EmbeddingPlacement.model_parallel_shards``); otherwise one per table."""
-        placement = getattr(stack, "embedding_placement", None)
+        placement = stack.embedding_placement
         if placement is None:
             return self.critical_traffic(model, cfg, domain)
         shards = placement.model_parallel_shards(model, cfg.parallelism.dp)
@@ -164,7 +164,7 @@ class DLRMFamily(_Recommender):
         (HugeCTR groups them with the dense ones: ``grouped_all_reduce=True`` in the MLPerf train.py; their
         dtype is a guess, calibrate me) beside backward."""
         schedules = self.data_parallel_collectives(model, cfg)
-        placement = getattr(stack, "embedding_placement", None)
+        placement = stack.embedding_placement
         rows = placement.replicated_rows(model) if placement is not None else 0
         if rows:
             grads = ScheduledCollective("embedding.data_parallel_tables.all_reduce", "all_reduce",

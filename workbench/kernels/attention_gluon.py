@@ -369,13 +369,7 @@ def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
     scale = check_attention_inputs(q, k, v, causal, scale)
     b, hq, s, d = q.shape
     hkv = k.shape[1]
-    check(q.dtype in (torch.bfloat16, torch.float16), "q", f"dtype {q.dtype}",
-          "torch.bfloat16 or torch.float16 (wgmma's 16-bit operands)")
-    check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
-    check(not interpreting(), "TRITON_INTERPRET", "1", "unset: Gluon kernels have no interpreter")
-    check(q.is_cuda and capability(q.device.index or 0) == (9, 0), "device",
-          f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
-          "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
+    check_device(q)
     config = resolve_config(config, d, causal)
     plan = _ForwardPlan()
     plan.copy = tuple(not t.is_contiguous() for t in (q, k, v))
@@ -435,6 +429,18 @@ def launch_options(config: dict) -> dict:
     if config.get("CTAS_PER_SM", 1) == 1:
         return dict(num_warps=4)  # Triton caps the launch at the register file / the CTA's threads itself
     return dict(num_warps=4, maxnreg=register_budget(config)[0])
+
+
+def check_device(q: torch.Tensor) -> None:
+    """The Gluon attention kernels' dtype and device conditions on q (wgmma's 16-bit operands, an sm_90 GPU, Triton
+    with Gluon); the backward (``attention_gluon_bwd``) checks the same."""
+    check(q.dtype in (torch.bfloat16, torch.float16), "q", f"dtype {q.dtype}",
+          "torch.bfloat16 or torch.float16 (wgmma's 16-bit operands)")
+    check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
+    check(not interpreting(), "TRITON_INTERPRET", "1", "unset: Gluon kernels have no interpreter")
+    check(q.is_cuda and capability(q.device.index or 0) == (9, 0), "device",
+          f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
+          "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
 
 
 def supported(device: torch.device | str | None = None) -> bool:

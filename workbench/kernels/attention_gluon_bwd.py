@@ -50,7 +50,14 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import capability, check, interpreting
+from workbench.kernels._common import check, interpreting
+from workbench.kernels.attention_gluon import (  # what the forward and backward share: sm_90 limits, checks
+    CONSUMER_REGISTERS,
+    LOADER_REGISTERS,
+    SM90_SHARED_BYTES,
+    check_device,
+    supported,
+)
 from workbench.kernels.checks import check_attention_grads, check_attention_inputs
 from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
 from workbench.kernels.spaces import attention_seq_bucket
@@ -75,13 +82,6 @@ except ImportError:  # pragma: no cover - older Triton
 _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 KEYS_PER_WARPGROUP = 64
 """Key rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
-SM90_SHARED_BYTES = 227 * 1024
-"""Shared memory one CTA may use on sm_90 (CUDA programming guide, compute capability 9.0)."""
-LOADER_REGISTERS = 24
-"""Registers per thread of the TMA producer warp (setmaxnreg; FA3's producers take 24-56, Triton's tutorials 24)."""
-CONSUMER_REGISTERS = 240
-"""Registers per thread asked for the second consumer warpgroup (setmaxnreg; FA3 gives two consumers 240 each). The
-default partition (the first consumer) gets what Triton leaves; ``inspect_build`` reads both."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES")
 _PRE_ROWS = 64
 """Rows per program of the delta preprocessing (a guess: a [64, D] tile of O and dO per program; calibrate me)."""
@@ -395,17 +395,6 @@ def gluon_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     return launch_backward(do, q, k, v, o, lse, causal, scale, resolve_config(config, q.shape[-1], causal))
 
 
-def check_device(q: torch.Tensor) -> None:
-    """This kernel's dtype and device conditions on q (the 16-bit operands of wgmma, an sm_90 GPU, Gluon)."""
-    check(q.dtype in (torch.bfloat16, torch.float16), "q", f"dtype {q.dtype}",
-          "torch.bfloat16 or torch.float16 (wgmma's 16-bit operands)")
-    check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
-    check(not interpreting(), "TRITON_INTERPRET", "1", "unset: Gluon kernels have no interpreter")
-    check(q.is_cuda and capability(q.device.index or 0) == (9, 0), "device",
-          f"{q.device}" + (f" (compute capability {capability(q.device.index or 0)})" if q.is_cuda else ""),
-          "an sm_90 GPU: the kernel uses Hopper's wgmma and TMA")
-
-
 def check_sequence(seq_len: int) -> None:
     """The sequence lengths this kernel takes: whole 128-row blocks. On the H200 a ragged one (S = 333, d = 128,
     GQA 4; tests/kernels/test_attention_gluon_bwd.py) raised an illegal instruction on 2026-12-02, cause not found:
@@ -460,14 +449,6 @@ def _tile_layout(shape: tuple, dtype):
 def _constexprs(config: dict, causal: bool) -> dict:
     return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_N"] // KEYS_PER_WARPGROUP,
                 NUM_STAGES=config["NUM_STAGES"], LOADER_REGS=LOADER_REGISTERS, CONSUMER_REGS=CONSUMER_REGISTERS)
-
-
-def supported(device: torch.device | str | None = None) -> bool:
-    """True when this kernel can run on ``device``: Triton has Gluon, and the device is an sm_90 GPU."""
-    if not HAS_GLUON or interpreting() or torch.version.hip or not torch.cuda.is_available():
-        return False
-    device = torch.device("cuda") if device is None else torch.device(device)
-    return device.type == "cuda" and capability(device.index or 0) == (9, 0)
 
 
 # ------------------------------------------------------------------------------------------------ config space
