@@ -516,7 +516,7 @@ def _split_bwd_config(bwd_config: dict | None, q, k, v, causal: bool) -> tuple[d
           "'triton' (this module's backward) or 'gluon' (attention_gluon_bwd, sm_90)")
     rest = {key: value for key, value in bwd_config.items() if key != "backend"}
     if name == "gluon":
-        attention_gluon_bwd.check_device(q)
+        attention_gluon.check_gluon_device(q)
         attention_gluon_bwd.check_sequence(q.shape[2])
         return None, attention_gluon_bwd.resolve_config(rest, q.shape[-1], causal)
     check("NUM_STAGES" not in rest, "bwd_config", "NUM_STAGES (a Gluon backward key) without 'backend'",

@@ -369,7 +369,7 @@ def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
     scale = check_attention_inputs(q, k, v, causal, scale)
     b, hq, s, d = q.shape
     hkv = k.shape[1]
-    check_device(q)
+    check_gluon_device(q)
     config = resolve_config(config, d, causal)
     plan = _ForwardPlan()
     plan.copy = tuple(not t.is_contiguous() for t in (q, k, v))
@@ -431,7 +431,7 @@ def launch_options(config: dict) -> dict:
     return dict(num_warps=4, maxnreg=register_budget(config)[0])
 
 
-def check_device(q: torch.Tensor) -> None:
+def check_gluon_device(q: torch.Tensor) -> None:
     """The Gluon attention kernels' dtype and device conditions on q (wgmma's 16-bit operands, an sm_90 GPU, Triton
     with Gluon); the backward (``attention_gluon_bwd``) checks the same."""
     check(q.dtype in (torch.bfloat16, torch.float16), "q", f"dtype {q.dtype}",

@@ -55,7 +55,7 @@ from workbench.kernels.attention_gluon import (  # what the forward and backward
     CONSUMER_REGISTERS,
     LOADER_REGISTERS,
     SM90_SHARED_BYTES,
-    check_device,
+    check_gluon_device,
     supported,
 )
 from workbench.kernels.checks import check_attention_grads, check_attention_inputs
@@ -390,7 +390,7 @@ def gluon_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     ``attention.flash_attention_bwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only."""
     scale = check_attention_inputs(q, k, v, causal, scale)
     check_attention_grads(q, do, o, lse)
-    check_device(q)
+    check_gluon_device(q)
     check_sequence(q.shape[2])
     return launch_backward(do, q, k, v, o, lse, causal, scale, resolve_config(config, q.shape[-1], causal))
 
