@@ -179,6 +179,108 @@ def test_cpu_inputs_are_refused_before_any_launch():
         gluon_attention_backward(q, q, q, q, q, lse.double())
 
 
+class _Recorder:
+    """Stands in for a kernel object: records each ``kernel[grid](*args, **kwargs)`` (no compiled kernel comes
+    back, so ``KernelLaunch`` keeps the JIT path and every launch is recorded)."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.log.append((self.name, grid, args, kwargs))
+
+
+KERNELS = ("_bwd_preprocess_kernel", "_attn_bwd_kernel", "_dq_convert_kernel")
+
+
+@pytest.fixture
+def recorded_launches(monkeypatch):
+    """The wrapper's host path on CPU tensors, its three kernels recorded instead of launched."""
+    if not attention_gluon_bwd.HAS_GLUON or not interpreting():
+        pytest.skip("the host path on CPU tensors: needs triton with Gluon and TRITON_INTERPRET=1 (on a GPU, "
+                    "test_a_repeated_call_launches_directly_on_each_calls_tensors runs the real launches)")
+    log = []
+    for name in KERNELS:
+        monkeypatch.setattr(attention_gluon_bwd, name, _Recorder(name, log))
+    monkeypatch.setattr(attention_gluon_bwd, "check_gluon_device", lambda q: None)  # an sm_90 GPU, pretended
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # a CPU tensor's device index
+    attention_gluon_bwd._PLANS.clear()
+    yield log
+    attention_gluon_bwd._PLANS.clear()
+
+
+def _cpu_inputs(b=2, hq=4, hkv=2, s=256, d=128):
+    q, do, o = (torch.randn(b, hq, s, d, dtype=torch.bfloat16) for _ in range(3))
+    k, v = (torch.randn(b, hkv, s, d, dtype=torch.bfloat16) for _ in range(2))
+    return do, q, k, v, o, torch.randn(b, hq, s)
+
+
+def test_a_repeated_call_reuses_its_plan_and_launches_on_each_calls_tensors(recorded_launches):
+    calls = [_cpu_inputs() for _ in range(3)]
+    results = [gluon_attention_backward(*inputs, causal=True) for inputs in calls]
+    assert len(attention_gluon_bwd._PLANS) == 1
+    assert [name for name, *_ in recorded_launches] == list(KERNELS) * 3
+    config = default_config(128, True)
+    for i, ((do, q, k, v, o, lse), (dq, dk, dv)) in enumerate(zip(calls, results)):
+        pre, main, post = recorded_launches[3 * i:3 * i + 3]
+        assert pre[2][:2] == (o, do) and pre[2][4:] == (2 * 4 * 256,)
+        descriptors, (dq_acc, dk_out, dv_out), scalars = main[2][:6], main[2][6:9], main[2][9:]
+        assert [t.base.data_ptr() for t in descriptors] == [t.data_ptr() for t in (q, k, v, do, lse)] + [
+            pre[2][2].data_ptr()]  # q, k, v, dO, lse and this call's delta
+        assert [list(t.block_shape) for t in descriptors] == [[64, 128]] * 4 + [[64]] * 2
+        assert dk_out is dk and dv_out is dv and dq_acc is pre[2][3] and post[2][:2] == (dq_acc, dq)
+        assert main[1] == (256 // config["BLOCK_N"], 2 * 2) and scalars == (256, 2, 2, 128 ** -0.5,
+                                                                             128 ** -0.5 * 1.4426950408889634)
+        assert main[3]["NUM_STAGES"] == config["NUM_STAGES"] and main[3]["STRICT_ORDER"] is False
+        assert dq.shape == q.shape and dk.shape == k.shape and dq.dtype == q.dtype
+
+
+def test_each_distinct_call_gets_its_own_plan_and_bad_inputs_are_still_checked(recorded_launches):
+    do, q, k, v, o, lse = _cpu_inputs()
+    gluon_attention_backward(do, q, k, v, o, lse, True)
+    gluon_attention_backward(do, q, k, v, o, lse, False)  # causal is in the key
+    gluon_attention_backward(do, q, k, v, o, lse, True, scale=0.1)  # so is the scale
+    gluon_attention_backward(*_cpu_inputs(s=384), causal=True)  # and the shapes
+    assert len(attention_gluon_bwd._PLANS) == 4
+    with pytest.raises(KernelInputError, match="sequence length"):
+        gluon_attention_backward(*_cpu_inputs(s=200), causal=True)
+    with pytest.raises(KernelInputError, match="lse"):
+        gluon_attention_backward(do, q, k, v, o, lse.double(), True)
+    with pytest.raises(KernelInputError, match="config"):
+        gluon_attention_backward(do, q, k, v, o, lse, True, config={"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2})
+
+
+def test_strided_inputs_are_copied_once_per_call(recorded_launches):
+    do, q, k, v, o, lse = _cpu_inputs()
+    q_t = q.transpose(1, 2).contiguous().transpose(1, 2)  # same values, [B, S, H, D] strides
+    for _ in range(2):
+        gluon_attention_backward(do, q_t, k, v, o, lse, True)
+    descriptors = [launch[2][:6] for launch in recorded_launches if launch[0] == "_attn_bwd_kernel"]
+    assert all(d[0].base.is_contiguous() and d[0].base.data_ptr() != q_t.data_ptr() for d in descriptors)
+
+
+def test_launch_backward_plans_once_for_attention_py(recorded_launches):
+    do, q, k, v, o, lse = _cpu_inputs()
+    config = default_config(128, False)
+    for _ in range(2):
+        attention_gluon_bwd.launch_backward(do, q, k, v, o, lse, False, 0.125, config)
+    assert len(attention_gluon_bwd._PLANS) == 1 and len(recorded_launches) == 6
+
+
+def test_cpu_host_mode_times_the_cached_call_below_a_replanned_one(tmp_path):
+    """benchmarks/kernels/attention_gluon_bwd_host_bench.py: the stubbed host path."""
+    if not attention_gluon_bwd.HAS_GLUON or not interpreting():
+        pytest.skip("a CPU measurement: needs triton with Gluon; skipped on the GPU runs (TRITON_INTERPRET=0)")
+    bench = Path(__file__).resolve().parents[2] / "benchmarks/kernels/attention_gluon_bwd_host_bench.py"
+    result = subprocess.run([sys.executable, str(bench), "--out", str(tmp_path), "--rounds", "2",
+                             "--calls", "30"], env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads((tmp_path / "host_cpu.json").read_text())["us_per_call"]
+    cached, replanned = (figures[next(k for k in figures if k.startswith(prefix))] for prefix in ("checked", "re-"))
+    assert 0 < cached < replanned
+
+
 @pytest.mark.slow
 def test_every_config_compiles_for_sm90_within_its_known_spills():
     """Ahead-of-time sm_90 builds (no GPU) of every config of every (head_dim, causal) bucket: spills no more than
@@ -209,6 +311,21 @@ def test_every_config_compiles_for_sm90_within_its_known_spills():
         assert build["wait_groups"] == [0, 1], (config, head_dim, causal, build)
         consumers = config["BLOCK_N"] // 64
         assert build["launched_warps"] == 4 * consumers + 4, (config, build)  # + the producer's warpgroup
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim, causal", [(64, True), (128, False)])
+def test_the_strict_order_variant_builds_like_the_default(head_dim, causal):
+    """STRICT_ORDER (fenced barrier inits, dS^T stored before the dV/dK GEMMs: the module docstring's H200
+    experiment) builds for sm_90 with the default's shared memory, S^T's wait_group 1 and no serialization."""
+    pytest.importorskip("triton.backends.nvidia")
+    if not attention_gluon_bwd.HAS_GLUON:
+        pytest.skip("needs triton with Gluon")
+    config = default_config(head_dim, causal)
+    plain = attention_gluon_bwd.inspect_build(config, head_dim, causal)
+    strict = attention_gluon_bwd.inspect_build(config, head_dim, causal, strict_order=True)
+    assert strict.shared_bytes == plain.shared_bytes and strict.wait_groups == plain.wait_groups == (0, 1)
+    assert not strict.serialized and strict.spill_bytes <= 128  # 100 B at d=128 causal with triton 3.7.1
 
 
 on_hopper = pytest.mark.skipif(interpreting() or not supported(), reason="runs the kernel: needs an sm_90 GPU with "
@@ -262,6 +379,23 @@ def test_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, inde
         _check_grads((dq, dk, dv), want)
     except AssertionError as exc:
         raise AssertionError(f"{_config_ids(config)}: {exc}") from exc
+
+
+@on_hopper
+def test_a_repeated_call_launches_directly_on_each_calls_tensors():
+    from workbench.kernels.attention import flash_attention_fwd
+
+    attention_gluon_bwd._PLANS.clear()
+    calls = [tuple(_inputs(2, 8, 2, 384, 128, seed)) for seed in range(3)]
+    results = []
+    for q, k, v, do in calls:
+        o, lse = flash_attention_fwd(q, k, v, True)
+        results.append(((q, k, v, do), gluon_attention_backward(do, q, k, v, o, lse, True)))
+    plans = list(attention_gluon_bwd._PLANS.values())
+    assert len(plans) == 1
+    assert all(launch.handle is not None for launch in (plans[0].preprocess, plans[0].kernel, plans[0].convert))
+    for (q, k, v, do), got in results:  # each call read its own tensors
+        _check_grads(got, reference_attention_grads(q, k, v, do, True)[1:])
 
 
 @on_hopper
