@@ -19,6 +19,7 @@ from workbench.kernels.attention_gluon import (
     config_space,
     default_config,
     gluon_attention_forward,
+    persistent_config_space,
     register_budget,
     resolve_config,
     shared_bytes,
@@ -76,6 +77,28 @@ def test_the_register_budget_splits_the_register_file_over_the_resident_ctas():
     assert register_budget({**one, "BLOCK_M": 64, "PINGPONG": False, "CTAS_PER_SM": 3}) == (80, 136)
 
 
+@pytest.mark.parametrize("head_dim, causal", BUCKETS)
+def test_the_persistent_candidates_pass_their_checks_and_hold_two_q_buffers(head_dim, causal):
+    space = persistent_config_space(head_dim, causal)
+    assert space and len({json.dumps(c, sort_keys=True) for c in space}) == len(space)
+    for config in space:
+        assert config["PERSISTENT"] is True and resolve_config(config, head_dim, causal) is config
+        one_tile = {k: v for k, v in config.items() if k != "PERSISTENT"}
+        q_tile_bytes = config["BLOCK_M"] * head_dim * 2
+        consumers = config["BLOCK_M"] // 64
+        assert shared_bytes(config, head_dim) == shared_bytes(one_tile, head_dim) + q_tile_bytes + 8 * 3 * consumers
+        assert config.get("CTAS_PER_SM", 1) * (shared_bytes(config, head_dim) + 1024) <= 228 * 1024
+
+
+def test_the_persistent_option_is_off_by_default_and_its_value_is_checked():
+    assert attention_gluon.OPTIONAL_KEYS["PERSISTENT"] is False
+    assert all("PERSISTENT" not in c for d, causal in BUCKETS for c in _spaces(d, causal, persistent=False))
+    with pytest.raises(KernelInputError, match="PERSISTENT"):
+        resolve_config({**default_config(128, True), "PERSISTENT": 1}, 128, True)
+    with pytest.raises(KernelInputError, match="shared memory"):  # 3 stages of 128 x 128 and two Q buffers
+        resolve_config({**default_config(128, True), "NUM_STAGES": 3, "PERSISTENT": True}, 128, True)
+
+
 @pytest.mark.parametrize("change, key", [({"CTAS_PER_SM": 4}, "CTAS_PER_SM"), ({"CTAS_PER_SM": 2}, "shared memory"),
                                          ({"CTA_PER_SM": 2}, "CTA_PER_SM")])
 def test_a_bad_residency_or_an_unknown_key_is_named(change, key):
@@ -112,13 +135,14 @@ def test_every_shipped_config_compiles_for_sm90_without_spills():
                     "triton 3.6 and 3.7 (triton.experimental.gluon)")
     code = ("import json; from workbench.kernels import attention_gluon as g\n"
             "cases = [(c, d, causal) for d in (64, 128) for causal in (False, True)\n"
-            "         for c in g.config_space(d, causal) + g.short_config_space(d, causal)]\n"
+            "         for c in g.config_space(d, causal) + g.short_config_space(d, causal)\n"
+            "         + g.persistent_config_space(d, causal)]\n"
             "print(json.dumps([[c, d, causal, g.inspect_build(c, d, causal).as_dict()] for c, d, causal in cases]))")
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
                             capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     builds = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(builds) == sum(len(config_space(d, c)) + len(short_config_space(d, c)) for d, c in BUCKETS)
+    assert len(builds) == sum(len(_spaces(d, c)) for d, c in BUCKETS)
     for config, head_dim, causal, build in builds:
         per_thread = register_budget(config)[0]
         if per_thread is not None:  # CTAS_PER_SM > 1: the build keeps to its share of the register file
@@ -146,11 +170,12 @@ GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, causal)
 
 def _config_ids(config: dict) -> str:
     return (f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
-            f"-c{config.get('CTAS_PER_SM', 1)}")
+            f"-c{config.get('CTAS_PER_SM', 1)}{'-persistent' if config.get('PERSISTENT') else ''}")
 
 
-def _spaces(d: int, causal: bool) -> list[dict]:
-    return config_space(d, causal) + short_config_space(d, causal)
+def _spaces(d: int, causal: bool, persistent: bool = True) -> list[dict]:
+    return (config_space(d, causal) + short_config_space(d, causal)
+            + (persistent_config_space(d, causal) if persistent else []))
 
 
 @on_hopper
@@ -171,6 +196,35 @@ def test_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, inde
     err = ((o.double() - ref_o).norm() / ref_o.norm()).item()
     assert err <= 2e-2, (_config_ids(config), err)  # attention.TOLERANCE["bf16"]
     assert (lse.double() - ref_lse).abs().max().item() <= 1e-2, _config_ids(config)  # fp32 stats of bf16 scores
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s, d, causal", [
+    (4, 32, 4, 1000, 128, True),  # 512-1024 tiles over 132-264 programs: ring and Q phases wrap across tiles
+    (3, 16, 1, 2047, 128, False),  # MQA, odd length, 16-32 key blocks a tile
+    (4, 32, 8, 520, 64, True),  # a ragged tail on every head's last tile
+])
+@pytest.mark.parametrize("index", range(max(len(persistent_config_space(d, c)) for d, c in BUCKETS)))
+def test_the_persistent_kernel_walks_many_tiles_a_program_and_matches_the_one_tile_kernel(b, hq, hkv, s, d, causal,
+                                                                                           index):
+    """More tiles than programs (the GPU_SHAPES have one tile a program at most): each program's phases continue
+    over several tiles. Against the float64 reference, and against the one-tile kernel at the same tiles (the
+    same per-tile code: a phase or schedule error moves O far past the 1e-3 asked here)."""
+    space = persistent_config_space(d, causal)
+    if index >= len(space):
+        pytest.skip(f"bucket ({d}, {causal}) has {len(space)} persistent configs")
+    config = space[index]
+    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s + d)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=generator)
+               for h in (hq, hkv, hkv))
+    o, lse = gluon_attention_forward(q, k, v, causal, config=config)
+    one_tile = {key: value for key, value in config.items() if key != "PERSISTENT"}
+    o_1, lse_1 = gluon_attention_forward(q, k, v, causal, config=one_tile)
+    ref_o, ref_lse = reference_attention(q, k, v, causal, return_lse=True)
+    assert ((o.double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2, _config_ids(config)
+    assert (lse.double() - ref_lse).abs().max().item() <= 1e-2, _config_ids(config)
+    assert ((o.double() - o_1.double()).norm() / o_1.double().norm()).item() <= 1e-3, _config_ids(config)
+    assert (lse - lse_1).abs().max().item() <= 1e-4, _config_ids(config)
 
 
 @on_hopper
@@ -201,11 +255,11 @@ def test_strided_inputs_and_an_explicit_scale():
 
 
 @pytest.mark.parametrize("head_dim, causal, seq_len, picked", [
-    (128, True, 2048, True), (128, False, 8192, True), (128, True, 1024, False), (128, True, 2048 + 64, False),
-    (64, True, 16384, True), (64, False, 8192, True), (64, True, 4096, False), (64, False, 4096 + 128, True),
-    (96, False, 8192, False)])
-def test_the_config_none_forward_takes_this_kernel_only_for_long_whole_block_sequences(head_dim, causal, seq_len,
-                                                                                       picked):
+    (128, True, 2048, True), (128, False, 8192, True), (128, True, 1024, True), (128, False, 1024, False),
+    (128, True, 2048 + 64, False), (64, True, 16384, True), (64, False, 8192, True), (64, True, 4096, False),
+    (64, False, 4096 + 128, True), (96, False, 8192, False)])
+def test_the_config_none_forward_takes_this_kernel_only_for_its_buckets_whole_block_sequences(head_dim, causal,
+                                                                                              seq_len, picked):
     config = attention_gluon.pinned_forward_config(head_dim, causal, seq_len)
     assert (config is not None) == picked
     if picked:

@@ -29,7 +29,10 @@ tensor cores busy during the softmax. FA3 (and cuDNN) do it with three pieces Gl
 
 Blocks and masks: key blocks every row of the query tile sees whole run unmasked; block 0 (the pipeline's
 prologue), the causal diagonal and the sequence tail are masked; key blocks wholly above the diagonal are never
-loaded. Causal grids run the longest query tiles first (query-tile axis reversed and outermost).
+loaded. Causal grids run the longest query tiles first (query-tile axis reversed and outermost). With config
+``PERSISTENT=True`` one program per SM (x CTAS_PER_SM) walks the tiles in that order instead
+(``attention_gluon_persistent``): the same per-tile partitions (``_load_tile``, ``_attend_tile``), the rings and
+ping-pong turns counted across tiles, the next tile's Q and K/V loaded under the current tile's last steps.
 
 Loads: host TMA descriptors over the 2-D views q [B*Hq*S, D], k, v [B*Hkv*S, D] (contiguous copies when the inputs
 are not). A K/V block past a head's end reads the next head's rows (or zeros past the tensor): the tail mask
@@ -52,7 +55,7 @@ import torch
 import triton
 
 from workbench.kernels._common import (capability, check, frozen, interpreting, plan_cache, reused_descriptors,
-                                       tensor_key)
+                                       sm_count, tensor_key)
 from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels.checks import check_attention_inputs
 from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
@@ -86,27 +89,23 @@ compute capability 9.0): CTAS_PER_SM CTAs fit when CTAS_PER_SM x (their bytes + 
 SM90_REGISTERS = 65536
 """32-bit registers of one sm_90 SM (CUDA programming guide, compute capability 9.0), shared by its resident CTAs."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "PINGPONG")
-OPTIONAL_KEYS = {"CTAS_PER_SM": 1}
+OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False}
 """Config keys with a default. CTAS_PER_SM: how many CTAs an SM is to hold at once (1 or 2). With 1, a short
 sequence's tiles run their prologue (Q and the first K/V loads, the lone S_0) and epilogue (the last P V, the O
 store) with nothing to hide them behind; a second resident CTA runs its main loop meanwhile. It caps the launch's
-registers per thread (``register_budget``) and must fit twice in shared memory (``fits_shared_memory``)."""
+registers per thread (``register_budget``) and must fit twice in shared memory (``fits_shared_memory``).
+PERSISTENT: launch SMs x CTAS_PER_SM programs that each loop over tiles (``attention_gluon_persistent``), the
+producer loading the next tile's Q and K/V under the current tile's last steps; one more Q buffer of shared
+memory."""
 
 
 if HAS_GLUON:
 
     @gluon.jit
-    def _tile_schedule(seq_len, heads_q, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    def _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        CAUSAL: gl.constexpr):
-        """This program's query tile: (start_m, b * Hq + h, first q row, first k/v row of its kv head in the 2-D
-        views, key blocks seen unmasked by every row, key blocks visited). Causal grids are (B * Hq, tiles) with
-        the tile axis reversed (longest first); full ones (tiles, B * Hq), neighbours sharing K/V."""
-        if CAUSAL:
-            bh = gl.program_id(0)
-            pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
-        else:
-            pid_m = gl.program_id(0)
-            bh = gl.program_id(1)
+        """Query tile pid_m of head bh = b * Hq + h: (start_m, first q row, first k/v row of its kv head in the
+        2-D views, key blocks seen unmasked by every row, key blocks visited)."""
         start_m = pid_m * BLOCK_M
         b = bh // heads_q
         h_kv = (bh % heads_q) // group
@@ -117,31 +116,56 @@ if HAS_GLUON:
         else:
             n_full = seq_len // BLOCK_N
             n_blocks = gl.cdiv(seq_len, BLOCK_N)
-        return start_m, bh, bh * seq_len, (b * heads_kv + h_kv) * seq_len, n_full, n_blocks
+        return start_m, bh * seq_len, (b * heads_kv + h_kv) * seq_len, n_full, n_blocks
+
+    @gluon.jit
+    def _tile_schedule(seq_len, heads_q, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       CAUSAL: gl.constexpr):
+        """This program's query tile (``_tile_geometry``). Causal grids are (B * Hq, tiles) with the tile axis
+        reversed (longest first); full ones (tiles, B * Hq), neighbours sharing K/V."""
+        if CAUSAL:
+            bh = gl.program_id(0)
+            pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+        else:
+            pid_m = gl.program_id(0)
+            bh = gl.program_id(1)
+        return _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M, BLOCK_N, CAUSAL)
 
     # ----------------------------------------------------------------------------------------- producer
     @gluon.jit
-    def _load_partition(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
-                        seq_len, heads_q, group, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-                        NUM_STAGES: gl.constexpr):
-        """The TMA warp: each consumer's Q rows once, then K_j, V_j for every key block j in the consumers'
-        order, slot j % NUM_STAGES, waiting for empty[slot] (a fresh mbarrier passes parity 1 at once)."""
+    def _load_tile(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
+                   q_slot, q_row, kv_row, n_blocks, it, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
+        """One tile's loads: consumer i's Q rows into q_smem[q_slot + i] (q_row: its first row), then K_j, V_j of
+        key blocks j < n_blocks in the consumers' order. The rings are counted across tiles: block j is the
+        ring's load it + j, slot (it + j) % NUM_STAGES, and waits for empty[slot] at the parity of that slot's
+        previous round (a fresh mbarrier passes parity 1 at once)."""
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-        start_m, bh, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
-                                                                      BLOCK_N, CAUSAL)
         for i in gl.static_range(NUM_CONSUMERS):
-            mbarrier.expect(q_bar.index(i), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [q_row + start_m + i * ROWS, 0], q_bar.index(i), q_smem.index(i))
+            mbarrier.expect(q_bar.index(q_slot + i), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_row + i * ROWS, 0], q_bar.index(q_slot + i),
+                                            q_smem.index(q_slot + i))
         for j in range(n_blocks):
-            slot = j % NUM_STAGES
-            parity = ((j // NUM_STAGES) & 1) ^ 1
+            slot = (it + j) % NUM_STAGES
+            parity = (((it + j) // NUM_STAGES) & 1) ^ 1
             mbarrier.wait(k_empty.index(slot), parity)
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot))
             mbarrier.wait(v_empty.index(slot), parity)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot))
+
+    @gluon.jit
+    def _load_partition(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
+                        seq_len, heads_q, group, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                        NUM_STAGES: gl.constexpr):
+        """The TMA warp of the one-tile kernel: this program's tile (``_load_tile``), the rings from load 0."""
+        ROWS: gl.constexpr = q_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        start_m, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
+                                                                  BLOCK_N, CAUSAL)
+        _load_tile(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, 0,
+                   q_row + start_m, kv_row, n_blocks, 0, NUM_CONSUMERS, NUM_STAGES)
 
     # ----------------------------------------------------------------------------------------- consumers
     @gluon.jit
@@ -181,17 +205,20 @@ if HAS_GLUON:
             mbarrier.arrive(turn.index(1 - WG), count=1)
 
     @gluon.jit
-    def _overlapped_step(j, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, turn, p_op, acc, m_i, l_i,
-                         offs_m, seq_len, qk_scale, zero_s, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+    def _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, turn, p_op, acc,
+                         m_i, l_i, offs_m, seq_len, qk_scale, zero_s, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
                          WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
-        """Key block j: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}, softmax S_j while the second runs."""
+        """Key block j (the rings' load it + j, ping-pong turn step + j): issue S_j = Q K_j^T and
+        O += P_{j-1} V_{j-1}, softmax S_j while the second runs."""
         BLOCK_N: gl.constexpr = zero_s.shape[1]
-        k_slot = j % NUM_STAGES
-        v_slot = (j - 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(k_slot), (j // NUM_STAGES) & 1)
-        _take_turn(turn, j, WG, PINGPONG)
+        k_load = it + j
+        v_load = k_load - 1
+        k_slot = k_load % NUM_STAGES
+        v_slot = v_load % NUM_STAGES
+        mbarrier.wait(k_ready.index(k_slot), (k_load // NUM_STAGES) & 1)
+        _take_turn(turn, step + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_tile, k_ring.index(k_slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(v_slot), ((j - 1) // NUM_STAGES) & 1)
+        mbarrier.wait(v_ready.index(v_slot), (v_load // NUM_STAGES) & 1)
         o_tok = warpgroup_mma(p_op, v_ring.index(v_slot), acc, is_async=True)
         _pass_turn(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))  # S_j, issued first, has retired
@@ -204,11 +231,13 @@ if HAS_GLUON:
         return p_op, acc, m_i, l_i
 
     @gluon.jit
-    def _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, seq_len,
-                  heads_q, group, qk_scale, CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
-        """Consumer warpgroup WG: query rows [start_m + 64 WG, + 64) against every key block the tile visits.
-        Tiles: q [64, D] (shared), S, P [64, BLOCK_N] and O [64, D] fp32 (registers, wgmma layouts)."""
+    def _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
+                     q_slot, q_phase, start_m, q_row, n_full, n_blocks, it, step, seq_len, qk_scale,
+                     CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+        """Consumer warpgroup WG on one tile: query rows [start_m + 64 WG, + 64) (Q in q_smem[q_slot + WG], its
+        barrier at parity q_phase) against key blocks 0 .. n_blocks - 1, the rings' loads it .. it + n_blocks - 1,
+        ping-pong turns step .. step + n_blocks; stores O and lse. Tiles: q [64, D] (shared), S, P [64, BLOCK_N]
+        and O [64, D] fp32 (registers, wgmma layouts)."""
         ROWS: gl.constexpr = q_smem.shape[1]
         HEAD_DIM: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_ring.shape[1]
@@ -217,40 +246,39 @@ if HAS_GLUON:
         O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, HEAD_DIM, 16])
         P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
-        start_m, bh, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
-                                                                      BLOCK_N, CAUSAL)
         offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
-        q_tile = q_smem.index(WG)
+        q_tile = q_smem.index(q_slot + WG)
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=S_LAYOUT)  # use_acc=False reads nothing
         m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
         l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
 
         # Prologue: S_0 alone (masked: block 0 may hold the diagonal or the tail).
-        mbarrier.wait(q_bar.index(WG), 0)
-        mbarrier.wait(k_ready.index(0), 0)
-        _take_turn(turn, 0, WG, PINGPONG)
-        s_tok = warpgroup_mma(q_tile, k_ring.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        first = it % NUM_STAGES
+        mbarrier.wait(q_bar.index(q_slot + WG), q_phase)
+        mbarrier.wait(k_ready.index(first), (it // NUM_STAGES) & 1)
+        _take_turn(turn, step, WG, PINGPONG)
+        s_tok = warpgroup_mma(q_tile, k_ring.index(first).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         _pass_turn(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-        _release(k_empty, 0)
+        _release(k_empty, first)
         p, alpha, l_i, m_i = _softmax(s, m_i, l_i, offs_m, 0, seq_len, qk_scale, True, CAUSAL)
         p_op = gl.convert_layout(p.to(q_tile.dtype), P_LAYOUT)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=O_LAYOUT)
 
         for j in range(1, n_full):  # blocks every row sees whole
-            p_op, acc, m_i, l_i = _overlapped_step(j, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty,
-                                                   turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale, zero_s,
-                                                   False, CAUSAL, WG, NUM_STAGES, PINGPONG)
+            p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
+                                                   v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
+                                                   zero_s, False, CAUSAL, WG, NUM_STAGES, PINGPONG)
         for j in range(gl.maximum(n_full, 1), n_blocks):  # the diagonal and the tail
-            p_op, acc, m_i, l_i = _overlapped_step(j, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty,
-                                                   turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale, zero_s,
-                                                   True, CAUSAL, WG, NUM_STAGES, PINGPONG)
+            p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
+                                                   v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
+                                                   zero_s, True, CAUSAL, WG, NUM_STAGES, PINGPONG)
 
         # Epilogue: the last P V.
-        last = n_blocks - 1
+        last = it + n_blocks - 1
         v_slot = last % NUM_STAGES
         mbarrier.wait(v_ready.index(v_slot), (last // NUM_STAGES) & 1)
-        _take_turn(turn, n_blocks, WG, PINGPONG)
+        _take_turn(turn, step + n_blocks, WG, PINGPONG)
         o_tok = warpgroup_mma(p_op, v_ring.index(v_slot), acc, is_async=True)
         _pass_turn(turn, WG, PINGPONG)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op))
@@ -263,6 +291,18 @@ if HAS_GLUON:
         gl.store(o_ptr + o_offs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(rows < seq_len, 1))
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # ln(2): back to natural log
         gl.store(lse_ptr + q_row.to(gl.int64) + offs_m, lse, mask=offs_m < seq_len)
+
+    @gluon.jit
+    def _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, seq_len,
+                  heads_q, group, qk_scale, CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+        """Consumer warpgroup WG of the one-tile kernel: this program's tile (``_attend_tile``), from load 0."""
+        ROWS: gl.constexpr = q_smem.shape[1]
+        BLOCK_N: gl.constexpr = k_ring.shape[1]
+        start_m, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
+                                                                  BLOCK_N, CAUSAL)
+        _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, 0, 0,
+                     start_m, q_row, n_full, n_blocks, 0, 0, seq_len, qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG)
 
     @gluon.jit
     def _second_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
@@ -381,10 +421,22 @@ def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
     plan.lse_shape = (b, hq, s)
     plan.device_index = q.device.index
     tiles = triton.cdiv(s, config["BLOCK_M"])
-    grid = (b * hq, tiles) if causal else (tiles, b * hq)
-    plan.launch = KernelLaunch(_attn_fwd_kernel, grid, (s, hq, hq // hkv, scale * _LOG2E),
-                               {**_constexprs(config, causal), **launch_options(config)})
+    options = {**_constexprs(config, causal), **launch_options(config)}
+    if config.get("PERSISTENT", False):
+        programs = min(tiles * b * hq, sm_count(q.device.index or 0) * config.get("CTAS_PER_SM", 1))
+        plan.launch = KernelLaunch(_persistent_kernel(), (programs,), (s, hq, hq // hkv, b * hq, scale * _LOG2E),
+                                   options)
+    else:
+        grid = (b * hq, tiles) if causal else (tiles, b * hq)
+        plan.launch = KernelLaunch(_attn_fwd_kernel, grid, (s, hq, hq // hkv, scale * _LOG2E), options)
     return plan
+
+
+def _persistent_kernel():
+    """The persistent kernel (its module imports this one's partitions, so it is imported on first use)."""
+    from workbench.kernels.attention_gluon_persistent import attn_fwd_persistent_kernel
+
+    return attn_fwd_persistent_kernel
 
 
 def _run(plan: _ForwardPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
@@ -453,9 +505,12 @@ def supported(device: torch.device | str | None = None) -> bool:
 
 # ------------------------------------------------------------------------------------------------ config space
 def shared_bytes(config: dict, head_dim: int) -> int:
-    """Shared memory of a config: the Q tiles, NUM_STAGES K and V tiles (16-bit), 8 bytes per mbarrier."""
-    tiles = config["BLOCK_M"] * head_dim + 2 * config["NUM_STAGES"] * config["BLOCK_N"] * head_dim
-    barriers = config["BLOCK_M"] // ROWS_PER_WARPGROUP + 4 * config["NUM_STAGES"] + 2
+    """Shared memory of a config: the Q tiles (two buffers of them when PERSISTENT), NUM_STAGES K and V tiles
+    (16-bit), 8 bytes per mbarrier (ready and, PERSISTENT, empty per Q tile; four per stage; two turns)."""
+    q_buffers = 2 if config.get("PERSISTENT", False) else 1  # attention_gluon_persistent.Q_BUFFERS
+    q_tiles = q_buffers * (config["BLOCK_M"] // ROWS_PER_WARPGROUP)  # one [64, D] tile per consumer and buffer
+    tiles = q_tiles * ROWS_PER_WARPGROUP * head_dim + 2 * config["NUM_STAGES"] * config["BLOCK_N"] * head_dim
+    barriers = q_tiles * (2 if q_buffers > 1 else 1) + 4 * config["NUM_STAGES"] + 2
     return 2 * tiles + 8 * barriers
 
 
@@ -513,6 +568,21 @@ def short_config_space(head_dim: int, causal: bool) -> list[dict]:
     return [c for c in space if fits_shared_memory(c, head_dim)]
 
 
+def persistent_config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Candidates of the persistent kernel (``PERSISTENT``), beside ``config_space`` until the H200 run of
+    ``benchmarks/kernels/attention_persistent_bench.py`` ranks them (guesses, calibrate me): the pinned one-tile
+    configs' tiles (d=128: 128 x 128, 2 stages, ping-pong; d=64: 64 x 128 at two CTAs an SM), without ping-pong,
+    and 64-key tiles with deeper rings; every entry holds its second Q buffer (``shared_bytes``)."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    entries = [(128, 128, 2, True, 1), (128, 128, 2, False, 1), (128, 64, 3, True, 1), (128, 64, 4, True, 1),
+               (64, 64, 2, False, 2)]
+    if head_dim == 64:
+        entries += [(128, 128, 3, True, 1), (64, 128, 2, False, 2)]
+    space = [dict(zip((*_KEYS, "CTAS_PER_SM"), e), PERSISTENT=True) for e in entries]
+    return [c for c in space if fits_shared_memory(c, head_dim)]
+
+
 PINNED_FORWARD: dict[tuple[int, bool], dict] = {
     (64, False): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
     (64, True): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
@@ -535,14 +605,32 @@ SDPA), this kernel's ``PINNED_FORWARD`` above (a20); test shapes a04 0.765 -> 0.
 -> 0.905."""
 
 
+PERSISTENT_FORWARD: dict[tuple[int, bool], tuple[int, int, dict]] = {
+    (128, True): (1, 4096, {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True, "CTAS_PER_SM": 1,
+                            "PERSISTENT": True}),
+    (128, False): (1025, 4096, {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False,
+                                "CTAS_PER_SM": 1, "PERSISTENT": True}),
+}
+"""Per (head_dim, causal): (shortest, longest sequence, config) where the persistent kernel is the config=None
+forward, ahead of ``PINNED_FORWARD`` / ``MIN_SEQ_LEN``. The rule of ``benchmarks/results/h200/kernels/
+attention_persistent/rule.json`` (buckets S <= 1,024 short, <= 4,096 mid, longer long; each bucket's choice the
+least geometric mean of time / fastest over its fit shapes of ``attention_candidates_split.json``): d=128 causal
+short and mid (fit a01, a05, a07), d=128 full mid (fit a09); every other bucket kept what was wired. In that run,
+test shapes: a03 0.772 -> 0.884, a06 0.879 -> 0.934 of the best SDPA; a10 0.987 -> 0.950 and a12 0.951 -> 0.920
+lose; all 20 shapes 0.947 -> 0.962 (fit a01 0.702 -> 0.672)."""
+
+
 def pinned_forward_config(head_dim: int, causal: bool, seq_len: int) -> dict | None:
-    """The bucket's config where this kernel is the config=None forward (``MIN_SEQ_LEN``), else None. Only
-    sequences a whole number of key blocks long: a ragged last block would read the next head's K/V rows (masked
-    to probability 0, but a non-finite value there would still reach O as 0 x inf)."""
-    config = PINNED_FORWARD.get((head_dim, causal))
-    if config is None or seq_len < MIN_SEQ_LEN[head_dim] or seq_len % config["BLOCK_N"]:
-        return None
-    return config
+    """The bucket's config where this kernel is the config=None forward (``PERSISTENT_FORWARD``, then
+    ``MIN_SEQ_LEN``), else None. Only sequences a whole number of key blocks long: a ragged last block would read
+    the next head's K/V rows (masked to probability 0, but a non-finite value there would still reach O as 0 x
+    inf)."""
+    shortest, longest, config = PERSISTENT_FORWARD.get((head_dim, causal), (0, -1, None))
+    if config is None or not shortest <= seq_len <= longest:
+        config = PINNED_FORWARD.get((head_dim, causal))
+        if config is None or seq_len < MIN_SEQ_LEN[head_dim]:
+            return None
+    return None if seq_len % config["BLOCK_N"] else config
 
 
 def default_config(head_dim: int, causal: bool) -> dict:
@@ -564,6 +652,8 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
     check(isinstance(config["PINGPONG"], bool), "config['PINGPONG']", config["PINGPONG"], "True or False")
     check(not config["PINGPONG"] or config["BLOCK_M"] == 128, "config['PINGPONG']", True,
           "False with BLOCK_M=64 (ping-pong orders two consumer warpgroups)")
+    check(isinstance(config.get("PERSISTENT", False), bool), "config['PERSISTENT']", config.get("PERSISTENT"),
+          "True or False")
     ctas = config.get("CTAS_PER_SM", 1)
     check(ctas in (1, 2, 3), "config['CTAS_PER_SM']", ctas, "1, 2 or 3 (CTAs resident on one SM)")
     check(fits_shared_memory(config, head_dim), "config",
@@ -588,14 +678,15 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     rows, block_n = ROWS_PER_WARPGROUP, config["BLOCK_N"]
     q_type = f"tensordesc<{dtype}[{rows}, {head_dim}],{_tile_layout(rows, head_dim, gl_dtype)!r}>"
     kv_type = f"tensordesc<{dtype}[{block_n}, {head_dim}],{_tile_layout(block_n, head_dim, gl_dtype)!r}>"
+    kernel = _persistent_kernel() if config.get("PERSISTENT", False) else _attn_fwd_kernel
     signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_ptr": f"*{dtype}", "lse_ptr": "*fp32",
-                 "seq_len": "i32", "heads_q": "i32", "group": "i32", "qk_scale": "fp32"}
+                 "seq_len": "i32", "heads_q": "i32", "group": "i32", "batch_heads": "i32", "qk_scale": "fp32"}
     constexprs = _constexprs(config, causal)
     signature.update({name: "constexpr" for name in constexprs})
-    signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
+    signature = {name: signature[name] for name in kernel.arg_names}
     names = list(signature)
     attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in ("o_ptr", "lse_ptr")}
-    source = GluonASTSource(_attn_fwd_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
+    source = GluonASTSource(kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=launch_options(config))
 
 

@@ -1,0 +1,174 @@
+"""The persistent variant of the Gluon attention forward (``attention_gluon``, config ``PERSISTENT=True``).
+
+The one-tile kernel launches a program per (query tile, b * Hq): with a short causal sequence (S = 512, 128-row
+tiles: 2.5 key blocks a tile on average) each program's prologue (barrier init, the Q and first K/V loads, the
+lone S_0 GEMM) and epilogue (the last P V, the O and lse stores) is a large share of its life, and nothing of the
+same CTA hides it. Here (FA3's persistent scheduler, Shah et al. 2024, arXiv:2407.08608, section 3.1 and
+``hopper/tile_scheduler.hpp``) the grid is min(tiles, SMs x CTAS_PER_SM) programs and each walks the tiles
+``tile = program_id, + num_programs, ...`` in the one-tile grid's launch order: causal tiles longest first (the
+query-tile axis reversed and outermost, so every program's share of the work is near equal), full ones
+neighbouring heads' tiles together. The partitions are the one-tile kernel's (``attention_gluon._load_tile``,
+``_attend_tile``), run once per tile of the program:
+
+- The TMA warp runs ahead of the consumers by as much as the rings allow: while they finish tile t's last
+  softmax, P V and stores it is already loading tile t+1's Q (into the other of two Q buffers) and first K/V
+  blocks, so the next tile's prologue finds its operands in shared memory.
+- Barrier phases continue across tiles. The K/V rings are counted per program, not per tile: ``it`` is the
+  number of key blocks this program has loaded (or consumed) before the tile, so block j of the tile is ring
+  load it + j, slot (it + j) % NUM_STAGES, ready-parity ((it + j) // NUM_STAGES) & 1 (empty-parity the
+  opposite). The ping-pong turns are counted the same way: a tile of n blocks takes n + 1 turns (the lone S_0,
+  n - 1 overlapped steps, the last P V), so tile number i of the program starts at turn it + i. Q buffer
+  i % 2 holds tile i; its ready barrier completes once per use (parity (i // 2) & 1) and each consumer
+  releases its own 64 rows after the tile's last wgmma (``q_empty``, which the producer waits on at the
+  opposite parity before reloading the buffer, two tiles later).
+
+Shared memory: the one-tile kernel's plus one more Q buffer (``attention_gluon.shared_bytes``); d=128 with
+128 x 128 tiles: 2 K/V stages (192 KiB of 227). O is stored from registers as in the one-tile kernel.
+"""
+
+from __future__ import annotations
+
+from workbench.kernels.attention_gluon import HAS_GLUON
+
+Q_BUFFERS = 2
+"""Q tiles in flight per consumer: the tile being computed and the next one the producer loads meanwhile."""
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+    from workbench.kernels.attention_gluon import _attend_tile, _load_tile, _release, _tile_geometry
+
+    _Q_BUFFERS = gl.constexpr(Q_BUFFERS)
+
+    @gluon.jit
+    def _persistent_tile(tile, tiles_m, batch_heads, CAUSAL: gl.constexpr):
+        """(query tile, b * Hq + h) of linear tile number ``tile``, in the one-tile grid's launch order."""
+        if CAUSAL:  # every head's last query tile first: the longest tiles start first
+            return tiles_m - 1 - tile // batch_heads, tile % batch_heads
+        return tile % tiles_m, tile // tiles_m
+
+    @gluon.jit
+    def _persistent_loader(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready,
+                           k_empty, v_empty, seq_len, heads_q, group, batch_heads, CAUSAL: gl.constexpr,
+                           NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
+        """The TMA warp: every tile of this program in turn; Q buffer i % 2 once both consumers released it."""
+        ROWS: gl.constexpr = q_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        BLOCK_M: gl.constexpr = ROWS * NUM_CONSUMERS
+        tiles_m = gl.cdiv(seq_len, BLOCK_M)
+        it = 0  # key blocks loaded by this program so far: the rings' load counter
+        i = 0  # tiles of this program so far
+        for tile in range(gl.program_id(0), tiles_m * batch_heads, gl.num_programs(0)):
+            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, CAUSAL)
+            start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
+                                                                      BLOCK_N, CAUSAL)
+            q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
+            for w in gl.static_range(NUM_CONSUMERS):  # a fresh barrier passes parity 1: the first two tiles
+                mbarrier.wait(q_empty.index(q_slot + w), ((i // _Q_BUFFERS) & 1) ^ 1)
+            _load_tile(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
+                       q_slot, q_row + start_m, kv_row, n_blocks, it, NUM_CONSUMERS, NUM_STAGES)
+            it += n_blocks
+            i += 1
+
+    @gluon.jit
+    def _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL: gl.constexpr,
+                             WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                             PINGPONG: gl.constexpr):
+        """Consumer warpgroup WG: every tile of this program in turn (``_attend_tile``), the ring loads and the
+        ping-pong turns counted from the program's first tile (module doc)."""
+        ROWS: gl.constexpr = q_smem.shape[1]
+        BLOCK_N: gl.constexpr = k_ring.shape[1]
+        BLOCK_M: gl.constexpr = ROWS * NUM_CONSUMERS
+        tiles_m = gl.cdiv(seq_len, BLOCK_M)
+        it = 0  # key blocks consumed by this program so far
+        i = 0  # tiles of this program so far; tile i took it_i + i turns before it
+        for tile in range(gl.program_id(0), tiles_m * batch_heads, gl.num_programs(0)):
+            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, CAUSAL)
+            start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
+                                                                      BLOCK_N, CAUSAL)
+            q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
+            _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
+                         q_slot, (i // _Q_BUFFERS) & 1, start_m, q_row, n_full, n_blocks, it, it + i, seq_len,
+                         qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG)
+            _release(q_empty, q_slot + WG)  # the tile's last QK^T retired inside _attend_tile
+            it += n_blocks
+            i += 1
+
+    @gluon.jit
+    def _persistent_second_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                                    turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale,
+                                    CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+        _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL, 1, 2,
+                             NUM_STAGES, PINGPONG)
+
+    @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group", "batch_heads"])  # one build per config, layout
+    def attn_fwd_persistent_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads,
+                                   qk_scale, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                                   NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
+                                   CONSUMER_REGS: gl.constexpr):
+        """Grid: (min(cdiv(S, BLOCK_M) x B * Hq, SMs x CTAS_PER_SM),); BLOCK_M = 64 NUM_CONSUMERS.
+
+        Arguments as ``attention_gluon._attn_fwd_kernel``'s, plus batch_heads = B * Hq. Shared: Q
+        [Q_BUFFERS * NUM_CONSUMERS, 64, D] (buffer i % 2, consumer w at (i % 2) * NUM_CONSUMERS + w), K and V
+        rings [NUM_STAGES, BLOCK_N, D]; barriers: q_bar / q_empty per Q slot, ready / empty per ring slot, the
+        two ping-pong turns."""
+        ROWS: gl.constexpr = q_desc.block_type.shape[0]
+        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        Q_SLOTS: gl.constexpr = _Q_BUFFERS * NUM_CONSUMERS
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout)
+        k_ring = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_ring = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(Q_SLOTS):
+            mbarrier.init(q_bar.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=1)  # each consumer releases its own rows
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)  # every consumer releases every slot
+            mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
+        for i in gl.static_range(2):
+            mbarrier.init(turn.index(i), count=1)
+        # The partition lists are written out in each call: a JIT function cannot be bound to a variable.
+        if NUM_CONSUMERS == 2:
+            gl.warp_specialize([
+                (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL,
+                                        0, NUM_CONSUMERS, NUM_STAGES, PINGPONG)),
+                (_persistent_second_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty,
+                                               v_empty, turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads,
+                                               qk_scale, CAUSAL, NUM_STAGES, PINGPONG)),
+                (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
+                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, CAUSAL,
+                                      NUM_CONSUMERS, NUM_STAGES)),
+            ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        else:
+            gl.warp_specialize([
+                (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL,
+                                        0, NUM_CONSUMERS, NUM_STAGES, False)),
+                (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
+                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, CAUSAL,
+                                      NUM_CONSUMERS, NUM_STAGES)),
+            ], [1], [LOADER_REGS])
+        for i in gl.static_range(Q_SLOTS):
+            mbarrier.invalidate(q_bar.index(i))
+            mbarrier.invalidate(q_empty.index(i))
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(k_ready.index(i))
+            mbarrier.invalidate(v_ready.index(i))
+            mbarrier.invalidate(k_empty.index(i))
+            mbarrier.invalidate(v_empty.index(i))
+        for i in gl.static_range(2):
+            mbarrier.invalidate(turn.index(i))
