@@ -3,6 +3,7 @@ and kernels next to the new ones, with host time per call and device time apart 
 
     python3 benchmarks/kernels/norms_bench.py --out DIR --budget-s 150     # on a GPU
     python3 benchmarks/kernels/norms_bench.py --report DIR                 # REPORT.md again from DIR's CSVs
+    python3 benchmarks/kernels/norms_bench.py --cpu-host --out DIR [--tree PATH]   # host cost, no GPU
 
 Per norm, pass and shape (``elementwise.NORM_SHAPES``: tokens 4k-64k x hidden 2k-8k, bf16):
 - end to end ms (``do_bench`` median, L2 flushed, ``ROUNDS`` interleaved rounds) of ours "new" (the defaults:
@@ -13,9 +14,14 @@ Per norm, pass and shape (``elementwise.NORM_SHAPES``: tokens 4k-64k x hidden 2k
 - host us per call: ``HOST_CALLS`` calls issued back to back, CPU wall time of the loop without its final
   synchronize (CUDA graphs off);
 - GB/s over the measured copy bandwidth (``copy_`` of 1 GiB bf16), end to end and on the device.
-Then, at one small shape (host-bound), the host cost split: a no-op autograd.Function + autograd.grad (the floor
-any Python autograd op pays), ours new and old, the same launches replayed bare through ``kernel[grid]`` (JIT) and
-through the compiled launchers, eager and compiled torch. Last, budget permitting, a sweep of the backward's warps.
+Then, at one small shape (host-bound), the host cost split (``host_cases``): a no-op autograd.Function with ours'
+inputs and outputs + autograd.grad (the floor any Python autograd op pays), the same Function making ours' recorded
+launches (floor + launches: ours minus it is ours' own bookkeeping), ours new and old, the launches replayed bare
+through ``kernel[grid]`` (JIT) and through the compiled launchers, eager and compiled torch. Last, budget
+permitting, a sweep of the backward's warps.
+
+``--cpu-host`` (no GPU): the same split on CPU tensors with the kernels stubbed in a simulated H200
+(``cpu_host``), thread CPU time; ``--tree`` imports workbench from another checkout for before/after figures.
 
 Writes DIR/norms.csv, DIR/norms_host.csv, DIR/norms_sweep.csv (rows appended as they finish), DIR/environment.json,
 DIR/REPORT.md. A failing row records its error and the run goes on; ``--budget-s`` skips what would start after it.
@@ -45,6 +51,10 @@ HOST_CALLS = 20
 """Calls per host-time loop: few enough that the GPU queue never fills (3 launches each)."""
 HOST_SHAPE = (1024, 4096)
 """The host-cost split's shape: small enough that every variant is host-bound on an H200."""
+CPU_HOST_SHAPE = (8, 4096)
+"""--cpu-host's shape: HOST_SHAPE's width, few enough rows that each CPU allocation (64 KB) stays on the heap;
+at HOST_SHAPE's 8 MB glibc maps and unmaps pages per call, a system-call cost that a GPU's caching allocator
+does not have (host cost does not depend on the row count otherwise)."""
 LARGE_BYTES = elementwise.LARGE_BYTES
 TARGETS = {"vs_torch": 1.0, "copy_fraction": 0.85}
 """Issue 20: >= 1.0x the torch op (eager and compiled), >= 0.85 of copy bandwidth at large sizes."""
@@ -152,55 +162,95 @@ def run_row(op: str, pass_: str, tokens: int, width: int, compiled_fns: dict, co
     return row
 
 
-def host_rows(op: str, pass_: str) -> list[dict]:
-    """The host-cost split at HOST_SHAPE: floor, ours new/old, bare launches (JIT, direct), eager, compiled."""
-    import torch
-
+def recorded_launches(call) -> list:
+    """(launch, (aligned, *tensors)) of every ``KernelLaunch`` one call of ``call`` makes, in order (after two
+    calls: planned, compiled, launchers kept)."""
     from workbench.kernels._launch import KernelLaunch
 
-    tokens, width = HOST_SHAPE
-    fns, (leaves, dy) = make_fns(op, pass_, tokens, width, {})
-    rows = []
-
-    class NoOp(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, *params):
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, grad):
-            return (grad,) + (None,) * (len(leaves) - 1)
-
-    floor = elementwise._callable(NoOp.apply, leaves, dy, pass_ == "fwd_bwd", len(leaves))
-    recorded: list = []  # (launch, (aligned, *tensors)) of one call
+    call()
+    call()
+    recorded: list = []
     real_call = KernelLaunch.__call__
 
     def recording(self, *args):
         recorded.append((self, args))
         return real_call(self, *args)
 
-    fns["new"]()
-    fns["new"]()  # planned, compiled, launchers kept
     KernelLaunch.__call__ = recording
     try:
-        fns["new"]()
+        call()
     finally:
         KernelLaunch.__call__ = real_call
+    return recorded
 
-    def bare_jit():
-        for launch, (_, *tensors) in recorded:
-            launch.kernel[launch.grid](*tensors, *launch.scalars, **launch.kwargs)
 
-    def bare_direct():
-        for launch, args in recorded:
+def host_cases(op: str, pass_: str, leaves: tuple, dy, ours, gpu: bool) -> tuple[dict, int]:
+    """case -> zero-argument callable for the host-cost split of one norm and pass, and the launches one call of
+    ours makes. The floor is a no-op autograd.Function with ours' inputs and outputs (it saves x and the weights,
+    allocates y in its forward and every input's gradient in its backward) and nothing else; "floor + launches"
+    is the same Function making ours' recorded launches (the forward's in its forward, the backward's two in its
+    backward): what any Python autograd op with these launches pays, so ours minus it is ours' own bookkeeping
+    and its two further allocations (statistics, partial sums). On a GPU also the launches bare, through the JIT
+    and through the compiled launchers."""
+    import torch
+
+    from workbench.kernels._launch import KernelLaunch
+
+    backward = pass_ == "fwd_bwd"
+    call = elementwise._callable(ours, leaves, dy, backward, len(leaves))
+    recorded = recorded_launches(call)
+    real_call = KernelLaunch.__call__
+    forward_launches, backward_launches = recorded[:1], recorded[1:]
+
+    def replay(launches):
+        for launch, args in launches:
             real_call(launch, *args)
 
-    cases = {"floor: no-op autograd.Function" if pass_ == "fwd_bwd" else "floor: no-op autograd.Function apply":
-             floor, "ours new": fns["new"], "ours old": fns["old"], "bare launches, JIT": bare_jit,
-             "bare launches, direct": bare_direct, "eager": fns["eager"], "compiled": fns["compiled"]}
+    def make_floor(forward_work, backward_work):
+        class Floor(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, *params):
+                ctx.save_for_backward(x, *params)
+                forward_work()
+                return torch.empty_like(x)
+
+            @staticmethod
+            def backward(ctx, grad):
+                saved = ctx.saved_tensors
+                backward_work()
+                return tuple(torch.empty_like(t) for t in saved)
+
+        return elementwise._callable(Floor.apply, leaves, dy, backward, len(leaves))
+
+    def nothing():
+        return None
+
+    floor = "floor: no-op autograd.Function" + (" + autograd.grad" if backward else " apply")
+    cases = {floor: make_floor(nothing, nothing),
+             "floor + launches (ours' replayed in it)": make_floor(lambda: replay(forward_launches),
+                                                                   lambda: replay(backward_launches)),
+             "ours new": call}
+    if gpu:
+        def bare_jit():
+            for launch, (_, *tensors) in recorded:
+                launch.kernel[launch.grid](*tensors, *launch.scalars, **launch.kwargs)
+
+        cases.update({"bare launches, JIT": bare_jit, "bare launches, direct": lambda: replay(recorded)})
+    return cases, len(recorded)
+
+
+def host_rows(op: str, pass_: str) -> list[dict]:
+    """The host-cost split at HOST_SHAPE on the GPU: floor, floor + launches, ours new/old, bare launches (JIT,
+    direct), eager, compiled (wall time per call, calls back to back)."""
+    tokens, width = HOST_SHAPE
+    fns, (leaves, dy) = make_fns(op, pass_, tokens, width, {})
+    ours, _, _, _ = elementwise.make_case(op, pass_, tokens, width)
+    cases, launches = host_cases(op, pass_, leaves, dy, ours, gpu=True)
+    cases.update({"ours old": fns["old"], "eager": fns["eager"], "compiled": fns["compiled"]})
+    rows = []
     for case, fn in cases.items():
-        row = {"op": op, "pass": pass_, "case": case, "launches": len(recorded) if "launch" in case or "ours" in case
-               else ""}
+        row = {"op": op, "pass": pass_, "case": case,
+               "launches": launches if "launch" in case or "ours" in case else ""}
         try:
             fn()
             row["host_us"] = host_us(fn, calls=50, rounds=5)
@@ -208,6 +258,87 @@ def host_rows(op: str, pass_: str) -> list[dict]:
             row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:120]}"
         rows.append(row)
     return rows
+
+
+# ------------------------------------------------------------------------------------------------- --cpu-host
+def cpu_host(out: Path, rounds: int, calls: int) -> None:
+    """The host-cost split without a GPU: ours' wrapper on CPU tensors with its three kernels stubbed (no-op
+    launchers, taken through ``KernelLaunch``'s direct path) in a simulated H200 (``host_overhead._fake_h200``),
+    against the floor and floor + launches of ``host_cases``. Thread CPU time per call, least of ``rounds``
+    rounds of ``calls`` calls (the machine is shared: wall-clock medians there move by 2x); autograd runs a CPU
+    backward on the calling thread, so the backward is in the figure (on a GPU it runs on autograd's device
+    thread, whose hop the GPU run's floor has and this one does not). Writes DIR/norms_host_cpu.csv,
+    DIR/environment.json and DIR/REPORT.md."""
+    import os
+
+    os.environ["TRITON_INTERPRET"] = "0"  # the GPU code path, kernels stubbed below
+    import host_overhead  # benchmarks/kernels/host_overhead.py: the stubs and the simulated H200
+    import torch
+
+    from workbench.kernels import _common, _launch, norms
+
+    host_overhead._fake_h200({"_common": _common, "_launch": _launch, "norms": norms})
+    for name in ("_norm_fwd_kernel", "_norm_bwd_kernel", "_partial_sum_kernel"):
+        setattr(norms, name, host_overhead._Launches(getattr(norms, name), [], stub=True))
+    torch.set_num_threads(1)
+    out.mkdir(parents=True, exist_ok=True)
+    tokens, width = CPU_HOST_SHAPE
+    env = {"mode": "cpu host (stubbed launches, simulated H200)", "torch": torch.__version__,
+           "python": platform.python_version(), "cpu_count": os.cpu_count(),
+           "workbench": str(Path(norms.__file__).resolve().parents[2]), "shape": f"{tokens}x{width} bf16",
+           "rounds": rounds, "calls": calls, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "command": " ".join(sys.argv)}
+    table = elementwise._Table(out / "norms_host_cpu.csv", HOST_FIELDS)
+    for op in ("rmsnorm", "layernorm"):
+        for pass_ in ("fwd", "fwd_bwd"):
+            torch.manual_seed(0)
+            backward = pass_ == "fwd_bwd"
+            x = torch.randn(tokens, width, dtype=torch.bfloat16)
+            params = [1 + 0.1 * torch.randn(width, dtype=torch.bfloat16) for _ in range(2 if op == "layernorm" else 1)]
+            leaves = tuple(t.requires_grad_(backward) for t in (x, *params))
+            dy = torch.randn_like(x) if backward else None
+            ours = norms.layer_norm if op == "layernorm" else norms.rms_norm
+            cases, launches = host_cases(op, pass_, leaves, dy, ours, gpu=False)
+            for case, fn in cases.items():
+                row = {"op": op, "pass": pass_, "case": case, "launches": launches if "launch" in case
+                       or "ours" in case else ""}
+                try:
+                    row["host_us"] = cpu_us(fn, calls, rounds)
+                except Exception as exc:  # noqa: BLE001 - recorded; the other cases go on
+                    row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:120]}"
+                print(f"{op} {pass_} {case}: {row.get('host_us', row.get('error'))}", flush=True)
+                table.add(row)
+    (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+    (out / "REPORT.md").write_text(cpu_report(out))
+    print(f"done; {out / 'REPORT.md'}", flush=True)
+
+
+def cpu_us(fn, calls: int, rounds: int) -> float:
+    """Thread CPU time per call of ``calls`` back-to-back calls, least of ``rounds`` rounds."""
+    fn()
+    best = math.inf
+    for _ in range(rounds):
+        start = time.thread_time_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.thread_time_ns() - start) / calls / 1e3)
+    return best
+
+
+def cpu_report(out: Path) -> str:
+    env = json.loads((out / "environment.json").read_text())
+    hosts = _read(out / "norms_host_cpu.csv")
+    lines = ["# RMSNorm / LayerNorm host cost per call on the CPU (stubbed launches, simulated H200)", "",
+             f"`{env['command']}` ({env['date_utc']}, workbench {env['workbench']}, torch {env['torch']}, "
+             f"{env['cpu_count']} CPUs); {env['shape']}; thread CPU time, least of {env['rounds']} rounds of "
+             f"{env['calls']} calls. The launches are no-op stubs (Triton's launcher and the CUDA driver are not in "
+             "these figures, nor autograd's hop to its device thread: the GPU run's host table has them).", "",
+             "floor: a no-op autograd.Function with ours' inputs and outputs; floor + launches: the same making "
+             "ours' launches; ours minus floor + launches is ours' own bookkeeping and its two further "
+             "allocations.", ""]
+    lines += _table(hosts, [("op", "op", ""), ("pass", "pass", ""), ("case", "case", ""),
+                            ("host us", "host_us", ".1f"), ("launches", "launches", ""), ("error", "error", "")])
+    return "\n".join(lines) + "\n"
 
 
 def sweep_row(op: str, tokens: int, width: int, warps: int) -> dict:
@@ -352,11 +483,13 @@ def report(out: Path) -> str:
                 old_text, _ = _summary([_num(r, f"old_vs_{side}") for r in sel])
                 met = "n/a" if stats is None else "met" if stats[1] >= TARGETS["vs_torch"] else "MISSED"
                 lines.append(f"| {op} {pass_} >= 1.0x {side} (geomean) | {text} | {old_text} | {met} |")
-            large = [_num(r, "copy_fraction") for r in sel if _num(r, "bytes") >= LARGE_BYTES]
-            large = [v for v in large if v == v]
-            met = "n/a" if not large else "met" if min(large) >= TARGETS["copy_fraction"] else "MISSED"
-            measured = f"min {min(large):.2f} over {len(large)} rows" if large else "no large row"
-            lines.append(f"| {op} {pass_} >= 0.85 of copy bandwidth (rows >= 1 GB) | {measured} | | {met} |")
+            for key, how in (("copy_fraction", "end to end"), ("device_copy_fraction", "device time")):
+                large = [_num(r, key) for r in sel if _num(r, "bytes") >= LARGE_BYTES]
+                large = [v for v in large if v == v]
+                met = "n/a" if not large else "met" if min(large) >= TARGETS["copy_fraction"] else "MISSED"
+                measured = f"min {min(large):.2f} over {len(large)} rows" if large else "no large row"
+                lines.append(f"| {op} {pass_} >= 0.85 of copy bandwidth (rows >= 1 GB, {how}) | {measured} | | "
+                             f"{met} |")
     lines += ["", "## End to end, device and host time per shape", "",
               "ms: do_bench end to end (host time shows where it exceeds the GPU's); device ms: the call replayed "
               "from a CUDA graph; host us: CPU wall time per call, calls back to back, no synchronize; copy: "
@@ -372,8 +505,10 @@ def report(out: Path) -> str:
                            ("dev copy", "device_copy_fraction", ".2f"), ("rel err", "rel_err", ".1e"),
                            ("error", "error", "")])
     lines += ["", f"## Host cost per call at {HOST_SHAPE[0]}x{HOST_SHAPE[1]} (host-bound)", "",
-              "floor: a no-op autograd.Function (+ autograd.grad for fwd_bwd) on the same tensors, what any Python "
-              "autograd op pays; bare launches: the launches one call of ours makes, replayed through "
+              "floor: a no-op autograd.Function (+ autograd.grad for fwd_bwd) with ours' inputs and outputs (it "
+              "allocates y and every input's gradient), what any Python autograd op pays; floor + launches: the same "
+              "Function making ours' recorded launches (ours minus it: ours' own bookkeeping and its two further "
+              "allocations); bare launches: the launches one call of ours makes, replayed through "
               "`kernel[grid](...)` (JIT) or the compiled launchers (direct).", ""]
     lines += _table(hosts, [("op", "op", ""), ("pass", "pass", ""), ("case", "case", ""),
                             ("host us", "host_us", ".1f"), ("launches", "launches", ""), ("error", "error", "")])
@@ -389,7 +524,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="folder for the CSVs, environment.json and REPORT.md")
     parser.add_argument("--budget-s", type=float, default=150.0, help="wall-clock cap: later rows are skipped")
     parser.add_argument("--report", type=Path, help="write DIR/REPORT.md again from DIR's CSVs (no GPU)")
+    parser.add_argument("--cpu-host", action="store_true", help="the host-cost split on CPU, launches stubbed")
+    parser.add_argument("--tree", type=Path, help="--cpu-host: import workbench from this checkout (before/after)")
+    parser.add_argument("--rounds", type=int, default=15, help="--cpu-host: rounds per case (the least is kept)")
+    parser.add_argument("--calls", type=int, default=500, help="--cpu-host: calls per round")
     args = parser.parse_args()
+    if args.cpu_host:
+        if not args.out:
+            parser.error("--cpu-host needs --out DIR")
+        if args.tree:
+            sys.path.insert(0, str(args.tree.resolve()))
+        cpu_host(args.out, args.rounds, args.calls)
+        return
     if args.report:
         (args.report / "REPORT.md").write_text(report(args.report))
         print((args.report / "REPORT.md").read_text())

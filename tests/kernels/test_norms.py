@@ -1,5 +1,11 @@
 """Triton RMSNorm / LayerNorm, forward and backward, against float64 torch (CPU, Triton interpreter)."""
 
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -232,15 +238,28 @@ def test_forward_only_path_matches_the_autograd_path():
 
 
 def test_partial_sums_reduce_many_programs_and_both_weights():
-    """The backward's per-program sums [groups, programs, cols] -> [groups, cols]: more programs than one step
-    of the reduction takes, columns not a multiple of its block, cast to the weight dtype."""
+    """The backward's per-program sums [groups, programs, cols] -> dweight, dbias [cols]: more programs than one
+    step of the reduction takes, columns not a multiple of its block, each cast to its own dtype."""
     g = torch.Generator().manual_seed(11)
     parts, cols = norms.PARTIAL_SUM_BLOCK[0] * 2 + 5, 70
     partials = torch.randn(2, parts, cols, generator=g)
-    out = torch.empty(2, cols, dtype=torch.bfloat16)
+    dweight, dbias = torch.empty(cols, dtype=torch.bfloat16), torch.empty(cols, dtype=torch.float32)
     block_p, block_c = norms.PARTIAL_SUM_BLOCK
-    norms._partial_sum_kernel[(-(-cols // block_c), 2)](partials, out, parts, cols, BLOCK_P=block_p, BLOCK_C=block_c)
-    assert rel_err(out, partials.double().sum(1)) < 1e-2
+    norms._partial_sum_kernel[(-(-cols // block_c), 2)](partials, dweight, dbias, parts, cols, BLOCK_P=block_p,
+                                                        BLOCK_C=block_c)
+    want = partials.double().sum(1)
+    assert rel_err(dweight, want[0]) < 1e-2 and rel_err(dbias, want[1]) < 1e-6
+
+
+def test_layer_norm_bias_gradient_in_its_own_dtype():
+    """bf16 weight with an fp32 bias: dbias is summed in fp32 and written as fp32, not rounded to the weight's
+    bf16 first."""
+    x, weight, bias, dy = make((6, 40), torch.bfloat16, True, seed=14)
+    leaves = [x.clone().requires_grad_(True), weight.clone().requires_grad_(True),
+              bias.float().requires_grad_(True)]
+    dweight, dbias = torch.autograd.grad(norms.layer_norm(*leaves), leaves[1:], dy)
+    assert dweight.dtype == torch.bfloat16 and dbias.dtype == torch.float32
+    assert rel_err(dbias, dy.double().sum(0)) < 1e-6  # dbias = sum of dy over rows, in fp32
 
 
 @pytest.mark.parametrize("stages", [1, 4])
@@ -348,3 +367,57 @@ def test_backward_warps_and_launch_are_config_choices():
                              ({"bwd_num_warps": 3}, "bwd_num_warps")):
         with pytest.raises(KernelInputError, match=argument):
             norms.rms_norm(torch.randn(2, 8), torch.ones(8), config=config)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True], ids=["rmsnorm", "layernorm"])
+def test_any_rank_contiguous_input_reaches_the_kernels_without_views(layer_norm):
+    """A contiguous x of rank 3 (a training step's [batch, seq, hidden]) goes to the kernels as it is: y and dx
+    are allocated in x's shape rather than viewed from [rows, cols] (each view is host time), and the results
+    match float64; a rank-3 x with padded rows is reshaped first and matches too."""
+    x, weight, bias, dy = make((2, 5, 48), torch.float32, layer_norm, seed=12)
+    y, dx, *_ = run_ours(x, weight, bias, dy)
+    assert y.shape == dx.shape == x.shape and y._base is None and dx._base is None
+    assert_matches((2, 5, 48), torch.float32, layer_norm, seed=12)
+
+    base = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(4)).requires_grad_(True)
+    padded = base[..., :48]  # rows 64 elements apart in rank 3: not one [rows, cols] stride
+    params = [weight] + ([bias] if layer_norm else [])
+    y = (norms.layer_norm if layer_norm else norms.rms_norm)(padded, *params)
+    (dx,) = torch.autograd.grad(y, base, dy)
+    ref_x = padded.detach().double().requires_grad_(True)
+    ref_params = [t.double() for t in params]
+    ref = (norms.reference_layer_norm if layer_norm else norms.reference_rms_norm)(ref_x, *ref_params)
+    (ref_dx,) = torch.autograd.grad(ref, ref_x, dy.double())
+    assert y.shape == padded.shape and rel_err(y, ref.detach()) < 1e-5
+    assert rel_err(dx[..., :48], ref_dx) < 1e-5 and torch.all(dx[..., 48:] == 0)
+
+
+def test_gradients_are_not_differentiable_again():
+    """The backward skips once_differentiable's no_grad context when grad mode is off (autograd's default);
+    with create_graph=True it still goes through it: the same gradients, and differentiating them (here through
+    a dy that requires a gradient) is an error."""
+    x, weight, _, dy = make((4, 24), torch.float32, False, seed=13)
+    leaf, w = x.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    plain = torch.autograd.grad(norms.rms_norm(leaf, w), (leaf, w), dy)
+    tracked_dy = dy.clone().requires_grad_(True)
+    graphed = torch.autograd.grad(norms.rms_norm(leaf, w), (leaf, w), tracked_dy, create_graph=True)
+    assert all(torch.equal(a, b) for a, b in zip(plain, graphed))
+    assert not plain[0].requires_grad and graphed[0].requires_grad
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        graphed[0].sum().backward()
+
+
+def test_cpu_host_mode_splits_the_host_cost_above_its_floor(tmp_path):
+    """benchmarks/kernels/norms_bench.py --cpu-host: every case of the host-cost split measured (the fwd+bwd
+    floor included: its no-op Function returns a gradient for every input), ours above floor + launches."""
+    bench = Path(__file__).resolve().parents[2] / "benchmarks/kernels/norms_bench.py"
+    result = subprocess.run([sys.executable, str(bench), "--cpu-host", "--out", str(tmp_path), "--rounds", "2",
+                             "--calls", "20"], env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "norms_host_cpu.csv").open()))
+    assert len(rows) == 12 and not any(row["error"] for row in rows)  # 2 norms x 2 passes x 3 cases
+    for norm in ("rmsnorm", "layernorm"):
+        us = {row["case"]: float(row["host_us"]) for row in rows if row["op"] == norm and row["pass"] == "fwd_bwd"}
+        assert us["ours new"] > us["floor: no-op autograd.Function + autograd.grad"] > 0
+    assert (tmp_path / "REPORT.md").exists()

@@ -12,8 +12,8 @@ torch's, benchmarks/results/h200/kernels/kernels_quick.csv).
 
 - forward: writes y and the per-row fp32 statistics (rstd, and mean for LayerNorm) that the backward reuses.
 - backward: writes dx per row; dweight (and dbias) are summed in fp32 registers per program into a
-  [programs, cols] buffer that one small kernel (``_partial_sum_kernel``) reduces and casts to the weight dtype
-  (no atomics, deterministic; one launch for dweight and dbias together).
+  [programs, cols] buffer that one small kernel (``_partial_sum_kernel``) reduces and casts to the weight's
+  (and the bias's) dtype (no atomics, deterministic; one launch for dweight and dbias together).
 
 Rows up to ``MAX_FWD_BLOCK_N`` (forward) / ``MAX_BWD_BLOCK_N`` (backward) columns sit in registers as one tile;
 wider rows loop over column tiles (two or three passes over x, mostly from L2, instead of one), not pipelined.
@@ -241,9 +241,11 @@ def _norm_bwd_kernel(x_ptr, w_ptr, dy_ptr, stats_ptr, dx_ptr, partial_ptr, rows,
 
 
 @triton.jit
-def _partial_sum_kernel(partial_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """out[g, c] = sum over p of partial[g, p, c]: the backward's per-program weight-gradient sums, partial
-    [groups, parts, cols] fp32 -> out [groups, cols] in out's dtype (group 0 dweight, 1 dbias).
+def _partial_sum_kernel(partial_ptr, dw_ptr, db_ptr, parts, cols, BLOCK_P: tl.constexpr,
+                        BLOCK_C: tl.constexpr):
+    """dw[c] = sum over p of partial[0, p, c], db[c] = the same of partial[1, p, c]: the backward's per-program
+    weight-gradient sums, partial [groups, parts, cols] fp32 -> dw, db [cols], each in its own dtype (group 1,
+    dbias, only for LayerNorm; RMSNorm passes dw as db too).
 
     Block: [BLOCK_P, BLOCK_C] of partial; grid (cdiv(cols, BLOCK_C), groups).
     """
@@ -255,7 +257,10 @@ def _partial_sum_kernel(partial_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr
     for start in range(0, parts, BLOCK_P):
         mask = (start + p < parts)[:, None] & (c < cols)[None, :]
         acc += tl.sum(tl.load(src + (start + p)[:, None] * cols + c[None, :], mask=mask, other=0.0), axis=0)
-    tl.store(out_ptr + group * cols + c, acc.to(out_ptr.dtype.element_ty), mask=c < cols)
+    if group == 0:
+        tl.store(dw_ptr + c, acc.to(dw_ptr.dtype.element_ty), mask=c < cols)
+    else:
+        tl.store(db_ptr + c, acc.to(db_ptr.dtype.element_ty), mask=c < cols)
 
 
 # --------------------------------------------------------------------------- #
@@ -320,6 +325,15 @@ def _as_rows(t: torch.Tensor, cols: int) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
+def _row_stride(t: torch.Tensor) -> int | None:
+    """The row stride of t [..., cols] as the kernels read it, [rows, cols] with unit column stride, when t can be
+    passed as it is ([rows, cols] with unit column stride, or contiguous of any rank); None when it needs
+    ``_as_rows`` first. A launch takes only t's address and this stride, so no reshape or view is made."""
+    if t.dim() == 2 and t.stride(1) == 1:
+        return t.stride(0)
+    return t.shape[-1] if t.is_contiguous() else None
+
+
 def _resident_programs(kernel, args: tuple, kwargs: dict, device: torch.device) -> int:
     """How many programs of ``kernel`` (launched with these arguments and constexprs/options ``kwargs``) the GPU
     runs at once: SMs times the blocks per SM its registers, shared memory and threads allow, read from the
@@ -354,30 +368,41 @@ class _NormPlan:
     (dy is not in the key): a backward whose dy has another row stride than the first one's gets a launch of its
     own, through the JIT, as attention's backward does for another dO layout.
 
-    A repeated fwd+bwd does, on the host: the plan lookup (a dict get on shapes, strides, dtypes, device), two
-    ``contiguous()`` of the weights (no-ops), ``autograd.Function.apply`` with ``ctx.save_for_backward`` of x, w
-    and the statistics; allocates y and the statistics; one launch; then in the backward ``ctx.saved_tensors``,
-    allocates dx, the weight gradients and the partial sums; two launches (and for LayerNorm one ``unbind`` of
-    the gradients). No torch op runs between the launches, and no ``.contiguous()`` copy for [rows, cols] inputs
-    with unit column stride. On the H200 machine a no-op autograd.Function with torch.autograd.grad costs ~95 us
-    and a Triton launch through the JIT ~20 us (benchmarks/results/h200/kernels/host_overhead)."""
+    A repeated fwd+bwd does, on the host: the plan lookup (a dict get on shapes, strides, dtypes, device),
+    ``autograd.Function.apply`` with ``ctx.save_for_backward`` of x, w and the statistics; allocates y and the
+    statistics; one launch; then in the backward ``ctx.saved_tensors``, allocates dx, dweight (and dbias, in the
+    bias's dtype: the partial sums' kernel writes each gradient in its own dtype) and the partial sums; two
+    launches. Nothing else: no torch op between the launches, no ``contiguous()`` of weights the key says are
+    contiguous, no reshape or view of x, y, dy or dx when x is contiguous (any rank) or [rows, cols] with unit
+    column stride (y and dx are allocated in x's shape, and a launch takes only addresses and row strides), no
+    ``torch.no_grad`` around the backward (autograd.grad already runs it without grad mode;
+    ``once_differentiable`` wraps it only when it does not). ``empty_like`` where a tensor of the shape and dtype
+    is at hand (y, dx, the weight gradients): its argument parsing costs about 2/3 of ``torch.empty``'s (callgrind,
+    torch 2.13 CPU: 8.4k against 13.1k instructions). On the H200
+    machine a no-op autograd.Function with torch.autograd.grad costs ~95-120 us and a Triton launch through the
+    JIT ~20 us, through the compiled launcher ~8-11 us (benchmarks/results/h200/kernels/host_overhead,
+    .../kernels/norms)."""
 
-    __slots__ = ("layer_norm", "config", "rows", "cols", "shape", "stats_shape", "grads_shape", "groups", "tiles",
-                 "fwd_kwargs", "bwd_kwargs", "bwd_one_block", "fwd", "bwd", "partial_sum", "partial_shape", "direct")
+    __slots__ = ("layer_norm", "config", "rows", "cols", "x_shape", "x_passes", "x_row_stride", "device",
+                 "bias_dtype", "params_contiguous", "stats_shape", "groups", "tiles", "fwd_kwargs", "bwd_kwargs",
+                 "bwd_one_block", "fwd", "bwd", "partial_sum", "partial_shape", "direct")
 
-    def __init__(self, x: torch.Tensor, config: dict | None, layer_norm: bool):
+    def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: dict | None,
+                 layer_norm: bool):
         self.layer_norm = layer_norm
         self.cols = cols = x.shape[-1]
         self.rows = rows = x.numel() // cols
+        self.x_shape, self.device = x.shape, x.device  # in the plan's key, as the weights' strides are
+        self.x_passes = _row_stride(x) is not None  # x goes to the kernels as it is (else through _as_rows)
+        self.bias_dtype = None if bias is None else bias.dtype
+        self.params_contiguous = weight.is_contiguous() and (bias is None or bias.is_contiguous())
         self.config = config = _resolve_config(config, cols)
         self.direct = config.get("launch", "direct") == "direct"
         rows_per_program, stages = config["ROWS_PER_PROGRAM"], config["num_stages"]
         fwd_block_n = _block_n(cols, config, MAX_FWD_BLOCK_N)
         bwd_block_n = _block_n(cols, config, MAX_BWD_BLOCK_N)
         self.groups = 2 if layer_norm else 1  # (mean and) rstd; dweight (and dbias)
-        self.shape = (rows, cols)
         self.stats_shape = (self.groups, rows)
-        self.grads_shape = (2, cols) if layer_norm else (cols,)
         self.tiles = triton.cdiv(rows, rows_per_program)
         self.fwd_kwargs = dict(LAYER_NORM=layer_norm, ONE_BLOCK=fwd_block_n >= cols, BLOCK_N=fwd_block_n,
                                ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages, **_launch_options(config))
@@ -386,14 +411,15 @@ class _NormPlan:
                                ROWS_PER_PROGRAM=rows_per_program, NUM_STAGES=stages,
                                **_launch_options(config, _backward_warps(config)))
         # the launches of the first forward / backward (the partial sums': with the backward's, whose grid sets
-        # the number of partial rows)
-        self.fwd = self.bwd = self.partial_sum = self.partial_shape = None
+        # the number of partial rows), and the row stride of x as the kernels read it (set with the forward's)
+        self.fwd = self.bwd = self.partial_sum = self.partial_shape = self.x_row_stride = None
 
     def first_forward(self, tensors: tuple, scalars: tuple, device: torch.device) -> None:
         """The forward's grid, from its compiled kernel, and its launch (tensors, scalars: a launch's arguments)."""
         args = (*tensors, *scalars)
         programs = min(self.tiles, _resident_programs(_norm_fwd_kernel, args, self.fwd_kwargs, device))
         self.fwd = KernelLaunch(_norm_fwd_kernel, (programs,), scalars, self.fwd_kwargs, self.direct)
+        self.x_row_stride = scalars[2]
 
     def first_backward(self, tensors: tuple, scalars: tuple, device: torch.device) -> None:
         """The backward's grid and partial-sum buffer, from its compiled kernel, and the launches of the backward
@@ -415,63 +441,81 @@ class _NormPlan:
             return self.bwd
         return KernelLaunch(_norm_bwd_kernel, self.bwd.grid, scalars, self.bwd_kwargs, direct=False)
 
+    def rows_of(self, x: torch.Tensor) -> torch.Tensor:
+        """x as the kernels read it: x itself (contiguous, or [rows, cols] with unit column stride), else
+        ``_as_rows(x)`` (a view or a copy)."""
+        return x if self.x_passes else _as_rows(x, self.cols)
+
 
 _PLANS = plan_cache()
 
 
-def _norm_forward(x2, weight, bias, eps, plan):
-    # x2: [rows, cols] -> y: [rows, cols] (x dtype), stats: [groups, rows] fp32 ((mean and) rstd)
-    y = torch.empty(plan.shape, dtype=x2.dtype, device=x2.device)
-    stats = torch.empty(plan.stats_shape, dtype=torch.float32, device=x2.device)
+def _norm_forward(x, weight, bias, eps, plan):
+    # x: [..., cols] as plan.rows_of gives it, read as [rows, cols] -> y: x's shape, contiguous, x's dtype;
+    # stats: [groups, rows] fp32 ((mean and) rstd)
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    stats = torch.empty(plan.stats_shape, dtype=torch.float32, device=plan.device)
     if plan.rows == 0:
         return y, stats
-    tensors = (x2, weight, weight if bias is None else bias, y, stats)
+    tensors = (x, weight, weight if bias is None else bias, y, stats)
     if plan.fwd is None:  # every scalar argument is in the plan's key (rows, cols, x's row stride, eps)
-        plan.first_forward(tensors, (plan.rows, plan.cols, x2.stride(0), plan.cols, eps), x2.device)
+        plan.first_forward(tensors, (plan.rows, plan.cols, _row_stride(x), plan.cols, eps), x.device)
     plan.fwd(pointers_aligned(*tensors[:3]), *tensors)  # y, stats: torch's allocations, aligned
     return y, stats
 
 
-def _norm_backward(dy2, x2, weight, stats, plan, bias_dtype):
-    # dy2, x2: [rows, cols] -> dx [rows, cols], dweight [cols] (weight dtype), dbias [cols] (bias dtype) or None
-    dx = torch.empty(plan.shape, dtype=x2.dtype, device=x2.device)
-    grads = torch.empty(plan.grads_shape, dtype=weight.dtype, device=x2.device)  # dweight, or [dweight, dbias]
+def _norm_backward(dy, x, weight, stats, plan):
+    # dy: y's shape, x: as the forward read it -> dx: x's shape, contiguous; dweight [cols] (weight dtype),
+    # dbias [cols] (bias dtype) or None
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    dweight = torch.empty_like(weight)  # weight (and bias): [cols], contiguous
+    dbias = torch.empty_like(weight, dtype=plan.bias_dtype) if plan.layer_norm else None
     if plan.rows == 0:  # no rows: zero gradients for the weights
-        grads.zero_()
+        for grad in (dweight, dbias)[:plan.groups]:
+            grad.zero_()
     else:
-        # dy: y's dtype (autograd casts it), any row stride (not in the plan's key)
-        scalars = (plan.rows, plan.cols, x2.stride(0), dy2.stride(0), plan.cols)
+        dy_row_stride = _row_stride(dy)  # dy: y's dtype (autograd casts it), any strides (not in the plan's key)
+        if dy_row_stride is None:
+            dy = _as_rows(dy, plan.cols)
+            dy_row_stride = dy.stride(0)
+        scalars = (plan.rows, plan.cols, plan.x_row_stride, dy_row_stride, plan.cols)
         if plan.bwd is None:  # stats stand in for the partial sums (same dtype: the same compiled kernel)
-            plan.first_backward((x2, weight, dy2, stats, dx, stats), scalars, x2.device)
+            plan.first_backward((x, weight, dy, stats, dx, stats), scalars, x.device)
         # ONE_BLOCK stores each program's partial sums once; the column loop adds into them
         partials = (torch.empty if plan.bwd_one_block else torch.zeros)(plan.partial_shape, dtype=torch.float32,
-                                                                          device=x2.device)
-        # stats, dx, partials, grads: torch's allocations, aligned
-        plan.backward_launch(scalars)(pointers_aligned(x2, weight, dy2), x2, weight, dy2, stats, dx, partials)
-        plan.partial_sum(True, partials, grads)
-    if not plan.layer_norm:
-        return dx, grads, None
-    dweight, dbias = grads.unbind()
-    return dx, dweight, dbias if bias_dtype == weight.dtype else dbias.to(bias_dtype)
+                                                                          device=plan.device)
+        # stats, dx, partials, dweight, dbias: torch's allocations, aligned
+        plan.backward_launch(scalars)(pointers_aligned(x, weight, dy), x, weight, dy, stats, dx, partials)
+        plan.partial_sum(True, partials, dweight, dweight if dbias is None else dbias)
+    return dx, dweight, dbias
+
+
+def _backward(ctx, dy):
+    x, weight, stats = ctx.saved_tensors
+    dx, dweight, dbias = _norm_backward(dy, x, weight, stats, ctx.plan)
+    return dx if ctx.plan.x_passes else dx.view(ctx.plan.x_shape), dweight, dbias, None, None
+
+
+_backward_once_differentiable = once_differentiable(_backward)
 
 
 class _NormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps, plan):
-        x2 = _as_rows(x, plan.cols)
-        y, stats = _norm_forward(x2, weight, bias, eps, plan)
-        ctx.save_for_backward(x2, weight, stats)
-        ctx.plan, ctx.x_shape = plan, x.shape
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        return y if x.dim() == 2 else y.view(x.shape)
+        x = plan.rows_of(x)
+        y, stats = _norm_forward(x, weight, bias, eps, plan)
+        ctx.save_for_backward(x, weight, stats)
+        ctx.plan = plan
+        return y if plan.x_passes else y.view(plan.x_shape)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy):
-        x2, weight, stats = ctx.saved_tensors
-        plan = ctx.plan
-        dx, dweight, dbias = _norm_backward(_as_rows(dy, plan.cols), x2, weight, stats, plan, ctx.bias_dtype)
-        return dx if dy.dim() == 2 else dx.view(ctx.x_shape), dweight, dbias, None, None
+        """Not differentiable again: with grad mode on (autograd.grad(create_graph=True)) the gradients come
+        from ``once_differentiable``, which makes differentiating them an error; otherwise (what autograd.grad
+        and .backward() do by default) the same backward without its no_grad context (~2 us of host time)."""
+        if torch.is_grad_enabled():
+            return _backward_once_differentiable(ctx, dy)
+        return _backward(ctx, dy)
 
 
 def _check_inputs(x, weight, bias, eps, layer_norm):
@@ -499,14 +543,15 @@ def _norm(x, weight, bias, eps, config, layer_norm: bool) -> torch.Tensor:
         key = plan = None
     if plan is None:
         _check_inputs(x, weight, bias, eps, layer_norm)
-        plan = _NormPlan(x, config, layer_norm)
+        plan = _NormPlan(x, weight, bias, config, layer_norm)
         if key is not None:
             _PLANS.put(key, plan)
-    weight = weight.contiguous()
-    bias = None if bias is None else bias.contiguous()
+    if not plan.params_contiguous:  # the plan's key holds the weights' strides
+        weight = weight.contiguous()
+        bias = None if bias is None else bias.contiguous()
     if not needs_grad(x, weight, bias):
-        y, _ = _norm_forward(_as_rows(x, plan.cols), weight, bias, float(eps), plan)
-        return y if x.dim() == 2 else y.view(x.shape)
+        y, _ = _norm_forward(plan.rows_of(x), weight, bias, float(eps), plan)
+        return y if plan.x_passes else y.view(plan.x_shape)
     return _NormFunction.apply(x, weight, bias, float(eps), plan)
 
 
