@@ -122,3 +122,28 @@ def test_the_caches_shared_by_sharding_and_layout_give_each_config_its_own_numbe
                                              (2, 2, 4, 1, 1)), ("fsdp", "ddp", "zero1"), ("none", "full"), (64, 128))]
     for cfg in configs + configs[::-1]:
         assert step.summary(cfg) == predict("mixtral-8x7b", "mi300x", cfg).summary, cfg
+
+
+def test_the_fused_steps_micro_batch_stage_is_shared_only_by_configs_whose_blocks_match():
+    # the fused step caches one micro-batch Stage per (block shape, precision, tp/ep/cp, pp, checkpointing, LoRA):
+    # configurations that differ in anything else (dp, sharding, accumulation) share it, and each summary must still
+    # be exactly a fresh predict's
+    step = StepModel("llama3-8b", "h100", stack="ideal")
+    configs = [TrainingConfig(mb, 4096, precision, Parallelism(dp=dp, tp=tp, pp=pp, sharding=sharding), ac,
+                              global_batch).resolved(step.model)
+               for mb, precision, (dp, tp, pp), sharding, ac, global_batch in itertools.product(
+                   (1, 2), ("bf16", "fp8"), ((8, 1, 1), (4, 2, 1), (4, 1, 2), (2, 2, 2)), ("fsdp", "ddp"),
+                   ("none", "selective", "full"), (64, 128))]
+    for cfg in configs + configs[::-1]:
+        assert step.summary(cfg) == predict("llama3-8b", "h100", cfg, stack="ideal").summary, cfg
+
+
+def test_a_summary_has_its_dataclass_fields_in_order():
+    # the step model makes its summaries without the frozen __init__: the fields, in order (as_dict reads them so)
+    from workbench.step_result import StepSummary
+
+    step = StepModel("llama3.2-1b", "h200")
+    for cfg in CONFIGS[:2]:
+        s = step.summary(cfg.resolved(step.model))
+        assert list(s.__dict__) == [f.name for f in dataclasses.fields(StepSummary)]
+        assert s == StepSummary(**s.__dict__) and hash(s) == hash(StepSummary(**s.__dict__))

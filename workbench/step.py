@@ -15,12 +15,15 @@ candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is ca
 - a transformer's blocks are copies of one block (``Family.repeats_blocks``): one block's graph is built once per
   (micro-batch, sequence, precision, tp, ep, cp, LoRA) for all three checkpointing modes
   (``graph.transformer.block_graph``), priced once (the recomputation per mode) and multiplied by the busiest
-  stage's ``ceil(layers / pp)`` (its op counts), reused across dp, sharding, pp and global batch;
+  stage's ``ceil(layers / pp)`` (its op counts), reused across dp, sharding, pp and global batch; the stage's
+  priced parts are one object per (block, checkpointing, pp), so the sums cached by it are found again across dp,
+  sharding and accumulation;
 - the micro-batch's running sums are cached per (micro-batch graph, accumulation), the part FSDP, DDP and ZeRO-1
   share (``_micro_sums``; the once-per-step ops are added after, in the same order, so the bits are the same);
-- the optimizer, the data-parallel plan, the critical-path collectives (per layout and micro-batch), memory, a
-  stack's priced kernel tables and its launch time, and the largest fitting micro-batch are cached by what they
-  read; ``summary`` sums the collectives without making a ``CommPrediction`` for each;
+- the optimizer, the data-parallel plan (and its ``step_comm.exposure_schedule``), the critical-path collectives
+  (per layout and micro-batch), memory, a stack's priced kernel tables and its launch time, and the largest fitting
+  micro-batch are cached by what they read; ``summary`` sums the collectives without making a ``CommPrediction``
+  for each;
 - a stack's kernel tables are built from pieces shared by every configuration (``stacked.stack_tables``' memo:
   one block's ops per micro-batch shape and flavor, copied over the stage's blocks, whatever the pp, dp or
   accumulation), each piece priced once (``_price_parts``);
@@ -49,6 +52,7 @@ from workbench.models import Model, get_model
 from workbench.offload import offload_note, offload_time
 from workbench.perf import OpTime, op_time
 from workbench.perf.efficiency import Constants, constants_for, profile_path
+from workbench.perf.overlap import ExposureSchedule
 from workbench.power import tensor_throughput_scale
 from workbench.precision import get_precision, is_8bit_training, linear_gemm_precisions, resolve_precision
 from workbench.stack_memory_megatron import te_memory_traits
@@ -61,6 +65,7 @@ from workbench.step_comm import (
     communication_seconds,
     critical_path,
     data_parallel_plan,
+    exposure_schedule,
 )
 from workbench.step_result import Prediction, StepSummary, check_plausible, implausible_notes
 from workbench.step_sums import ACCUMULATED as _ACCUMULATED
@@ -228,11 +233,14 @@ class StepModel:
                  self._price_parts(tables.step_parts, fit, power)), tables))[0]
         model, p = self._laid_out(cfg), cfg.parallelism
         if self.family.repeats_blocks:  # each kind of block priced once, its copies on the stage
-            blocks = [(self._block(cfg, execution, fit, power, kind), n)
-                      for kind, n in self.family.stage_blocks(model, cfg)]
-            (ends, _, head, _, _), _ = blocks[0]
-            micro: Stage = ((ends, 1), *((b[1], n) for b, n in blocks), (head, 1), *((b[3], n) for b, n in blocks),
-                            *((b[4], n) for b, n in blocks))
+            # one Stage per what its blocks read (``_block``'s key, the checkpointing mode, and the pipeline degree,
+            # which is all ``Family.stage_blocks`` reads of cfg), so that the micro-batch's sums, cached by the
+            # Stage, are found again (``_micro_sums``): every data-parallel degree, sharding and accumulation
+            # shares it
+            key = ("micro stage", cfg.micro_batch, cfg.seq_len, cfg.precision, p.tp, p.ep, p.cp, p.pp, cfg.lora_rank,
+                   cfg.lora_targets, cfg.activation_checkpointing, execution, id(fit), power)
+            micro = self._cached(key, lambda: _stage(tuple((self._block(cfg, execution, fit, power, kind), n)
+                                                           for kind, n in self.family.stage_blocks(model, cfg))))
         else:
             key = (cfg if execution is not None else
                    (cfg.micro_batch, cfg.seq_len, cfg.precision, cfg.activation_checkpointing))
@@ -303,14 +311,21 @@ class StepModel:
         return self._cached(key, lambda: data_parallel_plan(self._laid_out(cfg), cfg, self.gpu, self.constants,
                                                             block_gather_scale=scale, schedules=own))
 
+    def _exposure(self, plan: DataParallelPlan) -> ExposureSchedule:
+        """``step_comm.exposure_schedule`` of ``plan`` (a cached value of ``_plan``), once per plan (it rides in the
+        cached value: its id stays its own)."""
+        return self._cached(("exposure", id(plan)), lambda: (exposure_schedule(plan), plan))[0]
+
     def _bound_gather_scale(self, cfg: TrainingConfig) -> float:
         """The blocks' FSDP all-gather bytes of the fused-step bound relative to bf16: under fp8-family training
         the bound gathers the weights in 8 bits (torchtitan's FSDP2 float8 all-gather does, so a bound must; the
         norms' few weights, ~1e-4 of a block, go in 8 bits too here); 1 otherwise and for stacks that price the
         step themselves (the reference job gathers bf16)."""
-        if not (is_8bit_training(cfg.precision) and self._bound(None) and cfg.parallelism.sharding == "fsdp"):
+        if cfg.parallelism.sharding != "fsdp":
             return 1.0
-        return get_precision(linear_gemm_precisions(cfg.precision).forward).bytes_per_element / 2
+        return self._cached(("bound gather scale", cfg.precision), lambda: (
+            get_precision(linear_gemm_precisions(cfg.precision).forward).bytes_per_element / 2
+            if is_8bit_training(cfg.precision) and self._bound(None) else 1.0))
 
     def _critical(self, cfg: TrainingConfig) -> CriticalPath:
         """``step_comm.critical_path``, cached by what it reads (every parallel degree but the sharding)."""
@@ -478,8 +493,9 @@ class StepModel:
         accum = cfg.grad_accumulation
         micro, once = parts = self._parts(cfg, fit, tables, execution)
         s = _fold(micro, accum, once, self._micro_sums(micro, accum))
+        plan = self._plan(cfg, tables)
         comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s,
-                         plan=self._plan(cfg, tables),
+                         plan=plan, schedule=self._exposure(plan),
                          attention_s=s.attention_s, critical=self._critical(cfg) if tables is None else
                          tables.overlap_critical_path(self._critical(cfg), micro, cfg, model, gpu,
                                                       lambda op: self.op_time(op).time_s))
@@ -510,7 +526,8 @@ class StepModel:
         compiled_loss = _compiled_loss(execution)
         if memory is None:
             memory = self._memory(cfg, tables, compiled_loss)
-        summary = StepSummary(
+        summary = object.__new__(StepSummary)  # its fields set without the frozen __init__ (one per candidate of
+        summary.__dict__.update(  # a recipe search), in the order of its fields, as __init__ sets them
             step_time_s=step, compute_bound_s=s.compute_bound_s, memory_bound_s=s.memory_bound_s,
             communication_s=comm_s, communication_total_s=comm_total_s,
             optimizer_s=optimizer_s, bubble_s=bubble_s, samples_per_s=samples / step, tokens_per_s=tokens / step,
@@ -520,6 +537,15 @@ class StepModel:
             priced_as_bound=self._bound(tables))
         check_plausible(summary, model, gpu)
         return summary, parts, comms
+
+
+def _stage(blocks: tuple[tuple[tuple[PricedOps, ...], int], ...]) -> Stage:
+    """A micro-batch's priced parts in step order from its kinds of block (each ``StepModel._block``'s pieces and
+    its copies on the stage): the embedding, every kind's forward, the head, every kind's backward, every kind's
+    recomputation (the ends and head are the first kind's)."""
+    (ends, _, head, _, _), _ = blocks[0]
+    return ((ends, 1), *((b[1], n) for b, n in blocks), (head, 1), *((b[3], n) for b, n in blocks),
+            *((b[4], n) for b, n in blocks))
 
 
 def _compiled_loss(execution: Execution | None) -> bool:

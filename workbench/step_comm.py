@@ -27,10 +27,10 @@ from workbench.perf.context_parallel import (
 )
 from workbench.perf.efficiency import Constants
 from workbench.perf.overlap import (
+    ExposureSchedule,
     ScheduledCollective,
     ddp_last_bucket_bytes,
     ddp_schedule,
-    exposed_seconds,
     fsdp_schedule,
     megatron_bucket_params,
     ring_exchange_exposed_s,
@@ -144,7 +144,8 @@ def replicated_dense_data_parallel(model: DLRMModel | HSTUModel, cfg: TrainingCo
 def communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
                    embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0,
                    plan: DataParallelPlan | None = None, attention_s: float = 0.0,
-                   critical: CriticalPath | None = None) -> list[CommPrediction]:
+                   critical: CriticalPath | None = None,
+                   schedule: ExposureSchedule | None = None) -> list[CommPrediction]:
     """Collectives of one step. Data-parallel traffic (FSDP gathers, gradient reductions: ``plan``, else
     ``data_parallel_plan``) follows the FSDP2 / DDP schedule of ``workbench.perf.overlap``: what is issued while
     compute runs shares one window of compute to hide behind (exposed = max(0, sum - comm_overlap x step compute),
@@ -153,9 +154,10 @@ def communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, ste
     (``embedding_fwd_s`` / ``embedding_bwd_s`` per micro-batch) that runs beside the first block's. Tensor-, expert-
     and pipeline-parallel traffic sits on the critical path and stays exposed (``critical_path``, or ``critical``
     already made). Context parallelism's ring K/V exchange hides behind the step's attention compute
-    (``attention_s``, per micro-batch): ``overlap.ring_exchange_exposed_s``."""
-    planned, exposed_s, critical_comms = _scheduled(model, cfg, gpu, c, step_compute, embedding_fwd_s,
-                                                    embedding_bwd_s, plan, attention_s, critical)
+    (``attention_s``, per micro-batch): ``overlap.ring_exchange_exposed_s``. ``schedule``: ``plan``'s
+    ``exposure_schedule``, already made."""
+    planned, _, exposed_s, critical_comms = _scheduled(model, cfg, gpu, c, step_compute, embedding_fwd_s,
+                                                       embedding_bwd_s, plan, attention_s, critical, schedule)
     data_parallel = [CommPrediction(s.name, s.collective, s.size_bytes, group, link, t * s.occurrences, e, s.edge)
                      for (s, group, link, t), e in zip(planned, exposed_s, strict=True)]
     return data_parallel + critical_comms
@@ -164,20 +166,28 @@ def communication(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, ste
 def communication_seconds(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float, *,
                           embedding_fwd_s: float = 0.0, embedding_bwd_s: float = 0.0,
                           plan: DataParallelPlan | None = None, attention_s: float = 0.0,
-                          critical: CriticalPath | None = None) -> tuple[float, float]:
+                          critical: CriticalPath | None = None,
+                          schedule: ExposureSchedule | None = None) -> tuple[float, float]:
     """(exposed, all) seconds of ``communication``'s collectives, summed in its order (the same ``sum`` over the
     same numbers, so the same bits), without making a ``CommPrediction`` per collective: recipe search's path."""
-    planned, exposed_s, critical_comms = _scheduled(model, cfg, gpu, c, step_compute, embedding_fwd_s,
-                                                    embedding_bwd_s, plan, attention_s, critical)
+    _, schedule, exposed_s, critical_comms = _scheduled(model, cfg, gpu, c, step_compute, embedding_fwd_s,
+                                                        embedding_bwd_s, plan, attention_s, critical, schedule)
     return (sum(exposed_s + [cm.exposed_s for cm in critical_comms]),
-            sum([t * s.occurrences for s, _, _, t in planned] + [cm.time_s for cm in critical_comms]))
+            sum(schedule.totals + [cm.time_s for cm in critical_comms]))  # totals: t x occurrences, in plan order
+
+
+def exposure_schedule(plan: DataParallelPlan) -> ExposureSchedule:
+    """``plan``'s collectives and times sorted once for ``overlap.exposed_seconds`` (many steps share a plan)."""
+    return ExposureSchedule([s for s, _, _, _ in plan], [t for _, _, _, t in plan])
 
 
 def _scheduled(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_compute: float,
                embedding_fwd_s: float, embedding_bwd_s: float, plan: DataParallelPlan | None, attention_s: float,
-               critical: CriticalPath | None) -> tuple[DataParallelPlan, list[float], list[CommPrediction]]:
-    """(the data-parallel plan, each collective's exposed seconds, the critical-path collectives with the cp ring's
-    overlap applied): ``communication``'s arithmetic, shared by ``communication_seconds``."""
+               critical: CriticalPath | None, schedule: ExposureSchedule | None = None,
+               ) -> tuple[DataParallelPlan, ExposureSchedule, list[float], list[CommPrediction]]:
+    """(the data-parallel plan, its ``exposure_schedule`` (``schedule``, or made), each collective's exposed seconds,
+    the critical-path collectives with the cp ring's overlap applied): ``communication``'s arithmetic, shared by
+    ``communication_seconds``."""
     exposed, ring = critical_path(model, cfg, gpu, c) if critical is None else critical
     if isinstance(ring, list):  # a stack's own ring (PyTorch's): each exchange beside its share of the attention
         exposed = exposed + _stack_ring_comms(model, cfg, ring, attention_s)
@@ -187,11 +197,11 @@ def _scheduled(model: Model, cfg: TrainingConfig, gpu: GPU, c: Constants, step_c
                                             ring_exchange_exposed_s(total, attention_s * cfg.grad_accumulation),
                                             "critical")]
     planned = data_parallel_plan(model, cfg, gpu, c) if plan is None else plan
-    schedule = [s for s, _, _, _ in planned]
-    times = [t for _, _, _, t in planned]
-    exposed_s = exposed_seconds(schedule, times, comm_overlap=c["comm_overlap"], step_compute_s=step_compute,
-                                embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
-    return planned, exposed_s, exposed
+    if schedule is None:
+        schedule = exposure_schedule(planned)
+    exposed_s = schedule.exposed(comm_overlap=c["comm_overlap"], step_compute_s=step_compute,
+                                 embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
+    return planned, schedule, exposed_s, exposed
 
 
 class PricedRingExchange(NamedTuple):

@@ -145,6 +145,13 @@ def implausible_notes(s: StepSummary) -> list[str]:
 def check_plausible(s: StepSummary, model: Model, gpu: GPU) -> None:
     """Raise ``ImplausiblePredictionError`` naming the first summary figure that is not finite and positive, or an
     MFU that is zero or above 1."""
+    # recipe search checks every candidate: the common case, every figure finite and in range, in one expression
+    # (``0 < x < inf`` is False for NaN), and the figures named only when one is not
+    if (0 < s.step_time_s < math.inf and 0 < s.tokens_per_s < math.inf and 0 < s.samples_per_s < math.inf
+            and 0 < s.mfu <= MFU_CEILING and 0 < s.model_flops_per_step < math.inf and 0 < s.memory.total < math.inf
+            and 0 <= s.compute_bound_s < math.inf and 0 <= s.memory_bound_s < math.inf
+            and 0 <= s.optimizer_s < math.inf and 0 <= s.communication_s < math.inf and 0 <= s.bubble_s < math.inf):
+        return
     figures = {"step_time_s": s.step_time_s, "tokens_per_s": s.tokens_per_s, "samples_per_s": s.samples_per_s,
                "mfu": s.mfu, "model_flops_per_step": s.model_flops_per_step, "memory.total": s.memory.total}
     parts = {"compute_bound_s": s.compute_bound_s, "memory_bound_s": s.memory_bound_s, "optimizer_s": s.optimizer_s,

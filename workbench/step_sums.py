@@ -147,6 +147,8 @@ ACCUMULATED = ("compute", "memory", "optimizer", "useful")
 """``PricedOps``' sums that count every micro-batch (x accumulation)."""
 ONE_MICRO = ("pairs", "embedding_fwd", "embedding_bwd", "attention")
 """``PricedOps``' sums that count one micro-batch (``pairs``: the micro-batch's own time, ``microbatch_s``)."""
+_GO_ON = ACCUMULATED + ONE_MICRO[1:]
+"""The sums ``fold`` carries on over the once-per-step ops (``microbatch_s`` has no once-per-step term)."""
 
 Stage = tuple[tuple[PricedOps, int], ...]
 """Priced op lists in step order, each with how many copies of it run (a block's ops: the stage's layers)."""
@@ -198,17 +200,15 @@ def fold(micro: Stage, accum: int, once: Stage, made: tuple[tuple, tuple] | None
     (x ``accum``) and of ``ONE_MICRO`` (x 1) already made; the running sums go on from them over ``once`` (the
     same additions in the same order). ``microbatch_s`` has no once-per-step term."""
     per_step, per_micro = made or (micro_sums(micro, accum, ACCUMULATED), micro_sums(micro, 1, ONE_MICRO))
-
-    def go_on(s, field: str) -> float:
-        for part, copies in once:
-            for t, n in getattr(part, field):
-                s += t * (n * copies)
-        return s
-
-    compute, memory, optimizer, useful = (go_on(s, f) for s, f in zip(per_step, ACCUMULATED, strict=True))
-    microbatch, emb_fwd, emb_bwd, attention = per_micro[0], *(
-        go_on(s, f) for s, f in zip(per_micro[1:], ONE_MICRO[1:], strict=True))
-    return Sums(compute, memory, optimizer, microbatch, emb_fwd, emb_bwd, attention, useful)
+    sums = (*per_step, *per_micro[1:])  # each field's sum goes on over the once-per-step parts, in their order
+    for part, copies in once:
+        sums = part_sums(sums, part, _GO_ON, copies)
+    compute, memory, optimizer, useful, emb_fwd, emb_bwd, attention = sums
+    out = object.__new__(Sums)  # the fields set without the frozen __init__ (one per candidate of a recipe search)
+    out.__dict__.update(compute_bound_s=compute, memory_bound_s=memory, optimizer_s=optimizer,
+                        microbatch_s=per_micro[0], embedding_fwd_s=emb_fwd, embedding_bwd_s=emb_bwd,
+                        attention_s=attention, useful_flops=useful)
+    return out
 
 
 class PrefixSums:

@@ -323,3 +323,15 @@ def test_lora_is_searched_where_the_core_models_it():
     with pytest.raises(SpecError, match="ddp or zero1 with LoRA"):
         search("llama3-8b", "h200-sxm", 8, lora_rank=16, shardings=("fsdp",),
                parallelisms=[Parallelism(dp=8)])
+
+
+def test_a_searched_candidate_is_the_dataclass_it_stands_for():
+    # the evaluator makes candidates without the frozen __init__ (recipe.search._candidate): each must be the
+    # Candidate(...) of its own fields -- equal, equally hashed, the same repr (search_speed.py's candidates_sha256)
+    import dataclasses
+
+    result = search("llama3-8b", "h200-sxm", 8, precisions=("bf16",), stack="torchtitan")
+    for c in result.candidates[::7]:
+        made = Candidate(**{f.name: getattr(c, f.name) for f in dataclasses.fields(Candidate)})
+        assert c == made and hash(c) == hash(made) and repr(c) == repr(made)
+        assert list(c.__dict__) == list(made.__dict__)

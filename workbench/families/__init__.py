@@ -126,8 +126,9 @@ class Family(ABC):
 
     def stage_blocks(self, model, cfg: TrainingConfig) -> tuple[tuple[Hashable, int], ...]:
         """``repeats_blocks`` families: (kind, copies) of each kind of block on the busiest pipeline stage, a kind
-        being what ``block_graph`` takes; the step model prices each kind once and weights it by its copies. The
-        default: one kind (None), ``stage_layers`` copies."""
+        being what ``block_graph`` takes; the step model prices each kind once and weights it by its copies. It
+        reads the model and the pipeline degree only (the step model caches it by those). The default: one kind
+        (None), ``stage_layers`` copies."""
         return ((None, self.stage_layers(model, cfg)),)
 
     @abstractmethod

@@ -8,8 +8,6 @@ HBM: each input read once, each output written once.
 
 from __future__ import annotations
 
-import dataclasses
-
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Union
@@ -138,6 +136,14 @@ def flat_shape(elements: int) -> FlatShape:
     return shape
 
 
+def gemm_shape(m: int, n: int, k: int, groups: int = 1) -> GemmShape:
+    """``GemmShape(m, n, k, groups)`` without the frozen dataclass's ``__init__`` (as ``new_op``): an equal shape.
+    Every block graph makes one per GEMM."""
+    shape = object.__new__(GemmShape)
+    shape.__dict__.update(m=m, n=n, k=k, groups=groups)
+    return shape
+
+
 def replace_op(op: Op, **changes) -> Op:
     """``dataclasses.replace(op, **changes)`` without calling ``__init__``: an ``Op`` derives nothing from its
     fields, so they are copied and ``changes`` set (``extra`` shared, as ``replace`` shares it). The recomputation
@@ -179,7 +185,7 @@ def gemm(name: str, m: int, n: int, k: int, dtype: str, *, phase: Phase = "fwd",
          count: int = 1, layer: str = "") -> Op:
     a = nbytes(dtype)
     out = nbytes(output_dtype(dtype))
-    return new_op(name, "gemm", phase, GemmShape(m, n, k, groups), dtype, 2.0 * m * n * k * groups,
+    return new_op(name, "gemm", phase, gemm_shape(m, n, k, groups), dtype, 2.0 * m * n * k * groups,
                   (m * k + k * n) * a * groups, m * n * out * groups, count, layer)
 
 
@@ -217,7 +223,10 @@ def kernel_pass(shape: AttentionShape, phase: Phase) -> AttentionShape:
     ``phase``'s, so that a recomputed forward (copied into the backward, phase bwd) keeps the forward's rate."""
     if shape.pass_ == "fwd_bwd":
         return shape
-    return dataclasses.replace(shape, pass_="fwd" if phase == "fwd" else "bwd")
+    kernel = object.__new__(AttentionShape)  # dataclasses.replace(shape, pass_=...) without the frozen __init__
+    kernel.__dict__.update(shape.__dict__)
+    kernel.__dict__["pass_"] = "fwd" if phase == "fwd" else "bwd"
+    return kernel
 
 
 # FLOPs per element of the memory-bound ops (rough operation counts; they only matter for the roofline plot).

@@ -245,21 +245,34 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
         partial_sums_s = (split - 1) * 2 * m * n * 4 * groups / bandwidth + launch if split > 1 else 0.0
         splits.append((split, _round_up(math.ceil(k_padded / split), inst_k), partial_sums_s))
 
+    # The loop below is ``_waves_time`` and ``_overlapped`` written out, expression for expression (so the bits are
+    # theirs): it runs for every tile and split of every GEMM a recipe search prices, and the two calls were a third
+    # of its time. No estimate object is made per candidate either.
+    inverse_overlap = 1.0 / overlap
     best_time, best = math.inf, None  # (tile_m, tile_n, split, tiles, compute_s) of the fastest candidate
     for (tile_m, tile_n, tile_flops_per_depth, rate, rate_max), output_tiles, twin in zip(tiles, output_tiles_of,
                                                                                           r.twins):
         if twin is not None and output_tiles_of[twin] == output_tiles:
             continue  # the same arithmetic as its twin's, which is kept on a tie
+        all_units_rate = rate * units
         for split, depth, partial_sums_s in splits:
             if split > 1 and output_tiles * split > 2 * units:
                 break
             tiles_split = output_tiles * split
-            compute_s = _waves_time(tile_flops_per_depth * depth, tiles_split, units, rate, rate_max, wave_overhead,
-                                    softening)
+            tile_flops = tile_flops_per_depth * depth  # _waves_time(tile_flops, tiles_split, units, rate, ...)
+            full, tail = divmod(tiles_split, units)
+            compute_s = full * (tile_flops / rate + wave_overhead)
+            if tail:
+                whole = tile_flops / min(rate_max, all_units_rate / tail)
+                spread = tail * tile_flops / all_units_rate
+                compute_s += whole - softening * max(0.0, whole - spread) + wave_overhead
             if split > 1:
                 compute_s += partial_sums_s
-            time_s = _overlapped(compute_s, memory_s, overlap)
-            if time_s < best_time:  # (the search is hot in recipe search: no estimate object per candidate)
+            # _overlapped(compute_s, memory_s, overlap): max() and min() of the two as the builtins pick (NaN too)
+            high = memory_s if memory_s > compute_s else compute_s
+            low = memory_s if memory_s < compute_s else compute_s
+            time_s = high * (1.0 + (low / high) ** overlap) ** inverse_overlap if high > 0 else 0.0
+            if time_s < best_time:
                 best_time, best = time_s, (tile_m, tile_n, split, tiles_split, compute_s)
     tile_m, tile_n, split, tiles_split, waves_s = best
     # Short kernels finish before the power cap bites: their rate rises towards the unthrottled one
@@ -270,6 +283,10 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
     compute_s = waves_s * full / fraction
     waves = math.ceil(tiles_split / units)
     padded = math.ceil(m / tile_m) * tile_m * math.ceil(n / tile_n) * tile_n * k_padded
-    return GemmEstimate(_overlapped(compute_s, memory_s, overlap) + launch, (tile_m, tile_n), split, waves,
-                        tiles_split, tiles_split / (waves * units), m * n * k / padded, compute_s, memory_s,
-                        "compute" if compute_s >= memory_s else "memory")
+    estimate = object.__new__(GemmEstimate)  # the fields set without the frozen __init__ (as graph.ops.new_op)
+    estimate.__dict__.update(time_s=_overlapped(compute_s, memory_s, overlap) + launch, tile=(tile_m, tile_n),
+                             split_k=split, waves=waves, tiles=tiles_split,
+                             wave_efficiency=tiles_split / (waves * units), padding_efficiency=m * n * k / padded,
+                             compute_s=compute_s, memory_s=memory_s,
+                             bound="compute" if compute_s >= memory_s else "memory")
+    return estimate

@@ -191,29 +191,56 @@ def exposed_seconds(plan: Sequence[ScheduledCollective], times_s: Sequence[float
     window: exposed = max(0, their sum - ``comm_overlap`` x (``step_compute_s`` - the embedding compute the edges'
     collectives already run beside)), split in proportion. ``step_compute_s`` includes the embedding's compute; each
     second of it hides one collective or the other, not both (counted in both, more HBM bandwidth made the step
-    slower: the module docstring)."""
-    if len(plan) != len(times_s):
-        raise ValueError(f"{len(plan)} collectives but {len(times_s)} times")
-    if not plan:  # one data-parallel rank
-        return []
-    totals = [t * s.occurrences for s, t in zip(plan, times_s, strict=True)]
-    out = [0.0] * len(plan)
-    on_edge: dict[str, list[int]] = {"forward_start": [], "backward_end": []}
-    hidden: list[int] = []
-    for i, s in enumerate(plan):  # one pass over the plan (recipe search calls this for every candidate)
-        (hidden if s.edge == "hidden" else on_edge[s.edge]).append(i)
-    covered_s = 0.0  # embedding compute spent hiding edge collectives, per step
-    for edge, window in (("forward_start", embedding_fwd_s), ("backward_end", embedding_bwd_s)):
-        members = on_edge[edge]
-        beside = [i for i in members if plan[i].beside_compute]
-        beside_s = sum(times_s[i] for i in beside)
-        kept = edge_exposed_s(0.0, beside_s, window) / beside_s if beside_s > 0 else 0.0
-        for i in members:
-            out[i] = totals[i] * (kept if plan[i].beside_compute else 1.0)
-        if beside:
-            covered_s += min(window, beside_s) * max(plan[i].occurrences for i in beside)
-    pooled = sum(totals[i] for i in hidden)
-    left = max(0.0, pooled - comm_overlap * max(0.0, step_compute_s - covered_s))
-    for i in hidden:
-        out[i] = left * totals[i] / pooled if pooled > 0 else 0.0
-    return out
+    slower: the module docstring). ``ExposureSchedule`` sorts the plan once for many steps."""
+    return ExposureSchedule(plan, times_s).exposed(comm_overlap=comm_overlap, step_compute_s=step_compute_s,
+                                                   embedding_fwd_s=embedding_fwd_s, embedding_bwd_s=embedding_bwd_s)
+
+
+class ExposureSchedule:
+    """``exposed_seconds``' plan and times sorted once: each collective's seconds per step (``totals``), which edge
+    or the hidden pool it is in, and the sums and counts of each edge's beside-compute collectives. Recipe search
+    prices many steps against one data-parallel plan (they differ in their compute); ``exposed`` gives each step's
+    exposed seconds with exactly ``exposed_seconds``' arithmetic, in its order."""
+
+    __slots__ = ("totals", "edges", "hidden", "pooled")
+
+    def __init__(self, plan: Sequence[ScheduledCollective], times_s: Sequence[float]):
+        if len(plan) != len(times_s):
+            raise ValueError(f"{len(plan)} collectives but {len(times_s)} times")
+        self.totals = [t * s.occurrences for s, t in zip(plan, times_s, strict=True)]
+        """Seconds per step of each collective (its time per occurrence x its occurrences)."""
+        on_edge: dict[str, list[int]] = {"forward_start": [], "backward_end": []}
+        hidden: list[int] = []
+        for i, s in enumerate(plan):
+            (hidden if s.edge == "hidden" else on_edge[s.edge]).append(i)
+        edges = []  # per edge: (members with whether each runs beside compute, beside seconds, their most occurrences)
+        for edge in ("forward_start", "backward_end"):
+            members = on_edge[edge]
+            beside = [i for i in members if plan[i].beside_compute]
+            beside_s = sum(times_s[i] for i in beside)
+            edges.append((tuple((i, plan[i].beside_compute) for i in members), beside_s,
+                          max(plan[i].occurrences for i in beside) if beside else None))
+        self.edges = tuple(edges)
+        self.hidden = tuple(hidden)
+        self.pooled = sum(self.totals[i] for i in hidden)
+        """Seconds per step of the hidden collectives together."""
+
+    def exposed(self, *, comm_overlap: float, step_compute_s: float, embedding_fwd_s: float = 0.0,
+                embedding_bwd_s: float = 0.0) -> list[float]:
+        """``exposed_seconds`` of the plan for one step (its arguments but the plan and times)."""
+        totals = self.totals
+        if not totals:  # one data-parallel rank
+            return []
+        out = [0.0] * len(totals)
+        covered_s = 0.0  # embedding compute spent hiding edge collectives, per step
+        for (members, beside_s, most), window in zip(self.edges, (embedding_fwd_s, embedding_bwd_s)):
+            kept = edge_exposed_s(0.0, beside_s, window) / beside_s if beside_s > 0 else 0.0
+            for i, beside in members:
+                out[i] = totals[i] * (kept if beside else 1.0)
+            if most is not None:
+                covered_s += min(window, beside_s) * most
+        pooled = self.pooled
+        left = max(0.0, pooled - comm_overlap * max(0.0, step_compute_s - covered_s))
+        for i in self.hidden:
+            out[i] = left * totals[i] / pooled if pooled > 0 else 0.0
+        return out
