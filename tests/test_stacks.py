@@ -223,3 +223,21 @@ def test_a_derived_stack_is_its_base_with_its_overrides():
         return sum(o.total_s for o in p.ops if (o.op.kind == "attention") == attention)
     assert total(runs["torchtitan-flash2"], True) > 1.2 * total(runs["torchtitan"], True)
     assert total(runs["torchtitan-flash2"], False) == pytest.approx(total(runs["torchtitan"], False))
+
+
+def test_a_stacks_gemm_factor_applies_on_its_architecture_only():
+    from workbench.hardware import get_gpu
+    from workbench.perf.efficiency import constants_for
+
+    factor = get_stack("megatron").constants["gemm_fraction_scale.fp8.blackwell"]
+    assert factor.kind == "fitted" and "te_fp8_blackwell_split.json" in factor.source
+    for name in ("megatron", "megatron-fp8cs"):  # the variant inherits the factor
+        b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
+        scaled = get_stack(name).gemm_constants(constants_for(b200), b200.architecture)
+        assert scaled["gemm_fraction.fp8"] == pytest.approx(constants_for(b200)["gemm_fraction.fp8"] * factor.value)
+        assert scaled["gemm_fraction.bf16"] == constants_for(b200)["gemm_fraction.bf16"]
+        assert scaled.provenance["gemm_fraction.fp8"] == "fitted"
+        hopper = constants_for(h100)
+        assert get_stack(name).gemm_constants(hopper, h100.architecture) is hopper
+    blackwell = constants_for(get_gpu("b200"))
+    assert get_stack("torchtitan").gemm_constants(blackwell, "blackwell") is blackwell

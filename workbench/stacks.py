@@ -34,6 +34,7 @@ from workbench.schema import Fields, check_number, load_yaml
 
 if TYPE_CHECKING:
     from workbench.families.recsys import EmbeddingPlacement
+    from workbench.perf.efficiency import Constants
 
 SCHEMA_VERSION = 1
 KERNEL_TABLES: tuple[str, ...] = ("fused", "reference-job", "pytorch", "torchtitan", "megatron-local", "megatron-te",
@@ -52,6 +53,8 @@ saves every GEMM output (the fused step's and the reference job's selective); ``
 Megatron's (``recompute_modules=["core_attn"]``); ``selective-op`` is torchtitan's
 per-op policy (saves SDPA and every second matmul's output); ``selective-N`` fully checkpoints every N-th block."""
 CONSTANT_KINDS: tuple[str, ...] = ("sourced", "fitted", "guess")
+GEMM_SCALE_PREFIX = "gemm_fraction_scale."
+"""Stack constants ``gemm_fraction_scale.<dtype>.<architecture>`` (``Stack.gemm_constants``)."""
 KERNEL_PATCHES: tuple[str, ...] = ("", "liger")
 """A kernel library patched over the model's own ops (``kernel_patch``; read by the ``hf-deepspeed`` tables):
 ``liger`` is Liger-Kernel's ``apply_liger_kernel_to_llama`` (``workbench.graph.stack_kernels_liger``); "" none."""
@@ -141,6 +144,19 @@ class Stack:
 
     def constant(self, name: str, default: float) -> float:
         return self.constants[name].value if name in self.constants else default
+
+    def gemm_constants(self, constants: Constants, architecture: str) -> Constants:
+        """``constants`` with this stack's GEMM factors for ``architecture`` applied: a constant
+        ``gemm_fraction_scale.<dtype>.<architecture>`` multiplies ``gemm_fraction.<dtype>`` (the share of the part's
+        peak the stack's GEMM library sustains there, where it differs from the part's measured matmul ceiling)."""
+        updates, kinds = {}, set()
+        for name, c in self.constants.items():
+            dtype, _, arch = name.removeprefix(GEMM_SCALE_PREFIX).rpartition(".")
+            if name.startswith(GEMM_SCALE_PREFIX) and arch == architecture:
+                key = f"gemm_fraction.{dtype}"
+                updates[key] = constants[key] * c.value
+                kinds.add(c.kind)
+        return constants.with_values(updates, "+".join(sorted(kinds))) if updates else constants
 
     def padded_model(self, model, tp: int):
         """``model`` with its vocabulary padded as this stack pads it for ``tp`` tensor-parallel ranks: up to a

@@ -150,12 +150,12 @@ class StepModel:
         profile's factors were fitted over (``stack_calibration.base_constants``)."""
         if self._given_constants is not None:
             return self._given_constants
-        if self.calibrated and not profile_path(self.gpu).is_file():
+        calibrated = self.calibrated
+        if calibrated and not profile_path(self.gpu).is_file():
             from workbench.stack_calibration import load_stack_profile
 
-            if load_stack_profile(self.stack.name, self.gpu) is not None:
-                return constants_for(self.gpu, False)
-        return constants_for(self.gpu, self.calibrated)
+            calibrated = load_stack_profile(self.stack.name, self.gpu) is None
+        return self.stack.gemm_constants(constants_for(self.gpu, calibrated), self.gpu.architecture)
 
     # -- the memoized timer
     def op_time(self, op: Op) -> OpTime:
