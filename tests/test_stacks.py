@@ -9,7 +9,7 @@ from workbench._data import specs_dir
 from workbench.config import Parallelism, TrainingConfig
 from workbench.errors import SpecError, UnknownNameError
 from workbench.predict import predict
-from workbench.stacks import DEFAULT_STACK, get_stack, list_stacks, load_stack
+from workbench.stacks import DEFAULT_STACK, get_stack, list_stacks, load_stack, stack_from_dict
 
 
 @pytest.fixture
@@ -241,3 +241,12 @@ def test_a_stacks_gemm_factor_applies_on_its_architecture_only():
         assert get_stack(name).gemm_constants(hopper, h100.architecture) is hopper
     blackwell = constants_for(get_gpu("b200"))
     assert get_stack("torchtitan").gemm_constants(blackwell, "blackwell") is blackwell
+
+
+@pytest.mark.parametrize("name", ["gemm_fraction_scale.fp8.blackwel", "gemm_fraction_scale.fp9.blackwell",
+                                  "gemm_fraction_scale.blackwell"])
+def test_a_misspelt_gemm_factor_is_named_when_the_stack_loads(name):
+    data = yaml.safe_load((specs_dir() / "stacks" / "megatron.yaml").read_text())
+    data["constants"] = {name: {"value": 0.9, "kind": "guess", "source": "a test"}}
+    with pytest.raises(SpecError, match=r"gemm_fraction_scale\.<dtype>\.<architecture>.*blackwell"):
+        stack_from_dict(data, "test.yaml")

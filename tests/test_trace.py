@@ -294,6 +294,19 @@ def test_a_trace_profile_alone_calibrates_a_gpu_without_a_gpu_profile(home):
         predict("llama3.2-1b", "h100", cfg, stack="pytorch-compile", calibrated=True)
 
 
+def test_a_trace_fit_is_over_the_stacks_own_gemm_factors(home):
+    # megatron carries gemm_fraction_scale.fp8.blackwell (Stack.gemm_constants), which a calibrated prediction
+    # applies: the fit must price the traced step with it too, or the factor counts twice
+    cfg = TrainingConfig(2, 4096, precision="fp8")
+    base = predict("llama3.2-1b", "b200", cfg, stack="megatron")
+    trace = parse_trace(synthetic_trace(base, {"gemm": 0.9}, idle_us=1000.0), "synthetic")
+    fit = fit_trace(trace, "llama3.2-1b", "b200", cfg, stack="megatron")
+    assert fit.profile.scales["gemm"] == pytest.approx(0.9, rel=1e-6)
+    write_stack_profile(fit.profile)
+    after = predict("llama3.2-1b", "b200", cfg, stack="megatron", calibrated=True)
+    assert after.summary.step_time_s * 1e3 == pytest.approx(fit.calibrated_step_ms, rel=1e-9)
+
+
 def test_idle_split_separates_the_step_boundary_from_the_in_step_idle():
     # one step range 0..10 ms: kernels 1-3 ms and 4-9 ms: 1 ms before, 1 ms after, 1 ms between
     events = [_event("nvjet_sm90_tst_a", 1000.0, 2000.0), _event("nvjet_sm90_tst_b", 4000.0, 5000.0),

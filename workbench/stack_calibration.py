@@ -267,6 +267,9 @@ def fit_trace(trace: Trace, model: Any, gpu: str | GPU, config: Any, *, stack: s
     gpu = get_gpu(gpu)
     stack_obj = get_stack(stack)
     constants, base = base_constants(gpu)
+    # the stack's own GEMM factors (``Stack.gemm_constants``), as ``StepModel.constants`` applies them to a calibrated
+    # prediction: the profile's factors are fitted over what they will multiply
+    constants = stack_obj.gemm_constants(constants, gpu.architecture)
     p = predict(model, gpu, config, stack=stack_obj, compile=compile, param_dtype=param_dtype, constants=constants)
     if p.summary.priced_as_bound:
         raise WorkbenchError(f"stack {stack_obj.name} prices this configuration as the fused-step bound "

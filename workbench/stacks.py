@@ -196,6 +196,19 @@ def _catalog_names() -> list[str]:
     return [p.stem for p in (specs_dir() / "stacks").glob("*.yaml")]
 
 
+def _check_gemm_scale(table: Fields, name: str) -> None:
+    """``gemm_fraction_scale.<dtype>.<architecture>`` names a GEMM fraction and an architecture of
+    ``specs/efficiency.yaml`` (a misspelt one would scale nothing, or fail only when a prediction reads it)."""
+    from workbench.perf.efficiency import _defaults
+
+    defaults = _defaults()
+    dtype, _, arch = name.removeprefix(GEMM_SCALE_PREFIX).rpartition(".")
+    dtypes = sorted(k.removeprefix("gemm_fraction.") for k in defaults.values if k.startswith("gemm_fraction."))
+    if dtype not in dtypes or arch not in defaults.per_arch:
+        raise table.error(name, name, f"{GEMM_SCALE_PREFIX}<dtype>.<architecture>, dtype one of {', '.join(dtypes)}, "
+                                      f"architecture one of {', '.join(sorted(defaults.per_arch))}")
+
+
 def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
     """A stack from its parsed YAML, validated: unknown keys, bad values and missing sources are errors;
     ``derived_from`` names a shipped stack whose figures the others override (``_derived``)."""
@@ -216,6 +229,8 @@ def stack_from_dict(data: object, origin: str = "<dict>") -> Stack:
         entry = table.sub(name)
         value = check_number(entry.raw("value"), origin, f"{entry.path}.value", above=0)
         constants[name] = StackConstant(value, entry.string("kind", CONSTANT_KINDS), entry.string("source"))
+        if name.startswith(GEMM_SCALE_PREFIX):
+            _check_gemm_scale(table, name)
         entry.finish()
     table.finish()
     stack = Stack(

@@ -6,8 +6,10 @@ The constant: a factor on the sustained fp8 GEMM fraction (``gemm_fraction.fp8``
 TransformerEngine stacks (``megatron``, ``megatron-fp8cs``). The split (``te_fp8_blackwell_split.json``) was
 written before the fit: every row the constant touches, sorted by id, even positions fit, odd positions test. The
 factor is chosen on the fit rows only (grid 0.50-1.05, step 0.01, least MAPE); the test rows' errors are printed
-apart. The factor reaches predictions only through ``predict(..., constants=...)`` here: no stack field carries it yet
-(``StepModel.constants`` builds constants per GPU, not per stack).
+apart. The stacks now carry the fitted factor (``gemm_fraction_scale.fp8.blackwell`` in specs/stacks/megatron.yaml,
+``Stack.gemm_constants``); here each trial factor reaches predictions through ``predict(..., constants=...)``, and
+given constants are used as they are (the stack's own factor is not applied over them): factor 1.0 is the model
+without it.
 """
 
 from __future__ import annotations

@@ -409,7 +409,7 @@ def test_gradients_are_not_differentiable_again():
 
 def test_cpu_host_mode_splits_the_host_cost_above_its_floor(tmp_path):
     """benchmarks/kernels/norms_bench.py --cpu-host: every case of the host-cost split measured (the fwd+bwd
-    floor included: its no-op Function returns a gradient for every input), ours above floor + launches."""
+    floor included: its no-op Function returns a gradient for every input), ours above the floor."""
     bench = Path(__file__).resolve().parents[2] / "benchmarks/kernels/norms_bench.py"
     result = subprocess.run([sys.executable, str(bench), "--cpu-host", "--out", str(tmp_path), "--rounds", "2",
                              "--calls", "20"], env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True,

@@ -377,15 +377,15 @@ def gluon_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     """O [B, Hq, S, D] in q's dtype and lse [B, Hq, S] (fp32, natural log) of softmax(q k^T * scale) v, as
     ``attention.flash_attention_fwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only. Checks, config,
     grid, descriptor layouts and the launch are worked out once per distinct call (``_ForwardPlan``)."""
+    key = plan = None
     try:
-        key = None
         if causal is True or causal is False:  # 1 == True as a key, but only a bool passes the checks
             key = (tensor_key(q), tensor_key(k), tensor_key(v), causal, scale, frozen(config))
             plan = _PLANS.get(key)
-            if plan is not None:
-                return _run(plan, q, k, v)
     except (AttributeError, TypeError):  # not tensors, or an unhashable config value: the checks say which
         key = None
+    if plan is not None:  # outside the try: an error of the launch itself is not a reason to plan again
+        return _run(plan, q, k, v)
     plan = _plan(q, k, v, causal, scale, config)
     if key is not None:
         _PLANS.put(key, plan)

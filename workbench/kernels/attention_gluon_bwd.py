@@ -432,15 +432,15 @@ def gluon_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     """dQ, dK, dV (q's dtype; dK, dV shaped like k) from dO and a forward's O and lse, as
     ``attention.flash_attention_bwd``; ``config`` None: ``default_config(D, causal)``. sm_90 only. The checks, the
     config and the three launches are planned once per distinct call (``_BackwardPlan``)."""
+    key = plan = None
     try:
-        key = None
         if causal is True or causal is False:  # 1 == True as a key, but only a bool passes the checks
             key = ("checked", *(tensor_key(t) for t in (do, q, k, v, o, lse)), causal, scale, frozen(config))
             plan = _PLANS.get(key)
-            if plan is not None:
-                return _run(plan, do, q, k, v, o, lse)
     except (AttributeError, TypeError):  # not tensors, or an unhashable config value: the checks say which
         key = None
+    if plan is not None:  # outside the try: an error of the launch itself is not a reason to plan again
+        return _run(plan, do, q, k, v, o, lse)
     scale = check_attention_inputs(q, k, v, causal, scale)
     check_attention_grads(q, do, o, lse)
     check_gluon_device(q)
