@@ -250,3 +250,11 @@ def test_a_misspelt_gemm_factor_is_named_when_the_stack_loads(name):
     data["constants"] = {name: {"value": 0.9, "kind": "guess", "source": "a test"}}
     with pytest.raises(SpecError, match=r"gemm_fraction_scale\.<dtype>\.<architecture>.*blackwell"):
         stack_from_dict(data, "test.yaml")
+
+
+def test_a_prediction_says_when_a_stack_gemm_factor_priced_it():
+    cfg = TrainingConfig(precision="fp8", micro_batch=1, seq_len=4096, global_batch=8,
+                         parallelism=Parallelism(dp=8))
+    scaled = predict("llama3-8b", "b200", cfg, stack="megatron")
+    assert any("gemm_fraction_scale.fp8.blackwell, fitted" in n for n in scaled.notes)
+    assert not any("gemm_fraction_scale" in n for n in predict("llama3-8b", "h100-sxm", cfg, stack="megatron").notes)

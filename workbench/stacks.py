@@ -158,6 +158,15 @@ class Stack:
                 kinds.add(c.kind)
         return constants.with_values(updates, "+".join(sorted(kinds))) if updates else constants
 
+    def gemm_notes(self, architecture: str, precision: str) -> list[str]:
+        """What a prediction in ``precision`` on ``architecture`` should say of this stack's GEMM factors."""
+        name = f"{GEMM_SCALE_PREFIX}{precision}.{architecture}"
+        c = self.constants.get(name)
+        if c is None:
+            return []
+        return [f"{self.display_name}: {precision} GEMMs at {c.value:g} x the part's sustained rate on "
+                f"{architecture} ({name}, {c.kind}; calibrate me)"]
+
     def padded_model(self, model, tp: int):
         """``model`` with its vocabulary padded as this stack pads it for ``tp`` tensor-parallel ranks: up to a
         multiple of ``vocab_size_divisible_by`` x tp (NeMo 2.2 nemo/lightning/base.py ``get_vocab_size``:

@@ -448,6 +448,8 @@ class StepModel:
                          "ideal fused step (a bound)")
         fit, fit_notes = self._fit(compiled, tables)
         notes += fit_notes
+        if self._given_constants is None:  # given constants are the caller's: the stack's factors are not in them
+            notes += self.stack.gemm_notes(self.gpu.architecture, resolved.effective.name)
         summary, (micro, once), comms = self._step(
             cfg, fit, tables, execution, self.gpu.peak_tflops(resolved.effective.peak_key) * 1e12)
         ops = [o for part, copies in micro for o in part.predictions(copies, cfg.grad_accumulation)]
