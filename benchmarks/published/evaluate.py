@@ -413,7 +413,10 @@ def render_markdown(results: list[RowResult], twins: list[tuple[str, list[str]]]
         "# Published training results: predicted vs published",
         "",
         "Written by `benchmarks/published/evaluate.py` from `../shared/reference/published/training_throughput.csv` and "
-        "the row mapping `benchmarks/published/rows.yaml`; spec-only (nothing fitted, no calibration profile). "
+        "the row mapping `benchmarks/published/rows.yaml`; from spec and stack data, no calibration profile. One stack "
+        "constant is fitted: the megatron stacks' Blackwell fp8 GEMM factor (`gemm_fraction_scale.fp8.blackwell`, "
+        "fitted on the fit rows of `benchmarks/published/te_fp8_blackwell_split.json`; its test rows are those of "
+        "that file's `test_ids`). "
         "Error = predicted / published - 1. Stacks marked *proxy* stand in for a framework that has no stack yet "
         "(rows.yaml says which and why); *bound* = the named stack fell back to the fused-step bound.",
         "",
