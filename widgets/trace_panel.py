@@ -207,8 +207,6 @@ class TracePanel:
             calibrated = (f" <b>Calibrated to this trace: {self.fit.calibrated_step_ms:,.2f} ms</b> (the profile "
                           f"<code>{html.escape(self.profile_path)}</code>, fitted on this configuration only).")
         warnings = "".join(f"<li>{html.escape(x)}</li>" for x in trace_warnings(self.rows, prediction))
-        self.info.value = (f"<p>{head}</p><p>{measured} {predicted}{calibrated}</p>"
-                           + (f"<ul style='color:#7a5c00'>{warnings}</ul>" if warnings else ""))
         unknown = t.unknown_kernels
         listed = "".join(f"<li><code>{html.escape(n[:120])}</code>: {ms:,.3f} ms per step</li>"
                          for n, ms in unknown[:UNKNOWN_SHOWN])
@@ -220,6 +218,9 @@ class TracePanel:
                               "The calibrated step is calibrated to this trace; the profile then applies to every "
                               f"calibrated prediction of {html.escape(get_stack(state.stack).display_name)} on the "
                               f"{html.escape(get_gpu(ctx.gpu).display_name)} (delete the file to undo).</p>")
+        # the info last: a page that sees it (its messages arrive in order) sees the table and the warning too
+        self.info.value = (f"<p>{head}</p><p>{measured} {predicted}{calibrated}</p>"
+                           + (f"<ul style='color:#7a5c00'>{warnings}</ul>" if warnings else ""))
 
     def _model_name(self, state: WorkbenchState) -> str:
         """The display name of ``state``'s model while it is the current one, else its name."""
