@@ -151,8 +151,8 @@ class Stack:
         peak the stack's GEMM library sustains there, where it differs from the part's measured matmul ceiling)."""
         updates, kinds = {}, set()
         for name, c in self.constants.items():
-            dtype, _, arch = name.removeprefix(GEMM_SCALE_PREFIX).rpartition(".")
-            if name.startswith(GEMM_SCALE_PREFIX) and arch == architecture:
+            dtype, arch = gemm_scale_target(name)
+            if arch == architecture:
                 key = f"gemm_fraction.{dtype}"
                 updates[key] = constants[key] * c.value
                 kinds.add(c.kind)
@@ -205,13 +205,22 @@ def _catalog_names() -> list[str]:
     return [p.stem for p in (specs_dir() / "stacks").glob("*.yaml")]
 
 
+def gemm_scale_target(name: str) -> tuple[str, str] | tuple[None, None]:
+    """(dtype, architecture) of a stack constant ``gemm_fraction_scale.<dtype>.<architecture>``; (None, None) for
+    any other constant."""
+    if not name.startswith(GEMM_SCALE_PREFIX):
+        return None, None
+    dtype, _, arch = name.removeprefix(GEMM_SCALE_PREFIX).rpartition(".")
+    return dtype, arch
+
+
 def _check_gemm_scale(table: Fields, name: str) -> None:
     """``gemm_fraction_scale.<dtype>.<architecture>`` names a GEMM fraction and an architecture of
     ``specs/efficiency.yaml`` (a misspelt one would scale nothing, or fail only when a prediction reads it)."""
     from workbench.perf.efficiency import _defaults
 
     defaults = _defaults()
-    dtype, _, arch = name.removeprefix(GEMM_SCALE_PREFIX).rpartition(".")
+    dtype, arch = gemm_scale_target(name)
     dtypes = sorted(k.removeprefix("gemm_fraction.") for k in defaults.values if k.startswith("gemm_fraction."))
     if dtype not in dtypes or arch not in defaults.per_arch:
         raise table.error(name, name, f"{GEMM_SCALE_PREFIX}<dtype>.<architecture>, dtype one of {', '.join(dtypes)}, "

@@ -393,9 +393,8 @@ def test_any_rank_contiguous_input_reaches_the_kernels_without_views(layer_norm)
 
 
 def test_gradients_are_not_differentiable_again():
-    """The backward skips once_differentiable's no_grad context when grad mode is off (autograd's default);
-    with create_graph=True it still goes through it: the same gradients, and differentiating them (here through
-    a dy that requires a gradient) is an error."""
+    """The backward is once_differentiable: with create_graph=True the same gradients as without, and
+    differentiating them (here through a dy that requires a gradient) is an error."""
     x, weight, _, dy = make((4, 24), torch.float32, False, seed=13)
     leaf, w = x.clone().requires_grad_(True), weight.clone().requires_grad_(True)
     plain = torch.autograd.grad(norms.rms_norm(leaf, w), (leaf, w), dy)

@@ -625,8 +625,10 @@ def pinned_forward_config(head_dim: int, causal: bool, seq_len: int) -> dict | N
     ``MIN_SEQ_LEN``), else None. Only sequences a whole number of key blocks long: a ragged last block would read
     the next head's K/V rows (masked to probability 0, but a non-finite value there would still reach O as 0 x
     inf)."""
-    shortest, longest, config = PERSISTENT_FORWARD.get((head_dim, causal), (0, -1, None))
-    if config is None or not shortest <= seq_len <= longest:
+    persistent = PERSISTENT_FORWARD.get((head_dim, causal))
+    if persistent is not None and persistent[0] <= seq_len <= persistent[1]:
+        config = persistent[2]
+    else:
         config = PINNED_FORWARD.get((head_dim, causal))
         if config is None or seq_len < MIN_SEQ_LEN[head_dim]:
             return None
