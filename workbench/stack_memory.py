@@ -5,7 +5,8 @@ Memory: what autograd holds, per term, at the two moments one of which is the pe
 block's saved activations still alive, the autocast weight copies, the fp32 logits and their gradient) and the end
 of backward (every parameter's gradient allocated). ``workbench.memory`` models the project's job (FSDP2, chunked
 loss); these are new functions beside it. The allocator's reserved/allocated slack is each stack's
-``reserved_over_allocated`` (``specs/stacks/``, fitted on the fit rows of ``benchmarks/stacks/host_fit_split.json``).
+``reserved_over_allocated`` (``specs/stacks/``, fitted on the fit rows of ``benchmarks/stacks/host_fit_split.json``),
+and under full checkpointing its ``reserved_over_allocated_checkpointed`` where it has one (``reserved_ratio``).
 
 Host time: an eager step launches every kernel from Python through the dispatcher (and autocast, and autograd's
 engine in backward); with few tokens the GPU waits for the CPU. ``host_time_s`` counts kernel launches by where they
@@ -17,9 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workbench.graph.ops import Op
 from workbench.graph.stack_kernels import Dims, Policy, StackFlavor
+
+if TYPE_CHECKING:
+    from workbench.stacks import Stack
 
 GB = 1e9
 
@@ -100,9 +105,13 @@ def saved_per_token(d: Dims, flavor: StackFlavor, mode: str) -> float:
     autocast: casts of a non-leaf are not cached; 1 shared tensor with bf16 params), SDPA's q, k, v, out (+ fp32
     lse per head), wo's input (the contiguous copy of out), ffn_norm's input, w1/w3's inputs (2 casts or 1), silu's
     input, mul's two inputs, w2's input. RoPE saves only its [S, d/2] tables (its inputs need no grad).
-    none, compiled: inductor's min-cut partitioner keeps the block input, one bf16 y per norm, q, k, v, out, wo's
-    input, w1 and w3's outputs, and recomputes the pointwise rest (a guess from the partitioner's rule, not counted
-    from a graph).
+    none, compiled: the AOT forward graph of the plain loop's block (``min_cut_rematerialization_partition``, torch
+    2.13; the H200 trace's backward kernels, torch 2.11, agree) saves the block input, one bf16 y per norm, q and k
+    after RoPE, v, SDPA's out and lse, wo's input (the contiguous copy of out), wo's output (2h: backward rebuilds
+    ffn_norm's input x + wo(...) in the kernel of ffn_norm's backward, ``fused_rms_norm_backward_add``), w1's and
+    w3's outputs and w2's input (the SwiGLU product: w2's weight-gradient GEMM reads it, no kernel recomputes it);
+    two fp32 rsqrt per token and the RoPE tables are left out (``tests/test_stack_memory.py`` replays the
+    partition on the CPU).
     selective-op: the outputs torchtitan's policy MUST_SAVEs (wq, wv, w1, w2 outputs; SDPA out and lse) and the
     checkpoint's input; compiled, all but w2's (the AOT forward graph of a checkpointed block under torch.compile,
     torch 2.13, returns the policy's outputs that its backward reads, and the residual add reads none). full: the
@@ -115,8 +124,8 @@ def saved_per_token(d: Dims, flavor: StackFlavor, mode: str) -> float:
     if mode == "selective-op":  # compiled: the partitioner keeps a MUST_SAVE output only if backward needs it,
         w2_out = 0 if flavor.compile_blocks else 2 * h  # and w2's output feeds only the residual add
         return s * h + 2 * q + 2 * kv + 2 * f + w2_out + 2 * q + lse
-    if flavor.compile_blocks:
-        return s * h + 2 * h + 2 * q + 4 * kv + 2 * q + 2 * q + 2 * h + 4 * f + lse
+    if flavor.compile_blocks:  # x; y, q, k, v, out, wo's input and output; y; w1, w3 outputs, w2 input
+        return s * h + 2 * h + 2 * q + 4 * kv + 2 * q + 2 * q + 2 * h + 2 * h + 6 * f + lse
     casts_attn, casts_ffn = (3, 2) if flavor.autocast else (1, 1)
     return (2 * s * h + 2 * h * (casts_attn + casts_ffn) + 2 * q + 4 * kv + 2 * q + 2 * q + 8 * f + lse)
 
@@ -201,3 +210,20 @@ def stack_memory(d: Dims, flavor: StackFlavor, policy: Policy) -> StackMemory:
     return StackMemory(params=pb * params, optimizer=2 * pb * params, grads=pb * params,
                        weight_copies=weight_copy_bytes(d, flavor, policy), activations=activations,
                        recompute_peak=recompute, loss=loss_bytes(d, flavor))
+
+
+def reserved_ratio(stack: Stack, policy: Policy) -> float:
+    """The caching allocator's reserved / allocated at the peak, from the stack's fitted constants (1: none given).
+
+    Full checkpointing gets its own ratio (``reserved_over_allocated_checkpointed``) where the stack has one: the
+    checkpointed plain-loop rows on the H200 reserve 1.11-1.22 times their peak allocation (one, whose peak is at
+    the end of backward, 1.07), the others 1.01-1.11 (``benchmarks/results/h200/stacks/plain_pytorch/``,
+    ``trace_holdout/``). The likely mechanism, not simulated here: a checkpointed
+    step's allocated peak is the loss's few GB-sized fp32 [tokens, vocab] blocks over small checkpoint inputs, and
+    the caching allocator, which never merges blocks across segments, maps new segments for them where the memory
+    freed after the loss holds smaller long-lived tensors (the gradients, AdamW's moments created at the first step);
+    without checkpointing the peak is many block-sized activations, which fit in such holes."""
+    plain = stack.constant("reserved_over_allocated", 1.0)
+    if policy == "full":
+        return stack.constant("reserved_over_allocated_checkpointed", plain)
+    return plain

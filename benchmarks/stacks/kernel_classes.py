@@ -138,16 +138,22 @@ def main() -> None:
                      f"{statistics.mean(abs(e[2]) for e in errs):.1%}; within 8%: "
                      f"{sum(abs(e[1]) <= 0.08 for e in errs)}/{len(errs)} (calibrated)")
     # --- memory: allocated from stack_memory, reserved = allocated x the per-stack ratio fitted on the fit rows
+    # one ratio per stack and checkpointing mode (full or not: workbench.stack_memory.reserved_ratio)
     ratios = collections.defaultdict(list)
     for lab, r, *_ in host_rows:
         if lab in fit_labels and r.get("peak_allocated_gb"):
-            ratios[flavor_of(r)[0].name].append(r["peak_reserved_gb"] / r["peak_allocated_gb"])
+            flavor, policy = flavor_of(r)
+            ratios[flavor.name, policy == "full"].append(r["peak_reserved_gb"] / r["peak_allocated_gb"])
     ratio = {k: statistics.median(v) for k, v in ratios.items()}
-    ratio.setdefault("torchtitan", statistics.median([x for v in ratios.values() for x in v]))
+    for full in (False, True):
+        pooled = [x for (_, f), v in ratios.items() if f == full for x in v]
+        ratio.setdefault(("torchtitan", full), statistics.median(pooled))
     lines += ["", "## Peak memory (workbench.stack_memory)", "",
-              "Reserved = predicted allocated x the stack's median reserved/allocated on the fit rows: "
-              + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items()) + " (torchtitan: no allocated figure measured, "
-              "the pooled median).", "",
+              "Reserved = predicted allocated x the stack's median reserved/allocated on the fit rows, per "
+              "checkpointing mode (ac=full apart: `reserved_over_allocated_checkpointed`): "
+              + ", ".join(f"{name}{' ac=full' if full else ''} {v:.3f} ({len(ratios.get((name, full), ()))} rows)"
+                          for (name, full), v in sorted(ratio.items()))
+              + " (torchtitan: no allocated figure measured, the pooled median).", "",
               "| row | split | allocated GB measured / predicted | err | reserved GB measured / predicted | err |",
               "|---|---|---|---|---|---|"]
     for lab, r, model, *_ in host_rows:
@@ -155,7 +161,7 @@ def main() -> None:
         flavor = dataclasses.replace(flavor, tied=model.tied_embeddings)
         mb = r.get("micro_batch", r.get("local_batch_size"))
         mem = stack_memory(Dims.of(model, mb, r["seq_len"]), flavor, policy).peak_allocated / 1e9
-        res = mem * ratio[flavor.name]
+        res = mem * ratio[flavor.name, policy == "full"]
         alloc = r.get("peak_allocated_gb")
         a = f"{alloc:.2f} / {mem:.2f} | {mem / alloc - 1:+.1%}" if alloc else f"- / {mem:.2f} | -"
         lines.append(f"| {lab} | {'fit' if lab in fit_labels else 'test'} | {a} | {r['peak_reserved_gb']:.2f} / "

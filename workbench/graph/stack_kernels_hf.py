@@ -80,6 +80,7 @@ from workbench.graph.stack_kernels_zero import (
 from workbench.graph.stacked import StackStep, _recompute, one_piece
 from workbench.memory import MemoryBreakdown
 from workbench.stack_memory import launch_counts
+from workbench.stack_memory_zero import zero3_reserved
 from workbench.stacks import Stack
 
 ZERO_STAGES = (2, 3)
@@ -364,7 +365,10 @@ class DeepSpeedStep(StackStep):
         held = liger_activation_bytes if self.kernel_patch == "liger" else hf_activation_bytes
         activations, loss = held(self.dims, self.policy)
         m = zero_memory(self.dims, self.tied, self.zero_stage, self.dp, activations, loss, self.offload)
-        slack = (stack.constant("reserved_over_allocated", 1.0) - 1) * m.peak_allocated
+        ratio = stack.constant("reserved_over_allocated", 1.0)
+        slack = (ratio - 1) * m.peak_allocated
+        if self.zero_stage == 3:  # the step's sub-group copies in new segments (workbench.stack_memory_zero)
+            slack = zero3_reserved(m, ratio, self.dims, self.tied, self.dp, self.kernel_patch) - m.peak_allocated
         states = m.master_and_moments
         if m.at_loss >= m.at_step:
             held = m.at_loss - m.params - m.gathered - states - m.activations - m.loss  # ZeRO-3's partition, bucket

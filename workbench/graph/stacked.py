@@ -50,7 +50,8 @@ from workbench.memory import MemoryBreakdown
 from workbench.models import Model, TransformerModel
 from workbench.precision import is_8bit_training
 from workbench.profile_fit import NO_FIT
-from workbench.stack_memory import graph_calls, host_time_s, part_launch_counts, piece_launch_counts, stack_memory
+from workbench.stack_memory import (graph_calls, host_time_s, part_launch_counts, piece_launch_counts, reserved_ratio,
+                                    stack_memory)
 from workbench.stacks import Stack
 
 
@@ -221,9 +222,9 @@ class StackStep:
 
     def memory(self, stack: Stack, capacity_bytes: float) -> MemoryBreakdown:
         """Peak reserved memory on one GPU: the larger of the loss's and the end of backward's allocations
-        (``workbench.stack_memory``), times the stack's reserved/allocated ratio."""
+        (``workbench.stack_memory``), times the stack's reserved/allocated ratio (``stack_memory.reserved_ratio``)."""
         m = stack_memory(self.dims, self.flavor, self.policy)
-        slack = (stack.constant("reserved_over_allocated", 1.0) - 1) * m.peak_allocated
+        slack = (reserved_ratio(stack, self.policy) - 1) * m.peak_allocated
         if m.at_loss >= m.at_backward_end:
             return MemoryBreakdown(params=m.params, grads=0.0, optimizer=m.optimizer,
                                    activations=m.weight_copies + m.activations + m.loss, workspace=slack,
