@@ -116,17 +116,17 @@ def _gluon(tiles: tuple, do, q, k, v, causal: bool, strict: bool = False):
     return lambda o, lse: bwd.launch_backward(do, q, k, v, o, lse, causal, scale, config)
 
 
-def baseline_rows(shape: dict, timer) -> list[dict]:
-    """One shape's rows: the 3-stage default, the Triton backward and SDPA's cuDNN, fwd+bwd timed together."""
+def baseline_rows(shape: dict, timer, tensors: tuple | None = None) -> list[dict]:
+    """One shape's rows: the 3-stage default, the Triton backward and SDPA's cuDNN, fwd+bwd timed together, on
+    ``tensors`` (q, k, v, dO) or fresh random inputs."""
     import attention_candidates
-    import broad_shapes
     import torch
 
     from workbench.kernels.attention import flash_attention_bwd
     from workbench.kernels.attention_gluon_bwd import default_config
 
     base, causal = _shape_base(shape), bool(shape["causal"])
-    q, k, v, do = attention_candidates.inputs(shape, "cuda", torch.bfloat16)
+    q, k, v, do = tensors or attention_candidates.inputs(shape, "cuda", torch.bfloat16)
     default = tuple(default_config(shape["head_dim"], causal)[key] for key in ("BLOCK_M", "BLOCK_N", "NUM_STAGES"))
     backwards = {label(default): _gluon(default, do, q, k, v, causal),
                  "triton_bwd": lambda o, lse: flash_attention_bwd(do, q, k, v, o, lse, causal)}
@@ -334,13 +334,14 @@ def check_all(out: Path, limit_s: float, processes: int) -> dict:
 
 # ------------------------------------------------------------------------------------------------ parent, report
 def run_worker(name: str, out: Path, seconds: float, prefix: tuple = (), log_name: str = "workers.log",
-               ids: list | None = None) -> dict:
+               ids: list | None = None, script: Path | None = None, extra: tuple = ()) -> dict:
     """Run one worker process (under ``prefix``, e.g. compute-sanitizer) for at most ``seconds``, its output appended
-    to DIR/``log_name``; its exit status, wall time and last lines."""
+    to DIR/``log_name``; its exit status, wall time and last lines. ``script``: the bench whose ``--worker`` it runs
+    (this one by default; attention_gluon_bwd_variants.py reuses this), ``extra``: more arguments for it."""
     started = time.monotonic()
-    command = [*prefix, sys.executable, str(Path(__file__).resolve()), "--worker", name, "--rows",
+    command = [*prefix, sys.executable, str(script or Path(__file__).resolve()), "--worker", name, "--rows",
                str(out / "rows.jsonl"), "--out", str(out), "--budget-s", str(max(1.0, seconds - 5.0)),
-               *(("--ids", ",".join(ids)) if ids else ())]
+               *(("--ids", ",".join(ids)) if ids else ()), *extra]
     with open(out / log_name, "a") as stream:
         stream.write(f"\n===== {name}: {' '.join(command)}\n")
         stream.flush()

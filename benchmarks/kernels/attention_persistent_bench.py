@@ -171,8 +171,10 @@ def probe(workers: int, limit_s: float) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------------ shapes
-def shape_rows(shape: dict, split: str, timer, refused: dict[tuple, str], tolerance: float) -> list[dict]:
-    """One row per candidate and SDPA backend of one shape (module doc, step 2)."""
+def shape_rows(shape: dict, split: str, timer, refused: dict[tuple, str], tolerance: float,
+               choices: dict[str, dict | None] | None = None) -> list[dict]:
+    """One row per candidate and SDPA backend of one shape (module doc, step 2); ``choices``: {choice: config}
+    in ``candidates``' form (default: ``candidates`` of the shape's head_dim and causal)."""
     import torch
 
     from workbench.kernels.attention import flops
@@ -189,7 +191,7 @@ def shape_rows(shape: dict, split: str, timer, refused: dict[tuple, str], tolera
     for key, error in sdpa_errors.items():
         name = key.removesuffix("_error")
         rows.setdefault(name, dict(base, choice=name, config="", error=error))
-    for choice, config in candidates(d, causal).items():
+    for choice, config in (candidates(d, causal) if choices is None else choices).items():
         row = rows[choice] = dict(base, choice=choice, config=json.dumps(config, sort_keys=True) if config else "")
         why = refused.get((d, causal, row["config"]), "")
         if why:

@@ -109,6 +109,9 @@ VARIANT_CASES = [
     (torch.float32, True, 1, 4, 1, 45, 64, "16x32", {"DQ_BLOCK_M": 32, "DQ_BLOCK_N": 32, "TMA": True}),
     (torch.bfloat16, True, 1, 4, 2, 41, 64, "16x32", {"DQ_BLOCK_M": 16, "DQ_BLOCK_N": 16}),
     (torch.float16, False, 2, 4, 1, 29, 16, "16x16", {"DQ_BLOCK_M": 16, "DQ_BLOCK_N": 32, "TMA": True}),
+    (torch.bfloat16, False, 1, 4, 2, 37, 32, "32x16",
+     {"DQ_BLOCK_M": 32, "DQ_BLOCK_N": 16, "DQ_NUM_WARPS": 2, "DQ_NUM_STAGES": 2, "TMA": True}),
+    (torch.float32, True, 1, 8, 2, 50, 64, "16x32", {"DQ_BLOCK_M": 16, "DQ_BLOCK_N": 16, "DQ_NUM_WARPS": 8}),
 ]
 
 
@@ -123,11 +126,50 @@ def test_kernel_variants_match_float64_reference(dtype, causal, b, hq, hkv, s, d
     dq, dk, dv = flash_attention_bwd(do, q, k, v, o, lse, causal, config=bwd_config)
     plan = attention._plan(q, k, v, causal, None, fwd_config, bwd_config)
     assert plan.dq.kwargs["BLOCK_M"] == variant["DQ_BLOCK_M"]  # the dQ pass's tiles
+    launch = {"num_warps": variant.get("DQ_NUM_WARPS", 4), "num_stages": variant.get("DQ_NUM_STAGES", 1)}
+    assert {key: plan.dq.kwargs[key] for key in launch} == launch  # and its own launch options, where given
+    assert (plan.dkdv.kwargs["num_warps"], plan.dkdv.kwargs["num_stages"]) == (4, 1)  # the config's
+    assert not set(plan.dq.kwargs) & set(attention.DQ_KEYS)
     assert dq.dtype == dtype and (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
     o64, lse64, (dq64, dk64, dv64) = _reference_grads(q, k, v, do, causal)
     errors = {name: _error(ours, ref) for name, ours, ref in
               (("o", o, o64), ("lse", lse, lse64), ("dq", dq, dq64), ("dk", dk, dk64), ("dv", dv, dv64))}
     assert all(e < TEST_TOLERANCE[dtype] for e in errors.values()), errors
+
+
+def test_backward_pass_configs_give_each_pass_its_tiles_and_launch():
+    base = {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "TMA": True}
+    assert attention.backward_pass_configs(base) == {
+        "dq": {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3},  # the dK/dV tiles swapped
+        "dkdv": {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3}}
+    own = attention.backward_pass_configs({**base, "DQ_BLOCK_M": 64, "DQ_BLOCK_N": 64, "DQ_NUM_WARPS": 8,
+                                           "DQ_NUM_STAGES": 2, "waves_per_eu": 1})
+    assert own["dq"] == {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "waves_per_eu": 1}
+    assert own["dkdv"] == {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "waves_per_eu": 1}
+
+
+def test_backward_passes_cross_compile_for_sm90_with_their_own_warps():
+    """Both passes of a backward config build for sm_90 on this CPU (a fresh interpreter: compiled kernels need
+    TRITON_INTERPRET=0), the dQ pass with DQ_NUM_WARPS, without spills."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from workbench.kernels.attention import inspect_backward\n"
+            "config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, TMA=True, DQ_BLOCK_M=128,"
+            " DQ_BLOCK_N=64, DQ_NUM_WARPS=8)\n"
+            "print(json.dumps({k: v.as_dict() for k, v in inspect_backward(config, 64, True).items()}))")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    builds = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(builds) == {"dq", "dkdv"}
+    for name, warps, block_m in (("dq", 8, 128), ("dkdv", 4, 64)):
+        build, config = builds[name], json.loads(builds[name]["config"])
+        assert not build["error"] and build["registers"] > 0 and build["shared_bytes"] > 0, build
+        assert build["spills"] == 0 and build["fits"], build
+        assert (config["num_warps"], config["BLOCK_M"]) == (warps, block_m), build
 
 
 def test_tma_needs_aligned_strides_and_bases():
@@ -228,6 +270,10 @@ def _t(*shape, dtype=torch.float32, device=DEVICE):
     (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 16, "WARP_SPECIALIZE": False}}, "config"),
     (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ": "atomic"}}, "config"),  # dropped
     (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ_BLOCK_M": 24}}, "config"),
+    (_t(1, 2, 8, 16),) * 3 + ({"config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ_NUM_WARPS": 8}}, "config"),  # bwd key
+    (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ_NUM_WARPS": 3}}, "config"),
+    (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ_NUM_STAGES": 0}}, "config"),
+    (_t(1, 2, 8, 16),) * 3 + ({"bwd_config": {"BLOCK_M": 16, "BLOCK_N": 16, "DQ_NUM_STAGES": True}}, "config"),
 ])
 def test_bad_inputs_raise_naming_the_argument(q, k, v, kwargs, argument):
     with pytest.raises(KernelInputError, match=rf"^{argument}\b"):

@@ -24,12 +24,13 @@ GLUON_128 = {False: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "PINGPONG"
 PERSISTENT_128 = {  # attention_gluon.PERSISTENT_FORWARD: d=128 causal up to 4,096, full 1,025-4,096
     False: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 1, "PERSISTENT": True},
     True: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True, "CTAS_PER_SM": 1, "PERSISTENT": True}}
+SECTIONED_128 = {**PERSISTENT_128[True], "L2_SECTION_MIB": 32}  # d=128 causal up to 1,024: tiles in L2 sections
 GLUON_BWD = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3}
 EXPECTED = {  # id: (forward kernel, backward kernel), from the two H200 runs the rules cite
     "a01": ("gluon", "triton"), "a02": ("triton", "triton"), "a03": ("gluon", "triton"),
     "a04": ("triton", "triton"), "a05": ("gluon", "triton"), "a06": ("gluon", "triton"),
     "a07": ("gluon", "triton"), "a08": ("triton", "triton"), "a09": ("gluon", "gluon"),
-    "a10": ("gluon", "triton"), "a11": ("triton", "gluon"), "a12": ("gluon", "gluon"),
+    "a10": ("gluon", "triton"), "a11": ("triton", "triton"), "a12": ("gluon", "gluon"),
     "a13": ("gluon", "gluon"), "a14": ("gluon", "gluon"), "a15": ("gluon", "triton"),
     "a16": ("gluon", "gluon"), "a17": ("gluon", "gluon"), "a18": ("gluon", "triton"),
     "a19": ("gluon", "gluon"), "a20": ("gluon", "triton"),
@@ -52,7 +53,7 @@ def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape):
     backward_config = attention_gluon_bwd.backward_rule(d, causal, seq)
     assert (forward, "gluon" if backward_config else "triton") == EXPECTED[shape["id"]]
     if forward == "gluon" and d == 128 and seq <= 4096:
-        assert config == PERSISTENT_128[causal]
+        assert config == (SECTIONED_128 if causal and seq <= 1024 else PERSISTENT_128[causal])
     elif forward == "gluon":
         assert config == (GLUON_64 if d == 64 else GLUON_128[causal])
     elif d == 64:  # the d=64 rule up to 4,096: 64x64 tiles, 3 stages, pointer loads
@@ -62,7 +63,9 @@ def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape):
 
 
 def test_the_d128_forward_is_persistent_up_to_4096_then_one_tile():
-    assert _forward_on_sm90(128, True, 128) == ("gluon", PERSISTENT_128[True])
+    assert _forward_on_sm90(128, True, 128) == ("gluon", SECTIONED_128)
+    assert _forward_on_sm90(128, True, 1024) == ("gluon", SECTIONED_128)
+    assert _forward_on_sm90(128, True, 1024 + 128) == ("gluon", PERSISTENT_128[True])
     assert _forward_on_sm90(128, True, 4096) == ("gluon", PERSISTENT_128[True])
     assert _forward_on_sm90(128, True, 4096 + 128) == ("gluon", GLUON_128[True])
     assert _forward_on_sm90(128, False, 1024)[0] == "triton"  # no fit shape there: what was wired

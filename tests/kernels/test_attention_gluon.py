@@ -19,9 +19,11 @@ from workbench.kernels.attention_gluon import (
     config_space,
     default_config,
     gluon_attention_forward,
+    l2_section_config_space,
     persistent_config_space,
     register_budget,
     resolve_config,
+    section_heads,
     shared_bytes,
     short_config_space,
     supported,
@@ -99,6 +101,31 @@ def test_the_persistent_option_is_off_by_default_and_its_value_is_checked():
         resolve_config({**default_config(128, True), "NUM_STAGES": 3, "PERSISTENT": True}, 128, True)
 
 
+@pytest.mark.parametrize("mib, seq, group, batch_heads, heads", [
+    (0, 512, 1, 512, 512),  # off: one section of every head
+    (32, 512, 1, 512, 128),  # B=16, S=512, 32 heads (a01): K and V 256 KiB a head, 128 of them in 32 MiB
+    (32, 1024, 4, 256, 256),  # GQA 4 (a03): 64 kv heads fit, 4 query heads each: every head
+    (16, 2048, 4, 256, 64),  # 16 kv heads of 1 MiB, times the group
+    (32, 3000, 1, 512, 16),  # 32 MiB / 1.5 MB = 21.8 kv heads: the power of two below
+    (8, 32768, 2, 16, 2),  # one kv head (16 MiB) over the budget: still one, with its group
+])
+def test_a_section_holds_the_power_of_two_of_kv_heads_whose_k_and_v_fit_its_budget(mib, seq, group, batch_heads,
+                                                                                  heads):
+    assert section_heads({"L2_SECTION_MIB": mib}, seq, 128, group, batch_heads) == heads
+
+
+def test_the_l2_section_candidates_pass_their_checks_and_a_bad_section_is_named():
+    space = l2_section_config_space(128, True)
+    assert space and len({json.dumps(c, sort_keys=True) for c in space}) == len(space)
+    assert all(resolve_config(c, 128, True) is c and c["L2_SECTION_MIB"] > 0 for c in space)
+    assert l2_section_config_space(128, False) == [] and attention_gluon.OPTIONAL_KEYS["L2_SECTION_MIB"] == 0
+    for bad in (-1, 2.0, True, 4096):
+        with pytest.raises(KernelInputError, match="L2_SECTION_MIB"):
+            resolve_config({**default_config(128, True), "L2_SECTION_MIB": bad}, 128, True)
+    with pytest.raises(KernelInputError, match="L2_SECTION_MIB"):  # full attention has no causal order to section
+        resolve_config({**default_config(128, False), "L2_SECTION_MIB": 32}, 128, False)
+
+
 @pytest.mark.parametrize("change, key", [({"CTAS_PER_SM": 4}, "CTAS_PER_SM"), ({"CTAS_PER_SM": 2}, "shared memory"),
                                          ({"CTA_PER_SM": 2}, "CTA_PER_SM")])
 def test_a_bad_residency_or_an_unknown_key_is_named(change, key):
@@ -136,7 +163,7 @@ def test_every_shipped_config_compiles_for_sm90_without_spills():
     code = ("import json; from workbench.kernels import attention_gluon as g\n"
             "cases = [(c, d, causal) for d in (64, 128) for causal in (False, True)\n"
             "         for c in g.config_space(d, causal) + g.short_config_space(d, causal)\n"
-            "         + g.persistent_config_space(d, causal)]\n"
+            "         + g.persistent_config_space(d, causal) + g.l2_section_config_space(d, causal)]\n"
             "print(json.dumps([[c, d, causal, g.inspect_build(c, d, causal).as_dict()] for c, d, causal in cases]))")
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
                             capture_output=True, text=True, timeout=900, check=False)
@@ -170,12 +197,13 @@ GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, causal)
 
 def _config_ids(config: dict) -> str:
     return (f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
-            f"-c{config.get('CTAS_PER_SM', 1)}{'-persistent' if config.get('PERSISTENT') else ''}")
+            f"-c{config.get('CTAS_PER_SM', 1)}{'-persistent' if config.get('PERSISTENT') else ''}"
+            f"{'-l2s%d' % config['L2_SECTION_MIB'] if config.get('L2_SECTION_MIB') else ''}")
 
 
 def _spaces(d: int, causal: bool, persistent: bool = True) -> list[dict]:
     return (config_space(d, causal) + short_config_space(d, causal)
-            + (persistent_config_space(d, causal) if persistent else []))
+            + (persistent_config_space(d, causal) + l2_section_config_space(d, causal) if persistent else []))
 
 
 @on_hopper
@@ -225,6 +253,27 @@ def test_the_persistent_kernel_walks_many_tiles_a_program_and_matches_the_one_ti
     assert (lse.double() - ref_lse).abs().max().item() <= 1e-2, _config_ids(config)
     assert ((o.double() - o_1.double()).norm() / o_1.double().norm()).item() <= 1e-3, _config_ids(config)
     assert (lse - lse_1).abs().max().item() <= 1e-4, _config_ids(config)
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s, mib", [
+    (5, 6, 2, 4096, 8),  # 4 kv heads of 2 MiB a section, 12 query heads: sections of 12, 12 and 6 (a ragged last)
+    (4, 32, 32, 512, 4),  # 16 heads of 256 KiB a section, 8 sections of 64 tiles over 132 programs
+])
+@pytest.mark.parametrize("index", range(len(l2_section_config_space(128, True))))
+def test_the_sectioned_tile_order_computes_every_tile_once_as_the_unsectioned_one(b, hq, hkv, s, mib, index):
+    """The order changes, not the per-tile code: O and lse bitwise equal to the same config without sections (a
+    tile skipped leaves torch.empty's garbage in O; one done twice races on it)."""
+    config = {**l2_section_config_space(128, True)[index], "L2_SECTION_MIB": mib}
+    assert section_heads(config, s, 128, hq // hkv, b * hq) < b * hq  # more than one section
+    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
+    q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
+               for h in (hq, hkv, hkv))
+    o, lse = gluon_attention_forward(q, k, v, True, config=config)
+    o_0, lse_0 = gluon_attention_forward(q, k, v, True, config={**config, "L2_SECTION_MIB": 0})
+    assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
+    ref_o = reference_attention(q[:1], k[:1], v[:1], True)
+    assert ((o[:1].double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2, _config_ids(config)
 
 
 @on_hopper

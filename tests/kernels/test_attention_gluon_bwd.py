@@ -86,6 +86,36 @@ def test_a_config_missing_a_key_lists_the_keys():
         resolve_config(config, 64, True)
 
 
+@pytest.mark.parametrize("change, key", [({"DS_BUFFERS": 1}, "DS_BUFFERS"), ({"DS_BUFFERS": 4}, "DS_BUFFERS"),
+                                         ({"DS_BUFFERS": True}, "DS_BUFFERS"), ({"DQ_UNDER_DK": 1}, "DQ_UNDER_DK"),
+                                         ({"STRICT_ORDER": "yes"}, "STRICT_ORDER"), ({"PINGPONG": 1}, "PINGPONG"),
+                                         ({"NUM_STAGES": 5, "DS_BUFFERS": 2}, "shared memory")])
+def test_a_bad_variant_key_is_named(change, key):
+    """d=128 with two consumers splits dQ: each reads the other's dS^T of the step, so DS_BUFFERS >= 2."""
+    with pytest.raises(KernelInputError, match=key):
+        attention_gluon_bwd.check_variant({**default_config(128, False), **change}, 128)
+
+
+def test_variants_pass_their_checks_but_not_the_config_space():
+    for config, head_dim in [({**default_config(128, True), "DQ_UNDER_DK": True}, 128),
+                             ({**default_config(128, True), "NUM_STAGES": 4, "DS_BUFFERS": 2}, 128),
+                             ({"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "DS_BUFFERS": 1}, 64)]:
+        assert attention_gluon_bwd.check_variant(config, head_dim) is config
+        with pytest.raises(KernelInputError, match="VARIANT_KEYS"):
+            resolve_config(config, head_dim, True)
+
+
+def test_ds_buffers_set_the_ds_tiles_and_the_default_build_keeps_its_constexprs():
+    config = default_config(128, False)
+    two = {**config, "DS_BUFFERS": 2}
+    assert shared_bytes(config, 128) - shared_bytes(two, 128) == 2 * 64 * 64 * 2  # one [64, 64] tile a consumer
+    assert shared_bytes({**config, "DS_BUFFERS": 3}, 128) == shared_bytes(config, 128)
+    plain = attention_gluon_bwd._constexprs(config, False)
+    assert plain["DS_BUFFERS"] == 0 and plain["DQ_UNDER_DK"] is False and plain["STRICT_ORDER"] is False
+    assert attention_gluon_bwd._constexprs({**config, "DS_BUFFERS": 3}, False) == plain  # 3 = one per ring slot
+    assert attention_gluon_bwd._constexprs(two, False)["DS_BUFFERS"] == 2
+
+
 def _emulated_grads(q, k, v, do, causal, block_m, block_n):
     """dQ, dK, dV (float64) by this kernel's block schedule and masks, replayed in torch: ``_kv_schedule``'s query
     range and masked steps per key block, ``_step``'s P^T / dS^T with the same ``where`` masks, query rows past a
@@ -148,9 +178,9 @@ def test_the_block_schedule_and_masks_give_the_reference_gradients(tiles, b, hq,
 
 
 SHAPES = yaml.safe_load((Path(__file__).resolve().parents[2] / "benchmarks/kernels/shapes.yaml").read_text())
-GLUON_BACKWARD_IDS = {"a09", "a11", "a12", "a13", "a14", "a16", "a17", "a19"}
+GLUON_BACKWARD_IDS = {"a09", "a12", "a13", "a14", "a16", "a17", "a19"}
 """The shapes of shapes.yaml whose config=None backward is this kernel (``BACKWARD_BY_BUCKET``): d=128 non-causal,
-d=128 causal above 4,096, d=64 causal at 1,025-4,096."""
+d=128 causal above 4,096."""
 
 
 @pytest.mark.parametrize("shape", SHAPES["attention"], ids=lambda shape: shape["id"])
@@ -326,6 +356,38 @@ def test_the_strict_order_variant_builds_like_the_default(head_dim, causal):
     strict = attention_gluon_bwd.inspect_build(config, head_dim, causal, strict_order=True)
     assert strict.shared_bytes == plain.shared_bytes and strict.wait_groups == plain.wait_groups == (0, 1)
     assert not strict.serialized and strict.spill_bytes <= 128  # 100 B at d=128 causal with triton 3.7.1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, head_dim, causal", [
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3, "DQ_UNDER_DK": True}, 128, True),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 4, "DS_BUFFERS": 2}, 128, False),
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "DS_BUFFERS": 1, "DQ_UNDER_DK": True}, 64, False),
+])
+def test_variants_build_for_sm90_within_their_shared_memory(config, head_dim, causal):
+    """The VARIANT_KEYS builds (benchmarks/kernels/attention_gluon_bwd_variants.py's) compile for sm_90: shared
+    memory as estimated and within sm_90's, S^T's wait_group 1 (DQ_UNDER_DK adds none other than 0 and 1: its
+    dQ wait leaves dK's GEMM in flight with num_outstanding=1), no ptxas serialization."""
+    pytest.importorskip("triton.backends.nvidia")
+    if not attention_gluon_bwd.HAS_GLUON:
+        pytest.skip("needs triton with Gluon")
+    build = attention_gluon_bwd.inspect_build(config, head_dim, causal)
+    assert 0 <= build.shared_bytes - shared_bytes(config, head_dim) <= 4096 and build.shared_bytes <= SM90_SHARED_BYTES
+    assert build.wait_groups == (0, 1) and not build.serialized
+    assert build.spill_bytes <= 512, build  # triton 3.7.1: 212, 8 and 224 bytes
+
+
+@pytest.mark.slow
+def test_ring_counters_take_the_division_by_three_out_of_the_spills():
+    """The default's d=128 spills are ring-slot arithmetic (KNOWN_SPILL_BYTES): carried counters spill less."""
+    pytest.importorskip("triton.backends.nvidia")
+    if not attention_gluon_bwd.HAS_GLUON:
+        pytest.skip("needs triton with Gluon")
+    config = default_config(128, False)
+    plain = attention_gluon_bwd.inspect_build(config, 128, False)
+    counted = attention_gluon_bwd.inspect_build({**config, "RING_COUNTERS": True}, 128, False)
+    assert counted.spill_bytes < plain.spill_bytes, (counted, plain)  # triton 3.7.1: 8 against 64 bytes
+    assert counted.shared_bytes == plain.shared_bytes and counted.wait_groups == (0, 1) and not counted.serialized
 
 
 on_hopper = pytest.mark.skipif(interpreting() or not supported(), reason="runs the kernel: needs an sm_90 GPU with "

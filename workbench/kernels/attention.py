@@ -17,7 +17,10 @@ the algorithmic 2.5x forward, so the backward's achieved TFLOP/s reads against t
 FlashAttention-2's.
 
 Variants, picked by config keys (``VARIANT_KEYS``): ``DQ_BLOCK_M`` / ``DQ_BLOCK_N`` give the dQ pass its own
-tiles. Two variants were dropped (issue 20) after losing on every shape of the H200 sweeps
+tiles and ``DQ_NUM_WARPS`` / ``DQ_NUM_STAGES`` its own num_warps / num_stages (``backward_pass_configs`` says what
+each pass runs): a 128-query dQ tile may want two warpgroups where the dK/dV pass's 64-key tile wants one (sm_90
+builds, triton 3.7.1, d=64: the dQ pass of 128 x 64 uses 255 registers per thread over 4 warps, 126 over 8).
+Two variants were dropped (issue 20) after losing on every shape of the H200 sweeps
 (benchmarks/results/h200/kernels/attention_fifth/SWEEP.md): the atomic-dQ backward (FlashAttention-2's Algorithm 2,
 dS K summed into an fp32 dQ by pointer atomics or TMA reductions: 0.64-0.94 of the two-pass backward's speed) and
 Triton's warp specialisation of the key/query loops (0.53-0.95); a config that names ``DQ`` or
@@ -73,9 +76,12 @@ Pass = Literal["fwd", "bwd", "fwd_bwd"]
 _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 HAS_TENSOR_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor")
 """Device-built tensor descriptors (``tl.make_tensor_descriptor``, Triton >= 3.4)."""
-VARIANT_KEYS = ("TMA", "DQ_BLOCK_M", "DQ_BLOCK_N")
-"""Config keys that pick a kernel variant (constexprs), not launch options; absent keys mean the original kernels.
-``DQ_BLOCK_M`` / ``DQ_BLOCK_N``: the dQ pass's query / key tiles (default: the dK/dV tiles swapped)."""
+DQ_KEYS = ("DQ_BLOCK_M", "DQ_BLOCK_N", "DQ_NUM_WARPS", "DQ_NUM_STAGES")
+"""Backward config keys of the dQ pass alone: its query / key tiles (default: the dK/dV tiles swapped) and its
+num_warps / num_stages (default: the config's, which the dK/dV pass runs)."""
+VARIANT_KEYS = ("TMA", *DQ_KEYS)
+"""Config keys that pick a kernel variant or one pass's launch, not launch options of every kernel; absent keys
+mean the original kernels (``DQ_KEYS``: the dQ pass's own tiles and launch options)."""
 DROPPED_KEYS = ("DQ", "WARP_SPECIALIZE")
 """Config keys of the dropped variants (atomic dQ, warp specialisation; see the module docstring): refused."""
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
@@ -394,10 +400,32 @@ def _resolve_config(config: dict | None, pass_: str, head_dim: int, q: torch.Ten
             if key in config:
                 check(is_power_of_two(config[key], 16), f"config ({pass_})", f"{key}={config[key]!r}",
                       "a power of two >= 16 (tl.dot's smallest tile)")
+        if "DQ_NUM_WARPS" in config:
+            check(config["DQ_NUM_WARPS"] in (1, 2, 4, 8, 16), f"config ({pass_})",
+                  f"DQ_NUM_WARPS={config['DQ_NUM_WARPS']!r}", "1, 2, 4, 8 or 16 (the dQ pass's num_warps)")
+        if "DQ_NUM_STAGES" in config:
+            stages = config["DQ_NUM_STAGES"]
+            check(isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 8, f"config ({pass_})",
+                  f"DQ_NUM_STAGES={stages!r}", "an int from 1 to 8 (the dQ pass's num_stages)")
     else:
-        extra = sorted(set(config) & {"DQ_BLOCK_M", "DQ_BLOCK_N"})
+        extra = sorted(set(config) & set(DQ_KEYS))
         check(not extra, f"config ({pass_})", ", ".join(extra), "no backward-only keys in a forward config")
     return config
+
+
+def backward_pass_configs(config: dict) -> dict[str, dict]:
+    """What each backward pass runs for a (checked) backward config: {"dq": ..., "dkdv": ...}, each with its
+    BLOCK_M (the pass's query tile in dQ, query tile streamed in dK/dV), BLOCK_N and launch options (num_warps,
+    num_stages and, on AMD, the rest). The dQ pass takes ``DQ_KEYS`` where given, else the dK/dV tiles swapped and
+    the config's launch options. ``TMA`` is not included (``_use_tma`` decides it per plan)."""
+    options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
+    dq_options = dict(options)
+    for key, option in (("DQ_NUM_WARPS", "num_warps"), ("DQ_NUM_STAGES", "num_stages")):
+        if key in config:
+            dq_options[option] = config[key]
+    return {"dq": dict(BLOCK_M=config.get("DQ_BLOCK_M", config["BLOCK_N"]),
+                       BLOCK_N=config.get("DQ_BLOCK_N", config["BLOCK_M"]), **dq_options),
+            "dkdv": dict(BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], **options)}
 
 
 def _use_tma(config: dict, q: torch.Tensor, strides: tuple) -> bool:
@@ -468,19 +496,16 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
                       dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, BLOCK_M=config["BLOCK_M"],
                            BLOCK_N=config["BLOCK_N"], TMA=plan.fwd_tma, **options))
     plan.fwd = _fwd_launch(plan, plan.fwd_tma)
-    block_q, block_k = bwd_config["BLOCK_M"], bwd_config["BLOCK_N"]  # the dK/dV pass's tiles; dQ swaps them
-    dq_block_m, dq_block_n = bwd_config.get("DQ_BLOCK_M", block_k), bwd_config.get("DQ_BLOCK_N", block_q)
-    bwd_options = {key: value for key, value in bwd_config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
+    passes = backward_pass_configs(bwd_config)  # the dQ and the dK/dV pass's tiles and launch options
     plan.bwd_tma = _use_tma(bwd_config, q, (*q_strides, *k_strides, *v_strides))  # dO: checked per call
     # (grid, scalars before dO's strides, scalars after them, constexprs) of the dQ and the dK/dV pass
-    plan.bwd_parts = (((triton.cdiv(s, dq_block_m), b * hq), (*q_strides, *k_strides, *v_strides, *o_strides),
+    plan.bwd_parts = (((triton.cdiv(s, passes["dq"]["BLOCK_M"]), b * hq), (*q_strides, *k_strides, *v_strides,
+                                                                           *o_strides),
                        (*o_strides, s, hq, group, scale, qk_scale),
-                       dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=dq_block_m, BLOCK_N=dq_block_n, UPCAST=upcast,
-                            TMA=plan.bwd_tma, **bwd_options)),
-                      ((triton.cdiv(s, block_k), b * hkv), (*q_strides, *k_strides, *v_strides),
+                       dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, TMA=plan.bwd_tma, **passes["dq"])),
+                      ((triton.cdiv(s, passes["dkdv"]["BLOCK_N"]), b * hkv), (*q_strides, *k_strides, *v_strides),
                        (*kv_strides, *kv_strides, s, hkv, group, scale, qk_scale),
-                       dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_q, BLOCK_N=block_k, UPCAST=upcast,
-                            TMA=plan.bwd_tma, **bwd_options)))
+                       dict(CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, TMA=plan.bwd_tma, **passes["dkdv"])))
     plan.do_strides = o_strides
     plan.dq, plan.dkdv = _bwd_launches(plan, o_strides, plan.bwd_tma)
     if key is not None:
@@ -646,8 +671,9 @@ def flash_attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                         lse: torch.Tensor, causal: bool = False, scale: float | None = None,
                         config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV from dO and the forward's O and lse. ``config`` keys: BLOCK_M = query tile and BLOCK_N = key
-    tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys); with
-    ``"backend": "gluon"``, a config of ``attention_gluon_bwd`` instead. None: as ``flash_attention``'s."""
+    tile of the dK/dV pass (the dQ pass uses them swapped: BLOCK_N queries against BLOCK_M keys, unless ``DQ_KEYS``
+    give it its own tiles and launch options); with ``"backend": "gluon"``, a config of ``attention_gluon_bwd``
+    instead. None: as ``flash_attention``'s."""
     plan = _plan(q, k, v, causal, scale, None, config)
     if _copy_o(q, do, o, lse):  # the plan reads O as flash_attention_fwd writes it
         o = o.contiguous()
@@ -755,3 +781,49 @@ def crosscompile_source(config: dict, dtype: str, target: str) -> crosscompile.C
     signature = {name: signature[name] for name in _attn_fwd_kernel.arg_names}
     divisible = ["Q", "K", "V", "O", "LSE", *strides, "seq_len"]
     return crosscompile.CompileSource(_attn_fwd_kernel, signature, constexprs, divisible)
+
+
+_BWD_CONSTEXPRS = ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "TMA", "UPCAST")
+"""The backward kernels' constexpr parameters (upper-case like the pointer arguments)."""
+
+
+class BackwardPass:
+    """One pass of the backward (``"dq"`` or ``"dkdv"``) as ``crosscompile.inspect_config`` compiles it: give it
+    the pass's entry of ``backward_pass_configs`` (plus HEAD_DIM, CAUSAL, TMA; defaults 128, True, False). The
+    build is the GQA one (group and heads are runtime integers, none specialised to 1) with contiguous strides
+    and the sequence divisible by 16, as the committed shapes launch it."""
+
+    KERNELS = {"dq": _attn_bwd_dq_kernel, "dkdv": _attn_bwd_dkdv_kernel}
+
+    def __init__(self, name: str):
+        check(name in self.KERNELS, "pass", repr(name), "'dq' or 'dkdv'")
+        self.__name__ = f"attention_bwd_{name}"
+        self.kernel = self.KERNELS[name]
+
+    def crosscompile_source(self, config: dict, dtype: str, target: str) -> crosscompile.CompileSource:
+        t = crosscompile.TRITON_DTYPES[dtype]
+        arg_names = self.kernel.arg_names
+        pointers = [name for name in arg_names if name.isupper() and name not in _BWD_CONSTEXPRS]
+        strides = [name for name in arg_names if name.startswith("stride_")]
+        signature = {name: "*fp32" if name in ("LSE", "DELTA") else f"*{t}" for name in pointers}
+        signature.update({name: "i32" for name in (*strides, "seq_len", "heads_q", "heads_kv", "group")
+                          if name in arg_names})
+        signature.update(sm_scale="fp32", qk_scale="fp32")
+        constexprs = dict(CAUSAL=config.get("CAUSAL", True), HEAD_DIM=config.get("HEAD_DIM", 128),
+                          BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], TMA=config.get("TMA", False),
+                          UPCAST=False)
+        signature.update({name: "constexpr" for name in constexprs})
+        signature = {name: signature[name] for name in arg_names}
+        return crosscompile.CompileSource(self.kernel, signature, constexprs, [*pointers, *strides, "seq_len"])
+
+
+def inspect_backward(config: dict, head_dim: int = 128, causal: bool = True, target: str = "sm_90",
+                     dtype: str = "bf16") -> dict[str, crosscompile.Inspection]:
+    """Both passes of a backward config compiled for ``target`` on this machine (no GPU needed): {"dq": ...,
+    "dkdv": ...} with shared bytes, registers per thread and spill bytes (``crosscompile.inspect_config``)."""
+    config = _resolve_config(config, "bwd", head_dim)
+    tma = config.get("TMA", target.startswith("sm_"))
+    return {name: crosscompile.inspect_config(BackwardPass(name), {**launch, "HEAD_DIM": head_dim,
+                                                                   "CAUSAL": causal, "TMA": tma}, target, dtype)
+            for name, launch in backward_pass_configs(config).items()}
+

@@ -29,10 +29,12 @@ tensor cores busy during the softmax. FA3 (and cuDNN) do it with three pieces Gl
 
 Blocks and masks: key blocks every row of the query tile sees whole run unmasked; block 0 (the pipeline's
 prologue), the causal diagonal and the sequence tail are masked; key blocks wholly above the diagonal are never
-loaded. Causal grids run the longest query tiles first (query-tile axis reversed and outermost). With config
-``PERSISTENT=True`` one program per SM (x CTAS_PER_SM) walks the tiles in that order instead
-(``attention_gluon_persistent``): the same per-tile partitions (``_load_tile``, ``_attend_tile``), the rings and
-ping-pong turns counted across tiles, the next tile's Q and K/V loaded under the current tile's last steps.
+loaded. Causal grids run the longest query tiles first (query-tile axis reversed and outermost); with config
+``L2_SECTION_MIB`` > 0 they do so per section of heads whose K/V fit in that much L2 (FA3's L2 swizzle,
+``_causal_tile``). With config ``PERSISTENT=True`` one program per SM (x CTAS_PER_SM) walks the tiles in that
+order instead (``attention_gluon_persistent``): the same per-tile partitions (``_load_tile``, ``_attend_tile``),
+the rings and ping-pong turns counted across tiles, the next tile's Q and K/V loaded under the current tile's last
+steps.
 
 Loads: host TMA descriptors over the 2-D views q [B*Hq*S, D], k, v [B*Hkv*S, D] (contiguous copies when the inputs
 are not). A K/V block past a head's end reads the next head's rows (or zeros past the tensor): the tail mask
@@ -89,14 +91,21 @@ compute capability 9.0): CTAS_PER_SM CTAs fit when CTAS_PER_SM x (their bytes + 
 SM90_REGISTERS = 65536
 """32-bit registers of one sm_90 SM (CUDA programming guide, compute capability 9.0), shared by its resident CTAs."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "PINGPONG")
-OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False}
+OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False, "L2_SECTION_MIB": 0}
 """Config keys with a default. CTAS_PER_SM: how many CTAs an SM is to hold at once (1 or 2). With 1, a short
 sequence's tiles run their prologue (Q and the first K/V loads, the lone S_0) and epilogue (the last P V, the O
 store) with nothing to hide them behind; a second resident CTA runs its main loop meanwhile. It caps the launch's
 registers per thread (``register_budget``) and must fit twice in shared memory (``fits_shared_memory``).
 PERSISTENT: launch SMs x CTAS_PER_SM programs that each loop over tiles (``attention_gluon_persistent``), the
 producer loading the next tile's Q and K/V under the current tile's last steps; one more Q buffer of shared
-memory."""
+memory. L2_SECTION_MIB (causal only): walk the heads in sections whose K and V fit in this many MiB of L2, every
+section's tiles longest first (``section_heads``, ``_causal_tile``); 0: one section, every head's longest tile
+before any head's next one, which at B=16, S=512, 32 heads (134 MB of K/V against the H200's 50 MB L2) evicts a
+head's K/V before its next tile reads it: 335 MB of K/V reads from HBM instead of 134."""
+L2_SECTION_CANDIDATES_MIB = (32, 16, 8)
+"""L2_SECTION_MIB values to try: FA3's 32 MiB for K and V (``hopper/tile_scheduler.hpp``,
+DynamicPersistentTileScheduler: of the H100's 50 MB L2, the H200's too, ``shared/reference/gpu_specs.md``), and
+smaller sections that leave more of L2 to the Q and O streams (guesses, calibrate me)."""
 
 
 if HAS_GLUON:
@@ -119,11 +128,26 @@ if HAS_GLUON:
         return start_m, bh * seq_len, (b * heads_kv + h_kv) * seq_len, n_full, n_blocks
 
     @gluon.jit
-    def _tile_schedule(seq_len, heads_q, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       CAUSAL: gl.constexpr):
+    def _causal_tile(tile, tiles_m, batch_heads, section_heads):
+        """(query tile, b * Hq + h) of causal tile number ``tile`` in launch order: the heads in sections of
+        section_heads consecutive ones (the last section may hold fewer), each section's tiles longest first
+        (every head's last query tile, then every head's one before, ...). section_heads = batch_heads: one
+        section, the order of the unsectioned grid. FA3 ``hopper/tile_scheduler.hpp`` (L2 swizzle)."""
+        first = tile // (section_heads * tiles_m) * section_heads  # the section's first head
+        rank = tile - first * tiles_m  # the tile's place in its section
+        heads = gl.minimum(section_heads, batch_heads - first)
+        return tiles_m - 1 - rank // heads, first + rank % heads
+
+    @gluon.jit
+    def _tile_schedule(seq_len, heads_q, group, section_heads, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       CAUSAL: gl.constexpr, SECTIONED: gl.constexpr):
         """This program's query tile (``_tile_geometry``). Causal grids are (B * Hq, tiles) with the tile axis
-        reversed (longest first); full ones (tiles, B * Hq), neighbours sharing K/V."""
-        if CAUSAL:
+        reversed (longest first; SECTIONED: per section of heads, ``_causal_tile``, on the launch order
+        x + y B * Hq); full ones (tiles, B * Hq), neighbours sharing K/V."""
+        if CAUSAL and SECTIONED:
+            pid_m, bh = _causal_tile(gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), gl.num_programs(1),
+                                     gl.num_programs(0), section_heads)
+        elif CAUSAL:
             bh = gl.program_id(0)
             pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
         else:
@@ -157,13 +181,13 @@ if HAS_GLUON:
 
     @gluon.jit
     def _load_partition(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty,
-                        seq_len, heads_q, group, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-                        NUM_STAGES: gl.constexpr):
+                        seq_len, heads_q, group, section_heads, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                        NUM_STAGES: gl.constexpr, SECTIONED: gl.constexpr):
         """The TMA warp of the one-tile kernel: this program's tile (``_load_tile``), the rings from load 0."""
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-        start_m, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
-                                                                  BLOCK_N, CAUSAL)
+        start_m, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, section_heads,
+                                                                  ROWS * NUM_CONSUMERS, BLOCK_N, CAUSAL, SECTIONED)
         _load_tile(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, 0,
                    q_row + start_m, kv_row, n_blocks, 0, NUM_CONSUMERS, NUM_STAGES)
 
@@ -294,32 +318,35 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, seq_len,
-                  heads_q, group, qk_scale, CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                  heads_q, group, section_heads, qk_scale, CAUSAL: gl.constexpr, WG: gl.constexpr,
+                  NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                  SECTIONED: gl.constexpr):
         """Consumer warpgroup WG of the one-tile kernel: this program's tile (``_attend_tile``), from load 0."""
         ROWS: gl.constexpr = q_smem.shape[1]
         BLOCK_N: gl.constexpr = k_ring.shape[1]
-        start_m, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, ROWS * NUM_CONSUMERS,
-                                                                  BLOCK_N, CAUSAL)
+        start_m, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, section_heads,
+                                                                  ROWS * NUM_CONSUMERS, BLOCK_N, CAUSAL, SECTIONED)
         _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, 0, 0,
                      start_m, q_row, n_full, n_blocks, 0, 0, seq_len, qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG)
 
     @gluon.jit
     def _second_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
-                         seq_len, heads_q, group, qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr,
-                         PINGPONG: gl.constexpr):
+                         seq_len, heads_q, group, section_heads, qk_scale, CAUSAL: gl.constexpr,
+                         NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr):
         _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, seq_len,
-                  heads_q, group, qk_scale, CAUSAL, 1, 2, NUM_STAGES, PINGPONG)
+                  heads_q, group, section_heads, qk_scale, CAUSAL, 1, 2, NUM_STAGES, PINGPONG, SECTIONED)
 
-    @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group"])  # one build per config and layout
-    def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, seq_len, heads_q, group, qk_scale,
+    @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group", "section_heads"])  # one build per config, layout
+    def _attn_fwd_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, seq_len, heads_q, group, section_heads, qk_scale,
                          CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                         PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                         PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, LOADER_REGS: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr):
         """Grid: causal (B * Hq, cdiv(S, BLOCK_M)), else (cdiv(S, BLOCK_M), B * Hq); BLOCK_M = 64 NUM_CONSUMERS.
 
         q_desc: q [B*Hq*S, D], block [64, D]; k_desc, v_desc: [B*Hkv*S, D], block [BLOCK_N, D]; o_ptr: O
-        [B, Hq, S, D] contiguous; lse_ptr: [B, Hq, S] fp32. Launched with num_warps=4 (the first consumer);
-        workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
+        [B, Hq, S, D] contiguous; lse_ptr: [B, Hq, S] fp32; section_heads: heads per section of the causal tile
+        order, read when SECTIONED (``section_heads``). Launched with num_warps=4 (the first consumer); workers:
+        the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
         """
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -346,18 +373,23 @@ if HAS_GLUON:
         if NUM_CONSUMERS == 2:
             gl.warp_specialize([
                 (_consumer, (q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
-                             seq_len, heads_q, group, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, PINGPONG)),
+                             seq_len, heads_q, group, section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES,
+                             PINGPONG, SECTIONED)),
                 (_second_consumer, (q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr,
-                                    lse_ptr, seq_len, heads_q, group, qk_scale, CAUSAL, NUM_STAGES, PINGPONG)),
+                                    lse_ptr, seq_len, heads_q, group, section_heads, qk_scale, CAUSAL, NUM_STAGES,
+                                    PINGPONG, SECTIONED)),
                 (_load_partition, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty,
-                                   v_empty, seq_len, heads_q, group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+                                   v_empty, seq_len, heads_q, group, section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES,
+                                   SECTIONED)),
             ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
             gl.warp_specialize([
                 (_consumer, (q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
-                             seq_len, heads_q, group, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, False)),
+                             seq_len, heads_q, group, section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES,
+                             False, SECTIONED)),
                 (_load_partition, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty,
-                                   v_empty, seq_len, heads_q, group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+                                   v_empty, seq_len, heads_q, group, section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES,
+                                   SECTIONED)),
             ], [1], [LOADER_REGS])
         for i in gl.static_range(NUM_CONSUMERS):
             mbarrier.invalidate(q_bar.index(i))
@@ -422,13 +454,14 @@ def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
     plan.device_index = q.device.index
     tiles = triton.cdiv(s, config["BLOCK_M"])
     options = {**_constexprs(config, causal), **launch_options(config)}
+    section = section_heads(config, s, d, hq // hkv, b * hq)
     if config.get("PERSISTENT", False):
         programs = min(tiles * b * hq, sm_count(q.device.index or 0) * config.get("CTAS_PER_SM", 1))
-        plan.launch = KernelLaunch(_persistent_kernel(), (programs,), (s, hq, hq // hkv, b * hq, scale * _LOG2E),
-                                   options)
+        plan.launch = KernelLaunch(_persistent_kernel(), (programs,),
+                                   (s, hq, hq // hkv, b * hq, section, scale * _LOG2E), options)
     else:
         grid = (b * hq, tiles) if causal else (tiles, b * hq)
-        plan.launch = KernelLaunch(_attn_fwd_kernel, grid, (s, hq, hq // hkv, scale * _LOG2E), options)
+        plan.launch = KernelLaunch(_attn_fwd_kernel, grid, (s, hq, hq // hkv, section, scale * _LOG2E), options)
     return plan
 
 
@@ -471,8 +504,21 @@ def _tile_layout(rows: int, head_dim: int, dtype):
 
 def _constexprs(config: dict, causal: bool) -> dict:
     return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_M"] // ROWS_PER_WARPGROUP,
-                NUM_STAGES=config["NUM_STAGES"], PINGPONG=bool(config["PINGPONG"]), LOADER_REGS=LOADER_REGISTERS,
+                NUM_STAGES=config["NUM_STAGES"], PINGPONG=bool(config["PINGPONG"]),
+                SECTIONED=config.get("L2_SECTION_MIB", 0) > 0, LOADER_REGS=LOADER_REGISTERS,
                 CONSUMER_REGS=register_budget(config)[1])
+
+
+def section_heads(config: dict, seq_len: int, head_dim: int, group: int, batch_heads: int) -> int:
+    """Query heads (consecutive b * Hq + h) per section of the causal tile order (config ``L2_SECTION_MIB``): the
+    largest power of two of kv heads whose K and V (16-bit, seq_len x head_dim each) fit in L2_SECTION_MIB MiB, at
+    least one, times the group of query heads sharing each (FA3 ``hopper/tile_scheduler.hpp``: power-of-two
+    sections ran faster there); at most every head. Option off: every head, one section."""
+    budget = config.get("L2_SECTION_MIB", 0) * 2**20
+    if not budget:
+        return batch_heads
+    kv_heads = max(1, budget // (2 * seq_len * head_dim * 2))
+    return min((1 << (kv_heads.bit_length() - 1)) * group, batch_heads)
 
 
 def launch_options(config: dict) -> dict:
@@ -583,6 +629,21 @@ def persistent_config_space(head_dim: int, causal: bool) -> list[dict]:
     return [c for c in space if fits_shared_memory(c, head_dim)]
 
 
+def l2_section_config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Candidates of the sectioned causal tile order (``L2_SECTION_MIB``), beside ``config_space`` until the H200
+    run of ``benchmarks/kernels/attention_l2_section_bench.py`` ranks them: the wired d=128 causal persistent
+    config at each of ``L2_SECTION_CANDIDATES_MIB``, and the one-tile pinned config at FA3's 32 MiB. Empty for
+    full attention (no option there) and d=64 (whose short and mid causal forward is the Triton kernel)."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    if not causal or head_dim != 128:
+        return []
+    persistent = PERSISTENT_FORWARD[(head_dim, causal)][-1][2]  # the mid bucket's: unsectioned
+    space = [{**persistent, "L2_SECTION_MIB": mib} for mib in L2_SECTION_CANDIDATES_MIB]
+    space.append({**PINNED_FORWARD[(head_dim, causal)], "L2_SECTION_MIB": L2_SECTION_CANDIDATES_MIB[0]})
+    return [c for c in space if fits_shared_memory(c, head_dim)]
+
+
 PINNED_FORWARD: dict[tuple[int, bool], dict] = {
     (64, False): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
     (64, True): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
@@ -605,19 +666,22 @@ SDPA), this kernel's ``PINNED_FORWARD`` above (a20); test shapes a04 0.765 -> 0.
 -> 0.905."""
 
 
-PERSISTENT_FORWARD: dict[tuple[int, bool], tuple[int, int, dict]] = {
-    (128, True): (1, 4096, {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True, "CTAS_PER_SM": 1,
-                            "PERSISTENT": True}),
-    (128, False): (1025, 4096, {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False,
-                                "CTAS_PER_SM": 1, "PERSISTENT": True}),
+_PERSISTENT_128 = {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "CTAS_PER_SM": 1, "PERSISTENT": True}
+PERSISTENT_FORWARD: dict[tuple[int, bool], tuple[tuple[int, int, dict], ...]] = {
+    (128, True): ((1, 1024, {**_PERSISTENT_128, "PINGPONG": True, "L2_SECTION_MIB": 32}),
+                  (1025, 4096, {**_PERSISTENT_128, "PINGPONG": True})),
+    (128, False): ((1025, 4096, {**_PERSISTENT_128, "PINGPONG": False}),),
 }
-"""Per (head_dim, causal): (shortest, longest sequence, config) where the persistent kernel is the config=None
-forward, ahead of ``PINNED_FORWARD`` / ``MIN_SEQ_LEN``. The rule of ``benchmarks/results/h200/kernels/
+"""Per (head_dim, causal): the (shortest, longest sequence, config) ranges where the persistent kernel is the
+config=None forward, ahead of ``PINNED_FORWARD`` / ``MIN_SEQ_LEN``. The rule of ``benchmarks/results/h200/kernels/
 attention_persistent/rule.json`` (buckets S <= 1,024 short, <= 4,096 mid, longer long; each bucket's choice the
 least geometric mean of time / fastest over its fit shapes of ``attention_candidates_split.json``): d=128 causal
 short and mid (fit a01, a05, a07), d=128 full mid (fit a09); every other bucket kept what was wired. In that run,
 test shapes: a03 0.772 -> 0.884, a06 0.879 -> 0.934 of the best SDPA; a10 0.987 -> 0.950 and a12 0.951 -> 0.920
-lose; all 20 shapes 0.947 -> 0.962 (fit a01 0.702 -> 0.672)."""
+lose; all 20 shapes 0.947 -> 0.962 (fit a01 0.702 -> 0.672). d=128 causal short walks its tiles in L2 sections of
+32 MiB (``L2_SECTION_MIB``, FA3's rule): the rule of ``benchmarks/results/h200/kernels/attention_l2_section/rule.json``
+on the same fit shapes (a01 0.679 -> 0.726, a05 0.917 -> 0.916; test a03 0.871 -> 0.868; mid keeps the unsectioned
+order, fit a07 0.907 vs 0.866 sectioned)."""
 
 
 def pinned_forward_config(head_dim: int, causal: bool, seq_len: int) -> dict | None:
@@ -625,10 +689,8 @@ def pinned_forward_config(head_dim: int, causal: bool, seq_len: int) -> dict | N
     ``MIN_SEQ_LEN``), else None. Only sequences a whole number of key blocks long: a ragged last block would read
     the next head's K/V rows (masked to probability 0, but a non-finite value there would still reach O as 0 x
     inf)."""
-    persistent = PERSISTENT_FORWARD.get((head_dim, causal))
-    if persistent is not None and persistent[0] <= seq_len <= persistent[1]:
-        config = persistent[2]
-    else:
+    config = next((c for lo, hi, c in PERSISTENT_FORWARD.get((head_dim, causal), ()) if lo <= seq_len <= hi), None)
+    if config is None:
         config = PINNED_FORWARD.get((head_dim, causal))
         if config is None or seq_len < MIN_SEQ_LEN[head_dim]:
             return None
@@ -656,6 +718,11 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
           "False with BLOCK_M=64 (ping-pong orders two consumer warpgroups)")
     check(isinstance(config.get("PERSISTENT", False), bool), "config['PERSISTENT']", config.get("PERSISTENT"),
           "True or False")
+    section_mib = config.get("L2_SECTION_MIB", 0)
+    check(type(section_mib) is int and 0 <= section_mib <= 1024, "config['L2_SECTION_MIB']", repr(section_mib),
+          "an int in [0, 1024]: MiB of L2 a section's K and V fill (0: one section)")
+    check(causal or not section_mib, "config['L2_SECTION_MIB']", section_mib,
+          "0 with causal=False: a full grid already runs each head's tiles together")
     ctas = config.get("CTAS_PER_SM", 1)
     check(ctas in (1, 2, 3), "config['CTAS_PER_SM']", ctas, "1, 2 or 3 (CTAs resident on one SM)")
     check(fits_shared_memory(config, head_dim), "config",
@@ -682,7 +749,8 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     kv_type = f"tensordesc<{dtype}[{block_n}, {head_dim}],{_tile_layout(block_n, head_dim, gl_dtype)!r}>"
     kernel = _persistent_kernel() if config.get("PERSISTENT", False) else _attn_fwd_kernel
     signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_ptr": f"*{dtype}", "lse_ptr": "*fp32",
-                 "seq_len": "i32", "heads_q": "i32", "group": "i32", "batch_heads": "i32", "qk_scale": "fp32"}
+                 "seq_len": "i32", "heads_q": "i32", "group": "i32", "batch_heads": "i32", "section_heads": "i32",
+                 "qk_scale": "fp32"}
     constexprs = _constexprs(config, causal)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in kernel.arg_names}

@@ -58,7 +58,17 @@ Guide's TMA example fences them), and dS^T's shared-memory store (``_publish_ds`
 the A operand of the dK wgmma still in flight (the PTX ISA makes accessing them before wgmma.wait_group
 undefined, as recalled here: not re-read offline). FA3 stores
 dS before issuing its dV/dK GEMMs. ``benchmarks/kernels/attention_gluon_bwd_ring_bench.py`` runs 2, 3 and 4
-stages with and without it on the H200; the 3-stage default stays the only config until it says otherwise.
+stages with and without it on the H200; the 3-stage default stays the only config until it says otherwise. Its run
+of 2026-12-02 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ring/``) ruled STRICT_ORDER out: the errors of
+64x128 with 2 stages are the same with and without it to about 0.01 (a01: 0.61, 0.61, 0.49 for dQ, dK, dV both
+times; a10: 0.78, 0.78, 0.66 both), growing with S on the causal shapes, and 4 stages fail too (d=64) while 3 pass:
+a repeatable fault, not one that comes and goes with timing. Read again on the CPU since (triton 3.7.1, 64x128 at
+2, 3 and 4 stages, d=64, PTX and SASS): the allocations do not overlap (dS^T at 0, K, V, Q, dO, lse, delta, the
+barriers, the warp-specialize state bytes last); the partitions' named barriers differ (0 and 2, 128 threads each,
+1 the join); one loader warp (warp 10) issues every copy, its slot and empty-parity arithmetic right in SASS for
+both depths; every wgmma reading a ring slot or a dS^T tile is waited (wait_group 0) before the release. Still
+open; FA3's own hdim-128 schedule (2 stages, its GEMM order: DQ_UNDER_DK) is one of the variants that
+``benchmarks/kernels/attention_gluon_bwd_variants.py`` checks.
 
 Host path: the checks, the config, the grids, the descriptor layouts and the three launches are planned once per
 distinct call (``_BackwardPlan``); a repeated call builds its six descriptors from the plan's checked fields and
@@ -112,6 +122,20 @@ _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 KEYS_PER_WARPGROUP = 64
 """Key rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES")
+VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS")
+"""Optional config keys of the H200 experiments, in no entry of ``config_space`` (``resolve_config`` refuses them;
+``check_variant``, ``launch_backward`` and ``crosscompile`` take them; absent, each leaves the default build as it
+is): STRICT_ORDER (bool: fenced barrier inits, dS^T stored before the dV/dK GEMMs: the module docstring),
+DS_BUFFERS (int: dS^T tiles per consumer, used in turn, instead of one per ring slot: 2 are enough with the split
+dQ, 1 without; ``_step``), DQ_UNDER_DK (bool: FA3's order of the last three GEMMs, dQ's atomics under dK's GEMM),
+RING_COUNTERS (bool: the consumers carry the ring slot and phase from step to step instead of dividing by
+NUM_STAGES: the division by 3 costs the registers that spill at d=128). On the H200 (triton 3.6,
+``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``): DQ_UNDER_DK right on all 20 shapes, 0.990x the
+default's speed; RING_COUNTERS wrong on every shape at 3 stages (illegal address at d=64 full) although it computes
+the same slots and phases; NUM_STAGES 4 with DS_BUFFERS 2 and 2 stages with DQ_UNDER_DK wrong. So the fault follows
+how fast the consumers reach the next slot, not the ring's depth: the division by 3 is the one slow slot
+computation, and every faster one fails. The lead: a slot released (``empty``) or overwritten before an async
+reader of it is done, hidden by the division's latency."""
 _PRE_ROWS = 64
 """Rows per program of the delta preprocessing (a guess: a [64, D] tile of O and dO per program; calibrate me)."""
 _POST_BLOCK = 2048
@@ -216,27 +240,74 @@ if HAS_GLUON:
             mbarrier.arrive(ds_ready, count=1)
 
     @gluon.jit
-    def _step(step, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring, delta_ring, q_ready,
-              do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len, qk_scale,
-              MASKED: gl.constexpr,
+    def _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM: gl.constexpr):
+        """dQ_acc rows of a query block: one 64-bit base and [BLOCK_M, DQ_COLS] 32-bit offsets (a tile of 64-bit
+        addresses would take 64 registers a thread) in dQ's wgmma layout, and the rows' query indices."""
+        BLOCK_M: gl.constexpr = zero_dq.shape[0]
+        DQ_COLS: gl.constexpr = zero_dq.shape[1]
+        DQ_LAYOUT: gl.constexpr = zero_dq.type.layout
+        dq_block = dq_ptr + (q_row + start_m).to(gl.int64) * HEAD_DIM
+        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, DQ_LAYOUT))
+        dq_offs = gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(gl.arange(0, DQ_COLS, layout=gl.SliceLayout(
+            0, DQ_LAYOUT)), 0)
+        return dq_block, dq_offs, start_m + rows
+
+    @gluon.jit
+    def _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG: gl.constexpr,
+                 NUM_CONSUMERS: gl.constexpr, SPLIT_DQ: gl.constexpr):
+        """Issue (async) the dQ_i GEMM of column chunk ``c``: dS [BLOCK_M, keys] (dS^T tiles read transposed)
+        times K [keys, DQ_COLS]; SPLIT_DQ: columns [DQ_COLS WG, + DQ_COLS) over every consumer's keys, once all of
+        them have stored their dS^T (``ds_ready``), else this warpgroup's 64 keys, columns [DQ_COLS c, + DQ_COLS).
+        Returns the token."""
+        DQ_COLS: gl.constexpr = zero_dq.shape[1]
+        HEAD_DIM: gl.constexpr = k_smem.shape[2]
+        if SPLIT_DQ:
+            mbarrier.wait(ds_ready.index(slot), phase)
+            for i in gl.static_range(NUM_CONSUMERS):
+                dq_tok = warpgroup_mma(ds_smem.index(ds_index * NUM_CONSUMERS + i).permute((1, 0)),
+                                       k_smem.index(i).slice(WG * DQ_COLS, DQ_COLS, dim=1),
+                                       zero_dq if i == 0 else dq_tok, use_acc=i > 0, is_async=True)
+        else:
+            if DQ_COLS == HEAD_DIM:
+                k_cols = k_smem.index(WG)
+            else:
+                k_cols = k_smem.index(WG).slice(c * DQ_COLS, DQ_COLS, dim=1)
+            dq_tok = warpgroup_mma(ds_smem.index(ds_index * NUM_CONSUMERS + WG).permute((1, 0)), k_cols, zero_dq,
+                                   use_acc=False, is_async=True)
+        return dq_tok
+
+    @gluon.jit
+    def _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring,
+              delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len,
+              qk_scale, MASKED: gl.constexpr,
               CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-              SPLIT_DQ: gl.constexpr, STRICT_ORDER: gl.constexpr):
+              SPLIT_DQ: gl.constexpr, STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr,
+              DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr):
         """One query block [start_m, + BLOCK_M) of query head ``q_row / S`` against this warpgroup's 64 keys:
         dK, dV accumulate; dQ_i goes to dQ_acc by atomics, [BLOCK_M, 64] at a time. Tiles: S^T, dP^T [64,
         BLOCK_M] and dK, dV [64, D] fp32 (registers, wgmma layouts); Q_i, dO_i [BLOCK_M, D] and dS^T [64, BLOCK_M]
-        (one per consumer and ring slot) in shared memory. SPLIT_DQ (two consumers, D = 128): each warpgroup
-        takes 64 columns of dQ_i over both consumers' keys, after both have written dS^T (``ds_ready``)."""
+        (DS_BUFFERS per consumer, used in turn) in shared memory. SPLIT_DQ (two consumers, D = 128): each
+        warpgroup takes 64 columns of dQ_i over both consumers' keys, after both have written dS^T (``ds_ready``).
+
+        The order of the register-A GEMMs and dQ's: by default dV, dK (dS^T stored under them; STRICT_ORDER: before
+        them), wait, then dQ_i and its atomics. DQ_UNDER_DK (FA3's ``bwd_step``): dS^T stored first, then dV, dQ_i
+        (of the first column chunk), dK issued back to back, and dQ_i's atomics run while dK's GEMM does.
+        RING_COUNTERS: the ring slot and phase are the caller's loop-carried counters (FA3's PipelineState), not
+        ``step % NUM_STAGES`` and its quotient's parity."""
         BLOCK_M: gl.constexpr = q_ring.shape[1]
         HEAD_DIM: gl.constexpr = q_ring.shape[2]
         S_LAYOUT: gl.constexpr = zero_s.type.layout
         ACC_LAYOUT: gl.constexpr = dk.type.layout
-        DQ_LAYOUT: gl.constexpr = zero_dq.type.layout
         DQ_COLS: gl.constexpr = zero_dq.shape[1]
         OP_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ACC_LAYOUT, k_width=2)
         k_tile = k_smem.index(WG)
         v_tile = v_smem.index(WG)
-        slot = step % NUM_STAGES
-        phase = (step // NUM_STAGES) & 1
+        if RING_COUNTERS:
+            slot = ring_slot
+            phase = ring_phase
+        else:
+            slot = step % NUM_STAGES
+            phase = (step // NUM_STAGES) & 1
         q_tile = q_ring.index(slot)
         do_tile = do_ring.index(slot)
         COLUMNS: gl.constexpr = gl.SliceLayout(0, S_LAYOUT)  # per query: 16 registers a thread at BLOCK_M = 64
@@ -260,43 +331,52 @@ if HAS_GLUON:
         dp_t = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
         delta = delta_ring.index(slot).load(COLUMNS)
         ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(q_tile.dtype)
-        ds_tile = ds_smem.index(slot * NUM_CONSUMERS + WG)
-        if STRICT_ORDER:  # dS^T stored before its registers become an in-flight wgmma's A operand
+        if DS_BUFFERS == NUM_STAGES:  # one dS^T tile per ring slot (the default)
+            ds_index = slot
+        else:
+            ds_index = step % DS_BUFFERS
+        ds_tile = ds_smem.index(ds_index * NUM_CONSUMERS + WG)
+        # SPLIT_DQ: FA3's split, columns [64 WG, + 64) of dQ_i over all BLOCK_N keys, one chunk; else this
+        # warpgroup's 64 keys' part of dQ_i, 64 columns at a time (32 fp32 registers a thread)
+        CHUNKS: gl.constexpr = 1 if SPLIT_DQ else HEAD_DIM // DQ_COLS
+        FIRST_COLS: gl.constexpr = WG * DQ_COLS if SPLIT_DQ else 0
+        if DQ_UNDER_DK:
             _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
-        p_op = gl.convert_layout(p_t.to(q_tile.dtype), OP_LAYOUT)
-        dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
-        ds_op = gl.convert_layout(ds_t, OP_LAYOUT)
-        dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
-        if not STRICT_ORDER:  # the store overlaps the dV and dK GEMMs
-            _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
-        dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, p_op, ds_op))
-
-        # dQ_acc rows of this block from one 64-bit base and 32-bit offsets (a [BLOCK_M, 64] tile of 64-bit
-        # addresses would take 64 registers a thread)
-        dq_block = dq_ptr + (q_row + start_m).to(gl.int64) * HEAD_DIM
-        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, DQ_LAYOUT))
-        dq_offs = gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(gl.arange(0, DQ_COLS, layout=gl.SliceLayout(
-            0, DQ_LAYOUT)), 0)
-        rows = start_m + rows
-        if SPLIT_DQ:  # FA3's split: columns [64 WG, + 64) of dQ_i over all BLOCK_N keys
-            mbarrier.wait(ds_ready.index(slot), phase)
-            for i in gl.static_range(NUM_CONSUMERS):
-                dq_tok = warpgroup_mma(ds_smem.index(slot * NUM_CONSUMERS + i).permute((1, 0)),
-                                       k_smem.index(i).slice(WG * DQ_COLS, DQ_COLS, dim=1),
-                                       zero_dq if i == 0 else dq_tok, use_acc=i > 0, is_async=True)
-            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
-            _add_dq(dq_block + WG * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
-        else:  # this warpgroup's 64 keys' part of dQ_i, 64 columns at a time (32 fp32 registers a thread)
-            for c in gl.static_range(HEAD_DIM // DQ_COLS):
-                if DQ_COLS == HEAD_DIM:
-                    k_cols = k_smem.index(WG)
-                else:
-                    k_cols = k_smem.index(WG).slice(c * DQ_COLS, DQ_COLS, dim=1)
-                dq_tok = warpgroup_mma(ds_tile.permute((1, 0)), k_cols, zero_dq, use_acc=False, is_async=True)
+            p_op = gl.convert_layout(p_t.to(q_tile.dtype), OP_LAYOUT)
+            dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
+            dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, 0, zero_dq, WG, NUM_CONSUMERS,
+                              SPLIT_DQ)
+            ds_op = gl.convert_layout(ds_t, OP_LAYOUT)
+            dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
+            dv, dq, p_op = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, dq_tok, p_op))  # dK's still runs
+            dq_block, dq_offs, rows = _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM)
+            _add_dq(dq_block + FIRST_COLS + dq_offs, dq, rows, seq_len, MASKED)
+            dk, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ds_op))
+            for c in gl.static_range(1, CHUNKS):  # one consumer at D = 128: the second 64 columns
+                dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG, NUM_CONSUMERS,
+                                  SPLIT_DQ)
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
                 _add_dq(dq_block + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
-        # Q_i, dO_i and every dS^T of this slot read (the dS^T slots turn with the ring's: a consumer writes this
-        # one again only after the producer refilled the slot, after both consumers arrived here).
+        else:
+            if STRICT_ORDER:  # dS^T stored before its registers become an in-flight wgmma's A operand
+                _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
+            p_op = gl.convert_layout(p_t.to(q_tile.dtype), OP_LAYOUT)
+            dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
+            ds_op = gl.convert_layout(ds_t, OP_LAYOUT)
+            dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
+            if not STRICT_ORDER:  # the store overlaps the dV and dK GEMMs
+                _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
+            dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, p_op, ds_op))
+            dq_block, dq_offs, rows = _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM)
+            for c in gl.static_range(CHUNKS):
+                dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG, NUM_CONSUMERS,
+                                  SPLIT_DQ)
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
+                _add_dq(dq_block + FIRST_COLS + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
+        # Q_i, dO_i and every dS^T of this step read. A dS^T tile is written again DS_BUFFERS steps later: by then
+        # its writer's own dQ GEMM has retired, and (SPLIT_DQ) so has the other consumer's, which stored its dS^T
+        # of the step in between (``ds_ready``) only after this step; one tile a consumer is enough without the
+        # split (its only reader is its writer).
         _partition_barrier()  # as attention_gluon's _release: every warp is past its last wait
         mbarrier.arrive(empty.index(slot), count=1)
         return dk, dv
@@ -305,7 +385,8 @@ if HAS_GLUON:
     def _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr,
                   WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  STRICT_ORDER: gl.constexpr):
+                  STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr,
+                  RING_COUNTERS: gl.constexpr):
         """Consumer warpgroup WG: keys [start_n + 64 WG, + 64) against every query block of every query head of
         the kv group; stores its dK, dV rows at the end."""
         KEYS: gl.constexpr = k_smem.shape[1]
@@ -329,18 +410,27 @@ if HAS_GLUON:
         dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, layout=ACC_LAYOUT)
         steps = (end - lo) // BLOCK_M
         mbarrier.wait(kv_bar, 0)  # (SPLIT_DQ reads the other consumer's K too)
+        ring_slot = steps * 0  # RING_COUNTERS: step % NUM_STAGES and the parity of its quotient, carried
+        ring_phase = steps * 0
         for step in range(group * steps):  # (query head, query block) pairs; the group's dK, dV sum here
             g = step // steps
             start_m = lo + (step - g * steps) * BLOCK_M
             q_row = (q_head0 + g) * seq_len
             if (start_m < diag_end) | (start_m >= full_end):  # the diagonal, the tails
-                dk, dv = _step(step, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring, delta_ring,
-                               q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len,
-                               qk_scale, True, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES, SPLIT_DQ, STRICT_ORDER)
+                dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
+                               lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
+                               zero_dq, dq_ptr, seq_len, qk_scale, True, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES,
+                               SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS)
             else:
-                dk, dv = _step(step, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring, delta_ring,
-                               q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len,
-                               qk_scale, False, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES, SPLIT_DQ, STRICT_ORDER)
+                dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
+                               lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
+                               zero_dq, dq_ptr, seq_len, qk_scale, False, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES,
+                               SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS)
+            if RING_COUNTERS:
+                ring_slot += 1
+                if ring_slot == NUM_STAGES:
+                    ring_slot = ring_slot * 0
+                    ring_phase = ring_phase ^ 1
 
         # dK, dV rows from a 64-bit base and 32-bit offsets, as dQ's
         rows = gl.arange(0, KEYS, layout=gl.SliceLayout(1, ACC_LAYOUT))
@@ -354,22 +444,26 @@ if HAS_GLUON:
     @gluon.jit
     def _second_consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                          do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
-                         qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, STRICT_ORDER: gl.constexpr):
+                         qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, STRICT_ORDER: gl.constexpr,
+                         DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr):
         _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL, 1, 2, NUM_STAGES,
-                  STRICT_ORDER)
+                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_kv", "group"])  # one build per config and layout
     def _attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_ptr, dk_ptr, dv_ptr, seq_len,
                          heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
                          NUM_STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                         STRICT_ORDER: gl.constexpr = False):
+                         STRICT_ORDER: gl.constexpr = False, DS_BUFFERS: gl.constexpr = 0,
+                         DQ_UNDER_DK: gl.constexpr = False, RING_COUNTERS: gl.constexpr = False):
         """Grid (cdiv(S, 64 NUM_CONSUMERS), B * Hkv).
 
         q_desc, do_desc: q, dO [B*Hq*S, D], block [BLOCK_M, D]; k_desc, v_desc: [B*Hkv*S, D], block [64, D];
         lse_desc, delta_desc: lse, delta [B*Hq*S] fp32, block [BLOCK_M]; dq_ptr: dQ_acc [B, Hq, S, D] fp32
         (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous. Launched with num_warps=4 (the first consumer);
-        workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS)."""
+        workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
+        DS_BUFFERS: dS^T tiles per consumer (0: NUM_STAGES, one per ring slot); DQ_UNDER_DK, RING_COUNTERS:
+        ``_step``'s."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         KEYS: gl.constexpr = k_desc.block_type.shape[0]
@@ -379,9 +473,9 @@ if HAS_GLUON:
         do_ring = gl.allocate_shared_memory(do_desc.dtype, [NUM_STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
         lse_ring = gl.allocate_shared_memory(lse_desc.dtype, [NUM_STAGES, BLOCK_M], lse_desc.layout)
         delta_ring = gl.allocate_shared_memory(delta_desc.dtype, [NUM_STAGES, BLOCK_M], delta_desc.layout)
-        # dS^T [64, BLOCK_M] per ring slot and consumer: 16-bit rows of >= 128 bytes like Q's, so Q's swizzle
-        ds_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_STAGES * NUM_CONSUMERS, KEYS, BLOCK_M],
-                                            q_desc.layout)
+        # dS^T [64, BLOCK_M] per consumer, DS_BUFFERS of them: 16-bit rows of >= 128 bytes like Q's, so Q's swizzle
+        DS_TILES: gl.constexpr = NUM_STAGES if DS_BUFFERS == 0 else DS_BUFFERS
+        ds_smem = gl.allocate_shared_memory(q_desc.dtype, [DS_TILES * NUM_CONSUMERS, KEYS, BLOCK_M], q_desc.layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         q_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -400,10 +494,12 @@ if HAS_GLUON:
             gl.warp_specialize([
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
-                             qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER)),
+                             qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
+                             RING_COUNTERS)),
                 (_second_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                                     do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group,
-                                    sm_scale, qk_scale, CAUSAL, NUM_STAGES, STRICT_ORDER)),
+                                    sm_scale, qk_scale, CAUSAL, NUM_STAGES, STRICT_ORDER, DS_TILES,
+                                    DQ_UNDER_DK, RING_COUNTERS)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
@@ -412,7 +508,8 @@ if HAS_GLUON:
             gl.warp_specialize([
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
-                             qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER)),
+                             qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
+                             RING_COUNTERS)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
@@ -462,8 +559,8 @@ def check_sequence(seq_len: int) -> None:
 def launch_backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict):
     """``gluon_attention_backward`` after its checks (``attention.flash_attention``'s plan made them once): the
     preprocessing, the kernel and the dQ conversion, for a resolved ``config`` and scale; planned once per
-    distinct call like it. ``config`` may also carry ``STRICT_ORDER: True`` (the module docstring's experiment;
-    ``resolve_config`` refuses it)."""
+    distinct call like it. ``config`` may also carry ``VARIANT_KEYS`` (the H200 experiments; ``resolve_config``
+    refuses them): the caller checks it (``check_variant``)."""
     key = ("unchecked", *(tensor_key(t) for t in (do, q, k, v, o, lse)), causal, scale, frozen(config))
     plan = _PLANS.get(key)
     if plan is None:
@@ -564,18 +661,26 @@ def _tile_layout(shape: tuple, dtype):
 
 
 def _constexprs(config: dict, causal: bool) -> dict:
+    """The kernel's constexprs of a config; DS_BUFFERS 0 (one dS^T tile per ring slot) unless the config asks for
+    another count."""
+    stages = config["NUM_STAGES"]
+    ds_buffers = config.get("DS_BUFFERS", stages)
     return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_N"] // KEYS_PER_WARPGROUP,
-                NUM_STAGES=config["NUM_STAGES"], LOADER_REGS=LOADER_REGISTERS, CONSUMER_REGS=CONSUMER_REGISTERS,
-                STRICT_ORDER=bool(config.get("STRICT_ORDER", False)))
+                NUM_STAGES=stages, LOADER_REGS=LOADER_REGISTERS, CONSUMER_REGS=CONSUMER_REGISTERS,
+                STRICT_ORDER=bool(config.get("STRICT_ORDER", False)),
+                DS_BUFFERS=0 if ds_buffers == stages else ds_buffers,
+                DQ_UNDER_DK=bool(config.get("DQ_UNDER_DK", False)),
+                RING_COUNTERS=bool(config.get("RING_COUNTERS", False)))
 
 
 # ------------------------------------------------------------------------------------------------ config space
 def shared_bytes(config: dict, head_dim: int) -> int:
-    """Shared memory of a config: K and V (BLOCK_N rows), NUM_STAGES Q, dO and dS^T tiles (dS^T: [64, BLOCK_M]
-    per consumer; all 16-bit), 8 bytes per mbarrier."""
+    """Shared memory of a config: K and V (BLOCK_N rows), NUM_STAGES Q and dO tiles, DS_BUFFERS (default
+    NUM_STAGES) dS^T tiles ([64, BLOCK_M] per consumer; all 16-bit), 8 bytes per mbarrier."""
     stages = config["NUM_STAGES"]
+    ds_buffers = config.get("DS_BUFFERS", stages)
     tiles = (2 * config["BLOCK_N"] * head_dim + 2 * stages * config["BLOCK_M"] * head_dim
-             + stages * config["BLOCK_N"] * config["BLOCK_M"])
+             + ds_buffers * config["BLOCK_N"] * config["BLOCK_M"])
     barriers = 1 + 4 * stages
     return 2 * tiles + 8 * barriers
 
@@ -607,8 +712,9 @@ KNOWN_SPILL_BYTES: dict[tuple[int, bool, int, int, int], int] = {
 """(head_dim, causal, BLOCK_M, BLOCK_N, NUM_STAGES) -> spill-store bytes of the bf16 sm_90 build (ptxas of triton
 3.7.1, ``inspect_build``; the H200's triton 3.6.0 reports 56 and 72); every other entry of ``config_space``
 builds without spills. Two consumers at d=128 hold dK, dV (128 registers) beside S^T, dP^T (64) in 240: the few
-bytes are loop-invariant scalars and ring-slot arithmetic reloaded from L1 once a step. The CPU test checks these
-figures as upper bounds and the rest at zero."""
+bytes are loop-invariant scalars and ring-slot arithmetic reloaded from L1 once a step. That arithmetic is the
+division by 3: with RING_COUNTERS (the slot and phase carried) the same build spills 8 and 16 bytes, and a 4-deep
+ring (``step & 3``) 8 and 12. The CPU test checks these figures as upper bounds and the rest at zero."""
 
 
 def default_config(head_dim: int, causal: bool) -> dict:
@@ -616,9 +722,21 @@ def default_config(head_dim: int, causal: bool) -> dict:
 
 
 def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
-    """Check a config (None: ``default_config``) and return it; raises ``KernelInputError`` naming the key."""
+    """Check a config (None: ``default_config``) and return it: ``check_variant``'s checks, then an entry of
+    ``config_space`` (no ``VARIANT_KEYS``); raises ``KernelInputError`` naming the key."""
     if config is None:
         return default_config(head_dim, causal)
+    check_variant(config, head_dim)
+    space = config_space(head_dim, causal)
+    check(config in space, "config", config,
+          f"one of config_space({head_dim}, {causal}) = {space} (the others gave wrong gradients on the H200, and "
+          f"{VARIANT_KEYS} are experiments: see config_space and VARIANT_KEYS)")
+    return config
+
+
+def check_variant(config: dict, head_dim: int) -> dict:
+    """Check a config that may carry ``VARIANT_KEYS``, in config_space or not (the H200 experiments'
+    ``launch_backward`` and ``crosscompile``): the keys, their values, shared memory. Returns it."""
     check(isinstance(config, dict), "config", type(config).__name__, "a dict")
     missing = [key for key in _KEYS if key not in config]
     check(not missing, "config", f"a dict without {missing}", f"keys {_KEYS}")
@@ -628,22 +746,27 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
           "64 or 128 (one or two consumer warpgroups of 64 keys)")
     check(isinstance(config["NUM_STAGES"], int) and config["NUM_STAGES"] >= 2, "config['NUM_STAGES']",
           config["NUM_STAGES"], "an int >= 2 (the producer refills a slot while the consumers read the other)")
+    unknown = sorted(set(config) - set(_KEYS) - set(VARIANT_KEYS))
+    check(not unknown, "config", f"keys {unknown}", f"only {_KEYS} and the experiments' {VARIANT_KEYS}")
+    for key in ("STRICT_ORDER", "DQ_UNDER_DK", "RING_COUNTERS"):
+        check(isinstance(config.get(key, False), bool), f"config['{key}']", config.get(key), "True or False")
+    stages, split_dq = config["NUM_STAGES"], config["BLOCK_N"] == 128 and head_dim == 128
+    fewest = 2 if split_dq else 1
+    ds_buffers = config.get("DS_BUFFERS", stages)
+    check(isinstance(ds_buffers, int) and not isinstance(ds_buffers, bool) and fewest <= ds_buffers <= stages,
+          "config['DS_BUFFERS']", ds_buffers,
+          f"an int in [{fewest}, NUM_STAGES = {stages}] (dS^T tiles per consumer; with two consumers at head_dim "
+          "128 each reads the other's tile of the step before, so 2 at least)")
     check(shared_bytes(config, head_dim) <= SM90_SHARED_BYTES, "config",
           f"{shared_bytes(config, head_dim)} bytes of shared memory at head_dim {head_dim}",
-          f"at most {SM90_SHARED_BYTES} (sm_90): fewer NUM_STAGES or a smaller BLOCK_M")
-    unknown = sorted(set(config) - set(_KEYS))
-    check(not unknown, "config", f"keys {unknown}", f"only {_KEYS}")
-    space = config_space(head_dim, causal)
-    check(config in space, "config", {key: config[key] for key in _KEYS},
-          f"one of config_space({head_dim}, {causal}) = {space} (the others gave wrong gradients on the H200: "
-          "see config_space)")
+          f"at most {SM90_SHARED_BYTES} (sm_90): fewer NUM_STAGES or DS_BUFFERS, or a smaller BLOCK_M")
     return config
 
 
 # ------------------------------------------------------------------------------------------ config=None's choice
 BACKWARD_BY_BUCKET: dict[tuple[int, bool], tuple[str, str, str]] = {
     (64, False): ("triton", "triton", "triton"),
-    (64, True): ("triton", "gluon", "triton"),
+    (64, True): ("triton", "triton", "triton"),
     (128, False): ("gluon", "gluon", "gluon"),
     (128, True): ("triton", "triton", "gluon"),
 }
@@ -656,8 +779,10 @@ mean over the bucket's fit shapes; a bucket without a fit shape takes the pick o
 causal) group.
 
 - d64 full: a02 0.259 -> 0.394, a08 0.653 -> 0.818: Triton (no fit shape above 4,096: the group's pick, Triton).
-- d64 causal: a11 (4,096) 3.785 -> 3.668: this kernel; a20 (32,768) 18.95 -> 22.11: Triton; S <= 1,024 has no
-  fit shape: over the group (0.969 and 1.166, geometric mean 1.063) Triton.
+- d64 causal: a11 (4,096) 3.785 -> 3.668: this kernel, until the Triton backward's measured 64x64 pin
+  (``benchmarks/results/h200/kernels/attention_triton_bwd/``, fit a11: 3.729 with this kernel -> 2.833): Triton;
+  a20 (32,768) 18.95 -> 22.11: Triton; S <= 1,024 has no fit shape: over the group (0.969 and 1.166, geometric
+  mean 1.063) Triton.
 - d128 full: a09 (2,048) 2.752 -> 2.362: this kernel; its group has no other fit shape, so every bucket.
 - d128 causal: a01 0.712 -> 0.681 and a05 0.541 -> 0.600 (geometric mean 1.030): Triton; a07 5.640 -> 5.761:
   Triton; a13 9.442 -> 9.441 and a17 10.18 -> 8.68: this kernel."""
@@ -690,13 +815,13 @@ def pinned_backward_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
 def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16", capability: int = 90,
                  strict_order: bool = False):
     """Compile one config for sm_90 on this machine (no GPU needed): ``triton.compile`` of a GluonASTSource with
-    the launch's descriptor types; returns the CompiledKernel (``.metadata.shared``, ``.asm['ptx']``).
-    ``strict_order``: the kernel's STRICT_ORDER variant (the H200 experiment of the module docstring)."""
+    the launch's descriptor types; returns the CompiledKernel (``.metadata.shared``, ``.asm['ptx']``). The config
+    may be outside config_space and carry ``VARIANT_KEYS`` (``check_variant``); ``strict_order``: STRICT_ORDER."""
     check(HAS_GLUON, "triton", triton.__version__, ">= 3.6 with triton.experimental.gluon")
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    config = resolve_config(config, head_dim, causal)
+    config = default_config(head_dim, causal) if config is None else check_variant(config, head_dim)
     gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
     block_m, keys = config["BLOCK_M"], KEYS_PER_WARPGROUP
     q_type = f"tensordesc<{dtype}[{block_m}, {head_dim}],{_tile_layout((block_m, head_dim), gl_dtype)!r}>"
@@ -705,7 +830,7 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "do_desc": q_type, "lse_desc": row_type,
                  "delta_desc": row_type, "dq_ptr": "*fp32", "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
                  "seq_len": "i32", "heads_kv": "i32", "group": "i32", "sm_scale": "fp32", "qk_scale": "fp32"}
-    constexprs = _constexprs({**config, "STRICT_ORDER": strict_order}, causal)
+    constexprs = _constexprs({**config, "STRICT_ORDER": strict_order or config.get("STRICT_ORDER", False)}, causal)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _attn_bwd_kernel.arg_names}
     names = list(signature)

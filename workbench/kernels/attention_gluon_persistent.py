@@ -6,8 +6,9 @@ lone S_0 GEMM) and epilogue (the last P V, the O and lse stores) is a large shar
 same CTA hides it. Here (FA3's persistent scheduler, Shah et al. 2024, arXiv:2407.08608, section 3.1 and
 ``hopper/tile_scheduler.hpp``) the grid is min(tiles, SMs x CTAS_PER_SM) programs and each walks the tiles
 ``tile = program_id, + num_programs, ...`` in the one-tile grid's launch order: causal tiles longest first (the
-query-tile axis reversed and outermost, so every program's share of the work is near equal), full ones
-neighbouring heads' tiles together. The partitions are the one-tile kernel's (``attention_gluon._load_tile``,
+query-tile axis reversed and outermost, so every program's share of the work is near equal; with config
+``L2_SECTION_MIB`` per section of heads whose K/V fit in L2, FA3's L2 swizzle: ``attention_gluon._causal_tile``),
+full ones a head's tiles together. The partitions are the one-tile kernel's (``attention_gluon._load_tile``,
 ``_attend_tile``), run once per tile of the program:
 
 - The TMA warp runs ahead of the consumers by as much as the rings allow: while they finish tile t's last
@@ -38,21 +39,25 @@ if HAS_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-    from workbench.kernels.attention_gluon import _attend_tile, _load_tile, _release, _tile_geometry
+    from workbench.kernels.attention_gluon import _attend_tile, _causal_tile, _load_tile, _release, _tile_geometry
 
     _Q_BUFFERS = gl.constexpr(Q_BUFFERS)
 
     @gluon.jit
-    def _persistent_tile(tile, tiles_m, batch_heads, CAUSAL: gl.constexpr):
+    def _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL: gl.constexpr,
+                         SECTIONED: gl.constexpr):
         """(query tile, b * Hq + h) of linear tile number ``tile``, in the one-tile grid's launch order."""
+        if CAUSAL and SECTIONED:  # per section of section_heads heads, its longest tiles first
+            return _causal_tile(tile, tiles_m, batch_heads, section_heads)
         if CAUSAL:  # every head's last query tile first: the longest tiles start first
             return tiles_m - 1 - tile // batch_heads, tile % batch_heads
         return tile % tiles_m, tile // tiles_m
 
     @gluon.jit
     def _persistent_loader(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready,
-                           k_empty, v_empty, seq_len, heads_q, group, batch_heads, CAUSAL: gl.constexpr,
-                           NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
+                           k_empty, v_empty, seq_len, heads_q, group, batch_heads, section_heads,
+                           CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                           SECTIONED: gl.constexpr):
         """The TMA warp: every tile of this program in turn; Q buffer i % 2 once both consumers released it."""
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -61,7 +66,7 @@ if HAS_GLUON:
         it = 0  # key blocks loaded by this program so far: the rings' load counter
         i = 0  # tiles of this program so far
         for tile in range(gl.program_id(0), tiles_m * batch_heads, gl.num_programs(0)):
-            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, CAUSAL)
+            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL, SECTIONED)
             start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
                                                                       BLOCK_N, CAUSAL)
             q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
@@ -74,9 +79,9 @@ if HAS_GLUON:
 
     @gluon.jit
     def _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL: gl.constexpr,
-                             WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                             PINGPONG: gl.constexpr):
+                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
+                             CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                             NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr):
         """Consumer warpgroup WG: every tile of this program in turn (``_attend_tile``), the ring loads and the
         ping-pong turns counted from the program's first tile (module doc)."""
         ROWS: gl.constexpr = q_smem.shape[1]
@@ -86,7 +91,7 @@ if HAS_GLUON:
         it = 0  # key blocks consumed by this program so far
         i = 0  # tiles of this program so far; tile i took it_i + i turns before it
         for tile in range(gl.program_id(0), tiles_m * batch_heads, gl.num_programs(0)):
-            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, CAUSAL)
+            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL, SECTIONED)
             start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
                                                                       BLOCK_N, CAUSAL)
             q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
@@ -99,17 +104,18 @@ if HAS_GLUON:
 
     @gluon.jit
     def _persistent_second_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                    turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale,
-                                    CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                                    turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads,
+                                    qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                                    SECTIONED: gl.constexpr):
         _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL, 1, 2,
-                             NUM_STAGES, PINGPONG)
+                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale, CAUSAL, 1,
+                             2, NUM_STAGES, PINGPONG, SECTIONED)
 
-    @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group", "batch_heads"])  # one build per config, layout
+    @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group", "batch_heads", "section_heads"])  # a build per config
     def attn_fwd_persistent_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads,
-                                   qk_scale, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-                                   NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
-                                   CONSUMER_REGS: gl.constexpr):
+                                   section_heads, qk_scale, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                                   NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr,
+                                   LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
         """Grid: (min(cdiv(S, BLOCK_M) x B * Hq, SMs x CTAS_PER_SM),); BLOCK_M = 64 NUM_CONSUMERS.
 
         Arguments as ``attention_gluon._attn_fwd_kernel``'s, plus batch_heads = B * Hq. Shared: Q
@@ -144,23 +150,23 @@ if HAS_GLUON:
         if NUM_CONSUMERS == 2:
             gl.warp_specialize([
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL,
-                                        0, NUM_CONSUMERS, NUM_STAGES, PINGPONG)),
+                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads,
+                                        qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, PINGPONG, SECTIONED)),
                 (_persistent_second_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty,
                                                v_empty, turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads,
-                                               qk_scale, CAUSAL, NUM_STAGES, PINGPONG)),
+                                               section_heads, qk_scale, CAUSAL, NUM_STAGES, PINGPONG, SECTIONED)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
-                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, CAUSAL,
-                                      NUM_CONSUMERS, NUM_STAGES)),
+                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, section_heads,
+                                      CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED)),
             ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
             gl.warp_specialize([
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, qk_scale, CAUSAL,
-                                        0, NUM_CONSUMERS, NUM_STAGES, False)),
+                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads,
+                                        qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, False, SECTIONED)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
-                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, CAUSAL,
-                                      NUM_CONSUMERS, NUM_STAGES)),
+                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, section_heads,
+                                      CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED)),
             ], [1], [LOADER_REGS])
         for i in gl.static_range(Q_SLOTS):
             mbarrier.invalidate(q_bar.index(i))
