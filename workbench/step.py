@@ -264,13 +264,18 @@ class StepModel:
     def _price_piece(self, ops: tuple[Op, ...], fit, power: float) -> PricedOps:
         """One piece of ``_price_parts``, priced once while it lives; a recomputed piece (``graph.recomputed``)
         from the prices of the forward piece it copies, unless ``fit`` is applied (it may read the names)."""
+        key = ("table piece", id(ops), id(fit), power)
+        hit = self._graphs.get(key)  # most pieces of a candidate's tables are priced already: no closure for them
+        if hit is not None:
+            return hit[0]
+
         def price() -> PricedOps:
             if type(ops) is RecomputedPiece:
                 return self._price_recomputed(ops, ops.forward, self._price_piece(ops.forward, fit, power), fit,
                                               power)
             return self._price(ops, fit, power=power)
 
-        return self._cached(("table piece", id(ops), id(fit), power), lambda: (price(), ops))[0]
+        return self._cached(key, lambda: (price(), ops))[0]
 
     def _block(self, cfg: TrainingConfig, execution, fit, power: float = 1.0, kind=None) -> tuple[PricedOps, ...]:
         """``Family.block_graph``'s pieces priced (one block, independent of pp). Checkpointing changes only the
@@ -306,7 +311,10 @@ class StepModel:
         own = tables.data_parallel_schedules(cfg) if tables is not None else None
         if own is None and self._family_kernels:  # the family's model of that stack's collectives
             own = self.family.stack_data_parallel_collectives(self._laid_out(cfg), cfg, self.stack)
-        key = ("plan", cfg.parallelism, cfg.grad_accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
+        # of the gradient accumulation, only FSDP2's schedule reads anything (``step_comm.transformer_data_parallel``:
+        # it gathers the blocks again for every micro-batch); a stack's own schedules join the key as they are
+        accumulation = cfg.grad_accumulation if cfg.parallelism.sharding == "fsdp" else 0
+        key = ("plan", cfg.parallelism, accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
                cfg.lora_targets, scale, None if own is None else tuple((tuple(s), group) for s, group in own))
         return self._cached(key, lambda: data_parallel_plan(self._laid_out(cfg), cfg, self.gpu, self.constants,
                                                             block_gather_scale=scale, schedules=own))
@@ -560,14 +568,21 @@ _TIMER_EXTRAS = ("host_idle", "bandwidth_kind", "unvectorized", "transpose", "ga
 """The ``extra`` entries ``workbench.perf.op_time`` reads (``_timer_key``)."""
 
 
+_SHAPED_KINDS = frozenset({"gemm", "attention"})
+"""The op kinds whose time reads the op's shape (``perf.gemm``, ``perf.attention``; ``_timer_key``)."""
+
+
 def _timer_key(op: Op) -> tuple:
     """Everything ``workbench.perf.op_time`` reads of an op (``perf.gemm``: shape, dtype; ``perf.attention``: shape
     -- its kernel's pass included (``graph.ops.kernel_pass``) --, dtype, FLOPs, bytes and ``extra["sdpa_backend"]``;
     ``perf.memory_bound``: kind, dtype, bytes and the ``extra`` flags, ``_TIMER_EXTRAS``; ``perf.roofline``: kind,
     dtype, FLOPs, bytes). A field the timer starts to read must join this key. (Flags are keyed as stored: an absent
-    and a False flag are two keys of one time, priced twice; the builders set only True flags.)"""
+    and a False flag are two keys of one time, priced twice; the builders set only True flags.) A memory-bound op's
+    shape is not read, so it is keyed as None: a shape is a dataclass, whose hash and equality run in Python, and
+    memory-bound ops are most of the ops a cold recipe search prices."""
     extra = op.extra
-    return (op.kind, op.shape, op.dtype, op.flops, op.bytes_read, op.bytes_written,
+    kind = op.kind
+    return (kind, op.shape if kind in _SHAPED_KINDS else None, op.dtype, op.flops, op.bytes_read, op.bytes_written,
             tuple(map(extra.get, _TIMER_EXTRAS)) if extra else ())
 
 

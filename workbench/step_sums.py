@@ -172,8 +172,10 @@ def part_sums(sums: tuple, part: PricedOps, fields: Sequence[str], k: int) -> tu
     name, each term value x (count x ``k``): the additions of a left-to-right sum, in its order."""
     out = []
     for s, field in zip(sums, fields, strict=True):
-        for t, n in getattr(part, field):
-            s += t * (n * k)
+        column = getattr(part, field)
+        if column:  # a block's optimizer and embedding columns are empty: no loop set up for them
+            for t, n in column:
+                s += t * (n * k)
         out.append(s)
     return tuple(out)
 

@@ -93,8 +93,10 @@ def _alignment(shape: GemmShape, bytes_per_element: float) -> int:
     alignment = ALIGNMENT_BYTES
     for dim in (shape.k, shape.n):
         row_bytes = int(dim * bytes_per_element)
-        alignment = min(alignment, row_bytes & -row_bytes)  # lowest set bit = largest power-of-two divisor
-    return max(alignment, 1)
+        lowest = row_bytes & -row_bytes  # lowest set bit = largest power-of-two divisor
+        if lowest < alignment:  # min() and max() written out: every GEMM a search prices asks (gemm_time)
+            alignment = lowest
+    return alignment if alignment > 1 else 1
 
 
 def alignment_bytes(shape: GemmShape, dtype: str) -> int:
@@ -141,7 +143,8 @@ def _waves_time(tile_flops: float, tiles: int, units: int, rate: float, rate_max
 def _overlapped(compute_s: float, memory_s: float, exponent: float) -> float:
     """Compute and memory time of one kernel, overlapped imperfectly: the ``exponent``-norm of the two (infinity
     would be the roofline's max; 1 their sum)."""
-    high, low = max(compute_s, memory_s), min(compute_s, memory_s)
+    high = memory_s if memory_s > compute_s else compute_s  # max() and min() as the builtins pick, NaN too
+    low = memory_s if memory_s < compute_s else compute_s
     return high * (1.0 + (low / high) ** exponent) ** (1.0 / exponent) if high > 0 else 0.0
 
 
@@ -262,12 +265,16 @@ def gemm_time(shape: GemmShape, dtype: str, gpu: GPU, constants: Constants) -> G
             tile_flops = tile_flops_per_depth * depth  # _waves_time(tile_flops, tiles_split, units, rate, ...)
             full, tail = divmod(tiles_split, units)
             compute_s = full * (tile_flops / rate + wave_overhead)
-            if tail:
-                whole = tile_flops / min(rate_max, all_units_rate / tail)
+            if tail:  # min() and max() as the builtins pick, without their calls (each parses keyword arguments)
+                tail_rate = all_units_rate / tail
+                whole = tile_flops / (tail_rate if tail_rate < rate_max else rate_max)
                 spread = tail * tile_flops / all_units_rate
-                compute_s += whole - softening * max(0.0, whole - spread) + wave_overhead
+                excess = whole - spread
+                compute_s += whole - softening * (excess if excess > 0.0 else 0.0) + wave_overhead
             if split > 1:
                 compute_s += partial_sums_s
+            if compute_s >= best_time:  # its time is >= high >= compute_s (below): never the strictly faster
+                continue  # one that replaces the best, so the overlap's two powers are skipped
             # _overlapped(compute_s, memory_s, overlap): max() and min() of the two as the builtins pick (NaN too)
             high = memory_s if memory_s > compute_s else compute_s
             low = memory_s if memory_s < compute_s else compute_s
