@@ -366,9 +366,11 @@ class DeepSpeedStep(StackStep):
         activations, loss = held(self.dims, self.policy)
         m = zero_memory(self.dims, self.tied, self.zero_stage, self.dp, activations, loss, self.offload)
         ratio = stack.constant("reserved_over_allocated", 1.0)
-        slack = (ratio - 1) * m.peak_allocated
         if self.zero_stage == 3:  # the step's sub-group copies in new segments (workbench.stack_memory_zero)
-            slack = zero3_reserved(m, ratio, self.dims, self.tied, self.dp, self.kernel_patch) - m.peak_allocated
+            reserved = zero3_reserved(m, ratio, self.dims, self.tied, self.dp, self.kernel_patch)
+        else:
+            reserved = ratio * m.peak_allocated
+        slack = reserved - m.peak_allocated
         states = m.master_and_moments
         if m.at_loss >= m.at_step:
             held = m.at_loss - m.params - m.gathered - states - m.activations - m.loss  # ZeRO-3's partition, bucket
