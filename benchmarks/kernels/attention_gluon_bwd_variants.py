@@ -47,34 +47,48 @@ import attention_gluon_bwd_ring_bench as ring  # noqa: E402  (same folder: the h
 
 DEFAULT = dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3)
 """The default of every bucket (``attention_gluon_bwd.default_config``), the yardstick of every variant."""
+S2 = dict(DEFAULT, NUM_STAGES=2)
+COUNTERS = dict(DEFAULT, RING_COUNTERS=True)
+ALL_GUARDS = dict(WG_BARRIER=True, PROXY_FENCES=True, RELEASE_LAG=True, SERIAL_MMA=True)
+"""Every ring-fault guard of ``attention_gluon_bwd.GUARD_BITS`` at once."""
 VARIANTS = {
-    "ring-counters": dict(DEFAULT, RING_COUNTERS=True),
-    "ring-counters-dq-under-dk": dict(DEFAULT, RING_COUNTERS=True, DQ_UNDER_DK=True),
-    "dq-under-dk": dict(DEFAULT, DQ_UNDER_DK=True),
-    "s4-ds2": dict(DEFAULT, NUM_STAGES=4, DS_BUFFERS=2),
+    "s2-wg-barrier": dict(S2, WG_BARRIER=True),
+    "ring-counters-wg-barrier": dict(COUNTERS, WG_BARRIER=True),
+    "s2-proxy-fences": dict(S2, PROXY_FENCES=True),
+    "ring-counters-proxy-fences": dict(COUNTERS, PROXY_FENCES=True),
+    "s2-release-lag": dict(S2, RELEASE_LAG=True),
+    "ring-counters-release-lag": dict(COUNTERS, RELEASE_LAG=True),
+    "s2-serial-mma": dict(S2, SERIAL_MMA=True),
+    "s2-all-guards": dict(S2, **ALL_GUARDS),
+    "s4-all-guards": dict(DEFAULT, NUM_STAGES=4, **ALL_GUARDS),
+    "128x128-ds1-all-guards": dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=3, DS_BUFFERS=1, **ALL_GUARDS),
+    "s2": S2,
+    "ring-counters": COUNTERS,
     "128x128-ds1": dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=3, DS_BUFFERS=1),
-    "s2-dq-under-dk": dict(DEFAULT, NUM_STAGES=2, DQ_UNDER_DK=True),
 }
 """Variant name -> config (``attention_gluon_bwd.VARIANT_KEYS``), in priority order (the timed phase runs them in
-turn while the budget lasts); each runs at the head dims whose ``check_variant`` it passes. Spill-store bytes of
-their sm_90 builds (bf16, triton 3.7.1's ptxas, ``inspect_build``; every one launches at 168 registers, consumers
-at 240, and keeps S^T's wait_group 1) at d=128 full / causal, d=64 where not 0: the default 64 / 72;
-ring-counters 8 / 16; ring-counters-dq-under-dk 64 / 136; dq-under-dk 188 / 212; s4-ds2 8 / 12 (231,872 bytes of
-shared memory, 576 short of sm_90's limit); 128x128-ds1 (d=64) 196 / 100; s2-dq-under-dk 36 / 72.
+turn while the budget lasts); each runs at the head dims whose ``check_variant`` it passes. The ring-fault run
+(issue 20): every ring that was wrong on the H200 (2026-12-02: 2 stages, RING_COUNTERS at 3, 4 stages; 128x128 with
+one dS^T tile a consumer, causal) with the guards of ``attention_gluon_bwd.GUARD_BITS``, one at a time on the 2-stage
+ring and the counters (the cheap two, WG_BARRIER and PROXY_FENCES, first: they are the ones worth timing), all at
+once on every ring; the bare rings last, as this run's controls (they should still be wrong: a control that comes
+out right says the fault moved with the software, not that a guard cured it). How to read it: a guard whose variants
+turn right names the hazard; RELEASE_LAG right alone says a slot is refilled while something still reads it;
+SERIAL_MMA right alone, something in flight; only the all-guards variants right, two hazards at once; all-guards
+wrong too, none of the four (the fault is elsewhere: the build, or the hardware's view of the barriers). The
+earlier variants' results are in ``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/`` (DQ_UNDER_DK:
+right, 0.990x).
 
-- ring-counters: the default with the ring slot and phase carried from step to step, not divided out of the step
-  (the division by 3 is what spills at d=128).
-- ring-counters-dq-under-dk, dq-under-dk: FA3's order of the last three GEMMs (dS^T stored, then dV, dQ, dK issued
-  back to back, dQ's atomics under dK's GEMM) instead of dV, dK, wait, dQ, wait, atomics.
-- s4-ds2: a 4-deep Q/dO ring (2 dS^T tiles a consumer, all the split dQ needs, make it fit at d=128); a 4-deep ring
-  was wrong at d=64 on the H200 (2026-12-02), so this also says whether it is at d=128.
-- 128x128-ds1 (d=64): 128 query rows a step (half the steps, barriers and waits), one dS^T tile a consumer.
-- s2-dq-under-dk: the 2-stage ring (wrong on the H200, 2026-12-02, with the default's order and the strict one) in
-  FA3's order, FA3's own hdim-128 schedule: does the order matter to the ring-depth fault?"""
+Their sm_90 builds (bf16, triton 3.7.1's ptxas, ``inspect_build``): every one launches at 168 registers, consumers at
+240, and without ptxas wgmma remarks; SERIAL_MMA's keep only wait_group 0, the others S^T's wait_group 1 too.
+Spill-store bytes at d=128 full / causal (none at d=64 but 128x128's): 2 stages 8 / 4 with any guard or none;
+RING_COUNTERS 8 / 16 (SERIAL_MMA 8 / 12); the default 64 / 72; 128x128-ds1 (d=64) 196 / 100, with all guards
+192 / 112. WG_BARRIER adds 16 bytes of shared memory at d=64 (the ds_ready
+barriers, unused before)."""
 SEED = 20_26_12_02
-CHECK_SHARE = 0.25
-"""Share of the budget the parallel checks may take; a guess (the ring bench built and probed 28 jobs in 21 s on
-14 processes, 2026-12-02), calibrate me from the process table of DIR/REPORT.md."""
+CHECK_SHARE = 0.4
+"""Share of the budget the parallel checks may take; a guess (22 jobs took 25 s on 14 processes, the variants run
+of 2026-12-02; this list makes 46), calibrate me from the process table of DIR/REPORT.md."""
 BASELINE_SHARE = 0.33
 """Share of the budget the baseline process may take; a guess (the ring bench's timed 17 of the 20 shapes in 24 s
 without SDPA references), calibrate me from DIR/REPORT.md."""
