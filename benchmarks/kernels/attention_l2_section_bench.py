@@ -1,6 +1,7 @@
 """The sectioned causal tile order of the Gluon attention forward (config ``L2_SECTION_MIB``, FA3's L2 swizzle) on
 an sm_90 GPU, against the forward as wired and SDPA's backends, on the d=128 causal shapes of shapes.yaml up to
-MAX_SEQ (issue 20: a01, B=16 S=512 32 heads, at 0.68 of cuDNN is the last forward below 0.75).
+MAX_SEQ (issue 20: a01, B=16 S=512 32 heads, at 0.73 of cuDNN sectioned, 0.68 before, is the last forward below
+0.75).
 
     python3 benchmarks/kernels/attention_l2_section_bench.py --out DIR --budget-s 90      # H200: <= 100 s
 
@@ -11,14 +12,17 @@ ridge). With L2_SECTION_MIB the order walks sections of heads whose K/V fit that
 each (``attention_gluon.section_heads``, ``_causal_tile``).
 
 1. Probes, one spawned process per candidate of ``attention_gluon.l2_section_config_space`` (the wired
-   persistent config at each candidate budget, the one-tile pinned config at 32 MiB): on the persistent bench's
-   PROBES (ragged, GQA, MQA, several tiles a program) and SECTION_PROBE, at the candidate's budget and at 1 MiB
-   (many sections, a ragged last one), O against SDPA in fp32 (``attention.TOLERANCE["bf16"]``) and O and lse
-   against the same config with L2_SECTION_MIB=0, which must be bitwise equal (only the order changes). A
-   candidate that fails, differs or does not answer within PROBE_SHARE of the budget is not timed.
+   persistent config at each candidate budget, the other persistent candidates and the one-tile pinned config at
+   32 MiB, the ping-pong persistent ones at 32 MiB also with BALANCED_TILES): on the persistent bench's PROBES
+   (ragged, GQA, MQA, several tiles a program) and SECTION_PROBE, at the candidate's budget and at 1 MiB
+   (many sections, a ragged last one), and a BALANCED_TILES candidate also unsectioned, O against SDPA in fp32
+   (``attention.TOLERANCE["bf16"]``) and O and lse against the same tiles in the stride order unsectioned
+   (``_stride_twin``), which must be bitwise equal (only the order changes). A candidate that fails, differs or
+   does not answer within PROBE_SHARE of the budget is not timed.
 2. Per shape (d=128, causal, S <= MAX_SEQ; ``--ids`` to choose): the forward as wired (config=None: the
-   persistent kernel, unsectioned), the one-tile pinned config (the one-tile candidate's unsectioned twin), every
-   probed candidate, and SDPA's flash, cuDNN and memory-efficient backends, checked (batch 0's O against fp32)
+   persistent kernel, sectioned at S <= 1024), the one-tile pinned config (the one-tile candidate's unsectioned
+   twin), every probed candidate and the unsectioned twin of each persistent one with other tiles than the wired
+   config's (``choices``), and SDPA's flash, cuDNN and memory-efficient backends, checked (batch 0's O against fp32)
    and timed in the same alternating do_bench rounds, L2 flushed before each launch
    (``attention_persistent_bench.shape_rows``).
 3. A rule per sequence bucket (S <= 1024, <= 4096), chosen on the FIT ids of ``attention_candidates_split.json``
@@ -69,16 +73,31 @@ def _lib():
 
 def choices() -> dict[str, dict | None]:
     """{choice: config} in ``attention_persistent_bench.candidates``' form: "wired", "gluon-pinned" (the one-tile
-    pinned config), and each sectioned candidate as "persistent {json}" or "one-tile {json}" (PERSISTENT dropped
-    from the label), so that bench's rule and per-shape picks read them."""
-    from workbench.kernels.attention_gluon import PINNED_FORWARD, l2_section_config_space
+    pinned config), each sectioned candidate as "persistent {json}" or "one-tile {json}" (PERSISTENT dropped from
+    the label), so that bench's rule and per-shape picks read them, and after each persistent candidate of other
+    tiles than the wired persistent config's its unsectioned twin (what the order alone is worth; the wired
+    config's twin is timed as "wired" on the mid shapes)."""
+    from workbench.kernels.attention_gluon import PERSISTENT_FORWARD, PINNED_FORWARD, l2_section_config_space
 
     persistent_bench = _lib()[0]
+    wired_tiles = _unsectioned(PERSISTENT_FORWARD[(128, True)][-1][2])
     out = {"wired": None, "gluon-pinned": PINNED_FORWARD[(128, True)]}
     for config in l2_section_config_space(128, True):
         kind = "persistent " if config.get("PERSISTENT") else "one-tile "
         out[kind + json.dumps(persistent_bench.one_tile(config), sort_keys=True)] = config
+        twin = _unsectioned(config)
+        if config.get("PERSISTENT") and twin != wired_tiles:
+            out["persistent " + json.dumps(persistent_bench.one_tile(twin), sort_keys=True)] = twin
     return out
+
+
+def _unsectioned(config: dict) -> dict:
+    return {key: value for key, value in config.items() if key != "L2_SECTION_MIB"}
+
+
+def _stride_twin(config: dict) -> dict:
+    """The same tiles unsectioned, each program taking every num_programs-th tile (no BALANCED_TILES table)."""
+    return {key: value for key, value in config.items() if key not in ("L2_SECTION_MIB", "BALANCED_TILES")}
 
 
 # ---------------------------------------------------------------------------------------------------- probes
@@ -95,8 +114,8 @@ def _probe_inputs(config: dict, out: dict) -> str:
         q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
                    for h in (hq, hkv, hkv))
         ref = persistent_bench.fp32_reference(q, k, v, True)
-        o_0, lse_0 = gluon_attention_forward(q, k, v, True, config={**config, "L2_SECTION_MIB": 0})
-        for mib in (config["L2_SECTION_MIB"], PROBE_SECTION_MIB):
+        o_0, lse_0 = gluon_attention_forward(q, k, v, True, config=_stride_twin(config))
+        for mib in (config["L2_SECTION_MIB"], PROBE_SECTION_MIB, *((0,) if config.get("BALANCED_TILES") else ())):
             probe_config = {**config, "L2_SECTION_MIB": mib}
             o, lse = gluon_attention_forward(q, k, v, True, config=probe_config)
             err = broad_shapes.relative_error(o, ref)
@@ -106,7 +125,7 @@ def _probe_inputs(config: dict, out: dict) -> str:
                                                               max(out["max_diff_vs_unsectioned"], diff))
             if not (err <= TOLERANCE["bf16"] and diff == 0):
                 return (f"probe {(b, hq, hkv, s)} at {mib} MiB: relative error {err:.3e}, max difference to "
-                        f"unsectioned {diff:.3e}")
+                        f"the stride order unsectioned {diff:.3e}")
     return ""
 
 
@@ -163,11 +182,16 @@ def probe(workers: int, limit_s: float) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------------ report
 def column(choice: str) -> str:
-    """A short column title of a choice: "one-tile pinned", or its kernel and section budget ("persistent 32 MiB")."""
+    """A short column title of a choice: "one-tile pinned", or its kernel, tiles, section budget and order
+    ("persistent 128x64 s4 pp 32 MiB balanced"; "c2": two CTAs an SM)."""
     if choice == "gluon-pinned":
         return "one-tile pinned"
-    kind, config = choice.split(" ", 1)
-    return f"{kind} {json.loads(config)['L2_SECTION_MIB']} MiB"
+    kind, text = choice.split(" ", 1)
+    config = json.loads(text)
+    ctas, mib = config.get("CTAS_PER_SM", 1), config.get("L2_SECTION_MIB", 0)
+    return (f"{kind} {config['BLOCK_M']}x{config['BLOCK_N']} s{config['NUM_STAGES']}"
+            f"{' pp' if config['PINGPONG'] else ''}{f' c{ctas}' if ctas > 1 else ''} "
+            f"{f'{mib} MiB' if mib else 'unsectioned'}{' balanced' if config.get('BALANCED_TILES') else ''}")
 
 
 def compulsory_bytes(row: dict) -> int:
@@ -185,13 +209,13 @@ def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: d
     lines = [f"# Sectioned causal tile order (L2_SECTION_MIB) of the Gluon attention forward ({env.get('gpu', '?')})",
              "", f"`{env.get('command', '')}` ({env.get('date_utc', '')}; torch {env.get('torch')}, triton "
              f"{env.get('triton')}). {env.get('timing', '')}. Ratio = best SDPA time / the candidate's. `wired` is "
-             "config=None as shipped (d=128 causal, S <= 4096: the persistent kernel, unsectioned); "
+             "config=None as shipped (d=128 causal, S <= 4096: the persistent kernel, `PERSISTENT_FORWARD`); "
              "`gluon-pinned` the one-tile pinned config, unsectioned. The rule is chosen on the fit ids of "
              "`benchmarks/kernels/attention_candidates_split.json`; the test ids are the honest figure.", "",
              "## Targets on these shapes (issue 20: no forward shape below 0.75; geometric mean >= 0.95 over all 20)",
              "", "| forward | shapes | geomean | min | shapes timed |", "|---|---|---|---|---|"]
     for title, key in (("as wired (config=None)", "wired"), ("proposed rule", "rule"),
-                       ("sectioned persistent best per shape (a ceiling)", "persistent")):
+                       ("persistent best per shape, sectioned or not (a ceiling)", "persistent")):
         for half in ("test", "fit", "all"):
             values = [e[f"{key}_ratio"] for e in entries if half == "all" or e["id"] in split[half]]
             measured = [x for x in values if x]
@@ -208,9 +232,9 @@ def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: d
     lines += ["", "## Per shape (ms (ratio = best SDPA / it))", "",
               "Columns: " + "; ".join(f"{column(c)} = `{json.dumps(configs[c], sort_keys=True)}`" for c in labels)
               + ". `MB`: the bytes every forward must move (Q, K, V read once, O written once); `TB/s`: those over "
-              "the best SDPA's and the fastest sectioned persistent candidate's time (against the H200's ~4.3 TB/s "
+              "the best SDPA's and the fastest persistent candidate's time (against the H200's ~4.3 TB/s "
               "achievable, `shared/reference/gpu_specs.md`: near it, a shape is memory-bound).", "",
-              "| id | split | b | seq | hq/hkv | MB | TB/s SDPA / sectioned | SDPA best | wired | "
+              "| id | split | b | seq | hq/hkv | MB | TB/s SDPA / persistent | SDPA best | wired | "
               + " | ".join(column(c) for c in labels) + " |",
               "|---|---|---|---|---|---|---|---|---|" + "---|" * len(labels)]
     for e in entries:
@@ -226,7 +250,7 @@ def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: d
     ok = [p for p in probes if p["status"] == "ok"]
     lines += ["", f"## Probes ({len(ok)}/{len(probes)} ok; inputs {[*persistent_bench.PROBES, SECTION_PROBE]}, "
               f"each at the candidate's budget and at {PROBE_SECTION_MIB} MiB)", "",
-              "| config | status | max rel err vs fp32 SDPA | max abs diff vs unsectioned (O, lse) | s |",
+              "| config | status | max rel err vs fp32 SDPA | max abs diff vs stride order unsectioned (O, lse) | s |",
               "|---|---|---|---|---|"]
     lines += [f"| `{p['config']}` | {p['status']} {p.get('error', '')} | {fmt(p.get('rel_err'), 4)} | "
               f"{fmt(p.get('max_diff_vs_unsectioned'), 4)} | {p.get('seconds', '')} |" for p in probes]
@@ -241,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder (created)")
     parser.add_argument("--budget-s", type=float, default=90.0, help="stop cleanly after this many seconds")
-    parser.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) - 2)),
-                        help="probe processes")
+    parser.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
+                        help="probe processes (each builds its candidate's kernels: one round of them on 16 cores)")
     parser.add_argument("--ids", default="", help="comma-separated shape ids (default: d128 causal, S <= MAX_SEQ)")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -295,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         if e:
             fmt = broad_report._fmt
             print(f"{shape['id']} {shape['name']}: sdpa {fmt(e['sdpa_ms'], 4)} ({e['sdpa']}), wired "
-                  f"{fmt(e['wired_ratio'])}, sectioned persistent best {fmt(e['persistent_ratio'])} "
+                  f"{fmt(e['wired_ratio'])}, persistent best {fmt(e['persistent_ratio'])} "
                   f"{e['picks']['persistent']}, one-tile pinned {fmt(e['pinned_ratio'])} -> sectioned "
                   f"{fmt(e['one_tile_ratio'])}  [{time.monotonic() - t0:.1f} s]", flush=True)
     rule = persistent_bench.propose_rule(rows, split["fit"], broad_report.geomean)

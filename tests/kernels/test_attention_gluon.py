@@ -28,6 +28,7 @@ from workbench.kernels.attention_gluon import (
     short_config_space,
     supported,
 )
+from workbench.kernels.attention_gluon_persistent import TILE_OVERHEAD_BLOCKS, balanced_tile_table, launch_order_tile
 from workbench.kernels.reference import reference_attention
 
 BUCKETS = [(d, causal) for d in (64, 128) for causal in (False, True)]
@@ -119,11 +120,51 @@ def test_the_l2_section_candidates_pass_their_checks_and_a_bad_section_is_named(
     assert space and len({json.dumps(c, sort_keys=True) for c in space}) == len(space)
     assert all(resolve_config(c, 128, True) is c and c["L2_SECTION_MIB"] > 0 for c in space)
     assert l2_section_config_space(128, False) == [] and attention_gluon.OPTIONAL_KEYS["L2_SECTION_MIB"] == 0
+    unsectioned = [{k: v for k, v in c.items() if k != "L2_SECTION_MIB"} for c in space if c.get("PERSISTENT")]
+    assert all(c in unsectioned for c in persistent_config_space(128, True))  # every persistent tile shape
     for bad in (-1, 2.0, True, 4096):
         with pytest.raises(KernelInputError, match="L2_SECTION_MIB"):
             resolve_config({**default_config(128, True), "L2_SECTION_MIB": bad}, 128, True)
     with pytest.raises(KernelInputError, match="L2_SECTION_MIB"):  # full attention has no causal order to section
         resolve_config({**default_config(128, False), "L2_SECTION_MIB": 32}, 128, False)
+
+
+@pytest.mark.parametrize("seq, batch_heads, section, programs, block_m, block_n, causal", [
+    (512, 512, 128, 132, 128, 128, True),  # a01 at 32 MiB: 2,048 tiles of 1-4 key blocks
+    (1024, 128, 128, 132, 128, 64, True),  # a05's tiles at 64 keys: 2-16 blocks, fewer tiles than twice the programs
+    (333, 8, 8, 5, 128, 128, True),  # ragged: the last query tile holds 77 rows
+    (2048, 64, 64, 132, 128, 128, False),  # full attention: equal tiles, the stride order already balanced
+])
+def test_the_balanced_table_deals_every_tile_once_to_the_least_loaded_program(seq, batch_heads, section, programs,
+                                                                             block_m, block_n, causal):
+    tiles_m = -(-seq // block_m)
+    table = balanced_tile_table(seq, batch_heads, section, programs, block_m, block_n, causal)
+    offsets, tiles = table[:programs + 1], table[programs + 1:-1]
+    assert offsets[0] == 0 and offsets[-1] == len(tiles) == tiles_m * batch_heads
+    assert len(table) == programs + 1 + len(tiles) + 1  # the offsets, the tiles, the pad the kernel loads ahead into
+    assert sorted(tiles) == list(range(tiles_m * batch_heads))  # each tile once
+    runs = [tiles[offsets[p]:offsets[p + 1]] for p in range(programs)]
+    assert all(run == sorted(run) for run in runs) and [run[0] for run in runs] == list(range(programs))
+
+    def cost(tile):
+        pid_m = launch_order_tile(tile, tiles_m, batch_heads, section, causal)[0]
+        return TILE_OVERHEAD_BLOCKS + -(-(min(pid_m * block_m + block_m, seq) if causal else seq) // block_n)
+
+    balanced = [sum(map(cost, run)) for run in runs]
+    stride = [sum(map(cost, range(p, tiles_m * batch_heads, programs))) for p in range(programs)]
+    longest = max(map(cost, tiles))
+    assert max(balanced) <= max(stride) and max(balanced) <= sum(balanced) / programs + longest  # Graham's LPT bound
+    if (seq, batch_heads) == (512, 512):  # a01: the stride order's 16 tiles of 40 blocks become at most 55 steps
+        assert (max(stride), max(balanced)) == (56.0, 55.0)
+
+
+def test_the_balanced_order_is_off_by_default_and_only_for_the_persistent_kernel():
+    assert attention_gluon.OPTIONAL_KEYS["BALANCED_TILES"] is False
+    persistent = persistent_config_space(128, True)[0]
+    assert resolve_config({**persistent, "BALANCED_TILES": True}, 128, True)["BALANCED_TILES"] is True
+    for bad in ({**default_config(128, True), "BALANCED_TILES": True}, {**persistent, "BALANCED_TILES": 1}):
+        with pytest.raises(KernelInputError, match="BALANCED_TILES"):
+            resolve_config(bad, 128, True)
 
 
 @pytest.mark.parametrize("change, key", [({"CTAS_PER_SM": 4}, "CTAS_PER_SM"), ({"CTAS_PER_SM": 2}, "shared memory"),
@@ -198,7 +239,8 @@ GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, causal)
 def _config_ids(config: dict) -> str:
     return (f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
             f"-c{config.get('CTAS_PER_SM', 1)}{'-persistent' if config.get('PERSISTENT') else ''}"
-            f"{'-l2s%d' % config['L2_SECTION_MIB'] if config.get('L2_SECTION_MIB') else ''}")
+            f"{'-l2s%d' % config['L2_SECTION_MIB'] if config.get('L2_SECTION_MIB') else ''}"
+            f"{'-balanced' if config.get('BALANCED_TILES') else ''}")
 
 
 def _spaces(d: int, causal: bool, persistent: bool = True) -> list[dict]:
@@ -274,6 +316,27 @@ def test_the_sectioned_tile_order_computes_every_tile_once_as_the_unsectioned_on
     assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
     ref_o = reference_attention(q[:1], k[:1], v[:1], True)
     assert ((o[:1].double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2, _config_ids(config)
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s", [
+    (4, 32, 32, 512),  # 512 tiles over 132 programs: runs of 3 and 4 tiles, rings and turns across them
+    (2, 4, 1, 1000),  # MQA, ragged tail on the diagonal
+    (1, 8, 2, 333),  # fewer tiles than programs: one tile each
+])
+@pytest.mark.parametrize("index", [i for i, c in enumerate(l2_section_config_space(128, True))
+                                   if c.get("BALANCED_TILES")])
+def test_the_balanced_tile_order_computes_every_tile_once_as_the_stride_order(b, hq, hkv, s, index):
+    """Only the order changes: O and lse bitwise equal to the same tiles in the stride order, unsectioned."""
+    config = l2_section_config_space(128, True)[index]
+    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
+    q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
+               for h in (hq, hkv, hkv))
+    stride = {key: value for key, value in config.items() if key not in ("L2_SECTION_MIB", "BALANCED_TILES")}
+    o_0, lse_0 = gluon_attention_forward(q, k, v, True, config=stride)
+    for mib in (config["L2_SECTION_MIB"], 0):
+        o, lse = gluon_attention_forward(q, k, v, True, config={**config, "L2_SECTION_MIB": mib})
+        assert torch.equal(o, o_0) and torch.equal(lse, lse_0), (_config_ids(config), mib)
 
 
 @on_hopper

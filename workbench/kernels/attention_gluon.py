@@ -29,12 +29,16 @@ tensor cores busy during the softmax. FA3 (and cuDNN) do it with three pieces Gl
 
 Blocks and masks: key blocks every row of the query tile sees whole run unmasked; block 0 (the pipeline's
 prologue), the causal diagonal and the sequence tail are masked; key blocks wholly above the diagonal are never
-loaded. Causal grids run the longest query tiles first (query-tile axis reversed and outermost); with config
+loaded. With 64-key blocks (causal) each consumer counts its own 64 rows' blocks: the first skips the tile's last
+block (above all its rows; it only releases the ring slot and passes its ping-pong turn), the second runs one more
+block unmasked (``_own_blocks``).
+
+Order: causal grids run the longest query tiles first (query-tile axis reversed and outermost); with config
 ``L2_SECTION_MIB`` > 0 they do so per section of heads whose K/V fit in that much L2 (FA3's L2 swizzle,
 ``_causal_tile``). With config ``PERSISTENT=True`` one program per SM (x CTAS_PER_SM) walks the tiles in that
 order instead (``attention_gluon_persistent``): the same per-tile partitions (``_load_tile``, ``_attend_tile``),
 the rings and ping-pong turns counted across tiles, the next tile's Q and K/V loaded under the current tile's last
-steps.
+steps; with ``BALANCED_TILES`` each program its run of a host-built table of that order, dealt out by cost.
 
 Loads: host TMA descriptors over the 2-D views q [B*Hq*S, D], k, v [B*Hkv*S, D] (contiguous copies when the inputs
 are not). A K/V block past a head's end reads the next head's rows (or zeros past the tensor): the tail mask
@@ -91,7 +95,7 @@ compute capability 9.0): CTAS_PER_SM CTAs fit when CTAS_PER_SM x (their bytes + 
 SM90_REGISTERS = 65536
 """32-bit registers of one sm_90 SM (CUDA programming guide, compute capability 9.0), shared by its resident CTAs."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "PINGPONG")
-OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False, "L2_SECTION_MIB": 0}
+OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False, "L2_SECTION_MIB": 0, "BALANCED_TILES": False}
 """Config keys with a default. CTAS_PER_SM: how many CTAs an SM is to hold at once (1 or 2). With 1, a short
 sequence's tiles run their prologue (Q and the first K/V loads, the lone S_0) and epilogue (the last P V, the O
 store) with nothing to hide them behind; a second resident CTA runs its main loop meanwhile. It caps the launch's
@@ -101,7 +105,9 @@ producer loading the next tile's Q and K/V under the current tile's last steps; 
 memory. L2_SECTION_MIB (causal only): walk the heads in sections whose K and V fit in this many MiB of L2, every
 section's tiles longest first (``section_heads``, ``_causal_tile``); 0: one section, every head's longest tile
 before any head's next one, which at B=16, S=512, 32 heads (134 MB of K/V against the H200's 50 MB L2) evicts a
-head's K/V before its next tile reads it: 335 MB of K/V reads from HBM instead of 134."""
+head's K/V before its next tile reads it: 335 MB of K/V reads from HBM instead of 134. BALANCED_TILES (PERSISTENT
+only): each program walks its run of a host-built table (``attention_gluon_persistent.balanced_tile_table``: the
+launch order dealt out to the least-loaded program) instead of every num_programs-th tile."""
 L2_SECTION_CANDIDATES_MIB = (32, 16, 8)
 """L2_SECTION_MIB values to try: FA3's 32 MiB for K and V (``hopper/tile_scheduler.hpp``,
 DynamicPersistentTileScheduler: of the H100's 50 MB L2, the H200's too, ``shared/reference/gpu_specs.md``), and
@@ -109,6 +115,14 @@ smaller sections that leave more of L2 to the Q and O streams (guesses, calibrat
 
 
 if HAS_GLUON:
+
+    @gluon.jit
+    def _own_blocks(first_row, seq_len, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+        """Causal: (key blocks every one of rows [first_row, first_row + ROWS) sees whole, key blocks any of them
+        sees): keys <= first_row are seen by every row, keys past the last row by none. For a tile's rows
+        (``_tile_geometry``) or one consumer warpgroup's (``_attend_tile``)."""
+        return (gl.minimum(first_row + 1, seq_len) // BLOCK_N,
+                gl.cdiv(gl.minimum(first_row + ROWS, seq_len), BLOCK_N))
 
     @gluon.jit
     def _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -119,9 +133,8 @@ if HAS_GLUON:
         b = bh // heads_q
         h_kv = (bh % heads_q) // group
         heads_kv = heads_q // group
-        if CAUSAL:  # keys <= start_m are seen by every row; keys past the tile's last row by none
-            n_full = gl.minimum(start_m + 1, seq_len) // BLOCK_N
-            n_blocks = gl.cdiv(gl.minimum(start_m + BLOCK_M, seq_len), BLOCK_N)
+        if CAUSAL:
+            n_full, n_blocks = _own_blocks(start_m, seq_len, BLOCK_M, BLOCK_N)
         else:
             n_full = seq_len // BLOCK_N
             n_blocks = gl.cdiv(seq_len, BLOCK_N)
@@ -255,13 +268,31 @@ if HAS_GLUON:
         return p_op, acc, m_i, l_i
 
     @gluon.jit
+    def _skip_blocks(k_ready, v_ready, k_empty, v_empty, it, n_own, n_blocks, NUM_STAGES: gl.constexpr):
+        """Release key blocks n_own .. n_blocks - 1 of the tile unread (the rings' loads it + j). Each waits for
+        its load first: an early arrive would count towards the slot's previous round, which the other consumer
+        may still be reading. After the O store, so the wait holds up nothing of this tile."""
+        for j in range(n_own, n_blocks):
+            slot = (it + j) % NUM_STAGES
+            parity = ((it + j) // NUM_STAGES) & 1
+            mbarrier.wait(k_ready.index(slot), parity)
+            _release(k_empty, slot)
+            mbarrier.wait(v_ready.index(slot), parity)
+            _release(v_empty, slot)
+
+    @gluon.jit
     def _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
                      q_slot, q_phase, start_m, q_row, n_full, n_blocks, it, step, seq_len, qk_scale,
                      CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
         """Consumer warpgroup WG on one tile: query rows [start_m + 64 WG, + 64) (Q in q_smem[q_slot + WG], its
         barrier at parity q_phase) against key blocks 0 .. n_blocks - 1, the rings' loads it .. it + n_blocks - 1,
         ping-pong turns step .. step + n_blocks; stores O and lse. Tiles: q [64, D] (shared), S, P [64, BLOCK_N]
-        and O [64, D] fp32 (registers, wgmma layouts)."""
+        and O [64, D] fp32 (registers, wgmma layouts).
+
+        Causal with BLOCK_N <= 64, the blocks are this warpgroup's own (``_own_blocks``): the first consumer's rows
+        end a key block (or more) before the tile's last row, so it computes n_own <= n_blocks blocks and only
+        releases the rest (``_skip_blocks``); the second sees one more block whole. Bitwise the same O and lse:
+        a block wholly above the diagonal adds p = 0 to l and O and leaves the max (alpha = 1)."""
         ROWS: gl.constexpr = q_smem.shape[1]
         HEAD_DIM: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_ring.shape[1]
@@ -275,6 +306,9 @@ if HAS_GLUON:
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=S_LAYOUT)  # use_acc=False reads nothing
         m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
         l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+        n_own = n_blocks
+        if CAUSAL and BLOCK_N <= ROWS:  # BLOCK_N = 128: every consumer's rows reach the tile's last block
+            n_full, n_own = _own_blocks(start_m + WG * ROWS, seq_len, ROWS, BLOCK_N)
 
         # Prologue: S_0 alone (masked: block 0 may hold the diagonal or the tail).
         first = it % NUM_STAGES
@@ -293,20 +327,23 @@ if HAS_GLUON:
             p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
                                                    v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
                                                    zero_s, False, CAUSAL, WG, NUM_STAGES, PINGPONG)
-        for j in range(gl.maximum(n_full, 1), n_blocks):  # the diagonal and the tail
+        for j in range(gl.maximum(n_full, 1), n_own):  # the diagonal and the tail
             p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
                                                    v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
                                                    zero_s, True, CAUSAL, WG, NUM_STAGES, PINGPONG)
 
         # Epilogue: the last P V.
-        last = it + n_blocks - 1
+        last = it + n_own - 1
         v_slot = last % NUM_STAGES
         mbarrier.wait(v_ready.index(v_slot), (last // NUM_STAGES) & 1)
-        _take_turn(turn, step + n_blocks, WG, PINGPONG)
+        _take_turn(turn, step + n_own, WG, PINGPONG)
         o_tok = warpgroup_mma(p_op, v_ring.index(v_slot), acc, is_async=True)
         _pass_turn(turn, WG, PINGPONG)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op))
         _release(v_empty, v_slot)
+        for j in range(n_own, n_blocks):  # the other warpgroup's steps on blocks above this one's rows
+            _take_turn(turn, step + j + 1, WG, PINGPONG)
+            _pass_turn(turn, WG, PINGPONG)
 
         o = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT)), 1)
         rows = gl.convert_layout(offs_m, gl.SliceLayout(1, O_LAYOUT))
@@ -315,6 +352,7 @@ if HAS_GLUON:
         gl.store(o_ptr + o_offs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(rows < seq_len, 1))
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # ln(2): back to natural log
         gl.store(lse_ptr + q_row.to(gl.int64) + offs_m, lse, mask=offs_m < seq_len)
+        _skip_blocks(k_ready, v_ready, k_empty, v_empty, it, n_own, n_blocks, NUM_STAGES)
 
     @gluon.jit
     def _consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, seq_len,
@@ -430,7 +468,7 @@ class _ForwardPlan:
     ``_common.reused_descriptors`` keeps them), lse's shape, and the launch (``KernelLaunch``: grid, scalars,
     constexprs; after its first launch it calls the compiled kernel directly)."""
 
-    __slots__ = ("copy", "views", "blocks", "layouts", "descriptors", "lse_shape", "device_index", "launch")
+    __slots__ = ("copy", "views", "blocks", "layouts", "descriptors", "lse_shape", "device_index", "launch", "order")
 
 
 _PLANS = plan_cache()
@@ -455,14 +493,28 @@ def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
     tiles = triton.cdiv(s, config["BLOCK_M"])
     options = {**_constexprs(config, causal), **launch_options(config)}
     section = section_heads(config, s, d, hq // hkv, b * hq)
+    plan.order = ()  # the persistent kernel's table pointer (``_tile_order``); the one-tile kernel has none
     if config.get("PERSISTENT", False):
         programs = min(tiles * b * hq, sm_count(q.device.index or 0) * config.get("CTAS_PER_SM", 1))
+        plan.order = (_tile_order(config, s, b * hq, section, programs, causal, q.device),)
         plan.launch = KernelLaunch(_persistent_kernel(), (programs,),
                                    (s, hq, hq // hkv, b * hq, section, scale * _LOG2E), options)
     else:
         grid = (b * hq, tiles) if causal else (tiles, b * hq)
         plan.launch = KernelLaunch(_attn_fwd_kernel, grid, (s, hq, hq // hkv, section, scale * _LOG2E), options)
     return plan
+
+
+def _tile_order(config: dict, seq_len: int, batch_heads: int, section: int, programs: int, causal: bool,
+                device) -> torch.Tensor:
+    """The persistent kernel's order_ptr: with BALANCED_TILES its ``balanced_tile_table`` (int32, on the device,
+    built once per plan), else one int32 the kernel never reads."""
+    if not config.get("BALANCED_TILES", False):
+        return torch.zeros(1, dtype=torch.int32, device=device)
+    from workbench.kernels.attention_gluon_persistent import balanced_tile_table
+
+    table = balanced_tile_table(seq_len, batch_heads, section, programs, config["BLOCK_M"], config["BLOCK_N"], causal)
+    return torch.tensor(table, dtype=torch.int32, device=device)
 
 
 def _persistent_kernel():
@@ -489,7 +541,7 @@ def _run(plan: _ForwardPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     # later launches keep the checked shapes and strides and take the call's tensors as bases: the launcher
     # reads only base.data_ptr() of them (3.6 and 3.7), and the 4-D tensors share the views' (views: ~1 us each)
     descriptors = reused_descriptors(plan, GluonTensorDescriptor, q, k, v, plan.blocks, plan.layouts)
-    plan.launch(True, *descriptors, o, lse)  # every base aligned (above); o, lse: torch's allocations
+    plan.launch(True, *descriptors, o, lse, *plan.order)  # every base aligned (above); o, lse, order: torch's
     return o, lse
 
 
@@ -506,7 +558,8 @@ def _constexprs(config: dict, causal: bool) -> dict:
     return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_M"] // ROWS_PER_WARPGROUP,
                 NUM_STAGES=config["NUM_STAGES"], PINGPONG=bool(config["PINGPONG"]),
                 SECTIONED=config.get("L2_SECTION_MIB", 0) > 0, LOADER_REGS=LOADER_REGISTERS,
-                CONSUMER_REGS=register_budget(config)[1])
+                CONSUMER_REGS=register_budget(config)[1],
+                **({"BALANCED": config.get("BALANCED_TILES", False)} if config.get("PERSISTENT", False) else {}))
 
 
 def section_heads(config: dict, seq_len: int, head_dim: int, group: int, batch_heads: int) -> int:
@@ -632,15 +685,21 @@ def persistent_config_space(head_dim: int, causal: bool) -> list[dict]:
 def l2_section_config_space(head_dim: int, causal: bool) -> list[dict]:
     """Candidates of the sectioned causal tile order (``L2_SECTION_MIB``), beside ``config_space`` until the H200
     run of ``benchmarks/kernels/attention_l2_section_bench.py`` ranks them: the wired d=128 causal persistent
-    config at each of ``L2_SECTION_CANDIDATES_MIB``, and the one-tile pinned config at FA3's 32 MiB. Empty for
-    full attention (no option there) and d=64 (whose short and mid causal forward is the Triton kernel)."""
+    config at each of ``L2_SECTION_CANDIDATES_MIB``, every other ``persistent_config_space`` entry at FA3's
+    32 MiB (64-key tiles with deeper rings, whose first consumer skips the key block above its rows:
+    ``_attend_tile``; no ping-pong; 64-row tiles at two CTAs an SM, half the causal tail a tile), the ping-pong
+    ones of those again with ``BALANCED_TILES``, and the one-tile pinned config at 32 MiB. Empty for full
+    attention (no option there) and d=64 (whose short and mid causal forward is the Triton kernel)."""
     check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
     check(isinstance(causal, bool), "causal", repr(causal), "True or False")
     if not causal or head_dim != 128:
         return []
     persistent = PERSISTENT_FORWARD[(head_dim, causal)][-1][2]  # the mid bucket's: unsectioned
+    budget = L2_SECTION_CANDIDATES_MIB[0]
     space = [{**persistent, "L2_SECTION_MIB": mib} for mib in L2_SECTION_CANDIDATES_MIB]
-    space.append({**PINNED_FORWARD[(head_dim, causal)], "L2_SECTION_MIB": L2_SECTION_CANDIDATES_MIB[0]})
+    space += [{**c, "L2_SECTION_MIB": budget} for c in persistent_config_space(head_dim, causal) if c != persistent]
+    space += [{**c, "BALANCED_TILES": True} for c in space if c["PINGPONG"] and c["L2_SECTION_MIB"] == budget]
+    space.append({**PINNED_FORWARD[(head_dim, causal)], "L2_SECTION_MIB": budget})
     return [c for c in space if fits_shared_memory(c, head_dim)]
 
 
@@ -723,6 +782,9 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
           "an int in [0, 1024]: MiB of L2 a section's K and V fill (0: one section)")
     check(causal or not section_mib, "config['L2_SECTION_MIB']", section_mib,
           "0 with causal=False: a full grid already runs each head's tiles together")
+    balanced = config.get("BALANCED_TILES", False)
+    check(isinstance(balanced, bool) and (not balanced or config.get("PERSISTENT", False)),
+          "config['BALANCED_TILES']", repr(balanced), "True or False, True only with PERSISTENT=True")
     ctas = config.get("CTAS_PER_SM", 1)
     check(ctas in (1, 2, 3), "config['CTAS_PER_SM']", ctas, "1, 2 or 3 (CTAs resident on one SM)")
     check(fits_shared_memory(config, head_dim), "config",
@@ -749,13 +811,14 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     kv_type = f"tensordesc<{dtype}[{block_n}, {head_dim}],{_tile_layout(block_n, head_dim, gl_dtype)!r}>"
     kernel = _persistent_kernel() if config.get("PERSISTENT", False) else _attn_fwd_kernel
     signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_ptr": f"*{dtype}", "lse_ptr": "*fp32",
-                 "seq_len": "i32", "heads_q": "i32", "group": "i32", "batch_heads": "i32", "section_heads": "i32",
-                 "qk_scale": "fp32"}
+                 "order_ptr": "*i32", "seq_len": "i32", "heads_q": "i32", "group": "i32", "batch_heads": "i32",
+                 "section_heads": "i32", "qk_scale": "fp32"}
     constexprs = _constexprs(config, causal)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in kernel.arg_names}
     names = list(signature)
-    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in ("o_ptr", "lse_ptr")}
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in ("o_ptr", "lse_ptr", "order_ptr")
+             if name in names}
     source = GluonASTSource(kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=launch_options(config))
 

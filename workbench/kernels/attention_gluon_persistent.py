@@ -23,16 +23,61 @@ full ones a head's tiles together. The partitions are the one-tile kernel's (``a
   releases its own 64 rows after the tile's last wgmma (``q_empty``, which the producer waits on at the
   opposite parity before reloading the buffer, two tiles later).
 
+With config ``BALANCED_TILES`` the programs take their tiles from a table built on the host instead
+(``balanced_tile_table``): the launch order dealt out longest-processing-time first, each tile to the program
+with the least work so far (a tile costs its key blocks plus TILE_OVERHEAD_BLOCKS). The stride order gives
+every program the same number of tiles but one, whatever they cost: at B=16, S=512, 32 heads (2,048 tiles of
+1-4 key blocks over 132 programs) 68 programs walk 16 tiles and 40 key blocks, 64 walk 15 and 36-39. Every
+partition reads the same table entry, the next one loaded under the current tile.
+
 Shared memory: the one-tile kernel's plus one more Q buffer (``attention_gluon.shared_bytes``); d=128 with
 128 x 128 tiles: 2 K/V stages (192 KiB of 227). O is stored from registers as in the one-tile kernel.
 """
 
 from __future__ import annotations
 
+import heapq
+
 from workbench.kernels.attention_gluon import HAS_GLUON
 
 Q_BUFFERS = 2
 """Q tiles in flight per consumer: the tile being computed and the next one the producer loads meanwhile."""
+TILE_OVERHEAD_BLOCKS = 1.0
+"""What one tile costs beyond its key blocks (its lone S_0, last P V and O store, in key-block steps) in the
+``BALANCED_TILES`` table's cost model: a guess, calibrate me from the H200 times of tiles of 1-4 key blocks."""
+
+
+def launch_order_tile(tile: int, tiles_m: int, batch_heads: int, section_heads: int, causal: bool) -> tuple[int, int]:
+    """(query tile, b * Hq + h) of linear tile number ``tile``: the host twin of ``_persistent_tile``
+    (section_heads = batch_heads: unsectioned)."""
+    if not causal:
+        return tile % tiles_m, tile // tiles_m
+    first = tile // (section_heads * tiles_m) * section_heads
+    rank = tile - first * tiles_m
+    heads = min(section_heads, batch_heads - first)
+    return tiles_m - 1 - rank // heads, first + rank % heads
+
+
+def balanced_tile_table(seq_len: int, batch_heads: int, section_heads: int, programs: int, block_m: int,
+                        block_n: int, causal: bool) -> list[int]:
+    """The ``BALANCED_TILES`` table: programs + 1 offsets, then the linear tile numbers, program p's at
+    [offsets[p], offsets[p + 1]) in launch order, then one pad entry (the kernel loads one tile ahead). The launch
+    order is dealt out greedily, each tile to the program with the least cost so far (ties: the lowest program,
+    so the first round is the stride order's): longest first within a section, this is Graham's LPT rule."""
+    tiles_m = -(-seq_len // block_m)
+    loads = [(0.0, p) for p in range(programs)]
+    owned: list[list[int]] = [[] for _ in range(programs)]
+    for tile in range(tiles_m * batch_heads):
+        pid_m = launch_order_tile(tile, tiles_m, batch_heads, section_heads, causal)[0]
+        rows_end = min(pid_m * block_m + block_m, seq_len) if causal else seq_len
+        cost, p = heapq.heappop(loads)
+        owned[p].append(tile)
+        heapq.heappush(loads, (cost + TILE_OVERHEAD_BLOCKS + -(-rows_end // block_n), p))
+    offsets = [0]
+    for tiles in owned:
+        offsets.append(offsets[-1] + len(tiles))
+    return offsets + [tile for tiles in owned for tile in tiles] + [0]
+
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -54,10 +99,23 @@ if HAS_GLUON:
         return tile % tiles_m, tile // tiles_m
 
     @gluon.jit
+    def _program_slots(order_ptr, total, BALANCED: gl.constexpr):
+        """(first, end, step) of this program's slots: BALANCED, its run of the table; else tile program_id,
+        + num_programs, ... of the launch order."""
+        if BALANCED:
+            return gl.load(order_ptr + gl.program_id(0)), gl.load(order_ptr + gl.program_id(0) + 1), 1
+        return gl.program_id(0), total, gl.num_programs(0)
+
+    @gluon.jit
+    def _table_tile(order_ptr, slot):
+        """The linear tile number in slot ``slot`` of the table (its entries after the programs + 1 offsets)."""
+        return gl.load(order_ptr + gl.num_programs(0) + 1 + slot)
+
+    @gluon.jit
     def _persistent_loader(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready,
-                           k_empty, v_empty, seq_len, heads_q, group, batch_heads, section_heads,
+                           k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads, section_heads,
                            CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                           SECTIONED: gl.constexpr):
+                           SECTIONED: gl.constexpr, BALANCED: gl.constexpr):
         """The TMA warp: every tile of this program in turn; Q buffer i % 2 once both consumers released it."""
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -65,7 +123,14 @@ if HAS_GLUON:
         tiles_m = gl.cdiv(seq_len, BLOCK_M)
         it = 0  # key blocks loaded by this program so far: the rings' load counter
         i = 0  # tiles of this program so far
-        for tile in range(gl.program_id(0), tiles_m * batch_heads, gl.num_programs(0)):
+        first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
+        if BALANCED:
+            next_tile = _table_tile(order_ptr, first)
+        for slot in range(first, end, step):
+            tile = slot
+            if BALANCED:  # the next entry's load in flight under this tile (the last reads the table's pad)
+                tile = next_tile
+                next_tile = _table_tile(order_ptr, slot + 1)
             pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL, SECTIONED)
             start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
                                                                       BLOCK_N, CAUSAL)
@@ -79,9 +144,10 @@ if HAS_GLUON:
 
     @gluon.jit
     def _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
+                             o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
                              CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-                             NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr):
+                             NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr,
+                             BALANCED: gl.constexpr):
         """Consumer warpgroup WG: every tile of this program in turn (``_attend_tile``), the ring loads and the
         ping-pong turns counted from the program's first tile (module doc)."""
         ROWS: gl.constexpr = q_smem.shape[1]
@@ -90,7 +156,14 @@ if HAS_GLUON:
         tiles_m = gl.cdiv(seq_len, BLOCK_M)
         it = 0  # key blocks consumed by this program so far
         i = 0  # tiles of this program so far; tile i took it_i + i turns before it
-        for tile in range(gl.program_id(0), tiles_m * batch_heads, gl.num_programs(0)):
+        first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
+        if BALANCED:
+            next_tile = _table_tile(order_ptr, first)
+        for slot in range(first, end, step):
+            tile = slot
+            if BALANCED:  # the next entry's load in flight under this tile (the last reads the table's pad)
+                tile = next_tile
+                next_tile = _table_tile(order_ptr, slot + 1)
             pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL, SECTIONED)
             start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
                                                                       BLOCK_N, CAUSAL)
@@ -104,21 +177,23 @@ if HAS_GLUON:
 
     @gluon.jit
     def _persistent_second_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                    turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads,
-                                    qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                                    SECTIONED: gl.constexpr):
+                                    turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
+                                    section_heads, qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr,
+                                    PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, BALANCED: gl.constexpr):
         _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                             o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale, CAUSAL, 1,
-                             2, NUM_STAGES, PINGPONG, SECTIONED)
+                             o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
+                             CAUSAL, 1, 2, NUM_STAGES, PINGPONG, SECTIONED, BALANCED)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group", "batch_heads", "section_heads"])  # a build per config
-    def attn_fwd_persistent_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads,
-                                   section_heads, qk_scale, CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-                                   NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr,
-                                   LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    def attn_fwd_persistent_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group,
+                                   batch_heads, section_heads, qk_scale, CAUSAL: gl.constexpr,
+                                   NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                                   SECTIONED: gl.constexpr, BALANCED: gl.constexpr, LOADER_REGS: gl.constexpr,
+                                   CONSUMER_REGS: gl.constexpr):
         """Grid: (min(cdiv(S, BLOCK_M) x B * Hq, SMs x CTAS_PER_SM),); BLOCK_M = 64 NUM_CONSUMERS.
 
-        Arguments as ``attention_gluon._attn_fwd_kernel``'s, plus batch_heads = B * Hq. Shared: Q
+        Arguments as ``attention_gluon._attn_fwd_kernel``'s, plus batch_heads = B * Hq and order_ptr: the int32
+        ``balanced_tile_table`` of this launch, read only when BALANCED. Shared: Q
         [Q_BUFFERS * NUM_CONSUMERS, 64, D] (buffer i % 2, consumer w at (i % 2) * NUM_CONSUMERS + w), K and V
         rings [NUM_STAGES, BLOCK_N, D]; barriers: q_bar / q_empty per Q slot, ready / empty per ring slot, the
         two ping-pong turns."""
@@ -150,23 +225,26 @@ if HAS_GLUON:
         if NUM_CONSUMERS == 2:
             gl.warp_specialize([
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads,
-                                        qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, PINGPONG, SECTIONED)),
+                                        turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
+                                        section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, PINGPONG,
+                                        SECTIONED, BALANCED)),
                 (_persistent_second_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty,
-                                               v_empty, turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads,
-                                               section_heads, qk_scale, CAUSAL, NUM_STAGES, PINGPONG, SECTIONED)),
+                                               v_empty, turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group,
+                                               batch_heads, section_heads, qk_scale, CAUSAL, NUM_STAGES, PINGPONG,
+                                               SECTIONED, BALANCED)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
-                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, section_heads,
-                                      CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED)),
+                                      v_ready, k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads,
+                                      section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, BALANCED)),
             ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
             gl.warp_specialize([
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                        turn, o_ptr, lse_ptr, seq_len, heads_q, group, batch_heads, section_heads,
-                                        qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, False, SECTIONED)),
+                                        turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
+                                        section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, False,
+                                        SECTIONED, BALANCED)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
-                                      v_ready, k_empty, v_empty, seq_len, heads_q, group, batch_heads, section_heads,
-                                      CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED)),
+                                      v_ready, k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads,
+                                      section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, BALANCED)),
             ], [1], [LOADER_REGS])
         for i in gl.static_range(Q_SLOTS):
             mbarrier.invalidate(q_bar.index(i))
