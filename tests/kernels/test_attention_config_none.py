@@ -25,8 +25,10 @@ PERSISTENT_128 = {  # attention_gluon.PERSISTENT_FORWARD: d=128 causal up to 4,0
     False: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 1, "PERSISTENT": True},
     True: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True, "CTAS_PER_SM": 1, "PERSISTENT": True}}
 SECTIONED_128 = {**PERSISTENT_128[True], "L2_SECTION_MIB": 32}  # d=128 causal up to 1,024: tiles in L2 sections
-GLUON_BWD = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3}
-EXPECTED = {  # id: (forward kernel, backward kernel), from the two H200 runs the rules cite
+GLUON_BWD = {False: {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3},  # by attention_gluon_bwd.rings_build_right
+             True: {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2}}
+EXPECTED = {  # id: (forward kernel, backward kernel under ptxas 12.8), from the two H200 runs the rules cite; under
+    # ptxas >= 13.0 every d=128 backward is the Gluon one (attention_gluon_bwd.BACKWARD_BY_BUCKET_PTXAS13)
     "a01": ("gluon", "triton"), "a02": ("triton", "triton"), "a03": ("gluon", "triton"),
     "a04": ("triton", "triton"), "a05": ("gluon", "triton"), "a06": ("gluon", "triton"),
     "a07": ("gluon", "triton"), "a08": ("triton", "triton"), "a09": ("gluon", "gluon"),
@@ -46,12 +48,16 @@ def _forward_on_sm90(head_dim: int, causal: bool, seq: int) -> tuple[str, dict |
     return "triton", attention_pinned_config("sm_90", "fwd", head_dim, causal, seq)
 
 
+@pytest.mark.parametrize("fixed", [False, True], ids=["ptxas12.8", "ptxas13"])
 @pytest.mark.parametrize("shape", SHAPES["attention"], ids=lambda shape: shape["id"])
-def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape):
+def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape, fixed, monkeypatch):
+    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: fixed)
     d, causal, seq = shape["head_dim"], shape["causal"], shape["seq"]
     forward, config = _forward_on_sm90(d, causal, seq)
     backward_config = attention_gluon_bwd.backward_rule(d, causal, seq)
-    assert (forward, "gluon" if backward_config else "triton") == EXPECTED[shape["id"]]
+    want_forward, want_backward = EXPECTED[shape["id"]]
+    assert (forward, "gluon" if backward_config else "triton") == (want_forward,
+                                                                   "gluon" if fixed and d == 128 else want_backward)
     if forward == "gluon" and d == 128 and seq <= 4096:
         assert config == (SECTIONED_128 if causal and seq <= 1024 else PERSISTENT_128[causal])
     elif forward == "gluon":
@@ -59,7 +65,7 @@ def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape):
     elif d == 64:  # the d=64 rule up to 4,096: 64x64 tiles, 3 stages, pointer loads
         assert config == TRITON_64
     if backward_config is not None:
-        assert backward_config == GLUON_BWD
+        assert backward_config == GLUON_BWD[fixed]
 
 
 def test_the_d128_forward_is_persistent_up_to_4096_then_one_tile():
@@ -104,7 +110,7 @@ def test_the_gluon_backward_asked_for_off_sm90_names_the_device():
         pytest.skip("an sm_90 GPU is here: the request is valid")
     q, k, v = _inputs()
     with pytest.raises(KernelInputError):
-        flash_attention(q, k, v, False, bwd_config={"backend": "gluon", **GLUON_BWD})
+        flash_attention(q, k, v, False, bwd_config={"backend": "gluon", **GLUON_BWD[False]})
 
 
 def test_a_triton_backend_key_is_the_plain_triton_config():
@@ -163,9 +169,9 @@ def test_an_explicit_gluon_backward_runs_where_config_none_takes_triton():
     generator = torch.Generator(device="cuda").manual_seed(3)
     q, k, v, do = (torch.randn(1, 4, 1024, 64, device="cuda", dtype=torch.float16, generator=generator)
                    for _ in range(4))  # d=64 non-causal: config=None's backward is Triton's
-    bwd_config = {"backend": "gluon", **GLUON_BWD}
+    bwd_config = {"backend": "gluon", **GLUON_BWD[False]}
     assert _plan(q, k, v, False, None, None, None).gluon_bwd is None
-    assert _plan(q, k, v, False, None, None, bwd_config).gluon_bwd == GLUON_BWD
+    assert _plan(q, k, v, False, None, None, bwd_config).gluon_bwd == GLUON_BWD[False]
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     flash_attention(q, k, v, False, bwd_config=bwd_config).backward(do)
     want = reference_attention_grads(q.detach(), k.detach(), v.detach(), do, False)[1:]

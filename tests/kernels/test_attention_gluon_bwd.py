@@ -68,7 +68,9 @@ def test_a_bad_config_names_the_key(change, key):
 
 
 @pytest.mark.parametrize("tiles", [(64, 128, 2), (64, 64, 2), (128, 128, 2)])
-def test_the_configs_that_gave_wrong_gradients_on_the_h200_are_refused(tiles):
+def test_the_configs_that_gave_wrong_gradients_on_the_h200_are_refused(tiles, monkeypatch):
+    """Under ptxas 12.8 (Triton 3.6's and 3.7's: ``PTXAS_RING_FIX``)."""
+    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: False)
     config = dict(zip(("BLOCK_M", "BLOCK_N", "NUM_STAGES"), tiles))
     with pytest.raises(KernelInputError, match="config_space"):
         resolve_config(config, 64, True)
@@ -107,8 +109,12 @@ def test_variants_pass_their_checks_but_not_the_config_space():
             resolve_config(config, head_dim, True)
 
 
+THREE_STAGES = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3}
+"""The default under ptxas 12.8, in config_space under every ptxas."""
+
+
 def test_ds_buffers_set_the_ds_tiles_and_the_default_build_keeps_its_constexprs():
-    config = default_config(128, False)
+    config = THREE_STAGES
     two = {**config, "DS_BUFFERS": 2}
     assert shared_bytes(config, 128) - shared_bytes(two, 128) == 2 * 64 * 64 * 2  # one [64, 64] tile a consumer
     assert shared_bytes({**config, "DS_BUFFERS": 3}, 128) == shared_bytes(config, 128)
@@ -199,12 +205,52 @@ GLUON_BACKWARD_IDS = {"a09", "a12", "a13", "a14", "a16", "a17", "a19"}
 d=128 causal above 4,096."""
 
 
+GLUON_BACKWARD_IDS_PTXAS13 = {shape["id"] for shape in SHAPES["attention"] if shape["head_dim"] == 128}
+"""The same where ptxas builds the 2-stage ring right (``BACKWARD_BY_BUCKET_PTXAS13``): every d=128 shape."""
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["ptxas12.8", "ptxas13"])
 @pytest.mark.parametrize("shape", SHAPES["attention"], ids=lambda shape: shape["id"])
-def test_the_backward_rule_on_the_twenty_attention_shapes(shape):
+def test_the_backward_rule_on_the_twenty_attention_shapes(shape, fixed, monkeypatch):
+    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: fixed)
     config = backward_rule(shape["head_dim"], shape["causal"], shape["seq"])
-    assert (config is not None) == (shape["id"] in GLUON_BACKWARD_IDS)
+    assert (config is not None) == (shape["id"] in (GLUON_BACKWARD_IDS_PTXAS13 if fixed else GLUON_BACKWARD_IDS))
     if config is not None:
         assert config == default_config(shape["head_dim"], shape["causal"])
+        assert config["NUM_STAGES"] == (2 if fixed else 3)
+
+
+@pytest.mark.parametrize("head_dim, causal", BUCKETS)
+def test_the_two_stage_ring_is_offered_only_where_ptxas_builds_it(head_dim, causal, monkeypatch):
+    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: False)
+    assert [c["NUM_STAGES"] for c in config_space(head_dim, causal)] == [3]
+    with pytest.raises(KernelInputError, match="config"):
+        resolve_config({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2}, head_dim, causal)
+    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: True)
+    assert [c["NUM_STAGES"] for c in config_space(head_dim, causal)] == [2, 3]
+
+
+def _fake_ptxas(tmp_path: Path, output: str) -> str:
+    path = tmp_path / "ptxas"
+    path.write_text(f"#!/bin/sh\nprintf '%s\\n' {output!r}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_ptxas_release_is_read_from_its_version_line(tmp_path):
+    release_13 = _fake_ptxas(tmp_path, "Cuda compilation tools, release 13.0, V13.0.88")
+    assert attention_gluon_bwd._ptxas_release(release_13) == (13, 0)
+    (tmp_path / "old").mkdir()
+    assert attention_gluon_bwd._ptxas_release(_fake_ptxas(tmp_path / "old", "release 12.8, V12.8.93")) == (12, 8)
+    (tmp_path / "odd").mkdir()
+    assert attention_gluon_bwd._ptxas_release(_fake_ptxas(tmp_path / "odd", "no version here")) is None
+    assert attention_gluon_bwd._ptxas_release(str(tmp_path / "missing")) is None
+
+
+def test_the_ring_fix_needs_ptxas_13(monkeypatch):
+    for release, right in ((None, False), ((12, 8), False), ((12, 9), False), ((13, 0), True), ((13, 2), True)):
+        monkeypatch.setattr(attention_gluon_bwd, "ptxas_release", lambda release=release: release)
+        assert attention_gluon_bwd.rings_build_right() is right
 
 
 def test_the_backward_rule_leaves_ragged_and_other_head_dims_to_triton():
@@ -426,14 +472,17 @@ def test_each_ring_fault_guard_adds_what_it_names_to_the_2_stage_build():
 
 @pytest.mark.slow
 def test_ring_counters_take_the_division_by_three_out_of_the_spills():
-    """The default's d=128 spills are ring-slot arithmetic (KNOWN_SPILL_BYTES): carried counters spill less."""
+    """The 3-stage ring's d=128 spills under ptxas 12.8 are ring-slot arithmetic (KNOWN_SPILL_BYTES): carried
+    counters spill less. ptxas 13.0 builds both without spills (the H200, 2026-12-02)."""
     pytest.importorskip("triton.backends.nvidia")
     if not attention_gluon_bwd.HAS_GLUON:
         pytest.skip("needs triton with Gluon")
-    config = default_config(128, False)
-    plain = attention_gluon_bwd.inspect_build(config, 128, False)
-    counted = attention_gluon_bwd.inspect_build({**config, "RING_COUNTERS": True}, 128, False)
-    assert counted.spill_bytes < plain.spill_bytes, (counted, plain)  # triton 3.7.1: 8 against 64 bytes
+    plain = attention_gluon_bwd.inspect_build(THREE_STAGES, 128, False)
+    counted = attention_gluon_bwd.inspect_build({**THREE_STAGES, "RING_COUNTERS": True}, 128, False)
+    if attention_gluon_bwd.rings_build_right():
+        assert counted.spill_bytes == plain.spill_bytes == 0, (counted, plain)
+    else:
+        assert counted.spill_bytes < plain.spill_bytes, (counted, plain)  # triton 3.7.1: 8 against 64 bytes
     assert counted.shared_bytes == plain.shared_bytes and counted.wait_groups == (0, 1) and not counted.serialized
 
 

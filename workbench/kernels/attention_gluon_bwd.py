@@ -38,37 +38,21 @@ are masked (P^T = 0 there); a key block that runs past S is masked on every step
 next head: they would reach dQ otherwise). Query rows past S read the next head's Q/dO rows (or TMA's zeros):
 their P^T is 0, so they add nothing, and their dQ rows are not stored.
 
-The 2-stage rings (wrong dQ, dK, dV on the H200, 2026-12-02; ``config_space``): open. What was ruled out, on the
-CPU (no GPU was at hand): (1) the barrier protocol. ``tests/kernels/test_attention_gluon_bwd_protocol.py`` models
-it (arrival counts, transaction bytes and phase parity as PTX defines them, TMA copies landing at any moment,
-wgmma reads live from issue to their wait) under random interleavings: for every NUM_STAGES >= 2 (1 too), one or
-two consumers, split dQ or not, no read sees another step's fill, no copy or dS^T store lands under a read in
-flight, no deadlock; a release before the dV/dK wait, the producer's parity without its flip, or one dS^T buffer
-a consumer are caught. Every release here follows its slot's last reader: Q_i (S^T, dK), dO_i (dP^T, dV), lse and
-delta (loads into registers, used before the release), dS^T (the dQ GEMMs of both consumers, waited). (2) The
-build. The sm_90 PTX and SASS of 2 and 3 stages (triton 3.6.0, the H200's, and 3.7.1) differ only in the slot
-and parity arithmetic (step & 1, bit 1 of step, against / and % by 3), which reads right in SASS for the producer
-(its parity flipped) and the consumers; nothing else moves: barrier and buffer offsets do not overlap, the
-warp-specialize state sits past the barriers, nothing writes an in-flight wgmma's registers (SASS read). So the
-fault is timing-dependent, not a wrong count: with 2 slots a consumer usually waits on a copy still landing
-(with 3 the data has long landed), and a hazard the model cannot see shows only then. Two candidates, both
-against the letter of PTX and both removed by ``STRICT_ORDER`` (a constexpr; off in ``config_space``'s builds):
-the mbarrier inits are not fenced to the async proxy before TMA completes on them (the CUDA C++ Programming
-Guide's TMA example fences them), and dS^T's shared-memory store (``_publish_ds``) reads the registers that are
-the A operand of the dK wgmma still in flight (the PTX ISA makes accessing them before wgmma.wait_group
-undefined, as recalled here: not re-read offline). FA3 stores
-dS before issuing its dV/dK GEMMs. ``benchmarks/kernels/attention_gluon_bwd_ring_bench.py`` runs 2, 3 and 4
-stages with and without it on the H200; the 3-stage default stays the only config until it says otherwise. Its run
-of 2026-12-02 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ring/``) ruled STRICT_ORDER out: the errors of
-64x128 with 2 stages are the same with and without it to about 0.01 (a01: 0.61, 0.61, 0.49 for dQ, dK, dV both
-times; a10: 0.78, 0.78, 0.66 both), growing with S on the causal shapes, and 4 stages fail too (d=64) while 3 pass:
-a repeatable fault, not one that comes and goes with timing. Read again on the CPU since (triton 3.7.1, 64x128 at
-2, 3 and 4 stages, d=64, PTX and SASS): the allocations do not overlap (dS^T at 0, K, V, Q, dO, lse, delta, the
-barriers, the warp-specialize state bytes last); the partitions' named barriers differ (0 and 2, 128 threads each,
-1 the join); one loader warp (warp 10) issues every copy, its slot and empty-parity arithmetic right in SASS for
-both depths; every wgmma reading a ring slot or a dS^T tile is waited (wait_group 0) before the release. Still
-open; FA3's own hdim-128 schedule (2 stages, its GEMM order: DQ_UNDER_DK) is one of the variants that
-``benchmarks/kernels/attention_gluon_bwd_variants.py`` checks.
+The 2-stage rings (wrong dQ, dK, dV on the H200, 2026-12-02): a ptxas miscompile, found 2026-12-02 with
+compute-sanitizer (``benchmarks/kernels/attention_gluon_bwd_memcheck.py``,
+``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/``). ``_consumer`` calls ``_step`` twice (masked and
+unmasked steps), so the S^T GEMM exists in two branches; the PTX computes Q's wgmma descriptors (the slot's
+address, + 32 bytes a k-step) in each. ptxas 12.8 (the one Triton 3.6.0 and 3.7.1 bundle) keeps the k-step-1
+descriptor of one branch in a uniform register (UR18 of the 2-stage d=64 build: ``UIADD3 UR18, UR42, 0x2``) and
+has the other branch's HGMMAs read it without computing it: a stale slot (wrong Q: the wrong gradients) or, before
+the first branch ever ran, garbage (memcheck: an out-of-bounds shared read of 2,048 bytes at 0x3ffc0 by the HGMMA
+of line 361). The 3-stage division build happens to recompute it in both branches. ptxas 13.0 (CUDA 13.0's,
+``TRITON_PTXAS_PATH``) recomputes it in both for every ring: under it, every variant of
+``attention_gluon_bwd_variants.py`` matches the default and SDPA's fp32 gradients on all 20 shapes, and memcheck
+and synccheck are clean. Hence ``PTXAS_RING_FIX``: ``config_space`` offers the faster 2-stage ring, and
+``BACKWARD_BY_BUCKET_PTXAS13`` routes to it, only when Triton compiles with such a ptxas. The ruled-out hazards
+(barrier protocol: ``tests/kernels/test_attention_gluon_bwd_protocol.py``; STRICT_ORDER; ``GUARD_BITS``) stay
+ruled out, and their keys stay for the record of those runs.
 
 Host path: the checks, the config, the grids, the descriptor layouts and the three launches are planned once per
 distinct call (``_BackwardPlan``); a repeated call builds its six descriptors from the plan's checked fields and
@@ -83,6 +67,8 @@ of ``attention_gluon.py``. Gluon has no interpreter: on the CPU only ``crosscomp
 from __future__ import annotations
 
 import functools
+import re
+import subprocess
 
 import torch
 import triton
@@ -133,10 +119,9 @@ RING_COUNTERS (bool: the consumers carry the ring slot and phase from step to st
 NUM_STAGES: the division by 3 costs the registers that spill at d=128). On the H200 (triton 3.6,
 ``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``): DQ_UNDER_DK right on all 20 shapes, 0.990x the
 default's speed; RING_COUNTERS wrong on every shape at 3 stages (illegal address at d=64 full) although it computes
-the same slots and phases; NUM_STAGES 4 with DS_BUFFERS 2 and 2 stages with DQ_UNDER_DK wrong. So the fault follows
-how fast the consumers reach the next slot, not the ring's depth: the division by 3 is the one slow slot
-computation, and every faster one fails. The lead: a slot released (``empty``) or overwritten before an async
-reader of it is done, hidden by the division's latency.
+the same slots and phases; NUM_STAGES 4 with DS_BUFFERS 2 and 2 stages with DQ_UNDER_DK wrong (all under ptxas
+12.8, whose stale-descriptor miscompile the module docstring describes; read then as a timing hazard, which the
+guards below were built to name).
 
 The last four (bools, ``GUARD_BITS``) each close one way that could happen; none is in ``config_space``, and the
 ring-fault runs of ``benchmarks/kernels/attention_gluon_bwd_variants.py`` put them on the failing rings (2 and 4
@@ -164,10 +149,9 @@ anything. 2 stages stay wrong with each key and with all four (13-14 of 14 check
 case still an illegal memory access), RING_COUNTERS at 3 stages with each of WG_BARRIER, PROXY_FENCES, RELEASE_LAG
 (16 of 16 wrong), 4 stages with all four (3 of 3 wrong); BLOCK_M 128 with one dS^T tile is right on d=64 full and
 wrong on causal with or without them. So the fault is none of the four hazards: not the consumers' relative lead,
-not proxy ordering, not an early release, not overlapping wgmmas. An illegal address needs a bad address, and no
-address of the kernel is read from shared memory (atomics and stores take register bases and offsets): the
-remaining leads are the compiler's (register reallocation across partitions, which the faster slot computations
-change), unexplored."""
+not proxy ordering, not an early release, not overlapping wgmmas. It is ptxas 12.8's (the module docstring:
+a wgmma descriptor one branch computes and the other reads stale); under ptxas 13.0 every one of these variants is
+right (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/``)."""
 GUARD_BITS = {"WG_BARRIER": 1, "PROXY_FENCES": 2, "RELEASE_LAG": 4, "SERIAL_MMA": 8}
 """The kernel's GUARDS constexpr: the bit of each of the last four ``VARIANT_KEYS`` (``_step`` decodes them; 0, the
 default, builds the kernel as before the keys existed)."""
@@ -754,23 +738,56 @@ def shared_bytes(config: dict, head_dim: int) -> int:
 
 def config_space(head_dim: int, causal: bool) -> list[dict]:
     """Launch configs for one (head_dim, causal) bucket, the default first: the configs whose dQ, dK, dV matched
-    the float64 reference on every shape of the H200 runs. That is 64 queries x 128 keys (two consumer
-    warpgroups) over a 3-stage ring, in every bucket: FA3's sm_90 backward tile (``hopper/
-    flash_bwd_launch_template.h``, ``run_mha_bwd_hdim128`` / ``hdim64``) with one stage more than FA3's 2.
+    the float64 reference on every shape of the H200 runs under the ptxas Triton compiles with. That is 64 queries
+    x 128 keys (two consumer warpgroups), FA3's sm_90 backward tile (``hopper/flash_bwd_launch_template.h``,
+    ``run_mha_bwd_hdim128`` / ``hdim64``), over a 3-stage ring in every bucket, and first FA3's own 2-stage ring
+    where ptxas builds it right (``rings_build_right``: ptxas >= ``PTXAS_RING_FIX``).
 
-    Dropped after the H200 run of 2026-12-02 (``benchmarks/results/h200/kernels/gluon_attention_bwd/``,
-    precompile.json and gpu_pytest.log; triton 3.6.0), for wrong gradients: 64x128 with 2 stages (NaN or relative
-    errors 0.6-1.8 in every bucket, also on a 256-token non-causal shape with no masked step), 128x128 with 2
-    stages (d=64: 0.7-1.0) and 64x64 with 2 stages (causal d=64 and d=128: 0.7-0.9; right without the mask). Not
-    a schedule or mask error: ``tests/kernels/test_attention_gluon_bwd.py`` replays this file's block schedule and
-    masks in float64 (an emulation of ``_kv_schedule`` and ``_step``) and matches the reference for every one of
-    those tiles, causal or not, ragged or not. What they share is the 2-deep ring; the cause is open (the module
-    docstring: not the barrier protocol, which a model checks for every depth, nor a difference of the builds),
-    so they are refused rather than kept. ``KNOWN_SPILL_BYTES`` lists the entries whose sm_90 build spills."""
+    Under ptxas 12.8 (Triton 3.6.0's and 3.7.1's) every 2-stage ring gave wrong gradients on the H200
+    (``benchmarks/results/h200/kernels/gluon_attention_bwd/``: 64x128 and 128x128 in every bucket, 64x64 on causal
+    shapes), and so did the 3-stage ring with the slot carried (RING_COUNTERS): ptxas's stale descriptor (the
+    module docstring). ``KNOWN_SPILL_BYTES`` lists the entries whose sm_90 build spills."""
     check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
     check(isinstance(causal, bool), "causal", repr(causal), "True or False")
     space = [dict(zip(_KEYS, (64, 128, 3)))]
+    if rings_build_right():  # FA3's 2-stage ring, first: faster in every group (``PTXAS_RING_FIX``)
+        space.insert(0, dict(zip(_KEYS, (64, 128, 2))))
     return [c for c in space if shared_bytes(c, head_dim) <= SM90_SHARED_BYTES]
+
+
+PTXAS_RING_FIX = (13, 0)
+"""The first ptxas release seen to build this kernel's 2-stage ring right: CUDA 13.0's (the module docstring). 12.8,
+the one Triton 3.6 and 3.7 bundle, miscompiles it; releases in between were not tried and count as 12.8. Under
+13.0 on the H200 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/``) the 2-stage 64x128 ring is right
+on all 20 shapes and faster than the 3-stage one on the fit shapes of
+``benchmarks/kernels/attention_candidates_split.json``, geometric means of fwd+bwd ms: d64 full 1.023x (a02, a08),
+d64 causal 1.042x (a11, a20), d128 full 1.150x (a09), d128 causal 1.063x (a01, a05, a07, a13, a17)."""
+
+
+def ptxas_release() -> tuple[int, int] | None:
+    """(major, minor) of the ptxas Triton compiles with (``TRITON_PTXAS_PATH``, else the one it bundles); None where
+    there is none to run (no NVIDIA backend)."""
+    try:
+        path = triton.knobs.nvidia.ptxas.path
+    except (AttributeError, RuntimeError, OSError):
+        return None
+    return _ptxas_release(path)
+
+
+@functools.lru_cache(maxsize=8)
+def _ptxas_release(path: str) -> tuple[int, int] | None:
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def rings_build_right() -> bool:
+    """Whether Triton's ptxas builds the 2-stage ring right (``PTXAS_RING_FIX``)."""
+    release = ptxas_release()
+    return release is not None and release >= PTXAS_RING_FIX
 
 
 KNOWN_SPILL_BYTES: dict[tuple[int, bool, int, int, int], int] = {
@@ -796,7 +813,8 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
     check_variant(config, head_dim)
     space = config_space(head_dim, causal)
     check(config in space, "config", config,
-          f"one of config_space({head_dim}, {causal}) = {space} (the others gave wrong gradients on the H200, and "
+          f"one of config_space({head_dim}, {causal}) = {space} (the others gave wrong gradients on the H200; a "
+          f"2-stage ring needs ptxas >= {PTXAS_RING_FIX}, Triton's is {ptxas_release()}: set TRITON_PTXAS_PATH; "
           f"{VARIANT_KEYS} are experiments: see config_space and VARIANT_KEYS)")
     return config
 
@@ -855,6 +873,22 @@ causal) group.
 - d128 full: a09 (2,048) 2.752 -> 2.362: this kernel; its group has no other fit shape, so every bucket.
 - d128 causal: a01 0.712 -> 0.681 and a05 0.541 -> 0.600 (geometric mean 1.030): Triton; a07 5.640 -> 5.761:
   Triton; a13 9.442 -> 9.441 and a17 10.18 -> 8.68: this kernel."""
+BACKWARD_BY_BUCKET_PTXAS13: dict[tuple[int, bool], tuple[str, str, str]] = {
+    (64, False): ("triton", "triton", "triton"),
+    (64, True): ("triton", "triton", "triton"),
+    (128, False): ("gluon", "gluon", "gluon"),
+    (128, True): ("gluon", "gluon", "gluon"),
+}
+"""``BACKWARD_BY_BUCKET`` where Triton's ptxas builds the 2-stage ring right (``rings_build_right``; this kernel's
+``default_config`` is then the 2-stage ring). Chosen the same way, on the FIT shapes only, from the H200 run under
+ptxas 13.0 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/variants.csv``: fwd+bwd ms behind the same
+Gluon forward, Triton backward -> this one at 64x128 s2):
+
+- d64 full: a02 0.280 -> 0.288, a08 0.637 -> 0.795: Triton (the group's pick where a bucket has no fit shape).
+- d64 causal: a11 2.872 -> 3.493, a20 20.00 -> 22.21: Triton.
+- d128 full: a09 2.466 -> 2.267: this kernel, every bucket.
+- d128 causal: a01 0.709 -> 0.660 and a05 0.544 -> 0.553 (geometric mean 0.973): this kernel; a07 5.648 -> 5.541;
+  a13 9.697 -> 9.010 and a17 8.903 -> 8.716: this kernel."""
 GLUON_MIN_BLOCKS = 128
 """config=None takes this kernel only for sequences a whole number of 128-key blocks long (as the Gluon forward's
 ``pinned_forward_config``): a ragged last key block reads the next head's K/V rows, where a non-finite value
@@ -864,7 +898,8 @@ would reach dS as 0 x inf."""
 def backward_rule(head_dim: int, causal: bool, seq_len: int) -> dict | None:
     """The table's choice for a shape (``BACKWARD_BY_BUCKET``): this kernel's config, or None for the Triton
     backward; devices and dtypes aside (``pinned_backward_config`` adds them)."""
-    choices = BACKWARD_BY_BUCKET.get((head_dim, bool(causal)))
+    table = BACKWARD_BY_BUCKET_PTXAS13 if rings_build_right() else BACKWARD_BY_BUCKET
+    choices = table.get((head_dim, bool(causal)))
     if choices is None or seq_len % GLUON_MIN_BLOCKS or choices[attention_seq_bucket(seq_len)] != "gluon":
         return None
     return default_config(head_dim, bool(causal))
