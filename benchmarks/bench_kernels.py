@@ -28,6 +28,7 @@ def environment() -> dict:
     import triton
 
     from workbench.bench import detect_gpu
+    from workbench.benchmarking import ptxas_text
 
     gpu = detect_gpu()
     props = torch.cuda.get_device_properties(0)
@@ -35,7 +36,8 @@ def environment() -> dict:
             "driver": gpu.driver, "torch": torch.__version__, "triton": triton.__version__,
             "cuda": torch.version.cuda, "hip": torch.version.hip, "sm_count": props.multi_processor_count,
             "python": platform.python_version(), "host": platform.node(),
-            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv),
+            "ptxas": ptxas_text()}
 
 
 def sweep_gemm(out: Path, limit_s: float) -> None:

@@ -43,6 +43,15 @@ def test_environment_has_the_versions_and_date_and_no_hostname():
     assert "surely_not_a_package" not in env and "host" not in env and "hostname" not in env
 
 
+@pytest.mark.parametrize("release, recorded", [((13, 0), "13.0"), ((12, 8), "12.8"), (None, None)])
+def test_environment_records_the_ptxas_triton_compiles_with(release, recorded, monkeypatch):
+    from workbench.kernels import _common
+
+    monkeypatch.setattr(_common, "ptxas_release", lambda: release)
+    assert environment(packages=("triton",)).get("ptxas") == recorded
+    assert "ptxas" not in environment(packages=("yaml",))  # only where triton kernels are what is measured
+
+
 @pytest.mark.parametrize("name, count, folder", [("NVIDIA H200", 1, "h200"), ("NVIDIA H200", 2, "h200x2"),
                                                  ("AMD Instinct MI300X", 1, "mi300x"), (None, 1, "cpu"),
                                                  ("Some GPU (rev 2)", 1, "some-gpu-rev-2")])

@@ -160,7 +160,8 @@ def package_version(name: str) -> str | None:
 
 def environment(packages: Iterable[str] = ("triton",)) -> dict:
     """What a measured number depends on: ``python``, ``torch``, ``cuda``, ``gpu`` (the device name, None without
-    one), ``date_utc``, one key per package of ``packages`` that imports (its version), and ``driver`` (nvidia-smi's
+    one), ``date_utc``, one key per package of ``packages`` that imports (its version), ``ptxas`` with triton (the
+    release it compiles with, ``ptxas_text``), and ``driver`` (nvidia-smi's
     ``NVIDIA_SMI_FIELDS`` line) where nvidia-smi runs. No hostname: result folders are committed."""
     try:
         import torch
@@ -174,10 +175,21 @@ def environment(packages: Iterable[str] = ("triton",)) -> dict:
         version = package_version(name)
         if version is not None:
             env[name] = version
+    if "triton" in packages and ptxas_text() is not None:
+        env["ptxas"] = ptxas_text()
     driver = nvidia_smi()
     if driver is not None:
         env["driver"] = driver
     return env
+
+
+def ptxas_text() -> str | None:
+    """The ptxas release Triton compiles NVIDIA kernels with, "13.0" (``kernels._common.ptxas_release``: it sets
+    which Gluon backward config=None runs), or None without one."""
+    from workbench.kernels._common import ptxas_release
+
+    release = ptxas_release()
+    return None if release is None else f"{release[0]}.{release[1]}"
 
 
 def gpu_folder(device_name: str | None, count: int = 1) -> str:

@@ -503,11 +503,14 @@ def environment(gpu: bool, args) -> dict:
     import torch
     import triton
 
+    from workbench.benchmarking import ptxas_text
+
     env = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
            "hip": torch.version.hip, "python": platform.python_version(), "host": platform.node(),
            "cpu_count": os.cpu_count(), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": " ".join(sys.argv), "budget_s": args.budget_s, "dry_run": bool(args.dry_run),
-           "timing": f"do_bench median, {ROUNDS} alternating rounds of warmup {WARMUP_MS} ms / rep {REP_MS} ms"}
+           "timing": f"do_bench median, {ROUNDS} alternating rounds of warmup {WARMUP_MS} ms / rep {REP_MS} ms",
+           "ptxas": ptxas_text()}
     if gpu:
         props = torch.cuda.get_device_properties(0)
         env.update(gpu=torch.cuda.get_device_name(0), sm_count=props.multi_processor_count)

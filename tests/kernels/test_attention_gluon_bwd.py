@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from workbench.kernels import attention_gluon_bwd
+from workbench.kernels import _common, attention_gluon_bwd
 from workbench.kernels._common import KernelInputError, interpreting
 from workbench.kernels.attention_gluon_bwd import (
     KNOWN_SPILL_BYTES,
@@ -239,12 +239,12 @@ def _fake_ptxas(tmp_path: Path, output: str) -> str:
 
 def test_the_ptxas_release_is_read_from_its_version_line(tmp_path):
     release_13 = _fake_ptxas(tmp_path, "Cuda compilation tools, release 13.0, V13.0.88")
-    assert attention_gluon_bwd._ptxas_release(release_13) == (13, 0)
+    assert _common._ptxas_release(release_13) == (13, 0)
     (tmp_path / "old").mkdir()
-    assert attention_gluon_bwd._ptxas_release(_fake_ptxas(tmp_path / "old", "release 12.8, V12.8.93")) == (12, 8)
+    assert _common._ptxas_release(_fake_ptxas(tmp_path / "old", "release 12.8, V12.8.93")) == (12, 8)
     (tmp_path / "odd").mkdir()
-    assert attention_gluon_bwd._ptxas_release(_fake_ptxas(tmp_path / "odd", "no version here")) is None
-    assert attention_gluon_bwd._ptxas_release(str(tmp_path / "missing")) is None
+    assert _common._ptxas_release(_fake_ptxas(tmp_path / "odd", "no version here")) is None
+    assert _common._ptxas_release(str(tmp_path / "missing")) is None
 
 
 def test_the_ring_fix_needs_ptxas_13(monkeypatch):

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -243,3 +245,26 @@ class BenchCase:
     tolerance: float
     """Max relative error ||out - ref|| / ||ref|| accepted."""
     extra: dict = field(default_factory=dict)
+
+
+def ptxas_release() -> tuple[int, int] | None:
+    """(major, minor) of the ptxas Triton compiles NVIDIA kernels with (``TRITON_PTXAS_PATH``, else the one it
+    bundles: 12.8 in Triton 3.6 and 3.7); None where there is none to run (no triton, no NVIDIA backend). A
+    measured kernel time depends on it (``attention_gluon_bwd.PTXAS_RING_FIX``)."""
+    try:
+        import triton
+
+        path = triton.knobs.nvidia.ptxas.path
+    except (ImportError, AttributeError, RuntimeError, OSError):
+        return None
+    return _ptxas_release(path)
+
+
+@functools.lru_cache(maxsize=8)
+def _ptxas_release(path: str) -> tuple[int, int] | None:
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else None

@@ -67,14 +67,13 @@ of ``attention_gluon.py``. Gluon has no interpreter: on the CPU only ``crosscomp
 from __future__ import annotations
 
 import functools
-import re
-import subprocess
 
 import torch
 import triton
 import triton.language as tl
 
-from workbench.kernels._common import check, frozen, interpreting, plan_cache, reused_descriptors, tensor_key
+from workbench.kernels._common import (check, frozen, interpreting, plan_cache, ptxas_release, reused_descriptors,
+                                      tensor_key)
 from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels.attention_gluon import (  # what the forward and backward share: sm_90 limits, checks
     CONSUMER_REGISTERS,
@@ -762,26 +761,6 @@ the one Triton 3.6 and 3.7 bundle, miscompiles it; releases in between were not 
 on all 20 shapes and faster than the 3-stage one on the fit shapes of
 ``benchmarks/kernels/attention_candidates_split.json``, geometric means of fwd+bwd ms: d64 full 1.023x (a02, a08),
 d64 causal 1.042x (a11, a20), d128 full 1.150x (a09), d128 causal 1.063x (a01, a05, a07, a13, a17)."""
-
-
-def ptxas_release() -> tuple[int, int] | None:
-    """(major, minor) of the ptxas Triton compiles with (``TRITON_PTXAS_PATH``, else the one it bundles); None where
-    there is none to run (no NVIDIA backend)."""
-    try:
-        path = triton.knobs.nvidia.ptxas.path
-    except (AttributeError, RuntimeError, OSError):
-        return None
-    return _ptxas_release(path)
-
-
-@functools.lru_cache(maxsize=8)
-def _ptxas_release(path: str) -> tuple[int, int] | None:
-    try:
-        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"release (\d+)\.(\d+)", text)
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def rings_build_right() -> bool:
