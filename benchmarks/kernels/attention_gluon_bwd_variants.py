@@ -50,41 +50,27 @@ DEFAULT = dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3)
 S2 = dict(DEFAULT, NUM_STAGES=2)
 COUNTERS = dict(DEFAULT, RING_COUNTERS=True)
 ALL_GUARDS = dict(WG_BARRIER=True, PROXY_FENCES=True, RELEASE_LAG=True, SERIAL_MMA=True)
-"""Every ring-fault guard of ``attention_gluon_bwd.GUARD_BITS`` at once."""
+"""Every ring-fault guard of ``attention_gluon_bwd.GUARD_BITS`` at once (the guards run's)."""
 VARIANTS = {
-    "s2-wg-barrier": dict(S2, WG_BARRIER=True),
-    "ring-counters-wg-barrier": dict(COUNTERS, WG_BARRIER=True),
-    "s2-proxy-fences": dict(S2, PROXY_FENCES=True),
-    "ring-counters-proxy-fences": dict(COUNTERS, PROXY_FENCES=True),
-    "s2-release-lag": dict(S2, RELEASE_LAG=True),
-    "ring-counters-release-lag": dict(COUNTERS, RELEASE_LAG=True),
-    "s2-serial-mma": dict(S2, SERIAL_MMA=True),
-    "s2-all-guards": dict(S2, **ALL_GUARDS),
-    "s4-all-guards": dict(DEFAULT, NUM_STAGES=4, **ALL_GUARDS),
-    "128x128-ds1-all-guards": dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=3, DS_BUFFERS=1, **ALL_GUARDS),
     "s2": S2,
+    "s2-dq-under-dk": dict(S2, DQ_UNDER_DK=True),
+    "s2-ring-counters": dict(S2, RING_COUNTERS=True),
     "ring-counters": COUNTERS,
-    "128x128-ds1": dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=3, DS_BUFFERS=1),
+    "128x128-s2-ds1": dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=2, DS_BUFFERS=1),
+    "s4-ds2": dict(DEFAULT, NUM_STAGES=4, DS_BUFFERS=2),
+    "64x64-s2": dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2),
+    "64x64-s3": dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=3),
 }
 """Variant name -> config (``attention_gluon_bwd.VARIANT_KEYS``), in priority order (the timed phase runs them in
-turn while the budget lasts); each runs at the head dims whose ``check_variant`` it passes. The ring-fault run
-(issue 20): every ring that was wrong on the H200 (2026-12-02: 2 stages, RING_COUNTERS at 3, 4 stages; 128x128 with
-one dS^T tile a consumer, causal) with the guards of ``attention_gluon_bwd.GUARD_BITS``, one at a time on the 2-stage
-ring and the counters (the cheap two, WG_BARRIER and PROXY_FENCES, first: they are the ones worth timing), all at
-once on every ring; the bare rings last, as this run's controls (they should still be wrong: a control that comes
-out right says the fault moved with the software, not that a guard cured it). How to read it: a guard whose variants
-turn right names the hazard; RELEASE_LAG right alone says a slot is refilled while something still reads it;
-SERIAL_MMA right alone, something in flight; only the all-guards variants right, two hazards at once; all-guards
-wrong too, none of the four (the fault is elsewhere: the build, or the hardware's view of the barriers). The
-earlier variants' results are in ``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/`` (DQ_UNDER_DK:
-right, 0.990x).
-
-Their sm_90 builds (bf16, triton 3.7.1's ptxas, ``inspect_build``): every one launches at 168 registers, consumers at
-240, and without ptxas wgmma remarks; SERIAL_MMA's keep only wait_group 0, the others S^T's wait_group 1 too.
-Spill-store bytes at d=128 full / causal (none at d=64 but 128x128's): 2 stages 8 / 4 with any guard or none;
-RING_COUNTERS 8 / 16 (SERIAL_MMA 8 / 12); the default 64 / 72; 128x128-ds1 (d=64) 196 / 100, with all guards
-192 / 112. WG_BARRIER adds 16 bytes of shared memory at d=64 (the ds_ready
-barriers, unused before)."""
+turn while the budget lasts); each runs at the head dims whose ``check_variant`` it passes. The speed run under
+ptxas >= 13.0 (issue 20; ``attention_gluon_bwd.PTXAS_RING_FIX``: every ring builds right there): the 2-stage ring
+config=None now takes, FA3's own schedule (2 stages with its GEMM order, DQ_UNDER_DK), the carried counters at 2 and
+3 stages, 128-row query blocks with one dS^T tile, 4 stages with two, and one consumer (64 keys) at 2 and 3 stages.
+Run it with ``TRITON_PTXAS_PATH`` set to such a ptxas; under 12.8 the rings come out wrong (the module docstring of
+``attention_gluon_bwd``). The earlier runs, with their own lists (git history of this file): the GEMM-order and
+buffer variants (``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``: DQ_UNDER_DK right, 0.990x), the
+ring-fault guards (``gluon_attention_bwd_guards/``: none cured anything under ptxas 12.8) and those guards under
+13.0 (``gluon_attention_bwd_ptxas/variants_ptxas13/``: every variant right; the 2-stage ring 1.049x the 3-stage)."""
 SEED = 20_26_12_02
 CHECK_SHARE = 0.4
 """Share of the budget the parallel checks may take; a guess (22 jobs took 25 s on 14 processes, the variants run
