@@ -19,34 +19,15 @@ import yaml
 from workbench.hardware import _catalog_dir
 
 
-def _language_namespaces() -> list:
-    """The triton.language namespaces Triton's interpreter patches (``runtime.interpreter._patch_lang``)."""
-    try:
-        import triton.language as tl
-    except ImportError:
-        return []
-    return [tl, tl.core, tl.math, tl.tensor, tl.core.tensor_descriptor_base]
-
-
-_LANGUAGE = [(space, dict(vars(space))) for space in _language_namespaces()]
-
-
 @pytest.fixture(autouse=True)
 def _unpatched_triton_language():
-    """Put back what an interpreted kernel left patched in triton.language. Triton 3.7.1's interpreter replaces
-    ``tl.core.program_id``, ``arange``, ``full`` and more with interpreter builtins for a launch and does not undo
-    all of it (a CPU run of ``flash_attention`` leaves them patched); a later ``triton.compile`` in the same process
-    (the Gluon cross-compilation tests) then gets raw IR values back from ``gl.program_id`` ('ir.value' object has
-    no attribute 'dtype'), so those tests failed or passed by the order they ran in."""
+    """After each test, put back the triton.language builtins Triton's interpreter left patched
+    (``workbench.kernels._common.undo_interpreter_patches``; cross-compilation does it too): the Gluon
+    cross-compile tests failed by the order they ran in ('ir.value' object has no attribute 'dtype')."""
     yield
-    for space, original in _LANGUAGE:
-        for name, value in original.items():
-            now = vars(space).get(name, _MISSING)
-            if now is not value and getattr(now, "__module__", "") == "triton.runtime.interpreter":
-                setattr(space, name, value)  # only the interpreter's own patches: nothing else is undone
+    from workbench.kernels._common import undo_interpreter_patches
 
-
-_MISSING = object()
+    undo_interpreter_patches()
 
 
 @pytest.fixture

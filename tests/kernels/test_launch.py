@@ -5,8 +5,10 @@ hook is set (a stand-in kernel and compiled kernel: no GPU needed)."""
 import inspect
 
 import pytest
+import torch
 
 from workbench.kernels import _launch
+from workbench.kernels._common import interpreting
 from workbench.kernels._launch import KernelLaunch
 
 
@@ -92,3 +94,19 @@ def test_pointers_aligned_says_whether_every_tensor_starts_on_a_16_byte_boundary
     a = torch.zeros(16)  # torch's allocation: aligned
     assert _launch.pointers_aligned(a, a[4:]) and not _launch.pointers_aligned(a, a[1:])  # a[1:]: 4 bytes off
     assert _launch.POINTER_ALIGN_BYTES == 16
+
+
+@pytest.mark.skipif(not interpreting(), reason="needs Triton's CPU interpreter (tests/conftest.py sets it)")
+def test_what_the_interpreter_leaves_patched_is_put_back():
+    import triton.language as tl
+
+    from workbench.kernels._common import undo_interpreter_patches
+    from workbench.kernels.attention import flash_attention
+
+    undo_interpreter_patches()
+    original = tl.core.program_id
+    q = torch.randn(1, 2, 64, 64)
+    flash_attention(q, q, q, True)  # a CPU run: Triton 3.7.1's interpreter leaves program_id & co. patched
+    patched = tl.core.program_id is not original
+    assert undo_interpreter_patches() >= (1 if patched else 0)
+    assert tl.core.program_id is original and undo_interpreter_patches() == 0

@@ -268,3 +268,29 @@ def _ptxas_release(path: str) -> tuple[int, int] | None:
         return None
     match = re.search(r"release (\d+)\.(\d+)", text)
     return (int(match[1]), int(match[2])) if match else None
+
+
+def undo_interpreter_patches() -> int:
+    """Put back the triton.language builtins Triton's CPU interpreter left patched; returns how many.
+
+    Triton 3.7.1's interpreter swaps ``tl.core.program_id``, ``arange``, ``full`` and more for interpreter versions
+    during a launch and leaves some swapped after it (seen after one CPU ``flash_attention``); a ``triton.compile``
+    in the same process then gets interpreter values back (``'ir.value' object has no attribute 'dtype'`` at
+    ``gl.program_id(0) * ...``). Every cross-compilation calls this first. A patch is a lambda of
+    ``triton.runtime.interpreter`` holding the original as its keyword default ``member`` (``_patch_attr``); nothing else is
+    touched."""
+    try:
+        import triton.language as tl
+    except ImportError:
+        return 0
+    undone = 0
+    for space in (tl, tl.core, tl.math, tl.tensor, tl.core.tensor_descriptor_base):
+        for name, value in list(vars(space).items()):
+            original = value
+            while (getattr(original, "__module__", "") == "triton.runtime.interpreter"
+                   and "member" in (getattr(original, "__kwdefaults__", None) or {})):
+                original = original.__kwdefaults__["member"]
+            if original is not value:
+                setattr(space, name, original)
+                undone += 1
+    return undone

@@ -61,7 +61,7 @@ import torch
 import triton
 
 from workbench.kernels._common import (capability, check, frozen, interpreting, plan_cache, reused_descriptors,
-                                       sm_count, tensor_key)
+                                       sm_count, tensor_key, undo_interpreter_patches)
 from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels.checks import check_attention_inputs
 from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
@@ -820,6 +820,7 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in ("o_ptr", "lse_ptr", "order_ptr")
              if name in names}
     source = GluonASTSource(kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
+    undo_interpreter_patches()  # a CPU kernel run earlier in this process may have left some
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=launch_options(config))
 
 

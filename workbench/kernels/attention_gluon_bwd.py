@@ -73,7 +73,7 @@ import triton
 import triton.language as tl
 
 from workbench.kernels._common import (check, frozen, interpreting, plan_cache, ptxas_release, reused_descriptors,
-                                      tensor_key)
+                                      tensor_key, undo_interpreter_patches)
 from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels.attention_gluon import (  # what the forward and backward share: sm_90 limits, checks
     CONSUMER_REGISTERS,
@@ -920,6 +920,7 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     pointers = ("dq_ptr", "dk_ptr", "dv_ptr")
     attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in pointers}
     source = GluonASTSource(_attn_bwd_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
+    undo_interpreter_patches()  # a CPU kernel run earlier in this process may have left some
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 4})
 
 

@@ -28,7 +28,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from workbench.kernels._common import KernelInputError, interpreting
+from workbench.kernels._common import KernelInputError, interpreting, undo_interpreter_patches
 
 TARGETS: dict[str, GPUTarget] = {
     "gfx942": GPUTarget("hip", "gfx942", 64),
@@ -153,6 +153,7 @@ def compile_for(target: str, source: CompileSource, options: dict):
     compiler raises."""
     names = list(source.signature)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in source.divisible}
+    undo_interpreter_patches()  # a CPU kernel run earlier in this process may have left some
     return triton.compile(ASTSource(source.fn, source.signature, source.constexprs, attrs), target=TARGETS[target],
                           options=options)
 

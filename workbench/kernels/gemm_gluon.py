@@ -58,7 +58,8 @@ import torch
 import triton
 
 from workbench.kernels._common import (capability, check, frozen, interpreting, launch_operands, plan_cache,
-                                       reused_descriptors, sm_count, tensor_key, without_launch)
+                                       reused_descriptors, sm_count, tensor_key, undo_interpreter_patches,
+                                       without_launch)
 from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels._tiling import grouped_tile_gluon, is_power_of_two, tma_aligned
 from workbench.kernels.checks import check_fp8_tma_operands, check_tma_operands, fp8_epilogue_kinds
@@ -550,6 +551,7 @@ def crosscompile(config: dict, *, exact: bool = True, scaling: str = "tensor", b
     names = list(signature)
     attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in ("bias_ptr", "scale_a_ptr", "scale_b_ptr")}
     source = GluonASTSource(_gemm_fp8_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()}, attrs)
+    undo_interpreter_patches()  # a CPU kernel run earlier in this process may have left some
     return triton.compile(source, target=GPUTarget("cuda", capability, 32),
                           options={"num_warps": config["num_warps"]})
 
