@@ -41,8 +41,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from workbench.config import TrainingConfig, activation_dtype
+from workbench.config import Parallelism, TrainingConfig, activation_dtype
 from workbench.families import family_of
 from workbench.hardware import GPU
 from workbench.models import BlockKind, DLRMModel, HSTUModel, Model, TransformerModel
@@ -184,41 +185,84 @@ def _saved_input_delta(model: TransformerModel, mode: str, kind: BlockKind, a: f
 def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, compiled_loss: bool,
                         traits: StackMemoryTraits | None = None) -> MemoryBreakdown:
     p = cfg.parallelism
-    stage, params, grads, optimizer = _memoized(model, ("weights", p, cfg.lora_rank, cfg.lora_targets, traits),
-                                                lambda: _weight_bytes(model, cfg, traits))
-    a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+    # everything but the micro-batch, sequence and accumulation, once per layout (_memoized: search climbs the
+    # micro-batches of one layout); p by identity, so that no Parallelism is hashed or compared per candidate
+    terms = _memoized(model, ("terms", id(p), cfg.precision, cfg.activation_checkpointing, cfg.lora_rank,
+                              cfg.lora_targets, traits, compiled_loss), _TransformerTerms.of, model, cfg, traits,
+                      compiled_loss)
     tokens = cfg.micro_batch * cfg.seq_len // p.cp  # this rank's share of the sequence
     in_flight = min(p.pp, cfg.grad_accumulation) if p.pp > 1 else 1  # 1F1B: stage 0 holds pp micro-batches
     if p.virtual_stages > 1:  # interleaved 1F1B: the first stage's extra warm-up micro-batches (Korthikanti Sec. 4.2.3)
         in_flight *= 1 + (p.pp - 1) / (p.pp * p.virtual_stages)
-
-    quantized_inputs = traits is not None and traits.saved_input_bytes is not None
-    lora_targets = cfg.lora_targets if cfg.lora else None
-
-    def per_block(kind: BlockKind, mode: str) -> float:
-        elements = _memoized(model, ("activation elements", mode, kind),
-                             lambda: _block_activation_elements(model, mode, kind))
-        delta = _saved_input_delta(model, mode, kind, a, traits, lora_targets) if quantized_inputs else 0.0
-        return (elements * a + delta) * tokens / p.tp
-
-    blocks = sum(in_flight * n * per_block(kind, cfg.activation_checkpointing) for kind, n in stage)
-    recompute_peak = max(per_block(kind, "none") for kind, _ in stage) if cfg.activation_checkpointing != "none" else 0
-    logits = tokens * math.ceil(model.vocab_size / p.tp)
+    tp = p.tp
+    blocks = sum(in_flight * n * (per_token * tokens / tp) for n, per_token in terms.blocks)
+    recomputed = terms.recomputed
+    recompute_peak = max(per_token * tokens / tp for per_token in recomputed) if recomputed is not None else 0
+    logits = tokens * terms.vocab_shard
     # the loss's backward holds the saved logits, their gradient (both in the activation dtype) and fp32 chunks
-    chunks = COMPILED_LOSS_CHUNKS_LIVE if compiled_loss else LOSS_CHUNKS_LIVE
-    loss_peak = 2 * a * logits + 4 * chunks * min(logits, LOSS_CHUNK_ELEMENTS)
-    if traits is not None and traits.loss_bytes_per_logit is not None:  # the stack's own loss
-        loss_peak = traits.loss_bytes_per_logit * logits
+    a = terms.activation_bytes
+    loss_peak = 2 * a * logits + 4 * terms.loss_chunks * min(logits, LOSS_CHUNK_ELEMENTS)
+    if terms.loss_bytes_per_logit is not None:  # the stack's own loss
+        loss_peak = terms.loss_bytes_per_logit * logits
     # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
     activations = blocks + max(recompute_peak, loss_peak)
     return MemoryBreakdown(
-        params=params,
-        grads=grads,
-        optimizer=optimizer,
+        params=terms.params,
+        grads=terms.grads,
+        optimizer=terms.optimizer,
         activations=activations,
         workspace=FRAMEWORK_OVERHEAD_GB * GB,
         capacity=gpu.hbm_capacity_gb.value * GB,
     )
+
+
+class _TransformerTerms(NamedTuple):
+    """What of a transformer's memory does not depend on the micro-batch, sequence or accumulation: the weights',
+    gradients' and optimizer's bytes, and the activations' bytes per token (before the tp split) of the busiest
+    stage's blocks. ``_transformer_memory`` multiplies them by a candidate's tokens, in the order it always has. A
+    named tuple: made once per layout and checkpointing mode, and recipe search's climbs are a few micro-batches
+    long, so its construction is part of a candidate's cost."""
+
+    parallelism: Parallelism
+    """The layout they are of (held: ``_transformer_memory`` keys them by its id)."""
+    params: float
+    grads: float
+    optimizer: float
+    blocks: tuple[tuple[int, float], ...]
+    """(blocks of one kind on the stage, their saved bytes per token under the configuration's checkpointing)."""
+    recomputed: tuple[float, ...] | None
+    """Each kind's bytes per token of one block's forward kept whole during its recomputation (None under
+    ``none``: nothing is recomputed)."""
+    vocab_shard: int
+    """This rank's share of the vocabulary: the logits per token."""
+    activation_bytes: float
+    loss_chunks: int
+    """fp32 chunks the job's loss holds (``LOSS_CHUNKS_LIVE``, or ``COMPILED_LOSS_CHUNKS_LIVE`` compiled)."""
+    loss_bytes_per_logit: float | None
+    """The stack's own loss (``StackMemoryTraits.loss_bytes_per_logit``); None: the job's chunked loss."""
+
+    @staticmethod
+    def of(model: TransformerModel, cfg: TrainingConfig, traits: StackMemoryTraits | None,
+           compiled_loss: bool) -> _TransformerTerms:
+        p = cfg.parallelism
+        stage, params, grads, optimizer = _memoized(model, ("weights", p, cfg.lora_rank, cfg.lora_targets, traits),
+                                                    lambda: _weight_bytes(model, cfg, traits))
+        a = get_precision(activation_dtype(cfg.precision)).bytes_per_element
+        quantized_inputs = traits is not None and traits.saved_input_bytes is not None
+        lora_targets = cfg.lora_targets if cfg.lora else None
+
+        def per_token(kind: BlockKind, mode: str) -> float:  # one block's saved bytes per token, before tp
+            elements = _memoized(model, ("activation elements", mode, kind),
+                                 lambda: _block_activation_elements(model, mode, kind))
+            delta = _saved_input_delta(model, mode, kind, a, traits, lora_targets) if quantized_inputs else 0.0
+            return elements * a + delta
+
+        mode = cfg.activation_checkpointing
+        return _TransformerTerms(
+            p, params, grads, optimizer, tuple((n, per_token(kind, mode)) for kind, n in stage),
+            tuple(per_token(kind, "none") for kind, _ in stage) if mode != "none" else None,
+            math.ceil(model.vocab_size / p.tp), a, COMPILED_LOSS_CHUNKS_LIVE if compiled_loss else LOSS_CHUNKS_LIVE,
+            traits.loss_bytes_per_logit if traits is not None else None)
 
 
 _MEMO: dict[tuple, tuple[Model, object]] = {}
@@ -226,18 +270,20 @@ _MEMO_LIMIT = 4096
 """Entries ``_memoized`` keeps before it starts over (a long session searching many models)."""
 
 
-def _memoized(model: TransformerModel, key: tuple, build):
-    """``build()``, computed once per model object and ``key``: the terms of a transformer's memory that do not
+def _memoized(model: TransformerModel, key: tuple, build, *args):
+    """``build(*args)``, computed once per model object and ``key``: the terms of a transformer's memory that do not
     depend on the micro-batch or sequence (its weights', gradients' and optimizer's bytes, by parallelism and LoRA;
     one block's saved activation elements per token, by checkpointing mode and kind of block), which recipe search
     asks again for every micro-batch it climbs. Safe: models are frozen, ``key`` holds everything ``build`` reads
-    besides the model, and the entry holds the model, so its id is not reused while the entry lives."""
+    besides the model, and the entry holds the model, so its id is not reused while the entry lives (an object
+    keyed by its id, such as ``_transformer_memory``'s parallelism, is held by the built value for the same reason;
+    ``args`` rather than a closure: no function is made per call)."""
     memo_key = (id(model), *key)
     hit = _MEMO.get(memo_key)
     if hit is None:
         if len(_MEMO) >= _MEMO_LIMIT:
             _MEMO.clear()
-        hit = _MEMO[memo_key] = (model, build())
+        hit = _MEMO[memo_key] = (model, build(*args))
     return hit[1]
 
 

@@ -22,8 +22,9 @@ candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is ca
   share (``_micro_sums``; the once-per-step ops are added after, in the same order, so the bits are the same);
 - the optimizer, the data-parallel plan (and its ``step_comm.exposure_schedule``), the critical-path collectives
   (per layout and micro-batch), memory, a stack's priced kernel tables and its launch time, and the largest fitting
-  micro-batch are cached by what they read; ``summary`` sums the collectives without making a ``CommPrediction``
-  for each;
+  micro-batch are cached by what they read (the plan and optimizer by the layout object itself; the sharded memory
+  model's layout terms in ``workbench.memory``, leaving a candidate its micro-batch's arithmetic); ``summary`` sums
+  the collectives without making a ``CommPrediction`` for each;
 - a stack's kernel tables are built from pieces shared by every configuration (``stacked.stack_tables``' memo:
   one block's ops per micro-batch shape and flavor, copied over the stage's blocks, whatever the pp, dp or
   accumulation), each piece priced once (``_price_parts``);
@@ -125,6 +126,10 @@ class StepModel:
         self._graphs: dict[tuple, object] = {}
         self._fits: dict[tuple, tuple[object, tuple[str, ...]]] = {}
         self._peaks: dict[str, float] = {}
+        self._power_scales: dict[float, float] = {}
+        """``_power`` by power limit."""
+        self._gather_scales: dict[str, float] = {}
+        """``_bound_gather_scale`` by precision."""
         self._table_memo: dict = {}
         """The pieces of the stack's kernel tables, shared by every configuration's (``stacked.stack_tables``)."""
         self._padded: dict[int, Model] = {}
@@ -178,7 +183,10 @@ class StepModel:
     def _power(self, cfg: TrainingConfig) -> float:
         """Sustained tensor throughput under ``cfg``'s power limit, or the GPU's (``workbench.power``): 1 at the
         rating."""
-        return self._cached(("power", cfg.power_limit_w), lambda: tensor_throughput_scale(self.gpu, cfg.power_limit_w))
+        scale = self._power_scales.get(cfg.power_limit_w)
+        if scale is None:
+            scale = self._power_scales[cfg.power_limit_w] = tensor_throughput_scale(self.gpu, cfg.power_limit_w)
+        return scale
 
     def _cached(self, key: tuple, build):
         hit = self._graphs.get(key)
@@ -247,8 +255,9 @@ class StepModel:
             micro = ((self._cached(("micro", key, execution, f), lambda: self._price(
                 self.family.stack_microbatch_ops(model, cfg, execution, self.stack.kernels), fit, power=power)), 1),)
         on_gpu = cfg.offload == "none"
-        optimizer = self._cached(("optimizer", p, cfg.lora_rank, cfg.lora_targets, on_gpu, f), lambda: self._price(
-            [optimizer_op(model, cfg)] if on_gpu else [], fit, bound="memory", power=power))
+        # keyed by the parallelism object (held by the cached value, so its id stays its own), as ``_planned``
+        optimizer = self._cached(("optimizer", id(p), cfg.lora_rank, cfg.lora_targets, on_gpu, f), lambda: (
+            self._price([optimizer_op(model, cfg)] if on_gpu else [], fit, bound="memory", power=power), p))[0]
         if execution is None:
             return micro, ((optimizer, 1),)
         once = self._cached(("step", cfg, execution, f), lambda: self._price(
@@ -307,22 +316,29 @@ class StepModel:
         """``step_comm.data_parallel_plan``, cached by what it reads (not the micro-batch); ``tables``: a stack's,
         whose FSDP2 may gather the blocks in float8 (``StackStep.fsdp_gather_scale``) or which runs collectives of
         its own (``StackStep.data_parallel_schedules``: DeepSpeed ZeRO's buckets and per-module gathers)."""
+        return self._planned(cfg, tables)[0]
+
+    def _planned(self, cfg: TrainingConfig, tables=None) -> tuple[DataParallelPlan, ExposureSchedule]:
+        """``_plan`` and its ``step_comm.exposure_schedule``, made together once per plan. Keyed by the parallelism
+        object itself (its id; the cached value holds it, so the id stays its own): recipe search hands every
+        candidate of a layout the same one, and hashing or comparing a ``Parallelism`` runs in Python, per
+        candidate. An equal layout in another object is planned again, to the same plan."""
+        p = cfg.parallelism
         scale = tables.fsdp_gather_scale if tables is not None else self._bound_gather_scale(cfg)
         own = tables.data_parallel_schedules(cfg) if tables is not None else None
         if own is None and self._family_kernels:  # the family's model of that stack's collectives
             own = self.family.stack_data_parallel_collectives(self._laid_out(cfg), cfg, self.stack)
         # of the gradient accumulation, only FSDP2's schedule reads anything (``step_comm.transformer_data_parallel``:
         # it gathers the blocks again for every micro-batch); a stack's own schedules join the key as they are
-        accumulation = cfg.grad_accumulation if cfg.parallelism.sharding == "fsdp" else 0
-        key = ("plan", cfg.parallelism, accumulation, activation_dtype(cfg.precision), cfg.lora_rank,
-               cfg.lora_targets, scale, None if own is None else tuple((tuple(s), group) for s, group in own))
-        return self._cached(key, lambda: data_parallel_plan(self._laid_out(cfg), cfg, self.gpu, self.constants,
-                                                            block_gather_scale=scale, schedules=own))
-
-    def _exposure(self, plan: DataParallelPlan) -> ExposureSchedule:
-        """``step_comm.exposure_schedule`` of ``plan`` (a cached value of ``_plan``), once per plan (it rides in the
-        cached value: its id stays its own)."""
-        return self._cached(("exposure", id(plan)), lambda: (exposure_schedule(plan), plan))[0]
+        accumulation = cfg.grad_accumulation if p.sharding == "fsdp" else 0
+        key = ("plan", id(p), accumulation, activation_dtype(cfg.precision), cfg.lora_rank, cfg.lora_targets, scale,
+               None if own is None else tuple((tuple(s), group) for s, group in own))
+        hit = self._graphs.get(key)
+        if hit is None:
+            plan = data_parallel_plan(self._laid_out(cfg), cfg, self.gpu, self.constants, block_gather_scale=scale,
+                                      schedules=own)
+            hit = self._cached(key, lambda: (plan, exposure_schedule(plan), p))
+        return hit[0], hit[1]
 
     def _bound_gather_scale(self, cfg: TrainingConfig) -> float:
         """The blocks' FSDP all-gather bytes of the fused-step bound relative to bf16: under fp8-family training
@@ -331,9 +347,12 @@ class StepModel:
         step themselves (the reference job gathers bf16)."""
         if cfg.parallelism.sharding != "fsdp":
             return 1.0
-        return self._cached(("bound gather scale", cfg.precision), lambda: (
-            get_precision(linear_gemm_precisions(cfg.precision).forward).bytes_per_element / 2
-            if is_8bit_training(cfg.precision) and self._bound(None) else 1.0))
+        scale = self._gather_scales.get(cfg.precision)
+        if scale is None:
+            scale = self._gather_scales[cfg.precision] = (
+                get_precision(linear_gemm_precisions(cfg.precision).forward).bytes_per_element / 2
+                if is_8bit_training(cfg.precision) and self._bound(None) else 1.0)
+        return scale
 
     def _critical(self, cfg: TrainingConfig) -> CriticalPath:
         """``step_comm.critical_path``, cached by what it reads (every parallel degree but the sharding)."""
@@ -380,8 +399,11 @@ class StepModel:
         return self._memory(cfg, self._tables(cfg, compiled, dtype)[0], _compiled_loss(execution))
 
     def _memory(self, cfg: TrainingConfig, tables, compiled_loss: bool = False) -> MemoryBreakdown:
-        # search checks memory first, then prices the same cfg; eager and compiled outside the tables share it
-        # (but the reference job's compiled loss, which holds no fp32 chunks)
+        # search checks memory first, then prices the same cfg (``candidate`` hands the step what it found).
+        # Outside a stack's tables the sharded model is not cached here: ``workbench.memory`` memoizes all of it
+        # but the micro-batch's arithmetic, which costs less than hashing cfg for a key
+        if tables is None:
+            return self._build_memory(cfg, None, compiled_loss)
         key = ("memory", cfg, id(tables), compiled_loss)  # the tables ride in the cached value: their id stays theirs
         return self._cached(key, lambda: (self._build_memory(cfg, tables, compiled_loss), tables))[0]
 
@@ -503,9 +525,9 @@ class StepModel:
         accum = cfg.grad_accumulation
         micro, once = parts = self._parts(cfg, fit, tables, execution)
         s = _fold(micro, accum, once, self._micro_sums(micro, accum))
-        plan = self._plan(cfg, tables)
+        plan, schedule = self._planned(cfg, tables)
         comm_args = dict(embedding_fwd_s=s.embedding_fwd_s, embedding_bwd_s=s.embedding_bwd_s,
-                         plan=plan, schedule=self._exposure(plan),
+                         plan=plan, schedule=schedule,
                          attention_s=s.attention_s, critical=self._critical(cfg) if tables is None else
                          tables.overlap_critical_path(self._critical(cfg), micro, cfg, model, gpu,
                                                       lambda op: self.op_time(op).time_s))

@@ -97,13 +97,7 @@ def transformer_data_parallel(model: TransformerModel, cfg: TrainingConfig) -> S
     accum = cfg.grad_accumulation
     plans: Schedules = []
     act_bytes = get_precision(activation_dtype(cfg.precision)).bytes_per_element
-    layers = math.ceil(model.num_layers / p.pp)
-    # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
-    # only over the dp / ep ranks that hold the same experts
-    experts = model.stage_expert_params(p.pp) / p.tp
-    dense = model.params_per_gpu(p.tp, p.pp, 1, 1, sharded=False) - experts
-    root = model.embedding_params() / p.tp  # embedding and head (the final norm's h weights are negligible)
-    block = (dense - root) / layers
+    layers, experts, dense, root, block = _stage_params(model, p.tp, p.pp)
     expert_group = p.weight_replicas // p.ep
     replicas = p.weight_replicas  # dp x cp: the ranks holding the same weights
     if cfg.lora:  # frozen base: only the adapters' gradients reduce (fsdp: one rank only, config.py)
@@ -132,6 +126,31 @@ def transformer_data_parallel(model: TransformerModel, cfg: TrainingConfig) -> S
             plans.append(([ScheduledCollective("ddp.all_reduce_expert_grads", "all_reduce", experts / p.ep * 4, 1,
                                                "hidden")], expert_group))
     return plans
+
+
+_STAGE_PARAMS: dict[tuple[int, int, int], tuple[TransformerModel, tuple[int, float, float, float, float]]] = {}
+_STAGE_PARAMS_LIMIT = 4096
+"""Entries ``_stage_params`` keeps before it starts over (a long session searching many models)."""
+
+
+def _stage_params(model: TransformerModel, tp: int, pp: int) -> tuple[int, float, float, float, float]:
+    """(blocks, routed-expert, dense, root and one block's dense parameters) of one tp rank of the busiest pipeline
+    stage: what ``transformer_data_parallel`` gathers and reduces, once per model object and (tp, pp) -- every
+    data-parallel degree, sharding and accumulation of a recipe search shares them. Keyed by the model's id; the
+    entry holds the model, so the id is not reused while it lives (models are frozen)."""
+    key = (id(model), tp, pp)
+    hit = _STAGE_PARAMS.get(key)
+    if hit is None:
+        layers = math.ceil(model.num_layers / pp)
+        # dense weights are gathered / reduced over the whole dp group; each rank's ep-th share of the experts
+        # only over the dp / ep ranks that hold the same experts
+        experts = model.stage_expert_params(pp) / tp
+        dense = model.params_per_gpu(tp, pp, 1, 1, sharded=False) - experts
+        root = model.embedding_params() / tp  # embedding and head (the final norm's h weights are negligible)
+        if len(_STAGE_PARAMS) >= _STAGE_PARAMS_LIMIT:
+            _STAGE_PARAMS.clear()
+        hit = _STAGE_PARAMS[key] = (model, (layers, experts, dense, root, (dense - root) / layers))
+    return hit[1]
 
 
 def replicated_dense_data_parallel(model: DLRMModel | HSTUModel, cfg: TrainingConfig) -> Schedules:
