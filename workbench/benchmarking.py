@@ -175,8 +175,9 @@ def environment(packages: Iterable[str] = ("triton",)) -> dict:
         version = package_version(name)
         if version is not None:
             env[name] = version
-    if "triton" in packages and ptxas_text() is not None:
-        env["ptxas"] = ptxas_text()
+    ptxas = ptxas_text() if "triton" in packages else None
+    if ptxas is not None:
+        env["ptxas"] = ptxas
     driver = nvidia_smi()
     if driver is not None:
         env["driver"] = driver

@@ -277,8 +277,8 @@ def undo_interpreter_patches() -> int:
     during a launch and leaves some swapped after it (seen after one CPU ``flash_attention``); a ``triton.compile``
     in the same process then gets interpreter values back (``'ir.value' object has no attribute 'dtype'`` at
     ``gl.program_id(0) * ...``). Every cross-compilation calls this first. A patch is a lambda of
-    ``triton.runtime.interpreter`` holding the original as its keyword default ``member`` (``_patch_attr``); nothing else is
-    touched."""
+    ``triton.runtime.interpreter`` holding the original as its keyword default ``member`` (``_patch_attr``);
+    nothing else is touched."""
     try:
         import triton.language as tl
     except ImportError:
