@@ -52,25 +52,21 @@ COUNTERS = dict(DEFAULT, RING_COUNTERS=True)
 ALL_GUARDS = dict(WG_BARRIER=True, PROXY_FENCES=True, RELEASE_LAG=True, SERIAL_MMA=True)
 """Every ring-fault guard of ``attention_gluon_bwd.GUARD_BITS`` at once (the guards run's)."""
 VARIANTS = {
+    "s2-one-step": dict(S2, ONE_STEP=1),
+    "s2-mask-all": dict(S2, ONE_STEP=2),
+    "s3-one-step": dict(DEFAULT, ONE_STEP=1),
     "s2": S2,
-    "s2-dq-under-dk": dict(S2, DQ_UNDER_DK=True),
-    "s2-ring-counters": dict(S2, RING_COUNTERS=True),
-    "ring-counters": COUNTERS,
-    "128x128-s2-ds1": dict(BLOCK_M=128, BLOCK_N=128, NUM_STAGES=2, DS_BUFFERS=1),
-    "s4-ds2": dict(DEFAULT, NUM_STAGES=4, DS_BUFFERS=2),
-    "64x64-s2": dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=2),
-    "64x64-s3": dict(BLOCK_M=64, BLOCK_N=64, NUM_STAGES=3),
 }
 """Variant name -> config (``attention_gluon_bwd.VARIANT_KEYS``), in priority order (the timed phase runs them in
-turn while the budget lasts); each runs at the head dims whose ``check_variant`` it passes. The speed run under
-ptxas >= 13.0 (issue 20; ``attention_gluon_bwd.PTXAS_RING_FIX``: every ring builds right there): the 2-stage ring
-config=None now takes, FA3's own schedule (2 stages with its GEMM order, DQ_UNDER_DK), the carried counters at 2 and
-3 stages, 128-row query blocks with one dS^T tile, 4 stages with two, and one consumer (64 keys) at 2 and 3 stages.
-Run it with ``TRITON_PTXAS_PATH`` set to such a ptxas; under 12.8 the rings come out wrong (the module docstring of
-``attention_gluon_bwd``). The earlier runs, with their own lists (git history of this file): the GEMM-order and
-buffer variants (``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``: DQ_UNDER_DK right, 0.990x), the
-ring-fault guards (``gluon_attention_bwd_guards/``: none cured anything under ptxas 12.8) and those guards under
-13.0 (``gluon_attention_bwd_ptxas/variants_ptxas13/``: every variant right; the 2-stage ring 1.049x the 3-stage)."""
+turn while the budget lasts); each runs at the head dims whose ``check_variant`` it passes. This list: the consumer's
+step built once (ONE_STEP: the mask behind a runtime test, or on every step) at 2 and 3 stages, beside the plain
+2-stage ring (the control: wrong under ptxas 12.8). Run under Triton's own ptxas 12.8: ptxas's stale descriptor (the
+module docstring of ``attention_gluon_bwd``) needs the S^T GEMM in two branches, which ONE_STEP removes. The earlier
+runs, with their own lists (git history of this file): the GEMM-order and buffer variants
+(``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``: DQ_UNDER_DK right, 0.990x), the ring-fault guards
+(``gluon_attention_bwd_guards/``: none cured anything under ptxas 12.8), those guards under 13.0
+(``gluon_attention_bwd_ptxas/variants_ptxas13/``: every variant right; the 2-stage ring 1.049x the 3-stage) and the
+speed list under 13.0 (``speed_variants_ptxas13/``: nothing beats the 2-stage ring, 1.052x)."""
 SEED = 20_26_12_02
 CHECK_SHARE = 0.4
 """Share of the budget the parallel checks may take; a guess (22 jobs took 25 s on 14 processes, the variants run

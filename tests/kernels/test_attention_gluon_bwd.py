@@ -425,6 +425,8 @@ def test_the_strict_order_variant_builds_like_the_default(head_dim, causal):
     ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3, "DQ_UNDER_DK": True}, 128, True),
     ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 4, "DS_BUFFERS": 2}, 128, False),
     ({"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "DS_BUFFERS": 1, "DQ_UNDER_DK": True}, 64, False),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "ONE_STEP": 1}, 128, True),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "ONE_STEP": 2}, 64, False),
 ])
 def test_variants_build_for_sm90_within_their_shared_memory(config, head_dim, causal):
     """The VARIANT_KEYS builds (benchmarks/kernels/attention_gluon_bwd_variants.py's) compile for sm_90: shared
@@ -590,3 +592,27 @@ def test_fp16_matches_the_reference():
     got = gluon_attention_backward(do, q, k, v, o, lse, True)
     assert all(g.dtype == torch.float16 for g in got)
     _check_grads(got, reference_attention_grads(q, k, v, do, True)[1:])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_step_builds_the_step_and_its_gemms_once(causal):
+    """ONE_STEP (1: the mask behind a runtime test, 2: every step masked) calls the step from one place: the PTX
+    holds half the step's wgmmas of the two-branch build (masked and unmasked steps), and the same K/V, dK/dV
+    GEMM-free rest; what ptxas 12.8's stale descriptor needs (two copies of the S^T GEMM) is gone."""
+    pytest.importorskip("triton.backends.nvidia")
+    if not attention_gluon_bwd.HAS_GLUON:
+        pytest.skip("needs triton with Gluon")
+    import re
+
+    def wgmmas(one_step):
+        config = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "ONE_STEP": one_step}
+        return len(re.findall(r"wgmma\.mma_async", attention_gluon_bwd.crosscompile(config, 64, causal).asm["ptx"]))
+
+    two_branches = wgmmas(0)
+    assert two_branches > 0 and wgmmas(1) * 2 == two_branches and wgmmas(2) * 2 == two_branches
+
+
+@pytest.mark.parametrize("value", [3, -1, True, "1", 1.0])
+def test_one_step_takes_only_0_1_2(value):
+    with pytest.raises(KernelInputError, match="ONE_STEP"):
+        attention_gluon_bwd.check_variant({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "ONE_STEP": value}, 64)

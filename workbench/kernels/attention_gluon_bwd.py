@@ -107,15 +107,17 @@ _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 KEYS_PER_WARPGROUP = 64
 """Key rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES")
-VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS", "WG_BARRIER", "PROXY_FENCES",
-                "RELEASE_LAG", "SERIAL_MMA")
+VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS", "ONE_STEP", "WG_BARRIER",
+                "PROXY_FENCES", "RELEASE_LAG", "SERIAL_MMA")
 """Optional config keys of the H200 experiments, in no entry of ``config_space`` (``resolve_config`` refuses them;
 ``check_variant``, ``launch_backward`` and ``crosscompile`` take them; absent, each leaves the default build as it
 is): STRICT_ORDER (bool: fenced barrier inits, dS^T stored before the dV/dK GEMMs: the module docstring),
 DS_BUFFERS (int: dS^T tiles per consumer, used in turn, instead of one per ring slot: 2 are enough with the split
 dQ, 1 without; ``_step``), DQ_UNDER_DK (bool: FA3's order of the last three GEMMs, dQ's atomics under dK's GEMM),
 RING_COUNTERS (bool: the consumers carry the ring slot and phase from step to step instead of dividing by
-NUM_STAGES: the division by 3 costs the registers that spill at d=128). On the H200 (triton 3.6,
+NUM_STAGES: the division by 3 costs the registers that spill at d=128), ONE_STEP (int 0, 1, 2: the consumer's
+step built once instead of twice, masked and unmasked: ptxas 12.8's miscompile needs the S^T GEMM in two branches;
+1 keeps the mask behind a runtime test of the step, 2 masks every step). On the H200 (triton 3.6,
 ``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``): DQ_UNDER_DK right on all 20 shapes, 0.990x the
 default's speed; RING_COUNTERS wrong on every shape at 3 stages (illegal address at d=64 full) although it computes
 the same slots and phases; NUM_STAGES 4 with DS_BUFFERS 2 and 2 stages with DQ_UNDER_DK wrong (all under ptxas
@@ -300,9 +302,18 @@ if HAS_GLUON:
         return dq_tok
 
     @gluon.jit
+    def _mask_p(p_t, offs_m, offs_n, seq_len, CAUSAL: gl.constexpr):
+        """P^T with the entries of masked (key, query) pairs set to 0: above the diagonal (causal) and past S."""
+        if CAUSAL:  # a query at or after the key and before S is a key before S too
+            keep = (gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)) & gl.expand_dims(offs_m < seq_len, 0)
+        else:
+            keep = gl.expand_dims(offs_m < seq_len, 0) & gl.expand_dims(offs_n < seq_len, 1)
+        return gl.where(keep, p_t, 0.0)
+
+    @gluon.jit
     def _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring, lse_ring,
               delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s, zero_dq, dq_ptr, seq_len,
-              qk_scale, MASKED: gl.constexpr,
+              qk_scale, mask_now, MASKED: gl.constexpr, ONE_STEP: gl.constexpr,
               CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
               SPLIT_DQ: gl.constexpr, STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr,
               DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr, GUARDS: gl.constexpr):
@@ -316,7 +327,9 @@ if HAS_GLUON:
         them), wait, then dQ_i and its atomics. DQ_UNDER_DK (FA3's ``bwd_step``): dS^T stored first, then dV, dQ_i
         (of the first column chunk), dK issued back to back, and dQ_i's atomics run while dK's GEMM does.
         RING_COUNTERS: the ring slot and phase are the caller's loop-carried counters (FA3's PipelineState), not
-        ``step % NUM_STAGES`` and its quotient's parity. GUARDS: the ring-fault experiments' bits (``GUARD_BITS``)."""
+        ``step % NUM_STAGES`` and its quotient's parity. GUARDS: the ring-fault experiments' bits (``GUARD_BITS``).
+        ONE_STEP (1 or 2; the caller's single call site, MASKED then True): ``mask_now`` (runtime: a diagonal or
+        tail step) gates the mask (1), or every step is masked (2); 0: MASKED alone decides."""
         MEET: gl.constexpr = SPLIT_DQ | ((GUARDS & 1) != 0)  # WG_BARRIER: the consumers meet at every dS^T
         PROXY_FENCES: gl.constexpr = (GUARDS & 2) != 0
         RELEASE_LAG: gl.constexpr = (GUARDS & 4) != 0
@@ -355,11 +368,11 @@ if HAS_GLUON:
         lse = lse_ring.index(slot).load(COLUMNS)
         p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse * 1.4426950408889634, 0))  # ... under this
         if MASKED:
-            if CAUSAL:  # a query at or after the key and before S is a key before S too
-                keep = (gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1)) & gl.expand_dims(offs_m < seq_len, 0)
-            else:
-                keep = gl.expand_dims(offs_m < seq_len, 0) & gl.expand_dims(offs_n < seq_len, 1)
-            p_t = gl.where(keep, p_t, 0.0)
+            if ONE_STEP == 1:  # one build of the step: the mask alone behind the runtime test
+                if mask_now:
+                    p_t = _mask_p(p_t, offs_m, offs_n, seq_len, CAUSAL)
+            else:  # ONE_STEP 2: every step masked (all true off the diagonal and the tails); 0: two builds
+                p_t = _mask_p(p_t, offs_m, offs_n, seq_len, CAUSAL)
         if not SERIAL_MMA:
             dp_t = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
         delta = delta_ring.index(slot).load(COLUMNS)
@@ -433,7 +446,7 @@ if HAS_GLUON:
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr,
                   WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                   STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr,
-                  RING_COUNTERS: gl.constexpr, GUARDS: gl.constexpr):
+                  RING_COUNTERS: gl.constexpr, GUARDS: gl.constexpr, ONE_STEP: gl.constexpr):
         """Consumer warpgroup WG: keys [start_n + 64 WG, + 64) against every query block of every query head of
         the kv group; stores its dK, dV rows at the end."""
         KEYS: gl.constexpr = k_smem.shape[1]
@@ -463,16 +476,23 @@ if HAS_GLUON:
             g = step // steps
             start_m = lo + (step - g * steps) * BLOCK_M
             q_row = (q_head0 + g) * seq_len
-            if (start_m < diag_end) | (start_m >= full_end):  # the diagonal, the tails
+            mask_now = (start_m < diag_end) | (start_m >= full_end)  # the diagonal, the tails
+            if ONE_STEP != 0:  # one build of the step (ptxas 12.8 builds the 2-stage ring right then?)
                 dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
-                               zero_dq, dq_ptr, seq_len, qk_scale, True, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES,
-                               SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS)
+                               zero_dq, dq_ptr, seq_len, qk_scale, mask_now, True, ONE_STEP, CAUSAL, WG,
+                               NUM_CONSUMERS, NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK,
+                               RING_COUNTERS, GUARDS)
+            elif mask_now:
+                dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
+                               lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
+                               zero_dq, dq_ptr, seq_len, qk_scale, mask_now, True, 0, CAUSAL, WG, NUM_CONSUMERS,
+                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS)
             else:
                 dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
-                               zero_dq, dq_ptr, seq_len, qk_scale, False, CAUSAL, WG, NUM_CONSUMERS, NUM_STAGES,
-                               SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS)
+                               zero_dq, dq_ptr, seq_len, qk_scale, mask_now, False, 0, CAUSAL, WG, NUM_CONSUMERS,
+                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS)
             if RING_COUNTERS:
                 ring_slot += 1
                 if ring_slot == NUM_STAGES:
@@ -493,10 +513,10 @@ if HAS_GLUON:
                          do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                          qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, STRICT_ORDER: gl.constexpr,
                          DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr,
-                         GUARDS: gl.constexpr):
+                         GUARDS: gl.constexpr, ONE_STEP: gl.constexpr):
         _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL, 1, 2, NUM_STAGES,
-                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS)
+                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS, ONE_STEP)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_kv", "group"])  # one build per config and layout
     def _attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_ptr, dk_ptr, dv_ptr, seq_len,
@@ -504,7 +524,7 @@ if HAS_GLUON:
                          NUM_STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                          STRICT_ORDER: gl.constexpr = False, DS_BUFFERS: gl.constexpr = 0,
                          DQ_UNDER_DK: gl.constexpr = False, RING_COUNTERS: gl.constexpr = False,
-                         GUARDS: gl.constexpr = 0):
+                         GUARDS: gl.constexpr = 0, ONE_STEP: gl.constexpr = 0):
         """Grid (cdiv(S, 64 NUM_CONSUMERS), B * Hkv).
 
         q_desc, do_desc: q, dO [B*Hq*S, D], block [BLOCK_M, D]; k_desc, v_desc: [B*Hkv*S, D], block [64, D];
@@ -512,7 +532,7 @@ if HAS_GLUON:
         (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous. Launched with num_warps=4 (the first consumer);
         workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
         DS_BUFFERS: dS^T tiles per consumer (0: NUM_STAGES, one per ring slot); DQ_UNDER_DK, RING_COUNTERS, GUARDS
-        (``GUARD_BITS``): ``_step``'s."""
+        (``GUARD_BITS``), ONE_STEP: ``_step``'s."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         KEYS: gl.constexpr = k_desc.block_type.shape[0]
@@ -544,11 +564,11 @@ if HAS_GLUON:
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, GUARDS)),
+                             RING_COUNTERS, GUARDS, ONE_STEP)),
                 (_second_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                                     do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group,
                                     sm_scale, qk_scale, CAUSAL, NUM_STAGES, STRICT_ORDER, DS_TILES,
-                                    DQ_UNDER_DK, RING_COUNTERS, GUARDS)),
+                                    DQ_UNDER_DK, RING_COUNTERS, GUARDS, ONE_STEP)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
@@ -558,7 +578,7 @@ if HAS_GLUON:
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, GUARDS)),
+                             RING_COUNTERS, GUARDS, ONE_STEP)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
@@ -720,7 +740,8 @@ def _constexprs(config: dict, causal: bool) -> dict:
                 DS_BUFFERS=0 if ds_buffers == stages else ds_buffers,
                 DQ_UNDER_DK=bool(config.get("DQ_UNDER_DK", False)),
                 RING_COUNTERS=bool(config.get("RING_COUNTERS", False)),
-                GUARDS=sum(bit for key, bit in GUARD_BITS.items() if config.get(key, False)))
+                GUARDS=sum(bit for key, bit in GUARD_BITS.items() if config.get(key, False)),
+                ONE_STEP=int(config.get("ONE_STEP", 0)))
 
 
 # ------------------------------------------------------------------------------------------------ config space
@@ -814,6 +835,10 @@ def check_variant(config: dict, head_dim: int) -> dict:
     check(not unknown, "config", f"keys {unknown}", f"only {_KEYS} and the experiments' {VARIANT_KEYS}")
     for key in ("STRICT_ORDER", "DQ_UNDER_DK", "RING_COUNTERS", *GUARD_BITS):
         check(isinstance(config.get(key, False), bool), f"config['{key}']", config.get(key), "True or False")
+    one_step = config.get("ONE_STEP", 0)
+    check(type(one_step) is int and one_step in (0, 1, 2), "config['ONE_STEP']", repr(one_step),
+          "0 (masked and unmasked steps built apart), 1 (one build, the mask behind a runtime test) or 2 (one "
+          "build, every step masked)")
     check(not (config.get("SERIAL_MMA", False) and config.get("DQ_UNDER_DK", False)), "config",
           "SERIAL_MMA with DQ_UNDER_DK", "one of them (SERIAL_MMA serializes the default GEMM order)")
     stages, split_dq = config["NUM_STAGES"], config["BLOCK_N"] == 128 and head_dim == 128
