@@ -25,14 +25,12 @@ PERSISTENT_128 = {  # attention_gluon.PERSISTENT_FORWARD: d=128 causal up to 4,0
     False: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 1, "PERSISTENT": True},
     True: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True, "CTAS_PER_SM": 1, "PERSISTENT": True}}
 SECTIONED_128 = {**PERSISTENT_128[True], "L2_SECTION_MIB": 32}  # d=128 causal up to 1,024: tiles in L2 sections
-GLUON_BWD = {False: {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3},  # by attention_gluon_bwd.rings_build_right
-             True: {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2}}
-EXPECTED = {  # id: (forward kernel, backward kernel under ptxas 12.8), from the two H200 runs the rules cite; under
-    # ptxas >= 13.0 every d=128 backward is the Gluon one (attention_gluon_bwd.BACKWARD_BY_BUCKET_PTXAS13)
-    "a01": ("gluon", "triton"), "a02": ("triton", "triton"), "a03": ("gluon", "triton"),
-    "a04": ("triton", "triton"), "a05": ("gluon", "triton"), "a06": ("gluon", "triton"),
-    "a07": ("gluon", "triton"), "a08": ("triton", "triton"), "a09": ("gluon", "gluon"),
-    "a10": ("gluon", "triton"), "a11": ("triton", "triton"), "a12": ("gluon", "gluon"),
+GLUON_BWD = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2}  # attention_gluon_bwd.default_config
+EXPECTED = {  # id: (forward kernel, backward kernel), from the H200 runs the rules cite
+    "a01": ("gluon", "gluon"), "a02": ("triton", "triton"), "a03": ("gluon", "gluon"),
+    "a04": ("triton", "triton"), "a05": ("gluon", "gluon"), "a06": ("gluon", "gluon"),
+    "a07": ("gluon", "gluon"), "a08": ("triton", "triton"), "a09": ("gluon", "gluon"),
+    "a10": ("gluon", "gluon"), "a11": ("triton", "triton"), "a12": ("gluon", "gluon"),
     "a13": ("gluon", "gluon"), "a14": ("gluon", "gluon"), "a15": ("gluon", "triton"),
     "a16": ("gluon", "gluon"), "a17": ("gluon", "gluon"), "a18": ("gluon", "triton"),
     "a19": ("gluon", "gluon"), "a20": ("gluon", "triton"),
@@ -48,16 +46,13 @@ def _forward_on_sm90(head_dim: int, causal: bool, seq: int) -> tuple[str, dict |
     return "triton", attention_pinned_config("sm_90", "fwd", head_dim, causal, seq)
 
 
-@pytest.mark.parametrize("fixed", [False, True], ids=["ptxas12.8", "ptxas13"])
 @pytest.mark.parametrize("shape", SHAPES["attention"], ids=lambda shape: shape["id"])
-def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape, fixed, monkeypatch):
-    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: fixed)
+def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape):
     d, causal, seq = shape["head_dim"], shape["causal"], shape["seq"]
     forward, config = _forward_on_sm90(d, causal, seq)
     backward_config = attention_gluon_bwd.backward_rule(d, causal, seq)
     want_forward, want_backward = EXPECTED[shape["id"]]
-    assert (forward, "gluon" if backward_config else "triton") == (want_forward,
-                                                                   "gluon" if fixed and d == 128 else want_backward)
+    assert (forward, "gluon" if backward_config else "triton") == (want_forward, want_backward)
     if forward == "gluon" and d == 128 and seq <= 4096:
         assert config == (SECTIONED_128 if causal and seq <= 1024 else PERSISTENT_128[causal])
     elif forward == "gluon":
@@ -65,7 +60,7 @@ def test_each_of_the_twenty_shapes_gets_the_rules_kernels_and_configs(shape, fix
     elif d == 64:  # the d=64 rule up to 4,096: 64x64 tiles, 3 stages, pointer loads
         assert config == TRITON_64
     if backward_config is not None:
-        assert backward_config == GLUON_BWD[fixed]
+        assert backward_config == GLUON_BWD
 
 
 def test_the_d128_forward_is_persistent_up_to_4096_then_one_tile():
@@ -110,7 +105,7 @@ def test_the_gluon_backward_asked_for_off_sm90_names_the_device():
         pytest.skip("an sm_90 GPU is here: the request is valid")
     q, k, v = _inputs()
     with pytest.raises(KernelInputError):
-        flash_attention(q, k, v, False, bwd_config={"backend": "gluon", **GLUON_BWD[False]})
+        flash_attention(q, k, v, False, bwd_config={"backend": "gluon", **GLUON_BWD})
 
 
 def test_a_triton_backend_key_is_the_plain_triton_config():
@@ -169,9 +164,9 @@ def test_an_explicit_gluon_backward_runs_where_config_none_takes_triton():
     generator = torch.Generator(device="cuda").manual_seed(3)
     q, k, v, do = (torch.randn(1, 4, 1024, 64, device="cuda", dtype=torch.float16, generator=generator)
                    for _ in range(4))  # d=64 non-causal: config=None's backward is Triton's
-    bwd_config = {"backend": "gluon", **GLUON_BWD[False]}
+    bwd_config = {"backend": "gluon", **GLUON_BWD}
     assert _plan(q, k, v, False, None, None, None).gluon_bwd is None
-    assert _plan(q, k, v, False, None, None, bwd_config).gluon_bwd == GLUON_BWD[False]
+    assert _plan(q, k, v, False, None, None, bwd_config).gluon_bwd == GLUON_BWD
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     flash_attention(q, k, v, False, bwd_config=bwd_config).backward(do)
     want = reference_attention_grads(q.detach(), k.detach(), v.detach(), do, False)[1:]

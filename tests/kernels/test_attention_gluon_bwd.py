@@ -67,10 +67,9 @@ def test_a_bad_config_names_the_key(change, key):
         resolve_config({**default_config(128, False), **change}, 128, False)
 
 
-@pytest.mark.parametrize("tiles", [(64, 128, 2), (64, 64, 2), (128, 128, 2)])
-def test_the_configs_that_gave_wrong_gradients_on_the_h200_are_refused(tiles, monkeypatch):
-    """Under ptxas 12.8 (Triton 3.6's and 3.7's: ``PTXAS_RING_FIX``)."""
-    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: False)
+@pytest.mark.parametrize("tiles", [(64, 64, 2), (128, 128, 2)])
+def test_the_configs_that_gave_wrong_gradients_on_the_h200_are_refused(tiles):
+    """Under ptxas 12.8 (Triton 3.6's and 3.7's: ``PTXAS_RING_FIX``), with the step built twice."""
     config = dict(zip(("BLOCK_M", "BLOCK_N", "NUM_STAGES"), tiles))
     with pytest.raises(KernelInputError, match="config_space"):
         resolve_config(config, 64, True)
@@ -110,7 +109,7 @@ def test_variants_pass_their_checks_but_not_the_config_space():
 
 
 THREE_STAGES = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 3}
-"""The default under ptxas 12.8, in config_space under every ptxas."""
+"""The default before the one-step build (2026-12-02), in config_space under every ptxas."""
 
 
 def test_ds_buffers_set_the_ds_tiles_and_the_default_build_keeps_its_constexprs():
@@ -200,34 +199,28 @@ def test_the_block_schedule_and_masks_give_the_reference_gradients(tiles, b, hq,
 
 
 SHAPES = yaml.safe_load((Path(__file__).resolve().parents[2] / "benchmarks/kernels/shapes.yaml").read_text())
-GLUON_BACKWARD_IDS = {"a09", "a12", "a13", "a14", "a16", "a17", "a19"}
-"""The shapes of shapes.yaml whose config=None backward is this kernel (``BACKWARD_BY_BUCKET``): d=128 non-causal,
-d=128 causal above 4,096."""
+GLUON_BACKWARD_IDS = {shape["id"] for shape in SHAPES["attention"] if shape["head_dim"] == 128}
+"""The shapes of shapes.yaml whose config=None backward is this kernel (``BACKWARD_BY_BUCKET``): every d=128
+shape."""
 
 
-GLUON_BACKWARD_IDS_PTXAS13 = {shape["id"] for shape in SHAPES["attention"] if shape["head_dim"] == 128}
-"""The same where ptxas builds the 2-stage ring right (``BACKWARD_BY_BUCKET_PTXAS13``): every d=128 shape."""
+@pytest.mark.parametrize("shape", SHAPES["attention"], ids=lambda shape: shape["id"])
+def test_the_backward_rule_on_the_twenty_attention_shapes(shape):
+    config = backward_rule(shape["head_dim"], shape["causal"], shape["seq"])
+    assert (config is not None) == (shape["id"] in GLUON_BACKWARD_IDS)
+    if config is not None:
+        assert config == default_config(shape["head_dim"], shape["causal"]) and config["NUM_STAGES"] == 2
 
 
 @pytest.mark.parametrize("fixed", [False, True], ids=["ptxas12.8", "ptxas13"])
-@pytest.mark.parametrize("shape", SHAPES["attention"], ids=lambda shape: shape["id"])
-def test_the_backward_rule_on_the_twenty_attention_shapes(shape, fixed, monkeypatch):
-    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: fixed)
-    config = backward_rule(shape["head_dim"], shape["causal"], shape["seq"])
-    assert (config is not None) == (shape["id"] in (GLUON_BACKWARD_IDS_PTXAS13 if fixed else GLUON_BACKWARD_IDS))
-    if config is not None:
-        assert config == default_config(shape["head_dim"], shape["causal"])
-        assert config["NUM_STAGES"] == (2 if fixed else 3)
-
-
 @pytest.mark.parametrize("head_dim, causal", BUCKETS)
-def test_the_two_stage_ring_is_offered_only_where_ptxas_builds_it(head_dim, causal, monkeypatch):
-    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: False)
-    assert [c["NUM_STAGES"] for c in config_space(head_dim, causal)] == [3]
-    with pytest.raises(KernelInputError, match="config"):
-        resolve_config({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2}, head_dim, causal)
-    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: True)
+def test_the_one_step_2_stage_ring_comes_first_under_any_ptxas(head_dim, causal, fixed, monkeypatch):
+    """ONE_STEP (the default build) is right under ptxas 12.8 too; the two-branch build stays an experiment."""
+    monkeypatch.setattr(attention_gluon_bwd, "rings_build_right", lambda: fixed)
     assert [c["NUM_STAGES"] for c in config_space(head_dim, causal)] == [2, 3]
+    assert attention_gluon_bwd._constexprs(default_config(head_dim, causal), causal)["ONE_STEP"] == 1
+    with pytest.raises(KernelInputError, match="config_space"):
+        resolve_config({**default_config(head_dim, causal), "ONE_STEP": 0}, head_dim, causal)
 
 
 def _fake_ptxas(tmp_path: Path, output: str) -> str:
@@ -339,7 +332,7 @@ def test_each_distinct_call_gets_its_own_plan_and_bad_inputs_are_still_checked(r
     with pytest.raises(KernelInputError, match="lse"):
         gluon_attention_backward(do, q, k, v, o, lse.double(), True)
     with pytest.raises(KernelInputError, match="config"):
-        gluon_attention_backward(do, q, k, v, o, lse, True, config={"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2})
+        gluon_attention_backward(do, q, k, v, o, lse, True, config={"BLOCK_M": 64, "BLOCK_N": 64, "NUM_STAGES": 2})
 
 
 def test_strided_inputs_are_copied_once_per_call(recorded_launches):
@@ -479,8 +472,9 @@ def test_ring_counters_take_the_division_by_three_out_of_the_spills():
     pytest.importorskip("triton.backends.nvidia")
     if not attention_gluon_bwd.HAS_GLUON:
         pytest.skip("needs triton with Gluon")
-    plain = attention_gluon_bwd.inspect_build(THREE_STAGES, 128, False)
-    counted = attention_gluon_bwd.inspect_build({**THREE_STAGES, "RING_COUNTERS": True}, 128, False)
+    two_branches = {**THREE_STAGES, "ONE_STEP": 0}  # the build these figures were read from
+    plain = attention_gluon_bwd.inspect_build(two_branches, 128, False)
+    counted = attention_gluon_bwd.inspect_build({**two_branches, "RING_COUNTERS": True}, 128, False)
     if attention_gluon_bwd.rings_build_right():
         assert counted.spill_bytes == plain.spill_bytes == 0, (counted, plain)
     else:

@@ -49,10 +49,14 @@ the first branch ever ran, garbage (memcheck: an out-of-bounds shared read of 2,
 of line 361). The 3-stage division build happens to recompute it in both branches. ptxas 13.0 (CUDA 13.0's,
 ``TRITON_PTXAS_PATH``) recomputes it in both for every ring: under it, every variant of
 ``attention_gluon_bwd_variants.py`` matches the default and SDPA's fp32 gradients on all 20 shapes, and memcheck
-and synccheck are clean. Hence ``PTXAS_RING_FIX``: ``config_space`` offers the faster 2-stage ring, and
-``BACKWARD_BY_BUCKET_PTXAS13`` routes to it, only when Triton compiles with such a ptxas. The ruled-out hazards
-(barrier protocol: ``tests/kernels/test_attention_gluon_bwd_protocol.py``; STRICT_ORDER; ``GUARD_BITS``) stay
-ruled out, and their keys stay for the record of those runs.
+and synccheck are clean (``PTXAS_RING_FIX``). The way round it under 12.8: build the step once (``ONE_STEP``, the
+default since 2026-12-02): one call of ``_step``, the causal and tail mask behind a runtime test of the step, so
+the PTX holds one S^T GEMM a consumer. Under Triton's own ptxas 12.8 on the H200 the 2-stage ring built so is right
+on all 20 shapes and the probes (memcheck and synccheck clean) and 1.035x the 3-stage ring (under 13.0: 1.034x,
+the two-branch ring 1.044x; ``benchmarks/results/h200/kernels/gluon_attention_bwd_one_step/``). So ``config_space``
+offers the 2-stage ring first under any ptxas. The ruled-out hazards (barrier protocol:
+``tests/kernels/test_attention_gluon_bwd_protocol.py``; STRICT_ORDER; ``GUARD_BITS``) stay ruled out, and their
+keys stay for the record of those runs.
 
 Host path: the checks, the config, the grids, the descriptor layouts and the three launches are planned once per
 distinct call (``_BackwardPlan``); a repeated call builds its six descriptors from the plan's checked fields and
@@ -115,9 +119,10 @@ is): STRICT_ORDER (bool: fenced barrier inits, dS^T stored before the dV/dK GEMM
 DS_BUFFERS (int: dS^T tiles per consumer, used in turn, instead of one per ring slot: 2 are enough with the split
 dQ, 1 without; ``_step``), DQ_UNDER_DK (bool: FA3's order of the last three GEMMs, dQ's atomics under dK's GEMM),
 RING_COUNTERS (bool: the consumers carry the ring slot and phase from step to step instead of dividing by
-NUM_STAGES: the division by 3 costs the registers that spill at d=128), ONE_STEP (int 0, 1, 2: the consumer's
-step built once instead of twice, masked and unmasked: ptxas 12.8's miscompile needs the S^T GEMM in two branches;
-1 keeps the mask behind a runtime test of the step, 2 masks every step). On the H200 (triton 3.6,
+NUM_STAGES: the division by 3 costs the registers that spill at d=128), ONE_STEP (int: 1, absent, the default: the
+consumer's step built once, its mask behind a runtime test of the step; 2: every step masked; 0: masked and
+unmasked steps built apart, the build before 2026-12-02, whose 2-stage ring ptxas 12.8 miscompiles: the module
+docstring). On the H200 (triton 3.6,
 ``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``): DQ_UNDER_DK right on all 20 shapes, 0.990x the
 default's speed; RING_COUNTERS wrong on every shape at 3 stages (illegal address at d=64 full) although it computes
 the same slots and phases; NUM_STAGES 4 with DS_BUFFERS 2 and 2 stages with DQ_UNDER_DK wrong (all under ptxas
@@ -741,7 +746,7 @@ def _constexprs(config: dict, causal: bool) -> dict:
                 DQ_UNDER_DK=bool(config.get("DQ_UNDER_DK", False)),
                 RING_COUNTERS=bool(config.get("RING_COUNTERS", False)),
                 GUARDS=sum(bit for key, bit in GUARD_BITS.items() if config.get(key, False)),
-                ONE_STEP=int(config.get("ONE_STEP", 0)))
+                ONE_STEP=config.get("ONE_STEP", 1))
 
 
 # ------------------------------------------------------------------------------------------------ config space
@@ -758,26 +763,23 @@ def shared_bytes(config: dict, head_dim: int) -> int:
 
 def config_space(head_dim: int, causal: bool) -> list[dict]:
     """Launch configs for one (head_dim, causal) bucket, the default first: the configs whose dQ, dK, dV matched
-    the float64 reference on every shape of the H200 runs under the ptxas Triton compiles with. That is 64 queries
-    x 128 keys (two consumer warpgroups), FA3's sm_90 backward tile (``hopper/flash_bwd_launch_template.h``,
-    ``run_mha_bwd_hdim128`` / ``hdim64``), over a 3-stage ring in every bucket, and first FA3's own 2-stage ring
-    where ptxas builds it right (``rings_build_right``: ptxas >= ``PTXAS_RING_FIX``).
+    the float64 reference on every shape of the H200 runs. That is 64 queries x 128 keys (two consumer
+    warpgroups), FA3's sm_90 backward tile (``hopper/flash_bwd_launch_template.h``, ``run_mha_bwd_hdim128`` /
+    ``hdim64``), over FA3's own 2-stage ring and a 3-stage one, the step built once (``ONE_STEP``).
 
-    Under ptxas 12.8 (Triton 3.6.0's and 3.7.1's) every 2-stage ring gave wrong gradients on the H200
-    (``benchmarks/results/h200/kernels/gluon_attention_bwd/``: 64x128 and 128x128 in every bucket, 64x64 on causal
-    shapes), and so did the 3-stage ring with the slot carried (RING_COUNTERS): ptxas's stale descriptor (the
-    module docstring). ``KNOWN_SPILL_BYTES`` lists the entries whose sm_90 build spills."""
+    Built with the step twice (ONE_STEP 0), every 2-stage ring gave wrong gradients under ptxas 12.8 (Triton
+    3.6.0's and 3.7.1's; ``benchmarks/results/h200/kernels/gluon_attention_bwd/``: 64x128 and 128x128 in every
+    bucket, 64x64 on causal shapes), and so did the 3-stage ring with the slot carried (RING_COUNTERS): ptxas's
+    stale descriptor (the module docstring). ``KNOWN_SPILL_BYTES`` lists the entries whose sm_90 build spills."""
     check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
     check(isinstance(causal, bool), "causal", repr(causal), "True or False")
-    space = [dict(zip(_KEYS, (64, 128, 3)))]
-    if rings_build_right():  # FA3's 2-stage ring, first: faster in every group (``PTXAS_RING_FIX``)
-        space.insert(0, dict(zip(_KEYS, (64, 128, 2))))
+    space = [dict(zip(_KEYS, (64, 128, stages))) for stages in (2, 3)]  # 2 first: 1.035x (the module docstring)
     return [c for c in space if shared_bytes(c, head_dim) <= SM90_SHARED_BYTES]
 
 
 PTXAS_RING_FIX = (13, 0)
-"""The first ptxas release seen to build this kernel's 2-stage ring right: CUDA 13.0's (the module docstring). 12.8,
-the one Triton 3.6 and 3.7 bundle, miscompiles it; releases in between were not tried and count as 12.8. Under
+"""The first ptxas release seen to build this kernel's 2-stage ring right with the step built twice (ONE_STEP 0):
+CUDA 13.0's (the module docstring). 12.8, the one Triton 3.6 and 3.7 bundle, miscompiles it; releases in between were not tried and count as 12.8. Under
 13.0 on the H200 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/``) the 2-stage 64x128 ring is right
 on all 20 shapes and faster than the 3-stage one on the fit shapes of
 ``benchmarks/kernels/attention_candidates_split.json``, geometric means of fwd+bwd ms: d64 full 1.023x (a02, a08),
@@ -785,20 +787,24 @@ d64 causal 1.042x (a11, a20), d128 full 1.150x (a09), d128 causal 1.063x (a01, a
 
 
 def rings_build_right() -> bool:
-    """Whether Triton's ptxas builds the 2-stage ring right (``PTXAS_RING_FIX``)."""
+    """Whether Triton's ptxas builds the 2-stage ring of the two-branch step (ONE_STEP 0) right
+    (``PTXAS_RING_FIX``); the default one-step build is right under 12.8 too."""
     release = ptxas_release()
     return release is not None and release >= PTXAS_RING_FIX
 
 
 KNOWN_SPILL_BYTES: dict[tuple[int, bool, int, int, int], int] = {
-    (128, False, 64, 128, 3): 64, (128, True, 64, 128, 3): 72,
+    (128, False, 64, 128, 2): 28, (128, True, 64, 128, 2): 16,
+    (128, False, 64, 128, 3): 120, (128, True, 64, 128, 3): 128,
 }
 """(head_dim, causal, BLOCK_M, BLOCK_N, NUM_STAGES) -> spill-store bytes of the bf16 sm_90 build (ptxas of triton
-3.7.1, ``inspect_build``; the H200's triton 3.6.0 reports 56 and 72); every other entry of ``config_space``
+3.7.1, ``inspect_build``; the H200's triton 3.6.0 reports 20, 8, 60 and 64); every other entry of ``config_space``
 builds without spills. Two consumers at d=128 hold dK, dV (128 registers) beside S^T, dP^T (64) in 240: the few
-bytes are loop-invariant scalars and ring-slot arithmetic reloaded from L1 once a step. That arithmetic is the
-division by 3: with RING_COUNTERS (the slot and phase carried) the same build spills 8 and 16 bytes, and a 4-deep
-ring (``step & 3``) 8 and 12. The CPU test checks these figures as upper bounds and the rest at zero."""
+bytes are loop-invariant scalars and ring-slot arithmetic reloaded from L1 once a step. The one-step build
+(``ONE_STEP``) holds the step's mask test and the masked dQ atomics on every step: the two-branch build spilled 0,
+0, 64 and 72 bytes (3.6.0: 0, 0, 56, 72). At 3 stages much of it is the division by 3: with RING_COUNTERS (the slot
+and phase carried) the two-branch build spills 8 and 16 bytes, and a 4-deep ring (``step & 3``) 8 and 12. The CPU
+test checks these figures as upper bounds and the rest at zero."""
 
 
 def default_config(head_dim: int, causal: bool) -> dict:
@@ -813,8 +819,7 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
     check_variant(config, head_dim)
     space = config_space(head_dim, causal)
     check(config in space, "config", config,
-          f"one of config_space({head_dim}, {causal}) = {space} (the others gave wrong gradients on the H200; a "
-          f"2-stage ring needs ptxas >= {PTXAS_RING_FIX}, Triton's is {ptxas_release()}: set TRITON_PTXAS_PATH; "
+          f"one of config_space({head_dim}, {causal}) = {space} (the others gave wrong gradients on the H200; "
           f"{VARIANT_KEYS} are experiments: see config_space and VARIANT_KEYS)")
     return config
 
@@ -835,7 +840,7 @@ def check_variant(config: dict, head_dim: int) -> dict:
     check(not unknown, "config", f"keys {unknown}", f"only {_KEYS} and the experiments' {VARIANT_KEYS}")
     for key in ("STRICT_ORDER", "DQ_UNDER_DK", "RING_COUNTERS", *GUARD_BITS):
         check(isinstance(config.get(key, False), bool), f"config['{key}']", config.get(key), "True or False")
-    one_step = config.get("ONE_STEP", 0)
+    one_step = config.get("ONE_STEP", 1)
     check(type(one_step) is int and one_step in (0, 1, 2), "config['ONE_STEP']", repr(one_step),
           "0 (masked and unmasked steps built apart), 1 (one build, the mask behind a runtime test) or 2 (one "
           "build, every step masked)")
@@ -859,40 +864,25 @@ BACKWARD_BY_BUCKET: dict[tuple[int, bool], tuple[str, str, str]] = {
     (64, False): ("triton", "triton", "triton"),
     (64, True): ("triton", "triton", "triton"),
     (128, False): ("gluon", "gluon", "gluon"),
-    (128, True): ("triton", "triton", "gluon"),
-}
-"""Per (head_dim, causal), the backward of ``attention.flash_attention``'s config=None on sm_90 in each sequence
-bucket of ``spaces.ATTENTION_SEQ_BUCKETS`` (S <= 1,024, <= 4,096, longer): this kernel at ``default_config`` or the
-Triton backward of ``attention.py``. Chosen on the FIT shapes of ``benchmarks/kernels/attention_candidates_split.json``
-only, from the H200 run ``benchmarks/results/h200/kernels/gluon_attention_bwd/gluon_bwd.csv`` (fwd+bwd ms behind
-the same Gluon forward, Triton backward -> this one, 64x128 s3): per bucket the backward with the lower geometric
-mean over the bucket's fit shapes; a bucket without a fit shape takes the pick over all fit shapes of its (head_dim,
-causal) group.
-
-- d64 full: a02 0.259 -> 0.394, a08 0.653 -> 0.818: Triton (no fit shape above 4,096: the group's pick, Triton).
-- d64 causal: a11 (4,096) 3.785 -> 3.668: this kernel, until the Triton backward's measured 64x64 pin
-  (``benchmarks/results/h200/kernels/attention_triton_bwd/``, fit a11: 3.729 with this kernel -> 2.833): Triton;
-  a20 (32,768) 18.95 -> 22.11: Triton; S <= 1,024 has no fit shape: over the group (0.969 and 1.166, geometric
-  mean 1.063) Triton.
-- d128 full: a09 (2,048) 2.752 -> 2.362: this kernel; its group has no other fit shape, so every bucket.
-- d128 causal: a01 0.712 -> 0.681 and a05 0.541 -> 0.600 (geometric mean 1.030): Triton; a07 5.640 -> 5.761:
-  Triton; a13 9.442 -> 9.441 and a17 10.18 -> 8.68: this kernel."""
-BACKWARD_BY_BUCKET_PTXAS13: dict[tuple[int, bool], tuple[str, str, str]] = {
-    (64, False): ("triton", "triton", "triton"),
-    (64, True): ("triton", "triton", "triton"),
-    (128, False): ("gluon", "gluon", "gluon"),
     (128, True): ("gluon", "gluon", "gluon"),
 }
-"""``BACKWARD_BY_BUCKET`` where Triton's ptxas builds the 2-stage ring right (``rings_build_right``; this kernel's
-``default_config`` is then the 2-stage ring). Chosen the same way, on the FIT shapes only, from the H200 run under
-ptxas 13.0 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/variants.csv``: fwd+bwd ms behind the same
-Gluon forward, Triton backward -> this one at 64x128 s2):
+"""Per (head_dim, causal), the backward of ``attention.flash_attention``'s config=None on sm_90 in each sequence
+bucket of ``spaces.ATTENTION_SEQ_BUCKETS`` (S <= 1,024, <= 4,096, longer): this kernel at ``default_config`` (the
+2-stage ring) or the Triton backward of ``attention.py``. Chosen on the FIT shapes of
+``benchmarks/kernels/attention_candidates_split.json`` only: per bucket the backward with the lower geometric mean
+over the bucket's fit shapes, a bucket without a fit shape taking its (head_dim, causal) group's pick. From the H200
+run of the 2-stage ring under ptxas 13.0 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/
+variants.csv``: fwd+bwd ms behind the same Gluon forward, Triton backward -> this one at 64x128 s2), whose speed
+the one-step build matches within 1% under either ptxas (the module docstring):
 
 - d64 full: a02 0.280 -> 0.288, a08 0.637 -> 0.795: Triton (the group's pick where a bucket has no fit shape).
 - d64 causal: a11 2.872 -> 3.493, a20 20.00 -> 22.21: Triton.
 - d128 full: a09 2.466 -> 2.267: this kernel, every bucket.
 - d128 causal: a01 0.709 -> 0.660 and a05 0.544 -> 0.553 (geometric mean 0.973): this kernel; a07 5.648 -> 5.541;
-  a13 9.697 -> 9.010 and a17 8.903 -> 8.716: this kernel."""
+  a13 9.697 -> 9.010 and a17 8.903 -> 8.716: this kernel.
+
+The table of the 3-stage ring (before 2-stage rings built right under ptxas 12.8: git history) left d128 causal
+to Triton up to 4,096."""
 GLUON_MIN_BLOCKS = 128
 """config=None takes this kernel only for sequences a whole number of 128-key blocks long (as the Gluon forward's
 ``pinned_forward_config``): a ragged last key block reads the next head's K/V rows, where a non-finite value
@@ -902,8 +892,7 @@ would reach dS as 0 x inf."""
 def backward_rule(head_dim: int, causal: bool, seq_len: int) -> dict | None:
     """The table's choice for a shape (``BACKWARD_BY_BUCKET``): this kernel's config, or None for the Triton
     backward; devices and dtypes aside (``pinned_backward_config`` adds them)."""
-    table = BACKWARD_BY_BUCKET_PTXAS13 if rings_build_right() else BACKWARD_BY_BUCKET
-    choices = table.get((head_dim, bool(causal)))
+    choices = BACKWARD_BY_BUCKET.get((head_dim, bool(causal)))
     if choices is None or seq_len % GLUON_MIN_BLOCKS or choices[attention_seq_bucket(seq_len)] != "gluon":
         return None
     return default_config(head_dim, bool(causal))
