@@ -41,8 +41,8 @@ On sm_90 the config=None forward of long sequences (d=128 from 2,048, d=64 above
 runs the Gluon kernel of ``attention_gluon`` instead (FA3's structure: a TMA producer warp, two ping-ponged
 consumer warpgroups, async wgmma; 0.93-1.13 of cuDNN there against this kernel's 0.72-0.91,
 ``benchmarks/results/h200/kernels/gluon_attention/``); its O and lse feed this module's backward unchanged.
-There too, config=None's backward of the buckets where it measured faster (d=128 non-causal, d=128 causal above
-4,096, d=64 causal at 1,025-4,096; ``attention_gluon_bwd.BACKWARD_BY_BUCKET``) is the Gluon one of
+There too, config=None's backward of the buckets where it measured faster (every d=128 bucket;
+``attention_gluon_bwd.BACKWARD_BY_BUCKET``) is the Gluon one of
 ``attention_gluon_bwd`` (FA3's single pass, dQ by atomics), on the same contiguous 16-bit inputs.
 
 Precision: tiles stay in the input dtype into tl.dot (fp32 accumulation); P and dS are rounded to it before
