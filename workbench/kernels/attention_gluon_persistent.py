@@ -112,6 +112,31 @@ if HAS_GLUON:
         return gl.load(order_ptr + gl.num_programs(0) + 1 + slot)
 
     @gluon.jit
+    def _first_tile(order_ptr, first, BALANCED: gl.constexpr):
+        """What ``_slot_tile`` reads as the first slot's tile: BALANCED, the table's entry (loaded before the loop);
+        else the slot itself."""
+        if BALANCED:
+            return _table_tile(order_ptr, first)
+        return first
+
+    @gluon.jit
+    def _slot_tile(order_ptr, slot, next_tile, BALANCED: gl.constexpr):
+        """(the linear tile of slot ``slot``, the value to pass for the next slot). BALANCED: the entry loaded one
+        slot ahead, and the next entry's load, in flight under this tile (the last reads the table's pad); else the
+        slot itself (the launch order)."""
+        if BALANCED:
+            return next_tile, _table_tile(order_ptr, slot + 1)
+        return slot, next_tile
+
+    @gluon.jit
+    def _tile_at(tile, tiles_m, batch_heads, section_heads, seq_len, heads_q, group, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, SECTIONED: gl.constexpr):
+        """(start_m, q_row, kv_row, n_full, n_blocks) of linear tile ``tile`` (``_persistent_tile``, then
+        attention_gluon's ``_tile_geometry``): the loader and the consumers walk the same tiles."""
+        pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL, SECTIONED)
+        return _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M, BLOCK_N, CAUSAL)
+
+    @gluon.jit
     def _persistent_loader(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready,
                            k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads, section_heads,
                            CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
@@ -124,16 +149,11 @@ if HAS_GLUON:
         it = 0  # key blocks loaded by this program so far: the rings' load counter
         i = 0  # tiles of this program so far
         first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
-        if BALANCED:
-            next_tile = _table_tile(order_ptr, first)
+        next_tile = _first_tile(order_ptr, first, BALANCED)
         for slot in range(first, end, step):
-            tile = slot
-            if BALANCED:  # the next entry's load in flight under this tile (the last reads the table's pad)
-                tile = next_tile
-                next_tile = _table_tile(order_ptr, slot + 1)
-            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL, SECTIONED)
-            start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
-                                                                      BLOCK_N, CAUSAL)
+            tile, next_tile = _slot_tile(order_ptr, slot, next_tile, BALANCED)
+            start_m, q_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads, seq_len,
+                                                                heads_q, group, BLOCK_M, BLOCK_N, CAUSAL, SECTIONED)
             q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
             for w in gl.static_range(NUM_CONSUMERS):  # a fresh barrier passes parity 1: the first two tiles
                 mbarrier.wait(q_empty.index(q_slot + w), ((i // _Q_BUFFERS) & 1) ^ 1)
@@ -157,16 +177,11 @@ if HAS_GLUON:
         it = 0  # key blocks consumed by this program so far
         i = 0  # tiles of this program so far; tile i took it_i + i turns before it
         first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
-        if BALANCED:
-            next_tile = _table_tile(order_ptr, first)
+        next_tile = _first_tile(order_ptr, first, BALANCED)
         for slot in range(first, end, step):
-            tile = slot
-            if BALANCED:  # the next entry's load in flight under this tile (the last reads the table's pad)
-                tile = next_tile
-                next_tile = _table_tile(order_ptr, slot + 1)
-            pid_m, bh = _persistent_tile(tile, tiles_m, batch_heads, section_heads, CAUSAL, SECTIONED)
-            start_m, q_row, kv_row, n_full, n_blocks = _tile_geometry(pid_m, bh, seq_len, heads_q, group, BLOCK_M,
-                                                                      BLOCK_N, CAUSAL)
+            tile, next_tile = _slot_tile(order_ptr, slot, next_tile, BALANCED)
+            start_m, q_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads, seq_len,
+                                                                heads_q, group, BLOCK_M, BLOCK_N, CAUSAL, SECTIONED)
             q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
             _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
                          q_slot, (i // _Q_BUFFERS) & 1, start_m, q_row, n_full, n_blocks, it, it + i, seq_len,
