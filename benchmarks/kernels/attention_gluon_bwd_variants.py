@@ -48,9 +48,6 @@ import attention_gluon_bwd_ring_bench as ring  # noqa: E402  (same folder: the h
 DEFAULT = dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3)
 """The default of every bucket (``attention_gluon_bwd.default_config``), the yardstick of every variant."""
 S2 = dict(DEFAULT, NUM_STAGES=2)
-COUNTERS = dict(DEFAULT, RING_COUNTERS=True)
-ALL_GUARDS = dict(WG_BARRIER=True, PROXY_FENCES=True, RELEASE_LAG=True, SERIAL_MMA=True)
-"""Every ring-fault guard of ``attention_gluon_bwd.GUARD_BITS`` at once (the guards run's)."""
 VARIANTS = {
     "s2-one-step": dict(S2, ONE_STEP=1),
     "s2-mask-all": dict(S2, ONE_STEP=2),

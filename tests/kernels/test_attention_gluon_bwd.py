@@ -90,8 +90,7 @@ def test_a_config_missing_a_key_lists_the_keys():
 @pytest.mark.parametrize("change, key", [({"DS_BUFFERS": 1}, "DS_BUFFERS"), ({"DS_BUFFERS": 4}, "DS_BUFFERS"),
                                          ({"DS_BUFFERS": True}, "DS_BUFFERS"), ({"DQ_UNDER_DK": 1}, "DQ_UNDER_DK"),
                                          ({"STRICT_ORDER": "yes"}, "STRICT_ORDER"), ({"PINGPONG": 1}, "PINGPONG"),
-                                         ({"WG_BARRIER": 1}, "WG_BARRIER"),
-                                         ({"SERIAL_MMA": True, "DQ_UNDER_DK": True}, "SERIAL_MMA"),
+                                         ({"WG_BARRIER": True}, "WG_BARRIER"),  # a ring-fault guard, gone
                                          ({"NUM_STAGES": 5, "DS_BUFFERS": 2}, "shared memory")])
 def test_a_bad_variant_key_is_named(change, key):
     """d=128 with two consumers splits dQ: each reads the other's dS^T of the step, so DS_BUFFERS >= 2."""
@@ -121,20 +120,6 @@ def test_ds_buffers_set_the_ds_tiles_and_the_default_build_keeps_its_constexprs(
     assert plain["DS_BUFFERS"] == 0 and plain["DQ_UNDER_DK"] is False and plain["STRICT_ORDER"] is False
     assert attention_gluon_bwd._constexprs({**config, "DS_BUFFERS": 3}, False) == plain  # 3 = one per ring slot
     assert attention_gluon_bwd._constexprs(two, False)["DS_BUFFERS"] == 2
-
-
-def test_the_ring_fault_guards_set_their_bits_and_stay_out_of_the_config_space():
-    config = default_config(64, False)
-    assert attention_gluon_bwd._constexprs(config, False)["GUARDS"] == 0  # the default builds as before the keys
-    for key, bit in attention_gluon_bwd.GUARD_BITS.items():
-        guarded = {**config, "NUM_STAGES": 2, key: True}
-        assert key in attention_gluon_bwd.VARIANT_KEYS
-        assert attention_gluon_bwd._constexprs(guarded, False)["GUARDS"] == bit
-        assert attention_gluon_bwd._constexprs({**guarded, key: False}, False)["GUARDS"] == 0
-        with pytest.raises(KernelInputError, match="VARIANT_KEYS"):
-            resolve_config(guarded, 64, False)
-    every = {**config, **dict.fromkeys(attention_gluon_bwd.GUARD_BITS, True)}
-    assert attention_gluon_bwd._constexprs(every, False)["GUARDS"] == 0b1111
 
 
 def _emulated_grads(q, k, v, do, causal, block_m, block_n):
@@ -432,37 +417,6 @@ def test_variants_build_for_sm90_within_their_shared_memory(config, head_dim, ca
     assert 0 <= build.shared_bytes - shared_bytes(config, head_dim) <= 4096 and build.shared_bytes <= SM90_SHARED_BYTES
     assert build.wait_groups == (0, 1) and not build.serialized
     assert build.spill_bytes <= 512, build  # triton 3.7.1: 212, 8 and 224 bytes
-
-
-@pytest.mark.slow
-def test_each_ring_fault_guard_adds_what_it_names_to_the_2_stage_build():
-    """GUARD_BITS on the 2-stage ring (d=64, two consumers), PTX against the bare ring's: WG_BARRIER adds waits and
-    arrives (ds_ready) and nothing else, PROXY_FENCES only fences, SERIAL_MMA only waits every wgmma at once (no
-    wait_group 1 left), RELEASE_LAG none of those (it moves the release); none spills or serializes."""
-    pytest.importorskip("triton.backends.nvidia")
-    if not attention_gluon_bwd.HAS_GLUON:
-        pytest.skip("needs triton with Gluon")
-    import re
-
-    def counts(config):
-        ptx = attention_gluon_bwd.crosscompile(config, 64, False).asm["ptx"]
-        return {name: len(re.findall(pattern, ptx)) for name, pattern in [
-            ("fences", r"fence\.proxy\.async"), ("waits", r"mbarrier\.try_wait"), ("arrives", r"mbarrier\.arrive\."),
-            ("wait_group_1", r"wgmma\.wait_group\.sync\.aligned\s+1\b")]}
-
-    ring = {**default_config(64, False), "NUM_STAGES": 2}
-    bare = counts(ring)
-    assert bare["wait_group_1"] > 0
-    got = {key: counts({**ring, key: True}) for key in attention_gluon_bwd.GUARD_BITS}
-    assert got["WG_BARRIER"]["waits"] > bare["waits"] and got["WG_BARRIER"]["arrives"] > bare["arrives"]
-    assert got["WG_BARRIER"]["fences"] == bare["fences"]
-    assert got["PROXY_FENCES"]["fences"] > bare["fences"]
-    assert {k: got["PROXY_FENCES"][k] for k in ("waits", "arrives")} == {k: bare[k] for k in ("waits", "arrives")}
-    assert got["SERIAL_MMA"]["wait_group_1"] == 0 and got["SERIAL_MMA"]["fences"] == bare["fences"]
-    assert got["RELEASE_LAG"]["waits"] == bare["waits"] and got["RELEASE_LAG"]["fences"] == bare["fences"]
-    for key in attention_gluon_bwd.GUARD_BITS:
-        build = attention_gluon_bwd.inspect_build({**ring, key: True}, 64, False)
-        assert build.spill_bytes == 0 and not build.serialized, (key, build)
 
 
 @pytest.mark.slow

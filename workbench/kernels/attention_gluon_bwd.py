@@ -55,8 +55,8 @@ the PTX holds one S^T GEMM a consumer. Under Triton's own ptxas 12.8 on the H200
 on all 20 shapes and the probes (memcheck and synccheck clean) and 1.035x the 3-stage ring (under 13.0: 1.034x,
 the two-branch ring 1.044x; ``benchmarks/results/h200/kernels/gluon_attention_bwd_one_step/``). So ``config_space``
 offers the 2-stage ring first under any ptxas. The ruled-out hazards (barrier protocol:
-``tests/kernels/test_attention_gluon_bwd_protocol.py``; STRICT_ORDER; ``GUARD_BITS``) stay ruled out, and their
-keys stay for the record of those runs.
+``tests/kernels/test_attention_gluon_bwd_protocol.py``; STRICT_ORDER; the guards ``VARIANT_KEYS`` recalls) stay
+ruled out.
 
 Host path: the checks, the config, the grids, the descriptor layouts and the three launches are planned once per
 distinct call (``_BackwardPlan``); a repeated call builds its six descriptors from the plan's checked fields and
@@ -111,8 +111,7 @@ _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 KEYS_PER_WARPGROUP = 64
 """Key rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES")
-VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS", "ONE_STEP", "WG_BARRIER",
-                "PROXY_FENCES", "RELEASE_LAG", "SERIAL_MMA")
+VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS", "ONE_STEP")
 """Optional config keys of the H200 experiments, in no entry of ``config_space`` (``resolve_config`` refuses them;
 ``check_variant``, ``launch_backward`` and ``crosscompile`` take them; absent, each leaves the default build as it
 is): STRICT_ORDER (bool: fenced barrier inits, dS^T stored before the dV/dK GEMMs: the module docstring),
@@ -126,41 +125,13 @@ docstring). On the H200 (triton 3.6,
 ``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``): DQ_UNDER_DK right on all 20 shapes, 0.990x the
 default's speed; RING_COUNTERS wrong on every shape at 3 stages (illegal address at d=64 full) although it computes
 the same slots and phases; NUM_STAGES 4 with DS_BUFFERS 2 and 2 stages with DQ_UNDER_DK wrong (all under ptxas
-12.8, whose stale-descriptor miscompile the module docstring describes; read then as a timing hazard, which the
-guards below were built to name).
+12.8, whose stale-descriptor miscompile the module docstring describes; read then as a timing hazard).
 
-The last four (bools, ``GUARD_BITS``) each close one way that could happen; none is in ``config_space``, and the
-ring-fault runs of ``benchmarks/kernels/attention_gluon_bwd_variants.py`` put them on the failing rings (2 and 4
-stages, RING_COUNTERS) to say which cures it. Read on the CPU (triton 3.7.1 PTX and SASS of 2 and 3 stages and
-RING_COUNTERS, d=64): no protocol or register fault found. Every release follows its readers' waits, no instruction
-touches an in-flight wgmma's accumulator or A registers (a scan of the SASS; only dS^T's store reads the dK GEMM's A
-registers, STRICT_ORDER's case), the parities are right for any lead of one consumer over the other (at most
-NUM_STAGES - 1 steps: a refill waits for both releases), and the 3-stage build differs from the counter one only in
-addressing (barrier and lse offsets in a per-thread register instead of a uniform one), not in the order of its
-waits, fences, wgmmas and arrives. So each key tests a hazard the PTX rules leave open or the CPU cannot see:
-
-- WG_BARRIER: the consumers meet once a step (each waits on ``ds_ready`` for the other's dS^T before its dQ GEMM,
-  as the split dQ does; FA3's ``NamedBarrier::sync(NumMmaThreads, PdS)``), so neither runs ahead of the other.
-  No effect with one consumer (BLOCK_N 64).
-- PROXY_FENCES: ``fence.proxy.async`` before dS^T's store (after the async reads of the tile's last use: a
-  write-after-read across proxies) and before each release (the generic reads of lse, delta, dS^T before the next
-  TMA fill). FA3 and CUTLASS rely on the waits alone for both.
-- RELEASE_LAG: a slot released one step late (after the next step's work): a reader that outlives its wait shows
-  as a cure. Slow by design (a 2-deep ring loses its prefetch); a diagnostic.
-- SERIAL_MMA: every wgmma waited for at once (no GEMM overlaps another or the math): a hazard of anything in flight
-  shows as a cure. Slow; a diagnostic; not with DQ_UNDER_DK.
-
-Measured on the H200 (2026-12-02, ``benchmarks/results/h200/kernels/gluon_attention_bwd_guards/``): none cures
-anything. 2 stages stay wrong with each key and with all four (13-14 of 14 checks wrong; the probe's d=64 full
-case still an illegal memory access), RING_COUNTERS at 3 stages with each of WG_BARRIER, PROXY_FENCES, RELEASE_LAG
-(16 of 16 wrong), 4 stages with all four (3 of 3 wrong); BLOCK_M 128 with one dS^T tile is right on d=64 full and
-wrong on causal with or without them. So the fault is none of the four hazards: not the consumers' relative lead,
-not proxy ordering, not an early release, not overlapping wgmmas. It is ptxas 12.8's (the module docstring:
-a wgmma descriptor one branch computes and the other reads stale); under ptxas 13.0 every one of these variants is
-right (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/``)."""
-GUARD_BITS = {"WG_BARRIER": 1, "PROXY_FENCES": 2, "RELEASE_LAG": 4, "SERIAL_MMA": 8}
-"""The kernel's GUARDS constexpr: the bit of each of the last four ``VARIANT_KEYS`` (``_step`` decodes them; 0, the
-default, builds the kernel as before the keys existed)."""
+Four more keys, the ring-fault guards (WG_BARRIER: the consumers meet once a step; PROXY_FENCES: proxy fences
+before dS^T's store and each release; RELEASE_LAG: a slot released a step late; SERIAL_MMA: every wgmma waited for
+at once), each closed one hazard the PTX rules leave open; on the H200 none cured anything
+(``benchmarks/results/h200/kernels/gluon_attention_bwd_guards/``), the cause was ptxas's, and they are gone (git
+history before 2026-12-02's one-step build has them and the runs' commands)."""
 _PRE_ROWS = 64
 """Rows per program of the delta preprocessing (a guess: a [64, D] tile of O and dO per program; calibrate me)."""
 _POST_BLOCK = 2048
@@ -255,17 +226,13 @@ if HAS_GLUON:
             gl.atomic_add(ptrs, dq, sem="relaxed")
 
     @gluon.jit
-    def _publish_ds(ds_tile, ds_t, ds_ready, MEET: gl.constexpr, PROXY_FENCES: gl.constexpr):
+    def _publish_ds(ds_tile, ds_t, ds_ready, SPLIT_DQ: gl.constexpr):
         """dS^T [64 keys, BLOCK_M] to shared memory (dQ's A operand, read transposed), visible to the async proxy
-        and, with MEET (the split dQ, or WG_BARRIER), announced to the other consumer (``ds_ready``).
-        PROXY_FENCES: a proxy fence before the store too, after the async reads (dQ's wgmma) of the tile's last
-        use."""
-        if PROXY_FENCES:
-            fence_async_shared()
+        and, with SPLIT_DQ, announced to the other consumer (``ds_ready``)."""
         ds_tile.store(ds_t)
         fence_async_shared()
         _partition_barrier()  # every warp's part of dS^T is written before a wgmma reads it
-        if MEET:  # the other warpgroup reads this dS^T too (SPLIT_DQ), or waits for it (WG_BARRIER)
+        if SPLIT_DQ:  # the other warpgroup reads this dS^T too
             mbarrier.arrive(ds_ready, count=1)
 
     @gluon.jit
@@ -283,16 +250,15 @@ if HAS_GLUON:
 
     @gluon.jit
     def _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG: gl.constexpr,
-                 NUM_CONSUMERS: gl.constexpr, SPLIT_DQ: gl.constexpr, MEET: gl.constexpr):
+                 NUM_CONSUMERS: gl.constexpr, SPLIT_DQ: gl.constexpr):
         """Issue (async) the dQ_i GEMM of column chunk ``c``: dS [BLOCK_M, keys] (dS^T tiles read transposed)
         times K [keys, DQ_COLS]; SPLIT_DQ: columns [DQ_COLS WG, + DQ_COLS) over every consumer's keys, else this
-        warpgroup's 64 keys, columns [DQ_COLS c, + DQ_COLS). MEET (SPLIT_DQ or WG_BARRIER): first wait until every
-        consumer has stored its dS^T of the step (``ds_ready``). Returns the token."""
+        warpgroup's 64 keys, columns [DQ_COLS c, + DQ_COLS). SPLIT_DQ first waits until every consumer has
+        stored its dS^T of the step (``ds_ready``). Returns the token."""
         DQ_COLS: gl.constexpr = zero_dq.shape[1]
         HEAD_DIM: gl.constexpr = k_smem.shape[2]
-        if MEET:
-            mbarrier.wait(ds_ready.index(slot), phase)
         if SPLIT_DQ:
+            mbarrier.wait(ds_ready.index(slot), phase)
             for i in gl.static_range(NUM_CONSUMERS):
                 dq_tok = warpgroup_mma(ds_smem.index(ds_index * NUM_CONSUMERS + i).permute((1, 0)),
                                        k_smem.index(i).slice(WG * DQ_COLS, DQ_COLS, dim=1),
@@ -321,7 +287,7 @@ if HAS_GLUON:
               qk_scale, mask_now, MASKED: gl.constexpr, ONE_STEP: gl.constexpr,
               CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
               SPLIT_DQ: gl.constexpr, STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr,
-              DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr, GUARDS: gl.constexpr):
+              DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr):
         """One query block [start_m, + BLOCK_M) of query head ``q_row / S`` against this warpgroup's 64 keys:
         dK, dV accumulate; dQ_i goes to dQ_acc by atomics, [BLOCK_M, 64] at a time. Tiles: S^T, dP^T [64,
         BLOCK_M] and dK, dV [64, D] fp32 (registers, wgmma layouts); Q_i, dO_i [BLOCK_M, D] and dS^T [64, BLOCK_M]
@@ -332,13 +298,9 @@ if HAS_GLUON:
         them), wait, then dQ_i and its atomics. DQ_UNDER_DK (FA3's ``bwd_step``): dS^T stored first, then dV, dQ_i
         (of the first column chunk), dK issued back to back, and dQ_i's atomics run while dK's GEMM does.
         RING_COUNTERS: the ring slot and phase are the caller's loop-carried counters (FA3's PipelineState), not
-        ``step % NUM_STAGES`` and its quotient's parity. GUARDS: the ring-fault experiments' bits (``GUARD_BITS``).
+        ``step % NUM_STAGES`` and its quotient's parity.
         ONE_STEP (1 or 2; the caller's single call site, MASKED then True): ``mask_now`` (runtime: a diagonal or
         tail step) gates the mask (1), or every step is masked (2); 0: MASKED alone decides."""
-        MEET: gl.constexpr = SPLIT_DQ | ((GUARDS & 1) != 0)  # WG_BARRIER: the consumers meet at every dS^T
-        PROXY_FENCES: gl.constexpr = (GUARDS & 2) != 0
-        RELEASE_LAG: gl.constexpr = (GUARDS & 4) != 0
-        SERIAL_MMA: gl.constexpr = (GUARDS & 8) != 0
         BLOCK_M: gl.constexpr = q_ring.shape[1]
         HEAD_DIM: gl.constexpr = q_ring.shape[2]
         S_LAYOUT: gl.constexpr = zero_s.type.layout
@@ -360,14 +322,9 @@ if HAS_GLUON:
 
         mbarrier.wait(q_ready.index(slot), phase)
         s_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        if SERIAL_MMA:  # every GEMM retired before anything else runs
-            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
         mbarrier.wait(do_ready.index(slot), phase)
         dp_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        if SERIAL_MMA:
-            dp_t = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
-        else:
-            s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))  # S^T retired; dP^T still runs ...
+        s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))  # S^T retired; dP^T still runs ...
         # lse and delta come from shared memory just before their use (FA3 keeps them there too): held in
         # registers across the step they would take 32 of a consumer's 240
         lse = lse_ring.index(slot).load(COLUMNS)
@@ -378,8 +335,7 @@ if HAS_GLUON:
                     p_t = _mask_p(p_t, offs_m, offs_n, seq_len, CAUSAL)
             else:  # ONE_STEP 2: every step masked (all true off the diagonal and the tails); 0: two builds
                 p_t = _mask_p(p_t, offs_m, offs_n, seq_len, CAUSAL)
-        if not SERIAL_MMA:
-            dp_t = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
+        dp_t = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
         delta = delta_ring.index(slot).load(COLUMNS)
         ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(q_tile.dtype)
         if DS_BUFFERS == NUM_STAGES:  # one dS^T tile per ring slot (the default)
@@ -392,11 +348,11 @@ if HAS_GLUON:
         CHUNKS: gl.constexpr = 1 if SPLIT_DQ else HEAD_DIM // DQ_COLS
         FIRST_COLS: gl.constexpr = WG * DQ_COLS if SPLIT_DQ else 0
         if DQ_UNDER_DK:
-            _publish_ds(ds_tile, ds_t, ds_ready.index(slot), MEET, PROXY_FENCES)
+            _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
             p_op = gl.convert_layout(p_t.to(q_tile.dtype), OP_LAYOUT)
             dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
             dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, 0, zero_dq, WG, NUM_CONSUMERS,
-                              SPLIT_DQ, MEET)
+                              SPLIT_DQ)
             ds_op = gl.convert_layout(ds_t, OP_LAYOUT)
             dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
             dv, dq, p_op = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, dq_tok, p_op))  # dK's still runs
@@ -405,45 +361,31 @@ if HAS_GLUON:
             dk, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ds_op))
             for c in gl.static_range(1, CHUNKS):  # one consumer at D = 128: the second 64 columns
                 dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG, NUM_CONSUMERS,
-                                  SPLIT_DQ, MEET)
+                                  SPLIT_DQ)
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
                 _add_dq(dq_block + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
         else:
             if STRICT_ORDER:  # dS^T stored before its registers become an in-flight wgmma's A operand
-                _publish_ds(ds_tile, ds_t, ds_ready.index(slot), MEET, PROXY_FENCES)
+                _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
             p_op = gl.convert_layout(p_t.to(q_tile.dtype), OP_LAYOUT)
             dv_tok = warpgroup_mma(p_op, do_tile, dv, is_async=True)
-            if SERIAL_MMA:
-                dv, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, p_op))
             ds_op = gl.convert_layout(ds_t, OP_LAYOUT)
             dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
-            if SERIAL_MMA:
-                dk, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ds_op))
             if not STRICT_ORDER:  # the store overlaps the dV and dK GEMMs
-                _publish_ds(ds_tile, ds_t, ds_ready.index(slot), MEET, PROXY_FENCES)
-            if not SERIAL_MMA:
-                dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, p_op, ds_op))
+                _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
+            dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, p_op, ds_op))
             dq_block, dq_offs, rows = _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM)
             for c in gl.static_range(CHUNKS):
                 dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG, NUM_CONSUMERS,
-                                  SPLIT_DQ, MEET)
+                                  SPLIT_DQ)
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
                 _add_dq(dq_block + FIRST_COLS + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
         # Q_i, dO_i and every dS^T of this step read. A dS^T tile is written again DS_BUFFERS steps later: by then
         # its writer's own dQ GEMM has retired, and (SPLIT_DQ) so has the other consumer's, which stored its dS^T
         # of the step in between (``ds_ready``) only after this step; one tile a consumer is enough without the
         # split (its only reader is its writer).
-        if PROXY_FENCES:  # the generic reads of lse, delta and dS^T ordered before the async proxy's next fill
-            fence_async_shared()
         _partition_barrier()  # as attention_gluon's _release: every warp is past its last wait
-        if RELEASE_LAG:  # the slot of the step before, a whole step after its last read
-            if step > 0:
-                released = slot + (NUM_STAGES - 1)
-                if released >= NUM_STAGES:
-                    released -= NUM_STAGES
-                mbarrier.arrive(empty.index(released), count=1)
-        else:
-            mbarrier.arrive(empty.index(slot), count=1)
+        mbarrier.arrive(empty.index(slot), count=1)
         return dk, dv
 
     @gluon.jit
@@ -451,7 +393,7 @@ if HAS_GLUON:
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr,
                   WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                   STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr,
-                  RING_COUNTERS: gl.constexpr, GUARDS: gl.constexpr, ONE_STEP: gl.constexpr):
+                  RING_COUNTERS: gl.constexpr, ONE_STEP: gl.constexpr):
         """Consumer warpgroup WG: keys [start_n + 64 WG, + 64) against every query block of every query head of
         the kv group; stores its dK, dV rows at the end."""
         KEYS: gl.constexpr = k_smem.shape[1]
@@ -487,17 +429,17 @@ if HAS_GLUON:
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
                                zero_dq, dq_ptr, seq_len, qk_scale, mask_now, True, ONE_STEP, CAUSAL, WG,
                                NUM_CONSUMERS, NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK,
-                               RING_COUNTERS, GUARDS)
+                               RING_COUNTERS)
             elif mask_now:
                 dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
                                zero_dq, dq_ptr, seq_len, qk_scale, mask_now, True, 0, CAUSAL, WG, NUM_CONSUMERS,
-                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS)
+                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS)
             else:
                 dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
                                zero_dq, dq_ptr, seq_len, qk_scale, mask_now, False, 0, CAUSAL, WG, NUM_CONSUMERS,
-                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS)
+                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS)
             if RING_COUNTERS:
                 ring_slot += 1
                 if ring_slot == NUM_STAGES:
@@ -518,10 +460,10 @@ if HAS_GLUON:
                          do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                          qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, STRICT_ORDER: gl.constexpr,
                          DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr,
-                         GUARDS: gl.constexpr, ONE_STEP: gl.constexpr):
+                         ONE_STEP: gl.constexpr):
         _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL, 1, 2, NUM_STAGES,
-                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, GUARDS, ONE_STEP)
+                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, ONE_STEP)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_kv", "group"])  # one build per config and layout
     def _attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_ptr, dk_ptr, dv_ptr, seq_len,
@@ -529,15 +471,15 @@ if HAS_GLUON:
                          NUM_STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                          STRICT_ORDER: gl.constexpr = False, DS_BUFFERS: gl.constexpr = 0,
                          DQ_UNDER_DK: gl.constexpr = False, RING_COUNTERS: gl.constexpr = False,
-                         GUARDS: gl.constexpr = 0, ONE_STEP: gl.constexpr = 0):
+                         ONE_STEP: gl.constexpr = 1):
         """Grid (cdiv(S, 64 NUM_CONSUMERS), B * Hkv).
 
         q_desc, do_desc: q, dO [B*Hq*S, D], block [BLOCK_M, D]; k_desc, v_desc: [B*Hkv*S, D], block [64, D];
         lse_desc, delta_desc: lse, delta [B*Hq*S] fp32, block [BLOCK_M]; dq_ptr: dQ_acc [B, Hq, S, D] fp32
         (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous. Launched with num_warps=4 (the first consumer);
         workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
-        DS_BUFFERS: dS^T tiles per consumer (0: NUM_STAGES, one per ring slot); DQ_UNDER_DK, RING_COUNTERS, GUARDS
-        (``GUARD_BITS``), ONE_STEP: ``_step``'s."""
+        DS_BUFFERS: dS^T tiles per consumer (0: NUM_STAGES, one per ring slot); DQ_UNDER_DK, RING_COUNTERS,
+        ONE_STEP: ``_step``'s."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         KEYS: gl.constexpr = k_desc.block_type.shape[0]
@@ -569,11 +511,11 @@ if HAS_GLUON:
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, GUARDS, ONE_STEP)),
+                             RING_COUNTERS, ONE_STEP)),
                 (_second_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                                     do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group,
                                     sm_scale, qk_scale, CAUSAL, NUM_STAGES, STRICT_ORDER, DS_TILES,
-                                    DQ_UNDER_DK, RING_COUNTERS, GUARDS, ONE_STEP)),
+                                    DQ_UNDER_DK, RING_COUNTERS, ONE_STEP)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
@@ -583,7 +525,7 @@ if HAS_GLUON:
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, GUARDS, ONE_STEP)),
+                             RING_COUNTERS, ONE_STEP)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
@@ -745,7 +687,6 @@ def _constexprs(config: dict, causal: bool) -> dict:
                 DS_BUFFERS=0 if ds_buffers == stages else ds_buffers,
                 DQ_UNDER_DK=bool(config.get("DQ_UNDER_DK", False)),
                 RING_COUNTERS=bool(config.get("RING_COUNTERS", False)),
-                GUARDS=sum(bit for key, bit in GUARD_BITS.items() if config.get(key, False)),
                 ONE_STEP=config.get("ONE_STEP", 1))
 
 
@@ -838,14 +779,12 @@ def check_variant(config: dict, head_dim: int) -> dict:
           config["NUM_STAGES"], "an int >= 2 (the producer refills a slot while the consumers read the other)")
     unknown = sorted(set(config) - set(_KEYS) - set(VARIANT_KEYS))
     check(not unknown, "config", f"keys {unknown}", f"only {_KEYS} and the experiments' {VARIANT_KEYS}")
-    for key in ("STRICT_ORDER", "DQ_UNDER_DK", "RING_COUNTERS", *GUARD_BITS):
+    for key in ("STRICT_ORDER", "DQ_UNDER_DK", "RING_COUNTERS"):
         check(isinstance(config.get(key, False), bool), f"config['{key}']", config.get(key), "True or False")
     one_step = config.get("ONE_STEP", 1)
     check(type(one_step) is int and one_step in (0, 1, 2), "config['ONE_STEP']", repr(one_step),
           "0 (masked and unmasked steps built apart), 1 (one build, the mask behind a runtime test) or 2 (one "
           "build, every step masked)")
-    check(not (config.get("SERIAL_MMA", False) and config.get("DQ_UNDER_DK", False)), "config",
-          "SERIAL_MMA with DQ_UNDER_DK", "one of them (SERIAL_MMA serializes the default GEMM order)")
     stages, split_dq = config["NUM_STAGES"], config["BLOCK_N"] == 128 and head_dim == 128
     fewest = 2 if split_dq else 1
     ds_buffers = config.get("DS_BUFFERS", stages)
