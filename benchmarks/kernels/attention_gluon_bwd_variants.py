@@ -45,25 +45,24 @@ sys.path.insert(0, str(HERE))
 
 import attention_gluon_bwd_ring_bench as ring  # noqa: E402  (same folder: the harness this bench reuses)
 
-DEFAULT = dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=3)
-"""The default of every bucket (``attention_gluon_bwd.default_config``), the yardstick of every variant."""
-S2 = dict(DEFAULT, NUM_STAGES=2)
+DEFAULT = dict(BLOCK_M=64, BLOCK_N=128, NUM_STAGES=2)
+"""The default of every bucket (``attention_gluon_bwd.default_config``: the 2-stage ring, its step built once),
+the yardstick of every variant. (Until 2026-12-02 the 3-stage ring: the runs before this list's.)"""
 VARIANTS = {
-    "s2-one-step": dict(S2, ONE_STEP=1),
-    "s2-mask-all": dict(S2, ONE_STEP=2),
-    "s3-one-step": dict(DEFAULT, ONE_STEP=1),
-    "s2": S2,
+    "split2": dict(DEFAULT, GROUP_SPLIT=2),
+    "split4": dict(DEFAULT, GROUP_SPLIT=4),
+    "split8": dict(DEFAULT, GROUP_SPLIT=8),
 }
 """Variant name -> config (``attention_gluon_bwd.VARIANT_KEYS``), in priority order (the timed phase runs them in
-turn while the budget lasts); each runs at the head dims whose ``check_variant`` it passes. This list: the consumer's
-step built once (ONE_STEP: the mask behind a runtime test, or on every step) at 2 and 3 stages, beside the plain
-2-stage ring (the control: wrong under ptxas 12.8). Run under Triton's own ptxas 12.8: ptxas's stale descriptor (the
-module docstring of ``attention_gluon_bwd``) needs the S^T GEMM in two branches, which ONE_STEP removes. The earlier
+turn while the budget lasts); each runs on the shapes ``applies`` lets it. This list: the GQA group's query heads
+split between GROUP_SPLIT programs per key block (dK, dV added by atomics), for shapes whose B * Hkv * key blocks
+programs leave SMs idle or unevenly loaded (a05, MQA 16 x 1024 causal: 128 programs, 8x apart in work). The earlier
 runs, with their own lists (git history of this file): the GEMM-order and buffer variants
 (``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``: DQ_UNDER_DK right, 0.990x), the ring-fault guards
 (``gluon_attention_bwd_guards/``: none cured anything under ptxas 12.8), those guards under 13.0
-(``gluon_attention_bwd_ptxas/variants_ptxas13/``: every variant right; the 2-stage ring 1.049x the 3-stage) and the
-speed list under 13.0 (``speed_variants_ptxas13/``: nothing beats the 2-stage ring, 1.052x)."""
+(``gluon_attention_bwd_ptxas/variants_ptxas13/``: every variant right; the 2-stage ring 1.049x the 3-stage), the
+speed list under 13.0 (``speed_variants_ptxas13/``: nothing beats the 2-stage ring, 1.052x) and the one-step build
+(``gluon_attention_bwd_one_step/``: the 2-stage ring right under ptxas 12.8, 1.035x the 3-stage)."""
 SEED = 20_26_12_02
 CHECK_SHARE = 0.4
 """Share of the budget the parallel checks may take; a guess (22 jobs took 25 s on 14 processes, the variants run
@@ -76,7 +75,7 @@ TIMED_ROUNDS = 2
 that the variants fit the budget; the two share every round, so their ratio keeps its precision (a guess)."""
 REPORT_RESERVE_S = 8.0
 BASELINE = "baseline"
-DEFAULT_LABEL = ring.label((64, 128, 3))
+DEFAULT_LABEL = ring.label(tuple(DEFAULT[key] for key in ("BLOCK_M", "BLOCK_N", "NUM_STAGES")))
 """The default's name in the rows (the ring bench's baseline rows name it so)."""
 FIELDS = ["id", "name", "batch", "seq", "heads_q", "heads_kv", "head_dim", "causal", "impl", "config", "phase", "ms",
           "default_ms", "tflops", "flops", "rel_err_dq", "rel_err_dk", "rel_err_dv", "sdpa_err_dq", "sdpa_err_dk",
@@ -94,6 +93,12 @@ def fits(config: dict, head_dim: int) -> bool:
     except KernelInputError:
         return False
     return True
+
+
+def applies(config: dict, shape: dict) -> bool:
+    """The config fits the shape's head dim and, with a GROUP_SPLIT, splits its GQA group (> 1) evenly."""
+    split, group = config.get("GROUP_SPLIT", 1), shape["heads_q"] // shape["heads_kv"]
+    return fits(config, shape["head_dim"]) and group % split == 0 and (split == 1 or group > 1)
 
 
 # ------------------------------------------------------------------------------------------------ GPU workers
@@ -229,7 +234,7 @@ def worker_main(args) -> int:
         return 0
     ids = set(args.ids.split(",")) if args.ids else None
     config = VARIANTS[args.worker]
-    variant_worker(args.worker, [s for s in shapes if fits(config, s["head_dim"]) and (ids is None or s["id"] in ids)],
+    variant_worker(args.worker, [s for s in shapes if applies(config, s) and (ids is None or s["id"] in ids)],
                    emit, deadline, args.cache, time_it=True)
     return 0
 
@@ -245,7 +250,8 @@ def _check_job(job: tuple) -> list[dict]:
               if s["head_dim"] == head_dim and bool(s["causal"]) == causal]
     rows, started = [], time.perf_counter()
     try:
-        variant_worker(name, [dict(ring.PROBE, head_dim=head_dim, causal=causal), *shapes], rows.append, deadline,
+        probe = dict(ring.PROBE, head_dim=head_dim, causal=causal)
+        variant_worker(name, [s for s in (probe, *shapes) if applies(VARIANTS[name], s)], rows.append, deadline,
                        None, time_it=False)
     except Exception as exc:  # noqa: BLE001 - a variant that does not build or run is a result
         rows.append(dict(id="probe", impl=name, head_dim=head_dim, causal=int(causal), phase="check", status="error",

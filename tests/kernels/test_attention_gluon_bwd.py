@@ -98,6 +98,20 @@ def test_a_bad_variant_key_is_named(change, key):
         attention_gluon_bwd.check_variant({**default_config(128, False), **change}, 128)
 
 
+@pytest.mark.parametrize("split", [0, 1.0, "2", True])
+def test_a_bad_group_split_is_named(split):
+    with pytest.raises(KernelInputError, match="GROUP_SPLIT"):
+        attention_gluon_bwd.check_variant({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "GROUP_SPLIT": split}, 64)
+
+
+def test_a_group_split_that_does_not_divide_the_group_is_refused_when_planned():
+    q, do, o = (torch.zeros(1, 6, 128, 64, dtype=torch.bfloat16) for _ in range(3))
+    k = v = torch.zeros(1, 2, 128, 64, dtype=torch.bfloat16)  # a GQA group of 3
+    config = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "GROUP_SPLIT": 2}
+    with pytest.raises(KernelInputError, match="a divisor of the GQA group 3"):
+        attention_gluon_bwd._plan(q, k, v, do, o, False, 0.125, config)
+
+
 def test_variants_pass_their_checks_but_not_the_config_space():
     for config, head_dim in [({**default_config(128, True), "DQ_UNDER_DK": True}, 128),
                              ({**default_config(128, True), "NUM_STAGES": 4, "DS_BUFFERS": 2}, 128),
@@ -405,6 +419,8 @@ def test_the_strict_order_variant_builds_like_the_default(head_dim, causal):
     ({"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "DS_BUFFERS": 1, "DQ_UNDER_DK": True}, 64, False),
     ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "ONE_STEP": 1}, 128, True),
     ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "ONE_STEP": 2}, 64, False),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "GROUP_SPLIT": 4}, 128, True),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "GROUP_SPLIT": 2}, 64, False),
 ])
 def test_variants_build_for_sm90_within_their_shared_memory(config, head_dim, causal):
     """The VARIANT_KEYS builds (benchmarks/kernels/attention_gluon_bwd_variants.py's) compile for sm_90: shared
@@ -487,6 +503,25 @@ def test_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, inde
         _check_grads((dq, dk, dv), want)
     except AssertionError as exc:
         raise AssertionError(f"{_config_ids(config)}: {exc}") from exc
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s, d, causal, split", [
+    (2, 8, 1, 1024, 128, True, 8),  # MQA: one query head a program
+    (2, 8, 1, 1024, 128, True, 2),
+    (1, 8, 2, 384, 128, False, 4),
+    (1, 8, 2, 384, 64, True, 2),
+])
+def test_a_group_split_matches_the_float64_reference_on_the_gpu(b, hq, hkv, s, d, causal, split):
+    from workbench.kernels.attention import flash_attention_fwd
+
+    q, k, v, do = _inputs(b, hq, hkv, s, d, 17 + split)
+    o, lse = flash_attention_fwd(q, k, v, causal)
+    config = {**config_space(d, causal)[0], "GROUP_SPLIT": split}
+    dq, dk, dv = attention_gluon_bwd.launch_backward(do, q, k, v, o, lse, causal, d ** -0.5, config)
+    assert dk.shape == k.shape and dv.shape == v.shape and dk.dtype == dv.dtype == torch.bfloat16
+    assert dk.is_contiguous() and dv.is_contiguous()
+    _check_grads((dq, dk, dv), reference_attention_grads(q, k, v, do, causal)[1:])
 
 
 @on_hopper

@@ -111,7 +111,7 @@ _LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 KEYS_PER_WARPGROUP = 64
 """Key rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES")
-VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS", "ONE_STEP")
+VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS", "ONE_STEP", "GROUP_SPLIT")
 """Optional config keys of the H200 experiments, in no entry of ``config_space`` (``resolve_config`` refuses them;
 ``check_variant``, ``launch_backward`` and ``crosscompile`` take them; absent, each leaves the default build as it
 is): STRICT_ORDER (bool: fenced barrier inits, dS^T stored before the dV/dK GEMMs: the module docstring),
@@ -121,7 +121,10 @@ RING_COUNTERS (bool: the consumers carry the ring slot and phase from step to st
 NUM_STAGES: the division by 3 costs the registers that spill at d=128), ONE_STEP (int: 1, absent, the default: the
 consumer's step built once, its mask behind a runtime test of the step; 2: every step masked; 0: masked and
 unmasked steps built apart, the build before 2026-12-02, whose 2-stage ring ptxas 12.8 miscompiles: the module
-docstring). On the H200 (triton 3.6,
+docstring), GROUP_SPLIT (int dividing the GQA group, 1 absent: that many programs share a key block of a kv
+head, each summing dK, dV over its share of the query heads, added to fp32 accumulators by atomics and converted
+after the kernel: more programs where B * Hkv * key blocks leaves SMs idle, as MQA's 128 programs of 16 x 1024,
+whose causal key blocks differ 8x in work, do). On the H200 (triton 3.6,
 ``benchmarks/results/h200/kernels/gluon_attention_bwd_variants/``): DQ_UNDER_DK right on all 20 shapes, 0.990x the
 default's speed; RING_COUNTERS wrong on every shape at 3 stages (illegal address at d=64 full) although it computes
 the same slots and phases; NUM_STAGES 4 with DS_BUFFERS 2 and 2 stages with DQ_UNDER_DK wrong (all under ptxas
@@ -163,14 +166,24 @@ def _dq_convert_kernel(DQ_ACC, DQ, n, scale, BLOCK: tl.constexpr):
 if HAS_GLUON:
 
     @gluon.jit
-    def _kv_schedule(seq_len, heads_kv, group, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+    def _kv_schedule(seq_len, heads_kv, group, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
+                     GROUP_SPLIT: gl.constexpr):
         """This program's key block and query loop: (first key, first k/v row in the 2-D views, b * Hq + first
-        query head of the group, lo, diag_end, full_end, end). Per query head the steps run over query blocks
+        query head, query heads, lo, diag_end, full_end, end). Per query head the steps run over query blocks
         [lo, end): [lo, diag_end) cross the diagonal (masked), [diag_end, full_end) need no mask, [full_end, end)
-        is the sequence tail (masked); a key block past S masks every step."""
+        is the sequence tail (masked); a key block past S masks every step. GROUP_SPLIT programs share a kv head's
+        key block, each taking group / GROUP_SPLIT of its query heads (program_id(1) = (b * Hkv + kv head) *
+        GROUP_SPLIT + part)."""
         start_n = gl.program_id(0) * BLOCK_N
-        bh_kv = gl.program_id(1)  # b * Hkv + kv head
-        q_head0 = (bh_kv // heads_kv) * heads_kv * group + (bh_kv % heads_kv) * group
+        if GROUP_SPLIT == 1:
+            bh_kv = gl.program_id(1)  # b * Hkv + kv head
+            heads = group
+            q_head0 = (bh_kv // heads_kv) * heads_kv * group + (bh_kv % heads_kv) * group
+        else:
+            bh_kv = gl.program_id(1) // GROUP_SPLIT
+            heads = group // GROUP_SPLIT
+            q_head0 = ((bh_kv // heads_kv) * heads_kv * group + (bh_kv % heads_kv) * group
+                       + (gl.program_id(1) % GROUP_SPLIT) * heads)
         end = gl.cdiv(seq_len, BLOCK_M) * BLOCK_M
         full_end = (seq_len // BLOCK_M) * BLOCK_M
         if CAUSAL:  # queries before start_n see none of these keys; from the key block's last key on, all
@@ -183,26 +196,27 @@ if HAS_GLUON:
         ragged = start_n + BLOCK_N > seq_len
         diag_end = gl.where(ragged, end, diag_end)
         full_end = gl.where(ragged, end, full_end)
-        return start_n, bh_kv * seq_len, q_head0, lo, diag_end, full_end, end
+        return start_n, bh_kv * seq_len, q_head0, heads, lo, diag_end, full_end, end
 
     # ----------------------------------------------------------------------------------------- producer
     @gluon.jit
     def _load_partition(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring, do_ring,
                         lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv, group,
-                        CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr):
+                        CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                        GROUP_SPLIT: gl.constexpr):
         """The TMA warp: each consumer's K and V rows once, then Q_i with its lse rows and dO_i with its delta
         rows for every (query head, query block) step in the consumers' order, slot step % NUM_STAGES, waiting
         for empty[slot] (a fresh mbarrier passes parity 1 at once)."""
         KEYS: gl.constexpr = k_desc.block_type.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
-        start_n, kv_row, q_head0, lo, diag_end, full_end, end = _kv_schedule(seq_len, heads_kv, group,
-                                                                             KEYS * NUM_CONSUMERS, BLOCK_M, CAUSAL)
+        start_n, kv_row, q_head0, heads, lo, diag_end, full_end, end = _kv_schedule(
+            seq_len, heads_kv, group, KEYS * NUM_CONSUMERS, BLOCK_M, CAUSAL, GROUP_SPLIT)
         mbarrier.expect(kv_bar, NUM_CONSUMERS * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
         for i in gl.static_range(NUM_CONSUMERS):
             tma.async_copy_global_to_shared(k_desc, [kv_row + start_n + i * KEYS, 0], kv_bar, k_smem.index(i))
             tma.async_copy_global_to_shared(v_desc, [kv_row + start_n + i * KEYS, 0], kv_bar, v_smem.index(i))
         steps = (end - lo) // BLOCK_M
-        for g in range(group):
+        for g in range(heads):
             q_row = (q_head0 + g) * seq_len + lo
             for j in range(steps):
                 step = g * steps + j
@@ -393,9 +407,10 @@ if HAS_GLUON:
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr,
                   WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                   STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr,
-                  RING_COUNTERS: gl.constexpr, ONE_STEP: gl.constexpr):
+                  RING_COUNTERS: gl.constexpr, ONE_STEP: gl.constexpr, GROUP_SPLIT: gl.constexpr):
         """Consumer warpgroup WG: keys [start_n + 64 WG, + 64) against every query block of every query head of
-        the kv group; stores its dK, dV rows at the end."""
+        the kv group (GROUP_SPLIT > 1: of this program's share of them); stores its dK, dV rows at the end
+        (GROUP_SPLIT > 1: adds them to the fp32 dK, dV accumulators the programs of a key block share)."""
         KEYS: gl.constexpr = k_smem.shape[1]
         HEAD_DIM: gl.constexpr = k_smem.shape[2]
         BLOCK_M: gl.constexpr = q_ring.shape[1]
@@ -407,8 +422,8 @@ if HAS_GLUON:
         DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, DQ_COLS, 16])
         SPLIT_DQ: gl.constexpr = NUM_CONSUMERS == 2 and HEAD_DIM == 2 * DQ_COLS
-        start_n, kv_row, q_head0, lo, diag_end, full_end, end = _kv_schedule(seq_len, heads_kv, group,
-                                                                             KEYS * NUM_CONSUMERS, BLOCK_M, CAUSAL)
+        start_n, kv_row, q_head0, heads, lo, diag_end, full_end, end = _kv_schedule(
+            seq_len, heads_kv, group, KEYS * NUM_CONSUMERS, BLOCK_M, CAUSAL, GROUP_SPLIT)
         first_key = start_n + WG * KEYS
         offs_n = first_key + gl.arange(0, KEYS, layout=gl.SliceLayout(1, S_LAYOUT))
         zero_s = gl.zeros([KEYS, BLOCK_M], gl.float32, layout=S_LAYOUT)  # use_acc=False reads nothing
@@ -419,7 +434,7 @@ if HAS_GLUON:
         mbarrier.wait(kv_bar, 0)  # (SPLIT_DQ reads the other consumer's K too)
         ring_slot = steps * 0  # RING_COUNTERS: step % NUM_STAGES and the parity of its quotient, carried
         ring_phase = steps * 0
-        for step in range(group * steps):  # (query head, query block) pairs; the group's dK, dV sum here
+        for step in range(heads * steps):  # (query head, query block) pairs; the group's dK, dV sum here
             g = step // steps
             start_m = lo + (step - g * steps) * BLOCK_M
             q_row = (q_head0 + g) * seq_len
@@ -452,18 +467,22 @@ if HAS_GLUON:
             0, ACC_LAYOUT)), 0)
         keep = gl.expand_dims(first_key + rows < seq_len, 1)
         base = (kv_row + first_key).to(gl.int64) * HEAD_DIM
-        gl.store(dk_ptr + base + offs, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keep)
-        gl.store(dv_ptr + base + offs, dv.to(dv_ptr.dtype.element_ty), mask=keep)
+        if GROUP_SPLIT == 1:
+            gl.store(dk_ptr + base + offs, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keep)
+            gl.store(dv_ptr + base + offs, dv.to(dv_ptr.dtype.element_ty), mask=keep)
+        else:  # fp32 accumulators, zeroed: the key block's other programs add theirs
+            gl.atomic_add(dk_ptr + base + offs, dk * sm_scale, mask=keep, sem="relaxed")
+            gl.atomic_add(dv_ptr + base + offs, dv, mask=keep, sem="relaxed")
 
     @gluon.jit
     def _second_consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                          do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                          qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, STRICT_ORDER: gl.constexpr,
                          DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr,
-                         ONE_STEP: gl.constexpr):
+                         ONE_STEP: gl.constexpr, GROUP_SPLIT: gl.constexpr):
         _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL, 1, 2, NUM_STAGES,
-                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, ONE_STEP)
+                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, ONE_STEP, GROUP_SPLIT)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_kv", "group"])  # one build per config and layout
     def _attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_ptr, dk_ptr, dv_ptr, seq_len,
@@ -471,12 +490,12 @@ if HAS_GLUON:
                          NUM_STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                          STRICT_ORDER: gl.constexpr = False, DS_BUFFERS: gl.constexpr = 0,
                          DQ_UNDER_DK: gl.constexpr = False, RING_COUNTERS: gl.constexpr = False,
-                         ONE_STEP: gl.constexpr = 1):
-        """Grid (cdiv(S, 64 NUM_CONSUMERS), B * Hkv).
+                         ONE_STEP: gl.constexpr = 1, GROUP_SPLIT: gl.constexpr = 1):
+        """Grid (cdiv(S, 64 NUM_CONSUMERS), B * Hkv * GROUP_SPLIT).
 
         q_desc, do_desc: q, dO [B*Hq*S, D], block [BLOCK_M, D]; k_desc, v_desc: [B*Hkv*S, D], block [64, D];
         lse_desc, delta_desc: lse, delta [B*Hq*S] fp32, block [BLOCK_M]; dq_ptr: dQ_acc [B, Hq, S, D] fp32
-        (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous. Launched with num_warps=4 (the first consumer);
+        (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous (GROUP_SPLIT > 1: fp32, zeroed). Launched with num_warps=4 (the first consumer);
         workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
         DS_BUFFERS: dS^T tiles per consumer (0: NUM_STAGES, one per ring slot); DQ_UNDER_DK, RING_COUNTERS,
         ONE_STEP: ``_step``'s."""
@@ -511,24 +530,24 @@ if HAS_GLUON:
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, ONE_STEP)),
+                             RING_COUNTERS, ONE_STEP, GROUP_SPLIT)),
                 (_second_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                                     do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group,
                                     sm_scale, qk_scale, CAUSAL, NUM_STAGES, STRICT_ORDER, DS_TILES,
-                                    DQ_UNDER_DK, RING_COUNTERS, ONE_STEP)),
+                                    DQ_UNDER_DK, RING_COUNTERS, ONE_STEP, GROUP_SPLIT)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
-                                   group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+                                   group, CAUSAL, NUM_CONSUMERS, NUM_STAGES, GROUP_SPLIT)),
             ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
             gl.warp_specialize([
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, ONE_STEP)),
+                             RING_COUNTERS, ONE_STEP, GROUP_SPLIT)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
-                                   group, CAUSAL, NUM_CONSUMERS, NUM_STAGES)),
+                                   group, CAUSAL, NUM_CONSUMERS, NUM_STAGES, GROUP_SPLIT)),
             ], [1], [LOADER_REGS])
         mbarrier.invalidate(kv_bar)
         for i in gl.static_range(NUM_STAGES):
@@ -600,7 +619,7 @@ class _BackwardPlan:
     the three launches (``KernelLaunch``: after its first launch each calls its compiled kernel directly)."""
 
     __slots__ = ("copy", "views", "blocks", "layouts", "tiles", "rows", "device_index", "preprocess", "kernel",
-                 "convert")
+                 "convert", "convert_kv")
 
 
 _PLANS = plan_cache()
@@ -626,11 +645,17 @@ def _plan(q, k, v, do, o, causal: bool, scale: float, config: dict) -> _Backward
     plan.device_index = q.device.index
     plan.preprocess = KernelLaunch(_bwd_preprocess_kernel, (triton.cdiv(rows, _PRE_ROWS),), (rows,),
                                    dict(HEAD_DIM=d, ROWS=_PRE_ROWS))
-    plan.kernel = KernelLaunch(_attn_bwd_kernel, (triton.cdiv(s, block_n), b * hkv),
+    split = config.get("GROUP_SPLIT", 1)
+    check((hq // hkv) % split == 0, "config['GROUP_SPLIT']", split,
+          f"a divisor of the GQA group {hq // hkv} (query heads {hq} / kv heads {hkv})")
+    plan.kernel = KernelLaunch(_attn_bwd_kernel, (triton.cdiv(s, block_n), b * hkv * split),
                                (s, hkv, hq // hkv, scale, scale * _LOG2E),
                                {**_constexprs(config, causal), "num_warps": 4})
     plan.convert = KernelLaunch(_dq_convert_kernel, (triton.cdiv(rows * d, _POST_BLOCK),), (rows * d, scale),
                                 dict(BLOCK=_POST_BLOCK))
+    plan.convert_kv = None if split == 1 else KernelLaunch(  # dK, dV from their fp32 accumulators, as one
+        _dq_convert_kernel, (triton.cdiv(2 * kv_rows * d, _POST_BLOCK),), (2 * kv_rows * d, 1.0),
+        dict(BLOCK=_POST_BLOCK))
     return plan
 
 
@@ -647,7 +672,11 @@ def _run(plan: _BackwardPlan, do, q, k, v, o, lse):
         q, k, v, do, lse = (t if pointers_aligned(t) else t.clone() for t in (q, k, v, do, lse))
     delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
     dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32)  # dq_acc: [B, Hq, S, D], zeroed below
-    dk, dv = torch.empty_like(k), torch.empty_like(v)  # dk, dv: [B, Hkv, S, D], contiguous like k, v
+    if plan.convert_kv is None:
+        dk, dv = torch.empty_like(k), torch.empty_like(v)  # dk, dv: [B, Hkv, S, D], contiguous like k, v
+    else:  # GROUP_SPLIT: the programs of a key block add into dkv_acc [2, B, Hkv, S, D] fp32 (dK, dV)
+        dkv_acc = torch.zeros((2, *k.shape), device=k.device, dtype=torch.float32)
+        dk, dv = dkv_acc[0], dkv_acc[1]
     dq = torch.empty_like(q)  # dq: [B, Hq, S, D]
     plan.preprocess(pointers_aligned(o), o, do, delta, dq_acc)
     tensors = (q, do, k), (v, lse, delta)
@@ -663,6 +692,10 @@ def _run(plan: _BackwardPlan, do, q, k, v, o, lse):
                                                       plan.layouts[1])
     plan.kernel(True, q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_acc, dk, dv)
     plan.convert(True, dq_acc, dq)  # torch's allocations: aligned
+    if plan.convert_kv is not None:
+        dkv = torch.empty((2, *k.shape), device=k.device, dtype=k.dtype)
+        plan.convert_kv(True, dkv_acc, dkv)
+        dk, dv = dkv[0], dkv[1]
     return dq, dk, dv
 
 
@@ -687,7 +720,7 @@ def _constexprs(config: dict, causal: bool) -> dict:
                 DS_BUFFERS=0 if ds_buffers == stages else ds_buffers,
                 DQ_UNDER_DK=bool(config.get("DQ_UNDER_DK", False)),
                 RING_COUNTERS=bool(config.get("RING_COUNTERS", False)),
-                ONE_STEP=config.get("ONE_STEP", 1))
+                ONE_STEP=config.get("ONE_STEP", 1), GROUP_SPLIT=config.get("GROUP_SPLIT", 1))
 
 
 # ------------------------------------------------------------------------------------------------ config space
@@ -781,6 +814,9 @@ def check_variant(config: dict, head_dim: int) -> dict:
     check(not unknown, "config", f"keys {unknown}", f"only {_KEYS} and the experiments' {VARIANT_KEYS}")
     for key in ("STRICT_ORDER", "DQ_UNDER_DK", "RING_COUNTERS"):
         check(isinstance(config.get(key, False), bool), f"config['{key}']", config.get(key), "True or False")
+    split = config.get("GROUP_SPLIT", 1)
+    check(type(split) is int and split >= 1, "config['GROUP_SPLIT']", repr(split),
+          "an int >= 1 that divides the GQA group (programs sharing a key block)")
     one_step = config.get("ONE_STEP", 1)
     check(type(one_step) is int and one_step in (0, 1, 2), "config['ONE_STEP']", repr(one_step),
           "0 (masked and unmasked steps built apart), 1 (one build, the mask behind a runtime test) or 2 (one "
@@ -863,8 +899,9 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     q_type = f"tensordesc<{dtype}[{block_m}, {head_dim}],{_tile_layout((block_m, head_dim), gl_dtype)!r}>"
     kv_type = f"tensordesc<{dtype}[{keys}, {head_dim}],{_tile_layout((keys, head_dim), gl_dtype)!r}>"
     row_type = f"tensordesc<fp32[{block_m}],{_tile_layout((block_m,), gl.float32)!r}>"
+    kv_out = "*fp32" if config.get("GROUP_SPLIT", 1) > 1 else f"*{dtype}"  # GROUP_SPLIT: fp32 accumulators
     signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "do_desc": q_type, "lse_desc": row_type,
-                 "delta_desc": row_type, "dq_ptr": "*fp32", "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
+                 "delta_desc": row_type, "dq_ptr": "*fp32", "dk_ptr": kv_out, "dv_ptr": kv_out,
                  "seq_len": "i32", "heads_kv": "i32", "group": "i32", "sm_scale": "fp32", "qk_scale": "fp32"}
     constexprs = _constexprs({**config, "STRICT_ORDER": strict_order or config.get("STRICT_ORDER", False)}, causal)
     signature.update({name: "constexpr" for name in constexprs})
