@@ -335,3 +335,19 @@ def test_a_searched_candidate_is_the_dataclass_it_stands_for():
         made = Candidate(**{f.name: getattr(c, f.name) for f in dataclasses.fields(Candidate)})
         assert c == made and hash(c) == hash(made) and repr(c) == repr(made)
         assert list(c.__dict__) == list(made.__dict__)
+
+
+def test_warm_search_reuses_the_layout_caches():
+    """A second search with the same evaluator finds the plans, optimizer and memory terms the first left (they are
+    keyed by the layout object's id: ``StepEvaluator.layout`` hands every search the same objects), so it adds no
+    cache entries and gives the same candidates."""
+    from workbench import memory
+    from workbench.recipe.search import StepEvaluator
+
+    ev = StepEvaluator("llama3-8b", "h200-sxm", "ideal")
+    first = search("llama3-8b", "h200-sxm", 8, precisions=("bf16", "fp8"), evaluator=ev)
+    entries, memo = len(ev.step._graphs), len(memory._MEMO)
+    again = search("llama3-8b", "h200-sxm", 8, precisions=("bf16", "fp8"), evaluator=ev)
+    assert list(map(repr, again.candidates)) == list(map(repr, first.candidates))
+    assert len(ev.step._graphs) == entries
+    assert len(memory._MEMO) == memo

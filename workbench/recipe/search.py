@@ -135,6 +135,16 @@ class StepEvaluator:
         self.compile_options = options
         """The compile flags tried: the fused step is the compiled step; the reference job's execution carries its
         flag; a stack that follows the recipe's flag is tried eager and compiled; else the one way it runs."""
+        self._layouts: dict[Parallelism, Parallelism] = {}
+        """``layout``'s canonical objects, by value."""
+
+    def layout(self, p: Parallelism) -> Parallelism:
+        """The evaluator's one object equal to ``p`` (``p`` itself the first time). The step model keys its
+        data-parallel plans and optimizer, and ``workbench.memory`` a transformer's layout terms, by the layout
+        object's id (``StepModel._planned``): every search makes its layouts anew, so without this a warm search
+        (the same evaluator again) missed all of those caches and re-planned every layout, and each search left
+        another set of entries behind. One hash of a ``Parallelism`` per layout and search, not per candidate."""
+        return self._layouts.setdefault(p, p)
 
     def evaluate(self, cfg: TrainingConfig, *, check_memory_first: bool = False, compile: bool = True) -> Candidate:
         """The predicted step of ``cfg`` (resolved for the model; precision native on the GPU) with ``compile``;
@@ -423,7 +433,7 @@ def search(
                     continue  # no micro-batch and accumulation give this global batch on this many ranks
                 micro_batches = [mb for mb in _divisors_cached(global_batch // base.dp) if mb <= limit]
                 for sharding in tried:
-                    p = replace(base, sharding=sharding)
+                    p = ev.layout(replace(base, sharding=sharding))  # one object per layout: id-keyed caches
                     if sharding == "ddp" and p.weight_replicas == 1 and "fsdp" in tried:
                         continue  # one data-parallel rank: ddp and fsdp are the same run
                     if lora:  # LoRA is not modelled under every sharding (fsdp over frozen weights)
