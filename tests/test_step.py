@@ -147,3 +147,20 @@ def test_a_summary_has_its_dataclass_fields_in_order():
         s = step.summary(cfg.resolved(step.model))
         assert list(s.__dict__) == [f.name for f in dataclasses.fields(StepSummary)]
         assert s == StepSummary(**s.__dict__) and hash(s) == hash(StepSummary(**s.__dict__))
+
+
+def test_one_step_model_prices_padded_and_unpadded_vocabularies_alike():
+    """Megatron pads the vocabulary per tensor-parallel degree (``Stack.padded_model``): a layout that pads it after
+    one that does not uses another laid-out model, whose tables pieces live in a memo of their own
+    (``graph.stacked.shared_memo``: one per model and stack) -- one memo per step model refused it (ValueError) --
+    and its step is what a fresh step model gives."""
+
+    def cfg(step, tp):
+        return TrainingConfig(1, 4096, "bf16", Parallelism(dp=8 // tp, tp=tp), "none",
+                              global_batch=8).resolved(step.model)
+
+    step = StepModel("llama3-8b", "h200-sxm", stack="megatron")
+    times = [step.summary(cfg(step, tp)).step_time_s for tp in (1, 2, 4)]
+    assert step._laid_out(cfg(step, 4)) is not step.model  # tp 4 pads this vocabulary
+    fresh = StepModel("llama3-8b", "h200-sxm", stack="megatron")
+    assert times[2] == fresh.summary(cfg(fresh, 4)).step_time_s

@@ -14,7 +14,8 @@ candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is ca
 - op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``_timer_key``);
 - a transformer's blocks are copies of one block (``Family.repeats_blocks``): one block's graph is built once per
   (micro-batch, sequence, precision, tp, ep, cp, LoRA) for all three checkpointing modes
-  (``graph.transformer.block_graph``), priced once (the recomputation per mode) and multiplied by the busiest
+  (``graph.transformer.block_graph``; kept per model for every step model, ``_shared_graph``: a new evaluator
+  prices the graphs an earlier one built), priced once (the recomputation per mode) and multiplied by the busiest
   stage's ``ceil(layers / pp)`` (its op counts), reused across dp, sharding, pp and global batch; the stage's
   priced parts are one object per (block, checkpointing, pp), so the sums cached by it are found again across dp,
   sharding and accumulation;
@@ -27,7 +28,8 @@ candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is ca
   the collectives without making a ``CommPrediction`` for each;
 - a stack's kernel tables are built from pieces shared by every configuration (``stacked.stack_tables``' memo:
   one block's ops per micro-batch shape and flavor, copied over the stage's blocks, whatever the pp, dp or
-  accumulation), each piece priced once (``_price_parts``);
+  accumulation; the memo kept per model and stack for every step model, ``stacked.shared_memo``), each piece
+  priced once (``_price_parts``);
 - a block's recomputation, whose ops are copies of its forward's with the same timer keys, is priced from the
   forward's prices (``graph.recomputed``, ``PricedOps.recomputed``), the fused step's and the stacks' alike.
 """
@@ -130,8 +132,6 @@ class StepModel:
         """``_power`` by power limit."""
         self._gather_scales: dict[str, float] = {}
         """``_bound_gather_scale`` by precision."""
-        self._table_memo: dict = {}
-        """The pieces of the stack's kernel tables, shared by every configuration's (``stacked.stack_tables``)."""
         self._padded: dict[int, Model] = {}
         self._prefix_sums = PrefixSums(_ACCUMULATED + _ONE_MICRO)
         """Every sum of ``_fold`` over a micro-batch's parts, once per prefix of parts (``_micro_sums``)."""
@@ -215,8 +215,10 @@ class StepModel:
         return self._cached(("tables", cfg, compiled, dtype), lambda: self._build_tables(cfg, compiled, dtype))
 
     def _build_tables(self, cfg: TrainingConfig, compiled: bool, dtype: str):
-        return stacked.stack_tables(self._laid_out(cfg), cfg, self.stack, compiled=compiled, param_dtype=dtype,
-                                    memo=self._table_memo, fp8_any_layout=fp8_gemm_any_layout(self.gpu))
+        model = self._laid_out(cfg)
+        return stacked.stack_tables(model, cfg, self.stack, compiled=compiled, param_dtype=dtype,
+                                    memo=stacked.shared_memo(model, self.stack),
+                                    fp8_any_layout=fp8_gemm_any_layout(self.gpu))
 
     def _fit(self, compiled: bool, tables: stacked.StackStep | None):
         """The stack profile fitted on a trace of the user's job (``workbench calibrate --trace``), and the notes
@@ -296,8 +298,8 @@ class StepModel:
         mode = cfg.activation_checkpointing
         hit = self._graphs.get(("block", mode) + block)
         if hit is None:
-            graph = self._cached(("block graph",) + block[:-2],
-                                 lambda: self.family.block_graph(self._laid_out(cfg), cfg, execution, kind))
+            model = self._laid_out(cfg)  # the graph reads the model and the block's shape, not this step model
+            graph = _shared_graph(model, block[:-2], lambda: self.family.block_graph(model, cfg, execution, kind))
             shared = self._cached(("block pieces",) + block, lambda: tuple(
                 self._price(piece, fit, power=power) for piece in graph[:4]))
             hit = self._cached(("block", mode) + block, lambda: shared + (
@@ -448,7 +450,8 @@ class StepModel:
         if self.stack.kernels in TABLE_KERNELS and not stacked.memory_reads_tables(self.stack, cfg):
             memory = self._memory(cfg, None, compiled_loss)  # the sharded model: no tables built for it
             if not memory.fits:  # priced as the bound where the tables do not cover cfg
-                gap = stacked.tables_gap(self._laid_out(cfg), cfg, self.stack, self._table_memo)
+                model = self._laid_out(cfg)
+                gap = stacked.tables_gap(model, cfg, self.stack, stacked.shared_memo(model, self.stack))
                 return memory, None, gap is not None
         tables, _ = self._tables(cfg, compiled, dtype)
         if memory is None:
@@ -569,6 +572,29 @@ class StepModel:
             priced_as_bound=self._bound(tables))
         check_plausible(summary, model, gpu)
         return summary, parts, comms
+
+
+_SHARED_GRAPHS: dict[tuple, tuple[Model, object]] = {}
+SHARED_GRAPHS_LIMIT = 1024
+"""Block graphs ``_shared_graph`` keeps before it starts over (a long session searching many models): the nine
+cases of ``benchmarks/speed/search_speed.py`` make 339 (some 14,600 ops)."""
+
+
+def _shared_graph(model: Model, key: tuple, build):
+    """``build()``, one block's op graph (``Family.block_graph``), made once per model object and ``key`` (the
+    block's shape: everything the graph reads of a configuration) for every ``StepModel``: a graph reads neither
+    the GPU nor the constants nor a stack profile, so a fresh step model of the same model -- each recipe search's
+    new evaluator -- prices the graphs the last one built instead of building them again (callgrind: 17% of the
+    instructions of a cold search of Llama 3 8B on 8 H200s, the fused step). The ops are frozen and never changed
+    after they are built, so sharing them is safe; the entry holds the model, so its id is not reused while the
+    entry lives."""
+    memo_key = (id(model), *key)
+    hit = _SHARED_GRAPHS.get(memo_key)
+    if hit is None:
+        if len(_SHARED_GRAPHS) >= SHARED_GRAPHS_LIMIT:
+            _SHARED_GRAPHS.clear()
+        hit = _SHARED_GRAPHS[memo_key] = (model, build())
+    return hit[1]
 
 
 def _stage(blocks: tuple[tuple[tuple[PricedOps, ...], int], ...]) -> Stage:

@@ -351,3 +351,25 @@ def test_warm_search_reuses_the_layout_caches():
     assert list(map(repr, again.candidates)) == list(map(repr, first.candidates))
     assert len(ev.step._graphs) == entries
     assert len(memory._MEMO) == memo
+
+
+@pytest.mark.parametrize("stack", ["ideal", "torchtitan"])
+def test_a_fresh_evaluator_reuses_the_op_graphs_the_last_one_built(stack):
+    """Block graphs (the fused step's) and stack-table pieces (torchtitan's) read the model and the configuration,
+    never the evaluator's GPU constants or caches, so they are kept per model (and stack) across step models: a
+    cold search (a new evaluator) of a model searched before builds none again, and gives the same candidates.
+    (Each evaluator still times every op and sums every graph itself: its constants are its own.)"""
+    from workbench import step
+    from workbench.graph import stacked
+    from workbench.stacks import get_stack
+
+    model = _llama_4l()
+    first = search(model, "h200-sxm", 8, precisions=("bf16", "fp8"), stack=stack)
+    graphs = len(step._SHARED_GRAPHS)
+    memo = stacked.shared_memo(model, get_stack(stack))
+    pieces = len(memo)
+    again = search(model, "h200-sxm", 8, precisions=("bf16", "fp8"), stack=stack)
+    assert list(map(repr, again.candidates)) == list(map(repr, first.candidates))
+    assert len(step._SHARED_GRAPHS) == graphs and len(memo) == pieces
+    assert graphs  # torchtitan's candidates outside its tables are priced as the fused step, from block graphs
+    assert (pieces > 1) == (stack == "torchtitan")  # the memo's one entry for a stack with no tables: its owner
