@@ -266,9 +266,14 @@ def check_all(out: Path, limit_s: float, processes: int) -> dict:
     rows go to rows.jsonl. A job without an answer by ``limit_s`` is recorded as timed out; its process is killed."""
     import multiprocessing
 
+    import broad_shapes
+
     deadline = time.monotonic() + limit_s - 10.0  # a job stops starting shapes here; the pool waits until limit_s
+    shapes = broad_shapes.load_shapes()["attention"]
     jobs = [(name, d, causal, deadline) for name, config in VARIANTS.items() for d in (64, 128) if fits(config, d)
-            for causal in (False, True)]
+            for causal in (False, True)
+            if any(applies(config, s) for s in (dict(ring.PROBE, head_dim=d), *shapes)
+                   if s["head_dim"] == d and bool(s.get("causal", causal)) == causal)]
     started, rows = time.monotonic(), []
     pool = multiprocessing.get_context("spawn").Pool(max(1, processes), maxtasksperchild=1)
     try:
@@ -284,7 +289,7 @@ def check_all(out: Path, limit_s: float, processes: int) -> dict:
                 rows += new
                 statuses = [r.get("status") for r in new]
                 print(f"  checked {name} d{d} {'causal' if causal else 'full'}: {statuses.count('right')} right, "
-                      f"{statuses.count('wrong')} wrong of {len(new)} {new[-1].get('error', '')[:80]}", flush=True)
+                      f"{statuses.count('wrong')} wrong of {len(new)} {(new[-1].get('error', '') if new else 'no shape')[:80]}", flush=True)
             time.sleep(0.2)
         rows += [dict(id="probe", impl=name, head_dim=d, causal=int(causal), phase="check", status="timeout",
                       error=f"no answer within {limit_s:.0f} s (a slow compile or a hung pipeline)")
