@@ -1,5 +1,5 @@
 """Speed variants of the Gluon attention backward (``workbench/kernels/attention_gluon_bwd.py``; issue 20: fwd+bwd
-geometric mean 0.80 of cuDNN, target 0.85): its ``VARIANT_KEYS`` and ring depths beside the 3-stage default,
+geometric mean 0.80 of cuDNN, target 0.85): its ``VARIANT_KEYS`` and ring depths beside the default (the 2-stage ring),
 checked and timed on the 20 attention shapes of shapes.yaml on an sm_90 GPU.
 
     python3 benchmarks/kernels/attention_gluon_bwd_variants.py --out DIR --budget-s 150     # H200: <= 160 s
@@ -8,7 +8,7 @@ A wrong kernel may fault, and a fault poisons the CUDA context for good, so ever
 own (the ring bench's harness, ``attention_gluon_bwd_ring_bench.py``):
 
 1. Checks (parallel, one process per variant and (head_dim, causal) it fits): on the ring bench's PROBE and that
-   bucket's shapes, dQ, dK, dV against the 3-stage default's on the same inputs (relative Frobenius error within
+   bucket's shapes, dQ, dK, dV against the default's on the same inputs (relative Frobenius error within
    ``attention.TOLERANCE["bf16"]`` each), untimed; they also fill Triton's disk cache for the phases after.
 2. Baseline process: per shape, forward + backward of the default, the Triton backward and SDPA's cuDNN in the same
    alternating rounds (the ring bench's ``baseline_rows``); then SDPA's fp32 math gradients of batch 0's first kv
@@ -340,7 +340,7 @@ def report(rows: list[dict], workers: list[dict], env: dict) -> str:
     reference = [entries[f"{DEFAULT_LABEL} vs sdpa"] for entries in baseline.values()
                  if f"{DEFAULT_LABEL} vs sdpa" in entries]
     ratio = [cudnn[sid] / default_ms[sid] for sid in cudnn if sid in default_ms]
-    lines = ["# Gluon attention backward: speed variants against the 3-stage default on the 20 attention shapes", "",
+    lines = ["# Gluon attention backward: speed variants against the default on the 20 attention shapes", "",
              f"`{env.get('command', '')}` ({env.get('date_utc', '')}; torch {env.get('torch')}, triton "
              f"{env.get('triton')}, {env.get('gpu', '?')}). fwd+bwd ms behind the same Gluon forward, do_bench "
              "medians (broad_shapes.Timer); each variant checked against the default's dQ, dK, dV on the same seeded "
