@@ -77,7 +77,7 @@ import triton
 import triton.language as tl
 
 from workbench.kernels._common import (check, frozen, interpreting, plan_cache, ptxas_release, reused_descriptors,
-                                      sm_count, tensor_key, undo_interpreter_patches)
+                                      tensor_key, undo_interpreter_patches)
 from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels.attention_gluon import (  # what the forward and backward share: sm_90 limits, checks
     CONSUMER_REGISTERS,
@@ -883,7 +883,15 @@ fwd+bwd, the split's ms / the default's of the same rounds): a05 (MQA 16 x 1024 
 split 2 (fill 1), 0.861 at 4 (fill 2), 0.858 at 8 (fill 4); the 1,024-program fit shapes a07 and a13 0.977 at split 2,
 which only a fill of 8 would give, within the 3% run-to-run of single shapes: the smallest fill within 3% of the best
 on the fit shapes, 2 (a05 split 4: cuDNN / ours 0.71 -> 0.83). On the test shapes splits of 2 were 0.97-1.03 (a03,
-a06, a10, a16, a19), none of which this fill splits."""
+a06, a10, a16, a19), none of which this fill splits.
+
+NOT WIRED into config=None (``pinned_backward_config``): through ``flash_attention``'s autograd the split a05 ran
+slower, 0.62 / 0.85 ms fwd+bwd against 0.544 unsplit in the broad runs and 0.747 against 0.552 in
+``benchmarks/kernels/attention_group_split_probe.py``, while its device time fell (profiler: the kernel 392 -> 295 us,
+fwd+bwd 546 -> 466 us a call) and the direct backward gained (0.454 -> 0.372 ms): the split call costs some 100 us
+more host time a backward (profiler, cause not found yet) and the autograd loop turns host-bound
+(``benchmarks/results/h200/kernels/gluon_attention_bwd_split/README.md``). An explicit ``bwd_config`` with
+GROUP_SPLIT runs it."""
 
 
 def group_split(programs: int, group: int, sms: int) -> int:
@@ -898,18 +906,12 @@ def group_split(programs: int, group: int, sms: int) -> int:
 def pinned_backward_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict | None:
     """config=None's backward for these inputs: ``backward_rule``'s config where this kernel can run them
     (contiguous bf16/fp16 q, k, v on an sm_90 GPU with Gluon, the conditions of the Gluon forward's rule in
-    ``attention._gluon_forward_config``), with the GQA group split where the programs leave SMs idle
-    (``group_split``), else None: the Triton backward, also on every other device."""
+    ``attention._gluon_forward_config``), else None: the Triton backward, also on every other device. No group
+    split yet (``GROUP_SPLIT_FILL``: host-bound through autograd)."""
     if (q.dtype not in (torch.bfloat16, torch.float16) or not all(t.is_contiguous() for t in (q, k, v))
             or not supported(q.device)):
         return None
-    config = backward_rule(q.shape[-1], causal, q.shape[2])
-    if config is None:
-        return None
-    (b, hq, s, _), hkv = q.shape, k.shape[1]
-    programs = triton.cdiv(s, config["BLOCK_N"]) * b * hkv
-    split = group_split(programs, hq // hkv, sm_count(q.device.index))
-    return config if split == 1 else {**config, "GROUP_SPLIT": split}
+    return backward_rule(q.shape[-1], causal, q.shape[2])
 
 
 # ------------------------------------------------------------------------------------- cross-compilation check
