@@ -182,7 +182,7 @@ def part_sums(sums: tuple, part: PricedOps, fields: Callable[[PricedOps], tuple[
     column's (value, count) pairs, each term value x (count x ``k``): the additions of a left-to-right sum, in its
     order."""
     out = []
-    for s, column in zip(sums, fields(part)):
+    for s, column in zip(sums, fields(part), strict=True):
         if column:  # a block's optimizer and embedding columns are empty: no loop set up for them
             for t, n in column:
                 s += t * (n * k)

@@ -288,8 +288,9 @@ def check_all(out: Path, limit_s: float, processes: int) -> dict:
                                 error=f"{type(exc).__name__}: {exc}"[:300])]
                 rows += new
                 statuses = [r.get("status") for r in new]
+                last = new[-1].get("error", "") if new else "no shape"
                 print(f"  checked {name} d{d} {'causal' if causal else 'full'}: {statuses.count('right')} right, "
-                      f"{statuses.count('wrong')} wrong of {len(new)} {(new[-1].get('error', '') if new else 'no shape')[:80]}", flush=True)
+                      f"{statuses.count('wrong')} wrong of {len(new)} {last[:80]}", flush=True)
             time.sleep(0.2)
         rows += [dict(id="probe", impl=name, head_dim=d, causal=int(causal), phase="check", status="timeout",
                       error=f"no answer within {limit_s:.0f} s (a slow compile or a hung pipeline)")

@@ -112,7 +112,8 @@ KEYS_PER_WARPGROUP = 64
 """Key rows one consumer warpgroup owns: one wgmma M (PTX ISA, wgmma.mma_async m64nNk16)."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES")
 VARIANT_KEYS = ("STRICT_ORDER", "DS_BUFFERS", "DQ_UNDER_DK", "RING_COUNTERS", "ONE_STEP", "GROUP_SPLIT")
-"""Optional config keys of the H200 experiments, in no entry of ``config_space`` (``resolve_config`` refuses them;
+"""Optional config keys of the H200 experiments, in no entry of ``config_space`` (``resolve_config`` refuses them,
+GROUP_SPLIT aside, which it takes with an entry of the space;
 ``check_variant``, ``launch_backward`` and ``crosscompile`` take them; absent, each leaves the default build as it
 is): STRICT_ORDER (bool: fenced barrier inits, dS^T stored before the dV/dK GEMMs: the module docstring),
 DS_BUFFERS (int: dS^T tiles per consumer, used in turn, instead of one per ring slot: 2 are enough with the split
@@ -495,8 +496,9 @@ if HAS_GLUON:
 
         q_desc, do_desc: q, dO [B*Hq*S, D], block [BLOCK_M, D]; k_desc, v_desc: [B*Hkv*S, D], block [64, D];
         lse_desc, delta_desc: lse, delta [B*Hq*S] fp32, block [BLOCK_M]; dq_ptr: dQ_acc [B, Hq, S, D] fp32
-        (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous (GROUP_SPLIT > 1: fp32, zeroed). Launched with num_warps=4 (the first consumer);
-        workers: the second consumer (4 warps, CONSUMER_REGS) when NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
+        (zeroed); dk_ptr, dv_ptr: [B, Hkv, S, D] contiguous (GROUP_SPLIT > 1: fp32, zeroed). Launched with
+        num_warps=4 (the first consumer); workers: the second consumer (4 warps, CONSUMER_REGS) when
+        NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
         DS_BUFFERS: dS^T tiles per consumer (0: NUM_STAGES, one per ring slot); DQ_UNDER_DK, RING_COUNTERS,
         ONE_STEP: ``_step``'s."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -753,7 +755,8 @@ def config_space(head_dim: int, causal: bool) -> list[dict]:
 
 PTXAS_RING_FIX = (13, 0)
 """The first ptxas release seen to build this kernel's 2-stage ring right with the step built twice (ONE_STEP 0):
-CUDA 13.0's (the module docstring). 12.8, the one Triton 3.6 and 3.7 bundle, miscompiles it; releases in between were not tried and count as 12.8. Under
+CUDA 13.0's (the module docstring). 12.8, the one Triton 3.6 and 3.7 bundle, miscompiles it; releases in between
+were not tried and count as 12.8. Under
 13.0 on the H200 (``benchmarks/results/h200/kernels/gluon_attention_bwd_ptxas/``) the 2-stage 64x128 ring is right
 on all 20 shapes and faster than the 3-stage one on the fit shapes of
 ``benchmarks/kernels/attention_candidates_split.json``, geometric means of fwd+bwd ms: d64 full 1.023x (a02, a08),
@@ -874,40 +877,14 @@ def backward_rule(head_dim: int, causal: bool, seq_len: int) -> dict | None:
     return default_config(head_dim, bool(causal))
 
 
-GROUP_SPLIT_FILL = 2.0
-"""config=None splits a GQA group between programs (``GROUP_SPLIT``) until the launch has at least this many
-programs per SM, where it can: with B * Hkv * key blocks programs below it, SMs idle or wait on the longest causal
-key block. Chosen on the fit shapes of ``benchmarks/kernels/attention_candidates_split.json`` from the H200 run of
-``benchmarks/kernels/attention_gluon_bwd_variants.py`` (``benchmarks/results/h200/kernels/gluon_attention_bwd_split/``;
-fwd+bwd, the split's ms / the default's of the same rounds): a05 (MQA 16 x 1024 causal, 128 programs) 0.948 at
-split 2 (fill 1), 0.861 at 4 (fill 2), 0.858 at 8 (fill 4); the 1,024-program fit shapes a07 and a13 0.977 at split 2,
-which only a fill of 8 would give, within the 3% run-to-run of single shapes: the smallest fill within 3% of the best
-on the fit shapes, 2 (a05 split 4: cuDNN / ours 0.71 -> 0.83). On the test shapes splits of 2 were 0.97-1.03 (a03,
-a06, a10, a16, a19), none of which this fill splits.
-
-NOT WIRED into config=None (``pinned_backward_config``): through ``flash_attention``'s autograd the split a05 ran
-slower, 0.62 / 0.85 ms fwd+bwd against 0.544 unsplit in the broad runs and 0.747 against 0.552 in
-``benchmarks/kernels/attention_group_split_probe.py``, while its device time fell (profiler: the kernel 392 -> 295 us,
-fwd+bwd 546 -> 466 us a call) and the direct backward gained (0.454 -> 0.372 ms): the split call costs some 100 us
-more host time a backward (profiler, cause not found yet) and the autograd loop turns host-bound
-(``benchmarks/results/h200/kernels/gluon_attention_bwd_split/README.md``). An explicit ``bwd_config`` with
-GROUP_SPLIT runs it."""
-
-
-def group_split(programs: int, group: int, sms: int) -> int:
-    """The smallest divisor of the GQA group that brings ``programs`` (key blocks x B x Hkv) to
-    ``GROUP_SPLIT_FILL`` x ``sms`` programs; the whole group (one query head a program) where none does."""
-    check(programs >= 1 and group >= 1 and sms >= 1, "programs, group, sms", (programs, group, sms),
-          "positive counts")
-    return next((split for split in range(1, group + 1)
-                 if group % split == 0 and programs * split >= GROUP_SPLIT_FILL * sms), group)
-
-
 def pinned_backward_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict | None:
     """config=None's backward for these inputs: ``backward_rule``'s config where this kernel can run them
     (contiguous bf16/fp16 q, k, v on an sm_90 GPU with Gluon, the conditions of the Gluon forward's rule in
-    ``attention._gluon_forward_config``), else None: the Triton backward, also on every other device. No group
-    split yet (``GROUP_SPLIT_FILL``: host-bound through autograd)."""
+    ``attention._gluon_forward_config``), else None: the Triton backward, also on every other device. Without a
+    GROUP_SPLIT: on the H200 the split a05 (MQA 16 x 1024 causal) gained on the device (kernel 392 -> 295 us) but
+    ran slower through ``flash_attention``'s autograd (0.747 against 0.552 ms fwd+bwd: ~100 us more host time a
+    backward, cause not found; ``benchmarks/results/h200/kernels/gluon_attention_bwd_split/README.md``, which also
+    has the rule chosen on the fit shapes: split until 2 programs per SM)."""
     if (q.dtype not in (torch.bfloat16, torch.float16) or not all(t.is_contiguous() for t in (q, k, v))
             or not supported(q.device)):
         return None
