@@ -128,8 +128,9 @@ GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, causal): a few of ea
     (1, 4, 4, 4096, 64, True),  # same bucket, MHA
     (1, 4, 2, 8192, 64, False),  # fwd Gluon 64x128, 2 CTAs an SM; bwd Triton
     (1, 2, 2, 1024, 128, False),  # fwd Triton, bwd Gluon (d=128 non-causal)
-    (1, 8, 2, 2048, 128, False),  # fwd and bwd Gluon, GQA 4
-    (1, 4, 4, 1024, 128, True),  # fwd and bwd Triton (d=128 causal up to 4,096)
+    (1, 8, 2, 2048, 128, False),  # fwd and bwd Gluon, GQA 4 (32 programs: split 4 ways)
+    (1, 4, 4, 1024, 128, True),  # bwd Gluon, MHA: no group to split
+    (4, 8, 1, 1024, 128, True),  # bwd Gluon, MQA: 32 programs, the group split 8 ways (a05's shape, batch cut)
     (1, 4, 1, 4096, 128, True),  # fwd Gluon, bwd Triton, MQA
     (1, 2, 1, 8192, 128, True),  # fwd and bwd Gluon (d=128 causal above 4,096)
 ]
@@ -145,7 +146,11 @@ def test_config_none_takes_the_rules_kernels_and_matches_the_reference(b, hq, hk
                    for h in (hq, hkv, hkv, hq))
     plan = _plan(q, k, v, causal, None, None, None)
     assert plan.gluon == attention_gluon.pinned_forward_config(d, causal, s)
-    assert plan.gluon_bwd == attention_gluon_bwd.backward_rule(d, causal, s)
+    rule = attention_gluon_bwd.backward_rule(d, causal, s)
+    assert plan.gluon_bwd == attention_gluon_bwd.pinned_backward_config(q, k, v, causal)
+    assert (plan.gluon_bwd is None) == (rule is None)  # the rule's kernel, its GQA group split added
+    if rule is not None:
+        assert {key: value for key, value in plan.gluon_bwd.items() if key != "GROUP_SPLIT"} == rule
     if plan.gluon is None and d == 64:
         assert plan.fwd.kwargs["BLOCK_M"] == 64 and plan.fwd.kwargs["BLOCK_N"] == 64 and not plan.fwd_tma
     q, k, v = (t.requires_grad_() for t in (q, k, v))

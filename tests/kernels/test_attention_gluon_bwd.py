@@ -253,6 +253,18 @@ def test_the_backward_rule_leaves_ragged_and_other_head_dims_to_triton():
     assert pinned_backward_config(q, q, q, False) is None
 
 
+def test_the_group_split_is_the_smallest_divisor_that_fills_the_sms():
+    fill = attention_gluon_bwd.GROUP_SPLIT_FILL
+    sms = 132
+    assert attention_gluon_bwd.group_split(int(fill * sms), 8, sms) == 1  # enough programs already
+    assert attention_gluon_bwd.group_split(int(fill * sms) - 1, 8, sms) == 2
+    assert attention_gluon_bwd.group_split(1, 8, sms) == 8  # one query head a program at most
+    assert attention_gluon_bwd.group_split(10, 6, sms) == 6 and attention_gluon_bwd.group_split(10, 1, sms) == 1
+    assert attention_gluon_bwd.group_split(128, 8, sms) == 4  # a05 (MQA 16 x 1024): 8 key blocks x 16 x 1
+    with pytest.raises(KernelInputError, match="positive counts"):
+        attention_gluon_bwd.group_split(0, 8, sms)
+
+
 def test_a_group_split_is_taken_with_a_config_of_the_space_and_nothing_else():
     config = {**config_space(128, True)[0], "GROUP_SPLIT": 4}
     assert resolve_config(config, 128, True) == config

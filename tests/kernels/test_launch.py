@@ -110,3 +110,71 @@ def test_what_the_interpreter_leaves_patched_is_put_back():
     patched = tl.core.program_id is not original
     assert undo_interpreter_patches() >= (1 if patched else 0)
     assert tl.core.program_id is original and undo_interpreter_patches() == 0
+
+
+class _DescriptorLauncher:
+    """Triton's CudaLauncher in small: ``launch`` is what ``wrap_handle_tensordesc`` made of the raw launcher; the
+    call passes it the grid, stream and function, then the kernel arguments as the installed Triton does (3.6: flat,
+    after _BASE_ARGS_FORMAT_LEN base arguments; 3.7: as one tuple)."""
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def __call__(self, g0, g1, g2, stream, function, metadata, launch_metadata, enter, exit_, *args):
+        _launch_as_installed(self.launch, (g0, g1, g2, stream, function), args)
+
+
+def _launch_as_installed(launch, base: tuple, args: tuple):
+    from triton.backends.nvidia import driver
+
+    flat = getattr(driver, "_BASE_ARGS_FORMAT_LEN", None)
+    if flat is None:
+        return launch(*base, args)
+    return launch(*base, *[None] * (flat - len(base)), *args)
+
+
+def _descriptor(base, shape=(64, 32)):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(base=base, shape=list(shape), strides=[shape[1], 1], padding="zero",
+                           round_f32_to_tf32=False)
+
+
+def test_a_launch_with_host_descriptors_encodes_each_base_address_once(monkeypatch):
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    raw_calls = []
+    signature = {"a_desc": "tensordesc<bf16[64, 32]>", "X": "*fp32", "b_desc": "tensordesc<bf16[64, 32]>",
+                 "N": "i32", "BLOCK": "constexpr"}
+    wrapped = driver.wrap_handle_tensordesc(lambda *args: raw_calls.append(list(args)), signature, None)
+    launcher = _DescriptorLauncher(wrapped)
+    compiled = type("Compiled", (), {"function": "function", "packed_metadata": "metadata", "run": launcher})()
+    kernel = type("Kernel", (), {"arg_names": list(signature),
+                                 "params": [_Param(name, name == "BLOCK") for name in signature],
+                                 "__getitem__": lambda self, grid: lambda *args, **kwargs: compiled})()
+    launch = KernelLaunch(kernel, (2,), (128,), {"BLOCK": 32})
+    a, b, a2 = torch.zeros(4), torch.zeros(4), torch.zeros(4)
+    launch(True, _descriptor(a), "x", _descriptor(b))  # the JIT path: keeps the launcher
+    run, *_, maps = launch.handle
+    assert run is not launcher and run.launch is wrapped.__closure__[  # the raw launcher, not the wrapper
+        wrapped.__code__.co_freevars.index("launcher")].cell_contents
+    for base in (a, a, a2):
+        launch(True, _descriptor(base), "x", _descriptor(b))
+        _launch_as_installed(wrapped, (2, 1, 1, "stream0", "function"),  # the reference: through the wrapper
+                             (_descriptor(base), "x", _descriptor(b), 128, 32))
+        ours, reference = (call[:-1] + list(call[-1]) if isinstance(call[-1], (list, tuple)) else call
+                           for call in raw_calls[-2:])
+        assert ours == reference  # what the wrapper would pass on
+    assert len(maps.maps) == 3  # (0, a), (0, a2), (2, b): encoded once each
+    monkeypatch.setattr(_launch, "ENCODED_MAPS_PER_LAUNCH", 3)
+    launch(True, _descriptor(b), "x", _descriptor(b))  # (0, b) finds it full: starts over, then (2, b) again
+    assert sorted(position for position, _ in maps.maps) == [0, 2]
+
+
+def test_a_launcher_without_descriptors_or_of_another_make_is_called_as_it_is():
+    def inner(*args):  # named like the wrapper, but closes over nothing it knows
+        return args
+
+    plain = _DescriptorLauncher(print)
+    assert _launch.descriptor_launcher(plain, 3) == (plain, None)
+    other = _DescriptorLauncher(inner)
+    assert _launch.descriptor_launcher(other, 3) == (other, None)

@@ -11,11 +11,20 @@ calls it directly while those hold; anything else takes the JIT path, which spec
 gemm.py, gemm_gluon.py, gemm_tma.py, norms.py and swiglu.py (each builds its launches once per plan; an argument
 outside the plan's key, such as a dy row stride, gets a launch of its own with ``direct=False``).
 
+A kernel taking host TMA descriptors (gemm_tma.py, gemm_gluon.py, attention_gluon.py, attention_gluon_bwd.py) pays
+more: its compiled launcher encodes every descriptor into a CUtensorMap on every launch (``make_tensordesc_arg``
+in triton/backends/nvidia/driver.py, 3.6 and 3.7: Python, then ``cuTensorMapEncodeTiled``), 29 us for the six of
+the attention backward on the H200 host (``benchmarks/results/h200/kernels/attention_host/``). A plan's
+descriptors differ from call to call only in their base address (its key fixes shapes, strides, dtypes, blocks
+and layouts), so a direct launch encodes each (argument, base address) once and passes the encoded map after
+that (``DescriptorMaps``).
+
 Under the interpreter (its launches return no compiled kernel) every launch takes the JIT path.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import triton
@@ -50,6 +59,63 @@ def device_getters() -> tuple:
     return driver.get_current_device, driver.get_current_stream
 
 
+ENCODED_MAPS_PER_LAUNCH = 1024
+"""How many encoded descriptors one direct launch keeps, one per (argument, base address); when full it starts
+over. A training step cycles through one set per layer (q, k, v, dO, lse, delta of each): 1024 holds the six of
+~170 layers. ~0.3 KB an entry. Sized by that count, not measured: calibrate on a deeper model if it thrashes."""
+
+
+class DescriptorMaps:
+    """The host TMA descriptors among a direct launch's arguments, encoded once per base address. ``slots``:
+    (argument position, the compiled kernel's metadata for that descriptor), in argument order; ``encode``: the
+    launcher's own ``make_tensordesc_arg``. ``expand`` turns the arguments into what the launcher's descriptor
+    wrapper would pass on: each descriptor replaced by its encoded map, shape and strides."""
+
+    __slots__ = ("slots", "encode", "maps")
+
+    def __init__(self, slots: tuple, encode):
+        self.slots, self.encode, self.maps = slots, encode, {}
+
+    def expand(self, args: tuple) -> list:
+        maps, expanded, start = self.maps, [], 0
+        for position, metadata in self.slots:
+            expanded.extend(args[start:position])
+            descriptor = args[position]
+            key = (position, descriptor.base.data_ptr())
+            encoded = maps.get(key)
+            if encoded is None:
+                if len(maps) >= ENCODED_MAPS_PER_LAUNCH:
+                    maps.clear()
+                encoded = maps[key] = self.encode(descriptor, metadata)
+            expanded.extend(encoded)
+            start = position + 1
+        expanded.extend(args[start:])
+        return expanded
+
+
+def descriptor_launcher(run, pointer_args: int) -> tuple:
+    """(launcher, DescriptorMaps or None) for the compiled kernel launcher ``run`` whose first ``pointer_args``
+    arguments a direct launch passes. A kernel with host TMA descriptors among them gets a copy of ``run`` whose
+    ``launch`` is the one its descriptor wrapper (``wrap_handle_tensordesc``'s ``inner``, Triton 3.6 and 3.7) calls,
+    with the wrapper's own positions, metadata and encoder; any other launcher, or a wrapper of another make,
+    comes back as it is (it encodes its descriptors itself, as before)."""
+    wrapper = getattr(run, "launch", None)
+    code = getattr(wrapper, "__code__", None)
+    if code is None or code.co_name != "inner":  # no descriptor argument: the launch is the launcher itself
+        return run, None
+    cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in wrapper.__closure__ or ())))
+    encode = wrapper.__globals__.get("make_tensordesc_arg")
+    if encode is None or not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys():
+        return run, None
+    positions = sorted(cells["tensordesc_indices"])
+    metadata = cells["tensordesc_meta"] or [None] * len(positions)
+    if not positions or positions[-1] >= pointer_args or len(metadata) != len(positions):
+        return run, None
+    unwrapped = copy.copy(run)
+    unwrapped.launch = cells["launcher"]
+    return unwrapped, DescriptorMaps(tuple(zip(positions, metadata)), encode)
+
+
 class KernelLaunch:
     """One kernel of a cached plan with its fixed launch: grid, scalar arguments (the integers and floats after
     the kernel's pointer arguments) and constexprs / launch options (``kwargs``). A call passes the pointer
@@ -60,7 +126,8 @@ class KernelLaunch:
     The first aligned launch goes through ``JITFunction.run`` (it compiles, or finds, the kernel) and keeps the
     compiled kernel's launcher; later aligned launches on the same device, with no launch hook set, call it
     directly: ``run(grid..., stream, function, packed_metadata, None, None, None, *tensors, *scalars,
-    *constexprs)``. Unaligned calls, another device, a hook, or ``direct=False`` take the JIT path."""
+    *constexprs)``, host TMA descriptors among the tensors encoded once per base address (``DescriptorMaps``).
+    Unaligned calls, another device, a hook, or ``direct=False`` take the JIT path."""
 
     __slots__ = ("kernel", "grid", "scalars", "kwargs", "direct", "handle", "constexprs")
 
@@ -71,8 +138,10 @@ class KernelLaunch:
     def __call__(self, aligned: bool, *tensors) -> None:
         handle = self.handle
         if handle is not None and aligned:
-            run, g0, g1, g2, function, metadata, device, current_device, current_stream = handle
+            run, g0, g1, g2, function, metadata, device, current_device, current_stream, maps = handle
             if current_device() == device and launch_hooks_idle():
+                if maps is not None:
+                    tensors = maps.expand(tensors)
                 run(g0, g1, g2, current_stream(device), function, metadata, None, None, None, *tensors,
                     *self.scalars, *self.constexprs)
                 return
@@ -95,5 +164,6 @@ class KernelLaunch:
         current_device, current_stream = device_getters()
         self.constexprs = tuple(self.kwargs.get(p.name, p.default) for p in tail)
         g0, g1, g2 = tuple(self.grid) + (1,) * (3 - len(self.grid))
-        self.handle = (compiled.run, g0, g1, g2, compiled.function, compiled.packed_metadata, current_device(),
-                       current_device, current_stream)
+        run, maps = descriptor_launcher(compiled.run, tensors)
+        self.handle = (run, g0, g1, g2, compiled.function, compiled.packed_metadata, current_device(),
+                       current_device, current_stream, maps)

@@ -44,7 +44,7 @@ consumer warpgroups, async wgmma; 0.93-1.13 of cuDNN there against this kernel's
 There too, config=None's backward of the buckets where it measured faster (every d=128 bucket;
 ``attention_gluon_bwd.BACKWARD_BY_BUCKET``) is the Gluon one of
 ``attention_gluon_bwd`` (FA3's single pass, dQ by atomics), on the same contiguous 16-bit inputs (its GQA group
-split, ``GROUP_SPLIT``, runs from an explicit ``bwd_config`` only: ``attention_gluon_bwd.pinned_backward_config``).
+split, ``GROUP_SPLIT``, where a launch would leave SMs idle: ``attention_gluon_bwd.group_split``).
 
 Precision: tiles stay in the input dtype into tl.dot (fp32 accumulation); P and dS are rounded to it before
 their GEMMs, as in FlashAttention-2. fp32 inputs use IEEE fp32 dots (no TF32): a parity path, slow on the GPU.

@@ -77,7 +77,7 @@ import triton
 import triton.language as tl
 
 from workbench.kernels._common import (check, frozen, interpreting, plan_cache, ptxas_release, reused_descriptors,
-                                      tensor_key, undo_interpreter_patches)
+                                      sm_count, tensor_key, undo_interpreter_patches)
 from workbench.kernels._launch import KernelLaunch, pointers_aligned
 from workbench.kernels.attention_gluon import (  # what the forward and backward share: sm_90 limits, checks
     CONSUMER_REGISTERS,
@@ -877,18 +877,47 @@ def backward_rule(head_dim: int, causal: bool, seq_len: int) -> dict | None:
     return default_config(head_dim, bool(causal))
 
 
+GROUP_SPLIT_FILL = 2.0
+"""config=None splits a GQA group between programs (``GROUP_SPLIT``) until the launch has at least this many
+programs per SM, where it can: with B * Hkv * key blocks programs below it, SMs idle or wait on the longest causal
+key block. Chosen on the fit shapes of ``benchmarks/kernels/attention_candidates_split.json`` from the H200 run of
+``benchmarks/kernels/attention_gluon_bwd_variants.py`` (``benchmarks/results/h200/kernels/gluon_attention_bwd_split/``;
+fwd+bwd, the split's ms / the default's of the same rounds): a05 (MQA 16 x 1024 causal, 128 programs) 0.948 at
+split 2 (fill 1), 0.861 at 4 (fill 2), 0.858 at 8 (fill 4); the 1,024-program fit shapes a07 and a13 0.977 at split
+2, which only a fill of 8 would give, within the 3% run-to-run of single shapes: the smallest fill within 3% of the
+best on the fit shapes, 2. On the test shapes splits of 2 were 0.97-1.03 (a03, a06, a10, a16, a19), none of which
+this fill splits.
+
+Wired since the launches pass their TMA maps encoded once per base address (``_launch.DescriptorMaps``): before,
+the split backward's extra host time hid its device gain through autograd (a05 fwd+bwd 0.747 against 0.552 ms
+unsplit, ``benchmarks/results/h200/kernels/attention_host/``); with them a05 takes 0.468 ms split 4 against 0.546
+unsplit (``benchmarks/results/h200/kernels/descriptor_maps/``)."""
+
+
+def group_split(programs: int, group: int, sms: int) -> int:
+    """The smallest divisor of the GQA group that brings ``programs`` (key blocks x B x Hkv) to
+    ``GROUP_SPLIT_FILL`` x ``sms`` programs; the whole group (one query head a program) where none does."""
+    check(programs >= 1 and group >= 1 and sms >= 1, "programs, group, sms", (programs, group, sms),
+          "positive counts")
+    return next((split for split in range(1, group + 1)
+                 if group % split == 0 and programs * split >= GROUP_SPLIT_FILL * sms), group)
+
+
 def pinned_backward_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict | None:
     """config=None's backward for these inputs: ``backward_rule``'s config where this kernel can run them
     (contiguous bf16/fp16 q, k, v on an sm_90 GPU with Gluon, the conditions of the Gluon forward's rule in
-    ``attention._gluon_forward_config``), else None: the Triton backward, also on every other device. Without a
-    GROUP_SPLIT: on the H200 the split a05 (MQA 16 x 1024 causal) gained on the device (kernel 392 -> 295 us) but
-    ran slower through ``flash_attention``'s autograd (0.747 against 0.552 ms fwd+bwd: ~100 us more host time a
-    backward, cause not found; ``benchmarks/results/h200/kernels/gluon_attention_bwd_split/README.md``, which also
-    has the rule chosen on the fit shapes: split until 2 programs per SM)."""
+    ``attention._gluon_forward_config``), with the GQA group split ``group_split`` picks, else None: the Triton
+    backward, also on every other device."""
     if (q.dtype not in (torch.bfloat16, torch.float16) or not all(t.is_contiguous() for t in (q, k, v))
             or not supported(q.device)):
         return None
-    return backward_rule(q.shape[-1], causal, q.shape[2])
+    config = backward_rule(q.shape[-1], causal, q.shape[2])
+    if config is None:
+        return None
+    b, hq, s, _ = q.shape
+    hkv = k.shape[1]
+    split = group_split(triton.cdiv(s, config["BLOCK_N"]) * b * hkv, hq // hkv, sm_count(q.device.index))
+    return config if split == 1 else {**config, "GROUP_SPLIT": split}
 
 
 # ------------------------------------------------------------------------------------- cross-compilation check
