@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import broad_shapes  # noqa: E402
 
 from workbench.kernels import _launch, dispatch, gemm_gluon, gemm_tma  # noqa: E402
+from workbench.kernels import attention_gluon as fwd  # noqa: E402
 from workbench.kernels import attention_gluon_bwd as bwd  # noqa: E402
 from workbench.kernels._common import clear_plan_caches  # noqa: E402
 from workbench.kernels.attention import flash_attention, flash_attention_bwd, flash_attention_fwd  # noqa: E402
@@ -64,6 +65,11 @@ def _gemm_cases(n=512):
             f"gemm_gluon fp8 {n}^3": lambda: dispatch.triton_scaled_matmul(a8, b8, sa, sb, config=gluon_fp8)}
 
 
+def _way(handle) -> str:
+    """How a KernelLaunch calls its kernel: the JIT path, directly, or directly with its maps kept."""
+    return "JIT" if handle is None else "direct, maps" if handle[-1] is not None else "direct"
+
+
 def _phase(maps_on: bool):
     _launch.descriptor_launcher = ENCODING_LAUNCHER if maps_on else (lambda run, pointer_args: (run, None))
     clear_plan_caches()
@@ -86,10 +92,14 @@ def main():
             host[name, on].append(timer.burst(fn, 30))
             if (name, on) in bench:
                 bench[name, on].append(timer.rounds({name: fn})[name])
-    kept = [(label, getattr(plan, field).handle[-1] is not None)
-            for label, cache, fields in (("backward", bwd._PLANS, ("kernel",)),)
-            for plan in cache.values() for field in fields if getattr(plan, field).handle]
-    print(f"maps kept by the backward kernel's direct launches: {kept}")
+    print("launches with their descriptors encoded once (DescriptorMaps kept):")
+    for label, cache, fields in (("gemm_tma", gemm_tma._MATMUL_PLANS, ("launch",)),
+                                 ("gemm_gluon", gemm_gluon._PLANS, ("launch",)),
+                                 ("attention forward", fwd._PLANS, ("launch",)),
+                                 ("attention backward", bwd._PLANS, ("preprocess", "kernel", "convert"))):
+        for plan in cache.values():
+            ways = {field: _way(getattr(plan, field).handle) for field in fields}
+            print(f"  {label}: " + ", ".join(f"{field} {way}" for field, way in ways.items()))
     print("\ncase | host us per call, maps off (two phases) | on | GPU wall us of the burst off | on"
           " | do_bench ms off | on")
     for name in cases:

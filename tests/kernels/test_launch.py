@@ -140,18 +140,32 @@ def _descriptor(base, shape=(64, 32)):
                            round_f32_to_tf32=False)
 
 
+SIGNATURE = {"a_desc": "tensordesc<bf16[64, 32]>", "X": "*fp32", "b_desc": "tensordesc<bf16[64, 32]>", "N": "i32",
+             "BLOCK": "constexpr"}
+
+
+def _descriptor_kernel(launcher):
+    """A stand-in kernel whose launches return a compiled kernel with ``launcher`` as its run."""
+    compiled = type("Compiled", (), {"function": "function", "packed_metadata": "metadata", "run": launcher})()
+    return type("Kernel", (), {"arg_names": list(SIGNATURE),
+                               "params": [_Param(name, name == "BLOCK") for name in SIGNATURE],
+                               "__getitem__": lambda self, grid: lambda *args, **kwargs: compiled})()
+
+
 def test_a_launch_with_host_descriptors_encodes_each_base_address_once(monkeypatch):
     driver = pytest.importorskip("triton.backends.nvidia.driver")
+    encoded = []
+
+    def encode(arg, metadata):  # the driver's make_tensordesc_arg without the CUDA driver: map, shape, strides
+        encoded.append(arg.base.data_ptr())
+        return [("map", arg.base.data_ptr(), metadata["block_size"]), *arg.shape, *arg.strides]
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", encode)  # what the wrapper and the maps both call
     raw_calls = []
-    signature = {"a_desc": "tensordesc<bf16[64, 32]>", "X": "*fp32", "b_desc": "tensordesc<bf16[64, 32]>",
-                 "N": "i32", "BLOCK": "constexpr"}
-    wrapped = driver.wrap_handle_tensordesc(lambda *args: raw_calls.append(list(args)), signature, None)
+    metadata = [{"block_size": [64, 32]}, {"block_size": [64, 32]}]
+    wrapped = driver.wrap_handle_tensordesc(lambda *args: raw_calls.append(list(args)), SIGNATURE, metadata)
     launcher = _DescriptorLauncher(wrapped)
-    compiled = type("Compiled", (), {"function": "function", "packed_metadata": "metadata", "run": launcher})()
-    kernel = type("Kernel", (), {"arg_names": list(signature),
-                                 "params": [_Param(name, name == "BLOCK") for name in signature],
-                                 "__getitem__": lambda self, grid: lambda *args, **kwargs: compiled})()
-    launch = KernelLaunch(kernel, (2,), (128,), {"BLOCK": 32})
+    launch = KernelLaunch(_descriptor_kernel(launcher), (2,), (128,), {"BLOCK": 32})
     a, b, a2 = torch.zeros(4), torch.zeros(4), torch.zeros(4)
     launch(True, _descriptor(a), "x", _descriptor(b))  # the JIT path: keeps the launcher
     run, *_, maps = launch.handle
@@ -164,14 +178,22 @@ def test_a_launch_with_host_descriptors_encodes_each_base_address_once(monkeypat
         ours, reference = (call[:-1] + list(call[-1]) if isinstance(call[-1], (list, tuple)) else call
                            for call in raw_calls[-2:])
         assert ours == reference  # what the wrapper would pass on
-    assert len(maps.maps) == 3  # (0, a), (0, a2), (2, b): encoded once each
+    assert sorted(maps.maps) == sorted([(0, a.data_ptr()), (0, a2.data_ptr()), (2, b.data_ptr())])
+    assert encoded.count(b.data_ptr()) == 3 + 1  # the wrapper's three reference calls, the maps' one
     monkeypatch.setattr(_launch, "ENCODED_MAPS_PER_LAUNCH", 3)
     launch(True, _descriptor(b), "x", _descriptor(b))  # (0, b) finds it full: starts over, then (2, b) again
     assert sorted(position for position, _ in maps.maps) == [0, 2]
 
 
+def test_descriptors_without_the_kernels_metadata_are_left_to_the_launcher():
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    wrapped = driver.wrap_handle_tensordesc(lambda *args: None, SIGNATURE, None)  # the expansion holds the tensor
+    launcher = _DescriptorLauncher(wrapped)
+    assert _launch.descriptor_launcher(launcher, 3) == (launcher, None)
+
+
 def test_a_launcher_without_descriptors_or_of_another_make_is_called_as_it_is():
-    def inner(*args):  # named like the wrapper, but closes over nothing it knows
+    def inner(*args):  # named like the wrapper, but of another module, closing over nothing it knows
         return args
 
     plain = _DescriptorLauncher(print)

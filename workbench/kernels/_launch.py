@@ -93,23 +93,31 @@ class DescriptorMaps:
         return expanded
 
 
+NVIDIA_DRIVER = "triton.backends.nvidia.driver"
+"""The module whose descriptor wrapper ``descriptor_launcher`` knows (Triton 3.6 and 3.7)."""
+
+
 def descriptor_launcher(run, pointer_args: int) -> tuple:
     """(launcher, DescriptorMaps or None) for the compiled kernel launcher ``run`` whose first ``pointer_args``
     arguments a direct launch passes. A kernel with host TMA descriptors among them gets a copy of ``run`` whose
     ``launch`` is the one its descriptor wrapper (``wrap_handle_tensordesc``'s ``inner``, Triton 3.6 and 3.7) calls,
-    with the wrapper's own positions, metadata and encoder; any other launcher, or a wrapper of another make,
-    comes back as it is (it encodes its descriptors itself, as before)."""
+    with the wrapper's own positions, metadata and encoder; any other launcher, a wrapper of another make (AMD's),
+    or descriptors without the compiled kernel's metadata (whose expansion holds the tensor) come back as they are:
+    the launcher encodes its descriptors itself, as before."""
     wrapper = getattr(run, "launch", None)
     code = getattr(wrapper, "__code__", None)
     if code is None or code.co_name != "inner":  # no descriptor argument: the launch is the launcher itself
         return run, None
     cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in wrapper.__closure__ or ())))
     encode = wrapper.__globals__.get("make_tensordesc_arg")
-    if encode is None or not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys():
+    if (wrapper.__module__ != NVIDIA_DRIVER or encode is None  # AMD's encoder takes the kernel's metadata too
+            or not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys()):
         return run, None
     positions = sorted(cells["tensordesc_indices"])
-    metadata = cells["tensordesc_meta"] or [None] * len(positions)
-    if not positions or positions[-1] >= pointer_args or len(metadata) != len(positions):
+    metadata = cells["tensordesc_meta"]
+    # without a descriptor's metadata the launcher passes the base tensor itself on: a kept entry would hold it
+    if (not positions or positions[-1] >= pointer_args or not metadata or len(metadata) != len(positions)
+            or any(m is None for m in metadata)):
         return run, None
     unwrapped = copy.copy(run)
     unwrapped.launch = cells["launcher"]
