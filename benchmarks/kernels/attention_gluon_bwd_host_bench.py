@@ -38,7 +38,7 @@ def host_times(args) -> int:
     torch.Tensor.is_cuda = property(lambda self: True)  # the wrapper's device check, on CPU tensors
     torch.cuda.current_device = lambda: None  # a CPU tensor's device index
     attention_gluon.capability = lambda index: (9, 0)  # check_gluon_device's, imported by the backward
-    for name in ("_bwd_preprocess_kernel", "_attn_bwd_kernel", "_dq_convert_kernel"):
+    for name in ("_bwd_preprocess_kernel", "_attn_bwd_kernel", "_convert_kernel"):
         setattr(attention_gluon_bwd, name, host_overhead._Launches(getattr(attention_gluon_bwd, name), [], stub=True))
     shape = dict(batch=2, seq=1024, heads_q=8, heads_kv=2, head_dim=128)  # GQA 4, d128: CPU-sized data
     q = torch.randn(shape["batch"], shape["heads_q"], shape["seq"], shape["head_dim"], dtype=torch.bfloat16)

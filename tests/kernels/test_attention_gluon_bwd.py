@@ -253,16 +253,26 @@ def test_the_backward_rule_leaves_ragged_and_other_head_dims_to_triton():
     assert pinned_backward_config(q, q, q, False) is None
 
 
-def test_the_group_split_is_the_smallest_divisor_that_fills_the_sms():
-    fill = attention_gluon_bwd.GROUP_SPLIT_FILL
-    sms = 132
-    assert attention_gluon_bwd.group_split(int(fill * sms), 8, sms) == 1  # enough programs already
-    assert attention_gluon_bwd.group_split(int(fill * sms) - 1, 8, sms) == 2
-    assert attention_gluon_bwd.group_split(1, 8, sms) == 8  # one query head a program at most
-    assert attention_gluon_bwd.group_split(10, 6, sms) == 6 and attention_gluon_bwd.group_split(10, 1, sms) == 1
-    assert attention_gluon_bwd.group_split(128, 8, sms) == 4  # a05 (MQA 16 x 1024): 8 key blocks x 16 x 1
+def test_the_group_split_is_the_smallest_divisor_from_the_minimum_that_fills_the_sms(monkeypatch):
+    monkeypatch.setattr(attention_gluon_bwd, "GROUP_SPLIT_MIN", 1)
+    monkeypatch.setattr(attention_gluon_bwd, "GROUP_SPLIT_FILL", 2.0)
+    split, sms = attention_gluon_bwd.group_split, 132
+    assert split(264, 8, sms) == 1  # enough programs already
+    assert split(263, 8, sms) == 2 and split(128, 8, sms) == 4
+    assert split(1, 8, sms) == 8  # one query head a program at most
+    assert split(10, 6, sms) == 6 and split(10, 1, sms) == 1
+    monkeypatch.setattr(attention_gluon_bwd, "GROUP_SPLIT_MIN", 2)
+    assert split(264, 8, sms) == 2 and split(10 ** 6, 6, sms) == 2  # at least the minimum where it divides
+    assert split(10 ** 6, 3, sms) == 3 and split(10 ** 6, 1, sms) == 1  # else the next divisor up, or none
     with pytest.raises(KernelInputError, match="positive counts"):
-        attention_gluon_bwd.group_split(0, 8, sms)
+        split(0, 8, sms)
+
+
+def test_the_shipped_group_split_halves_llama_groups_and_fills_the_h200_twice_for_mqa():
+    split = attention_gluon_bwd.group_split
+    assert split(1024, 8, 132) == 2  # a07, a13 (1,024 programs, GQA 8)
+    assert split(128, 8, 132) == 4  # a05 (MQA 16 x 1024): 8 key blocks x 16 x 1
+    assert split(32, 8, 132) == 8 and split(512, 1, 132) == 1  # few programs; MHA
 
 
 def test_a_group_split_is_taken_with_a_config_of_the_space_and_nothing_else():
@@ -293,7 +303,7 @@ class _Recorder:
         return lambda *args, **kwargs: self.log.append((self.name, grid, args, kwargs))
 
 
-KERNELS = ("_bwd_preprocess_kernel", "_attn_bwd_kernel", "_dq_convert_kernel")
+KERNELS = ("_bwd_preprocess_kernel", "_attn_bwd_kernel", "_convert_kernel")
 
 
 @pytest.fixture
@@ -326,16 +336,38 @@ def test_a_repeated_call_reuses_its_plan_and_launches_on_each_calls_tensors(reco
     config = default_config(128, True)
     for i, ((do, q, k, v, o, lse), (dq, dk, dv)) in enumerate(zip(calls, results)):
         pre, main, post = recorded_launches[3 * i:3 * i + 3]
-        assert pre[2][:2] == (o, do) and pre[2][4:] == (2 * 4 * 256,)
+        assert pre[2][:2] == (o, do) and pre[2][5:] == (2 * 4 * 256, 0)  # no dKV_acc rows: no split
         descriptors, (dq_acc, dk_out, dv_out), scalars = main[2][:6], main[2][6:9], main[2][9:]
         assert [t.base.data_ptr() for t in descriptors] == [t.data_ptr() for t in (q, k, v, do, lse)] + [
             pre[2][2].data_ptr()]  # q, k, v, dO, lse and this call's delta
         assert [list(t.block_shape) for t in descriptors] == [[64, 128]] * 4 + [[64]] * 2
         assert dk_out is dk and dv_out is dv and dq_acc is pre[2][3] and post[2][:2] == (dq_acc, dq)
+        assert post[1] == (2 * 4 * 256 * 128 // attention_gluon_bwd._POST_BLOCK,) and post[2][4:6] == (
+            2 * 4 * 256 * 128, 0)  # dQ's blocks only
         assert main[1] == (256 // config["BLOCK_N"], 2 * 2) and scalars == (256, 2, 2, 128 ** -0.5,
                                                                              128 ** -0.5 * 1.4426950408889634)
         assert main[3]["NUM_STAGES"] == config["NUM_STAGES"] and main[3]["STRICT_ORDER"] is False
         assert dq.shape == q.shape and dk.shape == k.shape and dq.dtype == q.dtype
+
+
+def test_a_group_split_zeroes_and_converts_its_dkv_accumulators_in_the_same_three_launches(recorded_launches):
+    do, q, k, v, o, lse = _cpu_inputs(b=2, hq=8, hkv=1, s=256)  # MQA: a group of 8, split 4 ways
+    config = {**default_config(128, True), "GROUP_SPLIT": 4}
+    dq, dk, dv = gluon_attention_backward(do, q, k, v, o, lse, True, config=config)
+    (pre_name, _, pre, _), (_, grid, main, _), (_, post_grid, post, _) = recorded_launches
+    rows, kv_rows = 2 * 8 * 256, 2 * 1 * 256
+    dq_acc, dkv_acc = pre[3], pre[4]
+    assert pre_name == "_bwd_preprocess_kernel" and pre[5:] == (rows, 2 * kv_rows)  # zeroes dQ_acc and dKV_acc
+    assert dkv_acc.dtype == torch.float32 and dkv_acc.shape == (2, *k.shape)
+    assert grid == (256 // config["BLOCK_N"], 2 * 1 * 4)  # a key block's programs share its group 4 ways
+    assert main[6] is dq_acc and main[7].data_ptr() == dkv_acc[0].data_ptr() and \
+        main[8].data_ptr() == dkv_acc[1].data_ptr()  # dK, dV added into dKV_acc
+    block = attention_gluon_bwd._POST_BLOCK
+    assert post[:3] == (dq_acc, dq, dkv_acc) and post[4:6] == (rows * 128, 2 * kv_rows * 128)
+    assert post_grid == ((rows * 128 + block - 1) // block + (2 * kv_rows * 128 + block - 1) // block,)
+    dkv = post[3]
+    assert dkv.dtype == k.dtype and dk.data_ptr() == dkv[0].data_ptr() and dv.data_ptr() == dkv[1].data_ptr()
+    assert dk.shape == k.shape and dv.shape == v.shape and dq.shape == q.shape
 
 
 def test_each_distinct_call_gets_its_own_plan_and_bad_inputs_are_still_checked(recorded_launches):

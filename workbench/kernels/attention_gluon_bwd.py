@@ -31,7 +31,9 @@ keeps the tensor cores fed with the pieces Gluon exposes:
    barrier and reduces through TMA (``cp.reduce.async.bulk``, which Gluon 3.6/3.7 does not expose): twice the
    atomics here, one cross-warpgroup barrier fewer.
 4. Around it, two small Triton launches: ``delta = rowsum(dO * O)`` with dQ_acc zeroed (the paper's
-   preprocessing), and dQ = scale * dQ_acc in q's dtype (its postprocessing).
+   preprocessing), and dQ = scale * dQ_acc in q's dtype (its postprocessing). With a GQA group split
+   (``GROUP_SPLIT``: the group's query heads shared among programs, which then add dK and dV into fp32
+   accumulators) the same two launches zero and convert those accumulators too: 3 launches a backward either way.
 
 Blocks and masks: query blocks wholly above the diagonal are never loaded; those crossing it and the sequence tail
 are masked (P^T = 0 there); a key block that runs past S is masked on every step (its rows past S belong to the
@@ -144,24 +146,37 @@ _POST_BLOCK = 2048
 
 # -------------------------------------------------------------------------------- pre- and postprocessing
 @triton.jit
-def _bwd_preprocess_kernel(O, DO, DELTA, DQ_ACC, n_rows, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
-    """delta = rowsum(dO * O) (fp32) and dQ_acc = 0 over the 2-D views o, do, dq_acc [B*Hq*S, D]. Grid
-    (cdiv(B*Hq*S, ROWS),)."""
+def _bwd_preprocess_kernel(O, DO, DELTA, DQ_ACC, DKV_ACC, n_rows, kv_rows, HEAD_DIM: tl.constexpr,
+                           ROWS: tl.constexpr):
+    """delta = rowsum(dO * O) (fp32) and dQ_acc = 0 over the 2-D views o, do, dq_acc [B*Hq*S, D]; with a GQA group
+    split, also dKV_acc = 0 over its 2-D view [kv_rows, D] (dK's and dV's fp32 accumulators, 2 B*Hkv*S rows: at
+    most n_rows, since the group holds 2 heads or more; kv_rows 0 without the split). Grid (cdiv(B*Hq*S, ROWS),)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     offs = rows.to(tl.int64)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
     keep = rows[:, None] < n_rows
     o = tl.load(O + offs, mask=keep, other=0.0).to(tl.float32)
     do = tl.load(DO + offs, mask=keep, other=0.0).to(tl.float32)
     tl.store(DELTA + rows, tl.sum(o * do, 1), mask=rows < n_rows)
-    tl.store(DQ_ACC + offs, tl.zeros([ROWS, HEAD_DIM], tl.float32), mask=keep)
+    zero = tl.zeros([ROWS, HEAD_DIM], tl.float32)
+    tl.store(DQ_ACC + offs, zero, mask=keep)
+    if kv_rows > 0:
+        tl.store(DKV_ACC + offs, zero, mask=rows[:, None] < kv_rows)
 
 
 @triton.jit
-def _dq_convert_kernel(DQ_ACC, DQ, n, scale, BLOCK: tl.constexpr):
-    """dQ = scale * dQ_acc in dQ's dtype, elementwise over n values. Grid (cdiv(n, BLOCK),)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    keep = offs < n
-    tl.store(DQ + offs, (tl.load(DQ_ACC + offs, mask=keep) * scale).to(DQ.dtype.element_ty), mask=keep)
+def _convert_kernel(DQ_ACC, DQ, DKV_ACC, DKV, n, kv_n, scale, BLOCK: tl.constexpr):
+    """dQ = scale * dQ_acc in dQ's dtype, elementwise over n values, and with a GQA group split dKV = dKV_acc
+    over kv_n more (0 without). Grid (cdiv(n, BLOCK) + cdiv(kv_n, BLOCK),): the programs past dQ's convert dKV."""
+    block = tl.program_id(0)
+    q_blocks = tl.cdiv(n, BLOCK)
+    if block < q_blocks:
+        offs = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        keep = offs < n
+        tl.store(DQ + offs, (tl.load(DQ_ACC + offs, mask=keep) * scale).to(DQ.dtype.element_ty), mask=keep)
+    else:
+        offs = (block - q_blocks).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        keep = offs < kv_n
+        tl.store(DKV + offs, tl.load(DKV_ACC + offs, mask=keep).to(DKV.dtype.element_ty), mask=keep)
 
 
 if HAS_GLUON:
@@ -620,8 +635,8 @@ class _BackwardPlan:
     2-D views' shapes, the six descriptors' blocks and layouts (q, dO, k; v, lse, delta: ``tiles``, ``rows``), and
     the three launches (``KernelLaunch``: after its first launch each calls its compiled kernel directly)."""
 
-    __slots__ = ("copy", "views", "blocks", "layouts", "tiles", "rows", "device_index", "preprocess", "kernel",
-                 "convert", "convert_kv")
+    __slots__ = ("copy", "views", "blocks", "layouts", "tiles", "rows", "device_index", "split", "preprocess",
+                 "kernel", "convert")
 
 
 _PLANS = plan_cache()
@@ -645,25 +660,25 @@ def _plan(q, k, v, do, o, causal: bool, scale: float, config: dict) -> _Backward
     plan.layouts = ((q_layout, q_layout, kv_layout), (kv_layout, row_layout, row_layout))
     plan.tiles, plan.rows = _Descriptors(), _Descriptors()
     plan.device_index = q.device.index
-    plan.preprocess = KernelLaunch(_bwd_preprocess_kernel, (triton.cdiv(rows, _PRE_ROWS),), (rows,),
-                                   dict(HEAD_DIM=d, ROWS=_PRE_ROWS))
     split = config.get("GROUP_SPLIT", 1)
     check((hq // hkv) % split == 0, "config['GROUP_SPLIT']", split,
           f"a divisor of the GQA group {hq // hkv} (query heads {hq} / kv heads {hkv})")
+    plan.split = split > 1  # dK, dV summed by the group's programs in fp32 accumulators (zeroed, then converted)
+    acc_kv_rows = 2 * kv_rows if plan.split else 0  # dKV_acc [2, B, Hkv, S, D]: at most dQ_acc's rows (group >= 2)
+    plan.preprocess = KernelLaunch(_bwd_preprocess_kernel, (triton.cdiv(rows, _PRE_ROWS),), (rows, acc_kv_rows),
+                                   dict(HEAD_DIM=d, ROWS=_PRE_ROWS))
     plan.kernel = KernelLaunch(_attn_bwd_kernel, (triton.cdiv(s, block_n), b * hkv * split),
                                (s, hkv, hq // hkv, scale, scale * _LOG2E),
                                {**_constexprs(config, causal), "num_warps": 4})
-    plan.convert = KernelLaunch(_dq_convert_kernel, (triton.cdiv(rows * d, _POST_BLOCK),), (rows * d, scale),
-                                dict(BLOCK=_POST_BLOCK))
-    plan.convert_kv = None if split == 1 else KernelLaunch(  # dK, dV from their fp32 accumulators, as one
-        _dq_convert_kernel, (triton.cdiv(2 * kv_rows * d, _POST_BLOCK),), (2 * kv_rows * d, 1.0),
-        dict(BLOCK=_POST_BLOCK))
+    plan.convert = KernelLaunch(_convert_kernel, (triton.cdiv(rows * d, _POST_BLOCK)
+                                                  + triton.cdiv(acc_kv_rows * d, _POST_BLOCK),),
+                                (rows * d, acc_kv_rows * d, scale), dict(BLOCK=_POST_BLOCK))
     return plan
 
 
 def _run(plan: _BackwardPlan, do, q, k, v, o, lse):
-    """Allocate delta, dQ_acc and the gradients, build the descriptors over the call's tensors and launch the
-    preprocessing, the kernel and the dQ conversion: the per-call work of a plan."""
+    """Allocate delta, dQ_acc (and with the split dKV_acc) and the gradients, build the descriptors over the call's
+    tensors and launch the preprocessing, the kernel and the conversion: the per-call work of a plan."""
     if plan.device_index != torch.cuda.current_device():  # Triton launches on the current device
         with torch.cuda.device(plan.device_index):
             return _run(plan, do, q, k, v, o, lse)
@@ -674,13 +689,15 @@ def _run(plan: _BackwardPlan, do, q, k, v, o, lse):
         q, k, v, do, lse = (t if pointers_aligned(t) else t.clone() for t in (q, k, v, do, lse))
     delta = torch.empty_like(lse)  # delta: [B, Hq, S] fp32
     dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32)  # dq_acc: [B, Hq, S, D], zeroed below
-    if plan.convert_kv is None:
-        dk, dv = torch.empty_like(k), torch.empty_like(v)  # dk, dv: [B, Hkv, S, D], contiguous like k, v
-    else:  # GROUP_SPLIT: the programs of a key block add into dkv_acc [2, B, Hkv, S, D] fp32 (dK, dV)
-        dkv_acc = torch.zeros((2, *k.shape), device=k.device, dtype=torch.float32)
-        dk, dv = dkv_acc[0], dkv_acc[1]
     dq = torch.empty_like(q)  # dq: [B, Hq, S, D]
-    plan.preprocess(pointers_aligned(o), o, do, delta, dq_acc)
+    if plan.split:  # the programs of a key block add into dkv_acc [2, B, Hkv, S, D] fp32 (dK, dV), zeroed below
+        dkv_acc = torch.empty((2, *k.shape), device=k.device, dtype=torch.float32)
+        dkv = torch.empty((2, *k.shape), device=k.device, dtype=k.dtype)
+        dk, dv = dkv_acc[0], dkv_acc[1]
+    else:  # the kernel stores them
+        dkv_acc = dkv = dq_acc  # the preprocessing and the conversion leave them alone (0 dKV rows)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)  # dk, dv: [B, Hkv, S, D], contiguous like k, v
+    plan.preprocess(pointers_aligned(o), o, do, delta, dq_acc, dkv_acc)
     tensors = (q, do, k), (v, lse, delta)
     if plan.tiles.descriptors is None:  # the first launch builds and checks the descriptors over the 2-D views
         (rows, d), (kv_rows, _), flat = plan.views
@@ -693,10 +710,8 @@ def _run(plan: _BackwardPlan, do, q, k, v, o, lse):
     v_desc, lse_desc, delta_desc = reused_descriptors(plan.rows, GluonTensorDescriptor, *tensors[1], plan.blocks[1],
                                                       plan.layouts[1])
     plan.kernel(True, q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_acc, dk, dv)
-    plan.convert(True, dq_acc, dq)  # torch's allocations: aligned
-    if plan.convert_kv is not None:
-        dkv = torch.empty((2, *k.shape), device=k.device, dtype=k.dtype)
-        plan.convert_kv(True, dkv_acc, dkv)
+    plan.convert(True, dq_acc, dq, dkv_acc, dkv)  # torch's allocations: aligned
+    if plan.split:
         dk, dv = dkv[0], dkv[1]
     return dq, dk, dv
 
@@ -877,29 +892,40 @@ def backward_rule(head_dim: int, causal: bool, seq_len: int) -> dict | None:
     return default_config(head_dim, bool(causal))
 
 
+GROUP_SPLIT_MIN = 2
+"""config=None splits every GQA group of an even size at least this many ways (``GROUP_SPLIT``): each program then
+walks half the group's query heads, so the last programs of a launch (a causal key block near the start of the
+sequence takes the most steps) leave the SMs idle half as long, for one fp32 dK/dV accumulation that the
+preprocessing zeroes and the conversion converts (no launch of their own)."""
 GROUP_SPLIT_FILL = 2.0
-"""config=None splits a GQA group between programs (``GROUP_SPLIT``) until the launch has at least this many
-programs per SM, where it can: with B * Hkv * key blocks programs below it, SMs idle or wait on the longest causal
-key block. Chosen on the fit shapes of ``benchmarks/kernels/attention_candidates_split.json`` from the H200 run of
-``benchmarks/kernels/attention_gluon_bwd_variants.py`` (``benchmarks/results/h200/kernels/gluon_attention_bwd_split/``;
-fwd+bwd, the split's ms / the default's of the same rounds): a05 (MQA 16 x 1024 causal, 128 programs) 0.948 at
-split 2 (fill 1), 0.861 at 4 (fill 2), 0.858 at 8 (fill 4); the 1,024-program fit shapes a07 and a13 0.977 at split
-2, which only a fill of 8 would give, within the 3% run-to-run of single shapes: the smallest fill within 3% of the
-best on the fit shapes, 2. On the test shapes splits of 2 were 0.97-1.03 (a03, a06, a10, a16, a19), none of which
-this fill splits.
+"""... and further, until the launch has at least this many programs per SM, where the group allows: with fewer,
+SMs idle or wait on the longest causal key block.
 
-Wired since the launches pass their TMA maps encoded once per base address (``_launch.DescriptorMaps``): before,
-the split backward's extra host time hid its device gain through autograd (a05 fwd+bwd 0.747 against 0.552 ms
-unsplit, ``benchmarks/results/h200/kernels/attention_host/``); with them a05 takes 0.468 ms split 4 against 0.546
-unsplit (``benchmarks/results/h200/kernels/descriptor_maps/``)."""
+Both chosen on the fit shapes of ``benchmarks/kernels/attention_candidates_split.json`` (a05, a07, a13 among the
+split's), once the split's accumulators had no launches of their own (``benchmarks/results/h200/kernels/
+split_fold/``):
+- ``benchmarks/kernels/attention_split_fold.py`` (fwd+bwd through autograd, every split against split 1 in the
+  same alternating rounds) put minimum 2 with fills up to 1 first on the fit shapes (0.947 of split 1), minimum 2
+  with a fill of 2 next (0.960), the former rule (a fill of 2 alone, which split only a05, 4 ways) at 0.991; on the
+  test shapes (a03, a06, a10, a16, a19) 0.980, 0.980 and 1.0. But its split-1 times ran 2-5% above the same
+  shapes' config=None times in the broad runs, and its a05 split 4 (0.531 ms) above theirs (0.468-0.478).
+- The broad runs (``broad_shapes.py``, config=None) then decided the fill: a05 takes 0.509 ms split 2 (minimum 2,
+  fill 1) against 0.468-0.478 split 4 (fill 2); the 1,024-program fit shapes gain little from their split of 2
+  (a07 5.40 ms against 5.42-5.49 unsplit, a13 8.85 against 8.82-9.02).
+Before the fold (5 launches split, 3 unsplit; session 18, ``gluon_attention_bwd_split/``) splits of 2 were
+0.97-1.03 on the test shapes, and the fill of 2 alone was chosen. The split lost its gain through autograd until
+the launches passed their TMA maps encoded once per base address (``_launch.DescriptorMaps``,
+``benchmarks/results/h200/kernels/descriptor_maps/``)."""
 
 
 def group_split(programs: int, group: int, sms: int) -> int:
-    """The smallest divisor of the GQA group that brings ``programs`` (key blocks x B x Hkv) to
-    ``GROUP_SPLIT_FILL`` x ``sms`` programs; the whole group (one query head a program) where none does."""
+    """The smallest divisor of the GQA group, ``GROUP_SPLIT_MIN`` or more (where the group has one), that brings
+    ``programs`` (key blocks x B x Hkv) to ``GROUP_SPLIT_FILL`` x ``sms`` programs; the whole group (one query head
+    a program) where none does."""
     check(programs >= 1 and group >= 1 and sms >= 1, "programs, group, sms", (programs, group, sms),
           "positive counts")
-    return next((split for split in range(1, group + 1)
+    least = next((split for split in range(GROUP_SPLIT_MIN, group + 1) if group % split == 0), 1)
+    return next((split for split in range(least, group + 1)
                  if group % split == 0 and programs * split >= GROUP_SPLIT_FILL * sms), group)
 
 

@@ -12,7 +12,9 @@ running the backward:
 Ways: split 1 (the default), split 4 as committed (one zeroed [2, ...] fp32 accumulator, one conversion, dK and dV
 views of one [2, ...] result), and two rewrites of ``_run``'s split branch patched in here: ``own`` (dK and dV each
 their own accumulator and their own result: no views), ``memset`` (the committed layout, zeroed by ``zero_()`` on
-an empty buffer). H200: ``python3 benchmarks/kernels/attention_group_split_host.py``."""
+an empty buffer). H200: ``python3 benchmarks/archive/attention_group_split_host.py`` at commit 2f61089 (the split
+backward's memset and second conversion, which this probes, were folded into its other launches after it).
+"""
 
 import sys
 import time
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))  # broad_shapes
 import broad_shapes  # noqa: E402
 
 from workbench.kernels import attention as attn  # noqa: E402

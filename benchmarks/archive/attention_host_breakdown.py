@@ -5,7 +5,8 @@ segment of the backward's ``_run`` (allocations, preprocessing launch, descripto
 and of the forward's, medians over 200 calls (synchronised every 4, so the launch queue stays short), called
 directly and through autograd (whose backward runs on the engine's device thread), with and without the group
 split; and the launcher's pieces alone: a torch allocation, a TMA descriptor fill, a Triton launch of the
-conversion kernel. H200: ``python3 benchmarks/kernels/attention_host_breakdown.py``."""
+conversion kernel. H200: ``python3 benchmarks/archive/attention_host_breakdown.py`` at commit 2f61089 (its copy of
+``_run``'s segments is that commit's: the split's memset and second conversion were folded in after it)."""
 
 import statistics
 import time
