@@ -1,18 +1,20 @@
-"""What dQ's fp32 atomics cost the Gluon attention backward (issue 20: its d128 backward runs at ~420 TFLOP/s on
+"""What dQ's fp32 atomics cost the Gluon attention backward (issue 20: its d128 backward ran at ~420 TFLOP/s on
 the H200, against FlashAttention-3's published 542 on the H100, whose dQ leaves through TMA's bulk reduce-add, not
-per-element atomics from the MMA warpgroups). Timing only: in a process of its own per way, ``_add_dq`` (the
-consumers' ``gl.atomic_add`` of each step's dQ tile) is replaced before anything compiles by
+per-element atomics from the MMA warpgroups). Timing only: in a process of its own per way,
 
-- ``atomic``: as shipped (the tile in wgmma's accumulator layout: 2 adjacent fp32 a thread, ``atom.v2.f32``; a
-  warp's instruction touches 8 rows, 32 bytes of each);
-- ``store``: a plain ``gl.store`` of the tile (racy, wrong dQ: what a write that is not read back would cost);
-- ``v4``: the tile converted (through shared memory) to a blocked layout of 4 adjacent fp32 a thread, 16 threads
-  a row, its addresses computed in that layout (``_dq_addresses`` too): ``atom.v4.f32``, a warp's instruction
-  covering 2 whole 256-byte rows.
+- ``coalesced``: as shipped (``DQ_COALESCED``: the dQ tile converted, through shared memory, to
+  ``attention_gluon_bwd.DQ_ROW_LAYOUT``, 4 adjacent fp32 a thread, 16 threads a row: ``atom.add.v4.f32``, a warp's
+  instruction covering 2 whole 256-byte rows);
+- ``wgmma``: the atomics from wgmma's accumulator layout, as before (2 adjacent fp32 a thread,
+  ``atom.add.v2.f32``, a warp's instruction touching 8 rows, 32 bytes of each): ``dq_coalesced`` patched to False;
+- ``store``: a plain ``gl.store`` of the coalesced tile instead of the atomics (racy, wrong dQ: what a write that
+  is not read back costs), ``_add_dq`` replaced before anything compiles.
 
-Each way times ``gluon_attention_backward`` alone (do_bench, alternating rounds within the process) on the d128
-shapes of the broad set, config=None's config (``pinned_backward_config``: the GQA split included). Writes
-``dq_cost.csv`` and prints it.
+The first run (``benchmarks/results/h200/kernels/dq_coalesced/dq_cost.csv``) was this probe at commit b58c1b7,
+before the coalesced layout shipped: its ways were the atomics as then shipped (wgmma's layout), the store, and
+``v4`` (the coalesced layout patched in). Each way times ``gluon_attention_backward`` alone (do_bench, alternating
+rounds within the process) on the d128 shapes of the broad set, config=None's config (``pinned_backward_config``:
+the GQA split included), and checks dQ, dK, dV against SDPA's fp32 backward. Writes ``dq_cost.csv`` and prints it.
 
     PYTHONPATH=$PWD TRITON_INTERPRET=0 python3 benchmarks/kernels/attention_bwd_dq_cost.py --out DIR
 """
@@ -28,48 +30,28 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 HERE = Path(__file__).resolve().parent
-WAYS = ("atomic", "store", "v4")
+WAYS = ("coalesced", "wgmma", "store")
 SHAPES = ("a01", "a05", "a07", "a09", "a12", "a13", "a14", "a17")
 
 
 def _patch(way: str) -> None:
-    """Replace ``attention_gluon_bwd._add_dq`` (and for v4 ``_dq_addresses``), resolved when the kernel compiles."""
+    """Patch ``attention_gluon_bwd`` for ``way`` before anything compiles."""
     from workbench.kernels import attention_gluon_bwd as bwd
 
     if way == "store":
         bwd._add_dq = _store_dq
-    elif way == "v4":
-        bwd._add_dq, bwd._dq_addresses = _add_dq_v4, _dq_addresses_v4
+    elif way == "wgmma":
+        bwd.dq_coalesced = lambda config, head_dim: False
 
 
 @gluon.jit
-def _store_dq(ptrs, dq, rows, seq_len, MASKED: gl.constexpr):
+def _store_dq(ptrs, dq, rows, seq_len, MASKED: gl.constexpr, DQ_COALESCED: gl.constexpr):
+    if DQ_COALESCED:
+        dq = gl.convert_layout(dq, ptrs.type.layout)
     if MASKED:
         gl.store(ptrs, dq, mask=gl.expand_dims(rows < seq_len, 1))
     else:
         gl.store(ptrs, dq)
-
-
-@gluon.jit
-def _dq_addresses_v4(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM: gl.constexpr):
-    BLOCK_M: gl.constexpr = zero_dq.shape[0]
-    DQ_COLS: gl.constexpr = zero_dq.shape[1]
-    V4: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
-    dq_block = dq_ptr + (q_row + start_m).to(gl.int64) * HEAD_DIM
-    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, V4))
-    dq_offs = gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(gl.arange(0, DQ_COLS, layout=gl.SliceLayout(
-        0, V4)), 0)
-    return dq_block, dq_offs, start_m + rows
-
-
-@gluon.jit
-def _add_dq_v4(ptrs, dq, rows, seq_len, MASKED: gl.constexpr):
-    V4: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
-    tile = gl.convert_layout(dq, V4)
-    if MASKED:
-        gl.atomic_add(ptrs, tile, mask=gl.expand_dims(rows < seq_len, 1), sem="relaxed")
-    else:
-        gl.atomic_add(ptrs, tile, sem="relaxed")
 
 
 def _check(way: str) -> float:
@@ -139,8 +121,8 @@ def main() -> int:
         print(f"{way}: dQ, dK, dV relative error against SDPA fp32 (2 x 8/2 x 1024 causal) "
               f"{times[way]['rel_err']:.2e}", flush=True)
     rows = [{"id": shape_id, **{f"{way}_ms": f"{times[way][shape_id]:.4f}" for way in times},
-             **{f"{way}_over_atomic": f"{times[way][shape_id] / times['atomic'][shape_id]:.3f}"
-                for way in times if way != "atomic" and "atomic" in times}}
+             **{f"{way}_over_coalesced": f"{times[way][shape_id] / times['coalesced'][shape_id]:.3f}"
+                for way in times if way != "coalesced" and "coalesced" in times}}
             for shape_id in SHAPES]
     with (args.out / "dq_cost.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -25,7 +25,8 @@ keeps the tensor cores fed with the pieces Gluon exposes:
        dS^T = P^T * (dP^T - delta)
        dV  += P^T dO               register A                            [64, D]
        dK  += dS^T Q               register A
-       dQ_i = dS K                 dS^T through shared memory (A transposed) -> fp32 atomics into dQ_acc
+       dQ_i = dS K                 dS^T through shared memory (A transposed) -> fp32 atomics into dQ_acc,
+                                   from whole rows (``DQ_ROW_LAYOUT``, through shared memory)
 
    Each warpgroup adds its 64 keys' part of dQ_i; FA3 instead splits dQ's columns between the warpgroups after a
    barrier and reduces through TMA (``cp.reduce.async.bulk``, which Gluon 3.6/3.7 does not expose): twice the
@@ -179,7 +180,19 @@ def _convert_kernel(DQ_ACC, DQ, DKV_ACC, DKV, n, kv_n, scale, BLOCK: tl.constexp
         tl.store(DKV + offs, tl.load(DKV_ACC + offs, mask=keep).to(DKV.dtype.element_ty), mask=keep)
 
 
+DQ_COLUMNS = 64
+"""Columns of the dQ tile a consumer adds at a time (``_consumer``'s DQ_COLS: one wgmma N of 64)."""
+DQ_SCRATCH_BYTES = 64 * DQ_COLUMNS * 4
+"""Shared memory a consumer's conversion of its fp32 [64 queries, 64] dQ tile to ``DQ_ROW_LAYOUT`` takes (the
+compiler's scratch for ``convert_layout``; BLOCK_M 64, the only query block of ``config_space``)."""
+
 if HAS_GLUON:
+    DQ_ROW_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0]))
+    """The layout dQ's atomics leave in (``DQ_COALESCED``): 4 adjacent fp32 a thread, 16 threads a 64-column row,
+    so one ``atom.add.v4.f32`` of a warp covers two whole 256-byte rows of dQ_acc. In wgmma's accumulator layout a
+    thread holds 2 adjacent fp32 (``atom.add.v2.f32``) and a warp's instruction touches 8 rows, 32 bytes of each.
+    On the H200 the backward took 0.92-0.98 of its time with the atomics in wgmma's layout (d128, 8 shapes;
+    ``benchmarks/kernels/attention_bwd_dq_cost.py``, ``benchmarks/results/h200/kernels/dq_coalesced/``)."""
 
     @gluon.jit
     def _kv_schedule(seq_len, heads_kv, group, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
@@ -248,8 +261,11 @@ if HAS_GLUON:
 
     # ----------------------------------------------------------------------------------------- consumers
     @gluon.jit
-    def _add_dq(ptrs, dq, rows, seq_len, MASKED: gl.constexpr):
-        """dQ_acc += dq (fp32 atomics; rows past S dropped on masked steps)."""
+    def _add_dq(ptrs, dq, rows, seq_len, MASKED: gl.constexpr, DQ_COALESCED: gl.constexpr):
+        """dQ_acc += dq (fp32 atomics; rows past S dropped on masked steps). DQ_COALESCED: ``ptrs`` and ``rows`` are
+        in ``DQ_ROW_LAYOUT`` (``_dq_addresses``), and dq goes there first, through shared memory."""
+        if DQ_COALESCED:
+            dq = gl.convert_layout(dq, DQ_ROW_LAYOUT)
         if MASKED:
             gl.atomic_add(ptrs, dq, mask=gl.expand_dims(rows < seq_len, 1), sem="relaxed")
         else:
@@ -266,12 +282,16 @@ if HAS_GLUON:
             mbarrier.arrive(ds_ready, count=1)
 
     @gluon.jit
-    def _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM: gl.constexpr):
+    def _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM: gl.constexpr, DQ_COALESCED: gl.constexpr):
         """dQ_acc rows of a query block: one 64-bit base and [BLOCK_M, DQ_COLS] 32-bit offsets (a tile of 64-bit
-        addresses would take 64 registers a thread) in dQ's wgmma layout, and the rows' query indices."""
+        addresses would take 64 registers a thread) in dQ's wgmma layout (DQ_COALESCED: in ``DQ_ROW_LAYOUT``),
+        and the rows' query indices."""
         BLOCK_M: gl.constexpr = zero_dq.shape[0]
         DQ_COLS: gl.constexpr = zero_dq.shape[1]
-        DQ_LAYOUT: gl.constexpr = zero_dq.type.layout
+        if DQ_COALESCED:
+            DQ_LAYOUT: gl.constexpr = DQ_ROW_LAYOUT
+        else:
+            DQ_LAYOUT: gl.constexpr = zero_dq.type.layout
         dq_block = dq_ptr + (q_row + start_m).to(gl.int64) * HEAD_DIM
         rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, DQ_LAYOUT))
         dq_offs = gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(gl.arange(0, DQ_COLS, layout=gl.SliceLayout(
@@ -317,7 +337,7 @@ if HAS_GLUON:
               qk_scale, mask_now, MASKED: gl.constexpr, ONE_STEP: gl.constexpr,
               CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
               SPLIT_DQ: gl.constexpr, STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr,
-              DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr):
+              DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr, DQ_COALESCED: gl.constexpr):
         """One query block [start_m, + BLOCK_M) of query head ``q_row / S`` against this warpgroup's 64 keys:
         dK, dV accumulate; dQ_i goes to dQ_acc by atomics, [BLOCK_M, 64] at a time. Tiles: S^T, dP^T [64,
         BLOCK_M] and dK, dV [64, D] fp32 (registers, wgmma layouts); Q_i, dO_i [BLOCK_M, D] and dS^T [64, BLOCK_M]
@@ -386,14 +406,14 @@ if HAS_GLUON:
             ds_op = gl.convert_layout(ds_t, OP_LAYOUT)
             dk_tok = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
             dv, dq, p_op = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, dq_tok, p_op))  # dK's still runs
-            dq_block, dq_offs, rows = _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM)
-            _add_dq(dq_block + FIRST_COLS + dq_offs, dq, rows, seq_len, MASKED)
+            dq_block, dq_offs, rows = _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM, DQ_COALESCED)
+            _add_dq(dq_block + FIRST_COLS + dq_offs, dq, rows, seq_len, MASKED, DQ_COALESCED)
             dk, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ds_op))
             for c in gl.static_range(1, CHUNKS):  # one consumer at D = 128: the second 64 columns
                 dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG, NUM_CONSUMERS,
                                   SPLIT_DQ)
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
-                _add_dq(dq_block + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
+                _add_dq(dq_block + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED, DQ_COALESCED)
         else:
             if STRICT_ORDER:  # dS^T stored before its registers become an in-flight wgmma's A operand
                 _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
@@ -404,12 +424,12 @@ if HAS_GLUON:
             if not STRICT_ORDER:  # the store overlaps the dV and dK GEMMs
                 _publish_ds(ds_tile, ds_t, ds_ready.index(slot), SPLIT_DQ)
             dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv_tok, dk_tok, p_op, ds_op))
-            dq_block, dq_offs, rows = _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM)
+            dq_block, dq_offs, rows = _dq_addresses(dq_ptr, q_row, start_m, zero_dq, HEAD_DIM, DQ_COALESCED)
             for c in gl.static_range(CHUNKS):
                 dq_tok = _dq_tile(ds_smem, k_smem, ds_ready, ds_index, slot, phase, c, zero_dq, WG, NUM_CONSUMERS,
                                   SPLIT_DQ)
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
-                _add_dq(dq_block + FIRST_COLS + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED)
+                _add_dq(dq_block + FIRST_COLS + c * DQ_COLS + dq_offs, dq, rows, seq_len, MASKED, DQ_COALESCED)
         # Q_i, dO_i and every dS^T of this step read. A dS^T tile is written again DS_BUFFERS steps later: by then
         # its writer's own dQ GEMM has retired, and (SPLIT_DQ) so has the other consumer's, which stored its dS^T
         # of the step in between (``ds_ready``) only after this step; one tile a consumer is enough without the
@@ -423,7 +443,8 @@ if HAS_GLUON:
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL: gl.constexpr,
                   WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
                   STRICT_ORDER: gl.constexpr, DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr,
-                  RING_COUNTERS: gl.constexpr, ONE_STEP: gl.constexpr, GROUP_SPLIT: gl.constexpr):
+                  RING_COUNTERS: gl.constexpr, ONE_STEP: gl.constexpr, GROUP_SPLIT: gl.constexpr,
+                  DQ_COALESCED: gl.constexpr):
         """Consumer warpgroup WG: keys [start_n + 64 WG, + 64) against every query block of every query head of
         the kv group (GROUP_SPLIT > 1: of this program's share of them); stores its dK, dV rows at the end
         (GROUP_SPLIT > 1: adds them to the fp32 dK, dV accumulators the programs of a key block share)."""
@@ -434,7 +455,7 @@ if HAS_GLUON:
                                                            instr_shape=[16, BLOCK_M, 16])
         ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, HEAD_DIM, 16])
-        DQ_COLS: gl.constexpr = 64
+        DQ_COLS: gl.constexpr = 64  # DQ_COLUMNS
         DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, DQ_COLS, 16])
         SPLIT_DQ: gl.constexpr = NUM_CONSUMERS == 2 and HEAD_DIM == 2 * DQ_COLS
@@ -460,17 +481,19 @@ if HAS_GLUON:
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
                                zero_dq, dq_ptr, seq_len, qk_scale, mask_now, True, ONE_STEP, CAUSAL, WG,
                                NUM_CONSUMERS, NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK,
-                               RING_COUNTERS)
+                               RING_COUNTERS, DQ_COALESCED)
             elif mask_now:
                 dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
                                zero_dq, dq_ptr, seq_len, qk_scale, mask_now, True, 0, CAUSAL, WG, NUM_CONSUMERS,
-                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS)
+                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS,
+                               DQ_COALESCED)
             else:
                 dk, dv = _step(step, ring_slot, ring_phase, start_m, q_row, k_smem, v_smem, ds_smem, q_ring, do_ring,
                                lse_ring, delta_ring, q_ready, do_ready, ds_ready, empty, dk, dv, offs_n, zero_s,
                                zero_dq, dq_ptr, seq_len, qk_scale, mask_now, False, 0, CAUSAL, WG, NUM_CONSUMERS,
-                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS)
+                               NUM_STAGES, SPLIT_DQ, STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS,
+                               DQ_COALESCED)
             if RING_COUNTERS:
                 ring_slot += 1
                 if ring_slot == NUM_STAGES:
@@ -495,10 +518,10 @@ if HAS_GLUON:
                          do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                          qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, STRICT_ORDER: gl.constexpr,
                          DS_BUFFERS: gl.constexpr, DQ_UNDER_DK: gl.constexpr, RING_COUNTERS: gl.constexpr,
-                         ONE_STEP: gl.constexpr, GROUP_SPLIT: gl.constexpr):
+                         ONE_STEP: gl.constexpr, GROUP_SPLIT: gl.constexpr, DQ_COALESCED: gl.constexpr):
         _consumer(k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready, do_ready, ds_ready,
                   empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale, qk_scale, CAUSAL, 1, 2, NUM_STAGES,
-                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, ONE_STEP, GROUP_SPLIT)
+                  STRICT_ORDER, DS_BUFFERS, DQ_UNDER_DK, RING_COUNTERS, ONE_STEP, GROUP_SPLIT, DQ_COALESCED)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_kv", "group"])  # one build per config and layout
     def _attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_ptr, dk_ptr, dv_ptr, seq_len,
@@ -506,7 +529,8 @@ if HAS_GLUON:
                          NUM_STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                          STRICT_ORDER: gl.constexpr = False, DS_BUFFERS: gl.constexpr = 0,
                          DQ_UNDER_DK: gl.constexpr = False, RING_COUNTERS: gl.constexpr = False,
-                         ONE_STEP: gl.constexpr = 1, GROUP_SPLIT: gl.constexpr = 1):
+                         ONE_STEP: gl.constexpr = 1, GROUP_SPLIT: gl.constexpr = 1,
+                         DQ_COALESCED: gl.constexpr = False):
         """Grid (cdiv(S, 64 NUM_CONSUMERS), B * Hkv * GROUP_SPLIT).
 
         q_desc, do_desc: q, dO [B*Hq*S, D], block [BLOCK_M, D]; k_desc, v_desc: [B*Hkv*S, D], block [64, D];
@@ -515,7 +539,7 @@ if HAS_GLUON:
         num_warps=4 (the first consumer); workers: the second consumer (4 warps, CONSUMER_REGS) when
         NUM_CONSUMERS == 2, the TMA warp (LOADER_REGS).
         DS_BUFFERS: dS^T tiles per consumer (0: NUM_STAGES, one per ring slot); DQ_UNDER_DK, RING_COUNTERS,
-        ONE_STEP: ``_step``'s."""
+        ONE_STEP: ``_step``'s; DQ_COALESCED: dQ's atomics from ``DQ_ROW_LAYOUT`` (``dq_coalesced``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         KEYS: gl.constexpr = k_desc.block_type.shape[0]
@@ -547,11 +571,11 @@ if HAS_GLUON:
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, ONE_STEP, GROUP_SPLIT)),
+                             RING_COUNTERS, ONE_STEP, GROUP_SPLIT, DQ_COALESCED)),
                 (_second_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                                     do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group,
                                     sm_scale, qk_scale, CAUSAL, NUM_STAGES, STRICT_ORDER, DS_TILES,
-                                    DQ_UNDER_DK, RING_COUNTERS, ONE_STEP, GROUP_SPLIT)),
+                                    DQ_UNDER_DK, RING_COUNTERS, ONE_STEP, GROUP_SPLIT, DQ_COALESCED)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES, GROUP_SPLIT)),
@@ -561,7 +585,7 @@ if HAS_GLUON:
                 (_consumer, (k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_bar, q_ready,
                              do_ready, ds_ready, empty, dq_ptr, dk_ptr, dv_ptr, seq_len, heads_kv, group, sm_scale,
                              qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, STRICT_ORDER, DS_TILES, DQ_UNDER_DK,
-                             RING_COUNTERS, ONE_STEP, GROUP_SPLIT)),
+                             RING_COUNTERS, ONE_STEP, GROUP_SPLIT, DQ_COALESCED)),
                 (_load_partition, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_smem, v_smem, q_ring,
                                    do_ring, lse_ring, delta_ring, kv_bar, q_ready, do_ready, empty, seq_len, heads_kv,
                                    group, CAUSAL, NUM_CONSUMERS, NUM_STAGES, GROUP_SPLIT)),
@@ -669,7 +693,7 @@ def _plan(q, k, v, do, o, causal: bool, scale: float, config: dict) -> _Backward
                                    dict(HEAD_DIM=d, ROWS=_PRE_ROWS))
     plan.kernel = KernelLaunch(_attn_bwd_kernel, (triton.cdiv(s, block_n), b * hkv * split),
                                (s, hkv, hq // hkv, scale, scale * _LOG2E),
-                               {**_constexprs(config, causal), "num_warps": 4})
+                               {**_constexprs(config, causal, d), "num_warps": 4})
     plan.convert = KernelLaunch(_convert_kernel, (triton.cdiv(rows * d, _POST_BLOCK)
                                                   + triton.cdiv(acc_kv_rows * d, _POST_BLOCK),),
                                 (rows * d, acc_kv_rows * d, scale), dict(BLOCK=_POST_BLOCK))
@@ -726,9 +750,9 @@ def _tile_layout(shape: tuple, dtype):
     return gl.NVMMASharedLayout.get_default_for(list(shape), dtype)
 
 
-def _constexprs(config: dict, causal: bool) -> dict:
+def _constexprs(config: dict, causal: bool, head_dim: int) -> dict:
     """The kernel's constexprs of a config; DS_BUFFERS 0 (one dS^T tile per ring slot) unless the config asks for
-    another count."""
+    another count; DQ_COALESCED where the conversion's scratch fits (``dq_coalesced``)."""
     stages = config["NUM_STAGES"]
     ds_buffers = config.get("DS_BUFFERS", stages)
     return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_N"] // KEYS_PER_WARPGROUP,
@@ -737,12 +761,35 @@ def _constexprs(config: dict, causal: bool) -> dict:
                 DS_BUFFERS=0 if ds_buffers == stages else ds_buffers,
                 DQ_UNDER_DK=bool(config.get("DQ_UNDER_DK", False)),
                 RING_COUNTERS=bool(config.get("RING_COUNTERS", False)),
-                ONE_STEP=config.get("ONE_STEP", 1), GROUP_SPLIT=config.get("GROUP_SPLIT", 1))
+                ONE_STEP=config.get("ONE_STEP", 1), GROUP_SPLIT=config.get("GROUP_SPLIT", 1),
+                DQ_COALESCED=dq_coalesced(config, head_dim))
 
 
 # ------------------------------------------------------------------------------------------------ config space
 def shared_bytes(config: dict, head_dim: int) -> int:
-    """Shared memory of a config: K and V (BLOCK_N rows), NUM_STAGES Q and dO tiles, DS_BUFFERS (default
+    """Shared memory of a config: its tiles (``tile_bytes``) and, where dQ leaves from whole rows
+    (``dq_coalesced``), each consumer's conversion scratch."""
+    scratch = config["BLOCK_N"] // KEYS_PER_WARPGROUP * DQ_SCRATCH_BYTES if dq_coalesced(config, head_dim) else 0
+    return tile_bytes(config, head_dim) + scratch
+
+
+def dq_coalesced(config: dict, head_dim: int) -> bool:
+    """Whether a config's consumers convert each dQ tile to ``DQ_ROW_LAYOUT`` before its atomics: wherever the
+    scratch (``DQ_SCRATCH_BYTES`` a consumer) fits beside the config's tiles (``tile_bytes``) with
+    ``COMPILER_SCRATCH_BYTES`` to spare. Every 2-stage ring does; the 3-stage ring at d=128 does not (213 KB of
+    tiles) and keeps the atomics in wgmma's layout."""
+    consumers = config["BLOCK_N"] // KEYS_PER_WARPGROUP
+    return config["BLOCK_M"] == 64 and (tile_bytes(config, head_dim) + consumers * DQ_SCRATCH_BYTES
+                                        + COMPILER_SCRATCH_BYTES <= SM90_SHARED_BYTES)
+
+
+COMPILER_SCRATCH_BYTES = 4096
+"""Shared memory the compiler adds above ``shared_bytes`` (layout conversions, alignment): 1-2.5 KiB in the sm_90
+builds of triton 3.7.1 (``test_every_config_compiles_for_sm90_within_its_known_spills`` bounds it by this)."""
+
+
+def tile_bytes(config: dict, head_dim: int) -> int:
+    """Shared memory of a config's tiles: K and V (BLOCK_N rows), NUM_STAGES Q and dO tiles, DS_BUFFERS (default
     NUM_STAGES) dS^T tiles ([64, BLOCK_M] per consumer; all 16-bit), 8 bytes per mbarrier."""
     stages = config["NUM_STAGES"]
     ds_buffers = config.get("DS_BUFFERS", stages)
@@ -786,11 +833,12 @@ def rings_build_right() -> bool:
 
 
 KNOWN_SPILL_BYTES: dict[tuple[int, bool, int, int, int], int] = {
-    (128, False, 64, 128, 2): 28, (128, True, 64, 128, 2): 16,
+    (128, False, 64, 128, 2): 8, (128, True, 64, 128, 2): 8,
     (128, False, 64, 128, 3): 120, (128, True, 64, 128, 3): 128,
 }
 """(head_dim, causal, BLOCK_M, BLOCK_N, NUM_STAGES) -> spill-store bytes of the bf16 sm_90 build (ptxas of triton
-3.7.1, ``inspect_build``; the H200's triton 3.6.0 reports 20, 8, 60 and 64); every other entry of ``config_space``
+3.7.1, ``inspect_build``; the 2-stage builds spilled 28 and 16 bytes before dQ left from whole rows
+(``DQ_COALESCED``); the H200's triton 3.6.0 reported 20, 8, 60 and 64 then); every other entry of ``config_space``
 builds without spills. Two consumers at d=128 hold dK, dV (128 registers) beside S^T, dP^T (64) in 240: the few
 bytes are loop-invariant scalars and ring-slot arithmetic reloaded from L1 once a step. The one-step build
 (``ONE_STEP``) holds the step's mask test and the masked dQ atomics on every step: the two-branch build spilled 0,
@@ -966,7 +1014,8 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "do_desc": q_type, "lse_desc": row_type,
                  "delta_desc": row_type, "dq_ptr": "*fp32", "dk_ptr": kv_out, "dv_ptr": kv_out,
                  "seq_len": "i32", "heads_kv": "i32", "group": "i32", "sm_scale": "fp32", "qk_scale": "fp32"}
-    constexprs = _constexprs({**config, "STRICT_ORDER": strict_order or config.get("STRICT_ORDER", False)}, causal)
+    constexprs = _constexprs({**config, "STRICT_ORDER": strict_order or config.get("STRICT_ORDER", False)}, causal,
+                             head_dim)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _attn_bwd_kernel.arg_names}
     names = list(signature)
