@@ -53,18 +53,18 @@ class PricedOps:
     """Every op."""
 
     @staticmethod
-    def priced(ops: Sequence[Op], times: dict, key: Callable[[Op], tuple], time: Callable[[Op], OpTime],
-               fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
+    def priced(ops: Sequence[Op], times: dict, keys: Callable[[Sequence[Op]], Sequence],
+               time: Callable[[Op], OpTime], fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
         """``ops`` (each run ``op.count`` times) priced, in one pass sorting each into the sums it enters: an op's
-        time is ``times[key(op)]``, made by ``time(op)`` on a miss (the memoized timer), then ``fit``'s
-        (``profile_fit``; applied only where ``fit.applied``) and, for a compute-bound op, divided by ``power`` (the
-        sustained tensor throughput under a power limit); its bound is ``bound``, or its time's."""
+        time is ``times[k]``, ``k`` its entry of ``keys(ops)``, made by ``time(op)`` on a miss (the memoized timer),
+        then ``fit``'s (``profile_fit``; applied only where ``fit.applied``) and, for a compute-bound op, divided by
+        ``power`` (the sustained tensor throughput under a power limit); its bound is ``bound``, or its time's."""
+        keyed = keys(ops)
         ops = tuple(ops)
         compute, memory, optimizer, emb_fwd, emb_bwd, attention, useful, pairs = [], [], [], [], [], [], [], []
         counts, priced, bounds = [], [], []
         scaled = fit.applied
-        for op in ops:  # the cold search's innermost loop
-            k = key(op)
+        for op, k in zip(ops, keyed):  # the cold search's innermost loop
             t = times.get(k)
             if t is None:
                 t = times[k] = time(op)
