@@ -463,6 +463,15 @@ class StepModel:
             if not memory.fits:
                 return memory, None, self._bound(tables)
         fit, _ = self._fit(compiled, tables)
+        if tables is None and self.stack.kernels in TABLE_KERNELS:
+            # outside the stack's tables the step is the fused-step bound, which reads no compile flag (its fit is
+            # ``trace_fit``'s none for both): the search's eager and compiled candidates of cfg are one step
+            key = ("bound step", cfg, id(fit), execution, dtype)  # (the fit is a module constant: its id stays)
+            summary = self._graphs.get(key)
+            if summary is None:
+                summary = self._cached(key, lambda: self._step(cfg, fit, None, execution, self._peak(cfg.precision),
+                                                               False, detail=False, memory=memory)[0])
+            return memory, summary, summary.priced_as_bound
         summary = self._step(cfg, fit, tables, execution, self._peak(cfg.precision), False, detail=False,
                              memory=memory)[0]
         return memory, summary, summary.priced_as_bound
