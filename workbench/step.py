@@ -78,6 +78,7 @@ from workbench.step_sums import ONE_MICRO as _ONE_MICRO
 from workbench.step_sums import PrefixSums, PricedOps, Stage
 from workbench.step_sums import fold as _fold
 from workbench.step_sums import micro_sums as _micro_sums
+from workbench.step_sums import useful_flops as _useful_flops
 
 TABLE_KERNELS = ("pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed")
 """Stacks priced from their own kernel tables (``workbench.graph.stacked``)."""
@@ -569,7 +570,8 @@ class StepModel:
         family = self.family
         flops = self._cached(("flops", cfg.seq_len, cfg.lora),
                              lambda: family.model_flops_per_sample(self.model, cfg.seq_len, cfg.lora))
-        model_flops = s.useful_flops * p.gpus if flops is None else flops * samples  # None: the priced ops' FLOPs
+        # None: the priced ops' FLOPs
+        model_flops = _useful_flops(micro, accum, once) * p.gpus if flops is None else flops * samples
         tokens = samples * family.tokens_per_sample(model, cfg)
         compiled_loss = _compiled_loss(execution)
         if memory is None:
