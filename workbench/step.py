@@ -655,8 +655,12 @@ _PIECE_TIMER_IDS: dict[int, tuple[Sequence[Op], tuple[int, ...]]] = {}
 """``_timer_ids`` of each op list priced, by the list's id (the entry holds the list: its id is not reused while the
 entry lives)."""
 TIMER_IDS_LIMIT = 100_000
-"""Timer keys, and op lists, ``_timer_ids`` keeps before it starts over (a long session pricing many models): the
-nine cases of ``benchmarks/speed/search_speed.py`` make some 10^4 keys."""
+"""Timer keys ``_timer_number`` keeps before it starts over (a long session pricing many models): the nine cases of
+``benchmarks/speed/search_speed.py`` make some 5,000."""
+PIECE_TIMER_IDS_LIMIT = 20_000
+"""Op lists ``_timer_ids`` keeps before it starts over: no more than the graph memos keep (``stacked.MEMO_LIMIT``),
+so that it holds few lists they have let go (the nine cases of ``search_speed.py``, two evaluators each, price
+some 2,600)."""
 _timer_numbers = itertools.count()  # never reused, even after a clear: a kept list's numbers stay its own
 
 
@@ -677,7 +681,7 @@ def _timer_ids(ops: Sequence[Op]) -> tuple[int, ...]:
     hit = _PIECE_TIMER_IDS.get(id(ops))
     if hit is not None and len(hit[1]) == len(ops):  # (a list grown since would be numbered again)
         return hit[1]
-    if len(_PIECE_TIMER_IDS) >= TIMER_IDS_LIMIT:
+    if len(_PIECE_TIMER_IDS) >= PIECE_TIMER_IDS_LIMIT:
         _PIECE_TIMER_IDS.clear()
     if len(_TIMER_IDS) >= TIMER_IDS_LIMIT:
         _TIMER_IDS.clear()
