@@ -11,7 +11,8 @@ between model families (transformer, DLRM, HSTU) the model's family says (``work
 every candidate of one model on one GPU type. Both run the same arithmetic (``_fold`` and ``_step``), so a
 candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is caching, never a second formula:
 
-- op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``_timer_key``);
+- op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``_timer_key``, numbered once per
+  op list: ``_timer_ids``);
 - a transformer's blocks are copies of one block (``Family.repeats_blocks``): one block's graph is built once per
   (micro-batch, sequence, precision, tp, ep, cp, LoRA) for all three checkpointing modes
   (``graph.transformer.block_graph``; kept per model for every step model, ``_shared_graph``: a new evaluator
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Sequence
 
 from workbench.config import TrainingConfig, activation_dtype
@@ -76,6 +78,7 @@ from workbench.step_sums import ONE_MICRO as _ONE_MICRO
 from workbench.step_sums import PrefixSums, PricedOps, Stage
 from workbench.step_sums import fold as _fold
 from workbench.step_sums import micro_sums as _micro_sums
+from workbench.step_sums import useful_flops as _useful_flops
 
 TABLE_KERNELS = ("pytorch", "torchtitan", "megatron-local", "megatron-te", "hf-deepspeed")
 """Stacks priced from their own kernel tables (``workbench.graph.stacked``)."""
@@ -124,7 +127,8 @@ class StepModel:
         self.calibrated = calibrated
         self.execution = execution
         self._given_constants = constants
-        self._op_times: dict[tuple, OpTime] = {}
+        self._op_times: dict[int, OpTime] = {}
+        """``op_time`` by the op's timer key's number (``_timer_number``)."""
         self._graphs: dict[tuple, object] = {}
         self._fits: dict[tuple, tuple[object, tuple[str, ...]]] = {}
         self._peaks: dict[str, float] = {}
@@ -164,8 +168,9 @@ class StepModel:
 
     # -- the memoized timer
     def op_time(self, op: Op) -> OpTime:
-        """``workbench.perf.op_time`` of ``op``, memoized by everything it reads of an op (``_timer_key``)."""
-        key = _timer_key(op)
+        """``workbench.perf.op_time`` of ``op``, memoized by everything it reads of an op (``_timer_key``, by its
+        number: ``_timer_number``)."""
+        key = _timer_number(op)
         hit = self._op_times.get(key)
         if hit is None:
             hit = self._op_times[key] = op_time(op, self.gpu, self.constants)
@@ -177,7 +182,7 @@ class StepModel:
         under the power limit (``workbench.power``); a compute-bound op's time is divided by it (memory-bound ops
         are left as they are)."""
         gpu, constants = self.gpu, self.constants
-        return PricedOps.priced(ops, self._op_times, _timer_key, lambda op: op_time(op, gpu, constants), fit,
+        return PricedOps.priced(ops, self._op_times, _timer_ids, lambda op: op_time(op, gpu, constants), fit,
                                 bound, power)
 
     def _power(self, cfg: TrainingConfig) -> float:
@@ -459,6 +464,15 @@ class StepModel:
             if not memory.fits:
                 return memory, None, self._bound(tables)
         fit, _ = self._fit(compiled, tables)
+        if tables is None and self.stack.kernels in TABLE_KERNELS:
+            # outside the stack's tables the step is the fused-step bound, which reads no compile flag (its fit is
+            # ``trace_fit``'s none for both): the search's eager and compiled candidates of cfg are one step
+            key = ("bound step", cfg, id(fit), execution, dtype)  # (the fit is a module constant: its id stays)
+            summary = self._graphs.get(key)
+            if summary is None:
+                summary = self._cached(key, lambda: self._step(cfg, fit, None, execution, self._peak(cfg.precision),
+                                                               False, detail=False, memory=memory)[0])
+            return memory, summary, summary.priced_as_bound
         summary = self._step(cfg, fit, tables, execution, self._peak(cfg.precision), False, detail=False,
                              memory=memory)[0]
         return memory, summary, summary.priced_as_bound
@@ -556,7 +570,8 @@ class StepModel:
         family = self.family
         flops = self._cached(("flops", cfg.seq_len, cfg.lora),
                              lambda: family.model_flops_per_sample(self.model, cfg.seq_len, cfg.lora))
-        model_flops = s.useful_flops * p.gpus if flops is None else flops * samples  # None: the priced ops' FLOPs
+        # None: the priced ops' FLOPs
+        model_flops = _useful_flops(micro, accum, once) * p.gpus if flops is None else flops * samples
         tokens = samples * family.tokens_per_sample(model, cfg)
         compiled_loss = _compiled_loss(execution)
         if memory is None:
@@ -632,6 +647,48 @@ def _timer_key(op: Op) -> tuple:
     kind = op.kind
     return (kind, op.shape if kind in _SHAPED_KINDS else None, op.dtype, op.flops, op.bytes_read, op.bytes_written,
             tuple(map(extra.get, _TIMER_EXTRAS)) if extra else ())
+
+
+_TIMER_IDS: dict[tuple, int] = {}
+"""A number per timer key (``_timer_key``), the same for every step model."""
+_PIECE_TIMER_IDS: dict[int, tuple[Sequence[Op], tuple[int, ...]]] = {}
+"""``_timer_ids`` of each op list priced, by the list's id (the entry holds the list: its id is not reused while the
+entry lives)."""
+TIMER_IDS_LIMIT = 100_000
+"""Timer keys ``_timer_number`` keeps before it starts over (a long session pricing many models): the nine cases of
+``benchmarks/speed/search_speed.py`` make some 5,000."""
+PIECE_TIMER_IDS_LIMIT = 20_000
+"""Op lists ``_timer_ids`` keeps before it starts over: no more than the graph memos keep (``stacked.MEMO_LIMIT``),
+so that it holds few lists they have let go (the nine cases of ``search_speed.py``, two evaluators each, price
+some 2,600)."""
+_timer_numbers = itertools.count()  # never reused, even after a clear: a kept list's numbers stay its own
+
+
+def _timer_number(op: Op) -> int:
+    """The number of ``op``'s timer key (``_timer_key``): equal keys, one number, for every step model (a number
+    drawn for a key already numbered is skipped: numbers need only differ)."""
+    if len(_TIMER_IDS) >= TIMER_IDS_LIMIT:
+        _TIMER_IDS.clear()
+    return _TIMER_IDS.setdefault(_timer_key(op), next(_timer_numbers))
+
+
+def _timer_ids(ops: Sequence[Op]) -> tuple[int, ...]:
+    """``_timer_number`` of each op of ``ops``, made once per op list and kept for every step model:
+    a recipe search's new evaluator prices the op lists an earlier one built (the graphs are shared:
+    ``_shared_graph``, ``stacked.shared_memo``), and making each op's key again (a tuple of seven, its ``extra``
+    flags read one by one) and hashing it (a GEMM's shape hashes in Python) was most of what pricing an op of known
+    time cost. Op lists are never changed once built, as their ops."""
+    hit = _PIECE_TIMER_IDS.get(id(ops))
+    if hit is not None and len(hit[1]) == len(ops):  # (a list grown since would be numbered again)
+        return hit[1]
+    if len(_PIECE_TIMER_IDS) >= PIECE_TIMER_IDS_LIMIT:
+        _PIECE_TIMER_IDS.clear()
+    if len(_TIMER_IDS) >= TIMER_IDS_LIMIT:
+        _TIMER_IDS.clear()
+    # _timer_number of each op, the loop in C: a fresh number drawn per op, kept where its key is new
+    numbers = tuple(map(_TIMER_IDS.setdefault, map(_timer_key, ops), _timer_numbers))
+    _PIECE_TIMER_IDS[id(ops)] = (ops, numbers)
+    return numbers
 
 
 __all__ = ["PricedOps", "StepModel", "microbatch_ops", "optimizer_op", "step_ops"]

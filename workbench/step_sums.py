@@ -13,12 +13,14 @@ more than it saves on a part's ~10 ops, most of its sums over 0-3 of them.)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workbench.graph.ops import Op, replace_op
+from workbench.graph.recomputed import PREFIX
 from workbench.perf import OpTime
 from workbench.step_result import OpPrediction
 
@@ -47,24 +49,28 @@ class PricedOps:
     embedding_fwd: Column
     embedding_bwd: Column
     attention: Column
-    useful: Column
-    """(FLOPs, count) of every op but recomputation."""
     pairs: Column
     """Every op."""
 
+    @functools.cached_property
+    def useful(self) -> Column:
+        """(FLOPs, count) of every op but recomputation: made when first asked (only a family without model FLOPs
+        of its own reads them, ``useful_flops``), not per op as the op is priced."""
+        return tuple((op.flops, n) for op, n in zip(self.ops, self.counts) if not op.name.startswith(PREFIX))
+
     @staticmethod
-    def priced(ops: Sequence[Op], times: dict, key: Callable[[Op], tuple], time: Callable[[Op], OpTime],
-               fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
+    def priced(ops: Sequence[Op], times: dict, keys: Callable[[Sequence[Op]], Sequence],
+               time: Callable[[Op], OpTime], fit, bound: str | None = None, power: float = 1.0) -> PricedOps:
         """``ops`` (each run ``op.count`` times) priced, in one pass sorting each into the sums it enters: an op's
-        time is ``times[key(op)]``, made by ``time(op)`` on a miss (the memoized timer), then ``fit``'s
-        (``profile_fit``; applied only where ``fit.applied``) and, for a compute-bound op, divided by ``power`` (the
-        sustained tensor throughput under a power limit); its bound is ``bound``, or its time's."""
+        time is ``times[k]``, ``k`` its entry of ``keys(ops)``, made by ``time(op)`` on a miss (the memoized timer),
+        then ``fit``'s (``profile_fit``; applied only where ``fit.applied``) and, for a compute-bound op, divided by
+        ``power`` (the sustained tensor throughput under a power limit); its bound is ``bound``, or its time's."""
+        keyed = keys(ops)
         ops = tuple(ops)
-        compute, memory, optimizer, emb_fwd, emb_bwd, attention, useful, pairs = [], [], [], [], [], [], [], []
+        compute, memory, optimizer, emb_fwd, emb_bwd, attention, pairs = [], [], [], [], [], [], []
         counts, priced, bounds = [], [], []
         scaled = fit.applied
-        for op in ops:  # the cold search's innermost loop
-            k = key(op)
+        for op, k in zip(ops, keyed):  # the cold search's innermost loop
             t = times.get(k)
             if t is None:
                 t = times[k] = time(op)
@@ -93,13 +99,11 @@ class PricedOps:
                     emb_bwd.append(pair)
             if op.kind == "attention":
                 attention.append(pair)
-            if not op.name.startswith("recompute."):
-                useful.append((op.flops, n))
         new = object.__new__(PricedOps)  # the fields set without the frozen __init__ (a cold search makes ~1,500)
         new.__dict__.update(ops=ops, counts=tuple(counts), times=tuple(priced), bounds=tuple(bounds),
                             compute=tuple(compute), memory=tuple(memory), optimizer=tuple(optimizer),
                             embedding_fwd=tuple(emb_fwd), embedding_bwd=tuple(emb_bwd), attention=tuple(attention),
-                            useful=tuple(useful), pairs=tuple(pairs))
+                            pairs=tuple(pairs))
         return new
 
     @staticmethod
@@ -132,7 +136,7 @@ class PricedOps:
         new = object.__new__(PricedOps)
         new.__dict__.update(ops=ops, counts=tuple(counts), times=tuple(priced), bounds=tuple(kept_bounds),
                             compute=tuple(compute), memory=tuple(memory), optimizer=(), embedding_fwd=(),
-                            embedding_bwd=tuple(emb_bwd), attention=tuple(attention), useful=(),
+                            embedding_bwd=tuple(emb_bwd), attention=tuple(attention),
                             pairs=tuple(kept_pairs))
         return new
 
@@ -144,8 +148,10 @@ class PricedOps:
                 for op, n, t, bound in zip(self.ops, self.counts, self.times, self.bounds)]
 
 
-ACCUMULATED = ("compute", "memory", "optimizer", "useful")
-"""``PricedOps``' sums that count every micro-batch (x accumulation)."""
+ACCUMULATED = ("compute", "memory", "optimizer")
+"""``PricedOps``' sums that count every micro-batch (x accumulation). The useful FLOPs count every micro-batch too,
+but only a family without model FLOPs of its own reads them (``useful_flops``): they are summed apart, when asked
+(a transformer's search spent a quarter of its running sums' additions on them)."""
 ONE_MICRO = ("pairs", "embedding_fwd", "embedding_bwd", "attention")
 """``PricedOps``' sums that count one micro-batch (``pairs``: the micro-batch's own time, ``microbatch_s``)."""
 _GO_ON = ACCUMULATED + ONE_MICRO[1:]
@@ -165,7 +171,6 @@ class Sums:
     embedding_fwd_s: float
     embedding_bwd_s: float
     attention_s: float
-    useful_flops: float
 
 
 def columns(fields: Sequence[str]) -> Callable[[PricedOps], tuple[Column, ...]]:
@@ -218,12 +223,22 @@ def fold(micro: Stage, accum: int, once: Stage, made: tuple[tuple, tuple] | None
     sums = (*per_step, *per_micro[1:])  # each field's sum goes on over the once-per-step parts, in their order
     for part, copies in once:
         sums = part_sums(sums, part, _GO_ON_COLUMNS, copies)
-    compute, memory, optimizer, useful, emb_fwd, emb_bwd, attention = sums
+    compute, memory, optimizer, emb_fwd, emb_bwd, attention = sums
     out = object.__new__(Sums)  # the fields set without the frozen __init__ (one per candidate of a recipe search)
     out.__dict__.update(compute_bound_s=compute, memory_bound_s=memory, optimizer_s=optimizer,
                         microbatch_s=per_micro[0], embedding_fwd_s=emb_fwd, embedding_bwd_s=emb_bwd,
-                        attention_s=attention, useful_flops=useful)
+                        attention_s=attention)
     return out
+
+
+def useful_flops(micro: Stage, accum: int, once: Stage) -> float:
+    """The FLOPs of every op but recomputation over the micro-batch ops (executed count x ``accum``) and the
+    once-per-step ops: the left-to-right sum ``fold`` makes of each of its fields, for the ``useful`` column."""
+    s = micro_sums(micro, accum, ("useful",))[0]
+    for part, copies in once:
+        for t, n in part.useful:
+            s += t * (n * copies)
+    return s
 
 
 class PrefixSums:
