@@ -467,11 +467,11 @@ class StepModel:
         if tables is None and self.stack.kernels in TABLE_KERNELS:
             # outside the stack's tables the step is the fused-step bound, which reads no compile flag (its fit is
             # ``trace_fit``'s none for both): the search's eager and compiled candidates of cfg are one step
-            key = ("bound step", cfg, id(fit), execution, dtype)  # (the fit is a module constant: its id stays)
-            summary = self._graphs.get(key)
-            if summary is None:
-                summary = self._cached(key, lambda: self._step(cfg, fit, None, execution, self._peak(cfg.precision),
-                                                               False, detail=False, memory=memory)[0])
+            # (the fit lives in self._fits as long as this model: its id stays its own; memory, without tables,
+            # reads cfg and the execution alone)
+            key = ("bound step", cfg, id(fit), execution, dtype)
+            summary = self._cached(key, lambda: self._step(cfg, fit, None, execution, self._peak(cfg.precision), False,
+                                                           detail=False, memory=memory)[0])
             return memory, summary, summary.priced_as_bound
         summary = self._step(cfg, fit, tables, execution, self._peak(cfg.precision), False, detail=False,
                              memory=memory)[0]
