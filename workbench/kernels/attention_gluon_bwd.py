@@ -191,8 +191,8 @@ if HAS_GLUON:
     """The layout dQ's atomics leave in (``DQ_COALESCED``): 4 adjacent fp32 a thread, 16 threads a 64-column row,
     so one ``atom.add.v4.f32`` of a warp covers two whole 256-byte rows of dQ_acc. In wgmma's accumulator layout a
     thread holds 2 adjacent fp32 (``atom.add.v2.f32``) and a warp's instruction touches 8 rows, 32 bytes of each.
-    On the H200 the backward took 0.92-0.98 of its time with the atomics in wgmma's layout (d128, 8 shapes;
-    ``benchmarks/kernels/attention_bwd_dq_cost.py``, ``benchmarks/results/h200/kernels/dq_coalesced/``)."""
+    On the H200 the backward takes 0.92-0.98 of the time it took with the atomics in wgmma's layout (d128, 8
+    shapes; ``benchmarks/kernels/attention_bwd_dq_cost.py``, ``benchmarks/results/h200/kernels/dq_coalesced/``)."""
 
     @gluon.jit
     def _kv_schedule(seq_len, heads_kv, group, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
