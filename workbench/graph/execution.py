@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from workbench.graph.ops import FlatShape, Op, Phase, flat_shape, new_op
 
+_new = object.__new__
+
 TRITON_OPS: tuple[str, ...] = ("rmsnorm", "swiglu", "cross_entropy", "attention", "gemm", "embedding_bag")
 """Ops a recipe can route to the project's Triton kernels (``kernels: [{op: ..., choice: triton}]``)."""
 
@@ -172,11 +174,19 @@ def kernel_ops(specs: tuple[KernelSpec, ...], kind: str, elements: int, *, phase
                dtype: str, rows: int) -> list[Op]:
     """The ops of ``kernel_specs`` over ``elements`` items (launch-only kernels over ``rows``), each with an
     ``extra`` of its own (builders tag the ops they make)."""
+    # ``new_op`` of each, made here (a cold recipe search makes thousands): the kernels that walk the elements share
+    # one (frozen) shape, so do the launch-only ones
+    walked, launched = flat_shape(elements), None
     ops = []
     for name, r, w, walks, extra in specs:
-        n = elements if walks else max(1, rows)
-        ops.append(new_op(name, kind, phase, flat_shape(n), dtype, float(n), r * n, w * n, count, layer,
-                          extra.copy()))
+        if walks:
+            n, shape = elements, walked
+        else:
+            n = max(1, rows)
+            if launched is None:
+                launched = flat_shape(n)
+            shape = launched
+        ops.append(new_op(name, kind, phase, shape, dtype, float(n), r * n, w * n, count, layer, extra.copy()))
     return ops
 
 

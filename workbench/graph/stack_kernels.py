@@ -344,6 +344,20 @@ def weight_shard_cast(name: str, i: int, o: int, shards: int, count: int, layer:
               "fp8_cast")
 
 
+_K_MAJOR: dict[int, tuple[tuple[Kernel, ...], tuple[Kernel, ...]]] = {}
+"""(table, ``table + FP8_K_MAJOR_COPY``) by the table's identity (``_k_major``)."""
+
+
+def _k_major(table: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
+    """``table + FP8_K_MAJOR_COPY``, one tuple per table (by identity, as ``_k`` keys its specs: a fresh
+    concatenation per call would make its kernel specs again every time). The tables are this module's constants
+    (the entry holds its table: no other takes its id while it lives)."""
+    hit = _K_MAJOR.get(id(table))
+    if hit is None:
+        hit = _K_MAJOR[id(table)] = (table, table + FP8_K_MAJOR_COPY)
+    return hit[1]
+
+
 def _eager_cast(recipe: Float8Recipe, hp_bytes: int) -> tuple[Kernel, ...]:
     if recipe == "tensorwise":
         return FP8_TENSOR_CAST_EAGER_FP32 if hp_bytes == 4 else FP8_TENSOR_CAST_EAGER_BF16
@@ -380,7 +394,7 @@ def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm
         for operand, elements, table, rows in (("w_t", i * o, w_t, i),
                                                ("dy_t", t * o, act_table, o),
                                                ("x_t", t * i, act_table, i)):
-            bwd += _k(f"{name}.{operand}.fp8", "fp8_quantize", table + FP8_K_MAJOR_COPY, elements, "bwd", count,
+            bwd += _k(f"{name}.{operand}.fp8", "fp8_quantize", _k_major(table), elements, "bwd", count,
                       layer, "fp8_cast", rows=scales(rows))
         return fwd, bwd
     tag["compiled_cast"] = True

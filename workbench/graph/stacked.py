@@ -359,8 +359,10 @@ def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flav
     forward, forward_counts = ((fwd,), counts[:1]) if not shards else _memo(
         memo, ("forward", shards) + block, lambda: _pieces(_gathered_forward(memo, block, casts, fwd, d, shards),
                                                            compile_blocks))
-    recompute, recompute_counts = _memo(memo, ("recompute", policy, shards) + block, lambda: _pieces(
-        _recomputed_forward(memo, block, casts, fwd, forward, policy, shards), compile_blocks))
+    # (no checkpointing recomputes no block: no pieces, rather than empty ones that the parts would leave out)
+    recompute, recompute_counts = ((), ()) if policy == "none" else _memo(
+        memo, ("recompute", policy, shards) + block, lambda: _pieces(
+            _recomputed_forward(memo, block, casts, fwd, forward, policy, shards), compile_blocks))
     recomputed = layers if policy == "selective-op-all-mm" else recomputed_blocks(policy, layers)
     parts = ((embedding, 1), *((piece, layers) for piece in forward), (head, 1), (bwd, layers),
              *((piece, recomputed) for piece in recompute))
