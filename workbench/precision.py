@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -79,6 +80,7 @@ _LINEAR_GEMMS: dict[str, LinearGemmPrecisions] = {
 }
 
 
+@functools.cache  # one (frozen) answer per name: the graph builders ask it for every linear they make
 def linear_gemm_precisions(training_precision: str) -> LinearGemmPrecisions:
     """Per-GEMM precisions of a training precision's linears: all three in that precision, except recipes that
     keep a GEMM in high precision (``fp8_gw_hp``: wgrad in bf16)."""
