@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from workbench.graph.ops import FlatShape, Op, Phase, flat_shape, new_op
 
-_new = object.__new__
 
 TRITON_OPS: tuple[str, ...] = ("rmsnorm", "swiglu", "cross_entropy", "attention", "gemm", "embedding_bag")
 """Ops a recipe can route to the project's Triton kernels (``kernels: [{op: ..., choice: triton}]``)."""
