@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from workbench.graph.ops import FlatShape, Op, Phase, flat_shape, new_op
 
-
 TRITON_OPS: tuple[str, ...] = ("rmsnorm", "swiglu", "cross_entropy", "attention", "gemm", "embedding_bag")
 """Ops a recipe can route to the project's Triton kernels (``kernels: [{op: ..., choice: triton}]``)."""
 
@@ -173,8 +172,8 @@ def kernel_ops(specs: tuple[KernelSpec, ...], kind: str, elements: int, *, phase
                dtype: str, rows: int) -> list[Op]:
     """The ops of ``kernel_specs`` over ``elements`` items (launch-only kernels over ``rows``), each with an
     ``extra`` of its own (builders tag the ops they make)."""
-    # ``new_op`` of each, made here (a cold recipe search makes thousands): the kernels that walk the elements share
-    # one (frozen) shape, so do the launch-only ones
+    # the kernels that walk the elements share one (frozen) shape, and so do the launch-only ones (a recipe search
+    # makes thousands of these ops)
     walked, launched = flat_shape(elements), None
     ops = []
     for name, r, w, walks, extra in specs:
