@@ -2,9 +2,10 @@
 
 The selector's time model (``workbench.select.gemm``) predicts GPU time: its profile is fitted on CUDA-graph timings
 (``benchmarks/select/select_sweep.py``, ``time_graph``: the graph hides the Python launch cost). A call from Python
-costs the host its wrapper's time as well, and that differs by path: on the lent H200 host of 2026-12-02, after the
-direct launches, ~23 us through gemm.py, ~27 us for its split-K (two launches), ~28-38 us through the TMA and Gluon
-kernels, ~17-29 us for torch.matmul / torch._scaled_mm (``host_call_us.*``). Calls are
+costs the host its wrapper's time as well, and that differs by path: on the lent H200 host of 2026-12-04, after the
+direct launches and the descriptor maps (``workbench.kernels._launch``), ~18 us through gemm.py, ~31 us for its
+split-K (two launches), ~22-23 us through the TMA and Gluon kernels, ~17-19 us for torch.matmul / torch._scaled_mm
+(``host_call_us.*``: the least of three runs). Calls are
 asynchronous: the host issues the next call while the GPU runs this one, so back-to-back calls run at
 
     per-call time = max(GPU time, host time)
