@@ -504,6 +504,39 @@ def test_skinny_gemms_get_a_split_k_config_priced_from_its_unsplit_twin():
     assert gemm_model.split_k_reduce_s(16, 4096, 4, 2, get_gpu("h200"), constants) > constants["gemm_launch_us"] * 1e-6
 
 
+def test_fp8_tma_split_k_fills_one_wave_priced_from_its_unsplit_tma_twin():
+    """The TMA kernel's fp8 split-K configs (``spaces.tma_split_config_space``): ranked only where a tile's units fit
+    one wave of the SMs, priced with the unsplit TMA config's fitted coefficients plus the fp32 partial tiles'
+    traffic (no second launch); bf16 gets none (measured slower than gemm.py's configs on every skinny shape)."""
+    from workbench.kernels.spaces import is_split_k, is_tma, tma_split_config_space, tma_split_fills
+
+    assert tma_split_config_space(2) == [] and tma_split_config_space(1)
+    skinny = {"m": 16, "n": 4096, "k": 14336}  # 32 tiles of 128 x 128: split 4 fills 128 of 132 SMs
+    ranked = rank_configs("gemm", skinny, "fp8", "h200", layout="nt")
+    splits = [c for c in ranked if is_tma(c.config) and is_split_k(c.config)]
+    assert splits and all(c.source == "calibrated+anchored" for c in splits)
+    assert all(c.tiles * c.config["SPLIT_K"] <= 132 for c in splits)  # one wave: split 6 and 8 are left out
+    assert {c.config["SPLIT_K"] for c in splits} == {2, 3, 4}
+    best = ranked[0]
+    assert is_tma(best.config) and best.config["SPLIT_K"] == 4
+    config = next(c for c in tma_split_config_space(1) if c["SPLIT_K"] == 4 and c["BLOCK_K"] == 256)
+    table = load_selection_profile(get_gpu("h200"), "gemm", 1)
+    twin = {key: value for key, value in config.items() if key != "SPLIT_K"}
+    assert gemm_model.split_k_anchor(config, table) == tuple(table[gemm_model.config_key(twin)])
+    assert tma_split_fills(config, 16, 4096, 132) and not tma_split_fills(config, 16, 8192, 132)
+    assert tma_split_fills(twin, 8192, 8192, 132)  # unsplit configs are not limited
+    constants = default_constants(get_gpu("h200"))
+    assert gemm_model.tma_split_k_reduce_s(twin, 16, 4096, get_gpu("h200"), constants) == 0.0
+    partials = 2 * 32 * 4 * 128 * 128 * 4  # whole 128 x 128 fp32 tiles, written and read
+    assert gemm_model.tma_split_k_reduce_s(config, 16, 4096, get_gpu("h200"), constants) == pytest.approx(
+        partials / (get_gpu("h200").hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"]))
+    # a large fp8 GEMM fills the GPU with its own tiles: no TMA split config is even ranked, and none is picked
+    large = rank_configs("gemm", LLAMA_QKV, "fp8", "h200", layout="nt")
+    assert not any(is_tma(c.config) and is_split_k(c.config) for c in large) and not is_split_k(large[0].config)
+    assert not any(is_split_k(c.config) for c in rank_configs("gemm", skinny, "bf16", "h200")
+                   if is_tma(c.config))
+
+
 def test_swap_ab_configs_are_ranked_when_given_priced_from_the_nearest_gemm_config_but_not_picked_by_default():
     """The swap-AB family (C^T = B^T A^T, M the kernel's 16- to 64-wide N) is ranked when passed as ``configs=``:
     each config priced from gemm.py's nearest fitted config, its per-K-step terms scaled by the operand bytes per K

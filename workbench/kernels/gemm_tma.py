@@ -22,6 +22,16 @@ launches one program per output tile. On sm_90 that leaves three Hopper features
   WARP_SPECIALIZE config builds its descriptors on the device (``tl.make_tensor_descriptor``, which needs a
   global-scratch allocator: the wrapper sets one with ``triton.set_allocator``) and does not flatten.
 
+- **Split-K** (SPLIT_K > 1): each output tile is cut into SPLIT_K units of consecutive K steps, spread over the
+  persistent programs like tiles. A unit stores its fp32 partial tile (a scratch buffer of every tile's SPLIT_K
+  partials, allocated per call) and counts itself in the tile's int32 arrival count (one buffer per device and
+  stream, ``split_k_arrivals``, zero between launches); the tile's last unit adds the partials in slice order,
+  zeroes the count and runs the epilogue. One launch, no memset, and a sum that does not depend on which unit
+  came last. The ordering is CUTLASS's semaphore: every thread stores, a CTA barrier, then one acq_rel atomic;
+  the last unit reads the partials past L1 (``.cg``). Triton's nested-loop fusion fails on the last unit's
+  branch, so the split loop is not flattened; config=None offers split configs only for fp8, where a tile's
+  units fill one wave (``spaces.tma_split_config_space``, measured in benchmarks/results/h200/kernels/tma_split/).
+
 The epilogue (fp8 scales, bias, the cast) runs on the fp32 accumulator; EPILOGUE_SUBTILE=2 stores it as two
 [BLOCK_M, BLOCK_N/2] halves so the store's shared-memory staging buffer is half as large, which leaves room
 for one more pipeline stage.
@@ -71,15 +81,22 @@ _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_S
 
 @triton.jit
 def _gemm_tma_kernel(
-    a, b, c, bias_ptr, scale_a_ptr, scale_b_ptr,
+    a, b, c, bias_ptr, scale_a_ptr, scale_b_ptr, partials_ptr, arrivals_ptr,
     M, N, K, stride_am, stride_b, stride_cm,
     DEVICE_DESCRIPTORS: tl.constexpr, B_K_MAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, SCALE_A: tl.constexpr, SCALE_B: tl.constexpr,
     UPCAST: tl.constexpr, MAX_IMPRECISE_ACC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr = None,
+    INPUT_PRECISION: tl.constexpr = None, SPLIT_K: tl.constexpr = 1,
 ):
-    """Program p computes the output tiles p, p + NUM_SMS, p + 2 NUM_SMS, ... (grouped order).
+    """Program p computes the work units p, p + NUM_SMS, p + 2 NUM_SMS, ...: output tiles in grouped order, each
+    cut into SPLIT_K units of consecutive K steps (unit u: tile u // SPLIT_K, K slice u % SPLIT_K).
+
+    SPLIT_K > 1 (split-K, for tiles too few to fill the SMs): a unit stores its fp32 partial tile into
+    partials_ptr (fp32 [tiles, SPLIT_K, BLOCK_M, BLOCK_N]) and counts itself in arrivals_ptr (int32 [tiles], zero
+    before the launch); the tile's last unit to arrive adds the SPLIT_K partials in slice order (the sum does not
+    depend on which arrives last), resets the count to zero and runs the epilogue. Unsplit, both pointers are
+    unused.
 
     a, b, c: host TensorDescriptors, or (DEVICE_DESCRIPTORS) pointers to A [M, K] (row stride stride_am),
     B [K, N] (stride_b: its column stride when B_K_MAJOR, else its row stride) and C [M, N] (stride_cm).
@@ -104,11 +121,11 @@ def _gemm_tma_kernel(
         a_desc = a
         b_desc = b
         c_desc = c
-    first_tile = tl.program_id(0)
+    first_unit = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    tiles = tiles_m * tiles_n
-    k_steps = tl.cdiv(K, BLOCK_K)
+    units = tiles_m * tiles_n * SPLIT_K
+    unit_steps = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)  # K steps per unit; the last slice's extra ones load zeros
 
     scale = 1.0  # per-tensor scales fold into one scalar, loaded once per program
     if SCALE_A == "tensor":
@@ -118,14 +135,15 @@ def _gemm_tma_kernel(
 
     # The epilogue recomputes its tile from its own counter rather than reusing the loop's pid_m/pid_n: with
     # FLATTEN the pipeliner then need not keep prologue values alive across the flattened K loop.
-    stored_tile = first_tile - NUM_SMS
-    for tile in tl.range(first_tile, tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
+    stored_unit = first_unit - NUM_SMS
+    for unit in tl.range(first_unit, units, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = grouped_tile(unit // SPLIT_K, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        first_step = (unit % SPLIT_K) * unit_steps
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # acc: [BLOCK_M, BLOCK_N]
-        for step in range(k_steps):
-            off_k = step * BLOCK_K
+        for step in range(unit_steps):
+            off_k = (first_step + step) * BLOCK_K  # past K (the last slice): TMA loads zeros
             a_tile = a_desc.load([off_m, off_k])  # [BLOCK_M, BLOCK_K], zero past M and K
             if B_K_MAJOR:
                 b_tile = b_desc.load([off_n, off_k]).T  # [BLOCK_K, BLOCK_N], a view of the K-major tile
@@ -136,29 +154,53 @@ def _gemm_tma_kernel(
                 b_tile = b_tile.to(tl.float32)
             acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
 
-        # Epilogue, in torch._scaled_mm's order: scales, then bias, then the cast.
-        stored_tile += NUM_SMS
-        pid_m, pid_n = grouped_tile(stored_tile, tiles_m, tiles_n, GROUP_M)
+        stored_unit += NUM_SMS
+        tile = stored_unit // SPLIT_K
+        pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        if SCALE_A == "tensor" or SCALE_B == "tensor":
-            acc = acc * scale
-        if SCALE_A == "row":
-            rows = off_m + tl.arange(0, BLOCK_M)  # [BLOCK_M]
-            acc = acc * tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)[:, None]
-        if SCALE_B == "row" or HAS_BIAS:
-            cols = off_n + tl.arange(0, BLOCK_N)  # [BLOCK_N]
-            if SCALE_B == "row":
-                acc = acc * tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)[None, :]
-            if HAS_BIAS:
-                acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        if EPILOGUE_SUBTILE == 2:
-            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            left, right = tl.split(halves)  # left, right: [BLOCK_M, BLOCK_N // 2]
-            c_desc.store([off_m, off_n], left.to(c_desc.dtype))
-            c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+        if SPLIT_K == 1:
+            _tma_epilogue(acc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
+                          HAS_BIAS, SCALE_A, SCALE_B, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
         else:
-            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))  # rows/columns past M, N are dropped
+            tile_partials = partials_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+            within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BLOCK_M, BLOCK_N]
+            tl.store(tile_partials + (stored_unit % SPLIT_K) * (BLOCK_M * BLOCK_N) + within, acc)
+            tl.debug_barrier()  # every thread's partial stored before the count (CUTLASS's arrive: bar, then release)
+            arrived = tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT_K - 1:  # the last unit of the tile: every other partial is visible (acquire)
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for part in tl.static_range(SPLIT_K):  # slice order: the same sum whichever unit arrived last
+                    total += tl.load(tile_partials + part * (BLOCK_M * BLOCK_N) + within, cache_modifier=".cg")
+                tl.store(arrivals_ptr + tile, 0)  # zero again for the next launch on this stream
+                _tma_epilogue(total, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
+                              HAS_BIAS, SCALE_A, SCALE_B, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+
+
+@triton.jit
+def _tma_epilogue(acc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
+                  HAS_BIAS: tl.constexpr, SCALE_A: tl.constexpr, SCALE_B: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr):
+    """One output tile from its fp32 sum, in torch._scaled_mm's order: scales, then bias, then the cast; stored
+    through the C descriptor (rows and columns past M, N are dropped)."""
+    if SCALE_A == "tensor" or SCALE_B == "tensor":
+        acc = acc * scale
+    if SCALE_A == "row":
+        rows = off_m + tl.arange(0, BLOCK_M)  # [BLOCK_M]
+        acc = acc * tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)[:, None]
+    if SCALE_B == "row" or HAS_BIAS:
+        cols = off_n + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+        if SCALE_B == "row":
+            acc = acc * tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)[None, :]
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    if EPILOGUE_SUBTILE == 2:
+        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        left, right = tl.split(halves)  # left, right: [BLOCK_M, BLOCK_N // 2]
+        c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+        c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+    else:
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
 def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: dict | None = None, *,
@@ -234,8 +276,9 @@ class _TmaPlan:
     fields (``descriptors``: filled in by the first launch, which builds them with ``TensorDescriptor.from_tensor``
     and its checks; later launches copy them with the call's tensors as bases)."""
 
-    __slots__ = ("route", "out_shape", "out_dtype", "grid", "blocks", "b_k_major", "device_descriptors",
-                 "descriptors", "bias_copy", "scale_copy", "scalars", "constexprs", "names", "launch")
+    __slots__ = ("route", "out_shape", "out_dtype", "grid", "tiles", "split_k", "blocks", "b_k_major",
+                 "device_descriptors", "descriptors", "bias_copy", "scale_copy", "scalars", "constexprs", "names",
+                 "launch")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -268,14 +311,16 @@ def _plan(a, b, out_dtype: torch.dtype, config: dict | None, *, out=None, bias=N
     plan.device_descriptors = meta["WARP_SPECIALIZE"]  # see the module docstring
     plan.blocks = ([bm, bk], [bn, bk] if plan.b_k_major else [bk, bn], [bm, bn // subtile])
     c_stride = n if out is None else out.stride(0)
-    plan.grid = (min(meta["NUM_SMS"], triton.cdiv(m, bm) * triton.cdiv(n, bn)),)
+    plan.tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    plan.grid = (min(meta["NUM_SMS"], plan.tiles * meta["SPLIT_K"]),)
+    plan.split_k = meta["SPLIT_K"]
     plan.scalars = (m, n, k, a.stride(0), b.stride(1) if plan.b_k_major else b.stride(0), c_stride)
     scale_a, scale_b = scales or ("none", "none")
     plan.constexprs = dict(
         DEVICE_DESCRIPTORS=plan.device_descriptors, B_K_MAJOR=plan.b_k_major, HAS_BIAS=bias is not None,
         SCALE_A=scale_a, SCALE_B=scale_b, UPCAST=upcast,
         MAX_IMPRECISE_ACC=bk if max_imprecise_acc == "block_k" else None,
-        FLATTEN=not meta["WARP_SPECIALIZE"], **meta, **launch)
+        FLATTEN=not meta["WARP_SPECIALIZE"] and meta["SPLIT_K"] == 1, **meta, **launch)
     plan.names = ("a_fp8", "b_fp8") if scales else ("a", "b")
     plan.launch = KernelLaunch(_gemm_tma_kernel, plan.grid, plan.scalars, plan.constexprs)
     return plan
@@ -295,10 +340,32 @@ def _run(plan: _TmaPlan, a, b, bias, scale_a, scale_b, out) -> torch.Tensor:
     else:
         a_arg, b_arg, c_arg = reused_descriptors(plan, TensorDescriptor, a, b_op, c, plan.blocks)
     bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
+    if plan.split_k > 1:  # fp32 partials (every slot written before it is read) and the zeroed arrival counts
+        partials = torch.empty(plan.tiles * plan.split_k * plan.constexprs["BLOCK_M"] * plan.constexprs["BLOCK_N"],
+                               dtype=torch.float32, device=c.device)
+        arrivals = split_k_arrivals(c.device, plan.tiles)
+    else:
+        partials = arrivals = c
     # a, b, c: aligned (checked above); Triton specializes the other pointers on their 16-byte alignment
     aligned = not (bias.data_ptr() | scale_a.data_ptr() | scale_b.data_ptr()) % TMA_ALIGN_BYTES
-    plan.launch(aligned, a_arg, b_arg, c_arg, bias, scale_a, scale_b)
+    plan.launch(aligned, a_arg, b_arg, c_arg, bias, scale_a, scale_b, partials, arrivals)
     return c
+
+
+_ARRIVALS: dict = {}
+
+
+def split_k_arrivals(device: torch.device, tiles: int) -> torch.Tensor:
+    """The split-K launches' arrival counts on ``device``'s current stream: int32, one per output tile, zero
+    between launches (each tile's last unit zeroes its count again), so a launch needs no memset. One buffer per
+    (device, stream), grown to the largest tile count asked (a new buffer is zeroed): launches on one stream
+    run in order, launches on two streams get two buffers."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    counts = _ARRIVALS.get(key)
+    if counts is None or counts.numel() < tiles:
+        counts = _ARRIVALS[key] = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+    return counts
 
 
 def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
@@ -315,8 +382,13 @@ def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
     check(config["EPILOGUE_SUBTILE"] in (1, 2), "config['EPILOGUE_SUBTILE']", config["EPILOGUE_SUBTILE"], "1 or 2")
     check(not config["WARP_SPECIALIZE"] or HAS_WARP_SPECIALIZE, "config['WARP_SPECIALIZE']", True,
           f"False: triton {triton.__version__} has no tl.range(warp_specialize=...)")
+    split = config.get("SPLIT_K", 1)
+    check(type(split) is int and split >= 1, "config['SPLIT_K']", repr(split), "an int >= 1 (K slices per tile)")
+    check(split == 1 or not config["WARP_SPECIALIZE"], "config['SPLIT_K']", split,
+          "1 with WARP_SPECIALIZE (split-K runs on the flattened, not warp-specialized, loop)")
     meta = {key: config[key] for key in _KEYS[:6]}
     meta["NUM_SMS"] = config.get("NUM_SMS") or (4 if interpreting() else sm_count(a.device.index or 0))
+    meta["SPLIT_K"] = split
     return meta, {key: config[key] for key in ("num_warps", "num_stages")}
 
 
@@ -370,12 +442,14 @@ def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_
         operands = {"a": f"tensordesc<{operand}[{bm}, {bk}]>", "b": f"tensordesc<{operand}{b_block}>",
                     "c": f"tensordesc<{out}[{bm}, {bn // subtile}]>"}
     signature = {**operands, "bias_ptr": f"*{out}", "scale_a_ptr": "*fp32", "scale_b_ptr": "*fp32",
+                 "partials_ptr": "*fp32", "arrivals_ptr": "*i32",
                  **{name: "i32" for name in ("M", "N", "K", "stride_am", "stride_b", "stride_cm")}}
     scale = scaling if dtype == "fp8" else "none"
     constexprs = dict(B_K_MAJOR=b_k_major, HAS_BIAS=bias, SCALE_A=scale, SCALE_B=scale, UPCAST=False,
                       MAX_IMPRECISE_ACC=bk if dtype == "fp8" and not fast_accum else None, NUM_SMS=num_sms,
-                      DEVICE_DESCRIPTORS=device_descriptors, FLATTEN=not config["WARP_SPECIALIZE"],
-                      INPUT_PRECISION="tf32" if dtype == "tf32" else None,
+                      DEVICE_DESCRIPTORS=device_descriptors,
+                      FLATTEN=not config["WARP_SPECIALIZE"] and config.get("SPLIT_K", 1) == 1,
+                      INPUT_PRECISION="tf32" if dtype == "tf32" else None, SPLIT_K=config.get("SPLIT_K", 1),
                       **{k: config[k] for k in _KEYS[:6]})
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _gemm_tma_kernel.arg_names}

@@ -139,8 +139,48 @@ def split_k_fits(config: dict, k: int) -> bool:
 
 
 def is_split_k(config: dict | None) -> bool:
-    """True for a gemm.py config with SPLIT_K > 1."""
+    """True for a config with SPLIT_K > 1 (gemm.py's split-K family, or the TMA kernel's)."""
     return bool(config) and config.get("SPLIT_K", 1) > 1
+
+
+TMA_SPLIT_K_FACTORS = (2, 3, 4, 6, 8)
+"""K slices per output tile of the TMA kernel's split-K configs (``gemm_tma.py``: the units of one tile spread over
+the persistent programs; the last to arrive adds the partials and runs the epilogue, no second launch)."""
+
+
+def tma_split_config_space(dtype_bytes: int) -> list[dict]:
+    """The TMA kernel's split-K configs: fp8 only, its configs without warp specialization, each with ``SPLIT_K`` in
+    ``TMA_SPLIT_K_FACTORS``; ranked only where a tile's units fill at most one wave (``tma_split_fills``).
+
+    Measured on the H200 (benchmarks/results/h200/kernels/tma_split/: every split of 3-4 TMA configs on 21
+    shapes, fp8 and bf16): where the units fill one wave, fp8 split configs ran 1.05-1.33x torch._scaled_mm on the
+    skinny, long-K GEMMs (M = 16-256, K = 8192-14336: 0.99-1.23 with the space before). Past one wave they lose
+    (16 x 4096 x 14336, split 4 -> 6: 1.33 -> 0.88): the split loop is not flattened (Triton's nested-loop fusion
+    fails on the last unit's branch), so each unit fills its pipeline anew. bf16 is left out: its best split config
+    ran 0.77-0.96 of torch.matmul on those shapes, below gemm.py's configs on every one. Of the fp8 configs, the
+    ones whose split builds spill on sm_90 at some SPLIT_K (triton 3.7.1: 256x128x128 s4, 128x128x128 w8 s4 at split
+    4, 128x128x128 w4 s4: 8-24 bytes) are left out (``TMA_SPLIT_SPILL_FREE``)."""
+    if dtype_bytes != 1:
+        return []
+    return [dict(config, SPLIT_K=split) for config in tma_config_space(1, warp_specialize=False)
+            if _tma_tile(config) in TMA_SPLIT_SPILL_FREE for split in TMA_SPLIT_K_FACTORS]
+
+
+TMA_SPLIT_SPILL_FREE = ((256, 128, 128, 8, 3), (128, 128, 256, 8, 3))
+"""(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the fp8 TMA configs whose split-K sm_90 builds spill nothing
+at every ``TMA_SPLIT_K_FACTORS`` (triton 3.7.1, ``gemm_tma.crosscompile``; a CPU test checks it)."""
+
+
+def _tma_tile(config: dict) -> tuple:
+    return tuple(config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
+
+
+def tma_split_fills(config: dict, m: int, n: int, units: int) -> bool:
+    """Whether a TMA split-K config's work units (output tiles x SPLIT_K) fit in one wave of ``units`` programs
+    (True for any other config)."""
+    if not (is_tma(config) and is_split_k(config)):
+        return True
+    return -(-m // config["BLOCK_M"]) * -(-n // config["BLOCK_N"]) * config["SPLIT_K"] <= units
 
 
 # ----------------------------------------------------------------------------------- skinny GEMMs: swap-AB

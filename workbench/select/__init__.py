@@ -25,7 +25,8 @@ from workbench.errors import WorkbenchError
 from workbench.hardware import GPU, get_gpu
 from workbench.kernels.spaces import (ACCUMULATIONS, SKINNY_MAX_M, attention_config_space, gemm_config_space,
                                       gluon_config_space, gluon_eligible, is_gluon, is_split_k, is_swap_ab, is_tma,
-                                      split_k_config_space, split_k_fits, tma_config_space, tma_eligible)
+                                      split_k_config_space, split_k_fits, tma_config_space, tma_eligible,
+                                      tma_split_config_space, tma_split_fills)
 from workbench.perf.efficiency import Constants, default_constants
 from workbench.precision import get_precision
 from workbench.select import attention as attention_model
@@ -132,6 +133,8 @@ def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int, 
             space += gluon_config_space(gluon)
         if split_k and backend == "cuda" and operand_bytes in (1, 2):
             space += split_k_config_space(operand_bytes)
+            if tma:
+                space += tma_split_config_space(operand_bytes)
         return tuple(space)
     return tuple(attention_config_space(backend, "fwd", head_dim))
 
@@ -153,7 +156,7 @@ def _coefficients(op: str, gpu: GPU, dtype: str, space: list[dict], calibrated: 
     uncovered Gluon config from the fitted coefficients of its nearest TMA config (``gemm_model.gluon_anchor``),
     each uncovered TMA config (bf16: not swept yet) from gemm.py's config of the same tile and warps
     (``gemm_model.tma_anchor``), each swap-AB config from gemm.py's nearest config (``gemm_model.skinny_anchor``)
-    and each split-K config from its unsplit twin (``gemm_model.split_k_anchor``),
+    and each split-K config (gemm.py's or the TMA kernel's) from its unsplit twin (``gemm_model.split_k_anchor``),
     source "calibrated+anchored"."""
     operand_bytes = int(get_precision(dtype).bytes_per_element) or 1
     if calibrated:
@@ -162,7 +165,7 @@ def _coefficients(op: str, gpu: GPU, dtype: str, space: list[dict], calibrated: 
             return [table[gemm_model.config_key(c)] for c in space], "calibrated"
         anchored = lambda c: is_gluon(c) or is_tma(c) or is_split_k(c) or is_swap_ab(c)  # noqa: E731
         anchor = lambda c: (gemm_model.gluon_anchor(c, table) if is_gluon(c)  # noqa: E731
-                            else gemm_model.tma_anchor(c, table) if is_tma(c)
+                            else gemm_model.tma_anchor(c, table) if is_tma(c) and not is_split_k(c)
                             else gemm_model.skinny_anchor(c, table) if is_swap_ab(c)
                             else gemm_model.split_k_anchor(c, table))
         if table and all(gemm_model.config_key(c) in table for c in space if not anchored(c)):
@@ -250,7 +253,8 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
         space = [c for c in space if (not is_tma(c) or tma_eligible(m, n, k, layout, operand_bytes))
                  and (not is_gluon(c) or (gluon_eligible(m, n, k, layout, operand_bytes)
                                           and c.get("ACCUMULATION", accumulation) == accumulation))
-                 and split_k_fits(c, k) and (not is_swap_ab(c) or m <= SKINNY_MAX_M)]
+                 and split_k_fits(c, k) and tma_split_fills(c, m, n, gpu.compute_units.value)
+                 and (not is_swap_ab(c) or m <= SKINNY_MAX_M)]
     resident = [_resident(op, c, gpu, operand_bytes, shape, compiled) for c in space]
     fitting = [c for c, r in zip(space, resident) if r]
     if not fitting:
@@ -264,8 +268,9 @@ def rank_configs(op: str, shape: dict, dtype: str, gpu: str | GPU, *, layout: st
         copies = gemm_model.padding_s(m, n, k, layout, operand_bytes, gpu, _constants(gpu))
         for config, coef, occupancy in zip(fitting, coefficients, [r for r in resident if r]):
             t = gemm_model.terms(config, m, n, k, layout, operand_bytes, units, occupancy)
-            reduce = gemm_model.split_k_reduce_s(m, n, config.get("SPLIT_K", 1), 2 if operand_bytes <= 2 else 4,
-                                                 gpu, _constants(gpu))
+            reduce = (gemm_model.tma_split_k_reduce_s(config, m, n, gpu, _constants(gpu)) if is_tma(config) else
+                      gemm_model.split_k_reduce_s(m, n, config.get("SPLIT_K", 1), 2 if operand_bytes <= 2 else 4,
+                                                  gpu, _constants(gpu)))
             time_s = copies + reduce + max(floor, sum(c * x for c, x in zip(coef, t)))
             rows, cols = (n, m) if is_swap_ab(config) else (m, n)  # a swap-AB kernel tiles C^T
             tiles = -(-rows // config["BLOCK_M"]) * -(-cols // config["BLOCK_N"])

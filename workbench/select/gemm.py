@@ -315,6 +315,18 @@ def split_k_reduce_s(m: int, n: int, split: int, out_bytes: int, gpu: GPU, const
         constants["gemm_launch_us"] * 1e-6
 
 
+def tma_split_k_reduce_s(config: dict, m: int, n: int, gpu: GPU, constants: Constants) -> float:
+    """The TMA kernel's split-K extra time: each unit's fp32 partial tile (whole BLOCK_M x BLOCK_N tiles, padding
+    included) written and read back by the tile's last unit, at the achievable HBM bandwidth; no second launch
+    (0 unsplit). The partials may stay in L2, so this leans slow (a guess, calibrate me)."""
+    split = config.get("SPLIT_K", 1)
+    if split <= 1:
+        return 0.0
+    tiles = math.ceil(m / config["BLOCK_M"]) * math.ceil(n / config["BLOCK_N"])
+    moved = 2 * tiles * split * config["BLOCK_M"] * config["BLOCK_N"] * 4
+    return moved / (gpu.hbm_bandwidth_tb_s.value * 1e12 * constants["gemm_memory_fraction"])
+
+
 def padding_s(m: int, n: int, k: int, layout: str, operand_bytes: int, gpu: GPU, constants: Constants) -> float:
     """The padding copies' time (``padding_bytes`` at the achievable HBM bandwidth): the same for every config,
     added to each candidate's time (and taken off measured times before a fit)."""

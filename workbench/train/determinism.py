@@ -18,6 +18,12 @@ NONDETERMINISTIC_TRITON_OPS: dict[str, str] = {
 }
 """Project Triton kernels (recipe op names) that deterministic mode refuses, and why: every kernel file of
 ``workbench/kernels`` with a ``tl.atomic`` operation in it on its default path (a test keeps the two in step)."""
+ATOMIC_COUNTS_ONLY: dict[str, str] = {
+    "gemm_tma": "its split-K configs count a tile's finished units with tl.atomic_add, and the last unit adds the "
+                "fp32 partials in slice order: the sum is the same whichever unit arrives last (tests/"
+                "test_gemm_tma.py runs it twice and compares the bits)",
+}
+"""Kernel files with a ``tl.atomic`` operation that stays deterministic: the atomics count, they do not add data."""
 NONDETERMINISTIC_TRITON_VARIANTS: dict[str, tuple[str, frozenset[str], str]] = {}
 """Kernels deterministic only without a config variant: op -> (config key, the values that use atomics, why). None
 now: attention's atomic-dQ backward (``DQ="atomic"``) was dropped in issue 20."""
