@@ -337,11 +337,12 @@ FP8_PRECOMPUTE_SCALE: tuple[Kernel, ...] = (("foreach_amax", 4, 0, True),)
 ord=math.inf)`` (an all-reduce of the amaxes follows: a few KB, not priced), one launch per 320 chunks."""
 
 
-def weight_shard_cast(name: str, i: int, o: int, shards: int, count: int, layer: str) -> list[Op]:
+def weight_shard_cast(name: str, i: int, o: int, shards: int, count: int, layer: str, **tags) -> list[Op]:
     """The cast of this rank's fp32 shard of a linear's weight W[o, i] before FSDP2's float8 all-gather over
-    ``shards`` ranks (``FP8_SHARD_CAST``), untagged: the only kernels of a block that read the shard count."""
+    ``shards`` ranks (``FP8_SHARD_CAST``), tagged ``tags`` besides its ``aten``: the only kernels of a block that
+    read the shard count."""
     return _k(f"{name}.w_shard.fp8", "fp8_quantize", FP8_SHARD_CAST, max(1, i * o // shards), "fwd", count, layer,
-              "fp8_cast")
+              "fp8_cast", **tags)
 
 
 _K_MAJOR: dict[int, tuple[tuple[Kernel, ...], tuple[Kernel, ...]]] = {}
@@ -375,20 +376,20 @@ def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm
     bf16 compute copy); ``all_gather_shards``: FSDP2's float8 all-gather over that many shards (tensorwise)."""
     fwd: list[Op] = []
     bwd: list[Op] = []
-    tag = {"aten": "fp8_cast", "mm_index": mm_index}
+    tag = {"mm_index": mm_index}  # the forward casts' tags beside their aten, fp8_cast
     act_table, w_table = _eager_cast(recipe, 2), _eager_cast(recipe, weight_bytes)
 
     def scales(rows: int) -> int:  # scale elements: a row's, or one per tensor
         return 1 if recipe == "tensorwise" else rows
 
     if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook: forward only
-        fwd += _tag(weight_shard_cast(name, i, o, all_gather_shards, count, layer), **tag)
+        fwd += weight_shard_cast(name, i, o, all_gather_shards, count, layer, **tag)
     if not compiled:
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", act_table, t * i, "fwd", count, layer, "fp8_cast",
-                       rows=scales(t)), **tag)
+        fwd += _k(f"{name}.x.fp8", "fp8_quantize", act_table, t * i, "fwd", count, layer, "fp8_cast",
+                  rows=scales(t), **tag)
         if not all_gather_shards:
-            fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", w_table, i * o, "fwd", count, layer, "fp8_cast",
-                           rows=scales(o)), **tag)
+            fwd += _k(f"{name}.w.fp8", "fp8_quantize", w_table, i * o, "fwd", count, layer, "fp8_cast",
+                      rows=scales(o), **tag)
         bwd += _k(f"{name}.dy.fp8", "fp8_quantize", act_table, t * o, "bwd", count, layer, "fp8_cast", rows=scales(t))
         w_t = () if all_gather_shards else w_table
         for operand, elements, table, rows in (("w_t", i * o, w_t, i),
@@ -402,14 +403,13 @@ def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm
     row_cast = FP8_TENSOR_CAST_COMPILED if tensorwise else FP8_ROW_CAST_FUSED
     if input_cast:  # a shared input's cast is rerun when any GEMM it feeds is: wq's feeds wk, w1's feeds w3
         x_tag = {**tag, "mm_index": mm_index + 1 if shared_input else mm_index}
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", row_cast, t * i, "fwd", count, layer, "fp8_cast"),
-                    **x_tag)
+        fwd += _k(f"{name}.x.fp8", "fp8_quantize", row_cast, t * i, "fwd", count, layer, "fp8_cast", **x_tag)
         bwd += _k(f"{name}.x_t.fp8", "fp8_quantize", fp8_column_cast(2, amax=not tensorwise), t * i, "bwd", count,
                   layer, "fp8_cast")
     if not all_gather_shards:
         weight_cast = (FP8_TENSOR_CAST_COMPILED if tensorwise and weight_bytes == 2 else
                        FP8_WEIGHT_ROW_CAST if weight_bytes == 4 else (("fp8_weight_row_cast", 4, 1, True),))
-        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", weight_cast, i * o, "fwd", count, layer, "fp8_cast"), **tag)
+        fwd += _k(f"{name}.w.fp8", "fp8_quantize", weight_cast, i * o, "fwd", count, layer, "fp8_cast", **tag)
     bwd += _k(f"{name}.dy.fp8", "fp8_quantize", row_cast, t * o, "bwd", count, layer, "fp8_cast")
     w_t = FP8_K_MAJOR_COPY if all_gather_shards else fp8_column_cast(weight_bytes, amax=not tensorwise)
     bwd += _k(f"{name}.w_t.fp8", "fp8_quantize", w_t, i * o, "bwd", count, layer, "fp8_cast")
@@ -429,20 +429,20 @@ def float8_tp_linear_casts(name: str, t: int, ts: int, i: int, o: int, *, colwis
     [t, i] where it is and its output grad on the shard [ts, o] before that all-gather. Operands that arrive in
     fp8 are not cast again (float8_linear.py ``tensor_already_casted_to_fp8``): the wgrad's x^T and dy^T and
     dgrad's W^T are transposing copies (a tensorwise scale survives the transpose)."""
-    tag = {"aten": "fp8_cast", "mm_index": mm_index + 1 if colwise and casts_input else mm_index}
+    tag = {"mm_index": mm_index + 1 if colwise and casts_input else mm_index}  # beside their aten, fp8_cast
     if compiled:
         tag["compiled_cast"] = True
     cast = FP8_TENSOR_CAST_COMPILED if compiled else FP8_TENSOR_CAST_EAGER_BF16
     fwd: list[Op] = []
     bwd: list[Op] = []
     if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook
-        fwd += _tag(weight_shard_cast(name, i, o, all_gather_shards, count, layer), **tag)
+        fwd += weight_shard_cast(name, i, o, all_gather_shards, count, layer, **tag)
     else:
-        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", cast, i * o, "fwd", count, layer, "fp8_cast"), **tag)
+        fwd += _k(f"{name}.w.fp8", "fp8_quantize", cast, i * o, "fwd", count, layer, "fp8_cast", **tag)
     if casts_input:
         rows = ts if colwise else t
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", cast, rows * i, "fwd", count, layer, "fp8_cast", rows=1),
-                    **tag)  # rows=1: one scale per tensor
+        fwd += _k(f"{name}.x.fp8", "fp8_quantize", cast, rows * i, "fwd", count, layer, "fp8_cast", rows=1,
+                  **tag)  # rows=1: one scale per tensor
     rows = t if colwise else ts
     bwd += _k(f"{name}.dy.fp8", "fp8_quantize", cast, rows * o, "bwd", count, layer, "fp8_cast", rows=1)
     transpose = FP8_TRANSPOSE_COMPILED if compiled else FP8_K_MAJOR_COPY
@@ -473,37 +473,58 @@ def _float8_casts(name: str, d: Dims, i: int, o: int, *, compiled: bool, mm_inde
 
 
 def _tag(ops: list[Op], **extra) -> list[Op]:
-    """``ops`` with ``extra`` added to each one's ``extra``, in place: every caller tags ops it has just built, each
-    with a dict of its own that nothing else holds yet (a copy of every op was most of the time the tables took to
-    build in a recipe search)."""
-    for op in ops:
-        op.extra.update(extra)
-    return ops
+    """Copies of ``ops`` with ``extra`` added to each one's ``extra`` (an op is never changed once made: ``_k``
+    hands the same ops to every caller; a builder tags its own kernels through ``_k``'s ``tags``)."""
+    return [replace_op(op, extra={**op.extra, **extra}) for op in ops]
 
 
 _K_SPECS: dict[tuple, tuple[tuple, tuple[KernelSpec, ...]]] = {}
-"""(table, ``kernel_specs``) of each (prefix, table, aten tag) ``_k`` was asked for, the table by identity (by value,
+"""(table, ``kernel_specs``) of each (prefix, table, tags) ``_k`` was asked for, the table by identity (by value,
 4 and 4.0 bytes would be one key): a recipe search makes one block's kernels at every micro-batch size from the
 same tables, so only the sizes are new."""
+_K_OPS: dict[tuple, tuple[tuple, tuple[Op, ...]]] = {}
+"""(table, ops) of each ``_k`` call, by its arguments (the table by identity, as ``_K_SPECS``): the tables of one
+recipe search ask for most kernels again -- the float8 flavors' and the bf16 ones' norms, RoPE and adds at one
+micro-batch, the compiled and eager ones' attention, every weight's casts at each micro-batch -- and an op is
+never changed once made, so the calls share one set (a first torchtitan search of Llama 3 8B on 8 H200s asked
+for 7,499 kernel ops, 3,174 of them distinct)."""
+K_MEMO_LIMIT = 10_000
+"""Entries ``_K_SPECS`` and ``_K_OPS`` keep before they start over (a table made per call, the loss's or the
+embedding's, is a new key each time)."""
 
 
 def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
-       rows: int = 0, launches: int = 1) -> list[Op]:
-    """``kernels`` of ``table`` (fp32) tagged ``aten``; ``launches``: the same work split over that many
-    launches of each kernel."""
-    if launches > 1:  # the same work over ``launches`` kernels: scale each op's bytes and FLOPs down
-        ops = kernels(prefix, kind, table, elements, phase=phase, count=count * launches, layer=layer, rows=rows)
-        ops = [replace_op(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
-                          flops=o.flops / launches, shape=type(o.shape)(max(1, o.shape.elements // launches)))
-               for o in ops]
-        return _tag(ops, aten=aten)
-    key = (prefix, id(table), aten)
-    hit = _K_SPECS.get(key)
+       rows: int = 0, launches: int = 1, **tags) -> list[Op]:
+    """``kernels`` of ``table`` (fp32) tagged ``aten`` and ``tags`` (entries of each op's ``extra``);
+    ``launches``: the same work split over that many launches of each kernel. A list of its own, of ops that
+    every call with these arguments shares (``_K_OPS``)."""
+    key = (prefix, id(table), aten, kind, elements, phase, count, layer, rows, launches, *tags.items())
+    hit = _K_OPS.get(key)
     if hit is None:  # (the entry holds its table: no other table takes its id while it lives)
-        if len(_K_SPECS) > 10_000:  # a table made per call (the loss's, the embedding's) is a new key each time
+        if len(_K_OPS) > K_MEMO_LIMIT:
+            _K_OPS.clear()
+        hit = _K_OPS[key] = (table, tuple(_kernel_ops(prefix, kind, table, elements, phase, count, layer, aten,
+                                                      rows, launches, tags)))
+    return list(hit[1])
+
+
+def _kernel_ops(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
+                rows: int, launches: int, tags: dict) -> list[Op]:
+    """The ops of ``_k``, made."""
+    key = (prefix, id(table), aten, *tags.items())
+    hit = _K_SPECS.get(key)
+    if hit is None:
+        if len(_K_SPECS) > K_MEMO_LIMIT:
             _K_SPECS.clear()
-        hit = _K_SPECS[key] = (table, kernel_specs(prefix, table, aten=aten))
-    return kernel_ops(hit[1], kind, elements, phase=phase, count=count, layer=layer, dtype="fp32", rows=rows)
+        hit = _K_SPECS[key] = (table, kernel_specs(prefix, table, aten=aten, **tags))
+    if launches == 1:
+        return kernel_ops(hit[1], kind, elements, phase=phase, count=count, layer=layer, dtype="fp32", rows=rows)
+    # the same work over ``launches`` kernels: each op's bytes and FLOPs scaled down
+    ops = kernel_ops(hit[1], kind, elements, phase=phase, count=count * launches, layer=layer, dtype="fp32",
+                     rows=rows)
+    return [replace_op(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
+                       flops=o.flops / launches, shape=type(o.shape)(max(1, o.shape.elements // launches)))
+            for o in ops]
 
 
 def ring_merge_ops(d: Dims, *, compiled: bool) -> tuple[list[Op], list[Op]]:
@@ -637,8 +658,8 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
     fwd.extend(_k("swiglu", "swiglu", SWIGLU_FWD, t * d.ffn, "fwd", n, "mlp", "swiglu"))
     bwd.extend(_k("swiglu", "swiglu", SWIGLU_BWD, t * d.ffn, "bwd", n, "mlp", "swiglu"))
     linear("w2", d.ffn, d.hidden, 7, "mlp")
-    fwd.extend(_tag(_k("mlp_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add"),
-                    last=True))  # non-reentrant checkpoint's early stop: never recomputed (add saves nothing)
+    fwd.extend(_k("mlp_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add",
+                  last=True))  # non-reentrant checkpoint's early stop: never recomputed (add saves nothing)
     if A:
         bwd.extend(_k("mlp_residual.grad", "copy", GRAD_TO_BF16, th, "bwd", n, "mlp", "cast"))
     bwd.extend(_k("ffn_norm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=ts))

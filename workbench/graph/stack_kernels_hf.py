@@ -238,7 +238,7 @@ def hf_block_ops(d: Dims, tables: BlockTables = HF_TABLES) -> tuple[list[Op], li
     fwd.extend(_k("swiglu", "swiglu", tables.swiglu_fwd, t * d.ffn, "fwd", n, "mlp", "swiglu"))
     bwd.extend(_k("swiglu", "swiglu", tables.swiglu_bwd, t * d.ffn, "bwd", n, "mlp", "swiglu"))
     linear("w2", d.ffn, d.hidden, 7, "mlp")
-    fwd.extend(_tag(_k("mlp_residual", "add", RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add"), last=True))
+    fwd.extend(_k("mlp_residual", "add", RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add", last=True))
     bwd.extend(_k("ffn.residual_grad", "add", grad_accumulate(2), th, "bwd", n, "mlp", "add"))
     return fwd, bwd
 
