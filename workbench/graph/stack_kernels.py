@@ -527,6 +527,25 @@ def _kernel_ops(prefix: str, kind: str, table, elements: int, phase: str, count:
             for o in ops]
 
 
+_LINEAR_GEMMS: dict[tuple, tuple[Op, Op, Op]] = {}
+"""``_linear_gemms`` by its arguments (``_K_OPS``' reason: a recipe search's bf16 flavors, eager and compiled, ask
+for one micro-batch's GEMMs alike, and so do its float8 ones)."""
+
+
+def _linear_gemms(name: str, t: int, i: int, o: int, dtype: str, count: int, layer: str, mm_index: int,
+                  **tags) -> tuple[Op, Op, Op]:
+    """A block linear y[t, o] = x[t, i] W^T: ``gemm_with_grads``, the forward tagged ``aten`` mm, its
+    ``mm_index`` and ``tags``; made once per arguments and shared, as ``_k``'s ops."""
+    key = (name, t, i, o, dtype, count, layer, mm_index, *tags.items())
+    hit = _LINEAR_GEMMS.get(key)
+    if hit is None:
+        if len(_LINEAR_GEMMS) > K_MEMO_LIMIT:
+            _LINEAR_GEMMS.clear()
+        f, dg, wg = gemm_with_grads(name, t, o, i, dtype, count=count, layer=layer)
+        hit = _LINEAR_GEMMS[key] = (_tag([f], aten="mm", mm_index=mm_index, **tags)[0], dg, wg)
+    return hit
+
+
 def ring_merge_ops(d: Dims, *, compiled: bool) -> tuple[list[Op], list[Op]]:
     """(forward, backward) merge kernels of the ``d.layers`` blocks' ring attention under the stack's
     ``d.context_parallel`` (``workbench.perf.context_parallel.ring_merge_tables``; none for cp = 1 or a ring
@@ -558,12 +577,12 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
                    all_gather_shards=flavor.float8_all_gather) if f8 else {}
 
     def linear(name: str, i: int, o: int, mm_index: int, layer: str) -> None:
-        f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
+        f, dg, wg = _linear_gemms(name, t, i, o, gemm_dtype, n, layer, mm_index)
         if A:  # the weight's cast to bf16 (fwd; not under float8: torchao casts the fp32 weight) and its grad's
             if not f8:  # back to fp32 (bwd)
                 fwd.extend(_k(f"{name}.weight", "copy", CAST_TO_BF16, i * o, "fwd", n, layer, "cast_weight"))
             bwd.extend(_k(f"{name}.weight_grad", "copy", CAST_TO_FP32, i * o, "bwd", n, layer, "cast"))
-        fwd.extend(_tag([f], aten="mm", mm_index=mm_index))
+        fwd.append(f)
         bwd.extend([dg, wg])
         if f8:
             cf, cb = _float8_casts(name, d, i, o, compiled=False, mm_index=mm_index, layer=layer, f8_args=f8_args)
@@ -588,18 +607,20 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
                 bwd.extend(_k(f"rope.{x}", "rope", (("complex_mul", 4, 4, False),), t * w, "bwd", n, "attention", "rope"))
         for idx, (name, i, o) in enumerate(d.linears(), 1):
             layer = "attention" if idx <= 4 else "mlp"
-            f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
             if f8:
                 cf, cb = _float8_casts(name, d, i, o, compiled=True, mm_index=idx, layer=layer, f8_args=f8_args)
                 # w2's forward feeds only the residual add: the partitioner never recomputes it (the fit trace of
                 # f-8b4l-fp8row-full-compile has 108 _scaled_mm per step, not 4 x 7 x 4 = 112)
                 last = {"last": True} if name == "w2" else {}
-                fwd.extend(_tag([f], aten="mm", mm_index=idx, **last) + _tag(cf, **last))
+                f, dg, wg = _linear_gemms(name, t, i, o, gemm_dtype, n, layer, idx, **last)
+                fwd.append(f)
+                fwd.extend(_tag(cf, **last) if last else cf)
                 bwd.extend([dg, wg] + cb)
                 if A:  # the wgrad's bf16 output to the fp32 parameter's gradient
                     bwd.extend(_k(f"{name}.weight_grad", "copy", (("to_fp32", 2, 4, True),), i * o, "bwd", n, layer, "cast"))
                 continue
-            fwd.extend(_tag([f], aten="mm", mm_index=idx))
+            f, dg, wg = _linear_gemms(name, t, i, o, gemm_dtype, n, layer, idx)
+            fwd.append(f)
             bwd.extend([dg, wg])
             if A:  # triton_poi_fused__to_copy_t_* (fwd cast, recomputed under AC) and _to_copy_* (wgrad upcast)
                 fwd.extend(_k(f"{name}.weight", "copy", (("to_bf16", 4, 2, True),), i * o, "fwd", n, "attention", "cast_weight"))
