@@ -231,6 +231,11 @@ def compiled_block_tables(s: int) -> dict[str, tuple[tuple[Kernel, ...], tuple[K
 LOSS_EAGER_FWD: tuple[Kernel, ...] = (("logits.float", 2, 4, False), ("log_softmax", 12, 4, True), ("nll", 0, 0, True))
 LOSS_EAGER_BWD: tuple[Kernel, ...] = (("zero_grad_input", 0, 4, True), ("nll_backward", 0, 0, True),
                                       ("log_softmax_backward", 12, 4, True), ("dlogits.to_bf16", 4, 2, True))
+LOSS_EAGER_KERNELS: tuple[tuple[tuple[Kernel], str, bool], ...] = tuple(
+    ((kernel,), phase, kernel[0] in ("logits.float", "dlogits.to_bf16"))
+    for phase, table in (("fwd", LOSS_EAGER_FWD), ("bwd", LOSS_EAGER_BWD)) for kernel in table)
+"""The eager loss one kernel at a time, in step order: (its one-kernel table, phase, whether it splits per 2^31
+bytes of fp32 logits, ``INT32_INDEX_BYTES``)."""
 # torchtitan's compiled loss (trace): triton_red_fused__log_softmax__to_copy_prepare_softmax_online (reads bf16
 # logits, writes fp32 log-probs: 1.51 ms for 1.07 G logits = 6.1 B at 4.3 TB/s) and
 # triton_red_fused__log_softmax__log_softmax_backward_data__..._nll_loss_backward (reads them, writes bf16 dlogits).
@@ -489,8 +494,9 @@ micro-batch, the compiled and eager ones' attention, every weight's casts at eac
 never changed once made, so the calls share one set (a first torchtitan search of Llama 3 8B on 8 H200s asked
 for 7,499 kernel ops, 3,174 of them distinct)."""
 K_MEMO_LIMIT = 10_000
-"""Entries ``_K_SPECS`` and ``_K_OPS`` keep before they start over (a table made per call, the loss's or the
-embedding's, is a new key each time)."""
+"""Entries ``_K_SPECS``, ``_K_OPS`` and ``_BLOCK_LINEARS`` keep before they start over (a long session pricing
+many models; a table made per call would be a new key each time: this module's tables are constants, or made once
+per argument)."""
 
 
 def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
@@ -527,7 +533,7 @@ def _kernel_ops(prefix: str, kind: str, table, elements: int, phase: str, count:
             for o in ops]
 
 
-_LINEAR_GEMMS: dict[tuple, tuple[Op, Op, Op]] = {}
+_BLOCK_LINEARS: dict[tuple, tuple[Op, Op, Op]] = {}
 """``_linear_gemms`` by its arguments (``_K_OPS``' reason: a recipe search's bf16 flavors, eager and compiled, ask
 for one micro-batch's GEMMs alike, and so do its float8 ones)."""
 
@@ -537,12 +543,12 @@ def _linear_gemms(name: str, t: int, i: int, o: int, dtype: str, count: int, lay
     """A block linear y[t, o] = x[t, i] W^T: ``gemm_with_grads``, the forward tagged ``aten`` mm, its
     ``mm_index`` and ``tags``; made once per arguments and shared, as ``_k``'s ops."""
     key = (name, t, i, o, dtype, count, layer, mm_index, *tags.items())
-    hit = _LINEAR_GEMMS.get(key)
+    hit = _BLOCK_LINEARS.get(key)
     if hit is None:
-        if len(_LINEAR_GEMMS) > K_MEMO_LIMIT:
-            _LINEAR_GEMMS.clear()
+        if len(_BLOCK_LINEARS) > K_MEMO_LIMIT:
+            _BLOCK_LINEARS.clear()
         f, dg, wg = gemm_with_grads(name, t, o, i, dtype, count=count, layer=layer)
-        hit = _LINEAR_GEMMS[key] = (_tag([f], aten="mm", mm_index=mm_index, **tags)[0], dg, wg)
+        hit = _BLOCK_LINEARS[key] = (_tag([f], aten="mm", mm_index=mm_index, **tags)[0], dg, wg)
     return hit
 
 
@@ -771,11 +777,9 @@ def head_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
         ops += _k("loss", "cross_entropy", LOSS_COMPILED_FWD, logits, "fwd", 1, "head", "loss", rows=t)
         ops += _k("loss", "cross_entropy", LOSS_COMPILED_BWD, logits, "bwd", 1, "head", "loss", rows=t)
     else:
-        for name, r, w, vec in LOSS_EAGER_FWD + LOSS_EAGER_BWD:
-            phase = "fwd" if (name, r, w, vec) in LOSS_EAGER_FWD else "bwd"
-            launches = _splits(logits, 4) if name in ("logits.float", "dlogits.to_bf16") else 1
-            ops += _k("loss", "cross_entropy", ((name, r, w, vec),), logits, phase, 1, "head", "loss", rows=t,
-                      launches=launches)
+        for table, phase, splits in LOSS_EAGER_KERNELS:
+            ops += _k("loss", "cross_entropy", table, logits, phase, 1, "head", "loss", rows=t,
+                      launches=_splits(logits, 4) if splits else 1)
     if flavor.tied:  # the head's and the embedding's gradients of the one table
         ops += _k("tied.grad_accumulate", "add", grad_accumulate(flavor.stream_bytes), v * h, "bwd", 1, "head", "add")
     return ops
@@ -784,13 +788,21 @@ def head_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
 def embedding_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
     """F.embedding forward (``vectorized_gather_kernel``) and embedding_dense_backward (the table's zeroed grad,
     a sort of the ids, ``compute_grad_weight`` + ``sum_and_scatter``; cub sort kernels launch only)."""
-    t, h, s = d.tokens, d.hidden, flavor.stream_bytes
-    ops = _k("embedding", "embedding", (("gather", s, s, "gather"),), t * h, "fwd", 1, "embedding", "embedding")
-    ops += _k("embedding", "embedding", (("zero_table_grad", 0, s, True),), d.vocab * h, "bwd", 1, "embedding", "embedding")
-    ops += _k("embedding", "embedding", (("sort", 0, 0, True),) * 12, t, "bwd", 1, "embedding", "embedding", rows=t)
-    ops += _k("embedding", "embedding", (("compute_grad_weight", s, 4, "gather"), ("sum_and_scatter", 4, s, "gather")),
-              t * h, "bwd", 1, "embedding", "embedding")
+    t, h = d.tokens, d.hidden
+    gather, zero_grad, sort, scatter = embedding_tables(flavor.stream_bytes)
+    ops = _k("embedding", "embedding", gather, t * h, "fwd", 1, "embedding", "embedding")
+    ops += _k("embedding", "embedding", zero_grad, d.vocab * h, "bwd", 1, "embedding", "embedding")
+    ops += _k("embedding", "embedding", sort, t, "bwd", 1, "embedding", "embedding", rows=t)
+    ops += _k("embedding", "embedding", scatter, t * h, "bwd", 1, "embedding", "embedding")
     return ops
+
+
+@functools.cache  # one table object per argument: ``_k`` keeps its ops by table
+def embedding_tables(s: int) -> tuple[tuple[Kernel, ...], ...]:
+    """``embedding_ops``' tables for a stream of ``s`` bytes per element: the gather, the table's zeroed grad, the
+    sort of the ids, the scatter of the grads."""
+    return ((("gather", s, s, "gather"),), (("zero_table_grad", 0, s, True),), (("sort", 0, 0, True),) * 12,
+            (("compute_grad_weight", s, 4, "gather"), ("sum_and_scatter", 4, s, "gather")))
 
 
 def optimizer_ops(params: int, flavor: StackFlavor) -> list[Op]:
