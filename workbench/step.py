@@ -629,6 +629,9 @@ def _compiled_loss(execution: Execution | None) -> bool:
 
 _TIMER_EXTRAS = ("host_idle", "bandwidth_kind", "unvectorized", "transpose", "gather", "sdpa_backend")
 """The ``extra`` entries ``workbench.perf.op_time`` reads (``_timer_key``)."""
+_NO_TIMER_EXTRAS = (None,) * len(_TIMER_EXTRAS)
+"""``_timer_key``'s entries of an empty ``extra``: those of an ``extra`` that holds none of them (a GEMM tagged with
+its ``aten`` only), so the two are one key (wo's forward GEMM and wq's dgrad are one shape where q = hidden)."""
 
 
 _SHAPED_KINDS = frozenset({"gemm", "attention"})
@@ -646,7 +649,7 @@ def _timer_key(op: Op) -> tuple:
     extra = op.extra
     kind = op.kind
     return (kind, op.shape if kind in _SHAPED_KINDS else None, op.dtype, op.flops, op.bytes_read, op.bytes_written,
-            tuple(map(extra.get, _TIMER_EXTRAS)) if extra else ())
+            tuple(map(extra.get, _TIMER_EXTRAS)) if extra else _NO_TIMER_EXTRAS)
 
 
 _TIMER_IDS: dict[tuple, int] = {}

@@ -2,8 +2,9 @@
 
 Each case searches one model on one GPU type and count with a *fresh* evaluator (cold caches: every op shape is
 timed for the first time; median of 5 such runs), then again with the warmed evaluator (a UI re-running a search
-after a slider move). The module-level caches of model data (``memory._MEMO``, ``stack_kernels._K_SPECS``, the
-``functools`` kernel-table caches, the op graphs of ``step._shared_graph`` and ``stacked.shared_memo``) outlive an
+after a slider move). The module-level caches of model data (``memory._MEMO``, the kernel ops of
+``stack_kernels._K_SPECS``, ``_K_OPS`` and ``_BLOCK_LINEARS``, the ``functools`` kernel-table caches, the op graphs
+of ``step._shared_graph`` and ``stacked.shared_memo``) outlive an
 evaluator (a fresh one still times every op and sums every graph itself), so only the first of the cold runs finds
 them empty for this model: ``first_per_cpu_s`` is that run alone (what a command-line search of a new model
 costs), ``cold`` the median of the five (a notebook searching the same model with a new evaluator).

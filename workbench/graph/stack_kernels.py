@@ -231,6 +231,11 @@ def compiled_block_tables(s: int) -> dict[str, tuple[tuple[Kernel, ...], tuple[K
 LOSS_EAGER_FWD: tuple[Kernel, ...] = (("logits.float", 2, 4, False), ("log_softmax", 12, 4, True), ("nll", 0, 0, True))
 LOSS_EAGER_BWD: tuple[Kernel, ...] = (("zero_grad_input", 0, 4, True), ("nll_backward", 0, 0, True),
                                       ("log_softmax_backward", 12, 4, True), ("dlogits.to_bf16", 4, 2, True))
+LOSS_EAGER_KERNELS: tuple[tuple[tuple[Kernel], str, bool], ...] = tuple(
+    ((kernel,), phase, kernel[0] in ("logits.float", "dlogits.to_bf16"))
+    for phase, table in (("fwd", LOSS_EAGER_FWD), ("bwd", LOSS_EAGER_BWD)) for kernel in table)
+"""The eager loss one kernel at a time, in step order: (its one-kernel table, phase, whether it splits per 2^31
+bytes of fp32 logits, ``INT32_INDEX_BYTES``)."""
 # torchtitan's compiled loss (trace): triton_red_fused__log_softmax__to_copy_prepare_softmax_online (reads bf16
 # logits, writes fp32 log-probs: 1.51 ms for 1.07 G logits = 6.1 B at 4.3 TB/s) and
 # triton_red_fused__log_softmax__log_softmax_backward_data__..._nll_loss_backward (reads them, writes bf16 dlogits).
@@ -337,11 +342,12 @@ FP8_PRECOMPUTE_SCALE: tuple[Kernel, ...] = (("foreach_amax", 4, 0, True),)
 ord=math.inf)`` (an all-reduce of the amaxes follows: a few KB, not priced), one launch per 320 chunks."""
 
 
-def weight_shard_cast(name: str, i: int, o: int, shards: int, count: int, layer: str) -> list[Op]:
+def weight_shard_cast(name: str, i: int, o: int, shards: int, count: int, layer: str, **tags) -> list[Op]:
     """The cast of this rank's fp32 shard of a linear's weight W[o, i] before FSDP2's float8 all-gather over
-    ``shards`` ranks (``FP8_SHARD_CAST``), untagged: the only kernels of a block that read the shard count."""
+    ``shards`` ranks (``FP8_SHARD_CAST``), tagged ``tags`` besides its ``aten``: the only kernels of a block that
+    read the shard count."""
     return _k(f"{name}.w_shard.fp8", "fp8_quantize", FP8_SHARD_CAST, max(1, i * o // shards), "fwd", count, layer,
-              "fp8_cast")
+              "fp8_cast", **tags)
 
 
 _K_MAJOR: dict[int, tuple[tuple[Kernel, ...], tuple[Kernel, ...]]] = {}
@@ -375,20 +381,20 @@ def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm
     bf16 compute copy); ``all_gather_shards``: FSDP2's float8 all-gather over that many shards (tensorwise)."""
     fwd: list[Op] = []
     bwd: list[Op] = []
-    tag = {"aten": "fp8_cast", "mm_index": mm_index}
+    tag = {"mm_index": mm_index}  # the forward casts' tags beside their aten, fp8_cast
     act_table, w_table = _eager_cast(recipe, 2), _eager_cast(recipe, weight_bytes)
 
     def scales(rows: int) -> int:  # scale elements: a row's, or one per tensor
         return 1 if recipe == "tensorwise" else rows
 
     if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook: forward only
-        fwd += _tag(weight_shard_cast(name, i, o, all_gather_shards, count, layer), **tag)
+        fwd += weight_shard_cast(name, i, o, all_gather_shards, count, layer, **tag)
     if not compiled:
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", act_table, t * i, "fwd", count, layer, "fp8_cast",
-                       rows=scales(t)), **tag)
+        fwd += _k(f"{name}.x.fp8", "fp8_quantize", act_table, t * i, "fwd", count, layer, "fp8_cast",
+                  rows=scales(t), **tag)
         if not all_gather_shards:
-            fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", w_table, i * o, "fwd", count, layer, "fp8_cast",
-                           rows=scales(o)), **tag)
+            fwd += _k(f"{name}.w.fp8", "fp8_quantize", w_table, i * o, "fwd", count, layer, "fp8_cast",
+                      rows=scales(o), **tag)
         bwd += _k(f"{name}.dy.fp8", "fp8_quantize", act_table, t * o, "bwd", count, layer, "fp8_cast", rows=scales(t))
         w_t = () if all_gather_shards else w_table
         for operand, elements, table, rows in (("w_t", i * o, w_t, i),
@@ -402,14 +408,13 @@ def float8_linear_casts(name: str, t: int, i: int, o: int, *, compiled: bool, mm
     row_cast = FP8_TENSOR_CAST_COMPILED if tensorwise else FP8_ROW_CAST_FUSED
     if input_cast:  # a shared input's cast is rerun when any GEMM it feeds is: wq's feeds wk, w1's feeds w3
         x_tag = {**tag, "mm_index": mm_index + 1 if shared_input else mm_index}
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", row_cast, t * i, "fwd", count, layer, "fp8_cast"),
-                    **x_tag)
+        fwd += _k(f"{name}.x.fp8", "fp8_quantize", row_cast, t * i, "fwd", count, layer, "fp8_cast", **x_tag)
         bwd += _k(f"{name}.x_t.fp8", "fp8_quantize", fp8_column_cast(2, amax=not tensorwise), t * i, "bwd", count,
                   layer, "fp8_cast")
     if not all_gather_shards:
         weight_cast = (FP8_TENSOR_CAST_COMPILED if tensorwise and weight_bytes == 2 else
                        FP8_WEIGHT_ROW_CAST if weight_bytes == 4 else (("fp8_weight_row_cast", 4, 1, True),))
-        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", weight_cast, i * o, "fwd", count, layer, "fp8_cast"), **tag)
+        fwd += _k(f"{name}.w.fp8", "fp8_quantize", weight_cast, i * o, "fwd", count, layer, "fp8_cast", **tag)
     bwd += _k(f"{name}.dy.fp8", "fp8_quantize", row_cast, t * o, "bwd", count, layer, "fp8_cast")
     w_t = FP8_K_MAJOR_COPY if all_gather_shards else fp8_column_cast(weight_bytes, amax=not tensorwise)
     bwd += _k(f"{name}.w_t.fp8", "fp8_quantize", w_t, i * o, "bwd", count, layer, "fp8_cast")
@@ -429,20 +434,20 @@ def float8_tp_linear_casts(name: str, t: int, ts: int, i: int, o: int, *, colwis
     [t, i] where it is and its output grad on the shard [ts, o] before that all-gather. Operands that arrive in
     fp8 are not cast again (float8_linear.py ``tensor_already_casted_to_fp8``): the wgrad's x^T and dy^T and
     dgrad's W^T are transposing copies (a tensorwise scale survives the transpose)."""
-    tag = {"aten": "fp8_cast", "mm_index": mm_index + 1 if colwise and casts_input else mm_index}
+    tag = {"mm_index": mm_index + 1 if colwise and casts_input else mm_index}  # beside their aten, fp8_cast
     if compiled:
         tag["compiled_cast"] = True
     cast = FP8_TENSOR_CAST_COMPILED if compiled else FP8_TENSOR_CAST_EAGER_BF16
     fwd: list[Op] = []
     bwd: list[Op] = []
     if all_gather_shards:  # the fp32 shard, cast in FSDP's (eager) pre-all-gather hook
-        fwd += _tag(weight_shard_cast(name, i, o, all_gather_shards, count, layer), **tag)
+        fwd += weight_shard_cast(name, i, o, all_gather_shards, count, layer, **tag)
     else:
-        fwd += _tag(_k(f"{name}.w.fp8", "fp8_quantize", cast, i * o, "fwd", count, layer, "fp8_cast"), **tag)
+        fwd += _k(f"{name}.w.fp8", "fp8_quantize", cast, i * o, "fwd", count, layer, "fp8_cast", **tag)
     if casts_input:
         rows = ts if colwise else t
-        fwd += _tag(_k(f"{name}.x.fp8", "fp8_quantize", cast, rows * i, "fwd", count, layer, "fp8_cast", rows=1),
-                    **tag)  # rows=1: one scale per tensor
+        fwd += _k(f"{name}.x.fp8", "fp8_quantize", cast, rows * i, "fwd", count, layer, "fp8_cast", rows=1,
+                  **tag)  # rows=1: one scale per tensor
     rows = t if colwise else ts
     bwd += _k(f"{name}.dy.fp8", "fp8_quantize", cast, rows * o, "bwd", count, layer, "fp8_cast", rows=1)
     transpose = FP8_TRANSPOSE_COMPILED if compiled else FP8_K_MAJOR_COPY
@@ -473,37 +478,78 @@ def _float8_casts(name: str, d: Dims, i: int, o: int, *, compiled: bool, mm_inde
 
 
 def _tag(ops: list[Op], **extra) -> list[Op]:
-    """``ops`` with ``extra`` added to each one's ``extra``, in place: every caller tags ops it has just built, each
-    with a dict of its own that nothing else holds yet (a copy of every op was most of the time the tables took to
-    build in a recipe search)."""
-    for op in ops:
-        op.extra.update(extra)
-    return ops
+    """Copies of ``ops`` with ``extra`` added to each one's ``extra`` (an op is never changed once made: ``_k``
+    hands the same ops to every caller; a builder tags its own kernels through ``_k``'s ``tags``)."""
+    return [replace_op(op, extra={**op.extra, **extra}) for op in ops]
 
 
 _K_SPECS: dict[tuple, tuple[tuple, tuple[KernelSpec, ...]]] = {}
-"""(table, ``kernel_specs``) of each (prefix, table, aten tag) ``_k`` was asked for, the table by identity (by value,
+"""(table, ``kernel_specs``) of each (prefix, table, tags) ``_k`` was asked for, the table by identity (by value,
 4 and 4.0 bytes would be one key): a recipe search makes one block's kernels at every micro-batch size from the
 same tables, so only the sizes are new."""
+_K_OPS: dict[tuple, tuple[tuple, tuple[Op, ...]]] = {}
+"""(table, ops) of each ``_k`` call, by its arguments (the table by identity, as ``_K_SPECS``): the tables of one
+recipe search ask for most kernels again -- the float8 flavors' and the bf16 ones' norms, RoPE and adds at one
+micro-batch, the compiled and eager ones' attention, every weight's casts at each micro-batch -- and an op is
+never changed once made, so the calls share one set (a first torchtitan search of Llama 3 8B on 8 H200s asked
+for 7,499 kernel ops, 3,174 of them distinct)."""
+K_MEMO_LIMIT = 10_000
+"""Entries ``_K_SPECS``, ``_K_OPS`` and ``_BLOCK_LINEARS`` keep before they start over (a long session pricing
+many models; a table made per call would be a new key each time: this module's tables are constants, or made once
+per argument)."""
 
 
 def _k(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
-       rows: int = 0, launches: int = 1) -> list[Op]:
-    """``kernels`` of ``table`` (fp32) tagged ``aten``; ``launches``: the same work split over that many
-    launches of each kernel."""
-    if launches > 1:  # the same work over ``launches`` kernels: scale each op's bytes and FLOPs down
-        ops = kernels(prefix, kind, table, elements, phase=phase, count=count * launches, layer=layer, rows=rows)
-        ops = [replace_op(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
-                          flops=o.flops / launches, shape=type(o.shape)(max(1, o.shape.elements // launches)))
-               for o in ops]
-        return _tag(ops, aten=aten)
-    key = (prefix, id(table), aten)
-    hit = _K_SPECS.get(key)
+       rows: int = 0, launches: int = 1, **tags) -> list[Op]:
+    """``kernels`` of ``table`` (fp32) tagged ``aten`` and ``tags`` (entries of each op's ``extra``);
+    ``launches``: the same work split over that many launches of each kernel. A list of its own, of ops that
+    every call with these arguments shares (``_K_OPS``)."""
+    key = (prefix, id(table), aten, kind, elements, phase, count, layer, rows, launches, *tags.items())
+    hit = _K_OPS.get(key)
     if hit is None:  # (the entry holds its table: no other table takes its id while it lives)
-        if len(_K_SPECS) > 10_000:  # a table made per call (the loss's, the embedding's) is a new key each time
+        if len(_K_OPS) > K_MEMO_LIMIT:
+            _K_OPS.clear()
+        hit = _K_OPS[key] = (table, tuple(_kernel_ops(prefix, kind, table, elements, phase, count, layer, aten,
+                                                      rows, launches, tags)))
+    return list(hit[1])
+
+
+def _kernel_ops(prefix: str, kind: str, table, elements: int, phase: str, count: int, layer: str, aten: str,
+                rows: int, launches: int, tags: dict) -> list[Op]:
+    """The ops of ``_k``, made."""
+    key = (prefix, id(table), aten, *tags.items())
+    hit = _K_SPECS.get(key)
+    if hit is None:
+        if len(_K_SPECS) > K_MEMO_LIMIT:
             _K_SPECS.clear()
-        hit = _K_SPECS[key] = (table, kernel_specs(prefix, table, aten=aten))
-    return kernel_ops(hit[1], kind, elements, phase=phase, count=count, layer=layer, dtype="fp32", rows=rows)
+        hit = _K_SPECS[key] = (table, kernel_specs(prefix, table, aten=aten, **tags))
+    if launches == 1:
+        return kernel_ops(hit[1], kind, elements, phase=phase, count=count, layer=layer, dtype="fp32", rows=rows)
+    # the same work over ``launches`` kernels: each op's bytes and FLOPs scaled down
+    ops = kernel_ops(hit[1], kind, elements, phase=phase, count=count * launches, layer=layer, dtype="fp32",
+                     rows=rows)
+    return [replace_op(o, bytes_read=o.bytes_read / launches, bytes_written=o.bytes_written / launches,
+                       flops=o.flops / launches, shape=type(o.shape)(max(1, o.shape.elements // launches)))
+            for o in ops]
+
+
+_BLOCK_LINEARS: dict[tuple, tuple[Op, Op, Op]] = {}
+"""``_linear_gemms`` by its arguments (``_K_OPS``' reason: a recipe search's bf16 flavors, eager and compiled, ask
+for one micro-batch's GEMMs alike, and so do its float8 ones)."""
+
+
+def _linear_gemms(name: str, t: int, i: int, o: int, dtype: str, count: int, layer: str, mm_index: int,
+                  **tags) -> tuple[Op, Op, Op]:
+    """A block linear y[t, o] = x[t, i] W^T: ``gemm_with_grads``, the forward tagged ``aten`` mm, its
+    ``mm_index`` and ``tags``; made once per arguments and shared, as ``_k``'s ops."""
+    key = (name, t, i, o, dtype, count, layer, mm_index, *tags.items())
+    hit = _BLOCK_LINEARS.get(key)
+    if hit is None:
+        if len(_BLOCK_LINEARS) > K_MEMO_LIMIT:
+            _BLOCK_LINEARS.clear()
+        f, dg, wg = gemm_with_grads(name, t, o, i, dtype, count=count, layer=layer)
+        hit = _BLOCK_LINEARS[key] = (_tag([f], aten="mm", mm_index=mm_index, **tags)[0], dg, wg)
+    return hit
 
 
 def ring_merge_ops(d: Dims, *, compiled: bool) -> tuple[list[Op], list[Op]]:
@@ -537,12 +583,12 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
                    all_gather_shards=flavor.float8_all_gather) if f8 else {}
 
     def linear(name: str, i: int, o: int, mm_index: int, layer: str) -> None:
-        f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
+        f, dg, wg = _linear_gemms(name, t, i, o, gemm_dtype, n, layer, mm_index)
         if A:  # the weight's cast to bf16 (fwd; not under float8: torchao casts the fp32 weight) and its grad's
             if not f8:  # back to fp32 (bwd)
                 fwd.extend(_k(f"{name}.weight", "copy", CAST_TO_BF16, i * o, "fwd", n, layer, "cast_weight"))
             bwd.extend(_k(f"{name}.weight_grad", "copy", CAST_TO_FP32, i * o, "bwd", n, layer, "cast"))
-        fwd.extend(_tag([f], aten="mm", mm_index=mm_index))
+        fwd.append(f)
         bwd.extend([dg, wg])
         if f8:
             cf, cb = _float8_casts(name, d, i, o, compiled=False, mm_index=mm_index, layer=layer, f8_args=f8_args)
@@ -567,18 +613,20 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
                 bwd.extend(_k(f"rope.{x}", "rope", (("complex_mul", 4, 4, False),), t * w, "bwd", n, "attention", "rope"))
         for idx, (name, i, o) in enumerate(d.linears(), 1):
             layer = "attention" if idx <= 4 else "mlp"
-            f, dg, wg = gemm_with_grads(name, t, o, i, gemm_dtype, count=n, layer=layer)
             if f8:
                 cf, cb = _float8_casts(name, d, i, o, compiled=True, mm_index=idx, layer=layer, f8_args=f8_args)
                 # w2's forward feeds only the residual add: the partitioner never recomputes it (the fit trace of
                 # f-8b4l-fp8row-full-compile has 108 _scaled_mm per step, not 4 x 7 x 4 = 112)
                 last = {"last": True} if name == "w2" else {}
-                fwd.extend(_tag([f], aten="mm", mm_index=idx, **last) + _tag(cf, **last))
+                f, dg, wg = _linear_gemms(name, t, i, o, gemm_dtype, n, layer, idx, **last)
+                fwd.append(f)
+                fwd.extend(_tag(cf, **last) if last else cf)
                 bwd.extend([dg, wg] + cb)
                 if A:  # the wgrad's bf16 output to the fp32 parameter's gradient
                     bwd.extend(_k(f"{name}.weight_grad", "copy", (("to_fp32", 2, 4, True),), i * o, "bwd", n, layer, "cast"))
                 continue
-            fwd.extend(_tag([f], aten="mm", mm_index=idx))
+            f, dg, wg = _linear_gemms(name, t, i, o, gemm_dtype, n, layer, idx)
+            fwd.append(f)
             bwd.extend([dg, wg])
             if A:  # triton_poi_fused__to_copy_t_* (fwd cast, recomputed under AC) and _to_copy_* (wgrad upcast)
                 fwd.extend(_k(f"{name}.weight", "copy", (("to_bf16", 4, 2, True),), i * o, "fwd", n, "attention", "cast_weight"))
@@ -637,8 +685,8 @@ def block_ops(d: Dims, flavor: StackFlavor) -> tuple[list[Op], list[Op]]:
     fwd.extend(_k("swiglu", "swiglu", SWIGLU_FWD, t * d.ffn, "fwd", n, "mlp", "swiglu"))
     bwd.extend(_k("swiglu", "swiglu", SWIGLU_BWD, t * d.ffn, "bwd", n, "mlp", "swiglu"))
     linear("w2", d.ffn, d.hidden, 7, "mlp")
-    fwd.extend(_tag(_k("mlp_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add"),
-                    last=True))  # non-reentrant checkpoint's early stop: never recomputed (add saves nothing)
+    fwd.extend(_k("mlp_residual", "add", RESIDUAL_ADD_A if A else RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add",
+                  last=True))  # non-reentrant checkpoint's early stop: never recomputed (add saves nothing)
     if A:
         bwd.extend(_k("mlp_residual.grad", "copy", GRAD_TO_BF16, th, "bwd", n, "mlp", "cast"))
     bwd.extend(_k("ffn_norm", "rmsnorm", norm_b, th, "bwd", n, "mlp", "rms_norm", rows=ts))
@@ -729,11 +777,9 @@ def head_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
         ops += _k("loss", "cross_entropy", LOSS_COMPILED_FWD, logits, "fwd", 1, "head", "loss", rows=t)
         ops += _k("loss", "cross_entropy", LOSS_COMPILED_BWD, logits, "bwd", 1, "head", "loss", rows=t)
     else:
-        for name, r, w, vec in LOSS_EAGER_FWD + LOSS_EAGER_BWD:
-            phase = "fwd" if (name, r, w, vec) in LOSS_EAGER_FWD else "bwd"
-            launches = _splits(logits, 4) if name in ("logits.float", "dlogits.to_bf16") else 1
-            ops += _k("loss", "cross_entropy", ((name, r, w, vec),), logits, phase, 1, "head", "loss", rows=t,
-                      launches=launches)
+        for table, phase, splits in LOSS_EAGER_KERNELS:
+            ops += _k("loss", "cross_entropy", table, logits, phase, 1, "head", "loss", rows=t,
+                      launches=_splits(logits, 4) if splits else 1)
     if flavor.tied:  # the head's and the embedding's gradients of the one table
         ops += _k("tied.grad_accumulate", "add", grad_accumulate(flavor.stream_bytes), v * h, "bwd", 1, "head", "add")
     return ops
@@ -742,13 +788,21 @@ def head_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
 def embedding_ops(d: Dims, flavor: StackFlavor) -> list[Op]:
     """F.embedding forward (``vectorized_gather_kernel``) and embedding_dense_backward (the table's zeroed grad,
     a sort of the ids, ``compute_grad_weight`` + ``sum_and_scatter``; cub sort kernels launch only)."""
-    t, h, s = d.tokens, d.hidden, flavor.stream_bytes
-    ops = _k("embedding", "embedding", (("gather", s, s, "gather"),), t * h, "fwd", 1, "embedding", "embedding")
-    ops += _k("embedding", "embedding", (("zero_table_grad", 0, s, True),), d.vocab * h, "bwd", 1, "embedding", "embedding")
-    ops += _k("embedding", "embedding", (("sort", 0, 0, True),) * 12, t, "bwd", 1, "embedding", "embedding", rows=t)
-    ops += _k("embedding", "embedding", (("compute_grad_weight", s, 4, "gather"), ("sum_and_scatter", 4, s, "gather")),
-              t * h, "bwd", 1, "embedding", "embedding")
+    t, h = d.tokens, d.hidden
+    gather, zero_grad, sort, scatter = embedding_tables(flavor.stream_bytes)
+    ops = _k("embedding", "embedding", gather, t * h, "fwd", 1, "embedding", "embedding")
+    ops += _k("embedding", "embedding", zero_grad, d.vocab * h, "bwd", 1, "embedding", "embedding")
+    ops += _k("embedding", "embedding", sort, t, "bwd", 1, "embedding", "embedding", rows=t)
+    ops += _k("embedding", "embedding", scatter, t * h, "bwd", 1, "embedding", "embedding")
     return ops
+
+
+@functools.cache  # one table object per argument: ``_k`` keeps its ops by table
+def embedding_tables(s: int) -> tuple[tuple[Kernel, ...], ...]:
+    """``embedding_ops``' tables for a stream of ``s`` bytes per element: the gather, the table's zeroed grad, the
+    sort of the ids, the scatter of the grads."""
+    return ((("gather", s, s, "gather"),), (("zero_table_grad", 0, s, True),), (("sort", 0, 0, True),) * 12,
+            (("compute_grad_weight", s, 4, "gather"), ("sum_and_scatter", 4, s, "gather")))
 
 
 def optimizer_ops(params: int, flavor: StackFlavor) -> list[Op]:

@@ -44,8 +44,7 @@ from workbench.errors import SpecError
 from workbench.graph.execution import Kernel
 from workbench.graph.ops import AttentionShape, Op, attention, gemm_with_grads
 from workbench.graph.stack_kernels import (
-    LOSS_EAGER_BWD,
-    LOSS_EAGER_FWD,
+    LOSS_EAGER_KERNELS,
     RESIDUAL_ADD_B,
     STRIDED_COPY,
     SWIGLU_BWD,
@@ -238,7 +237,7 @@ def hf_block_ops(d: Dims, tables: BlockTables = HF_TABLES) -> tuple[list[Op], li
     fwd.extend(_k("swiglu", "swiglu", tables.swiglu_fwd, t * d.ffn, "fwd", n, "mlp", "swiglu"))
     bwd.extend(_k("swiglu", "swiglu", tables.swiglu_bwd, t * d.ffn, "bwd", n, "mlp", "swiglu"))
     linear("w2", d.ffn, d.hidden, 7, "mlp")
-    fwd.extend(_tag(_k("mlp_residual", "add", RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add"), last=True))
+    fwd.extend(_k("mlp_residual", "add", RESIDUAL_ADD_B, th, "fwd", n, "mlp", "add", last=True))
     bwd.extend(_k("ffn.residual_grad", "add", grad_accumulate(2), th, "bwd", n, "mlp", "add"))
     return fwd, bwd
 
@@ -266,11 +265,9 @@ def hf_head_ops(d: Dims, tied: bool, kernel_patch: str = "") -> list[Op]:
         return ops
     ops += gemm_with_grads("lm_head", t, v, h, "bf16", layer="head")
     logits = t * v
-    for name, r, w, vec in LOSS_EAGER_FWD + LOSS_EAGER_BWD:
-        phase = "fwd" if (name, r, w, vec) in LOSS_EAGER_FWD else "bwd"
-        launches = _splits(logits, 4) if name in ("logits.float", "dlogits.to_bf16") else 1
-        ops += _k("loss", "cross_entropy", ((name, r, w, vec),), logits, phase, 1, "head", "loss", rows=t,
-                  launches=launches)
+    for table, phase, splits in LOSS_EAGER_KERNELS:
+        ops += _k("loss", "cross_entropy", table, logits, phase, 1, "head", "loss", rows=t,
+                  launches=_splits(logits, 4) if splits else 1)
     ops += _launches("loss.labels_and_scale", HF_LOSS_EXTRA_FWD, "fwd")
     ops += _launches("loss.scale_backward", HF_LOSS_EXTRA_BWD, "bwd")
     if tied:
