@@ -35,7 +35,10 @@ VARIANTS = {"host": {}, "host-subtile": {"EPILOGUE_SUBTILE": 2},
             "device-ws-subtile": {"WARP_SPECIALIZE": True, "EPILOGUE_SUBTILE": 2},
             # split-K: 72 = 5 K steps of 16 in 2 or 3 slices (the last slice's steps past K load zeros), 12 or 18
             # units on 3 programs
-            "split2": {"SPLIT_K": 2}, "split3-subtile": {"SPLIT_K": 3, "EPILOGUE_SUBTILE": 2}}
+            "split2": {"SPLIT_K": 2}, "split3-subtile": {"SPLIT_K": 3, "EPILOGUE_SUBTILE": 2},
+            # stream-K: 6 tiles on 4 programs, one whole wave of 4, then 2 tiles x 5 K steps in runs of 3: the
+            # second tile's steps split over three runs
+            "stream-k": {"STREAM_K": True, "NUM_SMS": 4}}
 
 
 @pytest.fixture(autouse=True)
@@ -118,12 +121,28 @@ def test_split_k_leaves_its_arrival_counts_at_zero_and_sums_in_one_order():
 
 
 @runs
+@pytest.mark.parametrize("programs", [4, 5, 7, 16])
+def test_stream_k_shares_the_last_wave_by_k_steps(programs):
+    """37 x 40 in 16 x 32 tiles: 6 tiles, 13 K steps each; 4, 5 and 7 programs leave 2, 1 and 6 tiles to stream-K
+    (runs shorter and longer than a tile), 16 programs more than the tiles (no whole wave). The sum is the same
+    twice and the counts are zero after."""
+    a, b = _randn(37, 200, dtype=torch.bfloat16), _randn(200, 40, dtype=torch.bfloat16)
+    config = {**SMALL, "STREAM_K": True, "NUM_SMS": programs}
+    first = matmul_tma(a, b, config)
+    assert _error(first, reference_matmul(a, b)) < TOLERANCE["bf16"]
+    assert torch.equal(matmul_tma(a, b, config), first)
+    assert int(gemm_tma.split_k_arrivals(first.device, 6).abs().sum()) == 0
+
+
+@runs
 def test_split_k_checks_name_the_problem():
     a, b = _randn(32, 32, dtype=torch.bfloat16), _randn(32, 32, dtype=torch.bfloat16)
     with pytest.raises(KernelInputError, match="SPLIT_K"):
         matmul_tma(a, b, {**SMALL, "SPLIT_K": 0})
     with pytest.raises(KernelInputError, match="WARP_SPECIALIZE"):
         matmul_tma(a, b, {**SMALL, "SPLIT_K": 2, "WARP_SPECIALIZE": True})
+    with pytest.raises(KernelInputError, match="STREAM_K"):
+        matmul_tma(a, b, {**SMALL, "SPLIT_K": 2, "STREAM_K": True})
 
 
 @runs

@@ -46,6 +46,8 @@ CONFIGS = {
 }
 """TMA configs (``spaces.tma_config_space``, no warp specialization) per operand bytes, by ``config_key``."""
 SPLITS = (1, 2, 3, 4, 6, 8)
+SMS = 132
+"""The H200's SMs (the dry run's stand-ins get stream-K rows too)."""
 MIN_STEPS = 4
 """A split config is timed only if each K slice keeps this many BLOCK_K steps."""
 WARMUP_MS, REP_MS, ROUNDS = 5, 10, 3
@@ -93,6 +95,9 @@ def configs(shape: dict, dry_run: bool = False) -> list[dict]:
     for config in wanted:
         steps = math.ceil(shape["k"] / config["BLOCK_K"])
         out += [dict(config, SPLIT_K=split) for split in SPLITS if split == 1 or steps >= split * MIN_STEPS]
+        tiles = math.ceil(shape["m"] / config["BLOCK_M"]) * math.ceil(shape["n"] / config["BLOCK_N"])
+        if tiles % SMS:  # a partial last wave: stream-K shares it out by K steps
+            out.append(dict(config, STREAM_K=True))
     return out
 
 
@@ -145,7 +150,8 @@ def probe_shape(shape: dict, todo: list[dict], timer, device: str, deadline: flo
     rows, timed = [], {}
     for config in [None, *todo]:
         name = "config=None" if config is None else config_key(config)
-        row = dict(base, config=name, split_k="" if config is None else config.get("SPLIT_K", 1))
+        row = dict(base, config=name, split_k="" if config is None else
+                   "stream" if config.get("STREAM_K") else config.get("SPLIT_K", 1))
         rows.append(row)
         if time.monotonic() > deadline:
             row["error"] = "skipped (budget)"
@@ -190,12 +196,13 @@ def write_report(out: Path) -> str:
              f"{env.get('gpu', '')}, torch {env.get('torch', '')}, triton {env.get('triton', '')}; "
              f"`benchmarks/kernels/gemm_tma_split_probe.py`; {env.get('timing', '')}. ratio = vendor time / ours "
              "(above 1: ours faster).", "",
-             "| id | dtype | m x n x k | vendor ms | config=None | ratio | best unsplit TMA | ratio | best split | ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| id | dtype | m x n x k | vendor ms | config=None | ratio | best unsplit TMA | ratio | best split | ratio "
+             "| best stream-K | ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by_case: dict = {}
     for row in rows:
         by_case.setdefault((row["id"], row["dtype"]), []).append(row)
-    ratios = {"none": [], "unsplit": [], "split": [], "best": []}
+    ratios = {"none": [], "unsplit": [], "split": [], "stream": [], "best": []}
     for (shape_id, dtype), case in by_case.items():
         timed = [r for r in case if r.get("ratio")]
         if not timed:
@@ -203,14 +210,15 @@ def write_report(out: Path) -> str:
         vendor_ms = statistics.median(float(r["vendor_ms"]) for r in timed)
         none = next((r for r in timed if r["config"] == "config=None"), None)
         unsplit = max((r for r in timed if r["split_k"] == "1"), key=lambda r: float(r["ratio"]), default=None)
-        split = max((r for r in timed if r["split_k"] not in ("", "1")), key=lambda r: float(r["ratio"]),
+        split = max((r for r in timed if r["split_k"] not in ("", "1", "stream")), key=lambda r: float(r["ratio"]),
                     default=None)
+        stream = max((r for r in timed if r["split_k"] == "stream"), key=lambda r: float(r["ratio"]), default=None)
         cell = lambda r: (r["config"], f"{float(r['ratio']):.3f}") if r else ("", "")  # noqa: E731
         c = case[0]
         lines.append(f"| {shape_id} | {dtype} | {c['m']}x{c['n']}x{c['k']} | {vendor_ms:.4f} | "
                      f"{' | '.join(cell(none))} | {' | '.join(cell(unsplit))} | "
-                     f"{' | '.join(cell(split))}{' split' + split['split_k'] if split else ''} |")
-        for key, r in (("none", none), ("unsplit", unsplit), ("split", split)):
+                     f"{' | '.join(cell(split))} | {' | '.join(cell(stream))} |")
+        for key, r in (("none", none), ("unsplit", unsplit), ("split", split), ("stream", stream)):
             if r:
                 ratios[key].append(float(r["ratio"]))
         ratios["best"].append(max(float(r["ratio"]) for r in timed))

@@ -31,6 +31,12 @@ launches one program per output tile. On sm_90 that leaves three Hopper features
   the last unit reads the partials past L1 (``.cg``). Triton's nested-loop fusion fails on the last unit's
   branch, so the split loop is not flattened; config=None offers split configs only for fp8, where a tile's
   units fill one wave (``spaces.tma_split_config_space``, measured in benchmarks/results/h200/kernels/tma_split/).
+- **Stream-K** (STREAM_K, an explicit config only): the whole waves of tiles run as usual; the tiles of the last,
+  partial wave are dealt out as an equal share of their K steps per program (``_stream_k_tiles``), their partials
+  fixed up as split-K's. On the H200 it took 0.73-1.79x the unsplit config's time where the tiles fill a wave
+  (0.41-1.41 where they do not), gaining on long K and losing on short K, and as
+  config=None's pick on 27 broad shapes it lost (0.960 -> 0.950 of the vendor, geometric mean), so config=None
+  does not rank it (the same folder).
 
 The epilogue (fp8 scales, bias, the cast) runs on the fp32 accumulator; EPILOGUE_SUBTILE=2 stores it as two
 [BLOCK_M, BLOCK_N/2] halves so the store's shared-memory staging buffer is half as large, which leaves room
@@ -87,7 +93,7 @@ def _gemm_tma_kernel(
     UPCAST: tl.constexpr, MAX_IMPRECISE_ACC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr = None, SPLIT_K: tl.constexpr = 1,
+    INPUT_PRECISION: tl.constexpr = None, SPLIT_K: tl.constexpr = 1, STREAM_K: tl.constexpr = False,
 ):
     """Program p computes the work units p, p + NUM_SMS, p + 2 NUM_SMS, ...: output tiles in grouped order, each
     cut into SPLIT_K units of consecutive K steps (unit u: tile u // SPLIT_K, K slice u % SPLIT_K).
@@ -97,6 +103,11 @@ def _gemm_tma_kernel(
     before the launch); the tile's last unit to arrive adds the SPLIT_K partials in slice order (the sum does not
     depend on which arrives last), resets the count to zero and runs the epilogue. Unsplit, both pointers are
     unused.
+
+    STREAM_K (SPLIT_K 1): the whole waves of tiles run as above; the tiles of the last, partial wave are dealt out
+    as an equal share of their K steps per program (``_stream_k_tiles``), partials in partials_ptr (fp32
+    [2 * NUM_SMS, BLOCK_M, BLOCK_N]: each program's first and last tile) and counts in arrivals_ptr (one per
+    tile of that wave).
 
     a, b, c: host TensorDescriptors, or (DEVICE_DESCRIPTORS) pointers to A [M, K] (row stride stride_am),
     B [K, N] (stride_b: its column stride when B_K_MAJOR, else its row stride) and C [M, N] (stride_cm).
@@ -125,6 +136,8 @@ def _gemm_tma_kernel(
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     units = tiles_m * tiles_n * SPLIT_K
+    if STREAM_K:  # whole waves only: the last, partial wave is shared out by K steps below
+        units = units // NUM_SMS * NUM_SMS
     unit_steps = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)  # K steps per unit; the last slice's extra ones load zeros
 
     scale = 1.0  # per-tensor scales fold into one scalar, loaded once per program
@@ -175,6 +188,72 @@ def _gemm_tma_kernel(
                 tl.store(arrivals_ptr + tile, 0)  # zero again for the next launch on this stream
                 _tma_epilogue(total, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
                               HAS_BIAS, SCALE_A, SCALE_B, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    if STREAM_K:
+        _stream_k_tiles(a_desc, b_desc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, partials_ptr,
+                        arrivals_ptr, M, N, K, units, first_unit, B_K_MAJOR, HAS_BIAS, SCALE_A, SCALE_B, UPCAST,
+                        MAX_IMPRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_SUBTILE, NUM_SMS,
+                        INPUT_PRECISION)
+
+
+@triton.jit
+def _stream_k_tiles(a_desc, b_desc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, partials_ptr, arrivals_ptr,
+                    M, N, K, first_tile, pid, B_K_MAJOR: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    SCALE_A: tl.constexpr, SCALE_B: tl.constexpr, UPCAST: tl.constexpr,
+                    MAX_IMPRECISE_ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+                    NUM_SMS: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """Stream-K over the tiles from ``first_tile`` on (fewer than NUM_SMS): their K steps, tile after tile, cut
+    into NUM_SMS equal runs; program ``pid`` walks run ``pid``. A run that covers a whole tile stores it; a tile
+    split between runs gets a partial from each, in the partial slot of its run (2 pid for the run's first tile,
+    2 pid + 1 for its last), and the tile's last run to arrive adds them in run order and stores the tile."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    steps = (tiles_m * tiles_n - first_tile) * k_steps
+    run = tl.cdiv(steps, NUM_SMS)  # K steps per program
+    begin = pid * run
+    end = tl.minimum(begin + run, steps)
+    within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BLOCK_M, BLOCK_N]
+    at = begin
+    while at < end:
+        t = at // k_steps  # the tile's index among the stream-K tiles
+        k_first = at - t * k_steps
+        k_last = tl.minimum(k_steps, k_first + end - at)  # this run's K steps of the tile: [k_first, k_last)
+        pid_m, pid_n = grouped_tile(first_tile + t, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # acc: [BLOCK_M, BLOCK_N]
+        for step in range(k_first, k_last):
+            off_k = step * BLOCK_K
+            a_tile = a_desc.load([off_m, off_k])
+            if B_K_MAJOR:
+                b_tile = b_desc.load([off_n, off_k]).T
+            else:
+                b_tile = b_desc.load([off_k, off_n])
+            if UPCAST:
+                a_tile = a_tile.to(tl.float32)
+                b_tile = b_tile.to(tl.float32)
+            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+        if k_first == 0 and k_last == k_steps:  # the whole tile in this run
+            _tma_epilogue(acc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
+                          HAS_BIAS, SCALE_A, SCALE_B, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        else:
+            slot = 2 * pid + (at != begin).to(tl.int32)
+            tl.store(partials_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + within, acc)
+            tl.debug_barrier()  # every thread's partial stored before the count
+            arrived = tl.atomic_add(arrivals_ptr + t, 1, sem="acq_rel", scope="gpu")
+            first_run = t * k_steps // run
+            last_run = ((t + 1) * k_steps - 1) // run
+            if arrived == last_run - first_run:  # the tile's last run: add the partials in run order
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for q in range(first_run, last_run + 1):
+                    q_slot = 2 * q + (q * run // k_steps != t).to(tl.int32)  # t is run q's first tile, or its last
+                    total += tl.load(partials_ptr + q_slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + within,
+                                     cache_modifier=".cg")
+                tl.store(arrivals_ptr + t, 0)
+                _tma_epilogue(total, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
+                              HAS_BIAS, SCALE_A, SCALE_B, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        at += k_last - k_first
 
 
 @triton.jit
@@ -276,7 +355,7 @@ class _TmaPlan:
     fields (``descriptors``: filled in by the first launch, which builds them with ``TensorDescriptor.from_tensor``
     and its checks; later launches copy them with the call's tensors as bases)."""
 
-    __slots__ = ("route", "out_shape", "out_dtype", "grid", "tiles", "split_k", "blocks", "b_k_major",
+    __slots__ = ("route", "out_shape", "out_dtype", "grid", "tiles", "split_k", "stream_k", "blocks", "b_k_major",
                  "device_descriptors", "descriptors", "bias_copy", "scale_copy", "scalars", "constexprs", "names",
                  "launch")
 
@@ -312,8 +391,9 @@ def _plan(a, b, out_dtype: torch.dtype, config: dict | None, *, out=None, bias=N
     plan.blocks = ([bm, bk], [bn, bk] if plan.b_k_major else [bk, bn], [bm, bn // subtile])
     c_stride = n if out is None else out.stride(0)
     plan.tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    plan.grid = (min(meta["NUM_SMS"], plan.tiles * meta["SPLIT_K"]),)
+    plan.grid = (meta["NUM_SMS"] if meta["STREAM_K"] else min(meta["NUM_SMS"], plan.tiles * meta["SPLIT_K"]),)
     plan.split_k = meta["SPLIT_K"]
+    plan.stream_k = meta["STREAM_K"]
     plan.scalars = (m, n, k, a.stride(0), b.stride(1) if plan.b_k_major else b.stride(0), c_stride)
     scale_a, scale_b = scales or ("none", "none")
     plan.constexprs = dict(
@@ -340,9 +420,10 @@ def _run(plan: _TmaPlan, a, b, bias, scale_a, scale_b, out) -> torch.Tensor:
     else:
         a_arg, b_arg, c_arg = reused_descriptors(plan, TensorDescriptor, a, b_op, c, plan.blocks)
     bias, scale_a, scale_b = launch_operands(plan, c, bias, scale_a, scale_b)
-    if plan.split_k > 1:  # fp32 partials (every slot written before it is read) and the zeroed arrival counts
-        partials = torch.empty(plan.tiles * plan.split_k * plan.constexprs["BLOCK_M"] * plan.constexprs["BLOCK_N"],
-                               dtype=torch.float32, device=c.device)
+    if plan.split_k > 1 or plan.stream_k:  # fp32 partials (each slot written before it is read), zeroed counts
+        slots = 2 * plan.grid[0] if plan.stream_k else plan.tiles * plan.split_k
+        partials = torch.empty(slots * plan.constexprs["BLOCK_M"] * plan.constexprs["BLOCK_N"], dtype=torch.float32,
+                               device=c.device)
         arrivals = split_k_arrivals(c.device, plan.tiles)
     else:
         partials = arrivals = c
@@ -382,13 +463,16 @@ def _resolve_config(config: dict | None, a: torch.Tensor) -> tuple[dict, dict]:
     check(config["EPILOGUE_SUBTILE"] in (1, 2), "config['EPILOGUE_SUBTILE']", config["EPILOGUE_SUBTILE"], "1 or 2")
     check(not config["WARP_SPECIALIZE"] or HAS_WARP_SPECIALIZE, "config['WARP_SPECIALIZE']", True,
           f"False: triton {triton.__version__} has no tl.range(warp_specialize=...)")
-    split = config.get("SPLIT_K", 1)
+    split, stream = config.get("SPLIT_K", 1), config.get("STREAM_K", False)
     check(type(split) is int and split >= 1, "config['SPLIT_K']", repr(split), "an int >= 1 (K slices per tile)")
+    check(isinstance(stream, bool) and (not stream or (split == 1 and not config["WARP_SPECIALIZE"])),
+          "config['STREAM_K']", repr(stream), "True or False; True only with SPLIT_K 1 and WARP_SPECIALIZE False")
     check(split == 1 or not config["WARP_SPECIALIZE"], "config['SPLIT_K']", split,
           "1 with WARP_SPECIALIZE (split-K runs on the flattened, not warp-specialized, loop)")
     meta = {key: config[key] for key in _KEYS[:6]}
     meta["NUM_SMS"] = config.get("NUM_SMS") or (4 if interpreting() else sm_count(a.device.index or 0))
     meta["SPLIT_K"] = split
+    meta["STREAM_K"] = stream
     return meta, {key: config[key] for key in ("num_warps", "num_stages")}
 
 
@@ -450,6 +534,7 @@ def crosscompile(config: dict, dtype: str = "bf16", target: str = "sm_90", *, b_
                       DEVICE_DESCRIPTORS=device_descriptors,
                       FLATTEN=not config["WARP_SPECIALIZE"] and config.get("SPLIT_K", 1) == 1,
                       INPUT_PRECISION="tf32" if dtype == "tf32" else None, SPLIT_K=config.get("SPLIT_K", 1),
+                      STREAM_K=config.get("STREAM_K", False),
                       **{k: config[k] for k in _KEYS[:6]})
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in _gemm_tma_kernel.arg_names}

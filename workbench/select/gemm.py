@@ -97,6 +97,8 @@ def config_key(config: dict) -> str:
         key += " swap"
     if config.get("SPLIT_K", 1) > 1:
         key += f" split{config['SPLIT_K']}"
+    if config.get("STREAM_K"):  # gemm_tma.py's stream-K (an explicit config: config=None does not rank it)
+        key += " streamk"
     for knob, tag in (("waves_per_eu", "wpe"), ("matrix_instr_nonkdim", "nk"), ("kpack", "kp")):
         if knob in config:
             key += f" {tag}{config[knob]}"
