@@ -118,7 +118,9 @@ def _space(op: str, backend: str, arch: str, operand_bytes: int, head_dim: int, 
     run at 0.94-0.99 (benchmarks/results/h200/kernels/broad/REPORT.md), while TMA reads either layout as one box.
     ``gluon``: "exact" or "fast" adds the Gluon kernel's fp8 configs of that accumulation mode ("" none).
     ``split_k``: add gemm.py's split-K family on NVIDIA (``spaces.split_k_config_space``; 16-bit and fp8), for
-    GEMMs whose output tiles cannot fill the GPU (issue 20: skinny M <= 256 at 0.4-0.9 of cuBLAS, DLRM's small N).
+    GEMMs whose output tiles cannot fill the GPU (issue 20: skinny M <= 256 at 0.4-0.9 of cuBLAS, DLRM's small N),
+    and with ``tma`` the TMA kernel's fp8 split-K configs (``spaces.tma_split_config_space``: one launch; ranked
+    where a tile's units fill one wave, ``spaces.tma_split_fills``).
     gemm.py's swap-AB family (``spaces.skinny_config_space``) is not in this space: on the H200 the model's pick
     among them ran at 0.59 of cuBLAS on 16 x 4096 x 14336 where the family's best reached 0.83, and at 0.84 on
     64 x 4096 x 14336 (benchmarks/results/h200/kernels/skinny/REPORT.md): their pricing, anchored on gemm.py's
