@@ -148,6 +148,11 @@ TMA_SPLIT_K_FACTORS = (2, 3, 4, 6, 8)
 the persistent programs; the last to arrive adds the partials and runs the epilogue, no second launch)."""
 
 
+TMA_SPLIT_SPILL_FREE = ((256, 128, 128, 8, 3), (128, 128, 256, 8, 3))
+"""(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the fp8 TMA configs whose split-K sm_90 builds spill nothing
+at every ``TMA_SPLIT_K_FACTORS`` (triton 3.7.1, ``gemm_tma.crosscompile``; a CPU test checks it)."""
+
+
 def tma_split_config_space(dtype_bytes: int) -> list[dict]:
     """The TMA kernel's split-K configs: fp8 only, its configs without warp specialization, each with ``SPLIT_K`` in
     ``TMA_SPLIT_K_FACTORS``; ranked only where a tile's units fill at most one wave (``tma_split_fills``).
@@ -164,11 +169,6 @@ def tma_split_config_space(dtype_bytes: int) -> list[dict]:
         return []
     return [dict(config, SPLIT_K=split) for config in tma_config_space(1, warp_specialize=False)
             if _tma_tile(config) in TMA_SPLIT_SPILL_FREE for split in TMA_SPLIT_K_FACTORS]
-
-
-TMA_SPLIT_SPILL_FREE = ((256, 128, 128, 8, 3), (128, 128, 256, 8, 3))
-"""(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the fp8 TMA configs whose split-K sm_90 builds spill nothing
-at every ``TMA_SPLIT_K_FACTORS`` (triton 3.7.1, ``gemm_tma.crosscompile``; a CPU test checks it)."""
 
 
 def _tma_tile(config: dict) -> tuple:
