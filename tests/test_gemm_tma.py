@@ -135,6 +135,17 @@ def test_stream_k_shares_the_last_wave_by_k_steps(programs):
 
 
 @runs
+@pytest.mark.parametrize("m, n, k", [(1, 8, 16), (37, 40, 16), (16, 32, 48), (1, 1024, 32)])
+@pytest.mark.parametrize("extra", [{"SPLIT_K": 8}, {"STREAM_K": True, "NUM_SMS": 1}, {"STREAM_K": True, "NUM_SMS": 7}],
+                         ids=["split8", "stream-1-program", "stream-7-programs"])
+def test_split_and_stream_k_edges(m, n, k, extra):
+    """Slices wholly past K (8 slices of 1-3 K steps: TMA loads zeros), one row, one K step per tile, and stream-K
+    with a single program (every tile a whole wave) or more programs than K steps."""
+    a, b = _randn(m, k, dtype=torch.bfloat16), _randn(k, n, dtype=torch.bfloat16)
+    assert _error(matmul_tma(a, b, {**SMALL, **extra}), reference_matmul(a, b)) < TOLERANCE["bf16"]
+
+
+@runs
 def test_split_k_checks_name_the_problem():
     a, b = _randn(32, 32, dtype=torch.bfloat16), _randn(32, 32, dtype=torch.bfloat16)
     with pytest.raises(KernelInputError, match="SPLIT_K"):
