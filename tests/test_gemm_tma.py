@@ -199,15 +199,23 @@ def test_config_space_fits_shared_memory(dtype):
         config_space("fp32")
 
 
+def _sm90_inspections(configs: str, inspect: str, each: str) -> list[dict]:
+    """``inspect`` (a ``gemm_tma.crosscompile`` call, module ``g``; ``spaces`` is ``s``) over the list ``cs`` that
+    the statement ``configs`` makes, ``for each in cs``, in a process of its own with TRITON_INTERPRET=0 (sm_90
+    builds on this CPU); the inspections as dicts."""
+    code = (f"import json; from workbench.kernels import gemm_tma as g, spaces as s\n{configs}\n"
+            f"print(json.dumps([{inspect}.as_dict() for {each} in cs]))")
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_default_configs_crosscompile_for_sm90():
     pytest.importorskip("triton.backends.nvidia")
-    code = ("import json; from workbench.kernels import gemm_tma as g\n"
-            "cs = [(g.config_space(d)[0], d) for d in ('bf16', 'fp8')] + [(g.config_space('fp8')[5], 'fp8')]\n"
-            "print(json.dumps([g.crosscompile(c, d).as_dict() for c, d in cs]))")
-    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
-                            capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    inspections = json.loads(result.stdout.strip().splitlines()[-1])
+    inspections = _sm90_inspections("cs = [(g.config_space(d)[0], d) for d in ('bf16', 'fp8')]"
+                                    " + [(g.config_space('fp8')[5], 'fp8')]",
+                                    "g.crosscompile(c, d)", "c, d")
     for r in inspections:
         config = json.loads(r["config"])
         if config["WARP_SPECIALIZE"] and _triton_older_than(3, 7):  # triton 3.6 (the H200 machine's) fails these
@@ -223,15 +231,10 @@ def test_default_configs_crosscompile_for_sm90():
 
 def test_split_k_space_builds_for_sm90_without_spills():
     """Every fp8 split config config=None may pick (``spaces.tma_split_config_space``, row scales as torch._scaled_mm
-    takes them) builds for sm_90 in its shared memory without spills; unsplit, the build is the one before split-K."""
+    takes them) builds for sm_90 in its shared memory without spills."""
     pytest.importorskip("triton.backends.nvidia")
-    code = ("import json; from workbench.kernels import gemm_tma as g, spaces as s\n"
-            "cs = [c for c in s.tma_split_config_space(1) if c['SPLIT_K'] in (2, 4)]\n"
-            "print(json.dumps([g.crosscompile(c, 'fp8', scaling='row').as_dict() for c in cs]))")
-    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
-                            capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    inspections = json.loads(result.stdout.strip().splitlines()[-1])
+    inspections = _sm90_inspections("cs = [c for c in s.tma_split_config_space(1) if c['SPLIT_K'] in (2, 4)]",
+                                    "g.crosscompile(c, 'fp8', scaling='row')", "c")
     assert len(inspections) == 4
     for r in inspections:
         assert not r["error"] and r["fits"] and r["spills"] == 0, r

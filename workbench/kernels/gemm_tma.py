@@ -157,15 +157,8 @@ def _gemm_tma_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # acc: [BLOCK_M, BLOCK_N]
         for step in range(unit_steps):
             off_k = (first_step + step) * BLOCK_K  # past K (the last slice): TMA loads zeros
-            a_tile = a_desc.load([off_m, off_k])  # [BLOCK_M, BLOCK_K], zero past M and K
-            if B_K_MAJOR:
-                b_tile = b_desc.load([off_n, off_k]).T  # [BLOCK_K, BLOCK_N], a view of the K-major tile
-            else:
-                b_tile = b_desc.load([off_k, off_n])  # [BLOCK_K, BLOCK_N]
-            if UPCAST:
-                a_tile = a_tile.to(tl.float32)
-                b_tile = b_tile.to(tl.float32)
-            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+            acc = _k_step(a_desc, b_desc, acc, off_m, off_n, off_k, B_K_MAJOR, UPCAST, INPUT_PRECISION,
+                          MAX_IMPRECISE_ACC)
 
         stored_unit += NUM_SMS
         tile = stored_unit // SPLIT_K
@@ -178,9 +171,8 @@ def _gemm_tma_kernel(
         else:
             tile_partials = partials_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
             within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BLOCK_M, BLOCK_N]
-            tl.store(tile_partials + (stored_unit % SPLIT_K) * (BLOCK_M * BLOCK_N) + within, acc)
-            tl.debug_barrier()  # every thread's partial stored before the count (CUTLASS's arrive: bar, then release)
-            arrived = tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            arrived = _arrive(tile_partials + (stored_unit % SPLIT_K) * (BLOCK_M * BLOCK_N) + within, acc,
+                              arrivals_ptr + tile)
             if arrived == SPLIT_K - 1:  # the last unit of the tile: every other partial is visible (acquire)
                 total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 for part in tl.static_range(SPLIT_K):  # slice order: the same sum whichever unit arrived last
@@ -224,24 +216,14 @@ def _stream_k_tiles(a_desc, b_desc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, 
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # acc: [BLOCK_M, BLOCK_N]
         for step in range(k_first, k_last):
-            off_k = step * BLOCK_K
-            a_tile = a_desc.load([off_m, off_k])
-            if B_K_MAJOR:
-                b_tile = b_desc.load([off_n, off_k]).T
-            else:
-                b_tile = b_desc.load([off_k, off_n])
-            if UPCAST:
-                a_tile = a_tile.to(tl.float32)
-                b_tile = b_tile.to(tl.float32)
-            acc = tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+            acc = _k_step(a_desc, b_desc, acc, off_m, off_n, step * BLOCK_K, B_K_MAJOR, UPCAST, INPUT_PRECISION,
+                          MAX_IMPRECISE_ACC)
         if k_first == 0 and k_last == k_steps:  # the whole tile in this run
             _tma_epilogue(acc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
                           HAS_BIAS, SCALE_A, SCALE_B, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
         else:
             slot = 2 * pid + (at != begin).to(tl.int32)
-            tl.store(partials_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + within, acc)
-            tl.debug_barrier()  # every thread's partial stored before the count
-            arrived = tl.atomic_add(arrivals_ptr + t, 1, sem="acq_rel", scope="gpu")
+            arrived = _arrive(partials_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + within, acc, arrivals_ptr + t)
             first_run = t * k_steps // run
             last_run = ((t + 1) * k_steps - 1) // run
             if arrived == last_run - first_run:  # the tile's last run: add the partials in run order
@@ -254,6 +236,32 @@ def _stream_k_tiles(a_desc, b_desc, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, 
                 _tma_epilogue(total, c_desc, bias_ptr, scale_a_ptr, scale_b_ptr, scale, off_m, off_n, M, N,
                               HAS_BIAS, SCALE_A, SCALE_B, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
         at += k_last - k_first
+
+
+@triton.jit
+def _k_step(a_desc, b_desc, acc, off_m, off_n, off_k, B_K_MAJOR: tl.constexpr, UPCAST: tl.constexpr,
+            INPUT_PRECISION: tl.constexpr, MAX_IMPRECISE_ACC: tl.constexpr):
+    """acc plus one K step of the tile at (off_m, off_n): A [BLOCK_M, BLOCK_K] and B [BLOCK_K, BLOCK_N] at off_k
+    through their descriptors (zero past M, N and K)."""
+    a_tile = a_desc.load([off_m, off_k])  # [BLOCK_M, BLOCK_K]
+    if B_K_MAJOR:
+        b_tile = b_desc.load([off_n, off_k]).T  # [BLOCK_K, BLOCK_N], a view of the K-major tile
+    else:
+        b_tile = b_desc.load([off_k, off_n])  # [BLOCK_K, BLOCK_N]
+    if UPCAST:
+        a_tile = a_tile.to(tl.float32)
+        b_tile = b_tile.to(tl.float32)
+    return tl.dot(a_tile, b_tile, acc, input_precision=INPUT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
+
+
+@triton.jit
+def _arrive(partial_ptrs, acc, count_ptr):
+    """Store this unit's fp32 partial tile and count it in the tile's arrivals; returns the count before it (the
+    tile's last unit sees SPLIT_K - 1, or its runs - 1). CUTLASS's semaphore: every thread stores, a CTA barrier,
+    then one acq_rel atomic, so the last unit's acquire sees every partial."""
+    tl.store(partial_ptrs, acc)
+    tl.debug_barrier()
+    return tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
 
 
 @triton.jit
