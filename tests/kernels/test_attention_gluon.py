@@ -16,6 +16,7 @@ from workbench.kernels import attention_gluon
 from workbench.kernels._common import KernelInputError, interpreting
 from workbench.kernels.attention_gluon import (
     SM90_SHARED_BYTES,
+    carry_config_space,
     config_space,
     default_config,
     gluon_attention_forward,
@@ -167,6 +168,33 @@ def test_the_balanced_order_is_off_by_default_and_only_for_the_persistent_kernel
             resolve_config(bad, 128, True)
 
 
+@pytest.mark.parametrize("head_dim, causal", BUCKETS)
+def test_the_carried_candidates_are_persistent_configs_whose_consumers_run_every_key_block(head_dim, causal):
+    space = carry_config_space(head_dim, causal)
+    assert (len(space) > 0) == (head_dim == 128)
+    for config in space:
+        assert config["CARRY_TILES"] is True and config["PERSISTENT"] is True
+        assert resolve_config(config, head_dim, causal) is config
+        assert not causal or config["BLOCK_N"] == 128
+        twin = {key: value for key, value in config.items() if key != "CARRY_TILES"}
+        assert shared_bytes(config, head_dim) == shared_bytes(twin, head_dim)  # the same buffers and barriers
+    wired = [c for _, _, c in attention_gluon.PERSISTENT_FORWARD.get((head_dim, causal), ())]
+    assert all({**c, "CARRY_TILES": True} in space for c in wired)
+
+
+def test_the_carried_option_is_off_by_default_and_refused_where_it_cannot_run():
+    assert attention_gluon.OPTIONAL_KEYS["CARRY_TILES"] is False
+    assert all("CARRY_TILES" not in c for d, causal in BUCKETS for c in _spaces(d, causal, carry=False))
+    persistent = {**persistent_config_space(128, True)[0], "CARRY_TILES": True}
+    assert resolve_config(persistent, 128, False) is persistent
+    for bad, causal in (({**default_config(128, True), "CARRY_TILES": True}, True),  # not persistent
+                        ({**persistent, "CARRY_TILES": 1}, True),
+                        ({**persistent, "BLOCK_N": 64, "NUM_STAGES": 3}, True)):  # the first consumer skips a block
+        with pytest.raises(KernelInputError, match="CARRY_TILES"):
+            resolve_config(bad, 128, causal)
+    assert resolve_config({**persistent, "BLOCK_N": 64, "NUM_STAGES": 3}, 128, False)["BLOCK_N"] == 64
+
+
 @pytest.mark.parametrize("change, key", [({"CTAS_PER_SM": 4}, "CTAS_PER_SM"), ({"CTAS_PER_SM": 2}, "shared memory"),
                                          ({"CTA_PER_SM": 2}, "CTA_PER_SM")])
 def test_a_bad_residency_or_an_unknown_key_is_named(change, key):
@@ -204,7 +232,8 @@ def test_every_shipped_config_compiles_for_sm90_without_spills():
     code = ("import json; from workbench.kernels import attention_gluon as g\n"
             "cases = [(c, d, causal) for d in (64, 128) for causal in (False, True)\n"
             "         for c in g.config_space(d, causal) + g.short_config_space(d, causal)\n"
-            "         + g.persistent_config_space(d, causal) + g.l2_section_config_space(d, causal)]\n"
+            "         + g.persistent_config_space(d, causal) + g.l2_section_config_space(d, causal)\n"
+            "         + g.carry_config_space(d, causal)]\n"
             "print(json.dumps([[c, d, causal, g.inspect_build(c, d, causal).as_dict()] for c, d, causal in cases]))")
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
                             capture_output=True, text=True, timeout=900, check=False)
@@ -240,12 +269,13 @@ def _config_ids(config: dict) -> str:
     return (f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
             f"-c{config.get('CTAS_PER_SM', 1)}{'-persistent' if config.get('PERSISTENT') else ''}"
             f"{'-l2s%d' % config['L2_SECTION_MIB'] if config.get('L2_SECTION_MIB') else ''}"
-            f"{'-balanced' if config.get('BALANCED_TILES') else ''}")
+            f"{'-balanced' if config.get('BALANCED_TILES') else ''}{'-carry' if config.get('CARRY_TILES') else ''}")
 
 
-def _spaces(d: int, causal: bool, persistent: bool = True) -> list[dict]:
+def _spaces(d: int, causal: bool, persistent: bool = True, carry: bool = True) -> list[dict]:
     return (config_space(d, causal) + short_config_space(d, causal)
-            + (persistent_config_space(d, causal) + l2_section_config_space(d, causal) if persistent else []))
+            + (persistent_config_space(d, causal) + l2_section_config_space(d, causal) if persistent else [])
+            + (carry_config_space(d, causal) if persistent and carry else []))
 
 
 @on_hopper
@@ -337,6 +367,32 @@ def test_the_balanced_tile_order_computes_every_tile_once_as_the_stride_order(b,
     for mib in (config["L2_SECTION_MIB"], 0):
         o, lse = gluon_attention_forward(q, k, v, True, config={**config, "L2_SECTION_MIB": mib})
         assert torch.equal(o, o_0) and torch.equal(lse, lse_0), (_config_ids(config), mib)
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s", [
+    (4, 32, 32, 512),  # a01's tiles at B=4: 512 tiles (causal: of 1-4 key blocks) over 132 programs
+    (4, 32, 4, 1000),  # GQA 8, a ragged tail (on the diagonal), phases across ~4-8 tiles a program
+    (3, 16, 1, 2047),  # MQA, odd length, 16 key blocks a tile
+    (1, 8, 2, 333),  # fewer tiles than programs: one tile each, its P V after the loop
+    (1, 2, 2, 40),  # one partial tile
+])
+@pytest.mark.parametrize("causal, index", [(causal, i) for causal in (True, False)
+                                           for i in range(len(carry_config_space(128, causal)))])
+def test_carried_tile_boundaries_compute_the_same_tiles_bitwise(b, hq, hkv, s, causal, index):
+    """CARRY_TILES moves a tile's last P V into the next tile's first turn: the same wgmmas on the same operands,
+    so O and lse are bitwise those of the config without it (a tile's O stored with the next tile's sums, or a
+    ring or turn phase off by one, moves them far)."""
+    config = carry_config_space(128, causal)[index]
+    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
+    q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
+               for h in (hq, hkv, hkv))
+    o, lse = gluon_attention_forward(q, k, v, causal, config=config)
+    twin = {key: value for key, value in config.items() if key != "CARRY_TILES"}
+    o_0, lse_0 = gluon_attention_forward(q, k, v, causal, config=twin)
+    assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
+    ref_o = reference_attention(q[:1], k[:1], v[:1], causal)
+    assert ((o[:1].double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2, _config_ids(config)
 
 
 @on_hopper

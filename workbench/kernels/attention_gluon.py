@@ -95,7 +95,8 @@ compute capability 9.0): CTAS_PER_SM CTAs fit when CTAS_PER_SM x (their bytes + 
 SM90_REGISTERS = 65536
 """32-bit registers of one sm_90 SM (CUDA programming guide, compute capability 9.0), shared by its resident CTAs."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "PINGPONG")
-OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False, "L2_SECTION_MIB": 0, "BALANCED_TILES": False}
+OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False, "L2_SECTION_MIB": 0, "BALANCED_TILES": False,
+                 "CARRY_TILES": False}
 """Config keys with a default. CTAS_PER_SM: how many CTAs an SM is to hold at once (1 or 2). With 1, a short
 sequence's tiles run their prologue (Q and the first K/V loads, the lone S_0) and epilogue (the last P V, the O
 store) with nothing to hide them behind; a second resident CTA runs its main loop meanwhile. It caps the launch's
@@ -107,7 +108,9 @@ section's tiles longest first (``section_heads``, ``_causal_tile``); 0: one sect
 before any head's next one, which at B=16, S=512, 32 heads (134 MB of K/V against the H200's 50 MB L2) evicts a
 head's K/V before its next tile reads it: 335 MB of K/V reads from HBM instead of 134. BALANCED_TILES (PERSISTENT
 only): each program walks its run of a host-built table (``attention_gluon_persistent.balanced_tile_table``: the
-launch order dealt out to the least-loaded program) instead of every num_programs-th tile."""
+launch order dealt out to the least-loaded program) instead of every num_programs-th tile. CARRY_TILES
+(PERSISTENT only; not with causal 64-key tiles): a tile's last P V goes with the next tile's first Q K^T in one
+ping-pong turn, the next tile's first softmax under it (``attention_gluon_persistent._carried_tiles``)."""
 L2_SECTION_CANDIDATES_MIB = (32, 16, 8)
 """L2_SECTION_MIB values to try: FA3's 32 MiB for K and V (``hopper/tile_scheduler.hpp``,
 DynamicPersistentTileScheduler: of the H100's 50 MB L2, the H200's too, ``shared/reference/gpu_specs.md``), and
@@ -241,12 +244,25 @@ if HAS_GLUON:
         if PINGPONG:
             mbarrier.arrive(turn.index(1 - WG), count=1)
 
+    @gluon.constexpr_function
+    def _mma_layout(width):
+        """wgmma's accumulator layout of a [64, width] fp32 tile on one warpgroup: S (width BLOCK_N), O (HEAD_DIM)."""
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, width, 16])
+
+    @gluon.constexpr_function
+    def _p_layout(head_dim):
+        """P's layout as the register A operand of O += P V (O [64, head_dim])."""
+        return gl.DotOperandLayout(operand_index=0, parent=_mma_layout(head_dim), k_width=2)
+
     @gluon.jit
     def _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, turn, p_op, acc,
                          m_i, l_i, offs_m, seq_len, qk_scale, zero_s, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                         WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                         WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                         HANDOVER: gl.constexpr):
         """Key block j (the rings' load it + j, ping-pong turn step + j): issue S_j = Q K_j^T and
-        O += P_{j-1} V_{j-1}, softmax S_j while the second runs."""
+        O += P_{j-1} V_{j-1}, softmax S_j while the second runs. HANDOVER (config ``CARRY_TILES``): block j = 0
+        of a tile, and P, V, acc the previous tile's last block (load it - 1): acc comes back finished, not
+        rescaled by this tile's first softmax (m_i, l_i: a fresh row max and sum)."""
         BLOCK_N: gl.constexpr = zero_s.shape[1]
         k_load = it + j
         v_load = k_load - 1
@@ -263,9 +279,72 @@ if HAS_GLUON:
         p, alpha, l_i, m_i = _softmax(s, m_i, l_i, offs_m, j * BLOCK_N, seq_len, qk_scale, MASKED, CAUSAL)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op))  # p_op: read until here
         _release(v_empty, v_slot)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+        if not HANDOVER:
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
         p_op = gl.convert_layout(p.to(q_tile.dtype), p_op.type.layout)
         return p_op, acc, m_i, l_i
+
+    @gluon.jit
+    def _first_block(q_tile, k_ring, k_ready, k_empty, turn, it, step, m_i, l_i, offs_m, seq_len, qk_scale, zero_s,
+                     CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+        """Turn ``step``: a tile's S_0 = Q K_0^T alone (the rings' load it; masked: block 0 may hold the diagonal or
+        the tail) and its softmax: (P_0 as O += P V's register operand, l, m). The caller has waited for Q."""
+        HEAD_DIM: gl.constexpr = q_tile.shape[1]
+        first = it % NUM_STAGES
+        mbarrier.wait(k_ready.index(first), (it // NUM_STAGES) & 1)
+        _take_turn(turn, step, WG, PINGPONG)
+        s_tok = warpgroup_mma(q_tile, k_ring.index(first).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+        _release(k_empty, first)
+        p, alpha, l_i, m_i = _softmax(s, m_i, l_i, offs_m, 0, seq_len, qk_scale, True, CAUSAL)
+        return gl.convert_layout(p.to(q_tile.dtype), _p_layout(HEAD_DIM)), l_i, m_i
+
+    @gluon.jit
+    def _tile_steps(n_full, n_own, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, turn, p_op,
+                    acc, m_i, l_i, offs_m, seq_len, qk_scale, zero_s, CAUSAL: gl.constexpr, WG: gl.constexpr,
+                    NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+        """Key blocks 1 .. n_own - 1 of a tile whose block 0 was the rings' load it at turn step
+        (``_overlapped_step``): first those every row sees whole (below n_full), then the diagonal and the tail."""
+        for j in range(1, n_full):
+            p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
+                                                   v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
+                                                   zero_s, False, CAUSAL, WG, NUM_STAGES, PINGPONG, False)
+        for j in range(gl.maximum(n_full, 1), n_own):
+            p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
+                                                   v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
+                                                   zero_s, True, CAUSAL, WG, NUM_STAGES, PINGPONG, False)
+        return p_op, acc, m_i, l_i
+
+    @gluon.jit
+    def _last_pv(p_op, acc, v_ring, v_ready, v_empty, turn, load, step, WG: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 PINGPONG: gl.constexpr):
+        """Turn ``step``: a tile's last O += P V alone (V: the rings' load ``load``); the finished acc."""
+        v_slot = load % NUM_STAGES
+        mbarrier.wait(v_ready.index(v_slot), (load // NUM_STAGES) & 1)
+        _take_turn(turn, step, WG, PINGPONG)
+        o_tok = warpgroup_mma(p_op, v_ring.index(v_slot), acc, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op))
+        _release(v_empty, v_slot)
+        return acc
+
+    @gluon.jit
+    def _store_o(acc, l_i, rows, q_row, o_ptr, seq_len):
+        """O = acc / l of one warpgroup's rows (a head's query positions, in acc's row layout; rows past S dropped),
+        stored from registers; q_row is the head's first row of the 2-D views."""
+        HEAD_DIM: gl.constexpr = acc.shape[1]
+        O_LAYOUT: gl.constexpr = acc.type.layout
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT)), 1)
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
+        o_offs = gl.expand_dims((q_row + rows).to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        gl.store(o_ptr + o_offs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(rows < seq_len, 1))
+
+    @gluon.jit
+    def _store_lse(l_i, m_i, offs_m, q_row, lse_ptr, seq_len):
+        """lse (natural log) of the rows offs_m, from the softmax's running sum l and max m (log2 units)."""
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # ln(2): back to natural log
+        gl.store(lse_ptr + q_row.to(gl.int64) + offs_m, lse, mask=offs_m < seq_len)
 
     @gluon.jit
     def _skip_blocks(k_ready, v_ready, k_empty, v_empty, it, n_own, n_blocks, NUM_STAGES: gl.constexpr):
@@ -296,11 +375,7 @@ if HAS_GLUON:
         ROWS: gl.constexpr = q_smem.shape[1]
         HEAD_DIM: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_ring.shape[1]
-        S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, HEAD_DIM, 16])
-        P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+        S_LAYOUT: gl.constexpr = _mma_layout(BLOCK_N)
         offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
         q_tile = q_smem.index(q_slot + WG)
         zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=S_LAYOUT)  # use_acc=False reads nothing
@@ -310,48 +385,20 @@ if HAS_GLUON:
         if CAUSAL and BLOCK_N <= ROWS:  # BLOCK_N = 128: every consumer's rows reach the tile's last block
             n_full, n_own = _own_blocks(start_m + WG * ROWS, seq_len, ROWS, BLOCK_N)
 
-        # Prologue: S_0 alone (masked: block 0 may hold the diagonal or the tail).
-        first = it % NUM_STAGES
         mbarrier.wait(q_bar.index(q_slot + WG), q_phase)
-        mbarrier.wait(k_ready.index(first), (it // NUM_STAGES) & 1)
-        _take_turn(turn, step, WG, PINGPONG)
-        s_tok = warpgroup_mma(q_tile, k_ring.index(first).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        _pass_turn(turn, WG, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-        _release(k_empty, first)
-        p, alpha, l_i, m_i = _softmax(s, m_i, l_i, offs_m, 0, seq_len, qk_scale, True, CAUSAL)
-        p_op = gl.convert_layout(p.to(q_tile.dtype), P_LAYOUT)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=O_LAYOUT)
-
-        for j in range(1, n_full):  # blocks every row sees whole
-            p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
-                                                   v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
-                                                   zero_s, False, CAUSAL, WG, NUM_STAGES, PINGPONG)
-        for j in range(gl.maximum(n_full, 1), n_own):  # the diagonal and the tail
-            p_op, acc, m_i, l_i = _overlapped_step(j, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
-                                                   v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale,
-                                                   zero_s, True, CAUSAL, WG, NUM_STAGES, PINGPONG)
-
-        # Epilogue: the last P V.
-        last = it + n_own - 1
-        v_slot = last % NUM_STAGES
-        mbarrier.wait(v_ready.index(v_slot), (last // NUM_STAGES) & 1)
-        _take_turn(turn, step + n_own, WG, PINGPONG)
-        o_tok = warpgroup_mma(p_op, v_ring.index(v_slot), acc, is_async=True)
-        _pass_turn(turn, WG, PINGPONG)
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_op))
-        _release(v_empty, v_slot)
+        p_op, l_i, m_i = _first_block(q_tile, k_ring, k_ready, k_empty, turn, it, step, m_i, l_i, offs_m, seq_len,
+                                      qk_scale, zero_s, CAUSAL, WG, NUM_STAGES, PINGPONG)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=_mma_layout(HEAD_DIM))
+        p_op, acc, m_i, l_i = _tile_steps(n_full, n_own, it, step, q_tile, k_ring, v_ring, k_ready, v_ready, k_empty,
+                                          v_empty, turn, p_op, acc, m_i, l_i, offs_m, seq_len, qk_scale, zero_s,
+                                          CAUSAL, WG, NUM_STAGES, PINGPONG)
+        acc = _last_pv(p_op, acc, v_ring, v_ready, v_empty, turn, it + n_own - 1, step + n_own, WG, NUM_STAGES,
+                       PINGPONG)
         for j in range(n_own, n_blocks):  # the other warpgroup's steps on blocks above this one's rows
             _take_turn(turn, step + j + 1, WG, PINGPONG)
             _pass_turn(turn, WG, PINGPONG)
-
-        o = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT)), 1)
-        rows = gl.convert_layout(offs_m, gl.SliceLayout(1, O_LAYOUT))
-        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
-        o_offs = gl.expand_dims((q_row + rows).to(gl.int64) * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-        gl.store(o_ptr + o_offs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(rows < seq_len, 1))
-        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # ln(2): back to natural log
-        gl.store(lse_ptr + q_row.to(gl.int64) + offs_m, lse, mask=offs_m < seq_len)
+        _store_o(acc, l_i, gl.convert_layout(offs_m, gl.SliceLayout(1, acc.type.layout)), q_row, o_ptr, seq_len)
+        _store_lse(l_i, m_i, offs_m, q_row, lse_ptr, seq_len)
         _skip_blocks(k_ready, v_ready, k_empty, v_empty, it, n_own, n_blocks, NUM_STAGES)
 
     @gluon.jit
@@ -559,7 +606,8 @@ def _constexprs(config: dict, causal: bool) -> dict:
                 NUM_STAGES=config["NUM_STAGES"], PINGPONG=bool(config["PINGPONG"]),
                 SECTIONED=config.get("L2_SECTION_MIB", 0) > 0, LOADER_REGS=LOADER_REGISTERS,
                 CONSUMER_REGS=register_budget(config)[1],
-                **({"BALANCED": config.get("BALANCED_TILES", False)} if config.get("PERSISTENT", False) else {}))
+                **({"BALANCED": config.get("BALANCED_TILES", False), "CARRY": config.get("CARRY_TILES", False)}
+                   if config.get("PERSISTENT", False) else {}))
 
 
 def section_heads(config: dict, seq_len: int, head_dim: int, group: int, batch_heads: int) -> int:
@@ -703,6 +751,26 @@ def l2_section_config_space(head_dim: int, causal: bool) -> list[dict]:
     return [c for c in space if fits_shared_memory(c, head_dim)]
 
 
+def carry_config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Candidates of the carried tile boundaries (``CARRY_TILES``), beside their twins until the H200 run of
+    ``benchmarks/kernels/attention_carry_bench.py`` ranks them: the twin of the bucket's wired persistent configs
+    (``PERSISTENT_FORWARD``) and of every ``persistent_config_space`` entry whose consumers both run every key block
+    (not causal 64-key tiles), and the sectioned ones again with ``BALANCED_TILES``. Empty at d=64, where no
+    persistent config is wired (and whose causal 128 x 128 twins spill 4 bytes a thread, triton 3.7.1)."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    if head_dim != 128:
+        return []
+    space = []
+    for config in [c for _, _, c in PERSISTENT_FORWARD.get((head_dim, causal), ())] + persistent_config_space(
+            head_dim, causal):
+        twin = {**config, "CARRY_TILES": True}
+        if twin not in space and not (causal and config["BLOCK_N"] <= ROWS_PER_WARPGROUP):
+            space.append(twin)
+    space += [{**c, "BALANCED_TILES": True} for c in space if c.get("L2_SECTION_MIB")]
+    return [c for c in space if fits_shared_memory(c, head_dim)]
+
+
 PINNED_FORWARD: dict[tuple[int, bool], dict] = {
     (64, False): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
     (64, True): {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 2},
@@ -785,6 +853,12 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
     balanced = config.get("BALANCED_TILES", False)
     check(isinstance(balanced, bool) and (not balanced or config.get("PERSISTENT", False)),
           "config['BALANCED_TILES']", repr(balanced), "True or False, True only with PERSISTENT=True")
+    carry = config.get("CARRY_TILES", False)
+    check(isinstance(carry, bool) and (not carry or config.get("PERSISTENT", False)), "config['CARRY_TILES']",
+          repr(carry), "True or False, True only with PERSISTENT=True")
+    check(not carry or not causal or config["BLOCK_N"] > ROWS_PER_WARPGROUP, "config['CARRY_TILES']", True,
+          f"False with causal=True and BLOCK_N={config['BLOCK_N']} (its first consumer skips a key block the "
+          "handover would need): BLOCK_N=128")
     ctas = config.get("CTAS_PER_SM", 1)
     check(ctas in (1, 2, 3), "config['CTAS_PER_SM']", ctas, "1, 2 or 3 (CTAs resident on one SM)")
     check(fits_shared_memory(config, head_dim), "config",

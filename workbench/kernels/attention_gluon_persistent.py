@@ -23,6 +23,11 @@ full ones a head's tiles together. The partitions are the one-tile kernel's (``a
   releases its own 64 rows after the tile's last wgmma (``q_empty``, which the producer waits on at the
   opposite parity before reloading the buffer, two tiles later).
 
+With config ``CARRY_TILES`` a tile's last P V is issued in one turn with the next tile's S_0 (``_carried_tiles``):
+a tile of n blocks then takes n turns, only the program's first S_0 and last P V stand alone, and O and lse are
+bitwise the same. On the H200 it lost 1-7% on the short causal shapes it was meant for (a01) and gained 2-8% on
+some mid ones (``benchmarks/results/h200/kernels/attention_carry/``), so config=None does not set it.
+
 With config ``BALANCED_TILES`` the programs take their tiles from a table built on the host instead
 (``balanced_tile_table``): the launch order dealt out longest-processing-time first, each tile to the program
 with the least work so far (a tile costs its key blocks plus TILE_OVERHEAD_BLOCKS). The stride order gives
@@ -84,7 +89,9 @@ if HAS_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-    from workbench.kernels.attention_gluon import _attend_tile, _causal_tile, _load_tile, _release, _tile_geometry
+    from workbench.kernels.attention_gluon import (_attend_tile, _causal_tile, _first_block, _last_pv, _load_tile,
+                                                   _mma_layout, _overlapped_step, _p_layout, _release, _store_lse,
+                                                   _store_o, _tile_geometry, _tile_steps)
 
     _Q_BUFFERS = gl.constexpr(Q_BUFFERS)
 
@@ -167,44 +174,118 @@ if HAS_GLUON:
                              o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
                              CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
                              NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr,
-                             BALANCED: gl.constexpr):
-        """Consumer warpgroup WG: every tile of this program in turn (``_attend_tile``), the ring loads and the
-        ping-pong turns counted from the program's first tile (module doc)."""
+                             BALANCED: gl.constexpr, CARRY: gl.constexpr):
+        """Consumer warpgroup WG: every tile of this program in turn (``_attend_tile``; CARRY: ``_carried_tiles``),
+        the ring loads and the ping-pong turns counted from the program's first tile (module doc)."""
+        if CARRY:
+            _carried_tiles(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_ptr,
+                           lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale, CAUSAL,
+                           WG, NUM_CONSUMERS, NUM_STAGES, PINGPONG, SECTIONED, BALANCED)
+        else:
+            ROWS: gl.constexpr = q_smem.shape[1]
+            BLOCK_N: gl.constexpr = k_ring.shape[1]
+            BLOCK_M: gl.constexpr = ROWS * NUM_CONSUMERS
+            tiles_m = gl.cdiv(seq_len, BLOCK_M)
+            it = 0  # key blocks consumed by this program so far
+            i = 0  # tiles of this program so far; tile i took it_i + i turns before it
+            first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
+            next_tile = _first_tile(order_ptr, first, BALANCED)
+            for slot in range(first, end, step):
+                tile, next_tile = _slot_tile(order_ptr, slot, next_tile, BALANCED)
+                start_m, q_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads,
+                                                                    seq_len, heads_q, group, BLOCK_M, BLOCK_N, CAUSAL,
+                                                                    SECTIONED)
+                q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
+                _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
+                             q_slot, (i // _Q_BUFFERS) & 1, start_m, q_row, n_full, n_blocks, it, it + i, seq_len,
+                             qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG)
+                _release(q_empty, q_slot + WG)  # the tile's last QK^T retired inside _attend_tile
+                it += n_blocks
+                i += 1
+
+    @gluon.jit
+    def _carried_tiles(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_ptr,
+                       lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
+                       CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                       PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, BALANCED: gl.constexpr):
+        """Config CARRY_TILES: the consumer's tiles pipelined across their boundaries. A tile's last O += P V is
+        issued with the next tile's S_0 = Q K_0^T (``_overlapped_step``'s HANDOVER), so the next tile's first
+        softmax runs under it and the warpgroup never waits on a lone GEMM between tiles; the finished O is
+        stored after that turn, and the program's last tile's P V and store follow the loop. Tile i (it_i key
+        blocks before it) takes turns it_i .. it_i + n_blocks - 1, the last P V turn it_total; only the first
+        tile has a lone S_0 (``_first_block``). Every warpgroup must run every key block of a tile, so causal
+        64-key tiles (whose first consumer skips one, ``_attend_tile``) are refused (``resolve_config``)."""
         ROWS: gl.constexpr = q_smem.shape[1]
+        HEAD_DIM: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_ring.shape[1]
         BLOCK_M: gl.constexpr = ROWS * NUM_CONSUMERS
+        gl.static_assert(not (CAUSAL and BLOCK_N <= ROWS), "CARRY_TILES needs every key block on both consumers")
+        ROW_LAYOUT: gl.constexpr = gl.SliceLayout(1, _mma_layout(BLOCK_N))
+        O_ROWS: gl.constexpr = gl.SliceLayout(1, _mma_layout(HEAD_DIM))
+        # The previous tile's state carried into the next tile's first turn: its last P and unfinished O, its row
+        # sum, its first row (its lse is stored already, so its row max is not kept).
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=_mma_layout(HEAD_DIM))
+        p_op = gl.zeros([ROWS, BLOCK_N], q_smem.dtype, layout=_p_layout(HEAD_DIM))
+        l_i = gl.zeros([ROWS], gl.float32, layout=ROW_LAYOUT)
+        row0 = 0
+        q_row = 0
         tiles_m = gl.cdiv(seq_len, BLOCK_M)
-        it = 0  # key blocks consumed by this program so far
-        i = 0  # tiles of this program so far; tile i took it_i + i turns before it
+        it = 0  # key blocks consumed by this program so far: tile i's block j is turn it_i + j
+        i = 0
         first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
         next_tile = _first_tile(order_ptr, first, BALANCED)
         for slot in range(first, end, step):
             tile, next_tile = _slot_tile(order_ptr, slot, next_tile, BALANCED)
-            start_m, q_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads, seq_len,
-                                                                heads_q, group, BLOCK_M, BLOCK_N, CAUSAL, SECTIONED)
-            q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
-            _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
-                         q_slot, (i // _Q_BUFFERS) & 1, start_m, q_row, n_full, n_blocks, it, it + i, seq_len,
-                         qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG)
-            _release(q_empty, q_slot + WG)  # the tile's last QK^T retired inside _attend_tile
+            start_m, tile_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads,
+                                                                   seq_len, heads_q, group, BLOCK_M, BLOCK_N, CAUSAL,
+                                                                   SECTIONED)
+            q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS + WG
+            q_tile = q_smem.index(q_slot)
+            tile_offs = start_m + WG * ROWS + gl.arange(0, ROWS, layout=ROW_LAYOUT)
+            zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=_mma_layout(BLOCK_N))  # use_acc=False: unread
+            no_max = gl.full([ROWS], float("-inf"), gl.float32, layout=ROW_LAYOUT)
+            no_sum = gl.zeros([ROWS], gl.float32, layout=ROW_LAYOUT)
+            mbarrier.wait(q_bar.index(q_slot), (i // _Q_BUFFERS) & 1)
+            if i == 0:
+                p_new, l_new, m_new = _first_block(q_tile, k_ring, k_ready, k_empty, turn, it, it, no_max, no_sum,
+                                                   tile_offs, seq_len, qk_scale, zero_s, CAUSAL, WG, NUM_STAGES,
+                                                   PINGPONG)
+            else:  # the handover: the previous tile's last P V under this tile's first softmax, then its store
+                p_new, acc, m_new, l_new = _overlapped_step(0, it, it, q_tile, k_ring, v_ring, k_ready, v_ready,
+                                                            k_empty, v_empty, turn, p_op, acc, no_max, no_sum,
+                                                            tile_offs, seq_len, qk_scale, zero_s, True, CAUSAL, WG,
+                                                            NUM_STAGES, PINGPONG, True)
+                _store_o(acc, l_i, row0 + gl.arange(0, ROWS, layout=O_ROWS), q_row, o_ptr, seq_len)
+            acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=_mma_layout(HEAD_DIM))
+            p_op, acc, m_i, l_i = _tile_steps(n_full, n_blocks, it, it, q_tile, k_ring, v_ring, k_ready, v_ready,
+                                              k_empty, v_empty, turn, p_new, acc, m_new, l_new, tile_offs, seq_len,
+                                              qk_scale, zero_s, CAUSAL, WG, NUM_STAGES, PINGPONG)
+            _release(q_empty, q_slot)  # the tile's last QK^T has retired
+            _store_lse(l_i, m_i, tile_offs, tile_row, lse_ptr, seq_len)  # the last P V changes neither l nor m
+            row0 = start_m + WG * ROWS
+            q_row = tile_row
             it += n_blocks
             i += 1
+        if i > 0:
+            acc = _last_pv(p_op, acc, v_ring, v_ready, v_empty, turn, it - 1, it, WG, NUM_STAGES, PINGPONG)
+            _store_o(acc, l_i, row0 + gl.arange(0, ROWS, layout=O_ROWS), q_row, o_ptr, seq_len)
 
     @gluon.jit
     def _persistent_second_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                                     turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
                                     section_heads, qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr,
-                                    PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, BALANCED: gl.constexpr):
+                                    PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, BALANCED: gl.constexpr,
+                                    CARRY: gl.constexpr):
         _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
                              o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
-                             CAUSAL, 1, 2, NUM_STAGES, PINGPONG, SECTIONED, BALANCED)
+                             CAUSAL, 1, 2, NUM_STAGES, PINGPONG, SECTIONED, BALANCED, CARRY)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group", "batch_heads", "section_heads"])  # a build per config
     def attn_fwd_persistent_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group,
                                    batch_heads, section_heads, qk_scale, CAUSAL: gl.constexpr,
                                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                                   SECTIONED: gl.constexpr, BALANCED: gl.constexpr, LOADER_REGS: gl.constexpr,
-                                   CONSUMER_REGS: gl.constexpr):
+                                   SECTIONED: gl.constexpr, BALANCED: gl.constexpr, CARRY: gl.constexpr,
+                                   LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
         """Grid: (min(cdiv(S, BLOCK_M) x B * Hq, SMs x CTAS_PER_SM),); BLOCK_M = 64 NUM_CONSUMERS.
 
         Arguments as ``attention_gluon._attn_fwd_kernel``'s, plus batch_heads = B * Hq and order_ptr: the int32
@@ -242,11 +323,11 @@ if HAS_GLUON:
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                                         turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
                                         section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, PINGPONG,
-                                        SECTIONED, BALANCED)),
+                                        SECTIONED, BALANCED, CARRY)),
                 (_persistent_second_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty,
                                                v_empty, turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group,
                                                batch_heads, section_heads, qk_scale, CAUSAL, NUM_STAGES, PINGPONG,
-                                               SECTIONED, BALANCED)),
+                                               SECTIONED, BALANCED, CARRY)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
                                       v_ready, k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads,
                                       section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, BALANCED)),
@@ -256,7 +337,7 @@ if HAS_GLUON:
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                                         turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
                                         section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, False,
-                                        SECTIONED, BALANCED)),
+                                        SECTIONED, BALANCED, CARRY)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
                                       v_ready, k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads,
                                       section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, BALANCED)),
