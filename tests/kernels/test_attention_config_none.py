@@ -22,8 +22,10 @@ GLUON_64 = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "
 GLUON_128 = {False: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 3, "PINGPONG": True},
              True: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True}}
 PERSISTENT_128 = {  # attention_gluon.PERSISTENT_FORWARD: d=128 causal up to 4,096, full 1,025-4,096
-    False: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 1, "PERSISTENT": True},
-    True: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True, "CTAS_PER_SM": 1, "PERSISTENT": True}}
+    False: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": False, "CTAS_PER_SM": 1, "PERSISTENT": True,
+            "O_TMA_STORE": True},
+    True: {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "PINGPONG": True, "CTAS_PER_SM": 1, "PERSISTENT": True,
+           "O_TMA_STORE": True}}
 SECTIONED_128 = {**PERSISTENT_128[True], "L2_SECTION_MIB": 32}  # d=128 causal up to 1,024: tiles in L2 sections
 GLUON_BWD = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_STAGES": 2}  # attention_gluon_bwd.default_config
 EXPECTED = {  # id: (forward kernel, backward kernel), from the H200 runs the rules cite

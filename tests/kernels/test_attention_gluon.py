@@ -21,15 +21,18 @@ from workbench.kernels.attention_gluon import (
     default_config,
     gluon_attention_forward,
     l2_section_config_space,
+    o_tma_config_space,
     persistent_config_space,
     register_budget,
     resolve_config,
     section_heads,
     shared_bytes,
     short_config_space,
+    stagger_config_space,
     supported,
 )
-from workbench.kernels.attention_gluon_persistent import TILE_OVERHEAD_BLOCKS, balanced_tile_table, launch_order_tile
+from workbench.kernels.attention_gluon_persistent import (TILE_OVERHEAD_BLOCKS, balanced_tile_table, launch_order_tile,
+                                                          staggered_launch_order, tile_table)
 from workbench.kernels.reference import reference_attention
 
 BUCKETS = [(d, causal) for d in (64, 128) for causal in (False, True)]
@@ -168,6 +171,68 @@ def test_the_balanced_order_is_off_by_default_and_only_for_the_persistent_kernel
             resolve_config(bad, 128, True)
 
 
+@pytest.mark.parametrize("tiles_m, batch_heads, section", [(4, 512, 32), (4, 512, 512), (8, 256, 48), (1, 7, 3),
+                                                          (3, 10, 4)])
+def test_the_staggered_order_runs_each_tile_once_with_at_most_tiles_m_sections_live(tiles_m, batch_heads, section):
+    order = staggered_launch_order(tiles_m, batch_heads, section)
+    assert sorted(order) == list(range(tiles_m * batch_heads))
+    sections = -(-batch_heads // section)
+    seen_kinds = {}  # section -> the kinds of its tiles met so far, in order
+    for tile in order:
+        kind, head = divmod(tile, batch_heads)
+        seen_kinds.setdefault(head // section, []).append(kind)
+    for kinds in seen_kinds.values():  # each section: its longest tiles first, then the next, ...
+        assert kinds == sorted(kinds)
+    # a section's K/V is needed from its longest tiles to its shortest: at most tiles_m sections overlap
+    first = {s: order.index(next(t for t in order if (t % batch_heads) // section == s)) for s in range(sections)}
+    last = {s: max(i for i, t in enumerate(order) if (t % batch_heads) // section == s) for s in range(sections)}
+    for s in range(sections):
+        assert sum(first[o] <= last[s] and first[s] <= last[o] for o in range(sections)) <= 2 * tiles_m - 1
+
+
+def test_a_stride_table_deals_the_order_as_the_kernel_without_a_table_would():
+    programs, order = 132, staggered_launch_order(4, 512, 32)
+    table = tile_table(512, 512, 32, programs, 128, 128, True, stagger=True, greedy=False)
+    offsets, tiles = table[:programs + 1], table[programs + 1:-1]
+    for p in range(programs):
+        assert tiles[offsets[p]:offsets[p + 1]] == order[p::programs]
+    assert balanced_tile_table(512, 512, 32, programs, 128, 128, True) == tile_table(512, 512, 32, programs, 128, 128,
+                                                                                     True)
+
+
+def test_o_s_tma_store_takes_one_more_tile_a_consumer_and_is_refused_where_it_cannot_run():
+    assert attention_gluon.OPTIONAL_KEYS["O_TMA_STORE"] is False
+    for causal in (True, False):
+        space = o_tma_config_space(128, causal)
+        wired = [c for _, _, c in attention_gluon.PERSISTENT_FORWARD[(128, causal)]]
+        assert all({**c, "O_TMA_STORE": True} in space for c in wired)
+        for config in space:
+            assert resolve_config(config, 128, causal) is config
+            twin = {key: value for key, value in config.items() if key != "O_TMA_STORE"}
+            assert shared_bytes(config, 128) == shared_bytes(twin, 128) + config["BLOCK_M"] * 128 * 2
+    assert o_tma_config_space(64, True) == []
+    persistent = persistent_config_space(128, True)[0]
+    for bad in ({**default_config(128, True), "O_TMA_STORE": True}, {**persistent, "O_TMA_STORE": 1},
+                {**persistent, "O_TMA_STORE": True, "CARRY_TILES": True}):
+        with pytest.raises(KernelInputError, match="O_TMA_STORE"):
+            resolve_config(bad, 128, True)
+
+
+def test_the_staggered_candidates_and_the_option_s_checks():
+    assert attention_gluon.OPTIONAL_KEYS["L2_STAGGER"] is False
+    space = stagger_config_space(128, True)
+    assert space and all(resolve_config(c, 128, True) is c and c["L2_STAGGER"] for c in space)
+    assert stagger_config_space(128, False) == [] and stagger_config_space(64, True) == []
+    assert all(attention_gluon._constexprs(c, True)["TABLE"] and not attention_gluon._constexprs(c, True)["SECTIONED"]
+               for c in space)
+    persistent = persistent_config_space(128, True)[0]
+    for bad, causal in (({**persistent, "L2_STAGGER": True}, True),  # nothing to stagger without sections
+                        ({**default_config(128, True), "L2_SECTION_MIB": 8, "L2_STAGGER": True}, True),
+                        ({**space[0], "L2_STAGGER": 1}, True)):
+        with pytest.raises(KernelInputError, match="L2_STAGGER"):
+            resolve_config(bad, 128, causal)
+
+
 @pytest.mark.parametrize("head_dim, causal", BUCKETS)
 def test_the_carried_candidates_are_persistent_configs_whose_consumers_run_every_key_block(head_dim, causal):
     space = carry_config_space(head_dim, causal)
@@ -178,7 +243,8 @@ def test_the_carried_candidates_are_persistent_configs_whose_consumers_run_every
         assert not causal or config["BLOCK_N"] == 128
         twin = {key: value for key, value in config.items() if key != "CARRY_TILES"}
         assert shared_bytes(config, head_dim) == shared_bytes(twin, head_dim)  # the same buffers and barriers
-    wired = [c for _, _, c in attention_gluon.PERSISTENT_FORWARD.get((head_dim, causal), ())]
+    wired = [{k: v for k, v in c.items() if k != "O_TMA_STORE"}
+             for _, _, c in attention_gluon.PERSISTENT_FORWARD.get((head_dim, causal), ())]
     assert all({**c, "CARRY_TILES": True} in space for c in wired)
 
 
@@ -233,7 +299,8 @@ def test_every_shipped_config_compiles_for_sm90_without_spills():
             "cases = [(c, d, causal) for d in (64, 128) for causal in (False, True)\n"
             "         for c in g.config_space(d, causal) + g.short_config_space(d, causal)\n"
             "         + g.persistent_config_space(d, causal) + g.l2_section_config_space(d, causal)\n"
-            "         + g.carry_config_space(d, causal)]\n"
+            "         + g.carry_config_space(d, causal) + g.stagger_config_space(d, causal)\n"
+            "         + g.o_tma_config_space(d, causal)]\n"
             "print(json.dumps([[c, d, causal, g.inspect_build(c, d, causal).as_dict()] for c, d, causal in cases]))")
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "0"},
                             capture_output=True, text=True, timeout=900, check=False)
@@ -269,13 +336,15 @@ def _config_ids(config: dict) -> str:
     return (f"{config['BLOCK_M']}x{config['BLOCK_N']}-s{config['NUM_STAGES']}{'-pp' if config['PINGPONG'] else ''}"
             f"-c{config.get('CTAS_PER_SM', 1)}{'-persistent' if config.get('PERSISTENT') else ''}"
             f"{'-l2s%d' % config['L2_SECTION_MIB'] if config.get('L2_SECTION_MIB') else ''}"
-            f"{'-balanced' if config.get('BALANCED_TILES') else ''}{'-carry' if config.get('CARRY_TILES') else ''}")
+            f"{'-balanced' if config.get('BALANCED_TILES') else ''}{'-carry' if config.get('CARRY_TILES') else ''}"
+            f"{'-staggered' if config.get('L2_STAGGER') else ''}{'-otma' if config.get('O_TMA_STORE') else ''}")
 
 
 def _spaces(d: int, causal: bool, persistent: bool = True, carry: bool = True) -> list[dict]:
     return (config_space(d, causal) + short_config_space(d, causal)
             + (persistent_config_space(d, causal) + l2_section_config_space(d, causal) if persistent else [])
-            + (carry_config_space(d, causal) if persistent and carry else []))
+            + (carry_config_space(d, causal) if persistent and carry else [])
+            + (stagger_config_space(d, causal) + o_tma_config_space(d, causal) if persistent else []))
 
 
 @on_hopper
@@ -393,6 +462,50 @@ def test_carried_tile_boundaries_compute_the_same_tiles_bitwise(b, hq, hkv, s, c
     assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
     ref_o = reference_attention(q[:1], k[:1], v[:1], causal)
     assert ((o[:1].double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2, _config_ids(config)
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s", [
+    (16, 32, 32, 512),  # a01: 16 sections of 32 heads (8 MiB), 19 rounds
+    (4, 32, 4, 1000),  # GQA 8, a ragged tail on the diagonal
+    (3, 7, 7, 384),  # a ragged last section
+    (1, 8, 2, 333),  # fewer tiles than programs
+])
+@pytest.mark.parametrize("index", range(len(stagger_config_space(128, True))))
+def test_the_staggered_order_computes_every_tile_once_as_the_stride_order(b, hq, hkv, s, index):
+    """Only the order changes: O and lse bitwise equal to the same tiles in the stride order, unsectioned."""
+    config = stagger_config_space(128, True)[index]
+    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
+    q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
+               for h in (hq, hkv, hkv))
+    stride = {key: value for key, value in config.items() if key not in ("L2_SECTION_MIB", "BALANCED_TILES",
+                                                                         "L2_STAGGER")}
+    o_0, lse_0 = gluon_attention_forward(q, k, v, True, config=stride)
+    o, lse = gluon_attention_forward(q, k, v, True, config=config)
+    assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
+
+
+@on_hopper
+@pytest.mark.parametrize("b, hq, hkv, s", [
+    (4, 32, 32, 512),  # 512 tiles over 132 programs: each consumer's O tile reused every tile
+    (4, 32, 4, 1024),  # GQA 8, causal tiles of 1-8 blocks
+    (3, 16, 1, 2048),  # MQA, 16 key blocks a tile
+    (1, 8, 2, 333),  # not a multiple of 64: the register stores (the plan's O_TMA off)
+    (2, 4, 2, 192),  # 64-row tail tiles: the second consumer's rows past S are clipped away by the tile count
+])
+@pytest.mark.parametrize("causal, index", [(causal, i) for causal in (True, False)
+                                           for i in range(len(o_tma_config_space(128, causal)))])
+def test_o_s_tma_store_writes_the_same_o_as_the_register_stores(b, hq, hkv, s, causal, index):
+    """The same O, bitwise: only the path O takes to global memory changes (a tile stored to the wrong rows, or
+    a shared tile overwritten before its store has read it, moves it far)."""
+    config = o_tma_config_space(128, causal)[index]
+    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
+    q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
+               for h in (hq, hkv, hkv))
+    o, lse = gluon_attention_forward(q, k, v, causal, config=config)
+    twin = {key: value for key, value in config.items() if key != "O_TMA_STORE"}
+    o_0, lse_0 = gluon_attention_forward(q, k, v, causal, config=twin)
+    assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
 
 
 @on_hopper

@@ -43,7 +43,9 @@ steps; with ``BALANCED_TILES`` each program its run of a host-built table of tha
 Loads: host TMA descriptors over the 2-D views q [B*Hq*S, D], k, v [B*Hkv*S, D] (contiguous copies when the inputs
 are not). A K/V block past a head's end reads the next head's rows (or zeros past the tensor): the tail mask
 zeroes their probabilities, so they add nothing. Q rows past S are computed and dropped: O and lse are stored from
-registers with row masks (a TMA store of the 2-D view would overwrite the next head's rows). Host side: checks,
+registers with row masks (a TMA store of the 2-D view would overwrite the next head's rows), or, persistent with
+``O_TMA_STORE`` and S a multiple of 64 (what config=None runs), through shared memory and one TMA store a consumer
+tile (``_store_o_tma``). Host side: checks,
 config, grid, layouts and the descriptors' checked fields are planned once per distinct call (``_ForwardPlan``);
 a repeated call builds its three descriptors from those fields and launches the compiled kernel directly
 (``_launch.KernelLaunch``): ~9 us of Python a call instead of ~38 us (CPU, stubbed launch;
@@ -69,7 +71,8 @@ from workbench.kernels.crosscompile import GluonBuild, inspect_gluon_build
 try:  # Gluon: Triton >= 3.5 (the 3.6 / 3.7 API used here)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 
     _partition_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier  # renamed in 3.7
@@ -96,7 +99,7 @@ SM90_REGISTERS = 65536
 """32-bit registers of one sm_90 SM (CUDA programming guide, compute capability 9.0), shared by its resident CTAs."""
 _KEYS = ("BLOCK_M", "BLOCK_N", "NUM_STAGES", "PINGPONG")
 OPTIONAL_KEYS = {"CTAS_PER_SM": 1, "PERSISTENT": False, "L2_SECTION_MIB": 0, "BALANCED_TILES": False,
-                 "CARRY_TILES": False}
+                 "CARRY_TILES": False, "L2_STAGGER": False, "O_TMA_STORE": False}
 """Config keys with a default. CTAS_PER_SM: how many CTAs an SM is to hold at once (1 or 2). With 1, a short
 sequence's tiles run their prologue (Q and the first K/V loads, the lone S_0) and epilogue (the last P V, the O
 store) with nothing to hide them behind; a second resident CTA runs its main loop meanwhile. It caps the launch's
@@ -110,7 +113,15 @@ head's K/V before its next tile reads it: 335 MB of K/V reads from HBM instead o
 only): each program walks its run of a host-built table (``attention_gluon_persistent.balanced_tile_table``: the
 launch order dealt out to the least-loaded program) instead of every num_programs-th tile. CARRY_TILES
 (PERSISTENT only; not with causal 64-key tiles): a tile's last P V goes with the next tile's first Q K^T in one
-ping-pong turn, the next tile's first softmax under it (``attention_gluon_persistent._carried_tiles``)."""
+ping-pong turn, the next tile's first softmax under it (``attention_gluon_persistent._carried_tiles``).
+L2_STAGGER (PERSISTENT, causal, with L2_SECTION_MIB): the sections staggered, each round one section's longest
+tiles beside the shorter tiles of the query-tile-count - 1 sections before it (a host-built table,
+``attention_gluon_persistent.staggered_launch_order``; that many sections' K/V live in L2 at once).
+O_TMA_STORE (PERSISTENT only, not with CARRY_TILES): each consumer writes its O tile to a shared-memory slot of its
+own and one TMA store takes it to global memory, as FA3's epilogue does, instead of 32 4-byte stores a thread from
+registers (two half-sector writes per 32-byte sector of O: Nsight Compute counted twice cuDNN's L2 write sectors at
+a01). One more [64, D] tile a consumer; sequences not a multiple of 64 keep the register stores (a TMA store of the
+2-D view would write a ragged tile's rows into the next head's)."""
 L2_SECTION_CANDIDATES_MIB = (32, 16, 8)
 """L2_SECTION_MIB values to try: FA3's 32 MiB for K and V (``hopper/tile_scheduler.hpp``,
 DynamicPersistentTileScheduler: of the H100's 50 MB L2, the H200's too, ``shared/reference/gpu_specs.md``), and
@@ -341,6 +352,20 @@ if HAS_GLUON:
         gl.store(o_ptr + o_offs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(rows < seq_len, 1))
 
     @gluon.jit
+    def _store_o_tma(acc, l_i, o_desc, o_tile, row):
+        """O = acc / l through the consumer's own shared tile o_tile and one TMA store to rows [row, row + 64) of
+        O's 2-D view. The previous tile's store has left o_tile first (its issuing thread waits, then the whole
+        warpgroup), and every warp's part is written before the one thread issues the copy."""
+        O_LAYOUT: gl.constexpr = acc.type.layout
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT)), 1)
+        tma.store_wait(0)
+        _partition_barrier()
+        o_tile.store(o.to(o_desc.dtype))
+        fence_async_shared()
+        _partition_barrier()
+        tma.async_copy_shared_to_global(o_desc, [row, 0], o_tile)
+
+    @gluon.jit
     def _store_lse(l_i, m_i, offs_m, q_row, lse_ptr, seq_len):
         """lse (natural log) of the rows offs_m, from the softmax's running sum l and max m (log2 units)."""
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # ln(2): back to natural log
@@ -361,12 +386,14 @@ if HAS_GLUON:
 
     @gluon.jit
     def _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
-                     q_slot, q_phase, start_m, q_row, n_full, n_blocks, it, step, seq_len, qk_scale,
-                     CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                     o_desc, q_slot, q_phase, start_m, q_row, n_full, n_blocks, it, step, seq_len, qk_scale,
+                     CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                     O_TMA: gl.constexpr, O_SLOT: gl.constexpr):
         """Consumer warpgroup WG on one tile: query rows [start_m + 64 WG, + 64) (Q in q_smem[q_slot + WG], its
         barrier at parity q_phase) against key blocks 0 .. n_blocks - 1, the rings' loads it .. it + n_blocks - 1,
-        ping-pong turns step .. step + n_blocks; stores O and lse. Tiles: q [64, D] (shared), S, P [64, BLOCK_N]
-        and O [64, D] fp32 (registers, wgmma layouts).
+        ping-pong turns step .. step + n_blocks; stores O (O_TMA: through q_smem[O_SLOT] and o_desc, else from
+        registers at o_ptr; the other is never read) and lse. Tiles: q [64, D] (shared), S, P [64, BLOCK_N] and
+        O [64, D] fp32 (registers, wgmma layouts).
 
         Causal with BLOCK_N <= 64, the blocks are this warpgroup's own (``_own_blocks``): the first consumer's rows
         end a key block (or more) before the tile's last row, so it computes n_own <= n_blocks blocks and only
@@ -397,7 +424,12 @@ if HAS_GLUON:
         for j in range(n_own, n_blocks):  # the other warpgroup's steps on blocks above this one's rows
             _take_turn(turn, step + j + 1, WG, PINGPONG)
             _pass_turn(turn, WG, PINGPONG)
-        _store_o(acc, l_i, gl.convert_layout(offs_m, gl.SliceLayout(1, acc.type.layout)), q_row, o_ptr, seq_len)
+        if O_TMA:  # S is a multiple of 64 (the plan): this warpgroup's rows are all in the head or all past it
+            if start_m + WG * ROWS < seq_len:
+                _store_o_tma(acc, l_i, o_desc, q_smem.index(O_SLOT), q_row + start_m + WG * ROWS)
+        else:
+            _store_o(acc, l_i, gl.convert_layout(offs_m, gl.SliceLayout(1, acc.type.layout)), q_row, o_ptr,
+                     seq_len)
         _store_lse(l_i, m_i, offs_m, q_row, lse_ptr, seq_len)
         _skip_blocks(k_ready, v_ready, k_empty, v_empty, it, n_own, n_blocks, NUM_STAGES)
 
@@ -411,8 +443,9 @@ if HAS_GLUON:
         BLOCK_N: gl.constexpr = k_ring.shape[1]
         start_m, q_row, kv_row, n_full, n_blocks = _tile_schedule(seq_len, heads_q, group, section_heads,
                                                                   ROWS * NUM_CONSUMERS, BLOCK_N, CAUSAL, SECTIONED)
-        _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, 0, 0,
-                     start_m, q_row, n_full, n_blocks, 0, 0, seq_len, qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG)
+        _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr, o_ptr,
+                     0, 0, start_m, q_row, n_full, n_blocks, 0, 0, seq_len, qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG,
+                     False, 0)
 
     @gluon.jit
     def _second_consumer(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
@@ -515,7 +548,8 @@ class _ForwardPlan:
     ``_common.reused_descriptors`` keeps them), lse's shape, and the launch (``KernelLaunch``: grid, scalars,
     constexprs; after its first launch it calls the compiled kernel directly)."""
 
-    __slots__ = ("copy", "views", "blocks", "layouts", "descriptors", "lse_shape", "device_index", "launch", "order")
+    __slots__ = ("copy", "views", "blocks", "layouts", "descriptors", "lse_shape", "device_index", "launch", "order",
+                 "o_tma", "o_fields")
 
 
 _PLANS = plan_cache()
@@ -541,7 +575,9 @@ def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
     options = {**_constexprs(config, causal), **launch_options(config)}
     section = section_heads(config, s, d, hq // hkv, b * hq)
     plan.order = ()  # the persistent kernel's table pointer (``_tile_order``); the one-tile kernel has none
+    plan.o_tma, plan.o_fields = None, None  # the persistent kernel's O descriptor: O's (O_TMA) or q's (unread)
     if config.get("PERSISTENT", False):
+        options["O_TMA"] = plan.o_tma = options["O_TMA"] and s % ROWS_PER_WARPGROUP == 0
         programs = min(tiles * b * hq, sm_count(q.device.index or 0) * config.get("CTAS_PER_SM", 1))
         plan.order = (_tile_order(config, s, b * hq, section, programs, causal, q.device),)
         plan.launch = KernelLaunch(_persistent_kernel(), (programs,),
@@ -554,13 +590,15 @@ def _plan(q, k, v, causal, scale, config) -> _ForwardPlan:
 
 def _tile_order(config: dict, seq_len: int, batch_heads: int, section: int, programs: int, causal: bool,
                 device) -> torch.Tensor:
-    """The persistent kernel's order_ptr: with BALANCED_TILES its ``balanced_tile_table`` (int32, on the device,
-    built once per plan), else one int32 the kernel never reads."""
-    if not config.get("BALANCED_TILES", False):
+    """The persistent kernel's order_ptr: with BALANCED_TILES or L2_STAGGER its ``tile_table`` (int32, on the
+    device, built once per plan), else one int32 the kernel never reads."""
+    stagger, greedy = config.get("L2_STAGGER", False), config.get("BALANCED_TILES", False)
+    if not (stagger or greedy):
         return torch.zeros(1, dtype=torch.int32, device=device)
-    from workbench.kernels.attention_gluon_persistent import balanced_tile_table
+    from workbench.kernels.attention_gluon_persistent import tile_table
 
-    table = balanced_tile_table(seq_len, batch_heads, section, programs, config["BLOCK_M"], config["BLOCK_N"], causal)
+    table = tile_table(seq_len, batch_heads, section, programs, config["BLOCK_M"], config["BLOCK_N"], causal,
+                       stagger=stagger, greedy=greedy)
     return torch.tensor(table, dtype=torch.int32, device=device)
 
 
@@ -588,8 +626,24 @@ def _run(plan: _ForwardPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     # later launches keep the checked shapes and strides and take the call's tensors as bases: the launcher
     # reads only base.data_ptr() of them (3.6 and 3.7), and the 4-D tensors share the views' (views: ~1 us each)
     descriptors = reused_descriptors(plan, GluonTensorDescriptor, q, k, v, plan.blocks, plan.layouts)
-    plan.launch(True, *descriptors, o, lse, *plan.order)  # every base aligned (above); o, lse, order: torch's
+    if plan.o_tma is None:  # the one-tile kernel
+        plan.launch(True, *descriptors, o, lse)  # every base aligned (above); o, lse: torch's
+    else:  # the persistent kernel: its tile table and O's descriptor (q's stands in, unread, without O_TMA)
+        plan.launch(True, *descriptors, o, lse, *plan.order, _o_descriptor(plan, o) if plan.o_tma else descriptors[0])
     return o, lse
+
+
+def _o_descriptor(plan: _ForwardPlan, o: torch.Tensor):
+    """O_TMA: the TMA descriptor over O's 2-D view [B*Hq*S, D] (q's block and layout), its checked fields kept in
+    the plan after the first launch, as ``reused_descriptors`` keeps q's, k's and v's."""
+    if plan.o_fields is None:
+        descriptor = GluonTensorDescriptor.from_tensor(o.view(plan.views[0]), plan.blocks[0], plan.layouts[0])
+        plan.o_fields = {**vars(descriptor), "base": None}
+        return descriptor
+    descriptor = object.__new__(GluonTensorDescriptor)
+    descriptor.__dict__.update(plan.o_fields)
+    descriptor.base = o
+    return descriptor
 
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16} if HAS_GLUON else {}
@@ -602,12 +656,15 @@ def _tile_layout(rows: int, head_dim: int, dtype):
 
 
 def _constexprs(config: dict, causal: bool) -> dict:
+    """The kernel's constexprs. A staggered order (L2_STAGGER) is a table of unsectioned tile numbers: SECTIONED
+    off, TABLE on."""
+    stagger = config.get("L2_STAGGER", False)
     return dict(CAUSAL=bool(causal), NUM_CONSUMERS=config["BLOCK_M"] // ROWS_PER_WARPGROUP,
                 NUM_STAGES=config["NUM_STAGES"], PINGPONG=bool(config["PINGPONG"]),
-                SECTIONED=config.get("L2_SECTION_MIB", 0) > 0, LOADER_REGS=LOADER_REGISTERS,
+                SECTIONED=config.get("L2_SECTION_MIB", 0) > 0 and not stagger, LOADER_REGS=LOADER_REGISTERS,
                 CONSUMER_REGS=register_budget(config)[1],
-                **({"BALANCED": config.get("BALANCED_TILES", False), "CARRY": config.get("CARRY_TILES", False)}
-                   if config.get("PERSISTENT", False) else {}))
+                **({"TABLE": config.get("BALANCED_TILES", False) or stagger, "CARRY": config.get("CARRY_TILES", False),
+                    "O_TMA": config.get("O_TMA_STORE", False)} if config.get("PERSISTENT", False) else {}))
 
 
 def section_heads(config: dict, seq_len: int, head_dim: int, group: int, batch_heads: int) -> int:
@@ -652,11 +709,14 @@ def supported(device: torch.device | str | None = None) -> bool:
 
 # ------------------------------------------------------------------------------------------------ config space
 def shared_bytes(config: dict, head_dim: int) -> int:
-    """Shared memory of a config: the Q tiles (two buffers of them when PERSISTENT), NUM_STAGES K and V tiles
+    """Shared memory of a config: the Q tiles (two buffers of them when PERSISTENT; with O_TMA_STORE one O tile a
+    consumer beside them), NUM_STAGES K and V tiles
     (16-bit), 8 bytes per mbarrier (ready and, PERSISTENT, empty per Q tile; four per stage; two turns)."""
     q_buffers = 2 if config.get("PERSISTENT", False) else 1  # attention_gluon_persistent.Q_BUFFERS
     q_tiles = q_buffers * (config["BLOCK_M"] // ROWS_PER_WARPGROUP)  # one [64, D] tile per consumer and buffer
-    tiles = q_tiles * ROWS_PER_WARPGROUP * head_dim + 2 * config["NUM_STAGES"] * config["BLOCK_N"] * head_dim
+    o_tiles = config["BLOCK_M"] // ROWS_PER_WARPGROUP if config.get("O_TMA_STORE", False) else 0
+    kv_tiles = 2 * config["NUM_STAGES"] * config["BLOCK_N"] * head_dim
+    tiles = (q_tiles + o_tiles) * ROWS_PER_WARPGROUP * head_dim + kv_tiles
     barriers = q_tiles * (2 if q_buffers > 1 else 1) + 4 * config["NUM_STAGES"] + 2
     return 2 * tiles + 8 * barriers
 
@@ -751,11 +811,51 @@ def l2_section_config_space(head_dim: int, causal: bool) -> list[dict]:
     return [c for c in space if fits_shared_memory(c, head_dim)]
 
 
+def o_tma_config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Candidates of O's TMA store (``O_TMA_STORE``), beside their twins until the H200 run of
+    ``benchmarks/kernels/attention_option_bench.py --option otma`` ranks them: the bucket's wired persistent configs
+    (``PERSISTENT_FORWARD``) and the other ``persistent_config_space`` entries with the option, where one more
+    [64, D] tile a consumer still fits sm_90's shared memory. Empty at d=64, where no persistent config is wired."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    if head_dim != 128:
+        return []
+    space = []
+    for config in [c for _, _, c in PERSISTENT_FORWARD.get((head_dim, causal), ())] + persistent_config_space(
+            head_dim, causal):
+        twin = {**config, "O_TMA_STORE": True}
+        if twin not in space:
+            space.append(twin)
+    return [c for c in space if fits_shared_memory(c, head_dim)]
+
+
+L2_STAGGER_CANDIDATES_MIB = (16, 8, 4)
+"""L2_SECTION_MIB values to try staggered: at a01 (4 query tiles, 256 KiB of K/V a head) 64, 32 and 16 MiB of K/V
+live in the H200's 50 MB L2 (guesses, calibrate me)."""
+
+
+def stagger_config_space(head_dim: int, causal: bool) -> list[dict]:
+    """Candidates of the staggered sections (``L2_STAGGER``), beside the wired short causal config until the H200
+    run of ``benchmarks/kernels/attention_stagger_bench.py`` ranks them: that config (d=128 causal, S <= 1024:
+    ``PERSISTENT_FORWARD``) staggered at each of ``L2_STAGGER_CANDIDATES_MIB``, dealt by stride, and at the middle
+    one also greedily (``BALANCED_TILES``) and without ping-pong. Empty where no sectioned config is wired."""
+    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
+    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
+    wired = [c for _, _, c in PERSISTENT_FORWARD.get((head_dim, causal), ()) if c.get("L2_SECTION_MIB")]
+    if not wired:
+        return []
+    space = [{**wired[0], "L2_SECTION_MIB": mib, "L2_STAGGER": True} for mib in L2_STAGGER_CANDIDATES_MIB]
+    middle = {**wired[0], "L2_SECTION_MIB": L2_STAGGER_CANDIDATES_MIB[1], "L2_STAGGER": True}
+    space += [{**middle, "BALANCED_TILES": True}, {**middle, "PINGPONG": False}]
+    return [c for c in space if fits_shared_memory(c, head_dim)]
+
+
 def carry_config_space(head_dim: int, causal: bool) -> list[dict]:
     """Candidates of the carried tile boundaries (``CARRY_TILES``), beside their twins until the H200 run of
     ``benchmarks/kernels/attention_carry_bench.py`` ranks them: the twin of the bucket's wired persistent configs
-    (``PERSISTENT_FORWARD``) and of every ``persistent_config_space`` entry whose consumers both run every key block
-    (not causal 64-key tiles), and the sectioned ones again with ``BALANCED_TILES``. Empty at d=64, where no
+    (``PERSISTENT_FORWARD``, storing O from registers: the options exclude each other) and of every
+    ``persistent_config_space`` entry whose consumers both run every key block (not causal 64-key tiles), and the
+    sectioned ones again with ``BALANCED_TILES``. Empty at d=64, where no
     persistent config is wired (and whose causal 128 x 128 twins spill 4 bytes a thread, triton 3.7.1)."""
     check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
     check(isinstance(causal, bool), "causal", repr(causal), "True or False")
@@ -764,7 +864,7 @@ def carry_config_space(head_dim: int, causal: bool) -> list[dict]:
     space = []
     for config in [c for _, _, c in PERSISTENT_FORWARD.get((head_dim, causal), ())] + persistent_config_space(
             head_dim, causal):
-        twin = {**config, "CARRY_TILES": True}
+        twin = {**{k: v for k, v in config.items() if k != "O_TMA_STORE"}, "CARRY_TILES": True}
         if twin not in space and not (causal and config["BLOCK_N"] <= ROWS_PER_WARPGROUP):
             space.append(twin)
     space += [{**c, "BALANCED_TILES": True} for c in space if c.get("L2_SECTION_MIB")]
@@ -793,7 +893,8 @@ SDPA), this kernel's ``PINNED_FORWARD`` above (a20); test shapes a04 0.765 -> 0.
 -> 0.905."""
 
 
-_PERSISTENT_128 = {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "CTAS_PER_SM": 1, "PERSISTENT": True}
+_PERSISTENT_128 = {"BLOCK_M": 128, "BLOCK_N": 128, "NUM_STAGES": 2, "CTAS_PER_SM": 1, "PERSISTENT": True,
+                   "O_TMA_STORE": True}
 PERSISTENT_FORWARD: dict[tuple[int, bool], tuple[tuple[int, int, dict], ...]] = {
     (128, True): ((1, 1024, {**_PERSISTENT_128, "PINGPONG": True, "L2_SECTION_MIB": 32}),
                   (1025, 4096, {**_PERSISTENT_128, "PINGPONG": True})),
@@ -808,7 +909,9 @@ test shapes: a03 0.772 -> 0.884, a06 0.879 -> 0.934 of the best SDPA; a10 0.987 
 lose; all 20 shapes 0.947 -> 0.962 (fit a01 0.702 -> 0.672). d=128 causal short walks its tiles in L2 sections of
 32 MiB (``L2_SECTION_MIB``, FA3's rule): the rule of ``benchmarks/results/h200/kernels/attention_l2_section/rule.json``
 on the same fit shapes (a01 0.679 -> 0.726, a05 0.917 -> 0.916; test a03 0.871 -> 0.868; mid keeps the unsectioned
-order, fit a07 0.907 vs 0.866 sectioned)."""
+order, fit a07 0.907 vs 0.866 sectioned). Every bucket stores O by TMA (``O_TMA_STORE``): the rule of
+``benchmarks/results/h200/kernels/attention_o_tma/rule.json`` on the same fit shapes (time against the register
+stores: a01 0.900, a05 0.876, a07 0.868, a09 0.947; test a03 0.881, a06 0.906, a10 0.964, a12 0.985)."""
 
 
 def pinned_forward_config(head_dim: int, causal: bool, seq_len: int) -> dict | None:
@@ -853,6 +956,14 @@ def resolve_config(config: dict | None, head_dim: int, causal: bool) -> dict:
     balanced = config.get("BALANCED_TILES", False)
     check(isinstance(balanced, bool) and (not balanced or config.get("PERSISTENT", False)),
           "config['BALANCED_TILES']", repr(balanced), "True or False, True only with PERSISTENT=True")
+    stagger = config.get("L2_STAGGER", False)
+    check(isinstance(stagger, bool) and (not stagger or (config.get("PERSISTENT", False) and causal and section_mib)),
+          "config['L2_STAGGER']", repr(stagger), "True or False, True only with PERSISTENT=True, causal=True and "
+          "L2_SECTION_MIB > 0 (it staggers the sections)")
+    o_tma = config.get("O_TMA_STORE", False)
+    check(isinstance(o_tma, bool) and (not o_tma or (config.get("PERSISTENT", False)
+                                                     and not config.get("CARRY_TILES", False))),
+          "config['O_TMA_STORE']", repr(o_tma), "True or False, True only with PERSISTENT=True and without CARRY_TILES")
     carry = config.get("CARRY_TILES", False)
     check(isinstance(carry, bool) and (not carry or config.get("PERSISTENT", False)), "config['CARRY_TILES']",
           repr(carry), "True or False, True only with PERSISTENT=True")
@@ -885,8 +996,8 @@ def crosscompile(config: dict, head_dim: int, causal: bool, dtype: str = "bf16",
     kv_type = f"tensordesc<{dtype}[{block_n}, {head_dim}],{_tile_layout(block_n, head_dim, gl_dtype)!r}>"
     kernel = _persistent_kernel() if config.get("PERSISTENT", False) else _attn_fwd_kernel
     signature = {"q_desc": q_type, "k_desc": kv_type, "v_desc": kv_type, "o_ptr": f"*{dtype}", "lse_ptr": "*fp32",
-                 "order_ptr": "*i32", "seq_len": "i32", "heads_q": "i32", "group": "i32", "batch_heads": "i32",
-                 "section_heads": "i32", "qk_scale": "fp32"}
+                 "order_ptr": "*i32", "o_desc": q_type, "seq_len": "i32", "heads_q": "i32", "group": "i32",
+                 "batch_heads": "i32", "section_heads": "i32", "qk_scale": "fp32"}
     constexprs = _constexprs(config, causal)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in kernel.arg_names}

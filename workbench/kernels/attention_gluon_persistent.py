@@ -35,8 +35,16 @@ every program the same number of tiles but one, whatever they cost: at B=16, S=5
 1-4 key blocks over 132 programs) 68 programs walk 16 tiles and 40 key blocks, 64 walk 15 and 36-39. Every
 partition reads the same table entry, the next one loaded under the current tile.
 
+With config ``L2_STAGGER`` (causal, with ``L2_SECTION_MIB``) the table holds the staggered order of
+``staggered_launch_order``: each round one section's longest tiles next to the shorter tiles of the sections
+before it, so HBM reads of new K/V and the L2-fed tiles of older sections run side by side. The kernel reads its
+tiles from the table unsectioned (``SECTIONED`` off), dealt greedily with ``BALANCED_TILES``, else by stride.
+
 Shared memory: the one-tile kernel's plus one more Q buffer (``attention_gluon.shared_bytes``); d=128 with
-128 x 128 tiles: 2 K/V stages (192 KiB of 227). O is stored from registers as in the one-tile kernel.
+128 x 128 tiles: 2 K/V stages (192 KiB of 227). O is stored from registers as in the one-tile kernel, or with
+``O_TMA_STORE`` through one more [64, D] tile a consumer and a TMA store (224 KiB: config=None's d=128 buckets; at
+a01 it halves the L2 sectors O is written in and takes the forward from 0.73 to 0.79-0.83 of cuDNN,
+``benchmarks/results/h200/kernels/attention_o_tma/``).
 """
 
 from __future__ import annotations
@@ -63,31 +71,67 @@ def launch_order_tile(tile: int, tiles_m: int, batch_heads: int, section_heads: 
     return tiles_m - 1 - rank // heads, first + rank % heads
 
 
-def balanced_tile_table(seq_len: int, batch_heads: int, section_heads: int, programs: int, block_m: int,
-                        block_n: int, causal: bool) -> list[int]:
-    """The ``BALANCED_TILES`` table: programs + 1 offsets, then the linear tile numbers, program p's at
-    [offsets[p], offsets[p + 1]) in launch order, then one pad entry (the kernel loads one tile ahead). The launch
-    order is dealt out greedily, each tile to the program with the least cost so far (ties: the lowest program,
-    so the first round is the stride order's): longest first within a section, this is Graham's LPT rule."""
+def staggered_launch_order(tiles_m: int, batch_heads: int, section_heads: int) -> list[int]:
+    """Config ``L2_STAGGER``: the causal tiles in staggered sections of section_heads heads, as the tile numbers the
+    kernel reads from its table unsectioned (kind * batch_heads + b * Hq + h, kind 0 the longest: query tile
+    tiles_m - 1 - kind). Round r runs section r's longest tiles, then section r - 1's next longest, ..., then
+    section r - tiles_m + 1's shortest. So in every round one section's K/V comes from HBM while the tiles of the
+    tiles_m - 1 sections before it find theirs in L2 (tiles_m sections live), instead of each section's longest
+    tiles all reading HBM at once and its shorter ones then leaving HBM idle."""
+    sections = -(-batch_heads // section_heads)
+    order = []
+    for round_ in range(sections + tiles_m - 1):
+        for kind in range(tiles_m):
+            section = round_ - kind
+            if 0 <= section < sections:
+                first = section * section_heads
+                order += range(kind * batch_heads + first, kind * batch_heads + min(first + section_heads, batch_heads))
+    return order
+
+
+def tile_table(seq_len: int, batch_heads: int, section_heads: int, programs: int, block_m: int, block_n: int,
+               causal: bool, stagger: bool = False, greedy: bool = True) -> list[int]:
+    """The host-built tile table of configs ``BALANCED_TILES`` and ``L2_STAGGER``: programs + 1 offsets, then the
+    tile numbers, program p's at [offsets[p], offsets[p + 1]) in launch order, then one pad entry (the kernel loads
+    one tile ahead). The launch order is the sectioned one (numbers as ``launch_order_tile`` reads them) or, with
+    ``stagger``, ``staggered_launch_order``'s (unsectioned numbers). ``greedy`` deals it out each tile to the program
+    with the least cost so far (ties: the lowest program, so the first round is the stride order's; longest first
+    within a section, Graham's LPT rule); else program p takes every programs-th tile from the p-th, as without a
+    table."""
     tiles_m = -(-seq_len // block_m)
-    loads = [(0.0, p) for p in range(programs)]
+    if stagger:
+        order = staggered_launch_order(tiles_m, batch_heads, section_heads)
+        query_tiles = [tiles_m - 1 - tile // batch_heads for tile in order]
+    else:
+        order = list(range(tiles_m * batch_heads))
+        query_tiles = [launch_order_tile(tile, tiles_m, batch_heads, section_heads, causal)[0] for tile in order]
     owned: list[list[int]] = [[] for _ in range(programs)]
-    for tile in range(tiles_m * batch_heads):
-        pid_m = launch_order_tile(tile, tiles_m, batch_heads, section_heads, causal)[0]
-        rows_end = min(pid_m * block_m + block_m, seq_len) if causal else seq_len
-        cost, p = heapq.heappop(loads)
-        owned[p].append(tile)
-        heapq.heappush(loads, (cost + TILE_OVERHEAD_BLOCKS + -(-rows_end // block_n), p))
+    if greedy:
+        loads = [(0.0, p) for p in range(programs)]
+        for tile, pid_m in zip(order, query_tiles):
+            rows_end = min(pid_m * block_m + block_m, seq_len) if causal else seq_len
+            cost, p = heapq.heappop(loads)
+            owned[p].append(tile)
+            heapq.heappush(loads, (cost + TILE_OVERHEAD_BLOCKS + -(-rows_end // block_n), p))
+    else:
+        for p in range(programs):
+            owned[p] = order[p::programs]
     offsets = [0]
     for tiles in owned:
         offsets.append(offsets[-1] + len(tiles))
     return offsets + [tile for tiles in owned for tile in tiles] + [0]
 
 
+def balanced_tile_table(seq_len: int, batch_heads: int, section_heads: int, programs: int, block_m: int,
+                        block_n: int, causal: bool) -> list[int]:
+    """The ``BALANCED_TILES`` table: the sectioned launch order dealt out greedily (``tile_table``)."""
+    return tile_table(seq_len, batch_heads, section_heads, programs, block_m, block_n, causal)
+
+
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
     from workbench.kernels.attention_gluon import (_attend_tile, _causal_tile, _first_block, _last_pv, _load_tile,
                                                    _mma_layout, _overlapped_step, _p_layout, _release, _store_lse,
@@ -106,10 +150,10 @@ if HAS_GLUON:
         return tile % tiles_m, tile // tiles_m
 
     @gluon.jit
-    def _program_slots(order_ptr, total, BALANCED: gl.constexpr):
-        """(first, end, step) of this program's slots: BALANCED, its run of the table; else tile program_id,
+    def _program_slots(order_ptr, total, TABLE: gl.constexpr):
+        """(first, end, step) of this program's slots: TABLE, its run of the table; else tile program_id,
         + num_programs, ... of the launch order."""
-        if BALANCED:
+        if TABLE:
             return gl.load(order_ptr + gl.program_id(0)), gl.load(order_ptr + gl.program_id(0) + 1), 1
         return gl.program_id(0), total, gl.num_programs(0)
 
@@ -119,19 +163,19 @@ if HAS_GLUON:
         return gl.load(order_ptr + gl.num_programs(0) + 1 + slot)
 
     @gluon.jit
-    def _first_tile(order_ptr, first, BALANCED: gl.constexpr):
-        """What ``_slot_tile`` reads as the first slot's tile: BALANCED, the table's entry (loaded before the loop);
+    def _first_tile(order_ptr, first, TABLE: gl.constexpr):
+        """What ``_slot_tile`` reads as the first slot's tile: TABLE, the table's entry (loaded before the loop);
         else the slot itself."""
-        if BALANCED:
+        if TABLE:
             return _table_tile(order_ptr, first)
         return first
 
     @gluon.jit
-    def _slot_tile(order_ptr, slot, next_tile, BALANCED: gl.constexpr):
-        """(the linear tile of slot ``slot``, the value to pass for the next slot). BALANCED: the entry loaded one
+    def _slot_tile(order_ptr, slot, next_tile, TABLE: gl.constexpr):
+        """(the linear tile of slot ``slot``, the value to pass for the next slot). TABLE: the entry loaded one
         slot ahead, and the next entry's load, in flight under this tile (the last reads the table's pad); else the
         slot itself (the launch order)."""
-        if BALANCED:
+        if TABLE:
             return next_tile, _table_tile(order_ptr, slot + 1)
         return slot, next_tile
 
@@ -147,7 +191,7 @@ if HAS_GLUON:
     def _persistent_loader(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready,
                            k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads, section_heads,
                            CAUSAL: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                           SECTIONED: gl.constexpr, BALANCED: gl.constexpr):
+                           SECTIONED: gl.constexpr, TABLE: gl.constexpr):
         """The TMA warp: every tile of this program in turn; Q buffer i % 2 once both consumers released it."""
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -155,10 +199,10 @@ if HAS_GLUON:
         tiles_m = gl.cdiv(seq_len, BLOCK_M)
         it = 0  # key blocks loaded by this program so far: the rings' load counter
         i = 0  # tiles of this program so far
-        first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
-        next_tile = _first_tile(order_ptr, first, BALANCED)
+        first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, TABLE)
+        next_tile = _first_tile(order_ptr, first, TABLE)
         for slot in range(first, end, step):
-            tile, next_tile = _slot_tile(order_ptr, slot, next_tile, BALANCED)
+            tile, next_tile = _slot_tile(order_ptr, slot, next_tile, TABLE)
             start_m, q_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads, seq_len,
                                                                 heads_q, group, BLOCK_M, BLOCK_N, CAUSAL, SECTIONED)
             q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
@@ -171,16 +215,17 @@ if HAS_GLUON:
 
     @gluon.jit
     def _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                             o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
-                             CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+                             o_ptr, lse_ptr, order_ptr, o_desc, seq_len, heads_q, group, batch_heads, section_heads,
+                             qk_scale, CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
                              NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr, SECTIONED: gl.constexpr,
-                             BALANCED: gl.constexpr, CARRY: gl.constexpr):
+                             TABLE: gl.constexpr, CARRY: gl.constexpr, O_TMA: gl.constexpr):
         """Consumer warpgroup WG: every tile of this program in turn (``_attend_tile``; CARRY: ``_carried_tiles``),
-        the ring loads and the ping-pong turns counted from the program's first tile (module doc)."""
+        the ring loads and the ping-pong turns counted from the program's first tile (module doc). O_TMA: O leaves
+        through this consumer's shared tile after the Q slots (q_smem[Q_BUFFERS * NUM_CONSUMERS + WG])."""
         if CARRY:
             _carried_tiles(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_ptr,
                            lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale, CAUSAL,
-                           WG, NUM_CONSUMERS, NUM_STAGES, PINGPONG, SECTIONED, BALANCED)
+                           WG, NUM_CONSUMERS, NUM_STAGES, PINGPONG, SECTIONED, TABLE)
         else:
             ROWS: gl.constexpr = q_smem.shape[1]
             BLOCK_N: gl.constexpr = k_ring.shape[1]
@@ -188,26 +233,29 @@ if HAS_GLUON:
             tiles_m = gl.cdiv(seq_len, BLOCK_M)
             it = 0  # key blocks consumed by this program so far
             i = 0  # tiles of this program so far; tile i took it_i + i turns before it
-            first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
-            next_tile = _first_tile(order_ptr, first, BALANCED)
+            first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, TABLE)
+            next_tile = _first_tile(order_ptr, first, TABLE)
             for slot in range(first, end, step):
-                tile, next_tile = _slot_tile(order_ptr, slot, next_tile, BALANCED)
+                tile, next_tile = _slot_tile(order_ptr, slot, next_tile, TABLE)
                 start_m, q_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads,
                                                                     seq_len, heads_q, group, BLOCK_M, BLOCK_N, CAUSAL,
                                                                     SECTIONED)
                 q_slot = (i % _Q_BUFFERS) * NUM_CONSUMERS
                 _attend_tile(q_smem, k_ring, v_ring, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_ptr, lse_ptr,
-                             q_slot, (i // _Q_BUFFERS) & 1, start_m, q_row, n_full, n_blocks, it, it + i, seq_len,
-                             qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG)
+                             o_desc, q_slot, (i // _Q_BUFFERS) & 1, start_m, q_row, n_full, n_blocks, it, it + i,
+                             seq_len, qk_scale, CAUSAL, WG, NUM_STAGES, PINGPONG, O_TMA,
+                             _Q_BUFFERS * NUM_CONSUMERS + WG)
                 _release(q_empty, q_slot + WG)  # the tile's last QK^T retired inside _attend_tile
                 it += n_blocks
                 i += 1
+            if O_TMA:
+                tma.store_wait(0)  # the last O has left shared memory before the program ends
 
     @gluon.jit
     def _carried_tiles(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_ptr,
                        lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
                        CAUSAL: gl.constexpr, WG: gl.constexpr, NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                       PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, BALANCED: gl.constexpr):
+                       PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, TABLE: gl.constexpr):
         """Config CARRY_TILES: the consumer's tiles pipelined across their boundaries. A tile's last O += P V is
         issued with the next tile's S_0 = Q K_0^T (``_overlapped_step``'s HANDOVER), so the next tile's first
         softmax runs under it and the warpgroup never waits on a lone GEMM between tiles; the finished O is
@@ -232,10 +280,10 @@ if HAS_GLUON:
         tiles_m = gl.cdiv(seq_len, BLOCK_M)
         it = 0  # key blocks consumed by this program so far: tile i's block j is turn it_i + j
         i = 0
-        first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, BALANCED)
-        next_tile = _first_tile(order_ptr, first, BALANCED)
+        first, end, step = _program_slots(order_ptr, tiles_m * batch_heads, TABLE)
+        next_tile = _first_tile(order_ptr, first, TABLE)
         for slot in range(first, end, step):
-            tile, next_tile = _slot_tile(order_ptr, slot, next_tile, BALANCED)
+            tile, next_tile = _slot_tile(order_ptr, slot, next_tile, TABLE)
             start_m, tile_row, kv_row, n_full, n_blocks = _tile_at(tile, tiles_m, batch_heads, section_heads,
                                                                    seq_len, heads_q, group, BLOCK_M, BLOCK_N, CAUSAL,
                                                                    SECTIONED)
@@ -272,32 +320,35 @@ if HAS_GLUON:
 
     @gluon.jit
     def _persistent_second_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                    turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
+                                    turn, o_ptr, lse_ptr, order_ptr, o_desc, seq_len, heads_q, group, batch_heads,
                                     section_heads, qk_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr,
-                                    PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, BALANCED: gl.constexpr,
-                                    CARRY: gl.constexpr):
+                                    PINGPONG: gl.constexpr, SECTIONED: gl.constexpr, TABLE: gl.constexpr,
+                                    CARRY: gl.constexpr, O_TMA: gl.constexpr):
         _persistent_consumer(q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                             o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads, section_heads, qk_scale,
-                             CAUSAL, 1, 2, NUM_STAGES, PINGPONG, SECTIONED, BALANCED, CARRY)
+                             o_ptr, lse_ptr, order_ptr, o_desc, seq_len, heads_q, group, batch_heads, section_heads,
+                             qk_scale, CAUSAL, 1, 2, NUM_STAGES, PINGPONG, SECTIONED, TABLE, CARRY, O_TMA)
 
     @gluon.jit(do_not_specialize=["seq_len", "heads_q", "group", "batch_heads", "section_heads"])  # a build per config
-    def attn_fwd_persistent_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group,
-                                   batch_heads, section_heads, qk_scale, CAUSAL: gl.constexpr,
+    def attn_fwd_persistent_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, order_ptr, o_desc, seq_len, heads_q,
+                                   group, batch_heads, section_heads, qk_scale, CAUSAL: gl.constexpr,
                                    NUM_CONSUMERS: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                                   SECTIONED: gl.constexpr, BALANCED: gl.constexpr, CARRY: gl.constexpr,
-                                   LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                                   SECTIONED: gl.constexpr, TABLE: gl.constexpr, CARRY: gl.constexpr,
+                                   O_TMA: gl.constexpr, LOADER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
         """Grid: (min(cdiv(S, BLOCK_M) x B * Hq, SMs x CTAS_PER_SM),); BLOCK_M = 64 NUM_CONSUMERS.
 
         Arguments as ``attention_gluon._attn_fwd_kernel``'s, plus batch_heads = B * Hq and order_ptr: the int32
-        ``balanced_tile_table`` of this launch, read only when BALANCED. Shared: Q
-        [Q_BUFFERS * NUM_CONSUMERS, 64, D] (buffer i % 2, consumer w at (i % 2) * NUM_CONSUMERS + w), K and V
+        ``tile_table`` of this launch, read only when TABLE (configs BALANCED_TILES, L2_STAGGER), and o_desc: O's
+        2-D view [B*Hq*S, D], block [64, D], read only when O_TMA (q's otherwise). Shared: Q
+        [Q_BUFFERS * NUM_CONSUMERS, 64, D] (buffer i % 2, consumer w at (i % 2) * NUM_CONSUMERS + w; O_TMA: then
+        one O tile a consumer), K and V
         rings [NUM_STAGES, BLOCK_N, D]; barriers: q_bar / q_empty per Q slot, ready / empty per ring slot, the
         two ping-pong turns."""
         ROWS: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         Q_SLOTS: gl.constexpr = _Q_BUFFERS * NUM_CONSUMERS
-        q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout)
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_SLOTS + NUM_CONSUMERS * O_TMA, ROWS, HEAD_DIM],
+                                           q_desc.layout)
         k_ring = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
         v_ring = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
@@ -321,26 +372,26 @@ if HAS_GLUON:
         if NUM_CONSUMERS == 2:
             gl.warp_specialize([
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                        turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
-                                        section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, PINGPONG,
-                                        SECTIONED, BALANCED, CARRY)),
+                                        turn, o_ptr, lse_ptr, order_ptr, o_desc, seq_len, heads_q, group,
+                                        batch_heads, section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES,
+                                        PINGPONG, SECTIONED, TABLE, CARRY, O_TMA)),
                 (_persistent_second_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty,
-                                               v_empty, turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group,
-                                               batch_heads, section_heads, qk_scale, CAUSAL, NUM_STAGES, PINGPONG,
-                                               SECTIONED, BALANCED, CARRY)),
+                                               v_empty, turn, o_ptr, lse_ptr, order_ptr, o_desc, seq_len, heads_q,
+                                               group, batch_heads, section_heads, qk_scale, CAUSAL, NUM_STAGES,
+                                               PINGPONG, SECTIONED, TABLE, CARRY, O_TMA)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
                                       v_ready, k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads,
-                                      section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, BALANCED)),
+                                      section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, TABLE)),
             ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
         else:
             gl.warp_specialize([
                 (_persistent_consumer, (q_smem, k_ring, v_ring, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                                        turn, o_ptr, lse_ptr, order_ptr, seq_len, heads_q, group, batch_heads,
-                                        section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES, False,
-                                        SECTIONED, BALANCED, CARRY)),
+                                        turn, o_ptr, lse_ptr, order_ptr, o_desc, seq_len, heads_q, group,
+                                        batch_heads, section_heads, qk_scale, CAUSAL, 0, NUM_CONSUMERS, NUM_STAGES,
+                                        False, SECTIONED, TABLE, CARRY, O_TMA)),
                 (_persistent_loader, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, q_empty, k_ready,
                                       v_ready, k_empty, v_empty, order_ptr, seq_len, heads_q, group, batch_heads,
-                                      section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, BALANCED)),
+                                      section_heads, CAUSAL, NUM_CONSUMERS, NUM_STAGES, SECTIONED, TABLE)),
             ], [1], [LOADER_REGS])
         for i in gl.static_range(Q_SLOTS):
             mbarrier.invalidate(q_bar.index(i))

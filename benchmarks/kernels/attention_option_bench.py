@@ -1,29 +1,42 @@
-"""Carried tile boundaries of the persistent Gluon attention forward (config ``CARRY_TILES``) on an sm_90 GPU,
-against the same configs without them, the forward as wired and SDPA's backends, on the d=128 shapes of
-shapes.yaml up to MAX_SEQ (issue 20: a01, B=16 S=512 32 heads causal, at 0.73 of cuDNN, is the last forward
-below 0.75).
+"""One option of the persistent Gluon attention forward on an sm_90 GPU, each candidate against its twin without
+the option, the forward as wired and SDPA's backends, on the d=128 shapes of shapes.yaml the option is for
+(issue 20: a01, B=16 S=512 32 heads causal, at 0.72-0.73 of cuDNN, is the last forward below 0.75).
 
-    python3 benchmarks/kernels/attention_carry_bench.py --out DIR --budget-s 120      # H200: <= 130 s
+    python3 benchmarks/kernels/attention_option_bench.py --option carry --out DIR --budget-s 170    # H200: ~45 s
+    python3 benchmarks/kernels/attention_option_bench.py --option stagger --out DIR --budget-s 120
+    python3 benchmarks/kernels/attention_option_bench.py --option otma --out DIR --budget-s 170
 
-Why. At a01 a tile holds 1-4 key blocks (2.5 on average). Without the option each consumer warpgroup ends a
-tile with its last O += P V alone and waits for it, stores O, then starts the next tile with S_0 = Q K_0^T alone
-and waits for that before its first softmax: two GEMMs a tile nothing of the same warpgroup overlaps. With it the
-last P V is issued in the same ping-pong turn as the next tile's S_0 and the next tile's first softmax runs under
-it (``attention_gluon_persistent._carried_tiles``), as FA3's persistent kernel overlaps a tile's epilogue with
-the next tile's mainloop.
+Options (``OPTIONS``):
 
-1. Probes, one spawned process per candidate of ``attention_gluon.carry_config_space(128, causal)``: on the
-   persistent bench's PROBES (ragged, GQA, MQA, several tiles a program), O against SDPA in fp32
-   (``attention.TOLERANCE["bf16"]``) and O and lse against the twin without CARRY_TILES, which must be bitwise
-   equal (the same wgmmas on the same operands). A candidate that fails, differs or does not answer within
-   PROBE_SHARE of the budget (a hung pipeline) is not timed.
-2. Per shape (d=128, S <= MAX_SEQ; ``--ids`` to choose): the forward as wired (config=None), every probed
-   candidate of the shape's causal bucket and its twin without the option, SDPA's flash, cuDNN and
-   memory-efficient backends, checked (batch 0's O against fp32) and timed in ROUNDS alternating do_bench
-   rounds, L2 flushed before each launch (``attention_persistent_bench.shape_rows``), each round starting one
-   function later (``rotating_timer``): in a fixed order the first config after SDPA's memory-efficient kernel ran
-   up to 10% faster than the same config timed later in the round on the 1-4 ms shapes (this bench's first run,
-   ``results/h200/kernels/attention_carry/fixed_order/``; the GPU's clock under its power limit, presumably).
+- ``carry``, config ``CARRY_TILES`` (``attention_gluon.carry_config_space``; d=128 shapes up to S=4096). At a01 a
+  tile holds 1-4 key blocks (2.5 on average). Without the option each consumer warpgroup ends a tile with its last
+  O += P V alone and waits for it, stores O, then starts the next tile with S_0 = Q K_0^T alone and waits for that
+  before its first softmax: two GEMMs a tile nothing of the same warpgroup overlaps. With it the last P V is issued
+  in the same ping-pong turn as the next tile's S_0 and the next tile's first softmax runs under it
+  (``attention_gluon_persistent._carried_tiles``), as FA3's persistent kernel overlaps a tile's epilogue with the
+  next tile's mainloop. Twin: the config without CARRY_TILES.
+- ``stagger``, config ``L2_STAGGER`` (``attention_gluon.stagger_config_space``; d=128 causal shapes up to S=1024).
+  The sectioned order runs a section's longest tiles together, every one of them reading its head's K/V from HBM,
+  then its shorter tiles, which find theirs in L2 and leave HBM idle but for Q and O. The staggered order runs,
+  in each round, one section's longest tiles beside the shorter tiles of the sections before it
+  (``attention_gluon_persistent.staggered_launch_order``). Twin: the same config in the wired sectioned order
+  (32 MiB sections, each program every num_programs-th tile).
+- ``otma``, config ``O_TMA_STORE`` (``attention_gluon.o_tma_config_space``; d=128 shapes up to S=4096). Each
+  consumer's O tile leaves through a shared-memory tile of its own and one TMA store instead of 32 4-byte stores a
+  thread from registers, whose half-sector writes cost twice cuDNN's L2 write sectors at a01 (Nsight Compute,
+  ``results/h200/kernels/attention_ncu/``). Twin: the config storing O from registers.
+
+1. Probes, one spawned process per candidate: on the persistent bench's PROBES (ragged, GQA, MQA, several tiles a
+   program), O against SDPA in fp32 (``attention.TOLERANCE["bf16"]``) and O and lse against the twin, which must
+   be bitwise equal (the same wgmmas on the same operands, in another order or turn). A candidate that fails,
+   differs or does not answer within PROBE_SHARE of the budget (a hung pipeline) is not timed.
+2. Per shape (``--ids`` to choose): the forward as wired (config=None), every probed candidate of the shape's
+   causal bucket and its twin, SDPA's flash, cuDNN and memory-efficient backends, checked (batch 0's O against
+   fp32) and timed in ROUNDS alternating do_bench rounds, L2 flushed before each launch
+   (``attention_persistent_bench.shape_rows``), each round starting one function later (``rotating_timer``): in
+   a fixed order the first config after SDPA's memory-efficient kernel ran up to 10% faster than the same config
+   timed later in the round on the 1-4 ms shapes (the carry bench's first run,
+   ``results/h200/kernels/attention_carry/fixed_order/``; the gap stayed in the rotated order, see its README).
 3. A rule per (causal, sequence bucket), chosen on the FIT ids of ``attention_candidates_split.json`` among the
    wired forward and every timed config (``attention_persistent_bench.propose_rule``); REPORT.md judges it on the
    TEST ids apart and gives the factor it puts on the 20-shape geometric mean (the other shapes as wired).
@@ -47,8 +60,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-MAX_SEQ = 4096
-"""Longest sequence timed: the wired persistent buckets of d=128 (``PERSISTENT_FORWARD``) end there."""
 SHAPE_COUNT = 20
 """Attention shapes in shapes.yaml's broad set: the geometric mean the issue judges is over all of them."""
 PROBE_SHARE = 0.4
@@ -67,9 +78,49 @@ def _lib():
     return attention_persistent_bench, *attention_persistent_bench._lib()
 
 
-def twin(config: dict) -> dict:
+def _carry_twin(config: dict) -> dict:
     """The same config without carried tile boundaries."""
     return {key: value for key, value in config.items() if key != "CARRY_TILES"}
+
+
+def _stagger_twin(config: dict) -> dict:
+    """The same tiles in the wired short causal config's sectioned stride order."""
+    from workbench.kernels.attention_gluon import PERSISTENT_FORWARD
+
+    rest = {key: value for key, value in config.items() if key not in ("L2_STAGGER", "BALANCED_TILES")}
+    return {**rest, "L2_SECTION_MIB": PERSISTENT_FORWARD[(128, True)][0][2]["L2_SECTION_MIB"]}
+
+
+def _o_tma_twin(config: dict) -> dict:
+    """The same config storing O from registers."""
+    return {key: value for key, value in config.items() if key != "O_TMA_STORE"}
+
+
+def _o_tma_space(causal: bool) -> list[dict]:
+    from workbench.kernels.attention_gluon import o_tma_config_space
+
+    return o_tma_config_space(128, causal)
+
+
+def _carry_space(causal: bool) -> list[dict]:
+    from workbench.kernels.attention_gluon import carry_config_space
+
+    return carry_config_space(128, causal)
+
+
+def _stagger_space(causal: bool) -> list[dict]:
+    from workbench.kernels.attention_gluon import stagger_config_space
+
+    return stagger_config_space(128, causal)
+
+
+OPTIONS = {  # name: (config key, candidates per causal, twin, longest sequence timed, causal shapes only)
+    "carry": ("CARRY_TILES", _carry_space, _carry_twin, 4096, False),
+    "stagger": ("L2_STAGGER", _stagger_space, _stagger_twin, 1024, True),
+    "otma": ("O_TMA_STORE", _o_tma_space, _o_tma_twin, 4096, False),
+}
+"""The options this bench compares (module doc): the wired persistent buckets of d=128 end at S=4096
+(``PERSISTENT_FORWARD``); the staggered order is a candidate of the sectioned short causal bucket only."""
 
 
 def label(config: dict) -> str:
@@ -79,26 +130,26 @@ def label(config: dict) -> str:
     return "persistent " + json.dumps(persistent_bench.one_tile(config), sort_keys=True)
 
 
-def choices(causal: bool) -> dict[str, dict | None]:
+def choices(option: str, causal: bool) -> dict[str, dict | None]:
     """{choice: config}: "wired" (config=None), then each candidate of the bucket after its twin."""
-    from workbench.kernels.attention_gluon import carry_config_space
-
+    _, space, twin, _, _ = OPTIONS[option]
     out: dict[str, dict | None] = {"wired": None}
-    for config in carry_config_space(128, causal):
+    for config in space(causal):
         out[label(twin(config))] = twin(config)
         out[label(config)] = config
     return out
 
 
 def column(choice: str) -> str:
-    """A short column title: "128x128 s2 pp 32 MiB balanced carry"."""
+    """A short column title: "128x128 s2 pp 8 MiB balanced staggered carry"."""
     if choice == "wired":
         return "wired"
     config = json.loads(choice.split(" ", 1)[1])
     ctas, mib = config.get("CTAS_PER_SM", 1), config.get("L2_SECTION_MIB", 0)
     words = [f"{config['BLOCK_M']}x{config['BLOCK_N']} s{config['NUM_STAGES']}", "pp" if config["PINGPONG"] else "",
              f"c{ctas}" if ctas > 1 else "", f"{mib} MiB" if mib else "",
-             "balanced" if config.get("BALANCED_TILES") else "", "carry" if config.get("CARRY_TILES") else ""]
+             "balanced" if config.get("BALANCED_TILES") else "", "staggered" if config.get("L2_STAGGER") else "",
+             "carry" if config.get("CARRY_TILES") else "", "O by TMA" if config.get("O_TMA_STORE") else ""]
     return " ".join(word for word in words if word)
 
 
@@ -125,7 +176,8 @@ def rotating_timer(broad_shapes, rounds: int):
 # ---------------------------------------------------------------------------------------------------- probes
 def _probe_job(job: tuple) -> dict:
     """Worker: one candidate on every probe input (module doc, step 1)."""
-    causal, config = job
+    option, causal, config = job
+    twin = OPTIONS[option][2]
     sys.path.insert(0, str(ROOT))
     persistent_bench, _, broad_shapes, _ = _lib()
     started = time.perf_counter()
@@ -159,11 +211,9 @@ def _probe_job(job: tuple) -> dict:
     return out
 
 
-def probe(workers: int, limit_s: float) -> list[dict]:
+def probe(option: str, workers: int, limit_s: float) -> list[dict]:
     """Every candidate's probe result; processes still running at ``limit_s`` are killed."""
-    from workbench.kernels.attention_gluon import carry_config_space
-
-    jobs = [(causal, c) for causal in (True, False) for c in carry_config_space(128, causal)]
+    jobs = [(option, causal, c) for causal in (True, False) for c in OPTIONS[option][1](causal)]
     results, started = {}, time.monotonic()
     pool = multiprocessing.get_context("spawn").Pool(max(1, min(workers, len(jobs))), maxtasksperchild=1)
     try:
@@ -175,7 +225,7 @@ def probe(workers: int, limit_s: float) -> list[dict]:
                     results[i] = handle.get()
                 except Exception as exc:  # noqa: BLE001 - a crashed worker
                     results[i] = dict(status="error", error=repr(exc)[:300])
-                print(f"  probe causal={jobs[i][0]} {column(label(jobs[i][1]))}: {results[i]['status']} err "
+                print(f"  probe causal={jobs[i][1]} {column(label(jobs[i][2]))}: {results[i]['status']} err "
                       f"{results[i].get('rel_err', '?')}, vs twin {results[i].get('max_diff')} "
                       f"({results[i].get('seconds', '?')} s)", flush=True)
             time.sleep(0.2)
@@ -185,18 +235,18 @@ def probe(workers: int, limit_s: float) -> list[dict]:
         pool.terminate()
         pool.join()
     rows = [dict(dict(head_dim=128, causal=causal, config=json.dumps(c, sort_keys=True)), **results[i])
-            for i, (causal, c) in enumerate(jobs)]
+            for i, (_, causal, c) in enumerate(jobs)]
     print(f"probes: {sum(r['status'] == 'ok' for r in rows)}/{len(rows)} ok in {time.monotonic() - started:.0f} s",
           flush=True)
     return rows
 
 
 # ------------------------------------------------------------------------------------------------------ report
-def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: dict) -> str:
+def report(option: str, rows: list[dict], rule: dict, probes: list[dict], split: dict, env: dict) -> str:
     persistent_bench, _, _, br = _lib()
+    option_key, _, twin, _, _ = OPTIONS[option]
     fmt, entries = br._fmt, persistent_bench.per_shape(rows, rule)
-    lines = [f"# Carried tile boundaries (CARRY_TILES) of the persistent Gluon attention forward "
-             f"({env.get('gpu', '?')})", "",
+    lines = [f"# {option_key} in the persistent Gluon attention forward ({env.get('gpu', '?')})", "",
              f"`{env.get('command', '')}` ({env.get('date_utc', '')}; torch {env.get('torch')}, triton "
              f"{env.get('triton')}). {env.get('timing', '')}. Ratio = best SDPA time / the candidate's. `wired` is "
              "config=None as shipped (d=128, S <= 4096: the persistent kernel, `PERSISTENT_FORWARD`). The rule is "
@@ -220,21 +270,21 @@ def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: d
               "| bucket | choice | geomean of time / fastest, fit shapes | fit shapes |", "|---|---|---|---|"]
     lines += [f"| {key} | `{column(r['choice'])}` | {r['score']:.3f} | {', '.join(r['shapes'])} |"
               for key, r in rule.items()]
-    lines += ["", "## Each candidate against its twin without CARRY_TILES (twin time / carried time: > 1, the "
+    lines += ["", f"## Each candidate against its twin without {option_key} (twin time / candidate time: > 1, the "
               "option is faster)", "",
-              "| id | split | causal | seq | candidate | twin ms | carried ms | twin / carried |",
+              "| id | split | causal | seq | candidate | twin ms | candidate ms | twin / candidate |",
               "|---|---|---|---|---|---|---|---|"]
     for e in entries:
         r = e["first"]
         timed = {x["choice"]: persistent_bench._ms(x) for x in rows if x["id"] == e["id"]}
-        for name in [c for c in timed if c.startswith("persistent ") and '"CARRY_TILES": true' in c]:
+        for name in [c for c in timed if c.startswith("persistent ") and f'"{option_key}": true' in c]:
             base = label(twin(json.loads(name.split(" ", 1)[1])))
             speedup = timed[base] / timed[name] if timed.get(base) and timed[name] else None
             lines.append(f"| {e['id']} | {r['split']} | {r['causal']} | {r['seq']} | {column(name)} | "
                          f"{fmt(timed.get(base), 4)} | {fmt(timed[name], 4)} | {fmt(speedup, 3)} |")
     lines += ["", "## Per shape (ms (ratio = best SDPA / it))", ""]
     for causal in (1, 0):
-        labels = [c for c in choices(bool(causal)) if c != "wired"]
+        labels = [c for c in choices(option, bool(causal)) if c != "wired"]
         shown = [e for e in entries if int(e["first"]["causal"]) == causal]
         if not shown:
             continue
@@ -266,11 +316,12 @@ def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: d
 # -------------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--option", choices=sorted(OPTIONS), default="carry", help="the option compared")
     parser.add_argument("--out", type=Path, required=True, help="output folder (created)")
     parser.add_argument("--budget-s", type=float, default=120.0, help="stop cleanly after this many seconds")
     parser.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                         help="probe processes (each builds two kernels)")
-    parser.add_argument("--ids", default="", help="comma-separated shape ids (default: d128, S <= MAX_SEQ)")
+    parser.add_argument("--ids", default="", help="comma-separated shape ids (default: the option's d128 shapes)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="do_bench rounds per function (rotated order)")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -293,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{broad_shapes.WARMUP_MS} ms (later rounds 2) / rep {broad_shapes.REP_MS} ms")
     write_text(args.out / "environment.json", json.dumps(env, indent=1) + "\n", overwrite=True)
     print(json.dumps(env), flush=True)
-    probes = probe(args.workers, args.budget_s * PROBE_SHARE)
+    probes = probe(args.option, args.workers, args.budget_s * PROBE_SHARE)
+    _, _, _, max_seq, causal_only = OPTIONS[args.option]
     write_text(args.out / "probes.json", json.dumps(probes, indent=1) + "\n", overwrite=True)
     refused = {(p["head_dim"], p["causal"], p["config"]): f"probe {p['status']}: {p.get('error', '')}"
                for p in probes if p["status"] != "ok"}
@@ -305,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape in broad_shapes.load_shapes()["attention"]:
         if wanted and shape["id"] not in wanted:
             continue
-        if not wanted and not (shape["head_dim"] == 128 and shape["seq"] <= MAX_SEQ):
+        if not wanted and not (shape["head_dim"] == 128 and shape["seq"] <= max_seq
+                               and (shape["causal"] or not causal_only)):
             continue
         if time.monotonic() > deadline:
             print(f"budget: stopping before {shape['id']}", flush=True)
@@ -313,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         t0, half = time.monotonic(), "fit" if shape["id"] in split["fit"] else "test"
         try:
             new = persistent_bench.shape_rows(shape, half, timer, refused, TOLERANCE["bf16"],
-                                              choices(bool(shape["causal"])))
+                                              choices(args.option, bool(shape["causal"])))
         except Exception as exc:  # noqa: BLE001 - one shape that does not run: recorded, the rest goes on
             traceback.print_exc()
             new = [dict(id=shape["id"], name=shape["name"], split=half, choice="?",
@@ -329,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
               + f"  [{time.monotonic() - t0:.1f} s]", flush=True)
     rule = persistent_bench.propose_rule(rows, split["fit"], broad_report.geomean)
     write_text(args.out / "rule.json", json.dumps(rule, indent=1) + "\n", overwrite=True)
-    text = report(rows, rule, probes, split, env)
+    text = report(args.option, rows, rule, probes, split, env)
     write_text(args.out / "REPORT.md", text, overwrite=True)
     print(text.split("## Per shape")[0], flush=True)
     print(f"total {time.monotonic() - started:.0f} s", flush=True)
