@@ -295,14 +295,11 @@ def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: d
              "`benchmarks/kernels/attention_candidates_split.json`; the test ids are the honest figure.", "",
              "## Targets (issue 20: forward geometric mean >= 0.95, no shape below 0.75)", "",
              "| forward | shapes | geomean | min | shapes timed |", "|---|---|---|---|---|"]
-    for title, key in (("as wired (config=None)", "wired"), ("proposed rule", "rule"),
-                       ("fastest choice per shape (a ceiling)", "fastest")):
-        for half in ("test", "fit", "all"):
-            values = [e[f"{key}_ratio"] for e in entries if half == "all" or e["id"] in split[half]]
-            measured = [x for x in values if x]
-            lines.append(f"| {title} | {half} | {br._target(br.geomean(measured), br.TARGETS['fwd'])} | "
-                         f"{br._target(min(measured, default=None), br.TARGETS['attention_min'])} | "
-                         f"{len(measured)}/{len(values)} |")
+    lines += br.forward_target_rows(entries, split, (
+        ("as wired (config=None)", "wired"),
+        ("proposed rule", "rule"),
+        ("fastest choice per shape (a ceiling)", "fastest"),
+    ))
     lines += ["", "## Proposed rule (per head_dim and sequence bucket: S <= 1024 short, <= 4096 mid, else long)", "",
               "| bucket | choice | geomean of time / fastest, fit shapes | fit shapes |", "|---|---|---|---|"]
     lines += [f"| {key} | `{r['choice']}` | {r['score']:.3f} | {', '.join(r['shapes'])} |" for key, r in rule.items()]

@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import sys
 import time
@@ -214,31 +213,11 @@ def _probe_job(job: tuple) -> dict:
 def probe(option: str, workers: int, limit_s: float) -> list[dict]:
     """Every candidate's probe result; processes still running at ``limit_s`` are killed."""
     jobs = [(option, causal, c) for causal in (True, False) for c in OPTIONS[option][1](causal)]
-    results, started = {}, time.monotonic()
-    pool = multiprocessing.get_context("spawn").Pool(max(1, min(workers, len(jobs))), maxtasksperchild=1)
-    try:
-        pending = {pool.apply_async(_probe_job, (job,)): i for i, job in enumerate(jobs)}
-        while pending and time.monotonic() - started < limit_s:
-            for handle in [h for h in pending if h.ready()]:
-                i = pending.pop(handle)
-                try:
-                    results[i] = handle.get()
-                except Exception as exc:  # noqa: BLE001 - a crashed worker
-                    results[i] = dict(status="error", error=repr(exc)[:300])
-                print(f"  probe causal={jobs[i][1]} {column(label(jobs[i][2]))}: {results[i]['status']} err "
-                      f"{results[i].get('rel_err', '?')}, vs twin {results[i].get('max_diff')} "
-                      f"({results[i].get('seconds', '?')} s)", flush=True)
-            time.sleep(0.2)
-        for i in pending.values():
-            results[i] = dict(status="timeout", error=f"no answer within {limit_s:.0f} s (slow build or a hang)")
-    finally:
-        pool.terminate()
-        pool.join()
-    rows = [dict(dict(head_dim=128, causal=causal, config=json.dumps(c, sort_keys=True)), **results[i])
-            for i, (_, causal, c) in enumerate(jobs)]
-    print(f"probes: {sum(r['status'] == 'ok' for r in rows)}/{len(rows)} ok in {time.monotonic() - started:.0f} s",
-          flush=True)
-    return rows
+    results = _lib()[0].probe_pool(jobs, _probe_job, workers, limit_s, lambda job, r: (
+        f"causal={job[1]} {column(label(job[2]))}: {r['status']} err {r.get('rel_err', '?')}, vs twin "
+        f"{r.get('max_diff')} ({r.get('seconds', '?')} s)"))
+    return [dict(dict(head_dim=128, causal=causal, config=json.dumps(c, sort_keys=True)), **r)
+            for (_, causal, c), r in zip(jobs, results)]
 
 
 # ------------------------------------------------------------------------------------------------------ report
@@ -254,14 +233,11 @@ def report(option: str, rows: list[dict], rule: dict, probes: list[dict], split:
              "honest figure.", "",
              "## Targets on these shapes (issue 20: no forward shape below 0.75; geometric mean >= 0.95 over all 20)",
              "", "| forward | shapes | geomean | min | shapes timed |", "|---|---|---|---|---|"]
-    for title, key in (("as wired (config=None)", "wired"), ("proposed rule", "rule"),
-                       ("best timed config per shape (a ceiling)", "persistent")):
-        for half in ("test", "fit", "all"):
-            values = [e[f"{key}_ratio"] for e in entries if half == "all" or e["id"] in split[half]]
-            measured = [x for x in values if x]
-            lines.append(f"| {title} | {half} | {br._target(br.geomean(measured), br.TARGETS['fwd'])} | "
-                         f"{br._target(min(measured, default=None), br.TARGETS['attention_min'])} | "
-                         f"{len(measured)}/{len(values)} |")
+    lines += br.forward_target_rows(entries, split, (
+        ("as wired (config=None)", "wired"),
+        ("proposed rule", "rule"),
+        ("best timed config per shape (a ceiling)", "persistent"),
+    ))
     gains = [e["rule_ratio"] / e["wired_ratio"] for e in entries if e["rule_ratio"] and e["wired_ratio"]]
     factor = math.prod(gains) ** (1 / SHAPE_COUNT) if gains else None
     lines += ["", f"The rule multiplies the {SHAPE_COUNT}-shape forward geometric mean by {fmt(factor, 4)} (its "

@@ -138,15 +138,14 @@ def _probe_job(job: tuple) -> dict:
     return out
 
 
-def probe(workers: int, limit_s: float) -> list[dict]:
-    """Every persistent candidate's probe result; processes still running at ``limit_s`` are killed."""
-    from workbench.kernels.attention_gluon import persistent_config_space
-
-    jobs = [(d, causal, c) for d in (128, 64) for causal in (True, False) for c in persistent_config_space(d, causal)]
+def probe_pool(jobs: list, job_fn, workers: int, limit_s: float, describe) -> list[dict]:
+    """Each job's result of ``job_fn``, in spawned processes one job each (an illegal instruction poisons only its
+    own CUDA context), ``describe(job, result)`` printed as each arrives; jobs still running at ``limit_s`` are
+    killed and marked "timeout" (a slow build or a hung pipeline)."""
     results, started = {}, time.monotonic()
-    pool = multiprocessing.get_context("spawn").Pool(max(1, workers), maxtasksperchild=1)
+    pool = multiprocessing.get_context("spawn").Pool(max(1, min(workers, len(jobs))), maxtasksperchild=1)
     try:
-        pending = {pool.apply_async(_probe_job, (job,)): i for i, job in enumerate(jobs)}
+        pending = {pool.apply_async(job_fn, (job,)): i for i, job in enumerate(jobs)}
         while pending and time.monotonic() - started < limit_s:
             for handle in [h for h in pending if h.ready()]:
                 i = pending.pop(handle)
@@ -154,20 +153,28 @@ def probe(workers: int, limit_s: float) -> list[dict]:
                     results[i] = handle.get()
                 except Exception as exc:  # noqa: BLE001 - a crashed worker
                     results[i] = dict(status="error", error=repr(exc)[:300])
-                print(f"  probe d{jobs[i][0]} causal={jobs[i][1]} {one_tile(jobs[i][2])}: {results[i]['status']} "
-                      f"err {results[i].get('rel_err', '?')}, vs one-tile {results[i].get('max_diff_vs_one_tile')} "
-                      f"({results[i].get('seconds', '?')} s)", flush=True)
+                print(f"  probe {describe(jobs[i], results[i])}", flush=True)
             time.sleep(0.2)
         for i in pending.values():
             results[i] = dict(status="timeout", error=f"no answer within {limit_s:.0f} s (slow build or a hang)")
     finally:
         pool.terminate()
         pool.join()
-    rows = [dict(dict(head_dim=d, causal=causal, config=json.dumps(c, sort_keys=True)), **results[i])
-            for i, (d, causal, c) in enumerate(jobs)]
-    print(f"probes: {sum(r['status'] == 'ok' for r in rows)}/{len(rows)} ok in {time.monotonic() - started:.0f} s",
-          flush=True)
-    return rows
+    print(f"probes: {sum(r['status'] == 'ok' for r in results.values())}/{len(jobs)} ok in "
+          f"{time.monotonic() - started:.0f} s", flush=True)
+    return [results[i] for i in range(len(jobs))]
+
+
+def probe(workers: int, limit_s: float) -> list[dict]:
+    """Every persistent candidate's probe result; processes still running at ``limit_s`` are killed."""
+    from workbench.kernels.attention_gluon import persistent_config_space
+
+    jobs = [(d, causal, c) for d in (128, 64) for causal in (True, False) for c in persistent_config_space(d, causal)]
+    results = probe_pool(jobs, _probe_job, workers, limit_s, lambda job, r: (
+        f"d{job[0]} causal={job[1]} {one_tile(job[2])}: {r['status']} err {r.get('rel_err', '?')}, vs one-tile "
+        f"{r.get('max_diff_vs_one_tile')} ({r.get('seconds', '?')} s)"))
+    return [dict(dict(head_dim=d, causal=causal, config=json.dumps(c, sort_keys=True)), **r)
+            for (d, causal, c), r in zip(jobs, results)]
 
 
 # ------------------------------------------------------------------------------------------------------ shapes
@@ -280,14 +287,12 @@ def report(rows: list[dict], rule: dict, probes: list[dict], split: dict, env: d
              "honest figure. `persistent best` / `one-tile best`: the fastest of each family per shape (ceilings).",
              "", "## Targets (issue 20: forward geometric mean >= 0.95, no shape below 0.75)", "",
              "| forward | shapes | geomean | min | shapes timed |", "|---|---|---|---|---|"]
-    for title, key in (("as wired (config=None)", "wired"), ("proposed rule", "rule"),
-                       ("persistent best per shape", "persistent"), ("one-tile best per shape", "one_tile")):
-        for half in ("test", "fit", "all"):
-            values = [e[f"{key}_ratio"] for e in entries if half == "all" or e["id"] in split[half]]
-            measured = [x for x in values if x]
-            lines.append(f"| {title} | {half} | {br._target(br.geomean(measured), br.TARGETS['fwd'])} | "
-                         f"{br._target(min(measured, default=None), br.TARGETS['attention_min'])} | "
-                         f"{len(measured)}/{len(values)} |")
+    lines += br.forward_target_rows(entries, split, (
+        ("as wired (config=None)", "wired"),
+        ("proposed rule", "rule"),
+        ("persistent best per shape", "persistent"),
+        ("one-tile best per shape", "one_tile"),
+    ))
     lines += ["", "## Proposed rule (fit shapes; S <= 1024 short, <= 4096 mid, else long)", "",
               "| bucket | choice | geomean of time / fastest, fit shapes | fit shapes |", "|---|---|---|---|"]
     lines += [f"| {key} | `{r['choice']}` | {r['score']:.3f} | {', '.join(r['shapes'])} |" for key, r in rule.items()]

@@ -453,15 +453,22 @@ def test_carried_tile_boundaries_compute_the_same_tiles_bitwise(b, hq, hkv, s, c
     so O and lse are bitwise those of the config without it (a tile's O stored with the next tile's sums, or a
     ring or turn phase off by one, moves them far)."""
     config = carry_config_space(128, causal)[index]
+    q, k, v, o = _bitwise_twins(b, hq, hkv, s, causal, config, ("CARRY_TILES",))
+    ref_o = reference_attention(q[:1], k[:1], v[:1], causal)
+    assert ((o[:1].double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2, _config_ids(config)
+
+
+def _bitwise_twins(b, hq, hkv, s, causal, config, options):
+    """(q, k, v, O) of ``config`` on random inputs of this shape, after checking O and lse bitwise equal to those of
+    its twin without ``options`` (an option that only reorders or restages work)."""
     generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
     q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
                for h in (hq, hkv, hkv))
     o, lse = gluon_attention_forward(q, k, v, causal, config=config)
-    twin = {key: value for key, value in config.items() if key != "CARRY_TILES"}
+    twin = {key: value for key, value in config.items() if key not in options}
     o_0, lse_0 = gluon_attention_forward(q, k, v, causal, config=twin)
     assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
-    ref_o = reference_attention(q[:1], k[:1], v[:1], causal)
-    assert ((o[:1].double() - ref_o).norm() / ref_o.norm()).item() <= 2e-2, _config_ids(config)
+    return q, k, v, o
 
 
 @on_hopper
@@ -474,15 +481,8 @@ def test_carried_tile_boundaries_compute_the_same_tiles_bitwise(b, hq, hkv, s, c
 @pytest.mark.parametrize("index", range(len(stagger_config_space(128, True))))
 def test_the_staggered_order_computes_every_tile_once_as_the_stride_order(b, hq, hkv, s, index):
     """Only the order changes: O and lse bitwise equal to the same tiles in the stride order, unsectioned."""
-    config = stagger_config_space(128, True)[index]
-    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
-    q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
-               for h in (hq, hkv, hkv))
-    stride = {key: value for key, value in config.items() if key not in ("L2_SECTION_MIB", "BALANCED_TILES",
-                                                                         "L2_STAGGER")}
-    o_0, lse_0 = gluon_attention_forward(q, k, v, True, config=stride)
-    o, lse = gluon_attention_forward(q, k, v, True, config=config)
-    assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
+    _bitwise_twins(b, hq, hkv, s, True, stagger_config_space(128, True)[index],
+                   ("L2_SECTION_MIB", "BALANCED_TILES", "L2_STAGGER"))
 
 
 @on_hopper
@@ -498,14 +498,7 @@ def test_the_staggered_order_computes_every_tile_once_as_the_stride_order(b, hq,
 def test_o_s_tma_store_writes_the_same_o_as_the_register_stores(b, hq, hkv, s, causal, index):
     """The same O, bitwise: only the path O takes to global memory changes (a tile stored to the wrong rows, or
     a shared tile overwritten before its store has read it, moves it far)."""
-    config = o_tma_config_space(128, causal)[index]
-    generator = torch.Generator(device="cuda").manual_seed(b * 1000 + s)
-    q, k, v = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=generator)
-               for h in (hq, hkv, hkv))
-    o, lse = gluon_attention_forward(q, k, v, causal, config=config)
-    twin = {key: value for key, value in config.items() if key != "O_TMA_STORE"}
-    o_0, lse_0 = gluon_attention_forward(q, k, v, causal, config=twin)
-    assert torch.equal(o, o_0) and torch.equal(lse, lse_0), _config_ids(config)
+    _bitwise_twins(b, hq, hkv, s, causal, o_tma_config_space(128, causal)[index], ("O_TMA_STORE",))
 
 
 @on_hopper

@@ -816,6 +816,13 @@ def o_tma_config_space(head_dim: int, causal: bool) -> list[dict]:
     ``benchmarks/kernels/attention_option_bench.py --option otma`` ranks them: the bucket's wired persistent configs
     (``PERSISTENT_FORWARD``) and the other ``persistent_config_space`` entries with the option, where one more
     [64, D] tile a consumer still fits sm_90's shared memory. Empty at d=64, where no persistent config is wired."""
+    return [c for c in _persistent_twins(head_dim, causal, "O_TMA_STORE") if fits_shared_memory(c, head_dim)]
+
+
+def _persistent_twins(head_dim: int, causal: bool, key: str, drop: str = "", runs_every_block: bool = False):
+    """The bucket's wired persistent configs (``PERSISTENT_FORWARD``), then the other ``persistent_config_space``
+    entries, each once, with option ``key`` on and option ``drop`` off; ``runs_every_block``: only those whose two
+    consumers run every key block (not causal 64-key tiles). [] at d=64, where no persistent config is wired."""
     check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
     check(isinstance(causal, bool), "causal", repr(causal), "True or False")
     if head_dim != 128:
@@ -823,10 +830,10 @@ def o_tma_config_space(head_dim: int, causal: bool) -> list[dict]:
     space = []
     for config in [c for _, _, c in PERSISTENT_FORWARD.get((head_dim, causal), ())] + persistent_config_space(
             head_dim, causal):
-        twin = {**config, "O_TMA_STORE": True}
-        if twin not in space:
+        twin = {**{k: v for k, v in config.items() if k != drop}, key: True}
+        if twin not in space and not (runs_every_block and causal and config["BLOCK_N"] <= ROWS_PER_WARPGROUP):
             space.append(twin)
-    return [c for c in space if fits_shared_memory(c, head_dim)]
+    return space
 
 
 L2_STAGGER_CANDIDATES_MIB = (16, 8, 4)
@@ -852,21 +859,12 @@ def stagger_config_space(head_dim: int, causal: bool) -> list[dict]:
 
 def carry_config_space(head_dim: int, causal: bool) -> list[dict]:
     """Candidates of the carried tile boundaries (``CARRY_TILES``), beside their twins until the H200 run of
-    ``benchmarks/kernels/attention_carry_bench.py`` ranks them: the twin of the bucket's wired persistent configs
-    (``PERSISTENT_FORWARD``, storing O from registers: the options exclude each other) and of every
-    ``persistent_config_space`` entry whose consumers both run every key block (not causal 64-key tiles), and the
-    sectioned ones again with ``BALANCED_TILES``. Empty at d=64, where no
-    persistent config is wired (and whose causal 128 x 128 twins spill 4 bytes a thread, triton 3.7.1)."""
-    check(head_dim in (64, 128), "head_dim", head_dim, "64 or 128")
-    check(isinstance(causal, bool), "causal", repr(causal), "True or False")
-    if head_dim != 128:
-        return []
-    space = []
-    for config in [c for _, _, c in PERSISTENT_FORWARD.get((head_dim, causal), ())] + persistent_config_space(
-            head_dim, causal):
-        twin = {**{k: v for k, v in config.items() if k != "O_TMA_STORE"}, "CARRY_TILES": True}
-        if twin not in space and not (causal and config["BLOCK_N"] <= ROWS_PER_WARPGROUP):
-            space.append(twin)
+    ``benchmarks/kernels/attention_option_bench.py --option carry`` ranks them: the twin of the bucket's wired
+    persistent configs (``PERSISTENT_FORWARD``, storing O from registers: the options exclude each other) and of
+    every ``persistent_config_space`` entry whose consumers both run every key block (not causal 64-key tiles), and
+    the sectioned ones again with ``BALANCED_TILES``. Empty at d=64, where no persistent config is wired (and whose
+    causal 128 x 128 twins spill 4 bytes a thread, triton 3.7.1)."""
+    space = _persistent_twins(head_dim, causal, "CARRY_TILES", drop="O_TMA_STORE", runs_every_block=True)
     space += [{**c, "BALANCED_TILES": True} for c in space if c.get("L2_SECTION_MIB")]
     return [c for c in space if fits_shared_memory(c, head_dim)]
 

@@ -190,6 +190,21 @@ def _target(measured, goal: float, above: bool = True) -> str:
     return f"{measured:.3f} ({'met' if met else 'missed'}; target {'>=' if above else '<='} {goal})"
 
 
+def forward_target_rows(entries: list[dict], split: dict, choices) -> list[str]:
+    """The forward targets' table rows of the attention sweeps (``benchmarks/kernels/attention_*_bench.py``): per
+    (title, key) of ``choices`` and per half (test, fit, all: ``split``'s ids), the geometric mean and minimum of
+    the entries' ``{key}_ratio`` against issue 20's forward targets, and how many shapes were timed."""
+    lines = []
+    for title, key in choices:
+        for half in ("test", "fit", "all"):
+            values = [e[f"{key}_ratio"] for e in entries if half == "all" or e["id"] in split[half]]
+            measured = [x for x in values if x]
+            lines.append(f"| {title} | {half} | {_target(geomean(measured), TARGETS['fwd'])} | "
+                         f"{_target(min(measured, default=None), TARGETS['attention_min'])} | "
+                         f"{len(measured)}/{len(values)} |")
+    return lines
+
+
 def summarize(gemm: list[dict], attention: list[dict]) -> dict:
     out = {}
     for dtype in ("bf16", "fp8"):
