@@ -1,6 +1,7 @@
 """One option of the persistent Gluon attention forward on an sm_90 GPU, each candidate against its twin without
 the option, the forward as wired and SDPA's backends, on the d=128 shapes of shapes.yaml the option is for
-(issue 20: a01, B=16 S=512 32 heads causal, at 0.72-0.73 of cuDNN, is the last forward below 0.75).
+(issue 20: a01, B=16 S=512 32 heads causal, was the last forward below 0.75: 0.72-0.73 of cuDNN until O went
+out by TMA).
 
     python3 benchmarks/kernels/attention_option_bench.py --option carry --out DIR --budget-s 170    # H200: ~45 s
     python3 benchmarks/kernels/attention_option_bench.py --option stagger --out DIR --budget-s 120
