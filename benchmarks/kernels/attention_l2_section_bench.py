@@ -41,7 +41,6 @@ import math
 import os
 import sys
 import time
-import traceback
 import warnings
 from pathlib import Path
 
@@ -248,7 +247,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     sys.path.insert(0, str(ROOT))
     persistent_bench, attention_candidates, broad_shapes, broad_report = _lib()
-    import torch
 
     from workbench.fileio import write_text
     from workbench.kernels.attention import TOLERANCE
@@ -271,33 +269,22 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {i for i in args.ids.split(",") if i}
     timer = broad_shapes.Timer(True)
     log = broad_shapes.CsvLog(args.out / "rows.csv", persistent_bench.FIELDS)
-    rows = []
-    for shape in broad_shapes.load_shapes()["attention"]:
-        if wanted and shape["id"] not in wanted:
-            continue
-        if not wanted and not (shape["head_dim"] == 128 and shape["causal"] and shape["seq"] <= MAX_SEQ):
-            continue
-        if time.monotonic() > deadline:
-            print(f"budget: stopping before {shape['id']}", flush=True)
-            break
-        t0, half = time.monotonic(), "fit" if shape["id"] in split["fit"] else "test"
-        try:
-            new = persistent_bench.shape_rows(shape, half, timer, refused, TOLERANCE["bf16"], choices())
-        except Exception as exc:  # noqa: BLE001 - one shape that does not run: recorded, the rest goes on
-            traceback.print_exc()
-            new = [dict(id=shape["id"], name=shape["name"], split=half, choice="?",
-                        error=broad_shapes._error_text(exc))]
-            torch.cuda.empty_cache()
-        for row in new:
-            log.add(row)
-        rows += [r for r in new if "head_dim" in r]
-        e = next(iter(persistent_bench.per_shape([r for r in new if "head_dim" in r], {})), None)
-        if e:
-            fmt = broad_report._fmt
-            print(f"{shape['id']} {shape['name']}: sdpa {fmt(e['sdpa_ms'], 4)} ({e['sdpa']}), wired "
-                  f"{fmt(e['wired_ratio'])}, persistent best {fmt(e['persistent_ratio'])} "
-                  f"{e['picks']['persistent']}, one-tile pinned {fmt(e['pinned_ratio'])} -> sectioned "
-                  f"{fmt(e['one_tile_ratio'])}  [{time.monotonic() - t0:.1f} s]", flush=True)
+    shapes = [shape for shape in broad_shapes.load_shapes()["attention"]
+              if (shape["id"] in wanted if wanted else shape["head_dim"] == 128 and shape["causal"]
+                  and shape["seq"] <= MAX_SEQ)]
+    configs = choices()
+
+    def describe(shape: dict, timed: list[dict]) -> str:
+        e = next(iter(persistent_bench.per_shape(timed, {})), None)
+        if e is None:
+            return f"{shape['id']} {shape['name']}: no rows"
+        fmt = broad_report._fmt
+        return (f"{shape['id']} {shape['name']}: sdpa {fmt(e['sdpa_ms'], 4)} ({e['sdpa']}), wired "
+                f"{fmt(e['wired_ratio'])}, persistent best {fmt(e['persistent_ratio'])} {e['picks']['persistent']}, "
+                f"one-tile pinned {fmt(e['pinned_ratio'])} -> sectioned {fmt(e['one_tile_ratio'])}")
+
+    rows = persistent_bench.sweep_shapes(shapes, split, timer, refused, TOLERANCE["bf16"], log, deadline,
+                                         lambda shape: configs, describe)
     rule = persistent_bench.propose_rule(rows, split["fit"], broad_report.geomean)
     write_text(args.out / "rule.json", json.dumps(rule, indent=1) + "\n", overwrite=True)
     text = report(rows, rule, probes, split, env)

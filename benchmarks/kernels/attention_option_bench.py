@@ -53,7 +53,6 @@ import math
 import os
 import sys
 import time
-import traceback
 import warnings
 from pathlib import Path
 
@@ -304,7 +303,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     sys.path.insert(0, str(ROOT))
     persistent_bench, attention_candidates, broad_shapes, broad_report = _lib()
-    import torch
 
     from workbench.fileio import write_text
     from workbench.kernels.attention import TOLERANCE
@@ -330,33 +328,17 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {i for i in args.ids.split(",") if i}
     timer = rotating_timer(broad_shapes, args.rounds)
     log = broad_shapes.CsvLog(args.out / "rows.csv", persistent_bench.FIELDS)
-    rows = []
-    for shape in broad_shapes.load_shapes()["attention"]:
-        if wanted and shape["id"] not in wanted:
-            continue
-        if not wanted and not (shape["head_dim"] == 128 and shape["seq"] <= max_seq
-                               and (shape["causal"] or not causal_only)):
-            continue
-        if time.monotonic() > deadline:
-            print(f"budget: stopping before {shape['id']}", flush=True)
-            break
-        t0, half = time.monotonic(), "fit" if shape["id"] in split["fit"] else "test"
-        try:
-            new = persistent_bench.shape_rows(shape, half, timer, refused, TOLERANCE["bf16"],
-                                              choices(args.option, bool(shape["causal"])))
-        except Exception as exc:  # noqa: BLE001 - one shape that does not run: recorded, the rest goes on
-            traceback.print_exc()
-            new = [dict(id=shape["id"], name=shape["name"], split=half, choice="?",
-                        error=broad_shapes._error_text(exc))]
-            torch.cuda.empty_cache()
-        for row in new:
-            log.add(row)
-        rows += [r for r in new if "head_dim" in r]
-        timed = {r["choice"]: persistent_bench._ms(r) for r in new if "head_dim" in r}
-        names = {c: c if c.startswith("sdpa") else column(c) for c in timed}
-        print(f"{shape['id']} {shape['name']}: " + ", ".join(f"{names[c]} {broad_report._fmt(ms, 4)}"
-                                                              for c, ms in timed.items())
-              + f"  [{time.monotonic() - t0:.1f} s]", flush=True)
+    shapes = [shape for shape in broad_shapes.load_shapes()["attention"]
+              if (shape["id"] in wanted if wanted else shape["head_dim"] == 128 and shape["seq"] <= max_seq
+                  and (shape["causal"] or not causal_only))]
+
+    def describe(shape: dict, timed: list[dict]) -> str:
+        times = {r["choice"]: persistent_bench._ms(r) for r in timed}
+        return f"{shape['id']} {shape['name']}: " + ", ".join(
+            f"{c if c.startswith('sdpa') else column(c)} {broad_report._fmt(ms, 4)}" for c, ms in times.items())
+
+    rows = persistent_bench.sweep_shapes(shapes, split, timer, refused, TOLERANCE["bf16"], log, deadline,
+                                         lambda shape: choices(args.option, bool(shape["causal"])), describe)
     rule = persistent_bench.propose_rule(rows, split["fit"], broad_report.geomean)
     write_text(args.out / "rule.json", json.dumps(rule, indent=1) + "\n", overwrite=True)
     text = report(args.option, rows, rule, probes, split, env)

@@ -222,6 +222,35 @@ def shape_rows(shape: dict, split: str, timer, refused: dict[tuple, str], tolera
     return list(rows.values())
 
 
+def sweep_shapes(shapes: list[dict], split: dict, timer, refused: dict[tuple, str], tolerance: float, log,
+                 deadline: float, choices_for=lambda shape: None, describe=lambda shape, rows: shape["id"]):
+    """``shape_rows`` of each shape in turn until ``deadline`` (``time.monotonic()``), every row logged as it comes;
+    a shape that does not run is one error row and the rest go on. ``choices_for(shape)``: the shape's {choice:
+    config} (None: ``candidates``'); ``describe(shape, rows)``: its progress line. The timed rows, in order."""
+    import torch
+
+    _, broad_shapes, _ = _lib()
+    rows = []
+    for shape in shapes:
+        if time.monotonic() > deadline:
+            print(f"budget: stopping before {shape['id']}", flush=True)
+            break
+        t0, half = time.monotonic(), "fit" if shape["id"] in split["fit"] else "test"
+        try:
+            new = shape_rows(shape, half, timer, refused, tolerance, choices_for(shape))
+        except Exception as exc:  # noqa: BLE001 - one shape that does not run: recorded, the rest goes on
+            traceback.print_exc()
+            new = [dict(id=shape["id"], name=shape["name"], split=half, choice="?",
+                        error=broad_shapes._error_text(exc))]
+            torch.cuda.empty_cache()
+        for row in new:
+            log.add(row)
+        timed = [r for r in new if "head_dim" in r]
+        rows += timed
+        print(f"{describe(shape, timed)}  [{time.monotonic() - t0:.1f} s]", flush=True)
+    return rows
+
+
 # -------------------------------------------------------------------------------------------------- rule, report
 def seq_bucket(seq: int) -> str:
     return next(name for name, bound in SEQ_BUCKETS if bound is None or seq <= bound)
@@ -333,7 +362,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     sys.path.insert(0, str(ROOT))
     attention_candidates, broad_shapes, broad_report = _lib()
-    import torch
 
     from workbench.kernels.attention import TOLERANCE
     from workbench.kernels.attention_gluon import supported
@@ -357,31 +385,18 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {i for i in args.ids.split(",") if i}
     timer = broad_shapes.Timer(True)
     log = broad_shapes.CsvLog(args.out / "rows.csv", FIELDS)
-    rows = []
-    for shape in broad_shapes.load_shapes()["attention"]:
-        if wanted and shape["id"] not in wanted:
-            continue
-        if time.monotonic() > deadline:
-            print(f"budget: stopping before {shape['id']}", flush=True)
-            break
-        t0, half = time.monotonic(), "fit" if shape["id"] in split["fit"] else "test"
-        try:
-            new = shape_rows(shape, half, timer, refused, TOLERANCE["bf16"])
-        except Exception as exc:  # noqa: BLE001 - one shape that does not run: recorded, the rest goes on
-            traceback.print_exc()
-            new = [dict(id=shape["id"], name=shape["name"], split=half, choice="?",
-                        error=broad_shapes._error_text(exc))]
-            torch.cuda.empty_cache()
-        for row in new:
-            log.add(row)
-        rows += [r for r in new if "head_dim" in r]
-        e = next(iter(per_shape([r for r in new if "head_dim" in r], {})), None)
-        if e:
-            fmt = broad_report._fmt
-            print(f"{shape['id']} {shape['name']}: sdpa {fmt(e['sdpa_ms'], 4)} ({e['sdpa']}), wired "
-                  f"{fmt(e['wired_ratio'])}, pinned {fmt(e['pinned_ratio'])}, persistent best "
-                  f"{fmt(e['persistent_ratio'])} {e['picks']['persistent']}, one-tile best "
-                  f"{fmt(e['one_tile_ratio'])}  [{time.monotonic() - t0:.1f} s]", flush=True)
+    shapes = [shape for shape in broad_shapes.load_shapes()["attention"] if not wanted or shape["id"] in wanted]
+
+    def describe(shape: dict, timed: list[dict]) -> str:
+        e = next(iter(per_shape(timed, {})), None)
+        if e is None:
+            return f"{shape['id']} {shape['name']}: no rows"
+        fmt = broad_report._fmt
+        return (f"{shape['id']} {shape['name']}: sdpa {fmt(e['sdpa_ms'], 4)} ({e['sdpa']}), wired "
+                f"{fmt(e['wired_ratio'])}, pinned {fmt(e['pinned_ratio'])}, persistent best "
+                f"{fmt(e['persistent_ratio'])} {e['picks']['persistent']}, one-tile best {fmt(e['one_tile_ratio'])}")
+
+    rows = sweep_shapes(shapes, split, timer, refused, TOLERANCE["bf16"], log, deadline, describe=describe)
     rule = propose_rule(rows, split["fit"], broad_report.geomean)
     (args.out / "rule.json").write_text(json.dumps(rule, indent=1) + "\n")
     text = report(rows, rule, probes, split, env)
