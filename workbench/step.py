@@ -645,11 +645,20 @@ def _timer_key(op: Op) -> tuple:
     dtype, FLOPs, bytes). A field the timer starts to read must join this key. (Flags are keyed as stored: an absent
     and a False flag are two keys of one time, priced twice; the builders set only True flags.) A memory-bound op's
     shape is not read, so it is keyed as None: a shape is a dataclass, whose hash and equality run in Python, and
-    memory-bound ops are most of the ops a cold recipe search prices."""
-    extra = op.extra
-    kind = op.kind
-    return (kind, op.shape if kind in _SHAPED_KINDS else None, op.dtype, op.flops, op.bytes_read, op.bytes_written,
-            tuple(map(extra.get, _TIMER_EXTRAS)) if extra else _NO_TIMER_EXTRAS)
+    memory-bound ops are most of the ops a cold recipe search prices. The fields are read from the op's
+    ``__dict__`` and the flags one ``get`` each (``_TIMER_EXTRAS``' order): a first search keys every op of its
+    new tables, and ``tuple(map(extra.get, ...))`` and the attribute lookups were a third of a key's cost."""
+    fields = op.__dict__
+    extra = fields["extra"]
+    kind = fields["kind"]
+    if extra:
+        get = extra.get
+        flags = (get("host_idle"), get("bandwidth_kind"), get("unvectorized"), get("transpose"), get("gather"),
+                 get("sdpa_backend"))
+    else:
+        flags = _NO_TIMER_EXTRAS
+    return (kind, fields["shape"] if kind in _SHAPED_KINDS else None, fields["dtype"], fields["flops"],
+            fields["bytes_read"], fields["bytes_written"], flags)
 
 
 _TIMER_IDS: dict[tuple, int] = {}
