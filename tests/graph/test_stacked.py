@@ -82,3 +82,30 @@ def test_a_memo_is_one_models():
     with pytest.raises(ValueError, match="one model's and one stack's"):
         stacked.stack_tables(get_model("llama3.2-1b"), cfg, get_stack("torchtitan"), compiled=False,
                              param_dtype="fp32", memo=memo)
+
+
+@pytest.mark.parametrize("stack_name", ["torchtitan", "torchtitan-flash2", "pytorch-eager"])
+def test_a_blocks_ops_differ_across_micro_batches_in_their_sizes_only(stack_name):
+    """``stacked._BlockLayout`` (launch counts, weight-shard cast runs, recomputed ops) is made from one
+    micro-batch's block and shared by every micro-batch of its flavor, sequence and layout: a branch of
+    ``block_ops`` on a size that changed a name, count, kind, layer, dtype, phase or tag (as ``head_ops``' loss
+    splits by size) would make it wrong, and fails here."""
+    stack = get_stack(stack_name)
+    sizes = ("shape", "flops", "bytes_read", "bytes_written")
+    flavors = [(compiled, dtype, recipe, fsdp, gathers)
+               for compiled, dtype, fsdp in itertools.product((False, True), ("fp32", "bf16"), (False, True))
+               for recipe, gathers in (("none", 0), ("rowwise", 0), ("tensorwise", stacked.ANY_SHARDS))
+               if stack.kernels == "torchtitan" or recipe == "none"]
+    checked = 0
+    for (compiled, dtype, recipe, fsdp, gathers), seq, tp, cp in itertools.product(flavors, (2048, 8192), (1, 2, 4),
+                                                                                    (1, 2)):
+        flavor = stacked._flavor(MODEL, stack.kernels, compiled, dtype, fsdp, recipe, gathers)
+        blocks = []
+        for micro_batch in (1, 2, 3, 8, 64):
+            d = dataclasses.replace(stacked.Dims.of(MODEL, micro_batch, seq, tp, cp), sdpa_backend=stack.sdpa_backend,
+                                    context_parallel=stack.context_parallel, layers=1)
+            fwd, bwd = stacked.block_ops(d, flavor)
+            blocks.append([{k: v for k, v in vars(op).items() if k not in sizes} for op in fwd + bwd])
+        assert all(block == blocks[0] for block in blocks)
+        checked += 1
+    assert checked >= 24
