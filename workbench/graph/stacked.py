@@ -386,10 +386,10 @@ class _BlockLayout:
     (``of``) for every micro-batch of its flavor, sequence and layout (``_microbatch_parts``' memo key leaves the
     micro-batch out): the launch counts of its forward and backward (``piece_launch_counts``: the ops' counts,
     kinds, layers and names) and where its forward's weight-shard cast runs begin and end (``_shard_cast_runs``:
-    the names); ``_recomputed_layout`` is the same for each checkpointing policy. A block's ops differ from one
-    micro-batch to the next in their shapes, FLOPs and bytes only: ``tests/graph/test_stacked.py`` checks every
-    other field of every op across micro-batches for every flavor, and ``_microbatch_parts`` that the numbers of
-    ops agree."""
+    the names); ``_recomputed_forward`` keeps the same of a recomputed block, per checkpointing policy. A block's
+    ops differ from one micro-batch to the next in their shapes, FLOPs and bytes only: ``tests/graph/test_stacked.py``
+    checks every other field of every op across micro-batches for every flavor, and ``_microbatch_parts`` that the
+    numbers of ops agree."""
 
     lengths: tuple[int, int]
     counts: tuple[tuple[float, float, float], tuple[float, float, float]]
@@ -413,14 +413,6 @@ class _BlockLayout:
     def runs_of(self, fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
         """``_shard_cast_runs(fwd)`` of a block of this layout: the runs at the same places."""
         return tuple((fwd[a:b], cast) for a, b, cast in self.runs)
-
-
-def _recomputed_layout(forward: tuple[tuple[Op, ...], ...], policy: str, compile_blocks: bool) -> tuple[tuple, tuple]:
-    """(the kept indices, the launch counts) of each piece of ``forward`` recomputed under ``policy``
-    (``_block_recompute``): what ``_BlockLayout`` is for a block's recomputation, shared as it is."""
-    kept = tuple(_recomputed_indices(piece, policy) for piece in forward)
-    return kept, tuple(piece_launch_counts(RecomputedPiece(piece, k), compile_blocks)
-                       for piece, k in zip(forward, kept, strict=True))
 
 
 def _memo_for(memo: dict | None, model: Model, stack: Stack) -> dict:
@@ -514,21 +506,26 @@ def _gathered_forward(memo: dict, casts: tuple, runs: tuple[tuple[tuple[Op, ...]
 
 def _recomputed_forward(memo: dict, block: tuple, casts: tuple, runs: tuple, forward: tuple[tuple[Op, ...], ...],
                         policy: str, shards: int, compile_blocks: bool) -> tuple[tuple, tuple]:
-    """(``_block_recompute`` of each piece of ``forward``, their launch counts), the ops each reruns and the counts
-    every micro-batch's (``_recomputed_layout``, keyed as ``_BlockLayout``); under FSDP2's float8 all-gather
-    (``shards``) the ``runs`` between the weight-shard casts are every shard count's (``_gathered_forward``), so
-    their recomputation is made once (keyed by the run's place in the block), and a weight-shard cast's once per
-    ``casts`` key (every micro-batch's, as the cast itself)."""
-    kept, counts = _memo(memo, ("recomputed layout", policy) + block[1:],
-                         lambda: _recomputed_layout(forward, policy, compile_blocks))
+    """(``_block_recompute`` of each piece of ``forward``, their launch counts); which ops each reruns and the
+    counts are made once from the first micro-batch's pieces and shared as ``_BlockLayout`` is (its key, with the
+    policy). Under FSDP2's float8 all-gather (``shards``) the ``runs`` between the weight-shard casts are every
+    shard count's (``_gathered_forward``), so their recomputation is made once (keyed by the run's place in the
+    block), and a weight-shard cast's once per ``casts`` key (every micro-batch's, as the cast itself)."""
+    layout_key = ("recomputed layout", policy) + block[1:]
+    layout = memo.get(layout_key)
+    kept = layout[0] if layout is not None else tuple(_recomputed_indices(piece, policy) for piece in forward)
     if not shards:
-        return _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
-            RecomputedPiece(piece, k) for piece, k in zip(forward, kept, strict=True))), counts
-    return _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
-        _memo(memo, ("recomputed weight-shard cast", policy, _linear_of(piece[0])) + casts,
-              lambda: RecomputedPiece(piece, k)) if cast else _memo(
-            memo, ("recomputed run", policy, i) + block, lambda: RecomputedPiece(piece, k))
-        for i, (piece, k, (_, cast)) in enumerate(zip(forward, kept, runs, strict=True)))), counts
+        pieces = _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
+            RecomputedPiece(piece, k) for piece, k in zip(forward, kept, strict=True)))
+    else:
+        pieces = _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
+            _memo(memo, ("recomputed weight-shard cast", policy, _linear_of(piece[0])) + casts,
+                  lambda: RecomputedPiece(piece, k)) if cast else _memo(
+                memo, ("recomputed run", policy, i) + block, lambda: RecomputedPiece(piece, k))
+            for i, (piece, k, (_, cast)) in enumerate(zip(forward, kept, runs, strict=True))))
+    if layout is None:
+        layout = memo[layout_key] = (kept, tuple(piece_launch_counts(piece, compile_blocks) for piece in pieces))
+    return pieces, layout[1]
 
 
 def _shard_cast_runs(fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
