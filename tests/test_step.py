@@ -15,7 +15,8 @@ from workbench.models import get_model
 from workbench.perf import op_time
 from workbench.perf.efficiency import constants_for
 from workbench.predict import predict
-from workbench.step import _TIMER_EXTRAS, StepModel, _block_graph, _block_pieces, _timer_key, microbatch_ops
+from workbench.perf.timer_key import TIMER_EXTRAS, timer_key
+from workbench.step import StepModel, _block_graph, _block_pieces, microbatch_ops
 
 
 @pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b", "gpt2-small"])
@@ -55,11 +56,11 @@ def test_the_memoized_timer_tells_apart_what_op_time_reads():
 
 
 def test_the_timer_key_holds_each_flag_op_time_reads():
-    """``_timer_key`` spells its ``extra`` flags out one by one: they are ``_TIMER_EXTRAS``, in its order."""
+    """``timer_key`` spells its ``extra`` flags out one by one: they are ``TIMER_EXTRAS``, in its order."""
     base = memory_op("copy", "copy", FlatShape(1 << 24), "bf16", reads=1, writes=1)
-    flagged = dataclasses.replace(base, extra={name: f"{name} value" for name in reversed(_TIMER_EXTRAS)})
-    assert _timer_key(flagged)[-1] == tuple(f"{name} value" for name in _TIMER_EXTRAS)
-    assert _timer_key(base)[-1] == _timer_key(dataclasses.replace(base, extra={"aten": "mm"}))[-1] == (None,) * 6
+    flagged = dataclasses.replace(base, extra={name: f"{name} value" for name in reversed(TIMER_EXTRAS)})
+    assert timer_key(flagged)[-1] == tuple(f"{name} value" for name in TIMER_EXTRAS)
+    assert timer_key(base)[-1] == timer_key(dataclasses.replace(base, extra={"aten": "mm"}))[-1] == (None,) * 6
 
 
 CONFIGS = [

@@ -12,6 +12,7 @@ from workbench.config import Parallelism, TrainingConfig
 from workbench.graph import stacked
 from workbench.graph.stack_kernels import stack_step_ops, torchtitan_flavor
 from workbench.models import get_model
+from workbench.perf.timer_key import KeyedOps, timer_key
 from workbench.stack_memory import host_time_s, launch_counts
 from workbench.stacks import get_stack
 
@@ -32,6 +33,9 @@ def _configs():
 
 def _same(a: stacked.StackStep, b: stacked.StackStep, stack) -> None:
     assert a.microbatch_ops == b.microbatch_ops and a.step_ops == b.step_ops
+    for ops, _ in a.microbatch_parts:  # a block keyed by its family (first keyed at another micro-batch) as op by op
+        if type(ops) is KeyedOps:
+            assert list(ops.family.keys(ops)) == [timer_key(op) for op in ops]
     assert [op.extra for op in a.microbatch_ops + a.step_ops] == [op.extra for op in b.microbatch_ops + b.step_ops]
     assert (a.flavor, a.policy, a.dims, a.fsdp_gather_scale) == (b.flavor, b.policy, b.dims, b.fsdp_gather_scale)
     assert a.host_s(stack, 4) == b.host_s(stack, 4) and a.memory(stack, 141e9) == b.memory(stack, 141e9)

@@ -48,6 +48,7 @@ from workbench.graph.stack_kernels import (
 from workbench.graph.stack_kernels_megatron_gpt import is_gpt_block
 from workbench.memory import MemoryBreakdown
 from workbench.models import Model, TransformerModel
+from workbench.perf.timer_key import KeyedOps, TimerFamily
 from workbench.precision import is_8bit_training
 from workbench.profile_fit import NO_FIT
 from workbench.stack_memory import (graph_calls, host_time_s, part_launch_counts, piece_launch_counts, reserved_ratio,
@@ -348,12 +349,10 @@ def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flav
     # one block's forward and backward: every block of the stage runs the same shapes, so they are built for one
     # (``copies`` = the stage's blocks) and shared by every pipeline degree; what the passes over them read besides
     # their sizes is every micro-batch's (``_BlockLayout``)
-    fwd, bwd = _memo(memo, ("block ops",) + block,
-                     lambda: tuple(map(tuple, block_ops(dataclasses.replace(d, layers=1), flavor))))
-    layout = _memo(memo, ("block layout",) + block[1:], lambda: _BlockLayout.of(fwd, bwd, compile_blocks,
-                                                                                  bool(shards)))
-    if (len(fwd), len(bwd)) != layout.lengths:
-        raise AssertionError("a block's ops at another micro-batch are not the block its layout was made from")
+    layout_key = ("block layout",) + block[1:]
+    fwd, bwd = _memo(memo, ("block ops",) + block, lambda: _laid_out_block(memo, layout_key, _memo(
+        memo, ("one block's dims",) + shape, lambda: dataclasses.replace(d, layers=1)), flavor, bool(shards)))
+    layout = memo[layout_key]
     # the embedding and the head read the shape and the parameter dtype (the head its loss's compile flag too),
     # no block count, float8 recipe or FSDP2: layouts and flavors share them (their ops are no compiled block's)
     (embedding,), embedding_counts = _memo(memo, ("embedding", flavor.param_dtype) + shape, lambda: _pieces(
@@ -380,13 +379,25 @@ def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flav
     return tuple(parts[i] for i in kept), tuple(parts_counts[i] for i in kept)
 
 
+def _laid_out_block(memo: dict, layout_key: tuple, d: Dims, flavor: StackFlavor,
+                    gathers: bool) -> tuple[KeyedOps, KeyedOps]:
+    """One block's forward and backward (``block_ops`` of one block: ``d``), each keyed by the timer as its
+    layout's (``_BlockLayout``, kept in ``memo`` under ``layout_key``; made from this block if it is the first)."""
+    fwd, bwd = map(tuple, block_ops(d, flavor))
+    layout = _memo(memo, layout_key, lambda: _BlockLayout.of(fwd, bwd, flavor.compile_blocks, gathers))
+    if (len(fwd), len(bwd)) != layout.lengths:
+        raise AssertionError("a block's ops at another micro-batch are not the block its layout was made from")
+    return KeyedOps(fwd, layout.timers[0]), KeyedOps(bwd, layout.timers[1])
+
+
 @dataclass(frozen=True)
 class _BlockLayout:
     """What the tables read of one block's ops besides their sizes, made once from one micro-batch's block
     (``of``) for every micro-batch of its flavor, sequence and layout (``_microbatch_parts``' memo key leaves the
     micro-batch out): the launch counts of its forward and backward (``piece_launch_counts``: the ops' counts,
-    kinds, layers and names) and where its forward's weight-shard cast runs begin and end (``_shard_cast_runs``:
-    the names); ``_recomputed_forward`` keeps the same of a recomputed block, per checkpointing policy. A block's
+    kinds, layers and names), their timer keys less the sizes (``perf.timer_key.TimerFamily``: kinds, dtypes and
+    tags) and where its forward's weight-shard cast runs begin and end (``_shard_cast_runs``: the names);
+    ``_recomputed_forward`` keeps the same of a recomputed block, per checkpointing policy. A block's
     ops differ from one micro-batch to the next in their shapes, FLOPs and bytes only: ``tests/graph/test_stacked.py``
     checks every other field of every op across micro-batches for every flavor, and ``_microbatch_parts`` that the
     numbers of ops agree."""
@@ -397,6 +408,9 @@ class _BlockLayout:
     """(start, stop, whether one linear's weight-shard cast) of each run of the forward (none without FSDP2's
     float8 all-gather)."""
     run_counts: tuple[tuple[float, float, float], ...]
+    timers: tuple[TimerFamily, TimerFamily]
+    run_timers: tuple[TimerFamily | None, ...]
+    """Each run's timer family (None for a weight-shard cast: ``_gathered_forward`` makes those again)."""
 
     @staticmethod
     def of(fwd: tuple[Op, ...], bwd: tuple[Op, ...], compile_blocks: bool, gathers: bool) -> _BlockLayout:
@@ -408,11 +422,14 @@ class _BlockLayout:
             start += len(ops)
         return _BlockLayout((len(fwd), len(bwd)), (piece_launch_counts(fwd, compile_blocks),
                                                    piece_launch_counts(bwd, compile_blocks)), tuple(runs),
-                            tuple(piece_launch_counts(fwd[a:b], compile_blocks) for a, b, _ in runs))
+                            tuple(piece_launch_counts(fwd[a:b], compile_blocks) for a, b, _ in runs),
+                            (TimerFamily(), TimerFamily()), tuple(None if cast else TimerFamily() for *_, cast in runs))
 
     def runs_of(self, fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
-        """``_shard_cast_runs(fwd)`` of a block of this layout: the runs at the same places."""
-        return tuple((fwd[a:b], cast) for a, b, cast in self.runs)
+        """``_shard_cast_runs(fwd)`` of a block of this layout: the runs at the same places (each but a cast keyed
+        by the timer as its layout's)."""
+        return tuple((fwd[a:b] if cast else KeyedOps(fwd[a:b], timers), cast)
+                     for (a, b, cast), timers in zip(self.runs, self.run_timers, strict=True))
 
 
 def _memo_for(memo: dict | None, model: Model, stack: Stack) -> dict:
