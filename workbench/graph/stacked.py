@@ -316,7 +316,10 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
     built_key = flavor_key[:-1] + ((ANY_SHARDS,) if gathers else (0,))
     built = flavor if not gathers else _memo(memo, ("flavor",) + built_key, lambda: _flavor(
         model, stack.kernels, compiled, param_dtype, fsdp, recipe, ANY_SHARDS))
-    micro, micro_counts = _microbatch_parts(memo, shape, built_key, d, built, policy, gathers)
+    # the micro-batch's parts read the shape, the built flavor, the stage's blocks, the policy and the shards: one
+    # entry for them all, so that a configuration that differs in nothing they read looks them up once
+    micro, micro_counts = _memo(memo, ("micro-batch parts", pp, policy, gathers) + shape + built_key,
+                                lambda: _microbatch_parts(memo, shape, built_key, d, built, policy, gathers))
     local_params = _memo(memo, ("local params", tp, pp, replicas, fsdp),
                          lambda: max(1, int(model.params_per_gpu(tp, pp, replicas, 1, sharded=fsdp))))
     # the optimizer steps the fp32 shards under FSDP2 (its moments fp32); else the parameters in their own dtype
