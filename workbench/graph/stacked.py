@@ -526,9 +526,9 @@ def _gathered_forward(memo: dict, casts: tuple, runs: tuple[tuple[tuple[Op, ...]
 
 def _recomputed_forward(memo: dict, block: tuple, casts: tuple, runs: tuple, forward: tuple[tuple[Op, ...], ...],
                         policy: str, shards: int, compile_blocks: bool) -> tuple[tuple, tuple]:
-    """(``_block_recompute`` of each piece of ``forward``, their launch counts); which ops each reruns and the
-    counts are made once from the first micro-batch's pieces and shared as ``_BlockLayout`` is (its key, with the
-    policy). Under FSDP2's float8 all-gather (``shards``) the ``runs`` between the weight-shard casts are every
+    """(each piece of ``forward`` recomputed, their launch counts: ``_recomputed_indices``); which ops each reruns
+    and the counts are made once from the first micro-batch's pieces and shared as ``_BlockLayout`` is (its key,
+    with the policy). Under FSDP2's float8 all-gather (``shards``) the ``runs`` between the weight-shard casts are every
     shard count's (``_gathered_forward``), so their recomputation is made once (keyed by the run's place in the
     block), and a weight-shard cast's once per ``casts`` key (every micro-batch's, as the cast itself)."""
     layout_key = ("recomputed layout", policy) + block[1:]
@@ -565,14 +565,10 @@ def _linear_of(op: Op) -> str:
     return op.name.split(".", 1)[0]
 
 
-def _block_recompute(fwd: tuple[Op, ...], policy: str) -> RecomputedPiece:
-    """One recomputed block's kernels (``_recompute`` of one block), as copies of ``fwd``'s that the step model
-    prices from ``fwd``'s prices (``graph.recomputed``)."""
-    return RecomputedPiece(fwd, _recomputed_indices(fwd, policy))
-
-
 def _recomputed_indices(fwd: tuple[Op, ...], policy: str) -> list[int]:
-    """Where in ``fwd`` the ops a recomputed block reruns under ``policy`` are (``_block_recompute``)."""
+    """Where in ``fwd`` the ops a recomputed block reruns under ``policy`` are (``_recompute`` of one block): a
+    ``RecomputedPiece`` of them is their copies, which the step model prices from ``fwd``'s prices
+    (``graph.recomputed``)."""
     if policy != "selective-op-all-mm":
         return block_recomputed_indices(fwd, policy)
     return [i for i, op in enumerate(fwd) if _all_mm_reruns(op)]
