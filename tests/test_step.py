@@ -15,6 +15,7 @@ from workbench.models import get_model
 from workbench.perf import op_time
 from workbench.perf.efficiency import constants_for
 from workbench.predict import predict
+from workbench.perf.timer_key import TIMER_EXTRAS, timer_key
 from workbench.step import StepModel, _block_graph, _block_pieces, microbatch_ops
 
 
@@ -52,6 +53,14 @@ def test_the_memoized_timer_tells_apart_what_op_time_reads():
     assert [step.op_time(op) for op in variants] == times
     assert times == [op_time(op, gpu, constants_for(gpu, False)) for op in variants]
     assert len({t.time_s for t in times}) == len(times)
+
+
+def test_the_timer_key_holds_each_flag_op_time_reads():
+    """``timer_key`` spells its ``extra`` flags out one by one: they are ``TIMER_EXTRAS``, in its order."""
+    base = memory_op("copy", "copy", FlatShape(1 << 24), "bf16", reads=1, writes=1)
+    flagged = dataclasses.replace(base, extra={name: f"{name} value" for name in reversed(TIMER_EXTRAS)})
+    assert timer_key(flagged)[-1] == tuple(f"{name} value" for name in TIMER_EXTRAS)
+    assert timer_key(base)[-1] == timer_key(dataclasses.replace(base, extra={"aten": "mm"}))[-1] == (None,) * 6
 
 
 CONFIGS = [

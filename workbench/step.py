@@ -11,8 +11,8 @@ between model families (transformer, DLRM, HSTU) the model's family says (``work
 every candidate of one model on one GPU type. Both run the same arithmetic (``_fold`` and ``_step``), so a
 candidate's numbers are exactly ``predict``'s. What makes ``summary`` fast is caching, never a second formula:
 
-- op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``_timer_key``, numbered once per
-  op list: ``_timer_ids``);
+- op times are memoized by everything ``workbench.perf.op_time`` reads of an op (``perf.timer_key``, numbered once
+  per op list: ``_timer_ids``);
 - a transformer's blocks are copies of one block (``Family.repeats_blocks``): one block's graph is built once per
   (micro-batch, sequence, precision, tp, ep, cp, LoRA) for all three checkpointing modes
   (``graph.transformer.block_graph``; kept per model for every step model, ``_shared_graph``: a new evaluator
@@ -58,6 +58,7 @@ from workbench.offload import offload_note, offload_time
 from workbench.perf import OpTime, op_time
 from workbench.perf.efficiency import Constants, constants_for, profile_path
 from workbench.perf.overlap import ExposureSchedule
+from workbench.perf.timer_key import KeyedOps, timer_key
 from workbench.power import tensor_throughput_scale
 from workbench.precision import get_precision, is_8bit_training, linear_gemm_precisions, resolve_precision
 from workbench.stack_memory_megatron import te_memory_traits
@@ -168,7 +169,7 @@ class StepModel:
 
     # -- the memoized timer
     def op_time(self, op: Op) -> OpTime:
-        """``workbench.perf.op_time`` of ``op``, memoized by everything it reads of an op (``_timer_key``, by its
+        """``workbench.perf.op_time`` of ``op``, memoized by everything it reads of an op (``perf.timer_key``, by its
         number: ``_timer_number``)."""
         key = _timer_number(op)
         hit = self._op_times.get(key)
@@ -627,33 +628,8 @@ def _compiled_loss(execution: Execution | None) -> bool:
     return execution is not None and execution.compiled_loss
 
 
-_TIMER_EXTRAS = ("host_idle", "bandwidth_kind", "unvectorized", "transpose", "gather", "sdpa_backend")
-"""The ``extra`` entries ``workbench.perf.op_time`` reads (``_timer_key``)."""
-_NO_TIMER_EXTRAS = (None,) * len(_TIMER_EXTRAS)
-"""``_timer_key``'s entries of an empty ``extra``: those of an ``extra`` that holds none of them (a GEMM tagged with
-its ``aten`` only), so the two are one key (wo's forward GEMM and wq's dgrad are one shape where q = hidden)."""
-
-
-_SHAPED_KINDS = frozenset({"gemm", "attention"})
-"""The op kinds whose time reads the op's shape (``perf.gemm``, ``perf.attention``; ``_timer_key``)."""
-
-
-def _timer_key(op: Op) -> tuple:
-    """Everything ``workbench.perf.op_time`` reads of an op (``perf.gemm``: shape, dtype; ``perf.attention``: shape
-    -- its kernel's pass included (``graph.ops.kernel_pass``) --, dtype, FLOPs, bytes and ``extra["sdpa_backend"]``;
-    ``perf.memory_bound``: kind, dtype, bytes and the ``extra`` flags, ``_TIMER_EXTRAS``; ``perf.roofline``: kind,
-    dtype, FLOPs, bytes). A field the timer starts to read must join this key. (Flags are keyed as stored: an absent
-    and a False flag are two keys of one time, priced twice; the builders set only True flags.) A memory-bound op's
-    shape is not read, so it is keyed as None: a shape is a dataclass, whose hash and equality run in Python, and
-    memory-bound ops are most of the ops a cold recipe search prices."""
-    extra = op.extra
-    kind = op.kind
-    return (kind, op.shape if kind in _SHAPED_KINDS else None, op.dtype, op.flops, op.bytes_read, op.bytes_written,
-            tuple(map(extra.get, _TIMER_EXTRAS)) if extra else _NO_TIMER_EXTRAS)
-
-
 _TIMER_IDS: dict[tuple, int] = {}
-"""A number per timer key (``_timer_key``), the same for every step model."""
+"""A number per timer key (``perf.timer_key``), the same for every step model."""
 _PIECE_TIMER_IDS: dict[int, tuple[Sequence[Op], tuple[int, ...]]] = {}
 """``_timer_ids`` of each op list priced, by the list's id (the entry holds the list: its id is not reused while the
 entry lives)."""
@@ -668,11 +644,11 @@ _timer_numbers = itertools.count()  # never reused, even after a clear: a kept l
 
 
 def _timer_number(op: Op) -> int:
-    """The number of ``op``'s timer key (``_timer_key``): equal keys, one number, for every step model (a number
+    """The number of ``op``'s timer key (``perf.timer_key``): equal keys, one number, for every step model (a number
     drawn for a key already numbered is skipped: numbers need only differ)."""
     if len(_TIMER_IDS) >= TIMER_IDS_LIMIT:
         _TIMER_IDS.clear()
-    return _TIMER_IDS.setdefault(_timer_key(op), next(_timer_numbers))
+    return _TIMER_IDS.setdefault(timer_key(op), next(_timer_numbers))
 
 
 def _timer_ids(ops: Sequence[Op]) -> tuple[int, ...]:
@@ -688,8 +664,10 @@ def _timer_ids(ops: Sequence[Op]) -> tuple[int, ...]:
         _PIECE_TIMER_IDS.clear()
     if len(_TIMER_IDS) >= TIMER_IDS_LIMIT:
         _TIMER_IDS.clear()
-    # _timer_number of each op, the loop in C: a fresh number drawn per op, kept where its key is new
-    numbers = tuple(map(_TIMER_IDS.setdefault, map(_timer_key, ops), _timer_numbers))
+    # _timer_number of each op, the loop in C: a fresh number drawn per op, kept where its key is new; a stack
+    # table's block zips its sizes with its family's keys (``perf.timer_key.KeyedOps``: the same keys)
+    keys = ops.family.keys(ops) if type(ops) is KeyedOps else map(timer_key, ops)
+    numbers = tuple(map(_TIMER_IDS.setdefault, keys, _timer_numbers))
     _PIECE_TIMER_IDS[id(ops)] = (ops, numbers)
     return numbers
 

@@ -8,11 +8,12 @@ import pytest
 from workbench.config import TrainingConfig
 from workbench.graph.recomputed import RecomputedOps, RecomputedPiece
 from workbench.graph.stack_kernels import Dims, block_ops, block_recompute_ops, torchtitan_flavor
-from workbench.graph.stacked import _block_recompute, _recompute
+from workbench.graph.stacked import _recompute, _recomputed_indices
 from workbench.graph.transformer import block_graph
 from workbench.models import get_model
+from workbench.perf.timer_key import timer_key
 from workbench.profile_fit import NO_FIT
-from workbench.step import StepModel, _timer_key
+from workbench.step import StepModel
 from workbench.step_sums import PricedOps
 
 FIELDS = [f.name for f in dataclasses.fields(PricedOps)]
@@ -32,11 +33,11 @@ def test_a_stack_tables_recomputed_block_is_priced_as_afresh(policy, float8):
     d = dataclasses.replace(Dims.of(m, 2, 4096, 2), layers=1)
     flavor = dataclasses.replace(torchtitan_flavor(False, float8), param_dtype="bf16")
     fwd = tuple(block_ops(d, flavor)[0])
-    piece = _block_recompute(fwd, policy)
+    piece = RecomputedPiece(fwd, _recomputed_indices(fwd, policy))
     theirs = _recompute(fwd, policy, 1) if policy == "selective-op-all-mm" else block_recompute_ops(fwd, policy)
     assert type(piece) is RecomputedPiece and piece.forward is fwd
     assert list(piece) == theirs and [op.extra for op in piece] == [op.extra for op in theirs]
-    assert all(_timer_key(op) == _timer_key(fwd[i]) for op, i in zip(piece, piece.kept, strict=True))
+    assert all(timer_key(op) == timer_key(fwd[i]) for op, i in zip(piece, piece.kept, strict=True))
     step = StepModel("llama3-8b", "h200-sxm", stack="torchtitan")
     for power in (1.0, 0.8):
         fresh, derived = _priced_both_ways(step, fwd, piece, power)

@@ -12,6 +12,7 @@ from workbench.config import Parallelism, TrainingConfig
 from workbench.graph import stacked
 from workbench.graph.stack_kernels import stack_step_ops, torchtitan_flavor
 from workbench.models import get_model
+from workbench.perf.timer_key import KeyedOps, timer_key
 from workbench.stack_memory import host_time_s, launch_counts
 from workbench.stacks import get_stack
 
@@ -32,6 +33,9 @@ def _configs():
 
 def _same(a: stacked.StackStep, b: stacked.StackStep, stack) -> None:
     assert a.microbatch_ops == b.microbatch_ops and a.step_ops == b.step_ops
+    for ops, _ in a.microbatch_parts:  # a block keyed by its family (first keyed at another micro-batch) as op by op
+        if type(ops) is KeyedOps:
+            assert list(ops.family.keys(ops)) == [timer_key(op) for op in ops]
     assert [op.extra for op in a.microbatch_ops + a.step_ops] == [op.extra for op in b.microbatch_ops + b.step_ops]
     assert (a.flavor, a.policy, a.dims, a.fsdp_gather_scale) == (b.flavor, b.policy, b.dims, b.fsdp_gather_scale)
     assert a.host_s(stack, 4) == b.host_s(stack, 4) and a.memory(stack, 141e9) == b.memory(stack, 141e9)
@@ -82,3 +86,30 @@ def test_a_memo_is_one_models():
     with pytest.raises(ValueError, match="one model's and one stack's"):
         stacked.stack_tables(get_model("llama3.2-1b"), cfg, get_stack("torchtitan"), compiled=False,
                              param_dtype="fp32", memo=memo)
+
+
+@pytest.mark.parametrize("stack_name", ["torchtitan", "torchtitan-flash2", "pytorch-eager"])
+def test_a_blocks_ops_differ_across_micro_batches_in_their_sizes_only(stack_name):
+    """``stacked._BlockLayout`` (launch counts, weight-shard cast runs, recomputed ops) is made from one
+    micro-batch's block and shared by every micro-batch of its flavor, sequence and layout: a branch of
+    ``block_ops`` on a size that changed a name, count, kind, layer, dtype, phase or tag (as ``head_ops``' loss
+    splits by size) would make it wrong, and fails here."""
+    stack = get_stack(stack_name)
+    sizes = ("shape", "flops", "bytes_read", "bytes_written")
+    flavors = [(compiled, dtype, recipe, fsdp, gathers)
+               for compiled, dtype, fsdp in itertools.product((False, True), ("fp32", "bf16"), (False, True))
+               for recipe, gathers in (("none", 0), ("rowwise", 0), ("tensorwise", stacked.ANY_SHARDS))
+               if stack.kernels == "torchtitan" or recipe == "none"]
+    checked = 0
+    for (compiled, dtype, recipe, fsdp, gathers), seq, tp, cp in itertools.product(flavors, (2048, 8192), (1, 2, 4),
+                                                                                    (1, 2)):
+        flavor = stacked._flavor(MODEL, stack.kernels, compiled, dtype, fsdp, recipe, gathers)
+        blocks = []
+        for micro_batch in (1, 2, 3, 8, 64):
+            d = dataclasses.replace(stacked.Dims.of(MODEL, micro_batch, seq, tp, cp), sdpa_backend=stack.sdpa_backend,
+                                    context_parallel=stack.context_parallel, layers=1)
+            fwd, bwd = stacked.block_ops(d, flavor)
+            blocks.append([{k: v for k, v in vars(op).items() if k not in sizes} for op in fwd + bwd])
+        assert all(block == blocks[0] for block in blocks)
+        checked += 1
+    assert checked >= 24

@@ -3,7 +3,7 @@
 A checkpointed block reruns some of its forward kernels in the backward: ``stack_kernels.block_recompute_ops``
 copies each such op with its name prefixed ``recompute.`` and its phase set to ``bwd``, nothing else changed. The
 copy has its forward op's shape, dtype, FLOPs, bytes and ``extra``, so the step model's timer gives it the forward
-op's time (``workbench.step._timer_key`` reads none of the two changed fields). A ``RecomputedPiece`` is those
+op's time (``workbench.perf.timer_key`` reads none of the two changed fields). A ``RecomputedPiece`` is those
 copies as a tuple (what ``graph.stacked.Parts`` holds) plus ``forward`` and ``kept``: the piece it copies and the
 index of each copied op in it. ``step_sums.PricedOps.recomputed`` then prices the piece from the forward piece's
 prices (the recomputed ops of a recipe search were a third of the ops it priced) instead of looking each op up

@@ -48,6 +48,7 @@ from workbench.graph.stack_kernels import (
 from workbench.graph.stack_kernels_megatron_gpt import is_gpt_block
 from workbench.memory import MemoryBreakdown
 from workbench.models import Model, TransformerModel
+from workbench.perf.timer_key import KeyedOps, TimerFamily
 from workbench.precision import is_8bit_training
 from workbench.profile_fit import NO_FIT
 from workbench.stack_memory import (graph_calls, host_time_s, part_launch_counts, piece_launch_counts, reserved_ratio,
@@ -315,7 +316,10 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
     built_key = flavor_key[:-1] + ((ANY_SHARDS,) if gathers else (0,))
     built = flavor if not gathers else _memo(memo, ("flavor",) + built_key, lambda: _flavor(
         model, stack.kernels, compiled, param_dtype, fsdp, recipe, ANY_SHARDS))
-    micro, micro_counts = _microbatch_parts(memo, shape, built_key, d, built, policy, gathers)
+    # the micro-batch's parts read the shape, the built flavor, the stage's blocks, the policy and the shards: one
+    # entry for them all, so that a configuration that differs in nothing they read looks them up once
+    micro, micro_counts = _memo(memo, ("micro-batch parts", pp, policy, gathers) + shape + built_key,
+                                lambda: _microbatch_parts(memo, shape, built_key, d, built, policy, gathers))
     local_params = _memo(memo, ("local params", tp, pp, replicas, fsdp),
                          lambda: max(1, int(model.params_per_gpu(tp, pp, replicas, 1, sharded=fsdp))))
     # the optimizer steps the fp32 shards under FSDP2 (its moments fp32); else the parameters in their own dtype
@@ -346,9 +350,12 @@ def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flav
     layers, compile_blocks = d.layers, flavor.compile_blocks
     block = shape + flavor_key
     # one block's forward and backward: every block of the stage runs the same shapes, so they are built for one
-    # (``copies`` = the stage's blocks) and shared by every pipeline degree
-    (fwd, bwd), counts = _memo(memo, ("block pieces",) + block,
-                               lambda: _pieces(block_ops(dataclasses.replace(d, layers=1), flavor), compile_blocks))
+    # (``copies`` = the stage's blocks) and shared by every pipeline degree; what the passes over them read besides
+    # their sizes is every micro-batch's (``_BlockLayout``)
+    layout_key = ("block layout",) + block[1:]
+    fwd, bwd = _memo(memo, ("block ops",) + block, lambda: _laid_out_block(memo, layout_key, _memo(
+        memo, ("one block's dims",) + shape, lambda: dataclasses.replace(d, layers=1)), flavor, bool(shards)))
+    layout = memo[layout_key]
     # the embedding and the head read the shape and the parameter dtype (the head its loss's compile flag too),
     # no block count, float8 recipe or FSDP2: layouts and flavors share them (their ops are no compiled block's)
     (embedding,), embedding_counts = _memo(memo, ("embedding", flavor.param_dtype) + shape, lambda: _pieces(
@@ -356,21 +363,76 @@ def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flav
     (head,), head_counts = _memo(memo, ("head", flavor.param_dtype, flavor.compile_loss) + shape, lambda: _pieces(
         (head_ops(d, flavor),), compile_blocks))
     casts = (shards, d.sp) + flavor_key  # what a weight-shard cast reads: the shards, the linears' tp split, tags
-    forward, forward_counts = ((fwd,), counts[:1]) if not shards else _memo(
-        memo, ("forward", shards) + block, lambda: _pieces(_gathered_forward(memo, block, casts, fwd, d, shards),
-                                                           compile_blocks))
+    if shards:
+        runs = _memo(memo, ("shard cast runs",) + block, lambda: layout.runs_of(fwd))
+        forward = _memo(memo, ("forward", shards) + block, lambda: _gathered_forward(memo, casts, runs, d, shards))
+        forward_counts = layout.run_counts
+    else:
+        runs, forward, forward_counts = (), (fwd,), layout.counts[:1]
     # (no checkpointing recomputes no block: no pieces, rather than empty ones that the parts would leave out)
-    recompute, recompute_counts = ((), ()) if policy == "none" else _memo(
-        memo, ("recompute", policy, shards) + block, lambda: _pieces(
-            _recomputed_forward(memo, block, casts, fwd, forward, policy, shards), compile_blocks))
+    recompute, recompute_counts = ((), ()) if policy == "none" else _recomputed_forward(
+        memo, block, casts, runs, forward, policy, shards, compile_blocks)
     recomputed = layers if policy == "selective-op-all-mm" else recomputed_blocks(policy, layers)
     parts = ((embedding, 1), *((piece, layers) for piece in forward), (head, 1), (bwd, layers),
              *((piece, recomputed) for piece in recompute))
-    parts_counts = (*embedding_counts, *forward_counts, *head_counts, counts[1], *recompute_counts)
+    parts_counts = (*embedding_counts, *forward_counts, *head_counts, layout.counts[1], *recompute_counts)
     kept = [i for i, (ops, copies) in enumerate(parts) if ops and copies]  # an empty piece adds nothing
     if len(kept) == len(parts):
         return parts, parts_counts
     return tuple(parts[i] for i in kept), tuple(parts_counts[i] for i in kept)
+
+
+def _laid_out_block(memo: dict, layout_key: tuple, d: Dims, flavor: StackFlavor,
+                    gathers: bool) -> tuple[KeyedOps, KeyedOps]:
+    """One block's forward and backward (``block_ops`` of one block: ``d``), each keyed by the timer as its
+    layout's (``_BlockLayout``, kept in ``memo`` under ``layout_key``; made from this block if it is the first)."""
+    fwd, bwd = map(tuple, block_ops(d, flavor))
+    layout = _memo(memo, layout_key, lambda: _BlockLayout.of(fwd, bwd, flavor.compile_blocks, gathers))
+    if (len(fwd), len(bwd)) != layout.lengths:
+        raise AssertionError("a block's ops at another micro-batch are not the block its layout was made from")
+    return KeyedOps(fwd, layout.timers[0]), KeyedOps(bwd, layout.timers[1])
+
+
+@dataclass(frozen=True)
+class _BlockLayout:
+    """What the tables read of one block's ops besides their sizes, made once from one micro-batch's block
+    (``of``) for every micro-batch of its flavor, sequence and layout (``_microbatch_parts``' memo key leaves the
+    micro-batch out): the launch counts of its forward and backward (``piece_launch_counts``: the ops' counts,
+    kinds, layers and names), their timer keys less the sizes (``perf.timer_key.TimerFamily``: kinds, dtypes and
+    tags) and where its forward's weight-shard cast runs begin and end (``_shard_cast_runs``: the names);
+    ``_recomputed_forward`` keeps the same of a recomputed block, per checkpointing policy. A block's
+    ops differ from one micro-batch to the next in their shapes, FLOPs and bytes only: ``tests/graph/test_stacked.py``
+    checks every other field of every op across micro-batches for every flavor, and ``_microbatch_parts`` that the
+    numbers of ops agree."""
+
+    lengths: tuple[int, int]
+    counts: tuple[tuple[float, float, float], tuple[float, float, float]]
+    runs: tuple[tuple[int, int, bool], ...]
+    """(start, stop, whether one linear's weight-shard cast) of each run of the forward (none without FSDP2's
+    float8 all-gather)."""
+    run_counts: tuple[tuple[float, float, float], ...]
+    timers: tuple[TimerFamily, TimerFamily]
+    run_timers: tuple[TimerFamily | None, ...]
+    """Each run's timer family (None for a weight-shard cast: ``_gathered_forward`` makes those again)."""
+
+    @staticmethod
+    def of(fwd: tuple[Op, ...], bwd: tuple[Op, ...], compile_blocks: bool, gathers: bool) -> _BlockLayout:
+        """The layout of a block whose forward and backward are ``fwd`` and ``bwd``; ``gathers``: its linears'
+        weights are gathered in float8 (its forward splits at their weight-shard casts)."""
+        runs, start = [], 0
+        for ops, cast in _shard_cast_runs(fwd) if gathers else ():
+            runs.append((start, start + len(ops), cast))
+            start += len(ops)
+        return _BlockLayout((len(fwd), len(bwd)), (piece_launch_counts(fwd, compile_blocks),
+                                                   piece_launch_counts(bwd, compile_blocks)), tuple(runs),
+                            tuple(piece_launch_counts(fwd[a:b], compile_blocks) for a, b, _ in runs),
+                            (TimerFamily(), TimerFamily()), tuple(None if cast else TimerFamily() for *_, cast in runs))
+
+    def runs_of(self, fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
+        """``_shard_cast_runs(fwd)`` of a block of this layout: the runs at the same places (each but a cast keyed
+        by the timer as its layout's)."""
+        return tuple((fwd[a:b] if cast else KeyedOps(fwd[a:b], timers), cast)
+                     for (a, b, cast), timers in zip(self.runs, self.run_timers, strict=True))
 
 
 def _memo_for(memo: dict | None, model: Model, stack: Stack) -> dict:
@@ -441,14 +503,13 @@ ANY_SHARDS = 1
 real one (FSDP2 shards over more than one rank)."""
 
 
-def _gathered_forward(memo: dict, block: tuple, casts: tuple, fwd: tuple[Op, ...], d: Dims,
-                      shards: int) -> list[tuple[Op, ...]]:
+def _gathered_forward(memo: dict, casts: tuple, runs: tuple[tuple[tuple[Op, ...], bool], ...], d: Dims,
+                      shards: int) -> tuple[tuple[Op, ...], ...]:
     """One block's forward (built with ``ANY_SHARDS``) for FSDP2's float8 all-gather over ``shards`` ranks: the
-    runs between the weight-shard casts as they are (split once, ``block`` keys them in ``memo``), each linear's
-    weight-shard cast (``stack_kernels.weight_shard_cast``) made again for ``shards``, with its tags. A cast reads
-    no micro-batch shape (a weight's elements, its tensor-parallel split and its tags: ``casts`` keys it with the
-    linear), so every micro-batch of a layout shares one (and the step model prices it once)."""
-    runs = _memo(memo, ("shard cast runs",) + block, lambda: _shard_cast_runs(fwd))
+    ``runs`` between the weight-shard casts as they are (``_BlockLayout.runs_of``: one block's, kept in ``memo``),
+    each linear's weight-shard cast (``stack_kernels.weight_shard_cast``) made again for ``shards``, with its tags.
+    A cast reads no micro-batch shape (a weight's elements, its tensor-parallel split and its tags: ``casts`` keys
+    it with the linear), so every micro-batch of a layout shares one (and the step model prices it once)."""
     linears = {name: (i, o) for name, i, o in d.linears()}
 
     def fresh_cast(ops: tuple[Op, ...]) -> tuple[Op, ...]:
@@ -459,23 +520,32 @@ def _gathered_forward(memo: dict, block: tuple, casts: tuple, fwd: tuple[Op, ...
         return tuple(replace_op(op, shape=f.shape, flops=f.flops, bytes_read=f.bytes_read,
                                 bytes_written=f.bytes_written, extra=dict(op.extra)) for op, f in zip(ops, fresh))
 
-    return [_memo(memo, ("weight-shard cast", _linear_of(ops[0])) + casts, lambda: fresh_cast(ops)) if cast else ops
-            for ops, cast in runs]
+    return tuple(_memo(memo, ("weight-shard cast", _linear_of(ops[0])) + casts, lambda: fresh_cast(ops)) if cast
+                 else ops for ops, cast in runs)
 
 
-def _recomputed_forward(memo: dict, block: tuple, casts: tuple, fwd: tuple[Op, ...],
-                        forward: tuple[tuple[Op, ...], ...], policy: str, shards: int) -> list[tuple[Op, ...]]:
-    """``_block_recompute`` of each piece of ``forward``; under FSDP2's float8 all-gather (``shards``) the runs
-    between the weight-shard casts are every shard count's (``_gathered_forward``), so their recomputation is
-    made once (keyed by the run's place in the block), and a weight-shard cast's once per ``casts`` key (every
-    micro-batch's, as the cast itself)."""
+def _recomputed_forward(memo: dict, block: tuple, casts: tuple, runs: tuple, forward: tuple[tuple[Op, ...], ...],
+                        policy: str, shards: int, compile_blocks: bool) -> tuple[tuple, tuple]:
+    """(each piece of ``forward`` recomputed, their launch counts: ``_recomputed_indices``); which ops each reruns
+    and the counts are made once from the first micro-batch's pieces and shared as ``_BlockLayout`` is (its key,
+    with the policy). Under FSDP2's float8 all-gather (``shards``) the ``runs`` between the weight-shard casts are every
+    shard count's (``_gathered_forward``), so their recomputation is made once (keyed by the run's place in the
+    block), and a weight-shard cast's once per ``casts`` key (every micro-batch's, as the cast itself)."""
+    layout_key = ("recomputed layout", policy) + block[1:]
+    layout = memo.get(layout_key)
+    kept = layout[0] if layout is not None else tuple(_recomputed_indices(piece, policy) for piece in forward)
     if not shards:
-        return [_block_recompute(piece, policy) for piece in forward]
-    runs = _memo(memo, ("shard cast runs",) + block, lambda: _shard_cast_runs(fwd))
-    return [_memo(memo, ("recomputed weight-shard cast", policy, _linear_of(piece[0])) + casts,
-                  lambda: _block_recompute(piece, policy)) if cast else _memo(
-        memo, ("recomputed run", policy, k) + block, lambda: _block_recompute(piece, policy))
-        for k, (piece, (_, cast)) in enumerate(zip(forward, runs, strict=True))]
+        pieces = _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
+            RecomputedPiece(piece, k) for piece, k in zip(forward, kept, strict=True)))
+    else:
+        pieces = _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
+            _memo(memo, ("recomputed weight-shard cast", policy, _linear_of(piece[0])) + casts,
+                  lambda: RecomputedPiece(piece, k)) if cast else _memo(
+                memo, ("recomputed run", policy, i) + block, lambda: RecomputedPiece(piece, k))
+            for i, (piece, k, (_, cast)) in enumerate(zip(forward, kept, runs, strict=True))))
+    if layout is None:
+        layout = memo[layout_key] = (kept, tuple(piece_launch_counts(piece, compile_blocks) for piece in pieces))
+    return pieces, layout[1]
 
 
 def _shard_cast_runs(fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
@@ -495,12 +565,13 @@ def _linear_of(op: Op) -> str:
     return op.name.split(".", 1)[0]
 
 
-def _block_recompute(fwd: tuple[Op, ...], policy: str) -> RecomputedPiece:
-    """One recomputed block's kernels (``_recompute`` of one block), as copies of ``fwd``'s that the step model
-    prices from ``fwd``'s prices (``graph.recomputed``)."""
+def _recomputed_indices(fwd: tuple[Op, ...], policy: str) -> list[int]:
+    """Where in ``fwd`` the ops a recomputed block reruns under ``policy`` are (``_recompute`` of one block): a
+    ``RecomputedPiece`` of them is their copies, which the step model prices from ``fwd``'s prices
+    (``graph.recomputed``)."""
     if policy != "selective-op-all-mm":
-        return RecomputedPiece(fwd, block_recomputed_indices(fwd, policy))
-    return RecomputedPiece(fwd, [i for i, op in enumerate(fwd) if _all_mm_reruns(op)])
+        return block_recomputed_indices(fwd, policy)
+    return [i for i, op in enumerate(fwd) if _all_mm_reruns(op)]
 
 
 def _precompute_float8_scales(shard_params: int) -> list[Op]:
