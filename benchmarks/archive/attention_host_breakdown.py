@@ -69,14 +69,20 @@ FWD_SEGMENTS = ("allocate", "descriptors", "launch", "total")
 
 
 def _fwd_run(plan, q, k, v):
-    """``attention_gluon._run`` (aligned contiguous inputs on the current device) with a clock between segments."""
+    """``attention_gluon._run`` (aligned contiguous inputs on the current device) with a clock between segments; the
+    O descriptor of the persistent kernel (``O_TMA_STORE``) counts with the descriptors."""
     t = [clock()]
     o = torch.empty_like(q)
     lse = q.new_empty(plan.lse_shape, dtype=torch.float32)
     t.append(clock())
     descriptors = reused_descriptors(plan, fwd_mod.GluonTensorDescriptor, q, k, v, plan.blocks, plan.layouts)
+    if plan.o_tma is not None:  # the persistent kernel takes O's descriptor too (q's when O_TMA is off)
+        descriptors = (*descriptors, o, lse, *plan.order, fwd_mod._o_descriptor(plan, o) if plan.o_tma
+                       else descriptors[0])
+    else:
+        descriptors = (*descriptors, o, lse)
     t.append(clock())
-    plan.launch(True, *descriptors, o, lse, *plan.order)
+    plan.launch(True, *descriptors)
     t.append(clock())
     _record("fwd", t)
     return o, lse
