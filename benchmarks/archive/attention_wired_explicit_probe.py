@@ -4,7 +4,7 @@
 ways, with the config copied and with the scale given, in do_bench rounds of rotated order (L2 flushed before each
 call) and as 20 back-to-back calls between two CUDA events, and prints each plan's launch.
 
-    python3 benchmarks/kernels/attention_wired_explicit_probe.py      # H200: ~20 s
+    python3 benchmarks/archive/attention_wired_explicit_probe.py      # H200: ~20 s
 
 Result, 2026-12-04: ``results/h200/kernels/attention_carry/wired_explicit_probe.txt``.
 """
