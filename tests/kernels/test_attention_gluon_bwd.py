@@ -416,6 +416,32 @@ def test_launch_backward_plans_once_for_attention_py(recorded_launches):
     assert len(attention_gluon_bwd._PLANS) == 1 and len(recorded_launches) == 6
 
 
+def test_flash_attentions_plan_keeps_one_backward_plan_per_do_layout_and_launches_as_launch_backward(
+        recorded_launches):
+    from workbench.kernels import attention
+
+    do, q, k, v, o, lse = _cpu_inputs()
+    config = default_config(128, True)
+    plan = attention._AttentionPlan()
+    plan.causal, plan.scale, plan.gluon_bwd, plan.gluon_bwd_plans = True, 128 ** -0.5, config, {}
+    first = attention._gluon_backward_plan(plan, do, q, k, v, o)
+    assert attention._gluon_backward_plan(plan, do.clone(), q, k, v, o) is first  # same layout: same plan
+    do_t = do.transpose(1, 2).contiguous().transpose(1, 2)  # same values, [B, S, H, D] strides
+    other = attention._gluon_backward_plan(plan, do_t, q, k, v, o)
+    assert other is not first and other.copy[3] and not first.copy[3]  # this dO is copied, that one is not
+    grads = attention_gluon_bwd.run_backward(other, do_t, q, k, v, o, lse)
+    reference = attention_gluon_bwd.launch_backward(do_t, q, k, v, o, lse, True, 128 ** -0.5, config)
+    ours, theirs = recorded_launches[:3], recorded_launches[3:]
+    assert [(name, grid, kwargs) for name, grid, _, kwargs in ours] == [
+        (name, grid, kwargs) for name, grid, _, kwargs in theirs]
+    assert all(len(a) == len(b) and all(type(x) is type(y) and (not isinstance(x, (int, float)) or x == y)
+                                        for x, y in zip(a, b)) for (_, _, a, _), (_, _, b, _) in zip(ours, theirs))
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    for i in range(attention.GLUON_BWD_PLANS + 1):  # bounded: it starts over past GLUON_BWD_PLANS layouts
+        attention._gluon_backward_plan(plan, torch.empty_strided(do.shape, (0, 0, 0, 1 + i)), q, k, v, o)
+    assert len(plan.gluon_bwd_plans) <= attention.GLUON_BWD_PLANS
+
+
 def test_cpu_host_mode_times_the_cached_call_below_a_replanned_one(tmp_path):
     """benchmarks/kernels/attention_gluon_bwd_host_bench.py: the stubbed host path."""
     if not attention_gluon_bwd.HAS_GLUON or not interpreting():

@@ -455,7 +455,7 @@ class _AttentionPlan:
 
     __slots__ = ("copy_q", "copy_k", "copy_v", "lse_shape", "device_index", "causal", "scale", "bwd_config",
                  "fwd_tma", "bwd_tma", "fwd", "dq", "dkdv", "do_strides", "fwd_parts", "bwd_parts", "gluon",
-                 "gluon_bwd")
+                 "gluon_bwd", "gluon_fwd_plan", "gluon_bwd_plans")
 
 
 _PLANS = plan_cache()
@@ -489,6 +489,7 @@ def _plan(q, k, v, causal, scale, config, bwd_config) -> _AttentionPlan:
     plan.lse_shape = (b, hq, s)
     plan.device_index = q.device.index if q.is_cuda else None
     plan.causal, plan.scale, plan.bwd_config, plan.gluon, plan.gluon_bwd = causal, scale, bwd_config, gluon, gluon_bwd
+    plan.gluon_fwd_plan, plan.gluon_bwd_plans = None, {}  # the Gluon kernels' own plans, made by the first calls
     group, qk_scale, upcast = hq // hkv, scale * _LOG2E, _upcast(q)
     options = {key: value for key, value in config.items() if key not in ("BLOCK_M", "BLOCK_N", *VARIANT_KEYS)}
     plan.fwd_tma = _use_tma(config, q, (*q_strides, *k_strides, *v_strides))
@@ -590,8 +591,12 @@ def _forward(plan: _AttentionPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]
     if _on_other_device(plan):
         with torch.cuda.device(plan.device_index):
             return _forward(plan, q, k, v)
-    if plan.gluon is not None:
-        return attention_gluon.gluon_attention_forward(q, k, v, plan.causal, plan.scale, plan.gluon)
+    if plan.gluon is not None:  # this plan's key is the Gluon plan's (q, k, v, causal, scale, config)
+        gluon_plan = plan.gluon_fwd_plan
+        if gluon_plan is None:
+            gluon_plan = plan.gluon_fwd_plan = attention_gluon.forward_plan(q, k, v, plan.causal, plan.scale,
+                                                                            plan.gluon)
+        return attention_gluon.run_forward(gluon_plan, q, k, v)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)  # o: [B, Hq, S, D]
     lse = q.new_empty(plan.lse_shape, dtype=torch.float32)  # lse: [B, Hq, S] (new_empty: ~1 us under torch.empty)
     aligned = not (q.data_ptr() | k.data_ptr() | v.data_ptr()) % TMA_ALIGN_BYTES  # o, lse: torch's, aligned
@@ -609,12 +614,15 @@ def _forward(plan: _AttentionPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]
     return o, lse
 
 
-def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
-    """dQ, dK, dV; q, k, v as the forward pass read them (unit last stride), o and lse as it wrote them."""
+def _backward(plan: _AttentionPlan, do, q, k, v, o, lse, saved: bool = False):
+    """dQ, dK, dV; q, k, v as the forward pass read them (unit last stride), o and lse as it wrote them (``saved``:
+    the forward's own, as autograd hands them back; else flash_attention_bwd's checked arguments)."""
     if _on_other_device(plan):
         with torch.cuda.device(plan.device_index):
-            return _backward(plan, do, q, k, v, o, lse)
+            return _backward(plan, do, q, k, v, o, lse, saved)
     if plan.gluon_bwd is not None:  # the plan made its checks
+        if saved:
+            return attention_gluon_bwd.run_backward(_gluon_backward_plan(plan, do, q, k, v, o), do, q, k, v, o, lse)
         return attention_gluon_bwd.launch_backward(do, q, k, v, o, lse, plan.causal, plan.scale, plan.gluon_bwd)
     if do.stride(-1) != 1:
         do = do.contiguous()
@@ -641,8 +649,26 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse):
         if not dq_pass.kwargs["TMA"]:
             raise
         _without_tma(plan, exc)
-        return _backward(plan, do, q, k, v, o, lse)
+        return _backward(plan, do, q, k, v, o, lse, saved)
     return dq, dk, dv
+
+
+GLUON_BWD_PLANS = 8
+"""dO layouts whose Gluon backward plans an attention plan keeps (autograd hands over a contiguous dO, unless the
+model's last op before the loss made another layout); past this many it starts over."""
+
+
+def _gluon_backward_plan(plan: _AttentionPlan, do, q, k, v, o):
+    """The Gluon backward's plan for this dO layout, with O and lse the forward's own (contiguous; their layout
+    follows from this plan's key, as q's, k's and v's do, and autograd gives dO q's shape, dtype and device)."""
+    strides = do.stride()
+    found = plan.gluon_bwd_plans.get(strides)
+    if found is None:
+        if len(plan.gluon_bwd_plans) >= GLUON_BWD_PLANS:
+            plan.gluon_bwd_plans.clear()
+        found = plan.gluon_bwd_plans[strides] = attention_gluon_bwd.backward_plan(q, k, v, do, o, plan.causal,
+                                                                                 plan.scale, plan.gluon_bwd)
+    return found
 
 
 _TMA_BUILD_ERRORS = (triton.compiler.errors.CompilationError, triton.runtime.errors.OutOfResources, RuntimeError)
@@ -720,7 +746,7 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def _gradients(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(ctx.plan, do, q, k, v, o, lse)
+        dq, dk, dv = _backward(ctx.plan, do, q, k, v, o, lse, saved=True)
         return dq, dk, dv, None
 
     # The usual backward runs with grad mode off, where once_differentiable's wrapper (a no_grad block and checks,

@@ -542,6 +542,17 @@ def gluon_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     return _run(plan, q, k, v)
 
 
+def forward_plan(q, k, v, causal: bool, scale: float, config: dict) -> "_ForwardPlan":
+    """The launch plan of a call whose owner keys the layouts of q, k, v, causal, scale and config itself
+    (``attention.flash_attention``'s plan holds it): checks and plans, uncached here."""
+    return _plan(q, k, v, causal, scale, config)
+
+
+def run_forward(plan: "_ForwardPlan", q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+    """O and lse of tensors laid out as ``plan``'s (the owner's key guarantees it): the per-call work alone."""
+    return _run(plan, q, k, v)
+
+
 class _ForwardPlan:
     """One forward launch minus the tensors: which inputs need a contiguous copy (the TMA views are 2-D), the
     views' shapes, the descriptors' block shapes and layouts (``descriptors``: their checked fields, as

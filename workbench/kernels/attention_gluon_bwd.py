@@ -645,6 +645,17 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dic
     return _run(plan, do, q, k, v, o, lse)
 
 
+def backward_plan(q, k, v, do, o, causal: bool, scale: float, config: dict) -> "_BackwardPlan":
+    """``launch_backward``'s plan for an owner that keys the layouts itself (``attention.flash_attention``'s plan
+    holds one per dO layout, with O and lse the forward's own): uncached here."""
+    return _plan(q, k, v, do, o, causal, scale, config)
+
+
+def run_backward(plan: "_BackwardPlan", do, q, k, v, o, lse):
+    """dQ, dK, dV of tensors laid out as ``plan``'s (the owner's key guarantees it): the per-call work alone."""
+    return _run(plan, do, q, k, v, o, lse)
+
+
 class _Descriptors:
     """The checked fields of three host TMA descriptors of a plan (``_common.reused_descriptors`` keeps them)."""
 
