@@ -22,6 +22,7 @@ import broad_shapes  # noqa: E402
 
 from workbench.kernels import attention_gluon as fwd_mod  # noqa: E402
 from workbench.kernels import attention_gluon_bwd as bwd  # noqa: E402
+from workbench.kernels import attention  # noqa: E402
 from workbench.kernels.attention import flash_attention  # noqa: E402
 
 SHAPES = {"a01": (16, 32, 32, 512, 128), "a05": (16, 8, 1, 1024, 128)}  # B, Hq, Hkv, S, d; causal
@@ -71,9 +72,10 @@ def main():
             print(f"{shape_id} {pass_} {name}: {times[name]:.4f} ms | {host:.1f} us | {device:.1f} us "
                   f"(burst wall {burst_gpu:.1f} us; {bound})", flush=True)
     print("\nGluon launches called directly (handle kept) and per-launch scratch:")
-    for label, cache, fields in (("forward", fwd_mod._PLANS, ("launch",)),
-                                 ("backward", bwd._PLANS, ("preprocess", "kernel", "convert"))):
-        for plan in cache.values():
+    forward_plans, backward_plans = attention.gluon_plans()  # flash_attention's plans hold the Gluon ones
+    for label, cache, fields in (("forward", forward_plans, ("launch",)),
+                                 ("backward", backward_plans, ("preprocess", "kernel", "convert"))):
+        for plan in cache:
             print(f"  {label}: " + ", ".join(f"{f} {'direct' if getattr(plan, f).handle else 'JIT'}"
                                                for f in fields))
     for name, kernel in (("forward persistent", fwd_mod._persistent_kernel()), ("forward", fwd_mod._attn_fwd_kernel),

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import broad_shapes  # noqa: E402
 
 from workbench.kernels import _launch, dispatch, gemm_gluon, gemm_tma  # noqa: E402
-from workbench.kernels import attention_gluon as fwd  # noqa: E402
+from workbench.kernels import attention  # noqa: E402
 from workbench.kernels import attention_gluon_bwd as bwd  # noqa: E402
 from workbench.kernels._common import clear_plan_caches  # noqa: E402
 from workbench.kernels.attention import flash_attention, flash_attention_bwd, flash_attention_fwd  # noqa: E402
@@ -93,11 +93,13 @@ def main():
             if (name, on) in bench:
                 bench[name, on].append(timer.rounds({name: fn})[name])
     print("launches with their descriptors encoded once (DescriptorMaps kept):")
-    for label, cache, fields in (("gemm_tma", gemm_tma._MATMUL_PLANS, ("launch",)),
-                                 ("gemm_gluon", gemm_gluon._PLANS, ("launch",)),
-                                 ("attention forward", fwd._PLANS, ("launch",)),
-                                 ("attention backward", bwd._PLANS, ("preprocess", "kernel", "convert"))):
-        for plan in cache.values():
+    forward_plans, backward_plans = attention.gluon_plans()  # flash_attention's plans hold the Gluon ones
+    for label, cache, fields in (("gemm_tma", list(gemm_tma._MATMUL_PLANS.values()), ("launch",)),
+                                 ("gemm_gluon", list(gemm_gluon._PLANS.values()), ("launch",)),
+                                 ("attention forward", forward_plans, ("launch",)),
+                                 ("attention backward", backward_plans + list(bwd._PLANS.values()),  # direct: bwd's
+                                  ("preprocess", "kernel", "convert"))):
+        for plan in cache:
             ways = {field: _way(getattr(plan, field).handle) for field in fields}
             print(f"  {label}: " + ", ".join(f"{field} {way}" for field, way in ways.items()))
     print("\ncase | host us per call, maps off (two phases) | on | GPU wall us of the burst off | on"

@@ -653,6 +653,14 @@ def _backward(plan: _AttentionPlan, do, q, k, v, o, lse, saved: bool = False):
     return dq, dk, dv
 
 
+def gluon_plans() -> tuple[list, list]:
+    """(forward plans, backward plans) of the Gluon kernels that flash_attention's cached plans hold: what a probe
+    reads to see whether each launch calls its compiled kernel directly."""
+    plans = list(_PLANS.values())
+    return ([p.gluon_fwd_plan for p in plans if p.gluon_fwd_plan is not None],
+            [b for p in plans for b in p.gluon_bwd_plans.values()])
+
+
 GLUON_BWD_PLANS = 8
 """dO layouts whose Gluon backward plans an attention plan keeps (autograd hands over a contiguous dO, unless the
 model's last op before the loss made another layout); past this many it starts over."""
