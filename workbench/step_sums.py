@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workbench.graph.ops import Op, replace_op
-from workbench.graph.recomputed import PREFIX
+from workbench.graph.recomputed import PREFIX, RecomputedPiece
 from workbench.perf import OpTime
 from workbench.step_result import OpPrediction
 
@@ -115,10 +115,13 @@ class PricedOps:
         an applied fit may read the name and phase, and the same ``bound``). Its sums are sorted as ``priced``
         sorts a backward, recomputed op: compute or memory by its bound, never the optimizer's or the useful
         FLOPs."""
-        ops = tuple(ops)
-        times, bounds, pairs = forward.times, forward.bounds, forward.pairs
+        if len(ops) != len(kept):
+            raise ValueError("a recomputed piece copies one forward op per kept index")
+        ops = ops if type(ops) is RecomputedPiece else tuple(ops)  # a piece's copies stay unmade (graph.recomputed)
+        times, bounds, pairs, copied = forward.times, forward.bounds, forward.pairs, forward.ops
         compute, memory, emb_bwd, attention, counts, priced, kept_bounds, kept_pairs = [], [], [], [], [], [], [], []
-        for op, i in zip(ops, kept, strict=True):
+        for i in kept:
+            op = copied[i]  # the copy's layer and kind are its op's
             pair = pairs[i]  # (time_s, op.count): the copy's count is its op's
             priced.append(times[i])
             b = bounds[i]

@@ -39,6 +39,10 @@ def test_a_stack_tables_recomputed_block_is_priced_as_afresh(policy, float8):
     assert list(piece) == theirs and [op.extra for op in piece] == [op.extra for op in theirs]
     assert all(timer_key(op) == timer_key(fwd[i]) for op, i in zip(piece, piece.kept, strict=True))
     step = StepModel("llama3-8b", "h200-sxm", stack="torchtitan")
+    lazy = RecomputedPiece(fwd, piece.kept)  # priced from the forward's prices without its copies made
+    derived = PricedOps.recomputed(lazy, lazy.kept, step._price(fwd, NO_FIT))
+    assert lazy._copies is None and derived.ops is lazy and len(lazy) == len(theirs)
+    assert lazy == tuple(theirs) and hash(lazy) == hash(tuple(theirs)) and lazy[-1:] == tuple(theirs[-1:])
     for power in (1.0, 0.8):
         fresh, derived = _priced_both_ways(step, fwd, piece, power)
         for field in FIELDS:

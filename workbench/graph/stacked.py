@@ -481,7 +481,8 @@ def _memo(memo: dict, key: tuple, build):
 
 def _pieces(pieces, compile_blocks: bool) -> tuple[tuple[tuple[Op, ...], ...], tuple]:
     """(each piece as a tuple, each one's launch counts: ``stack_memory.piece_launch_counts``)."""
-    pieces = tuple(ops if isinstance(ops, tuple) else tuple(ops) for ops in pieces)  # a RecomputedPiece stays one
+    pieces = tuple(ops if isinstance(ops, (tuple, RecomputedPiece)) else tuple(ops)  # a RecomputedPiece stays one
+                   for ops in pieces)
     return pieces, tuple(piece_launch_counts(ops, compile_blocks) for ops in pieces)
 
 
