@@ -122,7 +122,7 @@ class PricedOps:
         FLOPs."""
         if len(ops) != len(kept):
             raise ValueError("a recomputed piece copies one forward op per kept index")
-        ops = ops if type(ops) is RecomputedPiece else tuple(ops)  # a piece's copies stay unmade (graph.recomputed)
+        ops = ops if isinstance(ops, RecomputedPiece) else tuple(ops)  # its copies stay unmade (graph.recomputed)
         times, bounds, pairs, copied = forward.times, forward.bounds, forward.pairs, forward.ops
         compute, memory, emb_bwd, attention, counts, priced, kept_bounds, kept_pairs = [], [], [], [], [], [], [], []
         for i in kept:

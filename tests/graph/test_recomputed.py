@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from workbench.config import TrainingConfig
+from workbench.graph.ops import replace_op
 from workbench.graph.recomputed import RecomputedOps, RecomputedPiece
 from workbench.graph.stack_kernels import Dims, block_ops, block_recompute_ops, torchtitan_flavor
 from workbench.graph.stacked import _recompute, _recomputed_indices
@@ -57,6 +58,10 @@ def test_the_fused_steps_recomputation_is_priced_as_afresh(model):
     for mode in ("selective", "full"):
         ops = recompute[mode]
         assert type(ops) is RecomputedOps and ops.forward is fwd and ops
+        derived = PricedOps.recomputed(ops, ops.kept, step._price(fwd, NO_FIT))
+        assert ops._copies is None and derived.ops is ops  # priced without its copies made
+        theirs = [replace_op(fwd[i], name=f"recompute.{fwd[i].name}", phase="bwd") for i in ops.kept]
+        assert ops == theirs and ops != theirs[1:] and theirs == ops
         for power in (1.0, 0.7):
             fresh, derived = _priced_both_ways(step, fwd, ops, power)
             for field in FIELDS:

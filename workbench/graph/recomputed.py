@@ -9,7 +9,7 @@ the index of each copied op in it. ``step_sums.PricedOps.recomputed`` then price
 piece's prices (the recomputed ops of a recipe search were a third of the ops it priced) instead of looking each op
 up again, and reads the copies' kinds and layers from the forward ops they copy: so a recipe search, which reads
 no recomputed op itself, never makes the copies. A piece makes them when first read (iterated, indexed, compared:
-its launch counts, a prediction's ops), once.
+its launch counts, a prediction's ops), once. ``RecomputedOps`` is the same in the fused step's block graph.
 """
 
 from __future__ import annotations
@@ -61,16 +61,19 @@ class RecomputedPiece(Sequence):
         return f"RecomputedPiece({self.copies!r})"
 
 
-class RecomputedOps(list):
-    """``RecomputedPiece`` as a list (the fused step's block graph: ``graph.transformer.block_ops``, whose pieces
-    are lists); equal to the list of its copies."""
+class RecomputedOps(RecomputedPiece):
+    """``RecomputedPiece`` in the fused step's block graph (``graph.transformer.block_ops``, whose pieces are
+    lists): equal to the list of its copies, and unhashable, as a list."""
 
-    forward: Sequence[Op]
-    kept: tuple[int, ...]
+    __slots__ = ()
 
-    def __init__(self, forward: Sequence[Op], kept: Sequence[int]):
-        super().__init__(map(recomputed_copy, map(forward.__getitem__, kept)))
-        self.forward, self.kept = forward, tuple(kept)
+    def __eq__(self, other) -> bool:
+        return self.copies == tuple(other) if isinstance(other, list) else super().__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"RecomputedOps({list(self.copies)!r})"
 
 
 def recomputed_copy(op: Op) -> Op:
