@@ -14,6 +14,7 @@ from workbench.graph.transformer import block_graph
 from workbench.models import get_model
 from workbench.perf.timer_key import timer_key
 from workbench.profile_fit import NO_FIT
+from workbench.stack_memory import piece_launch_counts
 from workbench.step import StepModel
 from workbench.step_sums import PricedOps
 
@@ -44,6 +45,9 @@ def test_a_stack_tables_recomputed_block_is_priced_as_afresh(policy, float8):
     derived = PricedOps.recomputed(lazy, lazy.kept, step._price(fwd, NO_FIT))
     assert lazy._copies is None and derived.ops is lazy and len(lazy) == len(theirs)
     assert lazy == tuple(theirs) and hash(lazy) == hash(tuple(theirs)) and lazy[-1:] == tuple(theirs[-1:])
+    for compile_blocks in (False, True):  # its launches counted on the ops it copies (graph.stacked)
+        assert piece_launch_counts(map(fwd.__getitem__, lazy.kept), compile_blocks, recomputed=True) == \
+            piece_launch_counts(theirs, compile_blocks)
     for power in (1.0, 0.8):
         fresh, derived = _priced_both_ways(step, fwd, piece, power)
         for field in FIELDS:

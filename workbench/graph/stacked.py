@@ -545,7 +545,8 @@ def _recomputed_forward(memo: dict, block: tuple, casts: tuple, runs: tuple, for
                 memo, ("recomputed run", policy, i) + block, lambda: RecomputedPiece(piece, k))
             for i, (piece, k, (_, cast)) in enumerate(zip(forward, kept, runs, strict=True))))
     if layout is None:
-        layout = memo[layout_key] = (kept, tuple(piece_launch_counts(piece, compile_blocks) for piece in pieces))
+        layout = memo[layout_key] = (kept, tuple(piece_launch_counts(
+            map(piece.forward.__getitem__, piece.kept), compile_blocks, recomputed=True) for piece in pieces))
     return pieces, layout[1]
 
 
