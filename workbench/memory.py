@@ -206,14 +206,11 @@ def _transformer_memory(model: TransformerModel, cfg: TrainingConfig, gpu: GPU, 
         loss_peak = terms.loss_bytes_per_logit * logits
     # the loss peaks before the first block's backward (and recompute) starts: one or the other, not both
     activations = blocks + max(recompute_peak, loss_peak)
-    return MemoryBreakdown(
-        params=terms.params,
-        grads=terms.grads,
-        optimizer=terms.optimizer,
-        activations=activations,
-        workspace=FRAMEWORK_OVERHEAD_GB * GB,
-        capacity=gpu.hbm_capacity_gb.value * GB,
-    )
+    breakdown = object.__new__(MemoryBreakdown)  # the fields set without the frozen __init__ (one per candidate)
+    breakdown.__dict__.update(params=terms.params, grads=terms.grads, optimizer=terms.optimizer,
+                              activations=activations, workspace=FRAMEWORK_OVERHEAD_GB * GB,
+                              capacity=gpu.hbm_capacity_gb.value * GB)
+    return breakdown
 
 
 class _TransformerTerms(NamedTuple):

@@ -16,7 +16,7 @@ the two overlap except where the GPU waits).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,14 +54,17 @@ def graph_calls(flavor: StackFlavor, layers: int) -> int:
     return 2 * layers + (2 if flavor.compile_loss else 0) if flavor.compile_blocks else 0
 
 
-def piece_launch_counts(ops: Sequence[Op], compile_blocks: bool) -> tuple[float, float, float]:
-    """(eager, recompute, compiled) kernels of one copy of ``ops`` (``launch_counts`` without the graph calls)."""
+def piece_launch_counts(ops: Iterable[Op], compile_blocks: bool,
+                        recomputed: bool = False) -> tuple[float, float, float]:
+    """(eager, recompute, compiled) kernels of one copy of ``ops`` (``launch_counts`` without the graph calls);
+    ``recomputed``: ``ops`` are the forward ops a recomputed piece copies (``graph.recomputed.RecomputedPiece``:
+    their counts, kinds and layers, each copy a ``recompute.`` one), counted as the copies, which are not made."""
     eager = recompute = compiled = 0.0
     for op in ops:
         n = op.count * (2 if op.kind == "attention" else 1)  # SDPA launches its helper kernels beside the main one
         if compile_blocks and op.layer in ("attention", "mlp"):
             compiled += n
-        elif op.name.startswith("recompute."):
+        elif recomputed or op.name.startswith("recompute."):
             recompute += n
         else:
             eager += n

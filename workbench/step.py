@@ -138,7 +138,7 @@ class StepModel:
         self._gather_scales: dict[str, float] = {}
         """``_bound_gather_scale`` by precision."""
         self._padded: dict[int, Model] = {}
-        self._prefix_sums = PrefixSums(_ACCUMULATED + _ONE_MICRO)
+        self._prefix_sums = PrefixSums()  # the sums of _ACCUMULATED + _ONE_MICRO (step_sums.SUMMED)
         """Every sum of ``_fold`` over a micro-batch's parts, once per prefix of parts (``_micro_sums``)."""
 
     def _laid_out(self, cfg: TrainingConfig) -> Model:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workbench.graph.ops import Op, replace_op
-from workbench.graph.recomputed import PREFIX
+from workbench.graph.recomputed import PREFIX, RecomputedPiece
 from workbench.perf import OpTime
 from workbench.step_result import OpPrediction
 
@@ -51,6 +51,10 @@ class PricedOps:
     attention: Column
     pairs: Column
     """Every op."""
+    summed: tuple[tuple[int, Column], ...]
+    """(place in ``SUMMED``, column) of each of the columns above that the running sums walk and that holds a
+    term, in ``SUMMED``'s order (``_summed``): the sums fetch a part's columns once, not field by field at each
+    prefix of parts it ends, and skip its empty ones (a block's optimizer and embedding columns: ``part_sums``)."""
 
     @functools.cached_property
     def useful(self) -> Column:
@@ -104,6 +108,7 @@ class PricedOps:
                             compute=tuple(compute), memory=tuple(memory), optimizer=tuple(optimizer),
                             embedding_fwd=tuple(emb_fwd), embedding_bwd=tuple(emb_bwd), attention=tuple(attention),
                             pairs=tuple(pairs))
+        new.__dict__["summed"] = _summed(new)
         return new
 
     @staticmethod
@@ -115,10 +120,13 @@ class PricedOps:
         an applied fit may read the name and phase, and the same ``bound``). Its sums are sorted as ``priced``
         sorts a backward, recomputed op: compute or memory by its bound, never the optimizer's or the useful
         FLOPs."""
-        ops = tuple(ops)
-        times, bounds, pairs = forward.times, forward.bounds, forward.pairs
+        if len(ops) != len(kept):
+            raise ValueError("a recomputed piece copies one forward op per kept index")
+        ops = ops if isinstance(ops, RecomputedPiece) else tuple(ops)  # its copies stay unmade (graph.recomputed)
+        times, bounds, pairs, copied = forward.times, forward.bounds, forward.pairs, forward.ops
         compute, memory, emb_bwd, attention, counts, priced, kept_bounds, kept_pairs = [], [], [], [], [], [], [], []
-        for op, i in zip(ops, kept, strict=True):
+        for i in kept:
+            op = copied[i]  # the copy's layer and kind are its op's
             pair = pairs[i]  # (time_s, op.count): the copy's count is its op's
             priced.append(times[i])
             b = bounds[i]
@@ -138,6 +146,7 @@ class PricedOps:
                             compute=tuple(compute), memory=tuple(memory), optimizer=(), embedding_fwd=(),
                             embedding_bwd=tuple(emb_bwd), attention=tuple(attention),
                             pairs=tuple(kept_pairs))
+        new.__dict__["summed"] = _summed(new)
         return new
 
     def predictions(self, copies: int, executions_per_count: int) -> list[OpPrediction]:
@@ -154,8 +163,17 @@ but only a family without model FLOPs of its own reads them (``useful_flops``): 
 (a transformer's search spent a quarter of its running sums' additions on them)."""
 ONE_MICRO = ("pairs", "embedding_fwd", "embedding_bwd", "attention")
 """``PricedOps``' sums that count one micro-batch (``pairs``: the micro-batch's own time, ``microbatch_s``)."""
-_GO_ON = ACCUMULATED + ONE_MICRO[1:]
-"""The sums ``fold`` carries on over the once-per-step ops (``microbatch_s`` has no once-per-step term)."""
+SUMMED = ACCUMULATED + ONE_MICRO
+"""The running sums over a micro-batch's parts, in this order (``PrefixSums``, ``PricedOps.summed``)."""
+_SUMMED_COLUMNS = operator.attrgetter(*SUMMED)
+_PAIRS = SUMMED.index("pairs")
+"""``microbatch_s``'s place in ``SUMMED``: ``fold`` carries on every other sum over the once-per-step ops
+(``microbatch_s`` has no once-per-step term)."""
+
+
+def _summed(part: PricedOps) -> tuple[tuple[int, Column], ...]:
+    """``PricedOps.summed`` of ``part``, whose other fields are set."""
+    return tuple((j, column) for j, column in enumerate(_SUMMED_COLUMNS(part)) if column)
 
 Stage = tuple[tuple[PricedOps, int], ...]
 """Priced op lists in step order, each with how many copies of it run (a block's ops: the stage's layers)."""
@@ -173,25 +191,17 @@ class Sums:
     attention_s: float
 
 
-def columns(fields: Sequence[str]) -> Callable[[PricedOps], tuple[Column, ...]]:
-    """The columns of a part named by ``fields`` (two or more), in their order: one ``operator.attrgetter`` made
-    once per set of fields, which fetches them all in one call (``part_sums`` runs per part of every new micro-batch
-    graph, and a ``getattr`` per field was a tenth of its time)."""
-    if len(fields) < 2:
-        raise ValueError("columns() takes two or more fields (attrgetter of one returns the column itself)")
-    return operator.attrgetter(*fields)
-
-
-def part_sums(sums: tuple, part: PricedOps, fields: Callable[[PricedOps], tuple[Column, ...]], k: int) -> tuple:
-    """``sums`` (one per column that ``fields``, a ``columns`` getter, fetches of ``part``) carried on over that
-    column's (value, count) pairs, each term value x (count x ``k``): the additions of a left-to-right sum, in its
-    order."""
-    out = []
-    for s, column in zip(sums, fields(part), strict=True):
-        if column:  # a block's optimizer and embedding columns are empty: no loop set up for them
+def part_sums(sums: tuple, part: PricedOps, k: int, skip: int = -1) -> tuple:
+    """``sums`` (one per ``SUMMED`` field) carried on over ``part``'s columns (``PricedOps.summed``), each term
+    value x (count x ``k``): the additions of a left-to-right sum, in its order. ``skip``: a place in ``SUMMED``
+    whose sum is left as it is."""
+    out = list(sums)
+    for j, column in part.summed:
+        if j != skip:
+            s = out[j]
             for t, n in column:
                 s += t * (n * k)
-        out.append(s)
+            out[j] = s
     return tuple(out)
 
 
@@ -210,9 +220,6 @@ def micro_sums(micro: Stage, accum: int, fields: Sequence[str]) -> tuple:
     return tuple(sums)
 
 
-_GO_ON_COLUMNS = columns(_GO_ON)
-
-
 def fold(micro: Stage, accum: int, once: Stage, made: tuple[tuple, tuple] | None = None) -> Sums:
     """The step's sums over the micro-batch ops (executed count x ``accum``) and the once-per-step ops, in op order:
     the left-to-right sums the summary has always made (a term is seconds x executions, the executions an exact
@@ -220,10 +227,10 @@ def fold(micro: Stage, accum: int, once: Stage, made: tuple[tuple, tuple] | None
     (x ``accum``) and of ``ONE_MICRO`` (x 1) already made; the running sums go on from them over ``once`` (the
     same additions in the same order). ``microbatch_s`` has no once-per-step term."""
     per_step, per_micro = made or (micro_sums(micro, accum, ACCUMULATED), micro_sums(micro, 1, ONE_MICRO))
-    sums = (*per_step, *per_micro[1:])  # each field's sum goes on over the once-per-step parts, in their order
+    sums = (*per_step, *per_micro)  # each field's sum but microbatch_s goes on over the once-per-step parts
     for part, copies in once:
-        sums = part_sums(sums, part, _GO_ON_COLUMNS, copies)
-    compute, memory, optimizer, emb_fwd, emb_bwd, attention = sums
+        sums = part_sums(sums, part, copies, skip=_PAIRS)
+    compute, memory, optimizer, _, emb_fwd, emb_bwd, attention = sums
     out = object.__new__(Sums)  # the fields set without the frozen __init__ (one per candidate of a recipe search)
     out.__dict__.update(compute_bound_s=compute, memory_bound_s=memory, optimizer_s=optimizer,
                         microbatch_s=per_micro[0], embedding_fwd_s=emb_fwd, embedding_bwd_s=emb_bwd,
@@ -242,18 +249,18 @@ def useful_flops(micro: Stage, accum: int, once: Stage) -> float:
 
 
 class PrefixSums:
-    """The running sums of ``fields`` over a micro-batch's (priced part, copies) pairs, each term x its part's
+    """The running sums of ``SUMMED`` over a micro-batch's (priced part, copies) pairs, each term x its part's
     copies; the sums after each prefix of parts cached by the prefix's number, the part and its copies (the part
     rides in the cached value, so its id stays its own while the entry lives)."""
 
-    def __init__(self, fields: Sequence[str]):
-        self.fields = tuple(fields)
-        self._columns = columns(self.fields)
-        self._zero = (0,) * len(self.fields)  # an empty field sums to the int 0, as a plain left-to-right sum
+    fields = SUMMED
+
+    def __init__(self):
+        self._zero = (0,) * len(SUMMED)  # an empty field sums to the int 0, as a plain left-to-right sum
         self._prefixes: dict[tuple, tuple] = {}
         self._numbers = itertools.count(1)  # 0 is the empty prefix; numbers are never reused, even after a clear
 
-    def __call__(self, micro: Sequence[tuple[object, int]]) -> tuple:
+    def __call__(self, micro: Sequence[tuple[PricedOps, int]]) -> tuple:
         prefixes = self._prefixes
         if len(prefixes) > PREFIX_LIMIT:
             prefixes.clear()
@@ -262,6 +269,6 @@ class PrefixSums:
             key = (prefix, id(part), copies)
             hit = prefixes.get(key)
             if hit is None:
-                hit = prefixes[key] = (next(self._numbers), part_sums(sums, part, self._columns, copies), part)
+                hit = prefixes[key] = (next(self._numbers), part_sums(sums, part, copies), part)
             prefix, sums = hit[0], hit[1]
         return sums

@@ -113,3 +113,30 @@ def test_a_blocks_ops_differ_across_micro_batches_in_their_sizes_only(stack_name
         assert all(block == blocks[0] for block in blocks)
         checked += 1
     assert checked >= 24
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_gathered_forward_differs_across_shard_counts_in_its_sizes_only(compiled):
+    """Under FSDP2's float8 all-gather a block's forward is one piece per shard count: the block built with
+    ``ANY_SHARDS``, its weight-shard casts made again for the shards (``stacked._gathered_forward``). Its launch
+    counts, its timer family and which of its ops a recomputed block reruns are the layout's, shared by every shard
+    count and micro-batch: a cast whose ops differed in a name, count, kind, layer, dtype, phase or tag from one
+    shard count to another would make them wrong, and fails here."""
+    sizes = ("shape", "flops", "bytes_read", "bytes_written")
+    checked = 0
+    for dtype, seq, tp, micro_batch in itertools.product(("fp32", "bf16"), (2048, 8192), (1, 2, 4), (1, 3)):
+        flavor = stacked._flavor(MODEL, "torchtitan", compiled, dtype, True, "tensorwise", stacked.ANY_SHARDS)
+        d = dataclasses.replace(stacked.Dims.of(MODEL, micro_batch, seq, tp), layers=1)
+        fwd, bwd = map(tuple, stacked.block_ops(d, flavor))
+        layout = stacked._BlockLayout.of(fwd, bwd, compiled, True)
+        assert sum(cast for *_, cast in layout.runs) == 7  # every linear's weight-shard cast, found
+        forwards = [stacked._gathered_forward({}, (shards,), fwd, layout.runs, d, shards) for shards in (2, 8, 64)]
+        assert all(len(f) == len(fwd) for f in forwards)
+        assert forwards[0] != forwards[2]  # the casts were made again (their sizes)
+        fields = [[{k: v for k, v in vars(op).items() if k not in sizes} for op in f] for f in [fwd, *forwards]]
+        assert all(f == fields[0] for f in fields)
+        for policy in ("full", "selective-op", "selective-op-all-mm"):
+            assert all(stacked._recomputed_indices(f, policy) == stacked._recomputed_indices(fwd, policy)
+                       for f in forwards)
+        checked += 1
+    assert checked == 24

@@ -344,9 +344,9 @@ def stack_step(model: TransformerModel, cfg: TrainingConfig, stack: Stack, *, co
 
 def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flavor: StackFlavor, policy: str,
                       shards: int) -> tuple[Parts, tuple]:
-    """The micro-batch's pieces and their launch counts: the embedding, one block's forward (split at its
-    weight-shard casts under FSDP2's float8 all-gather over ``shards`` ranks), the head, one block's backward,
-    the recomputed block; the micro-batch's ``shape`` and the ``flavor_key`` they were built with key them."""
+    """The micro-batch's pieces and their launch counts: the embedding, one block's forward (its weight-shard casts
+    made for ``shards`` ranks under FSDP2's float8 all-gather), the head, one block's backward, the recomputed
+    block; the micro-batch's ``shape`` and the ``flavor_key`` they were built with key them."""
     layers, compile_blocks = d.layers, flavor.compile_blocks
     block = shape + flavor_key
     # one block's forward and backward: every block of the stage runs the same shapes, so they are built for one
@@ -362,20 +362,20 @@ def _microbatch_parts(memo: dict, shape: tuple, flavor_key: tuple, d: Dims, flav
         (embedding_ops(d, flavor),), compile_blocks))
     (head,), head_counts = _memo(memo, ("head", flavor.param_dtype, flavor.compile_loss) + shape, lambda: _pieces(
         (head_ops(d, flavor),), compile_blocks))
-    casts = (shards, d.sp) + flavor_key  # what a weight-shard cast reads: the shards, the linears' tp split, tags
-    if shards:
-        runs = _memo(memo, ("shard cast runs",) + block, lambda: layout.runs_of(fwd))
-        forward = _memo(memo, ("forward", shards) + block, lambda: _gathered_forward(memo, casts, runs, d, shards))
-        forward_counts = layout.run_counts
+    if shards:  # one piece, as the forward it stands for: a block's forward with its casts made for these shards
+        casts = (shards, d.sp) + flavor_key  # what a weight-shard cast reads: the shards, the linears' tp split, tags
+        forward = _memo(memo, ("forward", shards) + block, lambda: KeyedOps(
+            _gathered_forward(memo, casts, fwd, layout.runs, d, shards), layout.timers[0]))
     else:
-        runs, forward, forward_counts = (), (fwd,), layout.counts[:1]
-    # (no checkpointing recomputes no block: no pieces, rather than empty ones that the parts would leave out)
-    recompute, recompute_counts = ((), ()) if policy == "none" else _recomputed_forward(
-        memo, block, casts, runs, forward, policy, shards, compile_blocks)
+        forward = fwd
+    # (no checkpointing recomputes no block: no piece, rather than an empty one that the parts would leave out)
+    recompute = () if policy == "none" else (_recomputed_forward(memo, block, shards, forward, policy,
+                                                                  compile_blocks),)
     recomputed = layers if policy == "selective-op-all-mm" else recomputed_blocks(policy, layers)
-    parts = ((embedding, 1), *((piece, layers) for piece in forward), (head, 1), (bwd, layers),
-             *((piece, recomputed) for piece in recompute))
-    parts_counts = (*embedding_counts, *forward_counts, *head_counts, layout.counts[1], *recompute_counts)
+    parts = ((embedding, 1), (forward, layers), (head, 1), (bwd, layers),
+             *((piece, recomputed) for piece, _ in recompute))
+    parts_counts = (*embedding_counts, layout.counts[0], *head_counts, layout.counts[1],
+                    *(counts for _, counts in recompute))
     kept = [i for i, (ops, copies) in enumerate(parts) if ops and copies]  # an empty piece adds nothing
     if len(kept) == len(parts):
         return parts, parts_counts
@@ -400,39 +400,31 @@ class _BlockLayout:
     micro-batch out): the launch counts of its forward and backward (``piece_launch_counts``: the ops' counts,
     kinds, layers and names), their timer keys less the sizes (``perf.timer_key.TimerFamily``: kinds, dtypes and
     tags) and where its forward's weight-shard cast runs begin and end (``_shard_cast_runs``: the names);
-    ``_recomputed_forward`` keeps the same of a recomputed block, per checkpointing policy. A block's
-    ops differ from one micro-batch to the next in their shapes, FLOPs and bytes only: ``tests/graph/test_stacked.py``
-    checks every other field of every op across micro-batches for every flavor, and ``_microbatch_parts`` that the
-    numbers of ops agree."""
+    ``_recomputed_forward`` keeps the same of a recomputed block, per checkpointing policy. A block's ops differ
+    from one micro-batch to the next in their shapes, FLOPs and bytes only, and so do its forwards with their
+    weight-shard casts made for each shard count (``_gathered_forward``): ``tests/graph/test_stacked.py`` checks
+    every other field of every op across micro-batches and shard counts for every flavor, and
+    ``_microbatch_parts`` that the numbers of ops agree. Under FSDP2's float8 all-gather, the forward's counts and
+    timer family are those of every shard count's forward."""
 
     lengths: tuple[int, int]
     counts: tuple[tuple[float, float, float], tuple[float, float, float]]
     runs: tuple[tuple[int, int, bool], ...]
     """(start, stop, whether one linear's weight-shard cast) of each run of the forward (none without FSDP2's
     float8 all-gather)."""
-    run_counts: tuple[tuple[float, float, float], ...]
     timers: tuple[TimerFamily, TimerFamily]
-    run_timers: tuple[TimerFamily | None, ...]
-    """Each run's timer family (None for a weight-shard cast: ``_gathered_forward`` makes those again)."""
 
     @staticmethod
     def of(fwd: tuple[Op, ...], bwd: tuple[Op, ...], compile_blocks: bool, gathers: bool) -> _BlockLayout:
         """The layout of a block whose forward and backward are ``fwd`` and ``bwd``; ``gathers``: its linears'
-        weights are gathered in float8 (its forward splits at their weight-shard casts)."""
+        weights are gathered in float8 (its forward's weight-shard casts are made again per shard count)."""
         runs, start = [], 0
         for ops, cast in _shard_cast_runs(fwd) if gathers else ():
             runs.append((start, start + len(ops), cast))
             start += len(ops)
         return _BlockLayout((len(fwd), len(bwd)), (piece_launch_counts(fwd, compile_blocks),
                                                    piece_launch_counts(bwd, compile_blocks)), tuple(runs),
-                            tuple(piece_launch_counts(fwd[a:b], compile_blocks) for a, b, _ in runs),
-                            (TimerFamily(), TimerFamily()), tuple(None if cast else TimerFamily() for *_, cast in runs))
-
-    def runs_of(self, fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
-        """``_shard_cast_runs(fwd)`` of a block of this layout: the runs at the same places (each but a cast keyed
-        by the timer as its layout's)."""
-        return tuple((fwd[a:b] if cast else KeyedOps(fwd[a:b], timers), cast)
-                     for (a, b, cast), timers in zip(self.runs, self.run_timers, strict=True))
+                            (TimerFamily(), TimerFamily()))
 
 
 def _memo_for(memo: dict | None, model: Model, stack: Stack) -> dict:
@@ -481,7 +473,8 @@ def _memo(memo: dict, key: tuple, build):
 
 def _pieces(pieces, compile_blocks: bool) -> tuple[tuple[tuple[Op, ...], ...], tuple]:
     """(each piece as a tuple, each one's launch counts: ``stack_memory.piece_launch_counts``)."""
-    pieces = tuple(ops if isinstance(ops, tuple) else tuple(ops) for ops in pieces)  # a RecomputedPiece stays one
+    pieces = tuple(ops if isinstance(ops, (tuple, RecomputedPiece)) else tuple(ops)  # a RecomputedPiece stays one
+                   for ops in pieces)
     return pieces, tuple(piece_launch_counts(ops, compile_blocks) for ops in pieces)
 
 
@@ -503,13 +496,13 @@ ANY_SHARDS = 1
 real one (FSDP2 shards over more than one rank)."""
 
 
-def _gathered_forward(memo: dict, casts: tuple, runs: tuple[tuple[tuple[Op, ...], bool], ...], d: Dims,
-                      shards: int) -> tuple[tuple[Op, ...], ...]:
-    """One block's forward (built with ``ANY_SHARDS``) for FSDP2's float8 all-gather over ``shards`` ranks: the
-    ``runs`` between the weight-shard casts as they are (``_BlockLayout.runs_of``: one block's, kept in ``memo``),
-    each linear's weight-shard cast (``stack_kernels.weight_shard_cast``) made again for ``shards``, with its tags.
-    A cast reads no micro-batch shape (a weight's elements, its tensor-parallel split and its tags: ``casts`` keys
-    it with the linear), so every micro-batch of a layout shares one (and the step model prices it once)."""
+def _gathered_forward(memo: dict, casts: tuple, fwd: tuple[Op, ...], runs: tuple[tuple[int, int, bool], ...],
+                      d: Dims, shards: int) -> tuple[Op, ...]:
+    """One block's forward ``fwd`` (built with ``ANY_SHARDS``) for FSDP2's float8 all-gather over ``shards`` ranks:
+    its ``runs`` (``_BlockLayout.runs``) between the weight-shard casts as they are, each linear's weight-shard cast
+    (``stack_kernels.weight_shard_cast``) made again for ``shards``, with its tags. A cast reads no micro-batch
+    shape (a weight's elements, its tensor-parallel split and its tags: ``casts`` keys it with the linear), so
+    every micro-batch of a layout shares its ops (and the step model times them once)."""
     linears = {name: (i, o) for name, i, o in d.linears()}
 
     def fresh_cast(ops: tuple[Op, ...]) -> tuple[Op, ...]:
@@ -520,32 +513,30 @@ def _gathered_forward(memo: dict, casts: tuple, runs: tuple[tuple[tuple[Op, ...]
         return tuple(replace_op(op, shape=f.shape, flops=f.flops, bytes_read=f.bytes_read,
                                 bytes_written=f.bytes_written, extra=dict(op.extra)) for op, f in zip(ops, fresh))
 
-    return tuple(_memo(memo, ("weight-shard cast", _linear_of(ops[0])) + casts, lambda: fresh_cast(ops)) if cast
-                 else ops for ops, cast in runs)
+    forward: list[Op] = []
+    for a, b, cast in runs:
+        ops = fwd[a:b]
+        forward += _memo(memo, ("weight-shard cast", _linear_of(ops[0])) + casts, lambda: fresh_cast(ops)) if cast \
+            else ops
+    if len(forward) != len(fwd):
+        raise AssertionError("a gathered forward is not its block's forward")
+    return tuple(forward)
 
 
-def _recomputed_forward(memo: dict, block: tuple, casts: tuple, runs: tuple, forward: tuple[tuple[Op, ...], ...],
-                        policy: str, shards: int, compile_blocks: bool) -> tuple[tuple, tuple]:
-    """(each piece of ``forward`` recomputed, their launch counts: ``_recomputed_indices``); which ops each reruns
-    and the counts are made once from the first micro-batch's pieces and shared as ``_BlockLayout`` is (its key,
-    with the policy). Under FSDP2's float8 all-gather (``shards``) the ``runs`` between the weight-shard casts are every
-    shard count's (``_gathered_forward``), so their recomputation is made once (keyed by the run's place in the
-    block), and a weight-shard cast's once per ``casts`` key (every micro-batch's, as the cast itself)."""
+def _recomputed_forward(memo: dict, block: tuple, shards: int, forward: tuple[Op, ...], policy: str,
+                        compile_blocks: bool) -> tuple[RecomputedPiece, tuple[float, float, float]]:
+    """(``forward`` recomputed, its launch counts: ``_recomputed_indices``); which ops it reruns and the counts are
+    made once from the first micro-batch's forward and shared as ``_BlockLayout`` is (its key, with the policy),
+    by every shard count's forward under FSDP2's float8 all-gather (``shards``) too."""
     layout_key = ("recomputed layout", policy) + block[1:]
     layout = memo.get(layout_key)
-    kept = layout[0] if layout is not None else tuple(_recomputed_indices(piece, policy) for piece in forward)
-    if not shards:
-        pieces = _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
-            RecomputedPiece(piece, k) for piece, k in zip(forward, kept, strict=True)))
-    else:
-        pieces = _memo(memo, ("recompute", policy, shards) + block, lambda: tuple(
-            _memo(memo, ("recomputed weight-shard cast", policy, _linear_of(piece[0])) + casts,
-                  lambda: RecomputedPiece(piece, k)) if cast else _memo(
-                memo, ("recomputed run", policy, i) + block, lambda: RecomputedPiece(piece, k))
-            for i, (piece, k, (_, cast)) in enumerate(zip(forward, kept, runs, strict=True))))
     if layout is None:
-        layout = memo[layout_key] = (kept, tuple(piece_launch_counts(piece, compile_blocks) for piece in pieces))
-    return pieces, layout[1]
+        kept = _recomputed_indices(forward, policy)
+        layout = memo[layout_key] = (tuple(kept), piece_launch_counts(map(forward.__getitem__, kept), compile_blocks,
+                                                                      recomputed=True))
+    kept, counts = layout
+    piece = _memo(memo, ("recompute", policy, shards) + block, lambda: RecomputedPiece(forward, kept))
+    return piece, counts
 
 
 def _shard_cast_runs(fwd: tuple[Op, ...]) -> tuple[tuple[tuple[Op, ...], bool], ...]:
