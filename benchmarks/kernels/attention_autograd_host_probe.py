@@ -17,7 +17,7 @@ And, inside ours' fwd_bwd, where the time falls: timestamps at the start and end
 backward body (``_FlashAttention.forward`` / ``_gradients`` wrapped), so a call splits into before forward,
 forward, forward to backward (the rest of apply, autograd.grad's set-up, the hand-off to the engine's device
 thread), backward, and after backward (the engine's finish and the hand-back). Device time per call (the kernels'
-sum under torch.profiler) says whether the shape is host-bound at all.
+sum under torch.profiler, each kernel's time kept) says whether the shape is host-bound at all.
 
     python3 benchmarks/kernels/attention_autograd_host_probe.py --out DIR [--tree PATH]   # on the H200, ~1-2 min
     python3 benchmarks/kernels/attention_autograd_host_probe.py --dry-run     # CPU: code paths, tiny shapes
@@ -78,19 +78,9 @@ def host_times(fns: dict, gpu: bool, calls: int = CALLS, rounds: int = ROUNDS) -
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def device_us(fn, gpu: bool, calls: int = 10) -> float | None:
-    """The kernels' CUDA time per call under torch.profiler."""
-    if not gpu:
-        return None
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return sum(e.self_device_time_total for e in prof.key_averages()) / calls
+def kernels(fn, gpu: bool, calls: int = 10) -> list[dict]:
+    """Each kernel's CUDA time per call under torch.profiler (``benchmarking.profile_kernels``); none on the CPU."""
+    return benchmarking.profile_kernels(lambda i: fn(), calls) if gpu else []
 
 
 class _Stamps:
@@ -215,11 +205,12 @@ def shape_report(shape_id: str, dims: tuple, device: str, gpu: bool) -> dict:
     host = host_times(fns, gpu, calls=CALLS if gpu else 2, rounds=ROUNDS if gpu else 1)
     timed = {name: fn for name, fn in fns.items() if name.endswith("fwd_bwd") and not name.startswith("null")}
     bench_ms = broad_shapes.Timer(gpu).rounds(timed)  # the broad report's measure: do_bench with its L2 flush
-    device = {name: device_us(fns[name], gpu) for name in fns if name.endswith("fwd_bwd") or "direct" in name}
+    profiled = {name: kernels(fns[name], gpu) for name in fns if name.endswith("fwd_bwd") or "direct" in name}
+    device = {name: sum(k["us"] for k in found) for name, found in profiled.items() if found}
     split = phases(broad_shapes._fwd_bwd(ours), (qg, kg, vg, do), gpu, calls=CALLS if gpu else 2)
     return dict(id=shape_id, dims=dict(batch=b, heads_q=hq, heads_kv=hkv, seq=s, head_dim=d, causal=causal),
-                backward=backward, do_bench_ms=bench_ms, host_us=host, device_us=device, ours_phases_us=split,
-                errors=errors)
+                backward=backward, do_bench_ms=bench_ms, host_us=host, device_us=device, kernels=profiled,
+                ours_phases_us=split, errors=errors)
 
 
 def table(reports: list[dict]) -> str:
