@@ -4,8 +4,8 @@
     python3 benchmarks/kernels/host_overhead.py --cpu --out DIR --label after [--tree PATH]   # no GPU
 
 On a GPU, per kernel (bf16 GEMM gemm.py, its split-K and TMA, fp8 GEMM gemm.py / TMA / Gluon, flash attention
-forward, and forward + backward through autograd): the wrapper is called once with a recorder in place of the kernel
-objects, which keeps the exact launches it makes (kernel, grid, arguments); the "bare" side replays those launches,
+forward, and forward + backward through autograd, on the Triton and on the Gluon path): the wrapper is called
+once with a recorder in place of the kernel objects, which keeps the exact launches it makes (kernel, grid, arguments); the "bare" side replays those launches,
 ``kernel[grid](*args, **kwargs)``, on the same compiled kernel with the same config. Both are then called N times
 back to back on tiny shapes (the GPU finishes each launch faster than the host issues the next, so the loop is
 host-bound) and the host wall time per call is reported without the final ``torch.cuda.synchronize`` and with
@@ -55,6 +55,8 @@ KERNEL_NAMES = {  # module -> the @triton.jit / @gluon.jit objects its wrappers 
     "gemm_tma": ("_gemm_tma_kernel",),
     "gemm_gluon": ("_gemm_fp8_kernel",),
     "attention": ("_attn_fwd_kernel", "_attn_bwd_dq_kernel", "_attn_bwd_dkdv_kernel"),
+    "attention_gluon_persistent": ("attn_fwd_persistent_kernel",),  # attention_gluon._persistent_kernel()'s
+    "attention_gluon_bwd": ("_bwd_preprocess_kernel", "_attn_bwd_kernel", "_convert_kernel"),
 }
 TARGET_US = 15.0
 """Issue 20's target: a call costs at most this much host time above a bare launch of the same kernel."""
@@ -210,6 +212,12 @@ def _fake_h200(modules: dict) -> None:
     tma = modules.get("gemm_tma")
     if tma is not None:
         tma.supported = lambda device=None: tma.TensorDescriptor is not None
+    for name in ("attention_gluon", "attention_gluon_bwd"):  # the Gluon attention kernels' device checks
+        module = modules.get(name)
+        if module is not None and module.HAS_GLUON:
+            module.check_gluon_device = lambda q: None
+            module.supported = lambda device=None: True
+    torch.cuda.current_device = lambda: None  # a CPU tensor's device index, which the Gluon launches compare
 
 
 # ------------------------------------------------------------------------------------------------------ cases
@@ -380,9 +388,37 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
              kernel="floor+launches", shape=att_shape, config="None", call=fwd_bwd, vendor=None,
              make_call=replayed_through_autograd),
     ]
+    out += gluon_attention_cases(modules, device)
     # the config=None calls and attention first: what a budget cut would cost least to lose comes last
     first = ("config=None", "flash_attention", "autograd floor", "bare launches through autograd")
     return sorted(out, key=lambda case: next((i for i, word in enumerate(first) if word in case["case"]), len(first)))
+
+
+def gluon_attention_cases(modules: dict, device: str) -> list[dict]:
+    """flash_attention's Gluon path (sm_90, config=None: the persistent forward, the Gluon backward with its GQA
+    split; one forward and three backward launches): forward + backward through autograd against SDPA, where
+    config=None takes it for MQA d128 causal on 128 tokens (none where this Triton has no Gluon)."""
+    import torch
+
+    attention, gluon, gluon_bwd = (modules.get(n) for n in ("attention", "attention_gluon", "attention_gluon_bwd"))
+    if gluon is None or gluon_bwd is None or not gluon.HAS_GLUON:
+        return []
+    b, hq, hkv, s, d = 1, 4, 1, 128, 128
+    q, do = (torch.randn(b, hq, s, d, device=device, dtype=torch.bfloat16) for _ in range(2))  # [B, Hq, S, D]
+    k, v = (torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16) for _ in range(2))  # [B, Hkv, S, D]
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fwd_bwd():
+        o = attention.flash_attention(qg, kg, vg, causal=True)
+        return torch.autograd.grad(o, (qg, kg, vg), do)
+
+    def sdpa_fwd_bwd():
+        o = sdpa(qg, kg, vg, is_causal=True, enable_gqa=True)
+        return torch.autograd.grad(o, (qg, kg, vg), do)
+
+    return [dict(case="flash_attention forward + backward (autograd), Gluon path", kernel="attention_gluon",
+                 shape=f"b{b} hq{hq} hkv{hkv} s{s} d{d} causal", config="None", call=fwd_bwd, vendor=sdpa_fwd_bwd)]
 
 
 def _label(config: dict) -> str:
@@ -433,7 +469,8 @@ def load_modules(tree: Path | None, cpu: bool) -> dict:
     import importlib
 
     modules = {"_common": importlib.import_module("workbench.kernels._common")}
-    for name in ("gemm", "gemm_tma", "gemm_gluon", "attention", "dispatch", "checks", "_tiling", "_launch"):
+    for name in ("gemm", "gemm_tma", "gemm_gluon", "attention", "dispatch", "checks", "_tiling", "_launch",
+                 "attention_gluon", "attention_gluon_bwd", "attention_gluon_persistent"):
         try:
             modules[name] = importlib.import_module(f"workbench.kernels.{name}")
         except ImportError:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from workbench.kernels.attention_gluon import HAS_GLUON
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "host_overhead.py"
 
 
@@ -25,5 +27,8 @@ def test_cpu_mode_times_every_wrapper_above_its_launches(tmp_path):
     assert launches["scaled_matmul fp8 row scales, Gluon config"] == 1
     assert launches["flash_attention forward (no grad)"] == 1
     assert launches["flash_attention forward + backward (autograd)"] == 3  # fwd, dQ (computes delta), dK/dV
+    gluon = "flash_attention forward + backward (autograd), Gluon path"
+    if HAS_GLUON:  # the persistent forward; the backward's preprocessing, kernel and conversion
+        assert launches[gluon] == 4 and "attention_gluon" in kernels
     assert all(float(r["wrapper_us"]) > 0 for r in rows)
     assert "the wrapper's own share" in (tmp_path / "host_overhead.md").read_text()
