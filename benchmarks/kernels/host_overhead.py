@@ -5,8 +5,8 @@
 
 On a GPU, per kernel (bf16 GEMM gemm.py, its split-K and TMA, fp8 GEMM gemm.py / TMA / Gluon, flash attention
 forward, and forward + backward through autograd, on the Triton and on the Gluon path): the wrapper is called
-once with a recorder in place of the kernel objects, which keeps the exact launches it makes (kernel, grid, arguments); the "bare" side replays those launches,
-``kernel[grid](*args, **kwargs)``, on the same compiled kernel with the same config. Both are then called N times
+once with a recorder in place of the kernel objects, which keeps the exact launches it makes (kernel, grid,
+arguments); the "bare" side replays those launches, ``kernel[grid](*args, **kwargs)``, on the same compiled kernel with the same config. Both are then called N times
 back to back on tiny shapes (the GPU finishes each launch faster than the host issues the next, so the loop is
 host-bound) and the host wall time per call is reported without the final ``torch.cuda.synchronize`` and with
 it; median of ROUNDS alternating rounds. The vendor calls (torch.matmul, torch._scaled_mm, SDPA) are timed the
