@@ -4,17 +4,17 @@
     python3 benchmarks/kernels/host_overhead.py --cpu --out DIR --label after [--tree PATH]   # no GPU
 
 On a GPU, per kernel (bf16 GEMM gemm.py, its split-K and TMA, fp8 GEMM gemm.py / TMA / Gluon, flash attention
-forward, and forward + backward through autograd, on the Triton and on the Gluon path): the wrapper is called
-once with a recorder in place of the kernel objects, which keeps the exact launches it makes (kernel, grid,
-arguments); the "bare" side replays those launches, ``kernel[grid](*args, **kwargs)``, on the same compiled kernel with the same config. Both are then called N times
-back to back on tiny shapes (the GPU finishes each launch faster than the host issues the next, so the loop is
-host-bound) and the host wall time per call is reported without the final ``torch.cuda.synchronize`` and with
-it; median of ROUNDS alternating rounds. The vendor calls (torch.matmul, torch._scaled_mm, SDPA) are timed the
-same way for scale. Wrappers whose plans keep their kernels (``_launch.KernelLaunch``: after the first launch
-they call the compiled kernel's launcher directly) are recorded at that launch object; the bare side stays
-``kernel[grid](...)``, Triton's own launch path, with the same arguments. The forward +
-backward case is also timed against its recorded launches replayed inside a no-op autograd.Function (forward
-launch in its forward, backward launches in its backward, on autograd's thread): what any autograd op that
+forward, and forward + backward through autograd, on the Triton and on the Gluon path): the wrapper is called once
+with a recorder in place of the kernel objects, which keeps the exact launches it makes (kernel, grid, arguments);
+the "bare" side replays those launches, ``kernel[grid](*args, **kwargs)``, on the same compiled kernel with the same
+config. Both are then called N times back to back on tiny shapes (the GPU finishes each launch faster than the host
+issues the next, so the loop is host-bound) and the host wall time per call is reported without the final
+``torch.cuda.synchronize`` and with it; median of ROUNDS alternating rounds. The vendor calls (torch.matmul,
+torch._scaled_mm, SDPA) are timed the same way for scale. Wrappers whose plans keep their kernels
+(``_launch.KernelLaunch``: after the first launch they call the compiled kernel's launcher directly) are recorded at
+that launch object; the bare side stays ``kernel[grid](...)``, Triton's own launch path, with the same arguments.
+The forward + backward case is also timed against its recorded launches replayed inside a no-op autograd.Function
+(forward launch in its forward, backward launches in its backward, on autograd's thread): what any autograd op that
 launches these kernels pays, so the difference is the wrapper's own share.
 
 With ``--cpu`` (no GPU needed) the kernel objects are replaced by no-op stubs and the wrapper runs on CPU tensors
