@@ -301,13 +301,7 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
     sdpa = torch.nn.functional.scaled_dot_product_attention
     att_shape = f"b{bq} hq{hq} hkv{hkv} s{s} d{d} causal"
 
-    def fwd_bwd():
-        o = attention.flash_attention(qg, kg, vg, causal=True)
-        return torch.autograd.grad(o, (qg, kg, vg), do)
-
-    def sdpa_fwd_bwd():
-        o = sdpa(qg, kg, vg, is_causal=True, enable_gqa=True)
-        return torch.autograd.grad(o, (qg, kg, vg), do)
+    fwd_bwd, sdpa_fwd_bwd = _fwd_bwd_calls(attention, qg, kg, vg, do)
 
     class _Floor(torch.autograd.Function):  # the same inputs and outputs through autograd, and nothing else
         @staticmethod
@@ -394,6 +388,22 @@ def cases(modules: dict, device: str, gpu: bool) -> list[dict]:
     return sorted(out, key=lambda case: next((i for i, word in enumerate(first) if word in case["case"]), len(first)))
 
 
+def _fwd_bwd_calls(attention, qg, kg, vg, do) -> tuple:
+    """(ours, SDPA's) causal forward + backward through autograd on these inputs, as the attention rows time them."""
+    import torch
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fwd_bwd():
+        o = attention.flash_attention(qg, kg, vg, causal=True)
+        return torch.autograd.grad(o, (qg, kg, vg), do)
+
+    def sdpa_fwd_bwd():
+        o = sdpa(qg, kg, vg, is_causal=True, enable_gqa=True)
+        return torch.autograd.grad(o, (qg, kg, vg), do)
+    return fwd_bwd, sdpa_fwd_bwd
+
+
 def gluon_attention_cases(modules: dict, device: str) -> list[dict]:
     """flash_attention's Gluon path (sm_90, config=None: the persistent forward, the Gluon backward with its GQA
     split; one forward and three backward launches): forward + backward through autograd against SDPA, where
@@ -407,16 +417,7 @@ def gluon_attention_cases(modules: dict, device: str) -> list[dict]:
     q, do = (torch.randn(b, hq, s, d, device=device, dtype=torch.bfloat16) for _ in range(2))  # [B, Hq, S, D]
     k, v = (torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16) for _ in range(2))  # [B, Hkv, S, D]
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def fwd_bwd():
-        o = attention.flash_attention(qg, kg, vg, causal=True)
-        return torch.autograd.grad(o, (qg, kg, vg), do)
-
-    def sdpa_fwd_bwd():
-        o = sdpa(qg, kg, vg, is_causal=True, enable_gqa=True)
-        return torch.autograd.grad(o, (qg, kg, vg), do)
-
+    fwd_bwd, sdpa_fwd_bwd = _fwd_bwd_calls(attention, qg, kg, vg, do)
     return [dict(case="flash_attention forward + backward (autograd), Gluon path", kernel="attention_gluon",
                  shape=f"b{b} hq{hq} hkv{hkv} s{s} d{d} causal", config="None", call=fwd_bwd, vendor=sdpa_fwd_bwd)]
 
