@@ -51,30 +51,14 @@ DRY_SHAPES = {"a02": (1, 2, 2, 32, 16, False), "a05": (1, 4, 1, 32, 16, True)}
 CALLS, ROUNDS = 40, 5
 
 
-def _burst_us(fn, calls: int, gpu: bool) -> float:
-    import torch
-
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - start) / calls * 1e6
-    if gpu:
-        torch.cuda.synchronize()
-    return host
-
-
 def host_times(fns: dict, gpu: bool, calls: int = CALLS, rounds: int = ROUNDS) -> dict:
-    """{name: median host us per call} over ``rounds`` alternating bursts of ``calls``."""
-    import torch
-
-    for fn in fns.values():
-        fn()
-    if gpu:
-        torch.cuda.synchronize()
+    """{name: median host us per call} over ``rounds`` alternating bursts of ``calls`` (``broad_shapes.Timer.burst``:
+    back to back, no L2 flushes)."""
+    timer = broad_shapes.Timer(gpu)
     samples = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            samples[name].append(_burst_us(fn, calls, gpu))
+            samples[name].append(timer.burst(fn, calls)[0])
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
